@@ -1,0 +1,26 @@
+# Two commands for a newcomer: `make run` and `make test`. Both bootstrap .venv first.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.12 || command -v python3)
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.requirements-installed
+
+.PHONY: run test venv migrate
+
+venv: $(STAMP)
+
+$(STAMP): requirements.txt
+	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12 or newer is needed; found " + sys.version.split()[0])'
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+migrate: $(STAMP)
+	$(PY) manage.py migrate --noinput
+
+run: migrate
+	$(PY) manage.py runstack
+
+# Tests keep their own state folder, so they never touch the running demo's database or queue.
+test: $(STAMP)
+	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)

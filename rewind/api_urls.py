@@ -1,0 +1,7 @@
+"""REST API routes; each app adds its own module here."""
+
+from __future__ import annotations
+
+from django.urls import URLPattern, URLResolver
+
+urlpatterns: list[URLPattern | URLResolver] = []

@@ -1,0 +1,221 @@
+"""The audit log: one ``audit_record`` service that everything uses, and chain checks.
+
+Fail-closed: call ``audit_record`` inside the same ``transaction.atomic()`` block as the
+change it describes. If the audit write fails the exception propagates and the change is
+rolled back with it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import IntegrityError, models, transaction
+from django.utils import timezone
+
+from rewind.models.audit import AuditChainHead, AuditEvent
+from rewind.requestid import current_request_id
+
+GENESIS_HASH = "0" * 64
+MASK = "***"
+# Keys whose values are secrets wherever they appear in audit data.
+_SECRET_KEY = re.compile(r"pass(word|wd|phrase)?|secret|token|authorization|api[_-]?key|credential|cookie", re.I)
+# Values that look like bearer tokens or our own agent tokens, whatever their key.
+_SECRET_VALUE = re.compile(r"(?i)^(bearer\s+\S+|rwd_[A-Za-z0-9_-]{20,})$")
+
+
+@dataclass(frozen=True)
+class Actor:
+    type: str
+    name: str
+
+    @classmethod
+    def agent(cls, name: str) -> Actor:
+        return cls(AuditEvent.ActorType.AGENT, name)
+
+    @classmethod
+    def user(cls, name: str) -> Actor:
+        return cls(AuditEvent.ActorType.USER, name)
+
+    @classmethod
+    def system(cls, name: str = "system") -> Actor:
+        return cls(AuditEvent.ActorType.SYSTEM, name)
+
+
+SYSTEM = Actor.system()
+
+
+def mask_secrets(value: Any) -> Any:
+    """A JSON-ready copy of ``value`` with secret-looking keys and values replaced."""
+    if isinstance(value, dict):
+        return {
+            str(k): (MASK if _SECRET_KEY.search(str(k)) and v not in (None, "") else mask_secrets(v))
+            for k, v in value.items()
+        }
+    if isinstance(value, (list, tuple)):
+        return [mask_secrets(v) for v in value]
+    if isinstance(value, str) and _SECRET_VALUE.match(value.strip()):
+        return MASK
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    return str(value)
+
+
+def _canonical(fields: dict[str, Any]) -> bytes:
+    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def compute_hash(
+    *,
+    seq: int,
+    time: datetime,
+    actor_type: str,
+    actor: str,
+    action: str,
+    target_type: str,
+    target_id: str,
+    target_repr: str,
+    data: Any,
+    request_id: str,
+    prev_hash: str,
+) -> str:
+    content = {
+        "seq": seq,
+        "time": time.astimezone(UTC).isoformat(timespec="microseconds"),
+        "actor_type": actor_type,
+        "actor": actor,
+        "action": action,
+        "target_type": target_type,
+        "target_id": target_id,
+        "target_repr": target_repr,
+        "data": data,
+        "request_id": request_id,
+        "prev_hash": prev_hash,
+    }
+    return hashlib.sha256(_canonical(content)).hexdigest()
+
+
+def event_hash(event: AuditEvent) -> str:
+    return compute_hash(
+        seq=event.seq,
+        time=event.time,
+        actor_type=event.actor_type,
+        actor=event.actor,
+        action=event.action,
+        target_type=event.target_type,
+        target_id=event.target_id,
+        target_repr=event.target_repr,
+        data=event.data,
+        request_id=event.request_id,
+        prev_hash=event.prev_hash,
+    )
+
+
+def _target_fields(target: models.Model | tuple[str, str] | None) -> tuple[str, str, str]:
+    if target is None:
+        return "", "", ""
+    if isinstance(target, tuple):
+        kind, ident = target
+        return kind, str(ident), str(ident)[:255]
+    return target._meta.label_lower, str(target.pk), str(target)[:255]
+
+
+def audit_record(
+    *,
+    actor: Actor,
+    action: str,
+    target: models.Model | tuple[str, str] | None = None,
+    data: dict[str, Any] | None = None,
+    request_id: str | None = None,
+) -> AuditEvent:
+    """Append one event to the chain and return it.
+
+    Must run inside the caller's transaction (it opens a savepoint of its own); the chain
+    head row is locked for the rest of that transaction, so appends are serialized and a
+    rolled-back change leaves no event behind. Raises whatever the database raises.
+    """
+    target_type, target_id, target_repr = _target_fields(target)
+    # Round-trip through JSON so what is hashed is exactly what the database gives back.
+    clean = json.loads(json.dumps(mask_secrets(data or {}), ensure_ascii=False))
+    rid = request_id or current_request_id()
+    with transaction.atomic():
+        head = _locked_head()
+        event = AuditEvent(
+            seq=head.last_seq + 1,
+            time=timezone.now(),
+            actor_type=actor.type,
+            actor=actor.name[:150],
+            action=action,
+            target_type=target_type,
+            target_id=target_id,
+            target_repr=target_repr,
+            data=clean,
+            request_id=rid,
+            prev_hash=head.last_hash,
+        )
+        event.hash = event_hash(event)
+        event.save(force_insert=True)
+        head.last_seq = event.seq
+        head.last_hash = event.hash
+        head.save(update_fields=["last_seq", "last_hash"])
+    return event
+
+
+class AuditChainError(Exception):
+    pass
+
+
+def _locked_head() -> AuditChainHead:
+    head = AuditChainHead.objects.select_for_update().filter(pk=1).first()
+    if head is not None:
+        return head
+    if AuditEvent.objects.exists():
+        # Recreating the head now would fork the chain from the genesis hash.
+        raise AuditChainError("the audit chain head is missing; run manage.py audit_verify")
+    try:
+        with transaction.atomic():
+            AuditChainHead.objects.create(pk=1)
+    except IntegrityError:
+        pass  # a concurrent first writer created it
+    return AuditChainHead.objects.select_for_update().get(pk=1)
+
+
+@dataclass(frozen=True)
+class ChainProblem:
+    seq: int
+    reason: str
+
+
+def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
+    """Walk the chain in order; return (events checked, the first problem or None)."""
+    expected_prev = GENESIS_HASH
+    expected_seq = 1
+    for event in _iter_events(batch_size):
+        if event.seq != expected_seq:
+            return expected_seq - 1, ChainProblem(expected_seq, "this event is missing from the chain")
+        if event.prev_hash != expected_prev:
+            return expected_seq - 1, ChainProblem(event.seq, "its previous-hash does not match the event before it")
+        if event_hash(event) != event.hash:
+            return expected_seq - 1, ChainProblem(event.seq, "its content does not match its hash")
+        expected_prev = event.hash
+        expected_seq += 1
+    checked = expected_seq - 1
+    head = AuditChainHead.objects.filter(pk=1).first()
+    if head is not None and (head.last_seq != checked or head.last_hash != expected_prev):
+        return checked, ChainProblem(checked + 1, "events at the end of the chain are missing")
+    return checked, None
+
+
+def _iter_events(batch_size: int) -> Iterator[AuditEvent]:
+    last = 0
+    while True:
+        batch = list(AuditEvent.objects.filter(seq__gt=last).order_by("seq")[:batch_size])
+        if not batch:
+            return
+        yield from batch
+        last = batch[-1].seq

@@ -1,0 +1,27 @@
+"""The Celery app and the beat schedule (every periodic job lives here)."""
+
+from __future__ import annotations
+
+import os
+
+from celery import Celery
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
+
+app = Celery("rewind")
+app.config_from_object("django.conf:settings", namespace="CELERY")
+app.autodiscover_tasks()
+
+
+@app.on_after_finalize.connect
+def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
+    from django.conf import settings
+
+    sender.conf.beat_schedule = {
+        # Unmount our finished or overdue FLR sessions, mark vanished ones ended and expire
+        # stale recovery requests. Safe to overlap: every step is a compare-and-swap.
+        "recoveries-reap": {
+            "task": "recoveries.reap",
+            "schedule": float(settings.REWIND_REAPER_INTERVAL_S),
+        },
+    }

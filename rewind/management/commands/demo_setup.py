@@ -1,0 +1,56 @@
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandParser
+
+from rewind.audit import Actor
+from rewind.models import Site
+from rewind.sites import site_check, site_create, site_update
+
+DEMO_SITES = (("Site A", "site-a"), ("Site B", "site-b"))
+DEMO_ZVM_USER = "admin"
+DEMO_ZVM_PASSWORD = "zerto"
+
+
+class Command(BaseCommand):
+    help = "Create the demo admin and register the simulator's two demo sites (safe to run again)."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--sim-url", required=True, help="simulator root, e.g. https://127.0.0.1:9443")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        username, password = self._demo_admin()
+        self.stdout.write(f"Demo admin: username {username}  password {password}")
+        actor = Actor.system("demo_setup")
+        for name, slug in DEMO_SITES:
+            base_url = f"{options['sim_url'].rstrip('/')}/{slug}"
+            site = Site.objects.filter(name=name).first()
+            if site is None:
+                site = site_create(
+                    actor=actor, name=name, base_url=base_url, username=DEMO_ZVM_USER, password=DEMO_ZVM_PASSWORD
+                )
+            elif site.base_url != base_url:
+                site = site_update(actor=actor, site=site, base_url=base_url)
+            result = site_check(site=site, actor=actor)
+            status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
+            self.stdout.write(f"Site {name} at {base_url}: {status}")
+
+    def _demo_admin(self) -> tuple[str, str]:
+        """The demo superuser; its password is generated once and kept under VAR_DIR."""
+        path = settings.VAR_DIR / "demo-admin-password"
+        if not path.exists():
+            path.touch(mode=0o600)
+            path.write_text(secrets.token_urlsafe(12), encoding="utf-8")
+        password = path.read_text(encoding="utf-8").strip()
+        user_model = get_user_model()
+        user = user_model.objects.filter(username="admin").first()
+        if user is None:
+            user_model.objects.create_superuser("admin", "admin@example.com", password)
+        elif not user.check_password(password):
+            # Someone changed it by hand; say so rather than resetting it behind their back.
+            return "admin", "(changed since first run; not shown)"
+        return "admin", password

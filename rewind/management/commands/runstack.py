@@ -1,0 +1,125 @@
+"""``make run``: the simulator, the web server, a Celery worker and beat, as one foreground unit."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.core.management import call_command
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+class Command(BaseCommand):
+    help = "Run the demo stack in the foreground; Ctrl-C stops all of it."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--port", type=int, default=int(os.environ.get("REWIND_PORT", "8000")))
+        parser.add_argument("--sim-port", type=int, default=int(os.environ.get("REWIND_SIM_PORT", "9443")))
+        parser.add_argument("--workers", type=int, default=2, help="uvicorn worker processes")
+        parser.add_argument("--no-sim", action="store_true", help="do not start the simulator (real ZVMs)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        for port in (options["port"],) + (() if options["no_sim"] else (options["sim_port"],)):
+            if not _port_free(port):
+                raise CommandError(f"port {port} is already in use (set REWIND_PORT / REWIND_SIM_PORT)")
+        previous = signal.signal(signal.SIGINT, self._on_signal)
+        signal.signal(signal.SIGTERM, self._on_signal)
+        try:
+            if not options["no_sim"]:
+                sim_url = self._start_simulator(options["sim_port"])
+                call_command("demo_setup", sim_url=sim_url)
+            self._start_services(options["port"], options["workers"])
+            base = f"http://127.0.0.1:{options['port']}"
+            self.stdout.write(
+                "\nzerto-rewind is running:\n"
+                f"  admin         {base}/admin/\n"
+                f"  MCP endpoint  {base}/mcp   (token: python manage.py createagent NAME)\n"
+                f"  REST API      {base}/api/\n"
+                + ("" if options["no_sim"] else f"  ZVM simulator https://127.0.0.1:{options['sim_port']}/_sim/state\n")
+                + "Press Ctrl-C to stop everything.\n"
+            )
+            self._watch()
+        except _Stop:
+            pass
+        finally:
+            self._stop_all()
+            signal.signal(signal.SIGINT, previous)
+
+    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+        # A session of its own, so the terminal's Ctrl-C reaches only us and we stop the
+        # children in order instead of all of them racing.
+        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True)
+        self.children.append((name, proc))
+        return proc
+
+    def _start_simulator(self, port: int) -> str:
+        cert_dir = settings.VAR_DIR / "sim"
+        cert_dir.mkdir(parents=True, exist_ok=True)
+        self._spawn(
+            "simulator",
+            [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", "200"],
+        )
+        url = f"https://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                requests.get(f"{url}/_sim/state", verify=False, timeout=1).raise_for_status()
+                return url
+            except requests.RequestException:
+                time.sleep(0.2)
+        raise CommandError("the ZVM simulator did not start within 30 s")
+
+    def _start_services(self, port: int, workers: int) -> None:
+        python = sys.executable
+        self._spawn(
+            "web",
+            [python, "-m", "uvicorn", "rewind.asgi:application", "--host", "127.0.0.1", "--port", str(port),
+             "--workers", str(workers), "--no-access-log"],
+        )
+        self._spawn("worker", [python, "-m", "celery", "-A", "rewind", "worker", "-c", "4", "--loglevel", "INFO"])
+        self._spawn(
+            "beat",
+            [python, "-m", "celery", "-A", "rewind", "beat", "--loglevel", "INFO",
+             "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+        )
+
+    def _watch(self) -> None:
+        while True:
+            for name, proc in self.children:
+                if proc.poll() is not None:
+                    raise CommandError(f"{name} exited with code {proc.returncode}; stopping the rest")
+            time.sleep(0.5)
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        raise _Stop()
+
+    def _stop_all(self) -> None:
+        for name, proc in reversed(self.children):
+            if proc.poll() is None:
+                self.stdout.write(f"stopping {name} ...")
+                os.killpg(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for name, proc in self.children:
+            try:
+                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        self.children.clear()
+
+
+class _Stop(Exception):
+    pass

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from rewind.models import Site
+from rewind.sites import site_check
+
+
+class Command(BaseCommand):
+    help = "Log in to every enabled site's ZVM; print its identity and VPG count, or why it failed."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--site", help="check only the site with this name")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        sites = Site.objects.filter(enabled=True)
+        if options["site"]:
+            sites = Site.objects.filter(name=options["site"])
+            if not sites.exists():
+                raise CommandError(f"no site named {options['site']!r}")
+        if not sites.exists():
+            raise CommandError("no enabled sites are configured (add one in the admin under Sites)")
+        failures = 0
+        for site in sites:
+            result = site_check(site=site)
+            if result.ok and result.local is not None:
+                local = result.local
+                self.stdout.write(
+                    f"{site.name}: OK  {local.name} | type {local.type} | version {local.version} | "
+                    f"identifier {local.identifier} | {result.vpg_count} VPGs"
+                )
+            else:
+                failures += 1
+                self.stdout.write(f"{site.name}: FAILED  {result.error}")
+        if failures:
+            raise CommandError(f"{failures} of {sites.count()} sites failed")

@@ -1,0 +1,41 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class Site(models.Model):
+    """One ZVM (or ZCA) this service talks to.
+
+    The password is stored encrypted (see ``rewind.crypto``); identity fields are learned
+    from ``/v1/localsite`` by ``site_refresh_identity`` and never typed by hand.
+    """
+
+    name = models.CharField(max_length=100, unique=True)
+    base_url = models.URLField(help_text="e.g. https://zvm.example.com (no /v1)")
+    username = models.CharField(max_length=150, blank=True)
+    password_encrypted = models.TextField(blank=True, editable=False)
+    client_id = models.CharField(max_length=100, default="zerto-client")
+    client_secret_encrypted = models.TextField(blank=True, editable=False)
+    verify_tls = models.BooleanField(default=False, help_text="ZVM appliances ship self-signed certificates.")
+    ca_bundle = models.TextField(blank=True, help_text="PEM certificate(s) to pin instead of the system store.")
+    enabled = models.BooleanField(default=True)
+
+    identifier = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
+    site_type = models.CharField(max_length=50, blank=True, editable=False)
+    version = models.CharField(max_length=50, blank=True, editable=False)
+    identity_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_error = models.TextField(blank=True, editable=False)
+
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["identifier"], condition=~models.Q(identifier=""), name="site_identifier_unique"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name

@@ -1,0 +1,208 @@
+"""zerto-rewind settings: one module, read from the environment.
+
+With nothing set the service runs on the embedded default (SQLite in WAL mode and the
+``filesystem://`` Celery broker, both under ``REWIND_VAR_DIR``). ``DATABASE_URL`` and
+``REDIS_URL`` switch to PostgreSQL and Redis. The README lists every variable.
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from django.core.exceptions import ImproperlyConfigured
+
+from rewind.env import (
+    check_redis_url,
+    database_from_url,
+    env_bool,
+    env_float,
+    env_int,
+    env_list,
+    env_secret,
+    env_str,
+    sqlite_database,
+)
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = Path(env_str("REWIND_VAR_DIR") or BASE_DIR / "var").resolve()
+VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def _persistent_secret(name: str, file_name: str, make: object) -> str:
+    """NAME from the environment, else a value generated once and kept under VAR_DIR."""
+    value = env_secret(name)
+    if value:
+        return value
+    path = VAR_DIR / file_name
+    if not path.exists():
+        path.touch(mode=0o600)
+        path.write_text(make(), encoding="utf-8")  # type: ignore[operator]
+    return path.read_text(encoding="utf-8").strip()
+
+
+def _fernet_key() -> str:
+    from cryptography.fernet import Fernet
+
+    return Fernet.generate_key().decode()
+
+
+SECRET_KEY = _persistent_secret("DJANGO_SECRET_KEY", "secret.key", lambda: secrets.token_urlsafe(50))
+# Encrypts ZVM passwords at rest. Losing it means re-entering every site's password.
+REWIND_ENCRYPTION_KEY = _persistent_secret("REWIND_ENCRYPTION_KEY", "encryption.key", _fernet_key)
+DEBUG = env_bool("DJANGO_DEBUG", False)
+ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
+CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
+REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_celery_results",
+    "rewind",
+    "catalog",
+    "recoveries",
+]
+
+MIDDLEWARE = [
+    "rewind.requestid.RequestIdMiddleware",
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "rewind.urls"
+ASGI_APPLICATION = "rewind.asgi.application"
+WSGI_APPLICATION = "rewind.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+_database_url = env_str("DATABASE_URL")
+DATABASES = {
+    "default": (
+        database_from_url("DATABASE_URL", _database_url, var_dir=VAR_DIR)
+        if _database_url
+        else sqlite_database(VAR_DIR / "rewind.sqlite3", test_path=VAR_DIR / "test_rewind.sqlite3")
+    )
+}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+# uvicorn does not serve /static/; the ASGI app wraps Django in the static-files handler
+# unless a front proxy serves collected files.
+REWIND_SERVE_STATIC = env_bool("REWIND_SERVE_STATIC", True)
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "EXCEPTION_HANDLER": "rewind.api.exception_handler",
+    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "PAGE_SIZE": 100,
+}
+
+# --- Celery -------------------------------------------------------------------------
+_redis_url = env_str("REDIS_URL")
+if _redis_url:
+    CELERY_BROKER_URL = check_redis_url("REDIS_URL", _redis_url)
+    CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
+        # Above the longest task: an unacknowledged message is redelivered after this.
+        "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600, minimum=5),
+        "unacked_restore_interval": 1,
+        "unacked_restore_throttle": 1,
+    }
+else:
+    _broker_dir = VAR_DIR / "broker"
+    for _sub in ("queue", "processed", "control"):
+        # kombu does not create these, and its default control folder is relative to the cwd.
+        (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_URL = "filesystem://"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_broker_dir / "queue"),
+        "data_folder_out": str(_broker_dir / "queue"),
+        "processed_folder": str(_broker_dir / "processed"),
+        "store_processed": False,
+        "control_folder": str(_broker_dir / "control"),
+        "polling_interval": 0.05,  # the default 1.0 s adds a second to every task (measured)
+    }
+CELERY_RESULT_BACKEND = "django-db"
+CELERY_RESULT_EXTENDED = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_RESULT_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT_S", 3600, minimum=10)
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# --- ZVM -----------------------------------------------------------------------------
+ZVM_CONNECT_TIMEOUT_S = env_float("ZVM_CONNECT_TIMEOUT_S", 5.0, minimum=0.1)
+ZVM_READ_TIMEOUT_S = env_float("ZVM_READ_TIMEOUT_S", 30.0, minimum=0.1)
+# Per-site cache of VM/VPG look-ups, so find_protection does not hit the ZVM for every call.
+REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
+
+# --- Guard and checkpoints -------------------------------------------------------------
+REWIND_CHECKPOINT_TIMEOUT_S = env_int("REWIND_CHECKPOINT_TIMEOUT_S", 300, minimum=1)
+REWIND_TAG_MAX_LENGTH = env_int("REWIND_TAG_MAX_LENGTH", 255, minimum=64)
+
+# --- Recoveries --------------------------------------------------------------------------
+REWIND_RECOVERY_EXPIRY_S = env_int("REWIND_RECOVERY_EXPIRY_S", 3600, minimum=60)
+REWIND_RECOVERY_SECOND_APPROVER = env_bool("REWIND_RECOVERY_SECOND_APPROVER", False)
+REWIND_FLR_TIME_LIMIT_S = env_int("REWIND_FLR_TIME_LIMIT_S", 1800, minimum=60)
+REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
+REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)
+REWIND_STORAGE_DIR = Path(env_str("REWIND_STORAGE_DIR") or VAR_DIR / "recovered").resolve()
+
+# --- MCP -----------------------------------------------------------------------------------
+MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
+MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
+MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+# Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
+MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
+
+# --- Logging ---------------------------------------------------------------------------------
+_log_level = (env_str("REWIND_LOG_LEVEL") or "INFO").upper()
+if _log_level not in ("DEBUG", "INFO", "WARNING", "ERROR"):
+    raise ImproperlyConfigured(f"REWIND_LOG_LEVEL must be DEBUG, INFO, WARNING or ERROR, got {_log_level!r}")
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": "WARNING"},
+    "loggers": {"rewind": {"level": _log_level}, "catalog": {"level": _log_level}, "recoveries": {"level": _log_level}},
+}

@@ -1,0 +1,197 @@
+"""Sites: the ZVMs this service is configured to talk to.
+
+Services here are the only code that creates or changes a ``Site``; ``site_client`` is the
+only way the rest of the product gets a ZVM client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.crypto import decrypt, encrypt
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import Site
+from rewind.requestid import current_request_id
+from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
+
+_AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled")
+
+
+def _site_snapshot(site: Site) -> dict[str, object]:
+    snap: dict[str, object] = {f: getattr(site, f) for f in _AUDITED_FIELDS}
+    snap["ca_bundle_pinned"] = bool(site.ca_bundle)
+    return snap
+
+
+def _validate(name: str, base_url: str) -> None:
+    if not name.strip():
+        raise ApplicationError("a site needs a name")
+    if not base_url.startswith(("https://", "http://")):
+        raise ApplicationError("the base URL must start with https:// (or http://)")
+    if "/v1" in base_url.rstrip("/").rsplit("/", 1)[-1:]:
+        raise ApplicationError("give the ZVM's base URL without /v1")
+
+
+@transaction.atomic
+def site_create(
+    *,
+    actor: Actor,
+    name: str,
+    base_url: str,
+    username: str = "",
+    password: str = "",
+    client_id: str = "zerto-client",
+    client_secret: str = "",
+    verify_tls: bool = False,
+    ca_bundle: str = "",
+    enabled: bool = True,
+) -> Site:
+    _validate(name, base_url)
+    if Site.objects.filter(name=name).exists():
+        raise ApplicationError(f"a site named {name!r} already exists")
+    site = Site(
+        name=name.strip(),
+        base_url=base_url.rstrip("/"),
+        username=username,
+        password_encrypted=encrypt(password),
+        client_id=client_id or "zerto-client",
+        client_secret_encrypted=encrypt(client_secret),
+        verify_tls=verify_tls,
+        ca_bundle=ca_bundle.strip(),
+        enabled=enabled,
+    )
+    site.save()
+    audit_record(actor=actor, action="site.created", target=site, data={"after": _site_snapshot(site)})
+    return site
+
+
+@transaction.atomic
+def site_update(
+    *, actor: Actor, site: Site, password: str | None = None, client_secret: str | None = None, **fields: object
+) -> Site:
+    """Change a site. ``password``/``client_secret`` of None keep the stored value."""
+    before = _site_snapshot(site)
+    for key, value in fields.items():
+        if key not in _AUDITED_FIELDS + ("ca_bundle",):
+            raise ApplicationError(f"unknown site field {key!r}")
+        setattr(site, key, value)
+    _validate(site.name, site.base_url)
+    site.base_url = site.base_url.rstrip("/")
+    changed_secrets = []
+    if password is not None:
+        site.password_encrypted = encrypt(password)
+        changed_secrets.append("password")
+    if client_secret is not None:
+        site.client_secret_encrypted = encrypt(client_secret)
+        changed_secrets.append("client_secret")
+    site.save()
+    audit_record(
+        actor=actor,
+        action="site.changed",
+        target=site,
+        data={"before": before, "after": _site_snapshot(site), "secrets_changed": changed_secrets},
+    )
+    return site
+
+
+def _ca_bundle_path(site: Site) -> str | None:
+    """requests pins a CA by file path; keep one file per distinct bundle under VAR_DIR."""
+    if not site.ca_bundle:
+        return None
+    digest = hashlib.sha256(site.ca_bundle.encode()).hexdigest()[:16]
+    folder = settings.VAR_DIR / "ca"
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{digest}.pem"
+    if not path.exists():
+        path.write_text(site.ca_bundle + "\n", encoding="utf-8")
+    return str(path)
+
+
+def site_connection(site: Site) -> ZvmConnection:
+    return ZvmConnection(
+        site_name=site.name,
+        base_url=site.base_url,
+        username=site.username,
+        password=decrypt(site.password_encrypted),
+        client_id=site.client_id or "zerto-client",
+        client_secret=decrypt(site.client_secret_encrypted) or None,
+        verify_tls=site.verify_tls,
+        ca_bundle=_ca_bundle_path(site),
+        connect_timeout=settings.ZVM_CONNECT_TIMEOUT_S,
+        read_timeout=settings.ZVM_READ_TIMEOUT_S,
+    )
+
+
+def site_client(site: Site, *, request_id: str | None = None) -> ZvmClient:
+    """The ZVM client for ``site``, carrying the current request id."""
+    return ZvmClient(site_connection(site), request_id=request_id or current_request_id())
+
+
+def site_by_identifier(identifier: str) -> Site:
+    """The enabled site whose learned ZVM identifier is ``identifier``."""
+    site = Site.objects.filter(identifier=identifier, enabled=True).first()
+    if site is None:
+        raise NotFoundError(f"no ZVM is configured here for site {identifier}")
+    return site
+
+
+@dataclass(frozen=True)
+class SiteCheck:
+    site: Site
+    ok: bool
+    local: LocalSite | None
+    vpg_count: int | None
+    error: str
+
+
+def site_check(*, site: Site, actor: Actor = Actor.system()) -> SiteCheck:
+    """Log in, read ``/v1/localsite`` and count VPGs; record the identity or the error.
+
+    No transaction is held across the ZVM calls; the outcome is saved afterwards.
+    """
+    try:
+        client = site_client(site)
+        local = client.local_site()
+        vpg_count = len(client.list_vpgs())
+    except ZvmError as exc:
+        Site.objects.filter(pk=site.pk).update(last_error=str(exc)[:2000], identity_checked_at=timezone.now())
+        site.refresh_from_db()
+        return SiteCheck(site, False, None, None, str(exc))
+    try:
+        site_record_identity(site=site, local=local, actor=actor)
+    except ApplicationError as exc:
+        return SiteCheck(site, False, local, vpg_count, exc.message)
+    return SiteCheck(site, True, local, vpg_count, "")
+
+
+@transaction.atomic
+def site_record_identity(*, site: Site, local: LocalSite, actor: Actor) -> Site:
+    clash = Site.objects.filter(identifier=local.identifier).exclude(pk=site.pk).first()
+    if clash is not None:
+        message = f"{site.name} is the same ZVM as site {clash.name} (identifier {local.identifier})"
+        Site.objects.filter(pk=site.pk).update(last_error=message, identity_checked_at=timezone.now())
+        site.refresh_from_db()
+        raise ApplicationError(message)
+    changed = (site.identifier, site.site_type, site.version) != (local.identifier, local.type, local.version)
+    Site.objects.filter(pk=site.pk).update(
+        identifier=local.identifier,
+        site_type=local.type or "",
+        version=local.version or "",
+        identity_checked_at=timezone.now(),
+        last_error="",
+    )
+    site.refresh_from_db()
+    if changed:
+        audit_record(
+            actor=actor,
+            action="site.identity_learned",
+            target=site,
+            data={"identifier": local.identifier, "type": local.type, "version": local.version, "zvm_name": local.name},
+        )
+    return site

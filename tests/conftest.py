@@ -1,0 +1,107 @@
+"""Shared fixtures: personas, a real Celery worker, and the ZVM simulator (tests.simfixtures)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+from django.conf import settings
+from django.db import connection
+
+pytest_plugins = ["tests.simfixtures"]
+
+# Playwright's sync API runs an event loop in the test thread; Django's ORM must still be
+# callable from fixtures there.
+os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+def test_database_url() -> str:
+    """A DATABASE_URL pointing at the test database, for processes the tests start."""
+    conf = connection.settings_dict
+    if conf["ENGINE"].endswith("sqlite3"):
+        return f"sqlite:///{Path(conf['NAME']).resolve()}"
+    auth = quote(conf["USER"] or "")
+    if conf["PASSWORD"]:
+        auth += ":" + quote(conf["PASSWORD"])
+    host = conf["HOST"] or "localhost"
+    port = f":{conf['PORT']}" if conf["PORT"] else ""
+    return f"postgres://{auth}@{host}{port}/{conf['NAME']}"
+
+
+class WorkerProcess:
+    """A real ``celery worker`` on the test database and the configured broker."""
+
+    def __init__(self, log_path: Path) -> None:
+        self.log_path = log_path
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        env = {**os.environ, "DATABASE_URL": test_database_url()}
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "rewind", "worker", "-P", "prefork", "-c", "3",
+             "--loglevel", "INFO", "-n", f"tests-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
+            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        )
+        self._wait_ready()
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"celery worker exited early; see {self.log_path}")
+            if b"ready." in self.log_path.read_bytes():
+                return
+            time.sleep(0.1)
+        raise RuntimeError(f"celery worker not ready after 60 s; see {self.log_path}")
+
+    def kill(self, sig: int = signal.SIGKILL) -> None:
+        """Kill the worker and its pool children at once (a crash, not a shutdown)."""
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, sig)
+            self.proc.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+    def restart(self) -> None:
+        self.stop()
+        self.start()
+
+
+def _purge_broker() -> None:
+    from rewind.celery import app
+
+    with app.connection_for_write() as conn:
+        app.control.purge(connection=conn)
+
+
+@pytest.fixture(scope="session")
+def celery_worker_process(django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+    _purge_broker()
+    worker = WorkerProcess(tmp_path_factory.mktemp("celery") / "worker.log")
+    worker.start()
+    yield worker
+    worker.stop()
+
+
+@pytest.fixture
+def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> Iterator[WorkerProcess]:
+    """A running worker; the test's data is committed so the worker can see it."""
+    if celery_worker_process.proc is None or celery_worker_process.proc.poll() is not None:
+        celery_worker_process.start()
+    yield celery_worker_process

@@ -1,0 +1,167 @@
+from __future__ import annotations
+
+import importlib
+import threading
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import DatabaseError, connection, connections, transaction
+
+from rewind.audit import Actor, AuditChainError, audit_record, mask_secrets, verify_chain
+from rewind.models import AuditChainHead, AuditEvent, Site
+from rewind.models.audit import AppendOnlyError
+
+append_only = importlib.import_module("rewind.migrations.0002_audit_append_only")
+
+TAMPERABLE = {
+    "time": "'2001-01-01 00:00:00'",
+    "actor_type": "'user'",
+    "actor": "'mallory'",
+    "action": "'site.deleted'",
+    "target_type": "'x'",
+    "target_id": "'999'",
+    "target_repr": "'other'",
+    "data": """'{"changed": true}'""",
+    "request_id": "'forged'",
+    "prev_hash": "'" + "1" * 64 + "'",
+    "hash": "'" + "2" * 64 + "'",
+    "seq": "1000",
+}
+
+
+def _record(n: int) -> list[AuditEvent]:
+    return [
+        audit_record(actor=Actor.agent("bot"), action="test.happened", target=("thing", str(i)), data={"i": i})
+        for i in range(n)
+    ]
+
+
+def _raw_update(event: AuditEvent, column: str, sql_value: str) -> None:
+    """Change a row behind the application's back, as someone with database access could."""
+    table = AuditEvent._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+        else:
+            cursor.execute("DROP TRIGGER rewind_auditevent_no_update")
+            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
+            cursor.execute(append_only.SQLITE_UP[0])
+
+
+@pytest.mark.django_db
+def test_it_chains_events_and_verifies() -> None:
+    events = _record(5)
+    assert events[0].prev_hash == "0" * 64
+    for before, after in zip(events, events[1:]):
+        assert after.prev_hash == before.hash
+    assert [e.seq for e in events] == [1, 2, 3, 4, 5]
+    assert verify_chain() == (5, None)
+    call_command("audit_verify")
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("column", sorted(TAMPERABLE))
+def test_it_names_the_row_whose_field_was_changed(column: str) -> None:
+    events = _record(4)
+    _raw_update(events[2], column, TAMPERABLE[column])
+    with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
+        call_command("audit_verify")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_detects_a_deleted_row() -> None:
+    events = _record(4)
+    table = AuditEvent._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        cursor.execute(f"DELETE FROM {table} WHERE id = %s", [events[1].pk])
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+    with pytest.raises(CommandError, match=r"BROKEN at event #2\b"):
+        call_command("audit_verify")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_detects_a_truncated_tail() -> None:
+    events = _record(3)
+    table = AuditEvent._meta.db_table
+    with connection.cursor() as cursor:
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
+        cursor.execute(f"DELETE FROM {table} WHERE id = %s", [events[2].pk])
+        if connection.vendor == "postgresql":
+            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+    with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
+        call_command("audit_verify")
+
+
+@pytest.mark.django_db
+def test_it_refuses_updates_and_deletes() -> None:
+    (event,) = _record(1)
+    with pytest.raises(AppendOnlyError):
+        AuditEvent.objects.filter(pk=event.pk).update(actor="x")
+    with pytest.raises(AppendOnlyError):
+        AuditEvent.objects.all().delete()
+    with pytest.raises(AppendOnlyError):
+        event.delete()
+    # The database itself refuses an UPDATE that goes around the ORM.
+    with pytest.raises(DatabaseError), transaction.atomic():
+        with connection.cursor() as cursor:
+            cursor.execute(f"UPDATE {AuditEvent._meta.db_table} SET actor = 'x' WHERE id = %s", [event.pk])
+
+
+@pytest.mark.django_db
+def test_it_masks_secrets() -> None:
+    event = audit_record(
+        actor=Actor.user("alice"),
+        action="test.masked",
+        data={"password": "hunter2", "nested": {"client_secret": "s3", "ok": "visible"}, "auth": "Bearer abc.def",
+              "args": ["rwd_" + "x" * 30]},
+    )
+    event.refresh_from_db()
+    flat = str(event.data)
+    assert "hunter2" not in flat and "s3" not in flat and "abc.def" not in flat and "xxxxxxxx" not in flat
+    assert event.data["nested"]["ok"] == "visible"
+    assert mask_secrets({"token": None}) == {"token": None}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_aborts_the_change_when_the_audit_write_fails() -> None:
+    _record(1)
+    AuditChainHead.objects.all().delete()  # the audit write can no longer succeed
+    with pytest.raises(AuditChainError):
+        with transaction.atomic():
+            Site.objects.create(name="x", base_url="https://zvm")
+            audit_record(actor=Actor.system(), action="site.created", target=("site", "x"))
+    assert not Site.objects.exists()
+    assert AuditEvent.objects.count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_appends_leave_one_unbroken_chain() -> None:
+    writers, per_writer = 6, 25
+    errors: list[BaseException] = []
+    start = threading.Barrier(writers)
+
+    def write(n: int) -> None:
+        try:
+            start.wait()
+            for i in range(per_writer):
+                with transaction.atomic():
+                    audit_record(actor=Actor.agent(f"w{n}"), action="test.concurrent", data={"i": i})
+        except BaseException as exc:  # surfaced below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=write, args=(n,)) for n in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert verify_chain() == (writers * per_writer, None)
+    assert AuditEvent.objects.count() == writers * per_writer
