@@ -1,0 +1,64 @@
+"""ZVM REST client: the one chokepoint between zerto-rewind and Zerto Virtual Managers.
+
+Standalone (no Django): build a ``ZvmConnection`` per site and a ``ZvmClient`` on it.
+"""
+
+from __future__ import annotations
+
+from .client import ZvmClient
+from .connection import ZvmConnection
+from .errors import (
+    ZvmAuthError,
+    ZvmError,
+    ZvmNotFoundError,
+    ZvmRejectedError,
+    ZvmTlsError,
+    ZvmTransientError,
+    ZvmUnparseableResponse,
+)
+from .types import (
+    FLR_MOUNTED,
+    TASK_COMPLETED,
+    TASK_IN_PROGRESS,
+    BrowseItem,
+    BrowseResult,
+    Checkpoint,
+    CheckpointStats,
+    DownloadResult,
+    FlrSession,
+    LocalSite,
+    PeerSite,
+    PointInTime,
+    SiteLink,
+    Task,
+    VmRow,
+    Vpg,
+)
+
+__all__ = [
+    "FLR_MOUNTED",
+    "TASK_COMPLETED",
+    "TASK_IN_PROGRESS",
+    "BrowseItem",
+    "BrowseResult",
+    "Checkpoint",
+    "CheckpointStats",
+    "DownloadResult",
+    "FlrSession",
+    "LocalSite",
+    "PeerSite",
+    "PointInTime",
+    "SiteLink",
+    "Task",
+    "VmRow",
+    "Vpg",
+    "ZvmAuthError",
+    "ZvmClient",
+    "ZvmConnection",
+    "ZvmError",
+    "ZvmNotFoundError",
+    "ZvmRejectedError",
+    "ZvmTlsError",
+    "ZvmTransientError",
+    "ZvmUnparseableResponse",
+]

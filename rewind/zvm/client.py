@@ -1,0 +1,377 @@
+"""``ZvmClient``: the one way this project talks to a ZVM.
+
+Every call goes through ``_request`` (token, one re-login on 401, bounded retries of
+GETs on transient errors) and then ``Transport.send`` (timeouts, TLS, request id,
+logging). Public methods return the typed results of ``types.py``, never raw dicts.
+
+One client may be shared by threads: tokens are guarded by a lock, and
+``with_request_id`` hands out a cheap copy that shares the session and the token.
+Every method may raise ``ZvmError`` subclasses; read-only methods are harmless to
+repeat, the ones that change the ZVM say so.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+import zipfile
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any, BinaryIO
+from urllib.parse import quote, urlsplit
+
+import requests
+
+from ._fields import Fields, format_datetime
+from .auth import TokenKeeper
+from .connection import ZvmConnection
+from .download import NotOneFile, clean_link, resolve_link, same_origin, stream_to_sink
+from .errors import (
+    ZvmAuthError,
+    ZvmError,
+    ZvmNotFoundError,
+    ZvmRejectedError,
+    ZvmTransientError,
+    ZvmUnparseableResponse,
+)
+from .transport import Transport
+from .types import (
+    BrowseResult,
+    Checkpoint,
+    CheckpointStats,
+    DownloadResult,
+    FlrSession,
+    LocalSite,
+    PeerSite,
+    PointInTime,
+    Task,
+    VmRow,
+    Vpg,
+)
+
+MIB = 1024 * 1024
+When = datetime | str | None
+
+
+def _seg(identifier: str) -> str:
+    """One URL path segment: ids are quoted so a stray '/' or '?' cannot change the path."""
+    return quote(str(identifier), safe="")
+
+
+class _Shared:
+    """What a client and its ``with_request_id`` copies share: one ZVM's session state."""
+
+    def __init__(self, conn: ZvmConnection) -> None:
+        self.transport = Transport(conn)
+        self.tokens = TokenKeeper(self.transport)
+        self.names: dict[str, list[str]] = {}
+        self.names_lock = threading.Lock()
+
+
+class ZvmClient:
+    # While a download link is being prepared the ZVM may answer 404/409 (fact sheet §8).
+    download_ready_attempts = 6
+    download_ready_delay = 0.5  # seconds, doubling, capped at 2 s
+
+    def __init__(
+        self,
+        conn: ZvmConnection,
+        *,
+        request_id: str | None = None,
+        _shared: _Shared | None = None,
+        _sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self.conn = conn
+        self.request_id = request_id
+        self._shared = _shared or _Shared(conn)
+        self._sleep = _sleep
+
+    def __repr__(self) -> str:
+        return f"ZvmClient({self.conn!r}, request_id={self.request_id!r})"
+
+    def with_request_id(self, request_id: str | None) -> ZvmClient:
+        """A client for the same ZVM whose calls carry ``request_id`` (shares token and pool)."""
+        return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep)
+
+    def close(self) -> None:
+        self._shared.transport.session.close()
+
+    def __enter__(self) -> ZvmClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- sites ---------------------------------------------------------------------
+    def local_site(self) -> LocalSite:
+        """The site of the ZVM called (``GET /v1/localsite``)."""
+        return LocalSite.from_json(self._one(self._get("/v1/localsite"), "the local site"))
+
+    def peer_sites(self) -> list[PeerSite]:
+        """Paired sites (``GET /v1/peersites``)."""
+        return [PeerSite.from_json(row) for row in self._list(self._get("/v1/peersites"))]
+
+    # -- VMs and VPGs --------------------------------------------------------------
+    def list_vms(self, *, vm_name: str | None = None, vm_identifier: str | None = None) -> list[VmRow]:
+        """One row per (VM, VPG) pair; filters are the ZVM's own (case-insensitive)."""
+        params = {"vmName": vm_name, "vmIdentifier": vm_identifier}
+        return [VmRow.from_json(row) for row in self._list(self._get("/v1/vms", params))]
+
+    def list_vpgs(self, *, name: str | None = None) -> list[Vpg]:
+        return [Vpg.from_json(row) for row in self._list(self._get("/v1/vpgs", {"name": name}))]
+
+    def get_vpg(self, vpg_id: str) -> Vpg:
+        """Raises ``ZvmNotFoundError`` for an unknown VPG."""
+        return Vpg.from_json(self._one(self._get(f"/v1/vpgs/{_seg(vpg_id)}"), f"VPG {vpg_id}"))
+
+    def vpg_status_names(self) -> list[str]:
+        """``GET /v1/vpgs/statuses``: names in enum order (cached per client)."""
+        return self._names("/v1/vpgs/statuses")
+
+    def vpg_substatus_names(self) -> list[str]:
+        """``GET /v1/vpgs/substatuses``: names in enum order (cached per client)."""
+        return self._names("/v1/vpgs/substatuses")
+
+    def status_name(self, code: int | None) -> str | None:
+        """The ZVM's own name for VPG/VM status ``code`` (sources disagree on 3 and 4)."""
+        return self._name_at(self.vpg_status_names(), code)
+
+    def substatus_name(self, code: int | None) -> str | None:
+        return self._name_at(self.vpg_substatus_names(), code)
+
+    # -- checkpoints and tasks -----------------------------------------------------
+    def insert_tagged_checkpoint(self, vpg_id: str, tag: str) -> str:
+        """Ask the ZVM to add a tagged checkpoint; returns the task id.
+
+        Changes the ZVM and is never retried here: a repeat adds a second checkpoint.
+        """
+        resp = self._request("POST", f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", json_body={"checkpointName": tag})
+        return self._string(resp, "the checkpoint request")
+
+    def get_task(self, task_id: str) -> Task:
+        return Task.from_json(self._one(self._get(f"/v1/tasks/{_seg(task_id)}"), f"task {task_id}"))
+
+    def list_checkpoints(self, vpg_id: str, *, start: When = None, end: When = None) -> list[Checkpoint]:
+        """Journal checkpoints; pass ``start``: an unfiltered list can hold days of them."""
+        params = self._window(start, end)
+        rows = self._list(self._get(f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", params))
+        return [Checkpoint.from_json(row) for row in rows]
+
+    def checkpoint_stats(self, vpg_id: str) -> CheckpointStats:
+        resp = self._get(f"/v1/vpgs/{_seg(vpg_id)}/checkpoints/stats")
+        return CheckpointStats.from_json(self._one(resp, "the checkpoint stats"))
+
+    def points_in_time(self, vm_id: str, *, vpg_id: str, start: When = None, end: When = None) -> list[PointInTime]:
+        """Checkpoints of one VM in one VPG, each with ``can_mount`` (FLR eligibility)."""
+        params = {"vpgIdentifier": vpg_id, **self._window(start, end)}
+        rows = self._list(self._get(f"/v1/vms/{_seg(vm_id)}/pointsInTime", params))
+        return [PointInTime.from_json(row) for row in rows]
+
+    # -- file level recovery -------------------------------------------------------
+    def flr_mount(self, *, vpg_id: str, vm_id: str, checkpoint_id: str) -> str:
+        """Start an FLR mount; returns the session id. Changes the ZVM; never retried.
+
+        Raises ``ZvmUnparseableResponse`` when the answer is not a JSON string: the mount
+        may have started anyway, so the caller should look for the session.
+        """
+        body = {"jflr": {"vpgIdentifier": vpg_id, "vmIdentifier": vm_id, "checkpointIdentifier": checkpoint_id}}
+        resp = self._request("POST", "/v1/flrs", json_body=body)
+        return self._string(resp, "the mount request", note=" (the mount may have started anyway)")
+
+    def list_flr_sessions(self, *, vm_id: str | None = None) -> list[FlrSession]:
+        rows = self._list(self._get("/v1/flrs", {"vmIdentifier": vm_id}))
+        return [FlrSession.from_json(row) for row in rows]
+
+    def get_flr_session(self, session_id: str) -> FlrSession:
+        """One session; the ZVM may answer an object or a one-element array (both accepted)."""
+        data = self._json(self._get(f"/v1/flrs/{_seg(session_id)}"))
+        if isinstance(data, list):
+            matches = [r for r in data if Fields(r).text("FlrSessionIdentifier") in (session_id, None)]
+            data = (matches or data)[:1]
+            if not data:
+                raise self._error(ZvmNotFoundError, f"FLR session {session_id} is not listed", status=404)
+        return FlrSession.from_json(self._one(data, f"FLR session {session_id}"))
+
+    def flr_browse(self, session_id: str, path: str = "") -> BrowseResult:
+        """List one folder of a mounted session; ``""`` lists the partitions. Paths use '/'."""
+        body = {"path": path, "pageNumber": None, "pageSize": None}
+        resp = self._request("POST", f"/v1/flrs/{_seg(session_id)}/browse", json_body=body)
+        return BrowseResult.from_json(self._one(self._json(resp), f"the listing of {path or '/'}"))
+
+    def flr_download_url(self, session_id: str, paths: list[str]) -> str:
+        """Ask for a download link of ``paths``; returns it absolute, quotes stripped."""
+        resp = self._request("POST", f"/v1/flrs/{_seg(session_id)}/download", json_body={"pathList": paths})
+        link = clean_link(self._string(resp, "the download request"))
+        if not link:
+            raise self._error(ZvmUnparseableResponse, "the download answer holds no link")
+        return resolve_link(self.conn.root, link)
+
+    def flr_download(self, session_id: str, path: str, sink: BinaryIO, *, chunk_size: int = MIB) -> DownloadResult:
+        """Stream the file at ``path`` into ``sink``; returns its size and sha256.
+
+        A zip wrapper is detected and its single member extracted on the way; memory
+        stays bounded by ``chunk_size``. Nothing is written to ``sink`` before the ZVM
+        started sending, but a failure mid-stream leaves ``sink`` partly written.
+        """
+        url = self.flr_download_url(session_id, [path])
+        resp = self._fetch_when_ready(url)
+        try:
+            content_type = resp.headers.get("Content-Type", "")
+            return stream_to_sink(resp.iter_content(chunk_size), content_type, path, sink, chunk_size)
+        except requests.RequestException as exc:
+            raise self._shared.transport.error_from_exception(exc, "the download") from exc
+        except (NotOneFile, zipfile.BadZipFile) as exc:
+            raise self._error(ZvmUnparseableResponse, f"the download is not usable: {exc}") from exc
+        finally:
+            resp.close()
+
+    def flr_unmount(self, session_id: str) -> str:
+        """End an FLR session (``DELETE /v1/flrs/{id}``); returns the ZVM's answer (a task id).
+
+        Changes the ZVM; never retried here. A session that is already gone gives
+        ``ZvmNotFoundError``, which callers may treat as done.
+        """
+        resp = self._request("DELETE", f"/v1/flrs/{_seg(session_id)}")
+        if not resp.content.strip():
+            return ""
+        return self._string(resp, "the unmount request")
+
+    # -- the chokepoint ------------------------------------------------------------
+    def _request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        url: str | None = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        """Send one API call: a 2xx response, or a ``ZvmError``.
+
+        GETs are retried on transient errors (bounded, exponential with jitter); POST
+        and DELETE never are, because the ZVM may have acted before the answer was lost.
+        """
+        target = url or self.conn.root + path
+        attempts = max(1, self.conn.get_attempts) if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                return self._authorized(method, target, params, json_body, stream)
+            except ZvmTransientError:
+                if attempt == attempts:
+                    raise
+                self._sleep(self._backoff(attempt))
+        raise AssertionError("unreachable")
+
+    def _authorized(
+        self, method: str, url: str, params: Mapping[str, Any] | None, json_body: Any, stream: bool
+    ) -> requests.Response:
+        rid = self.request_id or str(uuid.uuid4())
+        what = f"{method} {urlsplit(url).path}"
+        transport, tokens = self._shared.transport, self._shared.tokens
+        if not same_origin(url, self.conn.root):
+            # A link to another host never gets our token.
+            resp = transport.send(method, url, request_id=rid, params=params, json_body=json_body, stream=stream)
+            return self._checked(resp, what)
+        for fresh_login in (False, True):
+            token = tokens.token(rid)
+            resp = transport.send(
+                method, url, request_id=rid, params=params, json_body=json_body, stream=stream,
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            if resp.status_code != 401:
+                return self._checked(resp, what)
+            resp.close()
+            if fresh_login:
+                break
+            tokens.discard(token)  # expired or revoked early: log in again, once
+        raise self._error(ZvmAuthError, f"the ZVM refused a freshly issued token ({what} answered HTTP 401)",
+                          status=401)
+
+    def _checked(self, resp: requests.Response, what: str) -> requests.Response:
+        if 200 <= resp.status_code < 300:
+            return resp
+        raise self._shared.transport.error_for_status(resp, what)
+
+    def _backoff(self, attempt: int) -> float:
+        base = min(self.conn.backoff_max, self.conn.backoff_initial * 2 ** (attempt - 1))
+        return base * random.uniform(0.5, 1.0)  # jitter: parallel callers do not retry in step
+
+    def _fetch_when_ready(self, url: str) -> requests.Response:
+        delay = self.download_ready_delay
+        for attempt in range(1, self.download_ready_attempts + 1):
+            try:
+                return self._request("GET", "", url=url, stream=True)
+            except ZvmRejectedError as exc:
+                if exc.status not in (404, 409) or attempt == self.download_ready_attempts:
+                    raise
+            self._sleep(delay)
+            delay = min(2.0, delay * 2)
+        raise AssertionError("unreachable")
+
+    # -- small helpers -------------------------------------------------------------
+    def _get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:
+        return self._json(self._request("GET", path, params=params))
+
+    def _error(self, cls: type[ZvmError], message: str, **kw: Any) -> ZvmError:
+        return self._shared.transport.error(cls, message, **kw)
+
+    def _json(self, resp: requests.Response) -> Any:
+        try:
+            return resp.json()
+        except ValueError:
+            what = f"{resp.request.method} {urlsplit(resp.url).path}" if resp.request else "the call"
+            raise self._error(ZvmUnparseableResponse, f"the answer to {what} is not JSON") from None
+
+    def _string(self, resp: requests.Response, what: str, note: str = "") -> str:
+        try:
+            value = resp.json()
+        except ValueError:
+            value = None
+        if not isinstance(value, str):
+            raise self._error(ZvmUnparseableResponse, f"the answer to {what} is not a JSON string{note}")
+        return value.strip()
+
+    def _list(self, data: Any) -> list[Any]:
+        if data is None:
+            return []
+        if isinstance(data, list):
+            return data
+        if isinstance(data, dict):
+            return [data]  # a lone object where a list was documented
+        raise self._error(ZvmUnparseableResponse, "the answer is not a JSON list")
+
+    def _one(self, data: Any, what: str) -> Any:
+        if isinstance(data, list) and len(data) == 1:
+            data = data[0]
+        if not isinstance(data, dict):
+            raise self._error(ZvmUnparseableResponse, f"the answer for {what} is not a JSON object")
+        return data
+
+    @staticmethod
+    def _window(start: When, end: When) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if start is not None:
+            params["startDate"] = format_datetime(start)
+        if end is not None:
+            params["endDate"] = format_datetime(end)
+        return params
+
+    def _names(self, path: str) -> list[str]:
+        shared = self._shared
+        with shared.names_lock:
+            cached = shared.names.get(path)
+        if cached is not None:
+            return list(cached)
+        names = [str(n) for n in self._list(self._get(path)) if isinstance(n, (str, int))]
+        with shared.names_lock:
+            shared.names[path] = names
+        return list(names)
+
+    @staticmethod
+    def _name_at(names: list[str], code: int | None) -> str | None:
+        if code is None or not 0 <= code < len(names):
+            return None
+        return names[code]

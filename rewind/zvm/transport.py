@@ -1,0 +1,251 @@
+"""The only code that touches the network: one ``send`` with timeouts, TLS and logging.
+
+It also turns every failure into a typed ``ZvmError`` with a plain-words reason.
+Nothing here knows about tokens beyond the header it is handed, and nothing logs a
+header, a body or a query string (download links may carry one-time secrets there).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import ssl
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+
+from .connection import ZvmConnection
+from .errors import (
+    ZvmError,
+    ZvmNotFoundError,
+    ZvmRejectedError,
+    ZvmTlsError,
+    ZvmTransientError,
+)
+
+logger = logging.getLogger("rewind.zvm")
+
+TRIGGERED_BY = "zerto-rewind"
+_MAX_ERROR_BODY = 64 * 1024
+_MAX_MESSAGE = 300
+
+
+class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
+    """urllib3's HTTPS pool without the InsecureRequestWarning.
+
+    Unverified TLS is this session's configured choice (``verify_tls=False`` against
+    self-signed appliance certificates), so the warning is noise here; silencing it
+    with ``warnings.filterwarnings`` would be process-wide and not thread-safe.
+    """
+
+    def _validate_conn(self, conn: Any) -> None:
+        HTTPConnectionPool._validate_conn(self, conn)
+        if conn.is_closed:
+            conn.connect()  # as urllib3 does: connect early so TLS errors surface here
+
+
+class _QuietAdapter(HTTPAdapter):
+    def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        super().init_poolmanager(*args, **kwargs)
+        self.poolmanager.pool_classes_by_scheme = {
+            "http": HTTPConnectionPool,
+            "https": _QuietHTTPSConnectionPool,
+        }
+
+
+def build_session() -> requests.Session:
+    """A session for one ZVM. ``trust_env`` is off so no env proxy, REQUESTS_CA_BUNDLE
+    or ~/.netrc can silently change where credentials go or override our headers."""
+    session = requests.Session()
+    session.trust_env = False
+    adapter = _QuietAdapter(pool_connections=2, pool_maxsize=16)
+    session.mount("https://", adapter)
+    session.mount("http://", adapter)
+    session.headers["User-Agent"] = TRIGGERED_BY
+    return session
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """exc and everything it wraps: requests/urllib3 nest the real reason several levels deep."""
+    seen: set[int] = set()
+    stack: list[BaseException] = [exc]
+    while stack and len(seen) < 32:
+        current = stack.pop()
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        yield current
+        nested = [current.__cause__, current.__context__, getattr(current, "reason", None)]
+        nested += [a for a in getattr(current, "args", ()) if isinstance(a, BaseException)]
+        stack.extend(n for n in nested if isinstance(n, BaseException))
+
+
+def _connect_reason(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(cause, socket.gaierror):
+            return "host name not found"
+        if isinstance(cause, ConnectionResetError):
+            return "connection reset"
+        if isinstance(cause, OSError) and cause.errno is not None and cause.strerror:
+            return cause.strerror.lower()
+    return "the connection failed"
+
+
+def _tls_reason(exc: BaseException) -> str:
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return f"cannot verify the ZVM's TLS certificate ({cause.verify_message or 'untrusted'})"
+    for cause in _causes(exc):
+        if isinstance(cause, ssl.SSLError) and cause.reason:
+            return f"the TLS handshake failed ({str(cause.reason).lower().replace('_', ' ')})"
+    return "the TLS handshake failed"
+
+
+def one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class Transport:
+    """Sends one HTTP request to one ZVM and maps failures to ``ZvmError``s."""
+
+    def __init__(self, conn: ZvmConnection, session: requests.Session | None = None) -> None:
+        self.conn = conn
+        self.session = session or build_session()
+        self._secrets: set[str] = {s for s in (conn.password, conn.client_secret) if s}
+
+    # -- secrets -------------------------------------------------------------------
+    def remember_secret(self, value: str) -> None:
+        """Register a token so any text we did not write is scrubbed of it."""
+        if value:
+            self._secrets.add(value)
+
+    def redact(self, text: str) -> str:
+        for secret in sorted(self._secrets, key=len, reverse=True):
+            if len(secret) >= 3:
+                text = text.replace(secret, "***")
+        return text
+
+    # -- errors --------------------------------------------------------------------
+    def error(self, cls: type[ZvmError], message: str, **kw: Any) -> ZvmError:
+        return cls(self.conn.site_name, self.redact(message), base_url=self.conn.display_url, **kw)
+
+    def error_from_exception(self, exc: requests.RequestException, what: str) -> ZvmError:
+        c, r = self.conn.connect_timeout, self.conn.read_timeout
+        if isinstance(exc, requests.exceptions.SSLError):
+            return self.error(ZvmTlsError, _tls_reason(exc))
+        if isinstance(exc, requests.exceptions.ConnectTimeout):
+            return self.error(ZvmTransientError, f"cannot connect (no answer within {c:g} s)")
+        if isinstance(exc, requests.exceptions.ReadTimeout):
+            return self.error(ZvmTransientError, f"the ZVM did not answer {what} within {r:g} s")
+        if isinstance(exc, requests.exceptions.ChunkedEncodingError):
+            return self.error(ZvmTransientError, f"the answer to {what} was cut off")
+        if isinstance(exc, requests.exceptions.ConnectionError):
+            if any(isinstance(x, ssl.SSLError) for x in _causes(exc)):
+                return self.error(ZvmTlsError, _tls_reason(exc))
+            reason = _connect_reason(exc)
+            if "RemoteDisconnected" in {type(x).__name__ for x in _causes(exc)}:
+                reason = "the ZVM closed the connection without answering"
+                return self.error(ZvmTransientError, f"{reason} ({what})")
+            return self.error(ZvmTransientError, f"cannot connect ({reason})")
+        # InvalidURL, MissingSchema and friends: the configured address is unusable.
+        return self.error(ZvmRejectedError, f"cannot send {what}: {type(exc).__name__}")
+
+    def error_for_status(self, resp: requests.Response, what: str) -> ZvmError:
+        status = resp.status_code
+        raw_message = zvm_message(resp)
+        message = self.redact(raw_message) if raw_message else None
+        said = f": {message}" if message else ""
+        kw: dict[str, Any] = {"status": status, "zvm_message": message}
+        if status == 429:
+            return self.error(ZvmTransientError, f"the ZVM is busy (HTTP 429){said} ({what})", **kw)
+        if status >= 500:
+            return self.error(ZvmTransientError, f"the ZVM answered HTTP {status}{said} ({what})", **kw)
+        if status == 404:
+            return self.error(ZvmNotFoundError, f"the ZVM answered HTTP 404 (not found){said} ({what})", **kw)
+        if 400 <= status < 500:
+            return self.error(ZvmRejectedError, f"the ZVM rejected {what} (HTTP {status}){said}", **kw)
+        return self.error(ZvmRejectedError, f"unexpected HTTP {status} answer to {what}", **kw)
+
+    # -- the one network call ------------------------------------------------------
+    def send(
+        self,
+        method: str,
+        url: str,
+        *,
+        request_id: str,
+        headers: Mapping[str, str] | None = None,
+        params: Mapping[str, Any] | None = None,
+        json_body: Any = None,
+        form: Mapping[str, str] | None = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        """Send one request; returns any HTTP answer, raises ``ZvmError`` when there is none."""
+        path = urlsplit(url).path
+        sent_headers = {
+            "Accept": "application/json",
+            "X-Request-ID": request_id,
+            "zerto-triggered-by": TRIGGERED_BY,
+            **(headers or {}),
+        }
+        started = time.monotonic()
+        try:
+            resp = self.session.request(
+                method,
+                url,
+                headers=sent_headers,
+                params={k: v for k, v in (params or {}).items() if v is not None} or None,
+                json=json_body,
+                data=form,
+                stream=stream,
+                timeout=(self.conn.connect_timeout, self.conn.read_timeout),
+                verify=self.conn.verify,
+                # Redirects only for GETs (download links may redirect); requests drops
+                # the Authorization header itself when a redirect leaves the host.
+                allow_redirects=method == "GET",
+            )
+        except requests.RequestException as exc:
+            ms = (time.monotonic() - started) * 1000
+            logger.debug("%s %s failed after %.0f ms (%s) request_id=%s",
+                         method, path, ms, type(exc).__name__, request_id)
+            raise self.error_from_exception(exc, f"{method} {path}") from exc
+        ms = (time.monotonic() - started) * 1000
+        logger.debug("%s %s -> %s in %.0f ms request_id=%s", method, path, resp.status_code, ms, request_id)
+        return resp
+
+
+def zvm_message(resp: requests.Response) -> str | None:
+    """The ZVM's ``Message`` (or Keycloak's ``error_description``/``error``) from an error body."""
+    try:
+        raw = b""
+        for chunk in resp.iter_content(8192):
+            raw += chunk
+            if len(raw) >= _MAX_ERROR_BODY:
+                break
+    except requests.RequestException:
+        return None
+    finally:
+        resp.close()
+    if not raw.strip():
+        return None
+    try:
+        body = json.loads(raw.decode("utf-8", "replace"))
+    except ValueError:
+        text = raw.decode("utf-8", "replace")
+        return one_line(text) if "<" not in text[:200] else None  # skip HTML error pages
+    if isinstance(body, str):
+        return one_line(body)
+    if isinstance(body, dict):
+        lowered = {str(k).lower(): v for k, v in body.items()}
+        for key in ("message", "error_description", "error", "title"):
+            if isinstance(lowered.get(key), str) and lowered[key].strip():
+                return one_line(lowered[key])
+    return None
