@@ -39,7 +39,7 @@ class SiteForm(forms.ModelForm):
 
 
 @admin.register(Site)
-class SiteAdmin(admin.ModelAdmin[Site]):
+class SiteAdmin(admin.ModelAdmin):
     form = SiteForm
     list_display = ["name", "base_url", "site_type", "version", "identifier", "enabled", "identity_checked_at", "last_error"]
     list_filter = ["enabled", "site_type"]
@@ -79,7 +79,7 @@ class SiteAdmin(admin.ModelAdmin[Site]):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin[AuditEvent]):
+class AuditEventAdmin(admin.ModelAdmin):
     list_display = ["seq", "time", "actor_type", "actor", "action", "target_type", "target_repr", "request_id"]
     list_filter = ["actor_type", "action"]
     search_fields = ["actor", "action", "target_id", "target_repr", "request_id"]

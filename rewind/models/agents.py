@@ -1,0 +1,45 @@
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class Agent(models.Model):
+    """An AI agent allowed to call the MCP endpoint. Its name is what tags and audit rows carry."""
+
+    name = models.SlugField(max_length=64, unique=True, help_text="Letters, digits, - and _; appears in checkpoint tags.")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.PROTECT,
+        related_name="agents",
+        help_text="The person answerable for this agent; may not approve its recoveries.",
+    )
+    is_active = models.BooleanField(default=True)
+    description = models.CharField(max_length=255, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class AgentToken(models.Model):
+    """A bearer token of an agent. Only its SHA-256 is stored; the token is shown once."""
+
+    agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    prefix = models.CharField(max_length=16, editable=False, help_text="The token's first characters, to tell tokens apart.")
+    label = models.CharField(max_length=100, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    created_by = models.CharField(max_length=150, blank=True, editable=False)
+    expires_at = models.DateTimeField(null=True, blank=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.agent.name} {self.prefix}…"

@@ -1,0 +1,81 @@
+from __future__ import annotations
+
+from django.db import models
+
+
+class ChangeGuard(models.Model):
+    """One guarded change: the same tagged checkpoint requested on every VPG protecting a VM.
+
+    Created by ``zerto_guard_before_mutate`` (``tool`` set) or
+    ``zerto_create_tagged_checkpoint`` (``tool`` empty). ``(vm_identifier, change_id)`` is
+    unique: asking again with the same change id returns this record instead of inserting.
+    """
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # recorded, the wait task not started yet
+        RUNNING = "running"  # inserting / waiting for the checkpoints to be listed
+        OK = "ok"  # every VPG lists the tagged checkpoint
+        FAILED = "failed"  # at least one VPG failed or timed out: do not proceed
+
+    agent = models.ForeignKey("rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="guards")
+    agent_name = models.CharField(max_length=64, db_index=True)
+    tool = models.CharField(max_length=200, blank=True, help_text="server/tool the agent was about to call")
+    action = models.CharField(max_length=200)
+    vm_identifier = models.CharField(max_length=255, db_index=True)
+    vm_name = models.CharField(max_length=255, db_index=True)
+    change_id = models.CharField(max_length=100)
+    tag = models.CharField(max_length=255)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    error = models.TextField(blank=True)
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+    timeout_s = models.PositiveIntegerField()
+    requested_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-requested_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["vm_identifier", "change_id"], name="guard_vm_change_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return self.tag
+
+
+class ChangeGuardVpg(models.Model):
+    """The tagged checkpoint of one guard on one VPG: the attempt, then its outcome."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"
+        INSERTING = "inserting"  # the insert call was (or is being) made; task_id once known
+        WAITING = "waiting"  # task accepted; polling the task, then the checkpoint list
+        LISTED = "listed"  # the ZVM lists the checkpoint with our tag
+        FAILED = "failed"
+        TIMED_OUT = "timed_out"
+
+    guard = models.ForeignKey(ChangeGuard, on_delete=models.CASCADE, related_name="vpgs")
+    vpg_identifier = models.CharField(max_length=64)
+    vpg_name = models.CharField(max_length=255)
+    site = models.ForeignKey(
+        "rewind.Site", null=True, blank=True, on_delete=models.SET_NULL, help_text="The protected site's ZVM used to insert."
+    )
+    protected_site_identifier = models.CharField(max_length=64, blank=True)
+    recovery_site_identifier = models.CharField(max_length=64, blank=True)
+    recovery_site_name = models.CharField(max_length=255, blank=True)
+    task_id = models.CharField(max_length=255, blank=True)
+    checkpoint_identifier = models.CharField(max_length=64, blank=True, db_index=True)
+    checkpoint_timestamp = models.DateTimeField(null=True, blank=True)
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING)
+    error = models.TextField(blank=True)
+    insert_started_at = models.DateTimeField(null=True, blank=True)
+    waited_ms = models.PositiveIntegerField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["guard_id", "vpg_name"]
+        constraints = [
+            models.UniqueConstraint(fields=["guard", "vpg_identifier"], name="guard_vpg_unique"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.vpg_name}: {self.status}"
