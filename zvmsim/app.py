@@ -1,0 +1,131 @@
+"""The ASGI app: one process, several simulated ZVMs under /<slug>, the control API under /_sim.
+
+Every request passes the same gate: route (case-insensitive) -> count the call -> injected hang
+and latency (asyncio.sleep, never blocking the loop) -> injected HTTP error -> Bearer check ->
+handler. Handlers raise ApiError for {"Message": ...} answers.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from . import __version__, api_flr, api_journal, api_sites, control  # noqa: F401  (routes register on import)
+from .config import SimConfig
+from .routing import CONTROL, SITE, Call, NoRoute, error
+from .views import Ctx
+from .world import ApiError, World
+
+log = logging.getLogger("zvmsim")
+
+METHODS = ["GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"]
+
+
+class Holder:
+    """Holds the current World; reset swaps in a fresh one built from the same seed."""
+
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.world = World(config)
+
+    def reset(self) -> None:
+        self.world = World(self.config)
+
+
+def _no_route(request: Request, status: int) -> Response:
+    if status == 405:
+        return error(405, f"The requested resource does not support http method '{request.method}'.")
+    return error(404, f"No HTTP resource was found that matches the request URI '{request.url}'.")
+
+
+async def _control(holder: Holder, request: Request, path: str) -> Response:
+    try:
+        route, params = CONTROL.match(request.method, path)
+    except NoRoute as exc:
+        return _no_route(request, exc.status)
+    try:
+        return await route.handler(Call(request, holder.world, params))
+    except ApiError as exc:
+        return error(exc.status, exc.message)
+
+
+async def _delay(holder: Holder, slug: str, method: str, paths: tuple[str, ...], is_v1: bool) -> None:
+    world = holder.world
+    hang = world.faults.take("hang", slug, method=method, paths=paths)
+    if hang:
+        await asyncio.sleep(float(hang.params["seconds"]))
+    if is_v1:
+        latency = holder.world.latency_ms
+        ms = latency.get(slug, latency.get(None, 0.0))
+        if ms > 0:
+            await asyncio.sleep(ms / 1000)
+
+
+async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> Response:
+    world = holder.world
+    try:
+        route, params = SITE.match(request.method, rest)
+    except NoRoute as exc:
+        return _no_route(request, exc.status)
+    world.record_call(slug, f"{route.method} {route.template}")
+    paths = (rest, request.url.path)
+    await _delay(holder, slug, request.method, paths, rest.lower().startswith("/v1"))
+    world = holder.world  # a reset may have happened while sleeping
+    site = world.inv.sites[slug]
+    failure = world.faults.take("http_error", slug, method=request.method, paths=paths)
+    if failure:
+        status = int(failure.params["status"])
+        return error(status, str(failure.params.get("message") or f"Simulated HTTP {status} error"))
+    if route.auth and not world.tokens.valid(slug, request.headers.get("authorization"), world.now()):
+        return error(401, "Authorization has been denied for this request.",
+                     {"WWW-Authenticate": 'Bearer realm="zerto"'})
+    base = f"{str(request.base_url).rstrip('/')}/{slug}"
+    call = Call(request, world, params, ctx=Ctx(world, site, base))
+    try:
+        return await route.handler(call)
+    except ApiError as exc:
+        return error(exc.status, exc.message)
+
+
+async def dispatch(holder: Holder, request: Request) -> Response:
+    path = request.url.path
+    head, _, tail = path.strip("/").partition("/")
+    head = head.lower()
+    if head == "":
+        return JSONResponse({"zvmsim": __version__, "sites": sorted(holder.world.inv.sites),
+                             "control": "/_sim/state"})
+    if head == "_sim":
+        return await _control(holder, request, path)
+    if head == "v1":
+        # A relative download link joined against a base URL without its trailing slash lands
+        # here; the id names its site, so answer it as that site's ZVM would.
+        slug = api_flr.download_site(holder.world, tail.rpartition("/")[2])
+        if slug is None or not tail.lower().startswith("downloads/"):
+            return _no_route(request, 404)
+        return await _site_call(holder, request, slug, "/" + path.strip("/"))
+    site = holder.world.site(head)
+    if site is None:
+        return _no_route(request, 404)
+    return await _site_call(holder, request, site.slug, "/" + tail)
+
+
+async def _crash(request: Request, exc: Exception) -> Response:
+    log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
+    return error(500, "An error has occurred.")
+
+
+def create_app(config: SimConfig, ca_bundle: str | None = None) -> Starlette:
+    holder = Holder(config)
+
+    async def endpoint(request: Request) -> Response:
+        return await dispatch(holder, request)
+
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)],
+                    exception_handlers={Exception: _crash})
+    app.state.holder = holder
+    app.state.ca_bundle = ca_bundle
+    return app

@@ -1,0 +1,14 @@
+"""Simulator settings (from the command line)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    seed: int = 42
+    vms: int = 0  # filler VMs on top of the demo inventory
+    token_ttl: float = 300.0
+    task_seconds: float = 0.3  # how long an insert task stays InProgress
+    mount_seconds: float = 0.3  # MountInProgress -> MountCompletedSuccessfully
+    unmount_seconds: float = 0.3  # UnmountInProgress -> gone

@@ -1,0 +1,285 @@
+"""The simulator's whole state and the operations on it (the API and control layers only
+translate HTTP to these calls). One asyncio loop owns it: no method awaits, so no locks."""
+from __future__ import annotations
+
+import time
+from collections import Counter, defaultdict
+from typing import Any
+
+from . import flr as flrmod
+from .auth import Tokens
+from .config import SimConfig
+from .content import Content
+from .faults import Faults
+from .guestfs import Entry, FsPathError, FsView, GuestFs
+from .ids import random_guid
+from .inventory import Inventory, Site, Vm, Vpg, build_inventory
+from .journal import Checkpoint, CheckpointIds, Journal, Task, journal_checkpoints
+
+
+class ApiError(Exception):
+    """Answered as {"Message": message} with this status."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+class World:
+    def __init__(self, config: SimConfig) -> None:
+        self.config = config
+        self.epoch = time.time()
+        self.inv: Inventory = build_inventory(config.seed, config.vms)
+        self.journals: dict[str, Journal] = {}
+        self.cp_ids = CheckpointIds()
+        self.tasks: dict[str, dict[str, Task]] = defaultdict(dict)
+        self.flr: dict[str, flrmod.FlrState] = defaultdict(flrmod.FlrState)
+        self.tokens = Tokens(config.token_ttl)
+        self.faults = Faults()
+        self.latency_ms: dict[str | None, float] = {}
+        self.calls: dict[str, Counter[str]] = defaultdict(Counter)
+
+    @staticmethod
+    def now() -> float:
+        return time.time()
+
+    # ---- lookups that answer API errors ---------------------------------------------------
+    def site(self, slug: str) -> Site | None:
+        return self.inv.sites.get(slug.lower())
+
+    def vpg_at(self, site: Site, vpg_id: str) -> Vpg:
+        vpg = self.inv.vpg(vpg_id)
+        if vpg is None or site.slug not in (vpg.protected, vpg.recovery):
+            raise ApiError(404, f"VPG with identifier '{vpg_id}' was not found")
+        return vpg
+
+    def vm_at(self, site: Site, vm_id: str) -> Vm:
+        vm = self.inv.vm(vm_id)
+        if vm is None or not any(site.slug in (v.protected, v.recovery) for v in self.inv.vpgs_of(vm)):
+            raise ApiError(404, f"VM with identifier '{vm_id}' was not found")
+        return vm
+
+    def one_vm(self, ref: str) -> Vm:
+        found = self.inv.find_vm(ref)
+        if not found:
+            raise ApiError(404, f"no VM named or identified '{ref}'")
+        if len(found) > 1:
+            ids = ", ".join(vm.identifier for vm in found)
+            raise ApiError(409, f"{len(found)} VMs are named '{ref}' ({ids}); use an identifier")
+        return found[0]
+
+    def one_vpg(self, ref: str) -> Vpg:
+        found = self.inv.find_vpg(ref)
+        if len(found) != 1:
+            raise ApiError(404 if not found else 409, f"no single VPG named or identified '{ref}'")
+        return found[0]
+
+    def site_guid(self, slug: str) -> str:
+        return self.inv.sites[slug].identifier
+
+    def record_call(self, slug: str, key: str) -> None:
+        self.calls[slug][key] += 1
+
+    # ---- checkpoints and tasks ------------------------------------------------------------
+    def journal(self, vpg: Vpg) -> Journal:
+        key = vpg.identifier.lower()
+        if key not in self.journals:
+            self.journals[key] = Journal(journal_checkpoints(vpg.index, self.epoch))
+        return self.journals[key]
+
+    def earliest_checkpoint(self, vpg: Vpg) -> Checkpoint | None:
+        # Listing thousands of VPGs must not build thousands of journals.
+        if vpg.identifier.lower() not in self.journals:
+            return journal_checkpoints(vpg.index, self.epoch)[0]
+        listed = self.journal(vpg).listed(self.now())
+        return listed[0] if listed else None
+
+    def insert_checkpoint(self, site: Site, vpg: Vpg, tag: str) -> Task:
+        if vpg.in_initial_sync:
+            raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; a checkpoint cannot be "
+                                "added until the synchronization completes")
+        now = self.now()
+        done_at = now + self.config.task_seconds
+        delay = self.faults.take("task_delay", site.slug)
+        if delay:
+            done_at = now + float(delay.params["seconds"])
+        fail = self.faults.take("task_fail", site.slug)
+        task = self._new_task(site, "InsertTaggedCP", now, done_at, vpg_id=vpg.identifier)
+        if fail:
+            task.fail_message = str(fail.params.get("message") or "Failed to insert the checkpoint")
+            return task
+        visible_at: float | None = done_at
+        if self.faults.take("checkpoint_never_listed", site.slug):
+            visible_at = None
+        else:
+            slow = self.faults.take("checkpoint_listing_delay", site.slug)
+            if slow:
+                visible_at = done_at + float(slow.params["seconds"])
+        captures = {vm.identifier.lower(): view
+                    for vm in self.inv.vms_of(vpg) if (view := vm.capture()) is not None}
+        self.journal(vpg).checkpoints.append(
+            Checkpoint(self.cp_ids.next(), now, tag, 1, captures, visible_at))
+        return task
+
+    def _new_task(self, site: Site, type_: str, started: float, done_at: float | None,
+                  **links: Any) -> Task:
+        task = Task(f"{random_guid()}.{site.identifier}", type_, site.slug, started, done_at, **links)
+        task.generation = len(self.tasks[site.slug]) + 1
+        self.tasks[site.slug][task.identifier.lower()] = task
+        return task
+
+    def task(self, site: Site, task_id: str) -> Task:
+        task = self.tasks[site.slug].get(task_id.lower())
+        if task is None:
+            raise ApiError(404, f"Task with identifier '{task_id}' was not found")
+        return task
+
+    def resync(self, vpg: Vpg) -> None:
+        self.journals[vpg.identifier.lower()] = Journal([])
+
+    # ---- FLR ------------------------------------------------------------------------------
+    def sessions(self, slug: str) -> flrmod.FlrState:
+        state = self.flr[slug]
+        state.prune(self.now())
+        return state
+
+    def flr_mount(self, site: Site, vpg_id: str, vm_id: str, checkpoint_id: str | None,
+                  initial_path: str | None = None, foreign: bool = False) -> flrmod.FlrSession:
+        vpg = self.inv.vpg(vpg_id or "")
+        if vpg is None:
+            raise ApiError(400, f"VPG with identifier '{vpg_id}' was not found")
+        vm = self.inv.vm(vm_id or "")
+        if vm is None or vm.identifier not in vpg.vm_ids:
+            raise ApiError(400, f"VM '{vm_id}' is not protected by VPG '{vpg.name}'")
+        if site.slug != vpg.recovery:
+            rec = self.inv.sites[vpg.recovery].name
+            raise ApiError(400, f"File level recovery of VPG '{vpg.name}' runs on its recovery "
+                                f"site ({rec}); this ZVM is {site.name}")
+        if vpg.in_initial_sync:
+            raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; no checkpoint can be mounted")
+        now = self.now()
+        journal = self.journal(vpg)
+        if checkpoint_id is None:
+            listed = journal.listed(now)
+            if not listed:
+                raise ApiError(400, f"VPG '{vpg.name}' has no checkpoints")
+            checkpoint = listed[-1]
+        else:
+            found = journal.get(str(checkpoint_id), now)
+            if found is None:
+                raise ApiError(400, f"failed parsing as a valid CheckPoint Identifier: "
+                                    f"'{checkpoint_id}' is not a checkpoint of VPG '{vpg.name}'")
+            checkpoint = found
+        view = checkpoint.captures.get(vm.identifier.lower()) or vm.pristine(self.epoch)
+        ready_at = now + self.config.mount_seconds
+        fails = False
+        if not foreign:
+            slow = self.faults.take("mount_delay", site.slug)
+            if slow:
+                ready_at = now + float(slow.params["seconds"])
+            fails = self.faults.take("mount_fail", site.slug) is not None
+        session = flrmod.FlrSession(f"{random_guid()}.{site.identifier}", site.slug, vm.identifier,
+                                    vpg.identifier, checkpoint.identifier, view, now, ready_at,
+                                    fails, initial_path, foreign)
+        self.flr[site.slug].sessions[session.identifier.lower()] = session
+        return session
+
+    def flr_session(self, site: Site, session_id: str) -> flrmod.FlrSession:
+        session = self.sessions(site.slug).sessions.get(session_id.lower())
+        if session is None:
+            raise ApiError(404, f"FLR session '{session_id}' was not found")
+        return session
+
+    def _mounted(self, site: Site, session_id: str) -> flrmod.FlrSession:
+        session = self.flr_session(site, session_id)
+        status = session.status(self.now())
+        if status != flrmod.MOUNTED:
+            raise ApiError(400, f"FLR session '{session_id}' is not mounted (status {status})")
+        return session
+
+    def flr_browse(self, site: Site, session_id: str, path: str) -> tuple[Entry | None, list[Entry]]:
+        session = self._mounted(site, session_id)
+        if "\\" in path:
+            raise ApiError(400, "Paths use '/' only; backslash is not supported")
+        view = session.view
+        if path.strip("/") == "":
+            return None, view.roots()
+        entry = _entry(view, path)
+        return entry, view.children(entry)
+
+    def flr_download(self, site: Site, session_id: str, paths: list[str]) -> flrmod.Download:
+        session = self._mounted(site, session_id)
+        files = []
+        for path in paths:
+            if "\\" in path:
+                raise ApiError(400, "Paths use '/' only; backslash is not supported")
+            entry = _entry(session.view, path)
+            if entry.kind != "File" or entry.node is None:
+                raise ApiError(400, f"'{path}' is a {entry.kind.lower()}; only files can be downloaded")
+            files.append((entry.path.partition("/")[2], entry.node))
+        fmt = self.faults.take("download_format", site.slug)
+        zipped = (fmt is not None and fmt.params["format"] == "zip") or len(files) > 1
+        download = flrmod.Download(f"{random_guid()}.{site.identifier}", site.slug,
+                                   session.identifier, files, zipped)
+        self.flr[site.slug].downloads[download.identifier.lower()] = download
+        return download
+
+    def download(self, slug: str, download_id: str) -> flrmod.Download:
+        self.sessions(slug)
+        found = self.flr[slug].downloads.get(download_id.lower())
+        if found is None:
+            raise ApiError(404, f"Download '{download_id}' was not found or has expired")
+        return found
+
+    def flr_unmount(self, site: Site, session_id: str) -> Task:
+        session = self.flr_session(site, session_id)
+        if session.unmount_task is not None:
+            return self.task(site, session.unmount_task)
+        if self.faults.take("unmount_fail", site.slug):
+            raise ApiError(500, f"Failed to unmount FLR session '{session_id}'")
+        now = self.now()
+        session.unmount_at = now + self.config.unmount_seconds
+        task = self._new_task(site, "FlrJournalUnmount", now, session.unmount_at,
+                              vpg_id=session.vpg_id, flr_session_id=session.identifier)
+        session.unmount_task = task.identifier
+        return task
+
+    def restart(self, slug: str | None) -> None:
+        for site in self.inv.sites.values():
+            if slug is None or site.slug == slug:
+                self.flr[site.slug].clear()
+        self.tokens.drop(slug)
+
+    # ---- guest files (control API) --------------------------------------------------------
+    def live_fs(self, vm: Vm) -> GuestFs:
+        return vm.fs(self.epoch)
+
+    def set_file(self, vm: Vm, path: str, content: Content) -> str:
+        try:
+            return self.live_fs(vm).write(path, content, self.now())
+        except FsPathError as exc:
+            raise ApiError(400, str(exc)) from exc
+
+    def delete_file(self, vm: Vm, path: str) -> str:
+        try:
+            return self.live_fs(vm).delete(path)
+        except FsPathError as exc:
+            raise ApiError(404, str(exc)) from exc
+
+    def read_file(self, vm: Vm, path: str) -> Entry:
+        fs = self.live_fs(vm)
+        try:
+            entry = fs.entry(fs.guest_to_flr(path))
+        except FsPathError as exc:
+            raise ApiError(404, str(exc)) from exc
+        if entry.node is None:
+            raise ApiError(400, f"'{path}' is not a file")
+        return entry
+
+
+def _entry(view: FsView, path: str) -> Entry:
+    try:
+        return view.entry(path)
+    except FsPathError as exc:
+        raise ApiError(404, f"The path '{path}' was not found") from exc
