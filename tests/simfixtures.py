@@ -1,0 +1,214 @@
+"""pytest plugin: the ZVM simulator (zvmsim) in a subprocess, shared by the test session.
+
+Fixtures:
+- ``sim_server`` (session): ``python -m zvmsim --port 0 --cert-dir <tmp>``; ``.url``, ``.site_url(slug)``,
+  ``.ca_bundle``.
+- ``sim`` (function): resets the simulator, then yields a :class:`SimHandle`.
+
+``run_sim(tmp_dir, *args)`` starts an extra simulator with other options (e.g. ``--vms 10000``
+or ``--token-ttl 2``) for the tests that need one.
+"""
+from __future__ import annotations
+
+import base64
+import contextlib
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+
+REPO = Path(__file__).resolve().parent.parent
+_VENV_PYTHON = REPO / ".venv" / "bin" / "python"
+PYTHON = str(_VENV_PYTHON) if _VENV_PYTHON.exists() else sys.executable
+READY = "zvmsim ready on "
+START_TIMEOUT = 60.0
+
+# Admin credentials every simulated site accepts.
+USERNAME, PASSWORD, CLIENT_ID = "admin", "zerto", "zerto-client"
+SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET = "rewind", "rewind-secret"
+
+
+def _session() -> requests.Session:
+    # trust_env off: a REQUESTS_CA_BUNDLE in the environment would override verify=False.
+    http = requests.Session()
+    http.verify = False
+    http.trust_env = False
+    return http
+
+
+class SimError(RuntimeError):
+    pass
+
+
+class SimServer:
+    """A running zvmsim process."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, ca_bundle: str | None, log: Path) -> None:
+        self.proc = proc
+        self.url = url
+        self.ca_bundle = ca_bundle
+        self.log = log
+
+    def site_url(self, slug: str) -> str:
+        return f"{self.url}/{slug}"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def _drain(stream: Any, lines: queue.Queue[str]) -> None:
+    # Keep reading so the pipe never fills up and blocks the simulator.
+    for line in stream:
+        lines.put(line)
+
+
+def start_sim(work_dir: Path, *args: str) -> SimServer:
+    """Start ``python -m zvmsim`` with a free port and wait for its ready line."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    log = work_dir / "zvmsim.log"
+    cmd = [PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(work_dir / "certs"), *args]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
+                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
+    deadline = time.monotonic() + START_TIMEOUT
+    ca_bundle = None
+    while time.monotonic() < deadline:
+        try:
+            line = lines.get(timeout=0.2).strip()
+        except queue.Empty:
+            if proc.poll() is not None:
+                raise SimError(f"zvmsim exited with {proc.returncode}: {log.read_text()[-2000:]}") from None
+            continue
+        if line.startswith("zvmsim CA bundle: "):
+            ca_bundle = line.split(": ", 1)[1]
+        if line.startswith(READY):
+            return SimServer(proc, line[len(READY):], ca_bundle, log)
+    proc.kill()
+    raise SimError(f"zvmsim not ready after {START_TIMEOUT:.0f} s: {log.read_text()[-2000:]}")
+
+
+@contextlib.contextmanager
+def run_sim(work_dir: Path, *args: str) -> Iterator[SimServer]:
+    server = start_sim(work_dir, *args)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class SimHandle:
+    """Test-side handle on a simulator: control API calls and small conveniences."""
+
+    def __init__(self, server: SimServer) -> None:
+        self.server = server
+        self.url = server.url
+        self.ca_bundle = server.ca_bundle
+        self.http = _session()
+
+    def site_url(self, slug: str) -> str:
+        return self.server.site_url(slug)
+
+    def control(self, method: str, path: str, json: Any = None, **params: Any) -> Any:
+        """Call /_sim/<path>; returns the JSON answer, raises SimError on a non-2xx status."""
+        path = path if path.startswith("/_sim/") else "/_sim/" + path.lstrip("/")
+        resp = self.http.request(method, self.url + path, json=json, params=params or None, timeout=60)
+        if resp.status_code >= 300:
+            raise SimError(f"{method} {path} -> {resp.status_code}: {resp.text}")
+        if resp.headers.get("content-type", "").startswith("application/json"):
+            return resp.json()
+        return resp.content
+
+    def reset(self) -> None:
+        self.control("POST", "reset")
+
+    def state(self) -> dict[str, Any]:
+        return self.control("GET", "state")
+
+    def add_fault(self, kind: str, site: str | None = None, **params: Any) -> Any:
+        count = params.pop("count", None)
+        return self.control("POST", "faults", {"kind": kind, "site": site, "count": count, **params})
+
+    def clear_faults(self) -> None:
+        self.control("DELETE", "faults")
+
+    def set_latency(self, ms: float, site: str | None = None) -> None:
+        self.control("POST", "latency", {"site": site, "ms": ms})
+
+    def set_file(self, vm: str, path: str, text: str | None = None, content: bytes | None = None,
+                 size: int | None = None, seed: int | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"path": path}
+        if text is not None:
+            body["text"] = text
+        elif content is not None:
+            body["content_b64"] = base64.b64encode(content).decode()
+        elif size is not None:
+            body.update(size=size, seed=seed or 0)
+        else:
+            raise ValueError("give text, content or size")
+        return self.control("PUT", f"vms/{vm}/files", body)
+
+    def delete_file(self, vm: str, path: str) -> dict[str, Any]:
+        return self.control("DELETE", f"vms/{vm}/files", {"path": path})
+
+    def read_file(self, vm: str, path: str) -> bytes:
+        resp = self.http.get(f"{self.url}/_sim/vms/{vm}/files", params={"path": path}, timeout=60)
+        if resp.status_code != 200:
+            raise SimError(f"read {vm}:{path} -> {resp.status_code}: {resp.text}")
+        return resp.content
+
+    def vm(self, name: str) -> dict[str, Any]:
+        return self.control("GET", f"vms/{name}")
+
+    def sessions(self, slug: str) -> list[dict[str, Any]]:
+        return self.control("GET", f"sites/{slug}/flrs")
+
+    def open_foreign_session(self, slug: str, vm: str, vpg: str, checkpoint: str | None = None) -> str:
+        body = {"vm": vm, "vpg": vpg, "checkpoint": checkpoint}
+        return self.control("POST", f"sites/{slug}/flrs", body)["session_id"]
+
+    def calls(self, slug: str) -> dict[str, int]:
+        return self.control("GET", f"sites/{slug}/calls")
+
+    def resync(self, vpg: str) -> None:
+        self.control("POST", f"vpgs/{vpg}/resync")
+
+    def set_vpg_status(self, vpg: str, status: int, sub_status: int = 0) -> None:
+        self.control("POST", f"vpgs/{vpg}/status", {"status": status, "sub_status": sub_status})
+
+    def token(self, slug: str) -> str:
+        """An access token for a site (password grant as admin)."""
+        resp = self.http.post(f"{self.site_url(slug)}/auth/realms/zerto/protocol/openid-connect/token",
+                              data={"grant_type": "password", "client_id": CLIENT_ID,
+                                    "username": USERNAME, "password": PASSWORD}, timeout=30)
+        if resp.status_code != 200:
+            raise SimError(f"token for {slug} -> {resp.status_code}: {resp.text}")
+        return str(resp.json()["access_token"])
+
+
+@pytest.fixture(scope="session")
+def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
+    with run_sim(tmp_path_factory.mktemp("zvmsim")) as server:
+        yield server
+
+
+@pytest.fixture
+def sim(sim_server: SimServer) -> Iterator[SimHandle]:
+    handle = SimHandle(sim_server)
+    handle.reset()
+    yield handle
+    handle.http.close()
