@@ -1,4 +1,4 @@
-"""The ASGI entry point: Django for pages, admin and API; the MCP app for /mcp.
+"""The ASGI entry point: Django for pages, admin and API; the MCP SDK's app for /mcp.
 
 uvicorn does not serve static files, so Django is wrapped in the static-files handler
 unless REWIND_SERVE_STATIC is off (a front proxy serves collected files then).
@@ -22,14 +22,16 @@ if settings.REWIND_SERVE_STATIC:
     django_app = ASGIStaticFilesHandler(django_app)
 
 
+from rewind.mcp.server import MCP_PATH, METADATA_PATH, build_asgi_app  # noqa: E402
+
+mcp_app: Any = build_asgi_app()
+_MCP_PATHS = frozenset({MCP_PATH, METADATA_PATH})
+
+
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
-    if scope["type"] == "lifespan":
-        # Django's handler refuses the lifespan scope; acknowledge it here.
-        while True:
-            message = await receive()
-            if message["type"] == "lifespan.startup":
-                await send({"type": "lifespan.startup.complete"})
-            elif message["type"] == "lifespan.shutdown":
-                await send({"type": "lifespan.shutdown.complete"})
-                return
+    # Django's handler refuses the lifespan scope, and the MCP app needs it: its session
+    # manager only runs inside the lifespan.
+    if scope["type"] == "lifespan" or (scope["type"] == "http" and scope["path"] in _MCP_PATHS):
+        await mcp_app(scope, receive, send)
+        return
     await django_app(scope, receive, send)

@@ -1,0 +1,133 @@
+"""Agent identities: services that create agents and issue or revoke their bearer tokens.
+
+A token is ``rwd_`` + 256 random bits. Only its SHA-256 is stored (an unsalted hash is
+enough for a random 256-bit value and allows an indexed lookup); the token itself is
+returned once, by ``agent_token_issue``, and never logged or audited.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_slug
+from django.db import transaction
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import Agent, AgentToken
+
+TOKEN_PREFIX = "rwd_"
+# Enough of the token to tell tokens apart in the admin, far too little to guess the rest.
+DISPLAY_PREFIX_LENGTH = 10
+
+
+def hash_token(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def _token_snapshot(token: AgentToken) -> dict[str, object]:
+    return {
+        "agent": token.agent.name,
+        "prefix": token.prefix,
+        "label": token.label,
+        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
+    }
+
+
+@transaction.atomic
+def agent_create(
+    *, actor: Actor, name: str, owner: AbstractBaseUser, description: str = "", request_id: str | None = None
+) -> Agent:
+    """Create an agent. Raises ``ApplicationError`` for a bad or taken name."""
+    name = name.strip()
+    try:
+        validate_slug(name)
+    except ValidationError:
+        raise ApplicationError("an agent name may hold only letters, digits, - and _") from None
+    if len(name) > 64:
+        raise ApplicationError("an agent name is at most 64 characters")
+    if Agent.objects.filter(name=name).exists():
+        raise ApplicationError(f"an agent named {name!r} already exists")
+    agent = Agent.objects.create(name=name, owner=owner, description=description)
+    audit_record(
+        actor=actor,
+        action="agent.created",
+        target=agent,
+        data={"name": name, "owner": owner.get_username(), "description": description},
+        request_id=request_id,
+    )
+    return agent
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """The stored row and the token itself: the only moment the token exists in clear."""
+
+    row: AgentToken
+    token: str
+
+    def __repr__(self) -> str:
+        return f"IssuedToken(row={self.row!r}, token='***')"
+
+
+@transaction.atomic
+def agent_token_issue(
+    *,
+    actor: Actor,
+    agent: Agent,
+    label: str = "",
+    expires_at: datetime | None = None,
+    request_id: str | None = None,
+) -> IssuedToken:
+    """Issue a new bearer token for ``agent``; show ``.token`` once, it cannot be recovered."""
+    if expires_at is not None and expires_at <= timezone.now():
+        raise ApplicationError("the expiry must be in the future")
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    row = AgentToken.objects.create(
+        agent=agent,
+        token_hash=hash_token(token),
+        prefix=token[:DISPLAY_PREFIX_LENGTH],
+        label=label[:100],
+        created_by=actor.name[:150],
+        expires_at=expires_at,
+    )
+    audit_record(actor=actor, action="agent.token.issued", target=row, data=_token_snapshot(row), request_id=request_id)
+    return IssuedToken(row=row, token=token)
+
+
+@transaction.atomic
+def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | None = None) -> bool:
+    """Revoke ``token``. Returns False (and records nothing) when it was already revoked.
+
+    Running processes may accept the token for up to MCP_TOKEN_CACHE_S more seconds.
+    """
+    now = timezone.now()
+    changed = AgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
+    if not changed:
+        return False
+    token.revoked_at = now
+    audit_record(actor=actor, action="agent.token.revoked", target=token, data=_token_snapshot(token), request_id=request_id)
+    return True
+
+
+def default_owner() -> AbstractBaseUser:
+    """The first superuser; agents created from the command line belong to them by default."""
+    owner = get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+    if owner is None:
+        raise NotFoundError("there is no superuser to own the agent; create one (manage.py createsuperuser) or pass --owner")
+    return owner
+
+
+def expiry_in_days(days: int | None) -> datetime | None:
+    if days is None:
+        return None
+    if days < 1:
+        raise ApplicationError("--expires-days must be at least 1")
+    return timezone.now() + timedelta(days=days)

@@ -1,0 +1,148 @@
+"""ASGI guard in front of the SDK's /mcp app: body size limit and per-agent rate limit.
+
+Both answer with a JSON-RPC error body, so a client reports a readable reason:
+- 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
+- 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
+
+The rate limit is a token bucket **per process**: with N uvicorn workers an agent can make
+up to N times the limit in a burst. That is a deliberate trade (no shared store on the hot
+path); the limit exists to stop a runaway agent loop, not to meter precisely.
+Requests without a valid token pass through untouched: the SDK answers them 401.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+
+from mcp.server.auth.provider import TokenVerifier
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+INVALID_REQUEST = -32600
+RATE_LIMITED = -32029  # server-defined range; the HTTP status says the rest
+
+
+class RateLimiter:
+    """Token bucket per key: ``per_minute`` calls, refilled continuously."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.capacity = float(per_minute)
+        self.rate = per_minute / 60.0
+        self._buckets: dict[str, tuple[float, float]] = {}
+        self._lock = threading.Lock()
+
+    def take(self, key: str) -> float:
+        """0.0 when allowed (and counted), else the seconds until the next call is allowed."""
+        now = time.monotonic()
+        with self._lock:
+            tokens, stamp = self._buckets.get(key, (self.capacity, now))
+            tokens = min(self.capacity, tokens + (now - stamp) * self.rate)
+            if tokens >= 1.0:
+                self._buckets[key] = (tokens - 1.0, now)
+                return 0.0
+            self._buckets[key] = (tokens, now)
+            return (1.0 - tokens) / self.rate
+
+
+def _header(scope: Scope, name: bytes) -> str | None:
+    for key, value in scope.get("headers") or ():
+        if key.lower() == name:
+            return value.decode("latin-1")
+    return None
+
+
+def _rpc_id(body: bytes) -> Any:
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    return message.get("id") if isinstance(message, dict) else None
+
+
+async def _send_error(send: Send, status: int, code: int, message: str, rpc_id: Any = None,
+                      extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    body = json.dumps({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
+    await send({"type": "http.response.body", "body": body})
+
+
+class McpHttpGuard:
+    def __init__(self, app: ASGIApp, *, verifier: TokenVerifier, max_body_bytes: int, per_minute: int) -> None:
+        self.app = app
+        self.verifier = verifier
+        self.max_body_bytes = max_body_bytes
+        self.limiter = RateLimiter(per_minute)
+        self.per_minute = per_minute
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or scope.get("method") != "POST":
+            await self.app(scope, receive, send)
+            return
+        body = await self._read_body(scope, receive, send)
+        if body is None:
+            return
+        if await self._over_rate(scope, body, send):
+            return
+        await self.app(scope, _replay(body, receive), send)
+
+    async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
+        too_large = f"request body too large (limit {self.max_body_bytes} bytes)"
+        declared = _header(scope, b"content-length")
+        if declared is not None and declared.isdigit() and int(declared) > self.max_body_bytes:
+            await _send_error(send, 413, INVALID_REQUEST, too_large)
+            return None
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await _send_error(send, 413, INVALID_REQUEST, too_large)
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                return b"".join(chunks)
+
+    async def _over_rate(self, scope: Scope, body: bytes, send: Send) -> bool:
+        authorization = _header(scope, b"authorization") or ""
+        scheme, _, token = authorization.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return False
+        access = await self.verifier.verify_token(token.strip())
+        if access is None:
+            return False
+        wait = self.limiter.take(access.client_id)
+        if wait <= 0:
+            return False
+        retry_after = max(1, math.ceil(wait))
+        message = (f"rate limit exceeded for agent {access.client_id}: at most {self.per_minute} requests "
+                   f"per minute; retry after {retry_after} s")
+        await _send_error(send, 429, RATE_LIMITED, message, _rpc_id(body),
+                          [(b"retry-after", str(retry_after).encode())])
+        return True
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    sent = False
+
+    async def replay() -> Message:
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()  # later calls: wait for the client's disconnect, as the SDK expects
+
+    return replay

@@ -1,0 +1,208 @@
+"""The MCP server: tools from ``rewind/mcp/tools/``, agent-token auth, one audit row per call.
+
+``build_server()`` gives the ``MCPServer``; ``build_asgi_app()`` gives the ASGI app that
+``rewind.asgi`` sends /mcp (and its protected-resource metadata, and the lifespan) to.
+
+Framework duties, so tools do not repeat them:
+- one request id per tool call, bound for services, tasks and ZVM calls;
+- ``ApplicationError`` and ``ZvmError`` become tool errors whose text is their message;
+- every call is audited (``mcp.tool.called``: agent, tool, masked arguments, outcome,
+  duration, request id) after it ends. If that audit row cannot be written, the caller
+  gets an error instead of the result (fail-closed).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured
+from django.db import transaction
+from mcp.server import MCPServer
+from mcp.server.auth.middleware.auth_context import get_access_token
+from mcp.server.auth.settings import AuthSettings
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.request_state import RequestStateSecurity
+from mcp.server.transport_security import TransportSecuritySettings
+from mcp_types import CallToolResult
+
+from rewind.audit import Actor, audit_record
+from rewind.errors import ApplicationError
+from rewind.mcp.auth import AgentTokenVerifier
+from rewind.mcp.context import run_db
+from rewind.mcp.http import McpHttpGuard
+from rewind.requestid import bound_request_id
+from rewind.zvm import ZvmError
+
+logger = logging.getLogger(__name__)
+
+SERVER_NAME = "zerto-rewind"
+MCP_PATH = "/mcp"
+METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
+# Each module defines register(server). One line per module; owners add theirs.
+TOOL_MODULES = (
+    "rewind.mcp.tools.protection",
+    "rewind.mcp.tools.checkpoints",
+    "rewind.mcp.tools.recoveries",
+)
+
+INSTRUCTIONS = """\
+zerto-rewind pins Zerto tagged checkpoints before you change a protected VM, and gets files back from them.
+
+Rules:
+1. Before ANY tool call that may change a VM (ssh/exec, ansible, winrm, powershell, smb writes, ...), call
+   zerto_guard_before_mutate with the tool you are about to call and its exact arguments. Proceed only when it
+   answers ok. If it is not ok, do not make the change; report what the guard said.
+2. zerto_find_protection tells you which VPGs protect a VM (by name, FQDN, hostname or vmIdentifier) and whether a
+   tagged checkpoint can be inserted for each.
+3. If a change went wrong, ask for the file back with zerto_recover_file (VM, guest path, checkpoint or change id,
+   and a reason). A human approves every recovery; poll zerto_recovery_status until it is done.
+4. Your identity comes from your token; never pass an agent name as an argument.
+"""
+
+
+def _root_cause(exc: BaseException) -> BaseException:
+    while isinstance(exc, ToolError) and exc.__cause__ is not None:
+        exc = exc.__cause__
+    return exc
+
+
+def _caller() -> Actor:
+    token = get_access_token()
+    return Actor.agent(token.client_id) if token is not None else Actor.system("unauthenticated")
+
+
+def _audit_call(actor: Actor, data: dict[str, Any], request_id: str) -> None:
+    with transaction.atomic():
+        audit_record(actor=actor, action="mcp.tool.called", target=("mcp.tool", str(data["tool"])), data=data,
+                     request_id=request_id)
+
+
+class RewindMCPServer(MCPServer):
+    """``MCPServer`` with the framework duties above wrapped around every tool call."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
+        started = time.perf_counter()
+        with bound_request_id(None) as rid:
+            failure: BaseException | None = None
+            outcome, message = "ok", ""
+            try:
+                result = await super().call_tool(name, arguments, context)
+                if isinstance(result, CallToolResult):
+                    outcome = "error" if result.is_error else "ok"
+                else:
+                    outcome = "input_required"
+            except ToolError as exc:
+                cause = _root_cause(exc)
+                if isinstance(cause, (ApplicationError, ZvmError)) and isinstance(exc, UnexpectedToolError):
+                    failure = ToolError(str(cause))
+                    failure.__cause__ = cause
+                else:
+                    failure = exc
+                outcome, message = "error", str(failure)
+            except Exception as exc:  # MCPError and anything else: a protocol error, still audited
+                failure, outcome, message = exc, "protocol_error", type(exc).__name__
+            data = {
+                "tool": name,
+                "arguments": arguments,
+                "outcome": outcome,
+                "error": message[:500],
+                "duration_ms": round((time.perf_counter() - started) * 1000, 1),
+            }
+            try:
+                await run_db(_audit_call, _caller(), data, rid)
+            except Exception:
+                logger.exception("could not audit the call of tool %s (request %s)", name, rid)
+                raise ToolError(f"the call was not recorded in the audit log (request {rid}); treat it as failed") from None
+            if failure is not None:
+                raise failure
+            return result
+
+
+def _host_variants(host: str) -> list[str]:
+    return [host, f"{host}:*"]
+
+
+def transport_security() -> TransportSecuritySettings:
+    """Host and Origin allow-lists from ALLOWED_HOSTS (any port), CSRF_TRUSTED_ORIGINS and REWIND_PUBLIC_URL.
+
+    ``"*"`` in ALLOWED_HOSTS turns the check off. A leading-dot entry (``.example.com``)
+    allows only the domain itself: the SDK has no sub-domain wildcard.
+    """
+    hosts = [h.lstrip(".") for h in settings.ALLOWED_HOSTS]
+    if "*" in hosts:
+        return TransportSecuritySettings(enable_dns_rebinding_protection=False)
+    public = urlsplit(settings.REWIND_PUBLIC_URL)
+    if public.hostname and public.hostname not in hosts:
+        hosts.append(public.netloc)
+    allowed_hosts: list[str] = []
+    origins: list[str] = [settings.REWIND_PUBLIC_URL, *settings.CSRF_TRUSTED_ORIGINS]
+    for host in hosts:
+        allowed_hosts += _host_variants(host)
+        for scheme in ("http", "https"):
+            origins += [f"{scheme}://{host}", f"{scheme}://{host}:*"]
+    return TransportSecuritySettings(allowed_hosts=allowed_hosts, allowed_origins=list(dict.fromkeys(origins)))
+
+
+def _request_state_security() -> RequestStateSecurity:
+    key = settings.MCP_REQUEST_STATE_KEY
+    if len(key.encode()) < 32:
+        raise ImproperlyConfigured("MCP_REQUEST_STATE_KEY must be at least 32 characters of secret randomness")
+    return RequestStateSecurity(keys=[key])
+
+
+def _register_tools(server: MCPServer) -> None:
+    for module_name in TOOL_MODULES:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            logger.warning("MCP tool module %s is not there; its tools are not served", module_name)
+            continue
+        module.register(server)
+
+
+def build_server(*, verifier: AgentTokenVerifier | None = None) -> RewindMCPServer:
+    public = settings.REWIND_PUBLIC_URL
+    server = RewindMCPServer(
+        name=SERVER_NAME,
+        instructions=INSTRUCTIONS,
+        token_verifier=verifier or AgentTokenVerifier(),
+        auth=AuthSettings(
+            # There is no OAuth authorization server: tokens are issued in the admin or by
+            # manage.py createagent. The metadata still names this service as the issuer.
+            issuer_url=public,
+            resource_server_url=f"{public}{MCP_PATH}",
+            validate_token_resource=False,
+        ),
+        request_state_security=_request_state_security(),
+    )
+    _register_tools(server)
+    return server
+
+
+def build_asgi_app(server: RewindMCPServer | None = None) -> Any:
+    """The SDK's streamable-HTTP app (stateless: any worker serves any request) behind the guard.
+
+    The guard passes non-HTTP scopes through, so the lifespan reaches the SDK app, whose
+    session manager must run for /mcp to answer at all.
+    """
+    server = server or build_server()
+    sdk_app = server.streamable_http_app(
+        streamable_http_path=MCP_PATH,
+        stateless_http=True,
+        json_response=False,  # keeps progress notifications (SSE) on both protocol eras
+        transport_security=transport_security(),
+        max_request_body_size=settings.MCP_MAX_BODY_BYTES,
+    )
+    verifier = server._token_verifier  # noqa: SLF001 - the same cached verifier the SDK uses
+    assert verifier is not None
+    guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES,
+                         per_minute=settings.MCP_RATE_LIMIT_PER_MINUTE)
+    return guard

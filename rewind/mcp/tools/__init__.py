@@ -1,0 +1,1 @@
+"""MCP tools. Each module here has ``register(server)``; ``rewind.mcp.server`` calls it."""
