@@ -1,0 +1,85 @@
+"""``zerto_find_protection``: which VM a name means and which VPGs protect it."""
+
+from __future__ import annotations
+
+from mcp.server import MCPServer
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from rewind.mcp.context import run_db
+from rewind.protection import Protection, SiteRef, VpgProtection, find_protection
+
+
+class SiteOut(BaseModel):
+    identifier: str | None
+    name: str | None
+    type: str | None = Field(description="SiteType as the ZVM reports it, e.g. VCenter, AWS, Azure")
+    configured_here: bool = Field(description="Whether this service has the ZVM of that site configured")
+
+
+class VpgOut(BaseModel):
+    identifier: str
+    name: str | None
+    protected_site: SiteOut
+    recovery_site: SiteOut
+    status: int | None
+    status_name: str | None
+    sub_status: int | None
+    sub_status_name: str | None
+    flr_enabled: bool = Field(description="Whether File Level Recovery is enabled for this VM in this VPG")
+    can_insert_checkpoint: bool
+    cannot_insert_reason: str | None = Field(description="Why a tagged checkpoint cannot be inserted, if it cannot")
+
+
+class ProtectionOut(BaseModel):
+    vm_identifier: str
+    vm_name: str | None
+    vpgs: list[VpgOut]
+
+
+def _site(ref: SiteRef) -> SiteOut:
+    return SiteOut(identifier=ref.identifier, name=ref.name, type=ref.type, configured_here=ref.configured)
+
+
+def _vpg(v: VpgProtection) -> VpgOut:
+    return VpgOut(
+        identifier=v.identifier,
+        name=v.name,
+        protected_site=_site(v.protected_site),
+        recovery_site=_site(v.recovery_site),
+        status=v.status,
+        status_name=v.status_name,
+        sub_status=v.sub_status,
+        sub_status_name=v.sub_status_name,
+        flr_enabled=v.is_flr_enabled,
+        can_insert_checkpoint=v.can_insert_checkpoint,
+        cannot_insert_reason=v.cannot_insert_reason,
+    )
+
+
+def protection_out(p: Protection) -> ProtectionOut:
+    return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs])
+
+
+async def zerto_find_protection(vm: str) -> ProtectionOut:
+    """Find exactly one VM and every Zerto VPG protecting it, across all configured sites.
+
+    `vm` may be the VM name, a host FQDN or short hostname, or the Zerto vmIdentifier. No match, or
+    several VMs matching, is an error that lists the candidates (name, identifier, site); ask again with
+    the vmIdentifier then. Each VPG says whether a tagged checkpoint can be inserted, and why not.
+    """
+    return protection_out(await run_db(find_protection, vm))
+
+
+def register(server: MCPServer) -> None:
+    server.tool(
+        name="zerto_find_protection",
+        title="Find the VPGs protecting a VM",
+        annotations=ToolAnnotations(
+            title="Find the VPGs protecting a VM",
+            read_only_hint=True,
+            destructive_hint=False,
+            idempotent_hint=True,
+            open_world_hint=False,
+        ),
+    )(zerto_find_protection)

@@ -1,0 +1,449 @@
+"""Protection lookup: a VM name, FQDN, short hostname or vmIdentifier → one VM and its VPGs.
+
+Every enabled site's ZVM is asked (in parallel); a VM replicated A → B is listed by both
+ZVMs, so rows are deduplicated on (VmIdentifier, VpgIdentifier).
+
+Matching order, first stage with a hit wins:
+1. a vmIdentifier (``<guid>.vm-<n>``), with the ZVM's ``vmIdentifier`` filter;
+2. the exact VM name, with the ZVM's ``vmName`` filter;
+3. the short name of an FQDN (``web01.corp.example`` → ``web01``), same filter;
+4. DNS: resolve the name (injectable ``Resolver``; default ``socket.getaddrinfo`` bounded
+   by a short timeout) and match ``VmNetworkInformation`` IP addresses.
+
+Cost. Stages 1–3 are one filtered call per site, so their cost does not grow with the
+inventory. Stage 4 has no server-side filter: it reads each site's full VM list once
+into an IP index kept per process for REWIND_LOOKUP_CACHE_S seconds (one refresh at a
+time per site; concurrent callers wait for it). So the full listing runs at most once per
+site per cache period, and only when a name did not match.
+
+Site directory (local and peer sites: names and types) and filtered look-ups are also
+cached per site for REWIND_LOOKUP_CACHE_S. A site whose ZVM cannot be asked makes the
+lookup fail with an error naming it: a partial answer could miss a protecting VPG.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from django.conf import settings
+
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import Site
+from rewind.requestid import current_request_id
+from rewind.sites import site_connection
+from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmError
+
+logger = logging.getLogger(__name__)
+T = TypeVar("T")
+
+Resolver = Callable[[str], Iterable[str]]
+"""Host name → IP addresses (empty when it does not resolve)."""
+
+DNS_TIMEOUT_S = 2.0
+_VM_IDENTIFIER = re.compile(r"^[A-Za-z0-9-]+\.vm-\d+$")
+_HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
+_CLOUD_SITE_TYPES = {"aws", "azure", "publiccloud", "gcp"}
+_INITIAL_SYNC_SUBSTATUSES = {1: "InitialSync", 3: "VolumeInitialSync"}
+
+
+# --- results -----------------------------------------------------------------------------
+@dataclass(frozen=True)
+class SiteRef:
+    identifier: str | None
+    name: str | None
+    type: str | None
+    configured: bool
+    site_pk: int | None
+
+
+@dataclass(frozen=True)
+class VpgProtection:
+    identifier: str
+    name: str | None
+    protected_site: SiteRef
+    recovery_site: SiteRef
+    status: int | None
+    status_name: str | None
+    sub_status: int | None
+    sub_status_name: str | None
+    is_flr_enabled: bool
+    can_insert_checkpoint: bool
+    cannot_insert_reason: str | None
+
+
+@dataclass(frozen=True)
+class Protection:
+    vm_identifier: str
+    vm_name: str | None
+    vpgs: tuple[VpgProtection, ...]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str | None
+    identifier: str
+    sites: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.name} ({self.identifier}) on {', '.join(self.sites)}"
+
+
+class VmNotFoundError(NotFoundError):
+    pass
+
+
+class VmAmbiguousError(ApplicationError):
+    def __init__(self, query: str, candidates: Sequence[Candidate]) -> None:
+        listing = "; ".join(c.describe() for c in candidates)
+        super().__init__(
+            f"{query!r} matches {len(candidates)} VMs: {listing}. Ask again with the vmIdentifier.",
+            extra={"candidates": [c.__dict__ for c in candidates]},
+        )
+        self.candidates = tuple(candidates)
+
+
+# --- per-process caches ------------------------------------------------------------------
+class _TtlCache:
+    """Values kept ``ttl`` seconds; one loader at a time per key (the others wait for it)."""
+
+    _MAX = 5000
+
+    def __init__(self) -> None:
+        self._values: dict[Any, tuple[float, Any]] = {}
+        self._locks: dict[Any, threading.Lock] = {}
+        self._guard = threading.Lock()
+
+    def get(self, key: Any, ttl: float, load: Callable[[], T]) -> T:
+        if ttl <= 0:
+            return load()
+        hit = self._values.get(key)
+        if hit is not None and hit[0] > time.monotonic():
+            return hit[1]  # type: ignore[no-any-return]
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            hit = self._values.get(key)
+            if hit is not None and hit[0] > time.monotonic():
+                return hit[1]  # type: ignore[no-any-return]
+            value = load()
+            with self._guard:
+                if len(self._values) >= self._MAX:
+                    self._prune()
+                self._values[key] = (time.monotonic() + ttl, value)
+            return value
+
+    def _prune(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (exp, _) in self._values.items() if exp <= now]:
+            self._values.pop(key, None)
+            self._locks.pop(key, None)
+        if len(self._values) >= self._MAX:
+            self._values.clear()
+            self._locks.clear()
+
+    def clear(self) -> None:
+        with self._guard:
+            self._values.clear()
+            self._locks.clear()
+
+
+_cache = _TtlCache()
+_clients: dict[int, tuple[tuple[Any, ...], ZvmClient]] = {}
+_clients_lock = threading.Lock()
+# Site fan-out and DNS: I/O-bound work off the caller's thread (no ORM in these threads).
+_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
+
+
+def protection_cache_clear() -> None:
+    """Forget cached look-ups, directories and clients (tests, or after changing sites)."""
+    _cache.clear()
+    with _clients_lock:
+        _clients.clear()
+
+
+def _client_for(site: Site) -> ZvmClient:
+    """A client per site kept across calls, so its Keycloak token and connections are reused."""
+    key = (site.updated_at, site.base_url, site.username, site.client_id, site.password_encrypted,
+           site.client_secret_encrypted, site.verify_tls, site.ca_bundle)
+    with _clients_lock:
+        cached = _clients.get(site.pk)
+        if cached is not None and cached[0] == key:
+            return cached[1].with_request_id(current_request_id())
+    client = ZvmClient(site_connection(site))
+    with _clients_lock:
+        _clients[site.pk] = (key, client)
+    return client.with_request_id(current_request_id())
+
+
+def _ttl() -> float:
+    return float(settings.REWIND_LOOKUP_CACHE_S)
+
+
+# --- per-site work -----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Handle:
+    site: Site
+    client: ZvmClient
+
+
+@dataclass(frozen=True)
+class _Directory:
+    local: LocalSite
+    peers: tuple[PeerSite, ...]
+
+
+def _directory(h: _Handle) -> _Directory:
+    def load() -> _Directory:
+        return _Directory(h.client.local_site(), tuple(h.client.peer_sites()))
+
+    return _cache.get(("dir", h.site.pk), _ttl(), load)
+
+
+def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
+    wanted = name.casefold()
+    rows = _cache.get(("name", h.site.pk, wanted), _ttl(), lambda: h.client.list_vms(vm_name=name))
+    return [r for r in rows if (r.vm_name or "").casefold() == wanted]
+
+
+def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
+    wanted = identifier.casefold()
+    rows = _cache.get(("id", h.site.pk, wanted), _ttl(), lambda: h.client.list_vms(vm_identifier=identifier))
+    return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
+
+
+def _ip_index(h: _Handle) -> dict[str, tuple[VmRow, ...]]:
+    def load() -> dict[str, tuple[VmRow, ...]]:
+        index: dict[str, list[VmRow]] = {}
+        for row in h.client.list_vms():
+            for ip in row.ip_addresses:
+                index.setdefault(_normal_ip(ip), []).append(row)
+        return {ip: tuple(rows) for ip, rows in index.items()}
+
+    return _cache.get(("ips", h.site.pk), _ttl(), load)
+
+
+def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
+    index = _ip_index(h)
+    return [row for ip in ips for row in index.get(ip, ())]
+
+
+def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]]:
+    """Run ``work`` on every site at once; any ZVM failure fails the lookup, naming the sites."""
+    if len(handles) == 1:
+        try:
+            return [(handles[0], work(handles[0]))]
+        except ZvmError as exc:
+            raise ApplicationError(f"could not look the VM up: {exc}") from exc
+    futures = [(h, _pool.submit(work, h)) for h in handles]
+    results: list[tuple[_Handle, T]] = []
+    errors: list[str] = []
+    for h, future in futures:
+        try:
+            results.append((h, future.result()))
+        except ZvmError as exc:
+            errors.append(str(exc))
+    if errors:
+        raise ApplicationError("could not look the VM up on every site, so its VPGs may be incomplete: "
+                               + "; ".join(errors))
+    return results
+
+
+# --- DNS ---------------------------------------------------------------------------------
+def _normal_ip(value: str) -> str:
+    try:
+        return str(ipaddress.ip_address(value.split("%", 1)[0]))
+    except ValueError:
+        return value
+
+
+def _is_ip(value: str) -> bool:
+    try:
+        ipaddress.ip_address(value)
+    except ValueError:
+        return False
+    return True
+
+
+def dns_resolver(host: str) -> list[str]:
+    """The default resolver: ``getaddrinfo`` with a DNS_TIMEOUT_S bound (it has no timeout of its own)."""
+    future = _pool.submit(socket.getaddrinfo, host, None, 0, socket.SOCK_STREAM)
+    try:
+        infos = future.result(timeout=DNS_TIMEOUT_S)
+    except (OSError, UnicodeError, FutureTimeout):
+        return []
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def _resolve(query: str, resolver: Resolver) -> frozenset[str]:
+    if _is_ip(query):
+        return frozenset({_normal_ip(query)})
+    if not _HOSTNAME.match(query):
+        return frozenset()
+    try:
+        return frozenset(_normal_ip(ip) for ip in resolver(query.rstrip(".")))
+    except OSError:
+        return frozenset()
+
+
+# --- the lookup --------------------------------------------------------------------------
+def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver) -> list[tuple[_Handle, VmRow]]:
+    def collect(work: Callable[[_Handle], list[VmRow]]) -> list[tuple[_Handle, VmRow]]:
+        return [(h, row) for h, rows in _fan_out(handles, work) for row in rows if row.vm_identifier]
+
+    if _VM_IDENTIFIER.match(query):
+        found = collect(lambda h: _rows_by_identifier(h, query))
+        if found:
+            return found
+    found = collect(lambda h: _rows_by_name(h, query))
+    if found:
+        return found
+    short = query.split(".", 1)[0]
+    if "." in query and short and not _is_ip(query) and not _VM_IDENTIFIER.match(query):
+        found = collect(lambda h: _rows_by_name(h, short))
+        if found:
+            return found
+    ips = _resolve(query, resolver)
+    if ips:
+        return collect(lambda h: _rows_by_ips(h, ips))
+    return []
+
+
+def _candidates(rows: Sequence[tuple[_Handle, VmRow]]) -> list[Candidate]:
+    seen: dict[str, tuple[str | None, dict[str, None]]] = {}
+    for h, row in rows:
+        assert row.vm_identifier is not None
+        name, sites = seen.setdefault(row.vm_identifier, (row.vm_name, {}))
+        sites.setdefault(h.site.name, None)
+    return [Candidate(name, ident, tuple(sites)) for ident, (name, sites) in sorted(seen.items())]
+
+
+@dataclass(frozen=True)
+class _SiteInfo:
+    name: str | None
+    type: str | None
+
+
+class _Sites:
+    """What the configured sites say about every site they know: names, types, configured here."""
+
+    def __init__(self, handles: Sequence[_Handle], directories: Sequence[tuple[_Handle, _Directory]]) -> None:
+        self.info: dict[str, _SiteInfo] = {}
+        self.configured: dict[str, Site] = {}
+        for h in handles:
+            if h.site.identifier:
+                self.configured[h.site.identifier] = h.site
+        for h, d in directories:
+            for peer in d.peers:
+                if peer.identifier:
+                    self.info.setdefault(peer.identifier, _SiteInfo(peer.name, peer.type))
+        for h, d in directories:  # a site's own word about itself wins
+            if d.local.identifier:
+                self.info[d.local.identifier] = _SiteInfo(d.local.name, d.local.type)
+                self.configured.setdefault(d.local.identifier, h.site)
+
+    def ref(self, identifier: str | None, reported_name: str | None) -> SiteRef:
+        info = self.info.get(identifier or "", _SiteInfo(None, None))
+        site = self.configured.get(identifier or "")
+        return SiteRef(
+            identifier=identifier,
+            name=info.name or reported_name or (site.name if site else None),
+            type=info.type or (site.site_type if site and site.site_type else None),
+            configured=site is not None,
+            site_pk=site.pk if site else None,
+        )
+
+
+def _insert_refusal(vpg_name: str | None, protected: SiteRef, status_name: str | None, status: int | None,
+                    sub_status: int | None, sub_status_name: str | None) -> str | None:
+    site = protected.name or protected.identifier or "unknown"
+    if (protected.type or "").casefold() in _CLOUD_SITE_TYPES:
+        return (f"VPG {vpg_name} is protected in {protected.type} site {site}; Zerto cannot insert "
+                "tagged checkpoints for it from here")
+    if sub_status in _INITIAL_SYNC_SUBSTATUSES or (sub_status_name or "").casefold() in {"initialsync", "volumeinitialsync"} \
+            or (status_name or "").casefold() == "initializing" or (status == 0 and status_name is None):
+        return f"VPG {vpg_name} is in initial sync; Zerto adds no checkpoints until it finishes"
+    if not protected.configured:
+        return f"the ZVM of protected site {site} is not configured here"
+    return None
+
+
+def _status_names(h: _Handle, status: int | None, sub_status: int | None) -> tuple[str | None, str | None]:
+    try:
+        return h.client.status_name(status), h.client.substatus_name(sub_status)
+    except ZvmError as exc:
+        logger.warning("could not read VPG status names from %s: %s", h.site.name, exc)
+        return None, None
+
+
+def _vpg_protection(h: _Handle, row: VmRow, sites: _Sites) -> VpgProtection:
+    protected = sites.ref(row.protected_site.identifier, row.protected_site_name)
+    recovery = sites.ref(row.recovery_site.identifier, row.recovery_site_name)
+    status_name, sub_status_name = _status_names(h, row.status, row.sub_status)
+    reason = _insert_refusal(row.vpg_name, protected, status_name, row.status, row.sub_status, sub_status_name)
+    assert row.vpg_identifier is not None
+    return VpgProtection(
+        identifier=row.vpg_identifier,
+        name=row.vpg_name,
+        protected_site=protected,
+        recovery_site=recovery,
+        status=row.status,
+        status_name=status_name,
+        sub_status=row.sub_status,
+        sub_status_name=sub_status_name,
+        is_flr_enabled=bool(row.is_flr_enabled),
+        can_insert_checkpoint=reason is None,
+        cannot_insert_reason=reason,
+    )
+
+
+def _one_row_per_vpg(rows: Sequence[tuple[_Handle, VmRow]]) -> list[tuple[_Handle, VmRow]]:
+    """Dedupe on VpgIdentifier, preferring the row of the protected site's own ZVM (it is authoritative)."""
+    best: dict[str, tuple[_Handle, VmRow]] = {}
+    for h, row in rows:
+        if not row.vpg_identifier:
+            continue
+        current = best.get(row.vpg_identifier)
+        if current is None or (row.protected_site.is_local and not current[1].protected_site.is_local):
+            best[row.vpg_identifier] = (h, row)
+    return sorted(best.values(), key=lambda hr: ((hr[1].vpg_name or "").casefold(), hr[1].vpg_identifier or ""))
+
+
+def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
+    """The one VM ``vm`` names and every VPG protecting it, across all enabled sites.
+
+    Raises ``VmNotFoundError`` (nothing matches), ``VmAmbiguousError`` (several VMs match;
+    the message lists name, identifier and sites of each), ``ApplicationError`` (empty
+    query, no site configured, a site's ZVM could not be asked). Read-only; safe to repeat.
+    """
+    query = vm.strip()
+    if not query:
+        raise ApplicationError("give a VM name, hostname or vmIdentifier")
+    if len(query) > 255:
+        raise ApplicationError("that VM name is too long")
+    site_rows = list(Site.objects.filter(enabled=True).order_by("name"))
+    if not site_rows:
+        raise ApplicationError("no ZVM site is configured here")
+    handles = [_Handle(site, _client_for(site)) for site in site_rows]
+    rows = _matching_rows(query, handles, resolver or dns_resolver)
+    candidates = _candidates(rows)
+    if not candidates:
+        names = ", ".join(h.site.name for h in handles)
+        raise VmNotFoundError(
+            f"no protected VM matches {query!r} on sites {names} (tried vmIdentifier, VM name, the short name "
+            "of an FQDN and DNS → IP addresses)"
+        )
+    if len(candidates) > 1:
+        raise VmAmbiguousError(query, candidates)
+    sites = _Sites(handles, _fan_out(handles, _directory))
+    vpgs = tuple(_vpg_protection(h, row, sites) for h, row in _one_row_per_vpg(rows))
+    return Protection(vm_identifier=candidates[0].identifier, vm_name=candidates[0].name, vpgs=vpgs)
