@@ -66,6 +66,34 @@ def agent_create(
     return agent
 
 
+_AGENT_FIELDS = ("owner", "is_active", "description")
+
+
+def _agent_snapshot(agent: Agent) -> dict[str, object]:
+    return {"owner": agent.owner.get_username(), "is_active": agent.is_active, "description": agent.description}
+
+
+@transaction.atomic
+def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, **fields: object) -> Agent:
+    """Change an agent's owner, active flag or description (its name is fixed: tags carry it).
+
+    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds.
+    """
+    unknown = set(fields) - set(_AGENT_FIELDS)
+    if unknown:
+        raise ApplicationError(f"cannot change {', '.join(sorted(unknown))} of an agent")
+    agent = Agent.objects.select_for_update().get(pk=agent.pk)
+    before = _agent_snapshot(agent)
+    for key, value in fields.items():
+        setattr(agent, key, value)
+    agent.save(update_fields=list(fields) or None)
+    after = _agent_snapshot(agent)
+    if after != before:
+        audit_record(actor=actor, action="agent.changed", target=agent, data={"before": before, "after": after},
+                     request_id=request_id)
+    return agent
+
+
 @dataclass(frozen=True)
 class IssuedToken:
     """The stored row and the token itself: the only moment the token exists in clear."""
