@@ -1,0 +1,154 @@
+"""Recovery requests, their approvals, and every FLR session this service opened.
+
+State changes happen only in ``recoveries.services`` (compare-and-swap updates); the
+admin shows these rows read-only.
+"""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+
+
+class RecoveryRequest(models.Model):
+    """One guest file asked back from one checkpoint of one VM; runs only once approved."""
+
+    class Status(models.TextChoices):
+        PENDING = "pending"  # waiting for a human
+        APPROVED = "approved"  # queued for the runner
+        DENIED = "denied"
+        EXPIRED = "expired"  # nobody approved in time
+        RUNNING = "running"  # mounting / downloading / unmounting
+        SUCCEEDED = "succeeded"  # the bytes landed (the unmount may still have failed: see result)
+        FAILED = "failed"
+
+    class Os(models.TextChoices):
+        LINUX = "linux"
+        WINDOWS = "windows"
+
+    class CheckpointSource(models.TextChoices):
+        CHANGE_ID = "change_id"
+        TAG = "tag"
+        CHECKPOINT_ID = "checkpoint_id"
+        LATEST_TAGGED = "latest_tagged"  # default: the newest tagged checkpoint this service made
+
+    FINISHED = (Status.DENIED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED)
+
+    agent = models.ForeignKey("rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries")
+    agent_name = models.CharField(max_length=64, db_index=True)
+    vm_identifier = models.CharField(max_length=255, db_index=True)
+    vm_name = models.CharField(max_length=255)
+    path = models.CharField(max_length=1024, help_text="The guest path as the agent gave it.")
+    normalized_path = models.CharField(max_length=1024, help_text="Linux: /a/b; Windows: C:/a/b.")
+    os = models.CharField(max_length=10, choices=Os.choices)
+    reason = models.TextField()
+
+    checkpoint_identifier = models.CharField(max_length=64)
+    checkpoint_timestamp = models.DateTimeField(null=True, blank=True)
+    checkpoint_tag = models.CharField(max_length=255, blank=True)
+    change_id = models.CharField(max_length=100, blank=True)
+    checkpoint_source = models.CharField(max_length=20, choices=CheckpointSource.choices)
+    vpg_identifier = models.CharField(max_length=64)
+    vpg_name = models.CharField(max_length=255)
+    recovery_site_identifier = models.CharField(max_length=64)
+    recovery_site_name = models.CharField(max_length=255, blank=True)
+
+    status = models.CharField(max_length=10, choices=Status.choices, default=Status.PENDING, db_index=True)
+    approvals_required = models.PositiveSmallIntegerField(default=1)
+    expires_at = models.DateTimeField(db_index=True)
+    request_id = models.CharField(max_length=64, blank=True, db_index=True)
+
+    # Result
+    ok = models.BooleanField(null=True, blank=True)
+    sha256 = models.CharField(max_length=64, blank=True)
+    size = models.BigIntegerField(null=True, blank=True)
+    stored_path = models.CharField(max_length=2048, blank=True, help_text="Where the recovered bytes are kept.")
+    flr_path = models.CharField(max_length=2048, blank=True, help_text="The path inside the FLR mount.")
+    unmount_ok = models.BooleanField(null=True, blank=True)
+    unmount_session_id = models.CharField(max_length=255, blank=True)
+    unmount_warning = models.TextField(blank=True)
+    error = models.TextField(blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    decided_at = models.DateTimeField(null=True, blank=True)
+    decided_by = models.CharField(max_length=150, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        permissions = [("approve_recovery", "Can approve or deny file recoveries")]
+
+    def __str__(self) -> str:
+        return f"#{self.pk} {self.vm_name}:{self.path}"
+
+    @property
+    def file_name(self) -> str:
+        return self.normalized_path.rstrip("/").rsplit("/", 1)[-1]
+
+
+class RecoveryApproval(models.Model):
+    """One human's approval of a request; two distinct ones when a second approver is required."""
+
+    recovery = models.ForeignKey(RecoveryRequest, on_delete=models.CASCADE, related_name="approvals")
+    approver = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="recovery_approvals")
+    approver_name = models.CharField(max_length=150)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at"]
+        constraints = [
+            models.UniqueConstraint(fields=["recovery", "approver"], name="recovery_approval_once_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.approver_name} approved #{self.recovery_id}"
+
+
+class FlrSession(models.Model):
+    """An FLR session this service opened (or tried to). Recorded before the mount call.
+
+    ``session_id`` is empty while the mount call is in flight and stays empty ("unknown")
+    when the ZVM's answer could not be read; ``snapshot_ids`` (the live sessions of the VM
+    just before the mount) then let the reaper find it: same VM, VPG and checkpoint, absent
+    from the snapshot.
+    """
+
+    class Status(models.TextChoices):
+        MOUNTING = "mounting"  # the mount call is being made
+        UNKNOWN = "unknown"  # the mount may have started but its id is not known yet
+        MOUNTED = "mounted"
+        UNMOUNTING = "unmounting"  # unmount accepted; waiting for the ZVM to drop it
+        UNMOUNT_FAILED = "unmount_failed"  # still mounted; the reaper tries again
+        ENDED = "ended"
+
+    LIVE = (Status.MOUNTING, Status.UNKNOWN, Status.MOUNTED, Status.UNMOUNTING, Status.UNMOUNT_FAILED)
+
+    site = models.ForeignKey("rewind.Site", on_delete=models.PROTECT, related_name="flr_sessions")
+    recovery = models.ForeignKey(RecoveryRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="sessions")
+    session_id = models.CharField(max_length=255, blank=True, db_index=True)
+    vm_identifier = models.CharField(max_length=255)
+    vpg_identifier = models.CharField(max_length=64)
+    checkpoint_identifier = models.CharField(max_length=64)
+    snapshot_ids = models.JSONField(default=list, help_text="Live session ids of the VM just before the mount.")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.MOUNTING, db_index=True)
+    attempt = models.PositiveSmallIntegerField(default=1)
+    created_at = models.DateTimeField(auto_now_add=True)
+    mounted_at = models.DateTimeField(null=True, blank=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    end_reason = models.CharField(max_length=500, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["site", "session_id"], condition=~models.Q(session_id=""), name="flr_session_unique_per_site"
+            ),
+            # A second runner of the same recovery cannot record (and so cannot make) the same mount.
+            models.UniqueConstraint(fields=["recovery", "attempt"], name="flr_session_one_per_attempt"),
+        ]
+        permissions = [("end_flr_session", "Can end any FLR session by hand")]
+
+    def __str__(self) -> str:
+        return self.session_id or f"unknown session #{self.pk}"

@@ -1,0 +1,93 @@
+"""Guest paths: what an agent may ask for, checked before anything is recorded.
+
+A Linux path is absolute with ``/`` separators (``/etc/nginx/nginx.conf``); a Windows path
+starts with a drive letter (``C:\\inetpub\\web.config``, ``/`` also accepted). Relative
+paths, ``.``/``..`` segments, empty paths, control characters, backslashes in a Linux
+path and paths naming a folder or a drive root are refused with a plain reason.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rewind.errors import ApplicationError
+
+MAX_PATH_LENGTH = 1024
+_DRIVE = re.compile(r"^([A-Za-z]):([\\/]|$)")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+_WINDOWS_FORBIDDEN = re.compile(r'[<>:"|?*]')
+
+
+class GuestPathError(ApplicationError):
+    pass
+
+
+@dataclass(frozen=True)
+class GuestPath:
+    """A checked guest path. ``segments`` never contain '', '.' or '..'."""
+
+    original: str
+    os: str  # "linux" | "windows"
+    drive: str | None  # "C:" for Windows
+    segments: tuple[str, ...]
+
+    @property
+    def normalized(self) -> str:
+        """``/etc/hostname`` or ``C:/inetpub/web.config``: one spelling per file."""
+        if self.drive:
+            return f"{self.drive}/{'/'.join(self.segments)}"
+        return "/" + "/".join(self.segments)
+
+    @property
+    def relative(self) -> str:
+        """The path below its root (drive or ``/``), with ``/`` separators."""
+        return "/".join(self.segments)
+
+    @property
+    def name(self) -> str:
+        return self.segments[-1]
+
+
+def parse_guest_path(raw: object) -> GuestPath:
+    """Check ``raw`` and return it parsed; raises ``GuestPathError`` naming the problem."""
+    if not isinstance(raw, str) or not raw.strip():
+        raise GuestPathError("the path is empty; give the file's absolute guest path, e.g. /etc/hostname")
+    path = raw.strip()
+    if len(path) > MAX_PATH_LENGTH:
+        raise GuestPathError(f"the path is longer than {MAX_PATH_LENGTH} characters")
+    if _CONTROL.search(path):
+        raise GuestPathError("the path contains control characters")
+    drive = _DRIVE.match(path)
+    if drive:
+        return _windows(raw, path, f"{drive.group(1).upper()}:")
+    if path.startswith("\\\\"):
+        raise GuestPathError(f"{path!r} is a network (UNC) path; give a path on the VM's own disks, e.g. C:\\dir\\file")
+    if not path.startswith("/"):
+        raise GuestPathError(
+            f"{path!r} is a relative path; give the absolute guest path (/etc/hostname or C:\\dir\\file)"
+        )
+    if "\\" in path:
+        raise GuestPathError(f"{path!r} mixes backslashes into a Linux path; Linux paths use / only")
+    return GuestPath(raw, "linux", None, _segments(path, path.split("/")))
+
+
+def _windows(raw: str, path: str, drive: str) -> GuestPath:
+    rest = path[2:]
+    parts = re.split(r"[\\/]", rest)
+    segments = _segments(path, parts)
+    for seg in segments:
+        if _WINDOWS_FORBIDDEN.search(seg):
+            raise GuestPathError(f"{path!r} contains a character Windows does not allow in a file name")
+    return GuestPath(raw, "windows", drive, segments)
+
+
+def _segments(path: str, parts: list[str]) -> tuple[str, ...]:
+    if parts and parts[-1] == "" and len([p for p in parts if p]) > 0:
+        raise GuestPathError(f"{path!r} ends with a separator, so it names a folder; give a file")
+    segments = [p for p in parts if p != ""]
+    if any(seg in ("..", ".") for seg in segments):
+        raise GuestPathError(f"{path!r} contains '.' or '..' segments; give the plain absolute path")
+    if not segments:
+        raise GuestPathError(f"{path!r} names the root, not a file")
+    return tuple(segments)

@@ -1,0 +1,186 @@
+"""The orphan reaper: no FLR mount this service opened stays up.
+
+On every enabled site holding live sessions of ours, one ``GET /v1/flrs`` tells which are
+still there. Ours that vanished are marked ended; ours whose recovery finished, failed or
+ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
+found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
+not recorded by us) and unmounted. A session this service did not record is never touched.
+Stale pending requests are expired. Every step is a compare-and-swap: sweeps may overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import close_old_connections, transaction
+from django.utils import timezone
+
+from rewind.audit import SYSTEM, audit_record
+from rewind.models import Site
+from rewind.sites import site_client
+from rewind.zvm import FlrSession as ZvmFlrSession
+from rewind.zvm import ZvmClient, ZvmError
+
+from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.services import recovery_requests_expire_stale
+from recoveries.sessions import session_mark_vanished, session_transition, session_unmount
+
+logger = logging.getLogger(__name__)
+S = FlrSession.Status
+UNMOUNT_THREADS = 8
+# A row still "mounting" without an id this long after it was recorded lost its runner.
+MOUNT_CALL_GRACE = timedelta(minutes=2)
+
+
+@dataclass
+class ReapReport:
+    expired_requests: int = 0
+    overdue_recoveries: int = 0
+    unmounted: int = 0
+    unmount_failed: int = 0
+    vanished: int = 0
+    found_unknown: int = 0
+    site_errors: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
+    """One sweep. ``now`` may be moved forward (tests, the command) to treat runs as overdue."""
+    now = now or timezone.now()
+    report = ReapReport()
+    report.expired_requests = recovery_requests_expire_stale(now=now)
+    report.overdue_recoveries = _fail_overdue(now)
+    site_ids = FlrSession.objects.filter(status__in=FlrSession.LIVE).values_list("site_id", flat=True).distinct()
+    for site in Site.objects.filter(pk__in=list(site_ids), enabled=True):
+        try:
+            _reap_site(site, now, report)
+        except ZvmError as exc:
+            report.site_errors[site.name] = str(exc)
+            logger.warning("reaper: %s", exc)
+    return report
+
+
+def _fail_overdue(now: datetime) -> int:
+    limit = now - timedelta(seconds=settings.REWIND_FLR_TIME_LIMIT_S)
+    count = 0
+    for recovery in RecoveryRequest.objects.filter(status=RecoveryRequest.Status.RUNNING, started_at__lt=limit):
+        message = f"the recovery ran past the time limit of {settings.REWIND_FLR_TIME_LIMIT_S} s; its mount is reaped"
+        with transaction.atomic():
+            won = RecoveryRequest.objects.filter(pk=recovery.pk, status=RecoveryRequest.Status.RUNNING).update(
+                status=RecoveryRequest.Status.FAILED, ok=False, error=message, finished_at=now
+            )
+            if won:
+                audit_record(actor=SYSTEM, action="recoveries.request.failed", target=recovery,
+                             data={"error": message, "by": "reaper"})
+                count += 1
+    return count
+
+
+def _reapable(row: FlrSession, now: datetime) -> bool:
+    if row.status in (S.UNMOUNT_FAILED, S.UNKNOWN):
+        return True
+    recovery = row.recovery
+    if recovery is None or recovery.status in RecoveryRequest.FINISHED:
+        return True
+    limit = timedelta(seconds=settings.REWIND_FLR_TIME_LIMIT_S)
+    started = recovery.started_at or row.created_at
+    return now - started > limit
+
+
+def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
+    client = site_client(site)
+    live = {s.identifier.lower(): s for s in client.list_flr_sessions() if s.identifier}
+    rows = list(FlrSession.objects.filter(site=site, status__in=FlrSession.LIVE).select_related("recovery", "site"))
+    to_unmount: list[FlrSession] = []
+    for row in rows:
+        if not row.session_id:
+            if _adopt_unknown(client, row, now, live, report):
+                to_unmount.append(row)
+            continue
+        current = live.get(row.session_id.lower())
+        if current is None:
+            if session_mark_vanished(row=row, actor=SYSTEM):
+                report.vanished += 1
+            continue
+        if row.status == S.UNMOUNTING and "unmount" in (current.status or "").lower():
+            continue  # the ZVM is still dropping it; the next sweep sees it gone
+        if _reapable(row, now):
+            to_unmount.append(row)
+    _unmount_all(client, to_unmount, report)
+
+
+def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) -> None:
+    if not rows:
+        return
+
+    def one(row: FlrSession) -> bool | None:
+        try:
+            result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped",
+                                     audit_action="recoveries.session.reaped")
+            return None if result is None else result.ok
+        finally:
+            close_old_connections()
+
+    with ThreadPoolExecutor(max_workers=min(UNMOUNT_THREADS, len(rows))) as pool:
+        for ok in pool.map(one, rows):
+            if ok is True:
+                report.unmounted += 1
+            elif ok is False:
+                report.unmount_failed += 1
+
+
+def _adopt_unknown(
+    client: ZvmClient, row: FlrSession, now: datetime, live: dict[str, ZvmFlrSession], report: ReapReport
+) -> bool:
+    """Learn the id of a mount whose answer was lost. True when the row now names a live session."""
+    if row.status == S.MOUNTING and now - row.created_at < MOUNT_CALL_GRACE:
+        return False  # the runner may still be waiting for the mount answer
+    found = _match_unknown(row, live.values())
+    if found is None:
+        if row.recovery is None or row.recovery.status in RecoveryRequest.FINISHED:
+            if now - row.created_at > MOUNT_CALL_GRACE:
+                session_transition(row=row, to=S.ENDED, actor=SYSTEM, action="recoveries.session.vanished",
+                                   from_statuses=(S.MOUNTING, S.UNKNOWN), data={"reason": "no session appeared"},
+                                   end_reason="no session appeared for this mount")
+        return False
+    adopted = FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found, status=S.UNKNOWN)
+    if not adopted:
+        return False
+    row.refresh_from_db()
+    report.found_unknown += 1
+    return True
+
+
+def _match_unknown(row: FlrSession, sessions: object) -> str | None:
+    """The one live session a lost mount answer named, or None when none or several fit."""
+    snapshot = {s.lower() for s in row.snapshot_ids}
+    known = {s.lower() for s in FlrSession.objects.filter(site_id=row.site_id).exclude(session_id="")
+             .values_list("session_id", flat=True)}
+    fits = [
+        s.identifier for s in sessions  # type: ignore[attr-defined]
+        if s.identifier
+        and s.identifier.lower() not in snapshot
+        and s.identifier.lower() not in known
+        and (s.vm_identifier or "").lower() == row.vm_identifier.lower()
+        and (s.vpg_identifier or "").lower() == row.vpg_identifier.lower()
+        and (s.checkpoint_identifier or "") == row.checkpoint_identifier
+    ]
+    return fits[0] if len(fits) == 1 else None
+
+
+def find_unknown_session(client: ZvmClient, row: FlrSession) -> str | None:
+    """For the runner: list the VM's sessions and adopt the one the lost answer named."""
+    sessions = client.list_flr_sessions(vm_id=row.vm_identifier)
+    found = _match_unknown(row, sessions)
+    if found is None:
+        return None
+    if not FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found):
+        return None
+    row.refresh_from_db()
+    return found

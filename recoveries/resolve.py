@@ -1,0 +1,147 @@
+"""Binding a recovery request to exactly one VM, VPG and checkpoint, before it is recorded.
+
+The checkpoint comes from (in this order of precedence) a ``change_id`` of a guarded
+change, a ``checkpoint`` argument that is a tag this service put on a checkpoint or a
+checkpoint identifier, or by default the newest tagged checkpoint this service made for
+the VM. FLR runs at a VPG's recovery site, so only VPGs whose recovery site's ZVM is
+configured here qualify; among several, the one named first by VPG name wins so the
+choice is stable.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import ChangeGuard, ChangeGuardVpg, Site
+from rewind.protection import Protection, VpgProtection, find_protection
+from rewind.sites import site_client
+from rewind.zvm import ZvmError
+
+from recoveries.models import RecoveryRequest
+
+Source = RecoveryRequest.CheckpointSource
+
+
+@dataclass(frozen=True)
+class BoundCheckpoint:
+    vm_identifier: str
+    vm_name: str
+    vpg_identifier: str
+    vpg_name: str
+    recovery_site_identifier: str
+    recovery_site_name: str
+    checkpoint_identifier: str
+    checkpoint_timestamp: datetime | None
+    tag: str
+    change_id: str
+    source: str
+
+
+def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | None = None) -> BoundCheckpoint:
+    """Resolve the VM and the one checkpoint to mount. Raises ``ApplicationError`` with the reason.
+
+    May call the ZVMs (VM lookup; a bare checkpoint id is looked up at the recovery site);
+    holds no transaction.
+    """
+    protection = find_protection(vm)
+    usable = _usable_vpgs(protection)
+    checkpoint = (checkpoint or "").strip() or None
+    change_id = (change_id or "").strip() or None
+    if change_id:
+        guard = ChangeGuard.objects.filter(vm_identifier=protection.vm_identifier, change_id=change_id).first()
+        if guard is None:
+            raise NotFoundError(f"no guarded change {change_id!r} is recorded for VM {protection.vm_name}")
+        return _from_guard_rows(protection, usable, guard.vpgs.all(), Source.CHANGE_ID, f"change {change_id!r}")
+    if checkpoint:
+        rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier, guard__tag=checkpoint)
+        if rows.exists():
+            return _from_guard_rows(protection, usable, rows, Source.TAG, f"tag {checkpoint!r}")
+        return _from_checkpoint_id(protection, usable, checkpoint)
+    rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by("-checkpoint_timestamp")
+    return _from_guard_rows(protection, usable, rows, Source.LATEST_TAGGED, "any tagged checkpoint made by this service")
+
+
+def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
+    """VPGs whose recovery site's ZVM is configured (and enabled) here, by identifier."""
+    usable = {v.identifier: v for v in protection.vpgs if v.recovery_site.configured}
+    if not usable:
+        names = ", ".join(f"{v.name} (recovery site {v.recovery_site.name or v.recovery_site.identifier})" for v in protection.vpgs)
+        raise ApplicationError(
+            f"VM {protection.vm_name} cannot be recovered here: no ZVM is configured for the recovery site of "
+            f"any VPG protecting it: {names}"
+        )
+    return usable
+
+
+def _bound(
+    protection: Protection, vpg: VpgProtection, cp_id: str, when: datetime | None, tag: str, change_id: str, source: str
+) -> BoundCheckpoint:
+    return BoundCheckpoint(
+        vm_identifier=protection.vm_identifier,
+        vm_name=protection.vm_name,
+        vpg_identifier=vpg.identifier,
+        vpg_name=vpg.name,
+        recovery_site_identifier=vpg.recovery_site.identifier,
+        recovery_site_name=vpg.recovery_site.name or "",
+        checkpoint_identifier=cp_id,
+        checkpoint_timestamp=when,
+        tag=tag,
+        change_id=change_id,
+        source=source,
+    )
+
+
+def _from_guard_rows(
+    protection: Protection, usable: dict[str, VpgProtection], rows: object, source: str, what: str
+) -> BoundCheckpoint:
+    listed = [
+        r for r in rows.select_related("guard")  # type: ignore[attr-defined]
+        if r.status == ChangeGuardVpg.Status.LISTED and r.checkpoint_identifier
+    ]
+    if not listed:
+        raise NotFoundError(f"no listed tagged checkpoint matches {what} for VM {protection.vm_name}")
+    here = [r for r in listed if r.vpg_identifier in usable]
+    if not here:
+        vpgs = ", ".join(sorted({f"{r.vpg_name} (recovery site {r.recovery_site_name or r.recovery_site_identifier})" for r in listed}))
+        raise ApplicationError(
+            f"the checkpoint of {what} for VM {protection.vm_name} lies only on VPGs whose recovery site's ZVM "
+            f"is not configured here: {vpgs}"
+        )
+    if source == Source.LATEST_TAGGED:
+        newest = here[0].guard_id
+        here = [r for r in here if r.guard_id == newest]
+    row = sorted(here, key=lambda r: r.vpg_name.lower())[0]
+    return _bound(
+        protection, usable[row.vpg_identifier], row.checkpoint_identifier, row.checkpoint_timestamp,
+        row.guard.tag, row.guard.change_id, source,
+    )
+
+
+def _from_checkpoint_id(protection: Protection, usable: dict[str, VpgProtection], checkpoint_id: str) -> BoundCheckpoint:
+    """A bare checkpoint identifier: ask each candidate VPG's recovery site for it."""
+    problems: list[str] = []
+    for vpg in sorted(usable.values(), key=lambda v: v.name.lower()):
+        site = Site.objects.filter(pk=vpg.recovery_site.site_pk, enabled=True).first()
+        if site is None:
+            continue
+        try:
+            points = site_client(site).points_in_time(protection.vm_identifier, vpg_id=vpg.identifier)
+        except ZvmError as exc:
+            problems.append(str(exc))
+            continue
+        for point in points:
+            cp = point.checkpoint
+            if cp is not None and cp.identifier == checkpoint_id:
+                return _bound(protection, vpg, checkpoint_id, cp.timestamp, cp.tag or "", "", Source.CHECKPOINT_ID)
+    detail = f" ({'; '.join(problems)})" if problems else ""
+    raise NotFoundError(
+        f"{checkpoint_id!r} is neither a tag this service made nor a checkpoint listed for VM "
+        f"{protection.vm_name} on a VPG recoverable here{detail}"
+    )
+
+
+def checkpoint_window(when: datetime) -> tuple[datetime, datetime]:
+    """The startDate/endDate to find one checkpoint again: timestamps round-trip to the second."""
+    return when - timedelta(seconds=2), when + timedelta(seconds=2)

@@ -1,0 +1,291 @@
+"""The FLR runner: mount the approved checkpoint at the recovery site, fetch one file, unmount.
+
+No database transaction is held across a ZVM call: each step records its attempt, makes
+the call, then records the outcome. Before the mount the live sessions of the VM are
+snapshotted and an ``FlrSession`` row is committed, so a mount whose answer is lost can
+still be found (new id, same VM/VPG/checkpoint) and unmounted, now or by the reaper.
+
+``ok`` stays true when the bytes landed even if the unmount then failed; the report says so.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from rewind.audit import SYSTEM, audit_record
+from rewind.errors import ApplicationError
+from rewind.models import Site
+from rewind.sites import site_client
+from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
+
+from recoveries.mapping import Match, SessionVanished, map_guest_path
+from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.paths import parse_guest_path
+from recoveries.resolve import checkpoint_window
+from recoveries.sessions import UnmountReport, session_transition, session_unmount
+
+logger = logging.getLogger(__name__)
+Status = RecoveryRequest.Status
+S = FlrSession.Status
+MAX_ATTEMPTS = 2  # one more mount when the ZVM dropped the session mid-run (restart)
+UNMOUNT_WAIT_S = 20.0
+
+
+class RunFailed(Exception):
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+@dataclass
+class Run:
+    recovery: RecoveryRequest
+    site: Site
+    client: ZvmClient
+    deadline: float  # monotonic
+    request_id: str
+
+
+def recovery_run(*, recovery_id: int, request_id: str) -> str:
+    """Run an approved recovery once; returns its final status.
+
+    Harmless to repeat: only the call that moves it approved → running does anything, so
+    a redelivered task never mounts a second time.
+    """
+    now = timezone.now()
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery_id, status=Status.APPROVED).update(
+            status=Status.RUNNING, started_at=now
+        )
+        if not won:
+            current = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", flat=True).first()
+            logger.info("recovery %s is %s; nothing to run", recovery_id, current)
+            return str(current)
+        recovery = RecoveryRequest.objects.get(pk=recovery_id)
+        audit_record(actor=SYSTEM, action="recoveries.request.started", target=recovery,
+                     data={"vm": recovery.vm_name, "path": recovery.normalized_path}, request_id=request_id)
+    try:
+        run = _prepare(recovery, request_id)
+        _execute(run)
+    except RunFailed as exc:
+        _finish_failed(recovery, exc.message, request_id)
+    except ApplicationError as exc:
+        _finish_failed(recovery, exc.message, request_id)
+    except ZvmError as exc:
+        _finish_failed(recovery, str(exc), request_id)
+    except Exception as exc:  # the request must not stay "running" for an unforeseen bug
+        logger.exception("recovery %s failed unexpectedly", recovery_id)
+        _finish_failed(recovery, f"internal error ({type(exc).__name__}); see the service log", request_id)
+    recovery.refresh_from_db()
+    return recovery.status
+
+
+def _prepare(recovery: RecoveryRequest, request_id: str) -> Run:
+    site = Site.objects.filter(identifier=recovery.recovery_site_identifier, enabled=True).first()
+    if site is None:
+        name = recovery.recovery_site_name or recovery.recovery_site_identifier
+        raise RunFailed(f"no ZVM is configured (and enabled) here for site {name}, the recovery site of VPG {recovery.vpg_name}")
+    client = site_client(site, request_id=request_id)
+    deadline = time.monotonic() + settings.REWIND_FLR_TIME_LIMIT_S
+    return Run(recovery, site, client, deadline, request_id)
+
+
+def _check_mountable(run: Run) -> None:
+    """The checkpoint still exists (a resync wipes them) and FLR may mount it."""
+    r = run.recovery
+    if r.checkpoint_timestamp is not None:
+        start, end = checkpoint_window(r.checkpoint_timestamp)
+        listed = run.client.list_checkpoints(r.vpg_identifier, start=start, end=end)
+        if not any(cp.identifier == r.checkpoint_identifier for cp in listed):
+            raise RunFailed(
+                f"checkpoint {r.checkpoint_identifier} of VPG {r.vpg_name} no longer exists on {run.site.name} "
+                "(a resync wipes every checkpoint)"
+            )
+    rows = [v for v in run.client.list_vms(vm_identifier=r.vm_identifier) if v.vpg_identifier == r.vpg_identifier]
+    if rows and rows[0].is_flr_enabled is False:
+        raise RunFailed(f"{run.site.name} does not allow file level recovery of {r.vm_name} in VPG {r.vpg_name} now")
+    start = end = None
+    if r.checkpoint_timestamp is not None:
+        start, end = checkpoint_window(r.checkpoint_timestamp)
+    points = run.client.points_in_time(r.vm_identifier, vpg_id=r.vpg_identifier, start=start, end=end)
+    point = next((p for p in points if p.checkpoint and p.checkpoint.identifier == r.checkpoint_identifier), None)
+    if point is None:
+        raise RunFailed(f"checkpoint {r.checkpoint_identifier} is not offered for {r.vm_name} on {run.site.name} any more")
+    if point.can_mount is False:
+        raise RunFailed(f"{run.site.name} will not mount checkpoint {r.checkpoint_identifier}: {point.can_mount_reason or 'no reason given'}")
+
+
+def _execute(run: Run) -> None:
+    guest = parse_guest_path(run.recovery.path)
+    _check_mountable(run)
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        row = _mount(run, attempt)
+        try:
+            _wait_mounted(run, row)
+            match = map_guest_path(run.client, row.session_id, guest)
+            stored, result = _download(run, row, match)
+        except SessionVanished:
+            _vanished(row, "the ZVM dropped the session during the recovery (restart?)")
+            if attempt < MAX_ATTEMPTS:
+                continue
+            raise RunFailed(f"{run.site.name} dropped the FLR session twice; try again later") from None
+        except (RunFailed, ApplicationError, ZvmError) as exc:
+            report = _unmount(run, row)
+            _store_unmount(run.recovery, report)
+            raise exc
+        report = _unmount(run, row)
+        _finish_succeeded(run, stored, result, match, report)
+        return
+
+
+def _snapshot(run: Run) -> list[str]:
+    try:
+        return [s.identifier for s in run.client.list_flr_sessions(vm_id=run.recovery.vm_identifier) if s.identifier]
+    except ZvmError as exc:
+        raise RunFailed(f"could not list the live FLR sessions before mounting: {exc}") from exc
+
+
+def _mount(run: Run, attempt: int) -> FlrSession:
+    r = run.recovery
+    snapshot = _snapshot(run)
+    with transaction.atomic():
+        row = FlrSession.objects.create(
+            site=run.site, recovery=r, vm_identifier=r.vm_identifier, vpg_identifier=r.vpg_identifier,
+            checkpoint_identifier=r.checkpoint_identifier, snapshot_ids=snapshot, attempt=attempt,
+        )
+        audit_record(actor=SYSTEM, action="recoveries.session.mount_requested", target=row,
+                     data={"site": run.site.name, "vm": r.vm_name, "vpg": r.vpg_name,
+                           "checkpoint": r.checkpoint_identifier, "attempt": attempt}, request_id=run.request_id)
+    row.site = run.site
+    try:
+        session_id = run.client.flr_mount(vpg_id=r.vpg_identifier, vm_id=r.vm_identifier, checkpoint_id=r.checkpoint_identifier)
+    except ZvmRejectedError as exc:  # a 4xx: the mount did not start
+        session_transition(row=row, to=S.ENDED, actor=SYSTEM, action="recoveries.session.mount_failed",
+                           data={"error": str(exc)}, end_reason="mount refused", last_error=str(exc)[:2000],
+                           request_id=run.request_id)
+        raise RunFailed(f"{run.site.name} refused the mount: {exc}") from exc
+    except ZvmError as exc:  # unreadable answer, timeout, 5xx: the mount may have started
+        _mount_unknown(run, row, exc)
+    session_transition(row=row, to=S.MOUNTING, actor=SYSTEM, session_id=session_id)
+    return row
+
+
+def _mount_unknown(run: Run, row: FlrSession, exc: ZvmError) -> None:
+    """Find the session the lost answer would have named; unmount it now or leave it to the reaper."""
+    from recoveries.reaper import find_unknown_session
+
+    session_transition(row=row, to=S.UNKNOWN, actor=SYSTEM, last_error=str(exc)[:2000])
+    try:
+        found = find_unknown_session(run.client, row)
+    except ZvmError:
+        found = None
+    if found is None:
+        _store_unmount(run.recovery, UnmountReport(False, "unknown", "the mount's session could not be identified yet; the reaper will find and unmount it"))
+        raise RunFailed(f"the mount answer from {run.site.name} was unusable ({exc}); the reaper will find and unmount the session")
+    report = _unmount(run, row)
+    _store_unmount(run.recovery, report)
+    raise RunFailed(f"the mount answer from {run.site.name} was unusable ({exc}); its session {found} was unmounted")
+
+
+def _wait_mounted(run: Run, row: FlrSession) -> None:
+    delay = 0.1
+    while True:
+        try:
+            session = run.client.get_flr_session(row.session_id)
+        except ZvmNotFoundError:
+            raise SessionVanished(row.session_id) from None
+        if session.is_mounted:
+            session_transition(row=row, to=S.MOUNTED, actor=SYSTEM, action="recoveries.session.mounted",
+                               data={"status": session.status}, request_id=run.request_id)
+            return
+        if session.is_terminal:
+            raise RunFailed(f"the mount failed on {run.site.name} (status {session.status})")
+        if time.monotonic() >= run.deadline:
+            raise RunFailed(f"the mount did not complete within {settings.REWIND_FLR_TIME_LIMIT_S} s (status {session.status})")
+        time.sleep(delay)
+        delay = min(1.0, delay * 1.5)
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._ -]+")
+
+
+def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadResult]:
+    folder = Path(settings.REWIND_STORAGE_DIR) / str(run.recovery.pk)
+    folder.mkdir(parents=True, exist_ok=True)
+    name = _UNSAFE.sub("_", match.item.name).strip(" .") or "file"
+    final = folder / name
+    partial = folder / f".{uuid.uuid4().hex}.part"
+    try:
+        with partial.open("wb") as sink:
+            result = run.client.flr_download(row.session_id, match.flr_path, sink)
+        os.replace(partial, final)
+    except ZvmNotFoundError:
+        partial.unlink(missing_ok=True)
+        raise SessionVanished(row.session_id) from None
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+    with transaction.atomic():
+        audit_record(actor=SYSTEM, action="recoveries.file.downloaded", target=run.recovery,
+                     data={"flr_path": match.flr_path, "sha256": result.sha256, "size": result.size,
+                           "zipped": result.zipped, "session_id": row.session_id}, request_id=run.request_id)
+    return final, result
+
+
+def _vanished(row: FlrSession, reason: str) -> None:
+    from recoveries.sessions import session_mark_vanished
+
+    row.refresh_from_db()
+    session_mark_vanished(row=row, actor=SYSTEM, reason=reason)
+
+
+def _unmount(run: Run, row: FlrSession) -> UnmountReport:
+    row.refresh_from_db()
+    if not row.session_id:
+        return UnmountReport(False, "unknown", "the session id is not known; the reaper will find and unmount it")
+    report = session_unmount(client=run.client, row=row, actor=SYSTEM, reason=f"recovery #{run.recovery.pk} finished",
+                             wait_gone_s=UNMOUNT_WAIT_S, request_id=run.request_id)
+    return report or UnmountReport(True, row.session_id, "another task was already unmounting it")
+
+
+def _store_unmount(recovery: RecoveryRequest, report: UnmountReport) -> None:
+    RecoveryRequest.objects.filter(pk=recovery.pk).update(
+        unmount_ok=report.ok, unmount_session_id=report.session_id, unmount_warning=report.warning
+    )
+
+
+def _finish_succeeded(run: Run, stored: Path, result: DownloadResult, match: Match, report: UnmountReport) -> None:
+    r = run.recovery
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=r.pk, status=Status.RUNNING).update(
+            status=Status.SUCCEEDED, ok=True, sha256=result.sha256, size=result.size, stored_path=str(stored),
+            flr_path=match.flr_path, unmount_ok=report.ok, unmount_session_id=report.session_id,
+            unmount_warning=report.warning, finished_at=timezone.now(), error="",
+        )
+        if won:
+            audit_record(actor=SYSTEM, action="recoveries.request.succeeded", target=r,
+                         data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict()},
+                         request_id=run.request_id)
+        else:
+            # The reaper gave up on it meanwhile (time limit); keep the bytes off the books.
+            stored.unlink(missing_ok=True)
+
+
+def _finish_failed(recovery: RecoveryRequest, message: str, request_id: str) -> None:
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.RUNNING).update(
+            status=Status.FAILED, ok=False, error=message[:4000], finished_at=timezone.now()
+        )
+        if won:
+            audit_record(actor=SYSTEM, action="recoveries.request.failed", target=recovery,
+                         data={"error": message[:4000]}, request_id=request_id)

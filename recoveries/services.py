@@ -1,0 +1,229 @@
+"""Recovery requests: create, approve, deny, expire. Every change is audited with its actor.
+
+Approvals come only from Django users holding ``recoveries.approve_recovery``; nothing here
+accepts an agent as an approver. Status moves are compare-and-swap updates, so a double
+click or two approvers racing act once.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from rewind.audit import SYSTEM, Actor, audit_record
+from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.models import Agent
+from rewind.requestid import current_request_id
+
+from recoveries.models import RecoveryApproval, RecoveryRequest
+from recoveries.paths import parse_guest_path
+from recoveries.resolve import bind_checkpoint
+
+Status = RecoveryRequest.Status
+APPROVE_PERMISSION = "recoveries.approve_recovery"
+MAX_REASON_LENGTH = 2000
+
+
+def recovery_request_create(
+    *,
+    agent: Agent,
+    vm: str,
+    path: str,
+    reason: str,
+    checkpoint: str | None = None,
+    change_id: str | None = None,
+    request_id: str | None = None,
+) -> RecoveryRequest:
+    """Record a pending request bound to one VM, path and checkpoint.
+
+    Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
+    checkpoint); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
+    transaction. Not idempotent: each call is a new request.
+    """
+    guest = parse_guest_path(path)
+    reason = (reason or "").strip()
+    if not reason:
+        raise ApplicationError("give a reason: the approver reads it before deciding")
+    if len(reason) > MAX_REASON_LENGTH:
+        raise ApplicationError(f"the reason is longer than {MAX_REASON_LENGTH} characters")
+    if not vm or not str(vm).strip():
+        raise ApplicationError("name the VM (its name, hostname or identifier)")
+    if not agent.is_active:
+        raise PermissionDeniedError(f"agent {agent.name} is disabled")
+    bound = bind_checkpoint(vm=str(vm).strip(), checkpoint=checkpoint, change_id=change_id)
+    rid = request_id or current_request_id()
+    with transaction.atomic():
+        recovery = RecoveryRequest.objects.create(
+            agent=agent,
+            agent_name=agent.name,
+            vm_identifier=bound.vm_identifier,
+            vm_name=bound.vm_name,
+            path=path.strip(),
+            normalized_path=guest.normalized,
+            os=guest.os,
+            reason=reason,
+            checkpoint_identifier=bound.checkpoint_identifier,
+            checkpoint_timestamp=bound.checkpoint_timestamp,
+            checkpoint_tag=bound.tag,
+            change_id=bound.change_id,
+            checkpoint_source=bound.source,
+            vpg_identifier=bound.vpg_identifier,
+            vpg_name=bound.vpg_name,
+            recovery_site_identifier=bound.recovery_site_identifier,
+            recovery_site_name=bound.recovery_site_name,
+            approvals_required=2 if settings.REWIND_RECOVERY_SECOND_APPROVER else 1,
+            expires_at=timezone.now() + timedelta(seconds=settings.REWIND_RECOVERY_EXPIRY_S),
+            request_id=rid,
+        )
+        audit_record(
+            actor=Actor.agent(agent.name),
+            action="recoveries.request.requested",
+            target=recovery,
+            data=_describe(recovery),
+            request_id=rid,
+        )
+    return recovery
+
+
+def _describe(recovery: RecoveryRequest) -> dict[str, object]:
+    return {
+        "vm": recovery.vm_name,
+        "vm_identifier": recovery.vm_identifier,
+        "path": recovery.normalized_path,
+        "vpg": recovery.vpg_name,
+        "vpg_identifier": recovery.vpg_identifier,
+        "recovery_site": recovery.recovery_site_name or recovery.recovery_site_identifier,
+        "checkpoint": recovery.checkpoint_identifier,
+        "checkpoint_time": recovery.checkpoint_timestamp.isoformat() if recovery.checkpoint_timestamp else None,
+        "tag": recovery.checkpoint_tag,
+        "change_id": recovery.change_id,
+        "source": recovery.checkpoint_source,
+        "reason": recovery.reason,
+        "expires_at": recovery.expires_at.isoformat(),
+    }
+
+
+def _check_approver(user: AbstractBaseUser, recovery: RecoveryRequest) -> None:
+    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
+        raise PermissionDeniedError("only a signed-in person may decide on a recovery")
+    if not user.has_perm(APPROVE_PERMISSION):  # type: ignore[attr-defined]
+        raise PermissionDeniedError("you lack the permission to approve or deny recoveries")
+
+
+def _expire_if_due(recovery: RecoveryRequest, now: datetime) -> None:
+    if recovery.status == Status.PENDING and recovery.expires_at <= now:
+        recovery_request_expire(recovery_id=recovery.pk, now=now)
+        raise ApplicationError(f"recovery #{recovery.pk} expired at {recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC; ask again")
+
+
+def _get(recovery_id: int) -> RecoveryRequest:
+    recovery = RecoveryRequest.objects.select_related("agent").filter(pk=recovery_id).first()
+    if recovery is None:
+        raise NotFoundError(f"there is no recovery #{recovery_id}")
+    return recovery
+
+
+def recovery_request_approve(*, recovery_id: int, user: AbstractBaseUser, request_id: str | None = None) -> RecoveryRequest:
+    """Record ``user``'s approval; once enough distinct approvers agreed, queue the run.
+
+    Refused (``PermissionDeniedError``) without the permission or for the owner of the
+    requesting agent; refused (``ApplicationError``) when the request is not pending, has
+    expired, or this user already approved it. A repeated call therefore acts once.
+    """
+    recovery = _get(recovery_id)
+    _check_approver(user, recovery)
+    if recovery.agent is not None and recovery.agent.owner_id == user.pk:
+        raise PermissionDeniedError(
+            f"you own agent {recovery.agent_name}, which asked for this file; someone else must approve it"
+        )
+    now = timezone.now()
+    _expire_if_due(recovery, now)
+    rid = request_id or current_request_id()
+    with transaction.atomic():
+        locked = RecoveryRequest.objects.select_for_update().get(pk=recovery.pk)
+        if locked.status != Status.PENDING:
+            raise ApplicationError(f"recovery #{locked.pk} is {locked.status}; only a pending request can be approved")
+        if locked.approvals.filter(approver_id=user.pk).exists():
+            raise ApplicationError(f"you already approved recovery #{locked.pk}; a second approver must be someone else")
+        RecoveryApproval.objects.create(recovery=locked, approver=user, approver_name=user.get_username())
+        count = locked.approvals.count()
+        complete = count >= locked.approvals_required
+        if complete:
+            won = RecoveryRequest.objects.filter(pk=locked.pk, status=Status.PENDING).update(
+                status=Status.APPROVED, decided_at=now, decided_by=user.get_username()
+            )
+            if not won:
+                raise ApplicationError(f"recovery #{locked.pk} was decided meanwhile")
+            _queue_run(locked.pk, rid)
+        audit_record(
+            actor=Actor.user(user.get_username()),
+            action="recoveries.request.approved",
+            target=locked,
+            data={"approvals": count, "required": locked.approvals_required, "complete": complete, **_describe(locked)},
+            request_id=rid,
+        )
+    locked.refresh_from_db()
+    return locked
+
+
+def _queue_run(recovery_id: int, request_id: str) -> None:
+    from recoveries.tasks import recoveries_run
+
+    transaction.on_commit(lambda: recoveries_run.delay(recovery_id, request_id))
+
+
+def recovery_request_deny(
+    *, recovery_id: int, user: AbstractBaseUser, note: str = "", request_id: str | None = None
+) -> RecoveryRequest:
+    """Deny a pending request. The agent's owner may deny (stopping is always safe)."""
+    recovery = _get(recovery_id)
+    _check_approver(user, recovery)
+    now = timezone.now()
+    _expire_if_due(recovery, now)
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.PENDING).update(
+            status=Status.DENIED, decided_at=now, decided_by=user.get_username(), finished_at=now,
+            error=f"denied by {user.get_username()}" + (f": {note.strip()[:500]}" if note.strip() else ""),
+        )
+        if not won:
+            recovery.refresh_from_db()
+            raise ApplicationError(f"recovery #{recovery.pk} is {recovery.status}; only a pending request can be denied")
+        audit_record(
+            actor=Actor.user(user.get_username()),
+            action="recoveries.request.denied",
+            target=recovery,
+            data={"note": note.strip()[:500], **_describe(recovery)},
+            request_id=request_id,
+        )
+    recovery.refresh_from_db()
+    return recovery
+
+
+def recovery_request_expire(*, recovery_id: int, now: datetime | None = None, request_id: str | None = None) -> bool:
+    """Move a pending request past its expiry to expired. False when it was not due or not pending."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery_id, status=Status.PENDING, expires_at__lte=now).update(
+            status=Status.EXPIRED, finished_at=now, error="nobody approved it in time"
+        )
+        if won:
+            recovery = RecoveryRequest.objects.get(pk=recovery_id)
+            audit_record(
+                actor=SYSTEM,
+                action="recoveries.request.expired",
+                target=recovery,
+                data={"expires_at": recovery.expires_at.isoformat(), "vm": recovery.vm_name, "path": recovery.normalized_path},
+                request_id=request_id,
+            )
+    return bool(won)
+
+
+def recovery_requests_expire_stale(*, now: datetime | None = None) -> int:
+    """Expire every pending request past its deadline; returns how many this call expired."""
+    now = now or timezone.now()
+    ids = list(RecoveryRequest.objects.filter(status=Status.PENDING, expires_at__lte=now).values_list("pk", flat=True))
+    return sum(recovery_request_expire(recovery_id=pk, now=now) for pk in ids)

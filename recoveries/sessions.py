@@ -1,0 +1,181 @@
+"""FLR sessions this service opened: recording them and ending them.
+
+Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after.
+Row status changes are compare-and-swap updates, so the runner, the reaper, an agent and
+a person can all try to end the same session and only one of them sends the DELETE.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+from django.db import transaction
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import Site
+from rewind.zvm import ZvmClient, ZvmError, ZvmNotFoundError
+
+from recoveries.models import FlrSession
+
+logger = logging.getLogger(__name__)
+S = FlrSession.Status
+# Statuses from which an unmount may be started.
+UNMOUNTABLE = (S.MOUNTING, S.UNKNOWN, S.MOUNTED, S.UNMOUNT_FAILED, S.UNMOUNTING)
+
+
+@dataclass(frozen=True)
+class UnmountReport:
+    ok: bool
+    session_id: str
+    warning: str = ""
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {"ok": self.ok, "session_id": self.session_id}
+        if self.warning:
+            out["warning"] = self.warning
+        return out
+
+
+def _describe(row: FlrSession) -> dict[str, object]:
+    return {
+        "site": row.site.name if row.site_id else "",
+        "session_id": row.session_id or "unknown",
+        "vm_identifier": row.vm_identifier,
+        "vpg_identifier": row.vpg_identifier,
+        "checkpoint": row.checkpoint_identifier,
+        "recovery": row.recovery_id,
+    }
+
+
+def session_transition(
+    *, row: FlrSession, to: str, actor: Actor, action: str | None = None, data: dict[str, object] | None = None,
+    from_statuses: tuple[str, ...] | None = None, request_id: str | None = None, **fields: object,
+) -> bool:
+    """CAS ``row`` from its known status (or ``from_statuses``) to ``to``; audit when ``action``.
+
+    Returns False, changing nothing, when another actor moved the row first.
+    """
+    expected = from_statuses or (row.status,)
+    now = timezone.now()
+    if to == S.ENDED:
+        fields.setdefault("ended_at", now)
+    if to == S.MOUNTED:
+        fields.setdefault("mounted_at", now)
+    with transaction.atomic():
+        won = FlrSession.objects.filter(pk=row.pk, status__in=expected).update(status=to, **fields)
+        if not won:
+            return False
+        row.refresh_from_db()
+        if action:
+            audit_record(actor=actor, action=action, target=row, data={**_describe(row), **(data or {})}, request_id=request_id)
+    return True
+
+
+def session_unmount(
+    *, client: ZvmClient, row: FlrSession, actor: Actor, reason: str, wait_gone_s: float = 0.0,
+    audit_action: str = "recoveries.session.unmount_requested", request_id: str | None = None,
+) -> UnmountReport | None:
+    """Unmount one of our sessions. None when another actor already took it over.
+
+    With ``wait_gone_s`` the session list is polled until the ZVM no longer lists it; a
+    session still listed after that stays ``unmounting`` for the reaper to confirm.
+    """
+    if not row.session_id:
+        raise ApplicationError("this mount's session id is not known yet; the reaper looks for it")
+    claimed = session_transition(
+        row=row, to=S.UNMOUNTING, actor=actor, action=audit_action, from_statuses=UNMOUNTABLE,
+        data={"reason": reason}, request_id=request_id,
+    )
+    if not claimed:
+        return None
+    try:
+        client.flr_unmount(row.session_id)
+    except ZvmNotFoundError:
+        _ended(row, actor, "already gone when unmounted", request_id)
+        return UnmountReport(True, row.session_id)
+    except ZvmError as exc:
+        session_transition(
+            row=row, to=S.UNMOUNT_FAILED, actor=actor, action="recoveries.session.unmount_failed",
+            data={"error": str(exc)}, last_error=str(exc)[:2000], request_id=request_id,
+        )
+        return UnmountReport(False, row.session_id, f"the unmount failed: {exc}; the reaper will try again")
+    if wait_gone_s <= 0:
+        return UnmountReport(True, row.session_id)
+    return _confirm_gone(client, row, actor, reason, wait_gone_s, request_id)
+
+
+def _confirm_gone(
+    client: ZvmClient, row: FlrSession, actor: Actor, reason: str, wait_s: float, request_id: str | None
+) -> UnmountReport:
+    deadline = time.monotonic() + wait_s
+    delay = 0.1
+    last = ""
+    while True:
+        try:
+            current = client.get_flr_session(row.session_id)
+            last = current.status or "listed"
+        except ZvmNotFoundError:
+            _ended(row, actor, reason, request_id)
+            return UnmountReport(True, row.session_id)
+        except ZvmError as exc:
+            last = str(exc)
+        if time.monotonic() >= deadline:
+            return UnmountReport(
+                False, row.session_id,
+                f"the unmount was accepted but the ZVM still lists the session ({last}); the reaper will check again",
+            )
+        time.sleep(delay)
+        delay = min(1.0, delay * 2)
+
+
+def _ended(row: FlrSession, actor: Actor, reason: str, request_id: str | None) -> None:
+    session_transition(
+        row=row, to=S.ENDED, actor=actor, action="recoveries.session.unmounted", from_statuses=FlrSession.LIVE,
+        data={"reason": reason}, end_reason=reason[:500], request_id=request_id,
+    )
+
+
+def session_mark_vanished(*, row: FlrSession, actor: Actor, reason: str = "vanished from the ZVM") -> bool:
+    """The ZVM no longer lists the session (unmounted, restarted, expired): record it ended."""
+    return session_transition(
+        row=row, to=S.ENDED, actor=actor, action="recoveries.session.vanished", from_statuses=FlrSession.LIVE,
+        data={"reason": reason}, end_reason=reason[:500],
+    )
+
+
+def ours(site: Site, session_id: str) -> FlrSession | None:
+    return FlrSession.objects.filter(site=site, session_id__iexact=session_id).select_related("site").first()
+
+
+def session_end_by_hand(*, client: ZvmClient, site: Site, session_id: str, actor: Actor) -> UnmountReport:
+    """A person ends any live session (ours or another operator's) after a confirmation page.
+
+    Audited as ``recoveries.session.ended_by_hand`` before the DELETE is sent.
+    """
+    row = ours(site, session_id)
+    if row is not None and row.status in FlrSession.LIVE:
+        report = session_unmount(
+            client=client, row=row, actor=actor, reason="ended by hand", audit_action="recoveries.session.ended_by_hand",
+        )
+        return report or UnmountReport(True, session_id, "another task was already ending it")
+    with transaction.atomic():
+        audit_record(
+            actor=actor, action="recoveries.session.ended_by_hand", target=("flr_session", session_id),
+            data={"site": site.name, "session_id": session_id, "opened_by_this_service": row is not None},
+        )
+    try:
+        client.flr_unmount(session_id)
+    except ZvmNotFoundError:
+        raise NotFoundError(f"{site.name} no longer lists FLR session {session_id}") from None
+    except ZvmError as exc:
+        with transaction.atomic():
+            audit_record(
+                actor=actor, action="recoveries.session.unmount_failed", target=("flr_session", session_id),
+                data={"site": site.name, "session_id": session_id, "error": str(exc)},
+            )
+        return UnmountReport(False, session_id, f"the unmount failed: {exc}")
+    return UnmountReport(True, session_id)
