@@ -24,4 +24,10 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.reap",
             "schedule": float(settings.REWIND_REAPER_INTERVAL_S),
         },
+        # Queue again the guards whose wait task died (worker killed, message lost): their
+        # lease (15 s, renewed by a heartbeat) ran out. Safe to overlap: compare-and-swap.
+        "checkpoints-resume-stale": {
+            "task": "rewind.checkpoints.resume_stale",
+            "schedule": 30.0,
+        },
     }

@@ -32,6 +32,12 @@ class ChangeGuard(models.Model):
     requested_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Who is working on the guard: "queued:<token>" while a wait task is queued, then the
+    # running task's execution id, renewed by its heartbeat. An expired lease on an
+    # unfinished guard means its task died (worker killed, message lost): it is re-queued.
+    lease_owner = models.CharField(max_length=80, blank=True, editable=False)
+    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
+    attempts = models.PositiveSmallIntegerField(default=0, editable=False, help_text="Wait tasks started so far.")
 
     class Meta:
         ordering = ["-requested_at"]

@@ -1,0 +1,237 @@
+"""Catalog services: every change to the mutating-tool catalog and to sightings goes here.
+
+Rules:
+- Agents (and humans) may add entries; only humans (``Actor.user``) update, disable or
+  remove them, and only humans classify sightings. An agent must never be able to switch
+  the guard off for a tool it is about to call.
+- Every change is audited (who, before, after) inside the same transaction.
+- Names: a tool is ``server/tool``; an entry is that or ``server/*``. Both parts are
+  letters, digits, ``_``, ``.`` and ``-`` (MCP's own tool-name alphabet). Entries are
+  stored lower-case and a tool name is matched lower-cased (see ``catalog.models``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from catalog.models import MutatingTool, ToolSighting
+from rewind.audit import Actor, audit_record
+from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.models import AuditEvent
+
+_PART = r"[a-z0-9_.-]+"
+PATTERN_RE = re.compile(rf"^{_PART}/({_PART}|\*)$", re.IGNORECASE)
+TOOL_RE = re.compile(rf"^{_PART}/{_PART}$", re.IGNORECASE)
+VM_ARG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
+_EDITABLE = ("vm_arg", "platform", "description", "enabled")
+# Sightings keep at most this many agent and argument names: a tool called with ever-new
+# argument names must not grow one row without bound.
+_SIGHTING_LIST_MAX = 50
+
+
+def _snapshot(tool: MutatingTool) -> dict[str, Any]:
+    return {
+        "pattern": tool.pattern,
+        "vm_arg": tool.vm_arg,
+        "platform": tool.platform,
+        "description": tool.description,
+        "enabled": tool.enabled,
+        "added_by": tool.added_by,
+        "added_by_kind": tool.added_by_kind,
+    }
+
+
+def normalize_pattern(pattern: str) -> str:
+    """The stored form of an entry: stripped, lower case; raises ApplicationError when malformed."""
+    value = (pattern or "").strip().lower()
+    if not PATTERN_RE.match(value):
+        raise ApplicationError(
+            f"{pattern!r} is not a catalog entry: use server/tool (e.g. ssh/exec) or server/* "
+            "(letters, digits, '_', '.', '-')"
+        )
+    return value
+
+
+def normalize_tool_name(tool: str) -> str:
+    """A concrete tool name as matched: stripped, lower case; raises ApplicationError when malformed."""
+    value = (tool or "").strip().lower()
+    if not TOOL_RE.match(value):
+        raise ApplicationError(
+            f"{tool!r} is not a tool name: give it as server/tool, e.g. ssh/exec "
+            "(letters, digits, '_', '.', '-')"
+        )
+    return value
+
+
+def _validate_fields(*, vm_arg: str, platform: str, description: str) -> None:
+    if not VM_ARG_RE.match(vm_arg or ""):
+        raise ApplicationError(
+            f"vm_arg {vm_arg!r} is not an argument name: it names the tool argument that holds the VM "
+            "(e.g. host)"
+        )
+    if platform not in MutatingTool.Platform.values:
+        raise ApplicationError(f"platform must be one of {', '.join(MutatingTool.Platform.values)}, not {platform!r}")
+    if not (description or "").strip():
+        raise ApplicationError("a catalog entry needs a description (what the tool changes)")
+
+
+def _require_human(actor: Actor, what: str) -> None:
+    if actor.type != AuditEvent.ActorType.USER:
+        raise PermissionDeniedError(f"only a person may {what}; agents may only add entries")
+
+
+def mutating_tool_add(
+    *, actor: Actor, pattern: str, vm_arg: str, platform: str = MutatingTool.Platform.ANY, description: str
+) -> MutatingTool:
+    """Add an entry. Raises ApplicationError for bad input or an existing entry. Not repeatable."""
+    value = normalize_pattern(pattern)
+    vm_arg = (vm_arg or "").strip()
+    _validate_fields(vm_arg=vm_arg, platform=platform, description=description)
+    try:
+        with transaction.atomic():
+            tool = MutatingTool.objects.create(
+                pattern=value,
+                vm_arg=vm_arg,
+                platform=platform,
+                description=description.strip()[:500],
+                added_by=actor.name[:150],
+                added_by_kind=actor.type,
+            )
+            audit_record(actor=actor, action="catalog.tool.added", target=tool, data={"before": None, "after": _snapshot(tool)})
+    except IntegrityError:
+        raise ApplicationError(f"the catalog already has an entry {value!r}") from None
+    return tool
+
+
+@transaction.atomic
+def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> MutatingTool:
+    """Change vm_arg, platform, description or enabled (humans only). Audited with before/after."""
+    _require_human(actor, "change a catalog entry")
+    unknown = set(fields) - set(_EDITABLE)
+    if unknown:
+        raise ApplicationError(f"these catalog fields cannot be changed: {', '.join(sorted(unknown))}")
+    locked = MutatingTool.objects.select_for_update().get(pk=tool.pk)
+    before = _snapshot(locked)
+    for key, value in fields.items():
+        setattr(locked, key, value.strip() if isinstance(value, str) else value)
+    _validate_fields(vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description)
+    locked.save()
+    after = _snapshot(locked)
+    if after != before:
+        audit_record(actor=actor, action="catalog.tool.changed", target=locked, data={"before": before, "after": after})
+    return locked
+
+
+def mutating_tool_disable(*, actor: Actor, tool: MutatingTool) -> MutatingTool:
+    """Stop an entry from guarding anything (humans only). Harmless to repeat."""
+    return mutating_tool_update(actor=actor, tool=tool, enabled=False)
+
+
+@transaction.atomic
+def mutating_tool_remove(*, actor: Actor, tool: MutatingTool) -> None:
+    """Delete an entry (humans only). Sightings of its tools start again from here."""
+    _require_human(actor, "remove a catalog entry")
+    locked = MutatingTool.objects.select_for_update().filter(pk=tool.pk).first()
+    if locked is None:
+        return
+    before = _snapshot(locked)
+    audit_record(
+        actor=actor, action="catalog.tool.removed", target=("catalog.mutatingtool", str(locked.pk)),
+        data={"before": before, "after": None},
+    )
+    locked.delete()
+
+
+def mutating_tool_match(tool: str) -> MutatingTool | None:
+    """The enabled entry covering ``tool`` (already normalized): exact beats ``server/*``."""
+    server = tool.split("/", 1)[0]
+    candidates = {t.pattern: t for t in MutatingTool.objects.filter(pattern__in=[tool, f"{server}/*"], enabled=True)}
+    return candidates.get(tool) or candidates.get(f"{server}/*")
+
+
+def mutating_tool_list(*, include_disabled: bool = False) -> list[MutatingTool]:
+    qs = MutatingTool.objects.all() if include_disabled else MutatingTool.objects.filter(enabled=True)
+    return list(qs.order_by("pattern"))
+
+
+def _merged(existing: list[Any], new: list[str]) -> list[str]:
+    out = [str(x) for x in existing]
+    for item in new:
+        if item not in out and len(out) < _SIGHTING_LIST_MAX:
+            out.append(item)
+    return out
+
+
+def tool_sighting_record(*, tool: str, agent_name: str, argument_names: list[str]) -> ToolSighting:
+    """Count one guard call for an unlisted tool. Call inside the caller's transaction.
+
+    Safe under concurrency: the row is created once (unique tool) and then locked to merge
+    the lists, so two agents sighting the same tool at once both count.
+    """
+    tool = normalize_tool_name(tool)
+    names = sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]
+    now = timezone.now()
+    with transaction.atomic():
+        if not ToolSighting.objects.filter(tool=tool).exists():
+            try:
+                with transaction.atomic():
+                    ToolSighting.objects.create(tool=tool, last_seen_at=now)
+            except IntegrityError:
+                pass  # a concurrent first sighting created it
+        sighting = ToolSighting.objects.select_for_update().get(tool=tool)
+        sighting.count += 1
+        sighting.last_seen_at = now
+        sighting.agents = _merged(sighting.agents, [agent_name])
+        sighting.argument_names = _merged(sighting.argument_names, names)
+        sighting.save(update_fields=["count", "last_seen_at", "agents", "argument_names"])
+    return sighting
+
+
+def _sighting_snapshot(s: ToolSighting) -> dict[str, Any]:
+    return {"tool": s.tool, "status": s.status, "count": s.count}
+
+
+@transaction.atomic
+def tool_sighting_classify_mutating(
+    *, actor: Actor, sighting: ToolSighting, vm_arg: str, platform: str = MutatingTool.Platform.ANY,
+    description: str = "",
+) -> MutatingTool:
+    """A human judged the tool mutating: add it to the catalog and mark the sighting added."""
+    _require_human(actor, "classify a tool sighting")
+    locked = ToolSighting.objects.select_for_update().get(pk=sighting.pk)
+    before = _sighting_snapshot(locked)
+    entry = mutating_tool_add(
+        actor=actor, pattern=locked.tool, vm_arg=vm_arg, platform=platform,
+        description=description or f"Added from a sighting of {locked.tool}",
+    )
+    _sighting_classified(locked, ToolSighting.Status.ADDED, actor)
+    audit_record(
+        actor=actor, action="catalog.sighting.classified_mutating", target=locked,
+        data={"before": before, "after": _sighting_snapshot(locked), "entry": entry.pattern, "vm_arg": entry.vm_arg},
+    )
+    return entry
+
+
+@transaction.atomic
+def tool_sighting_classify_readonly(*, actor: Actor, sighting: ToolSighting) -> ToolSighting:
+    """A human judged the tool read-only: the sighting is ignored from now on (still counted)."""
+    _require_human(actor, "classify a tool sighting")
+    locked = ToolSighting.objects.select_for_update().get(pk=sighting.pk)
+    before = _sighting_snapshot(locked)
+    _sighting_classified(locked, ToolSighting.Status.IGNORED, actor)
+    audit_record(
+        actor=actor, action="catalog.sighting.classified_readonly", target=locked,
+        data={"before": before, "after": _sighting_snapshot(locked)},
+    )
+    return locked
+
+
+def _sighting_classified(sighting: ToolSighting, status: str, actor: Actor) -> None:
+    sighting.status = status
+    sighting.classified_by = actor.name[:150]
+    sighting.classified_at = timezone.now()
+    sighting.save(update_fields=["status", "classified_by", "classified_at"])

@@ -1,0 +1,1 @@
+"""Tagged checkpoints and guard-before-mutate (services, the wait, reports)."""

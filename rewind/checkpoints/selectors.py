@@ -1,0 +1,92 @@
+"""Reads of guards, shaped for callers (MCP tools, REST, admin): the per-VPG report."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from rewind.models import ChangeGuard, ChangeGuardVpg
+
+FINAL_ROW = (ChangeGuardVpg.Status.LISTED, ChangeGuardVpg.Status.FAILED, ChangeGuardVpg.Status.TIMED_OUT)
+
+
+def _iso(value: datetime | None) -> str | None:
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+@dataclass(frozen=True)
+class VpgReport:
+    name: str
+    identifier: str
+    status: str
+    checkpoint_identifier: str | None = None
+    checkpoint_timestamp: str | None = None
+    error: str | None = None
+    waited_ms: int | None = None
+    recovery_site: str | None = None
+
+
+@dataclass(frozen=True)
+class GuardReport:
+    id: int
+    ok: bool
+    finished: bool
+    status: str
+    must_not_proceed: str | None
+    vm: str
+    vm_identifier: str
+    change_id: str
+    tag: str
+    tool: str
+    action: str
+    agent: str
+    listed: int
+    total: int
+    vpgs: list[VpgReport] = field(default_factory=list)
+    landed: list[VpgReport] = field(default_factory=list)
+
+
+def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
+    return [
+        VpgReport(
+            name=r.vpg_name,
+            identifier=r.vpg_identifier,
+            status=r.status,
+            checkpoint_identifier=r.checkpoint_identifier or None,
+            checkpoint_timestamp=_iso(r.checkpoint_timestamp),
+            error=r.error or None,
+            waited_ms=r.waited_ms,
+            recovery_site=r.recovery_site_name or None,
+        )
+        for r in ChangeGuardVpg.objects.filter(guard=guard).order_by("vpg_name")
+    ]
+
+
+def guard_progress(guard_id: int) -> tuple[str, int, int]:
+    """(guard status, VPGs listed, VPGs in all): one cheap read for progress notifications."""
+    status = ChangeGuard.objects.filter(pk=guard_id).values_list("status", flat=True).first() or ""
+    rows = list(ChangeGuardVpg.objects.filter(guard_id=guard_id).values_list("status", flat=True))
+    return status, sum(1 for s in rows if s == ChangeGuardVpg.Status.LISTED), len(rows)
+
+
+def guard_report(guard: ChangeGuard) -> GuardReport:
+    guard.refresh_from_db()
+    vpgs = guard_vpg_reports(guard)
+    finished = guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
+    ok = guard.status == ChangeGuard.Status.OK
+    landed = [v for v in vpgs if v.status == ChangeGuardVpg.Status.LISTED]
+    if ok:
+        reason = None
+    elif finished:
+        reason = f"the checkpoints are not all in place ({guard.error or 'failed'}); do not make the change"
+    else:
+        reason = (
+            f"the checkpoints are not listed yet ({len(landed)}/{len(vpgs)} VPGs); "
+            f"do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
+        )
+    return GuardReport(
+        id=guard.pk, ok=ok, finished=finished, status=guard.status, must_not_proceed=reason,
+        vm=guard.vm_name, vm_identifier=guard.vm_identifier, change_id=guard.change_id, tag=guard.tag,
+        tool=guard.tool, action=guard.action, agent=guard.agent_name, listed=len(landed), total=len(vpgs),
+        vpgs=vpgs, landed=landed,
+    )

@@ -1,0 +1,306 @@
+"""Guard before mutate and tagged checkpoints: the services that create and resume guards.
+
+Flow: ``guard_before_mutate`` looks the tool up in the catalog (unlisted: audited pass
+through + sighting), finds the VM in the arguments and calls ``checkpoint_request_create``,
+which finds the protection, refuses per the insert rules, records a ``ChangeGuard`` with one
+row per VPG and queues the wait task (``rewind.checkpoints.wait``) after commit. The task
+inserts and waits (``rewind.checkpoints.wait``); callers poll the record.
+
+Refusal is all or nothing: when any VPG protecting the VM cannot take a checkpoint, nothing
+is inserted anywhere. A partial set of checkpoints would let a change go ahead with a VPG
+that cannot undo it, and would leave tags behind that no change used.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from catalog.models import MutatingTool
+from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
+from rewind.audit import Actor, audit_record
+from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.requestid import current_request_id
+
+logger = logging.getLogger(__name__)
+
+# A queued wait task that has not started after this long is queued again (its message may
+# be lost); a running task renews its lease every LEASE_S / 3 from a heartbeat thread.
+QUEUE_GRACE_S = 60
+LEASE_S = 15
+# The wait task's hard time limit is the guard's timeout plus this margin.
+TASK_MARGIN_S = 120
+TIMEOUT_MAX_S = 3600
+UNFINISHED = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
+
+
+@dataclass(frozen=True)
+class RefusedVpg:
+    name: str
+    identifier: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class GuardOutcome:
+    """What a guard or checkpoint request did.
+
+    ``guarded`` False: the tool is not in the catalog (passed through, nothing recorded but
+    the sighting). ``guard`` None with ``refusal`` set: refused, nothing inserted anywhere.
+    ``created`` False: an existing record for the same VM and change id was returned.
+    """
+
+    guarded: bool
+    guard: ChangeGuard | None = None
+    created: bool = False
+    refusal: str | None = None
+    refused: tuple[RefusedVpg, ...] = ()
+    entry: str | None = None
+    vm: str | None = None
+    change_id: str | None = None
+
+
+def clean_timeout(timeout_s: int | float | None) -> int:
+    if timeout_s is None:
+        return int(settings.REWIND_CHECKPOINT_TIMEOUT_S)
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 1 <= timeout_s <= TIMEOUT_MAX_S:
+        raise ApplicationError(f"timeout_s must be a number of seconds from 1 to {TIMEOUT_MAX_S}")
+    return int(round(timeout_s))
+
+
+def checkpoint_request_create(
+    *,
+    agent_name: str,
+    agent_id: int | None = None,
+    vm: str,
+    action: str,
+    change_id: str | None = None,
+    tool: str = "",
+    timeout_s: int | float | None = None,
+    request_id: str | None = None,
+) -> GuardOutcome:
+    """Record a tagged checkpoint request for every VPG of ``vm`` and queue the wait.
+
+    Raises ApplicationError (bad input, unknown or ambiguous VM) with nothing changed.
+    Repeatable: the same ``change_id`` for the same VM returns the existing record, also
+    when several callers race (the unique constraint decides, the losers read the winner).
+    Opens its own transactions; makes ZVM calls (the protection lookup) outside them.
+    """
+    from rewind.protection import find_protection  # the lookup module imports the ORM setup late
+
+    action = clean_action(action)
+    change = clean_change_id(change_id)
+    timeout = clean_timeout(timeout_s)
+    rid = request_id or current_request_id()
+    protection = find_protection(vm)
+    existing = ChangeGuard.objects.filter(vm_identifier=protection.vm_identifier, change_id=change).first()
+    if existing is not None:
+        guard_resume_if_stale(existing)
+        return GuardOutcome(guarded=True, guard=existing, created=False, vm=vm, change_id=change)
+    refused = tuple(
+        RefusedVpg(v.name, v.identifier, v.cannot_insert_reason or "a checkpoint cannot be inserted")
+        for v in protection.vpgs
+        if not v.can_insert_checkpoint
+    )
+    if not protection.vpgs or refused:
+        return _refuse(agent_name, protection, vm, change, action, tool, refused, rid)
+    now = timezone.now()
+    tag = build_tag(agent=agent_name, action=action, vm=protection.vm_name, change_id=change, now=now)
+    token = uuid.uuid4().hex
+    try:
+        with transaction.atomic():
+            guard = ChangeGuard.objects.create(
+                agent_id=agent_id, agent_name=agent_name, tool=tool, action=action,
+                vm_identifier=protection.vm_identifier, vm_name=protection.vm_name, change_id=change, tag=tag,
+                request_id=rid, timeout_s=timeout, lease_owner=f"queued:{token}",
+                lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
+            )
+            ChangeGuardVpg.objects.bulk_create([_vpg_row(guard, v) for v in protection.vpgs])
+            audit_record(
+                actor=Actor.agent(agent_name), action="guard.created", target=guard, request_id=rid,
+                data={"vm": protection.vm_name, "vm_identifier": protection.vm_identifier, "change_id": change,
+                      "tag": tag, "tool": tool, "timeout_s": timeout, "vpgs": [v.name for v in protection.vpgs]},
+            )
+            queue_wait(guard, token)
+    except IntegrityError:
+        # A concurrent request with the same change id for this VM won; return its record.
+        winner = ChangeGuard.objects.get(vm_identifier=protection.vm_identifier, change_id=change)
+        return GuardOutcome(guarded=True, guard=winner, created=False, vm=vm, change_id=change)
+    return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
+
+
+def _vpg_row(guard: ChangeGuard, vpg: Any) -> ChangeGuardVpg:
+    return ChangeGuardVpg(
+        guard=guard,
+        vpg_identifier=vpg.identifier,
+        vpg_name=vpg.name,
+        site_id=vpg.protected_site.site_pk,
+        protected_site_identifier=vpg.protected_site.identifier or "",
+        recovery_site_identifier=vpg.recovery_site.identifier or "",
+        recovery_site_name=vpg.recovery_site.name or "",
+    )
+
+
+def _refuse(
+    agent_name: str, protection: Any, vm: str, change: str, action: str, tool: str,
+    refused: tuple[RefusedVpg, ...], rid: str,
+) -> GuardOutcome:
+    if refused:
+        reasons = "; ".join(r.reason for r in refused)
+        reason = f"no checkpoint was inserted on any VPG of {protection.vm_name}: {reasons}"
+    else:
+        reason = f"{protection.vm_name} is not protected by any VPG, so no checkpoint can be taken"
+    with transaction.atomic():
+        audit_record(
+            actor=Actor.agent(agent_name), action="guard.refused", target=("vm", protection.vm_identifier),
+            request_id=rid,
+            data={"vm": protection.vm_name, "change_id": change, "action": action, "tool": tool, "reason": reason,
+                  "vpgs": [{"name": r.name, "identifier": r.identifier, "reason": r.reason} for r in refused]},
+        )
+    return GuardOutcome(guarded=True, refusal=reason, refused=refused, vm=vm, change_id=change)
+
+
+def queue_wait(guard: ChangeGuard, token: str) -> None:
+    """Queue the wait task once the current transaction commits.
+
+    ``robust``: if the broker is down the record stays queued-but-unstarted and is queued
+    again once its lease runs out (``guard_resume_if_stale``), so the caller still gets it.
+    """
+    from rewind.tasks import checkpoint_wait
+
+    guard_id, rid, limit = guard.pk, guard.request_id, guard.timeout_s + TASK_MARGIN_S
+    transaction.on_commit(
+        lambda: checkpoint_wait.apply_async(args=[guard_id, rid], kwargs={"lease_token": token}, time_limit=limit),
+        robust=True,
+    )
+
+
+def guard_resume_if_stale(guard: ChangeGuard) -> bool:
+    """Queue the wait again when the guard is unfinished and nobody holds a live lease.
+
+    Called by the beat and by every status read, so a guard whose worker died (or whose
+    message was lost) finishes anyway. The compare-and-swap on the lease makes concurrent
+    callers queue it once; the task's own claim makes a duplicate message harmless.
+    """
+    now = timezone.now()
+    if guard.status not in UNFINISHED or (guard.lease_expires_at and guard.lease_expires_at > now):
+        return False
+    token = uuid.uuid4().hex
+    with transaction.atomic():
+        won = ChangeGuard.objects.filter(
+            pk=guard.pk, status__in=UNFINISHED, lease_owner=guard.lease_owner, lease_expires_at=guard.lease_expires_at
+        ).update(lease_owner=f"queued:{token}", lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S))
+        if not won:
+            return False
+        audit_record(
+            actor=Actor.system(), action="guard.resumed", target=guard, request_id=guard.request_id,
+            data={"status": guard.status, "attempts": guard.attempts, "previous_lease": guard.lease_owner},
+        )
+        queue_wait(guard, token)
+    guard.refresh_from_db()
+    return True
+
+
+def guards_resume_stale() -> int:
+    """The beat's sweep: resume every unfinished guard whose lease ran out. Safe to overlap."""
+    stale = ChangeGuard.objects.filter(status__in=UNFINISHED, lease_expires_at__lt=timezone.now())
+    return sum(guard_resume_if_stale(g) for g in stale[:500])
+
+
+def guard_get(guard_id: int | str) -> ChangeGuard:
+    """A guard by id (resuming it when its task died). Raises NotFoundError."""
+    try:
+        guard = ChangeGuard.objects.get(pk=int(guard_id))
+    except (ValueError, TypeError, ChangeGuard.DoesNotExist):
+        raise NotFoundError(f"no checkpoint request with id {guard_id!r}") from None
+    guard_resume_if_stale(guard)
+    return guard
+
+
+# -- guard before mutate -----------------------------------------------------------------
+
+
+def vm_from_arguments(entry: MutatingTool, arguments: Mapping[str, Any]) -> str:
+    """The VM named by the entry's ``vm_arg``; raises ApplicationError naming what is missing.
+
+    The key is looked up exactly, then case-insensitively. ``user@host`` and ``host:port``
+    are reduced to the host; a one-element list is its element; anything else is an error,
+    never a silent pass.
+    """
+    key = entry.vm_arg
+    if key not in arguments:
+        key = next((k for k in arguments if str(k).lower() == entry.vm_arg.lower()), entry.vm_arg)
+    value = arguments.get(key)
+    if isinstance(value, (list, tuple)) and len(value) == 1:
+        value = value[0]
+    if value is None or (isinstance(value, str) and not value.strip()):
+        raise ApplicationError(
+            f"the catalog entry {entry.pattern!r} names the VM in argument {entry.vm_arg!r}, "
+            f"which is missing from the arguments; the change must not proceed unguarded"
+        )
+    if not isinstance(value, str):
+        raise ApplicationError(
+            f"argument {entry.vm_arg!r} (catalog entry {entry.pattern!r}) must name one VM; guard each host separately"
+        )
+    return _host_only(value.strip())
+
+
+def _host_only(value: str) -> str:
+    host = value.rsplit("@", 1)[-1]
+    if host.count(":") == 1:  # host:port; a bare IPv6 address has several colons
+        name, port = host.split(":")
+        if port.isdigit():
+            host = name
+    return host.strip("[]") or value
+
+
+def guard_before_mutate(
+    *,
+    agent_name: str,
+    agent_id: int | None = None,
+    tool: str,
+    arguments: Mapping[str, Any],
+    action: str,
+    change_id: str | None = None,
+    timeout_s: int | float | None = None,
+    request_id: str | None = None,
+) -> GuardOutcome:
+    """Guard a tool call: checkpoint every VPG of its VM if the catalog lists the tool.
+
+    Unlisted tools pass through (audited ``guard.pass_through``, sighting recorded) with
+    ``guarded`` False. Raises ApplicationError for a malformed tool name, empty action,
+    non-object arguments or a listed tool whose VM argument is missing.
+    """
+    name = normalize_tool_name(tool)
+    if not isinstance(arguments, Mapping):
+        raise ApplicationError("arguments must be an object (the arguments of the tool you are about to call)")
+    cleaned_action = clean_action(action)
+    rid = request_id or current_request_id()
+    entry = mutating_tool_match(name)
+    if entry is None:
+        with transaction.atomic():
+            tool_sighting_record(tool=name, agent_name=agent_name, argument_names=[str(k) for k in arguments])
+            audit_record(
+                actor=Actor.agent(agent_name), action="guard.pass_through", target=("tool", name), request_id=rid,
+                data={"tool": name, "action": cleaned_action, "argument_names": sorted(str(k) for k in arguments)},
+            )
+        return GuardOutcome(guarded=False)
+    vm = vm_from_arguments(entry, arguments)
+    outcome = checkpoint_request_create(
+        agent_name=agent_name, agent_id=agent_id, vm=vm, action=cleaned_action, change_id=change_id,
+        tool=name, timeout_s=timeout_s, request_id=rid,
+    )
+    return GuardOutcome(
+        guarded=True, guard=outcome.guard, created=outcome.created, refusal=outcome.refusal,
+        refused=outcome.refused, entry=entry.pattern, vm=vm, change_id=outcome.change_id,
+    )

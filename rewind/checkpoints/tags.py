@@ -1,0 +1,75 @@
+"""The checkpoint tag: ``ai:<agent> | <action> | vm=<vm> | change=<id> | <utc>``.
+
+- ``agent`` is the authenticated agent's name, never a caller-supplied value.
+- ``|`` and control characters are removed from the action (``|`` separates the fields, so
+  a reader can split a tag back into them); runs of whitespace become one space.
+- ``utc`` is ISO 8601 to the second with ``Z``.
+- Length: a tag is at most ``REWIND_TAG_MAX_LENGTH`` characters (and never more than the 255
+  the record holds). Only the action is shortened to fit, ending in ``...``: agent, VM,
+  change id and time are what tie a checkpoint to a change, so they are kept whole. When
+  even a 1-character action does not fit, the request is refused.
+"""
+
+from __future__ import annotations
+
+import re
+import unicodedata
+import uuid
+from datetime import UTC, datetime
+
+from django.conf import settings
+
+from rewind.errors import ApplicationError
+
+ELLIPSIS = "..."
+ACTION_MAX = 200  # the record's column
+CHANGE_ID_MAX = 100
+_SPACES = re.compile(r"\s+")
+
+
+def _strip_controls(text: str) -> str:
+    return "".join(ch for ch in text if ch != "|" and unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"))
+
+
+def clean_action(action: str) -> str:
+    """The action as it goes into the tag; raises ApplicationError when nothing is left."""
+    cleaned = _SPACES.sub(" ", _strip_controls(action or "")).strip()
+    if not cleaned:
+        raise ApplicationError("describe the change in 'action' (what you are about to do); it is empty")
+    return cleaned[:ACTION_MAX]
+
+
+def clean_change_id(change_id: str | None) -> str:
+    """The caller's change id, or a new one. Raises ApplicationError for one a tag cannot carry."""
+    if change_id is None or not str(change_id).strip():
+        return f"chg-{uuid.uuid4().hex[:16]}"
+    value = str(change_id).strip()
+    if len(value) > CHANGE_ID_MAX:
+        raise ApplicationError(f"change_id is longer than {CHANGE_ID_MAX} characters")
+    if _strip_controls(value) != value or _SPACES.search(value):
+        raise ApplicationError("change_id may not contain '|', spaces or control characters")
+    return value
+
+
+def tag_time(now: datetime) -> str:
+    return now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def max_tag_length() -> int:
+    return min(int(settings.REWIND_TAG_MAX_LENGTH), 255)
+
+
+def build_tag(*, agent: str, action: str, vm: str, change_id: str, now: datetime) -> str:
+    """The tag for one change; ``action`` must already be cleaned. Raises ApplicationError."""
+    head = f"ai:{agent} | "
+    tail = f" | vm={vm} | change={change_id} | {tag_time(now)}"
+    limit = max_tag_length()
+    room = limit - len(head) - len(tail)
+    if len(action) <= room:
+        return head + action + tail
+    if room < 1 + len(ELLIPSIS):
+        raise ApplicationError(
+            f"the tag would be longer than {limit} characters even with the action cut short; "
+            "use a shorter change_id"
+        )
+    return head + action[: room - len(ELLIPSIS)].rstrip() + ELLIPSIS + tail

@@ -1,0 +1,312 @@
+"""The wait: insert the tagged checkpoint on every VPG in parallel and wait until listed.
+
+Runs inside the Celery task ``rewind.checkpoints.wait``. One thread per unfinished VPG row,
+each with its own ZVM client (through the ZVM of the VPG's protected site) and its own DB
+connection. No transaction is held across a ZVM call: every step is record the attempt →
+call → record the outcome, and every record is a compare-and-swap on the row's status.
+
+Repeat safety (a redelivered or re-queued task):
+- the task first claims the guard's lease; a live lease held by another run → it does nothing;
+- a ``pending`` row is moved to ``inserting`` (CAS, audited) *before* the insert call, so only
+  one run ever inserts it;
+- an ``inserting`` row without a task id (the run died mid-call, or the call's answer was
+  lost) is never inserted again blindly: it is resolved by looking for the tag in the
+  checkpoint list until the deadline (the client has no task listing to find the task by);
+- a row with a task id resumes polling that task.
+
+Polling is adaptive: the next poll comes after 5% of the time waited so far, between
+0.1 s and 2 s, so the answer arrives at most ~5% late while a long wait costs few calls.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError, connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.checkpoints.services import LEASE_S, UNFINISHED
+from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.sites import site_client
+from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
+
+logger = logging.getLogger(__name__)
+
+Row = ChangeGuardVpg
+FINAL = (Row.Status.LISTED, Row.Status.FAILED, Row.Status.TIMED_OUT)
+NOT_FINAL = (Row.Status.PENDING, Row.Status.INSERTING, Row.Status.WAITING)
+POLL_MIN_S, POLL_MAX_S, POLL_FRACTION = 0.1, 2.0, 0.05
+LIST_LOOKBACK = timedelta(minutes=1)
+
+
+def poll_interval(waited_s: float) -> float:
+    return max(POLL_MIN_S, min(POLL_MAX_S, POLL_FRACTION * waited_s))
+
+
+def guard_wait(guard_id: int, lease_token: str | None = None) -> str:
+    """Run (or resume) the wait of one guard. Returns what happened, for the task log."""
+    run_id = f"run:{uuid.uuid4().hex}"
+    if not _claim(guard_id, lease_token, run_id):
+        return "skipped: finished, or another run holds the lease"
+    guard = ChangeGuard.objects.get(pk=guard_id)
+    assert guard.started_at is not None
+    remaining = (guard.started_at + timedelta(seconds=guard.timeout_s) - timezone.now()).total_seconds()
+    deadline = time.monotonic() + max(0.0, remaining)
+    stop, lost = threading.Event(), threading.Event()
+    beat = _start_thread(_heartbeat, guard_id, run_id, stop, lost)
+    try:
+        rows = [r.pk for r in guard.vpgs.all() if r.status not in FINAL]
+        workers = [_start_thread(_vpg_run, pk, guard, deadline, lost) for pk in rows]
+        for t in workers:
+            t.join()
+    finally:
+        stop.set()
+        beat.join()
+    if lost.is_set():
+        return "lease lost to another run"
+    return _guard_finish(guard)
+
+
+def _start_thread(target: object, *args: object) -> threading.Thread:
+    # Threads do not inherit context variables; the request id must follow.
+    ctx = contextvars.copy_context()
+    thread = threading.Thread(target=ctx.run, args=(target, *args), daemon=True)
+    thread.start()
+    return thread
+
+
+def _claim(guard_id: int, lease_token: str | None, run_id: str) -> bool:
+    now = timezone.now()
+    free = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
+    if lease_token:
+        free |= Q(lease_owner=f"queued:{lease_token}")
+    return bool(
+        ChangeGuard.objects.filter(free, pk=guard_id, status__in=UNFINISHED).update(
+            status=ChangeGuard.Status.RUNNING,
+            started_at=Coalesce(F("started_at"), now),
+            lease_owner=run_id,
+            lease_expires_at=now + timedelta(seconds=LEASE_S),
+            attempts=F("attempts") + 1,
+        )
+    )
+
+
+def _heartbeat(guard_id: int, run_id: str, stop: threading.Event, lost: threading.Event) -> None:
+    try:
+        while not stop.wait(LEASE_S / 3):
+            try:
+                renewed = ChangeGuard.objects.filter(pk=guard_id, lease_owner=run_id).update(
+                    lease_expires_at=timezone.now() + timedelta(seconds=LEASE_S)
+                )
+            except DatabaseError:
+                logger.warning("guard %s: could not renew the lease; retrying", guard_id, exc_info=True)
+                continue
+            if not renewed:
+                lost.set()
+                return
+    finally:
+        connection.close()
+
+
+def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event) -> None:
+    try:
+        _VpgWait(row_id, guard, deadline, lost).run()
+    except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
+        logger.exception("guard %s: the wait of VPG row %s failed", guard.pk, row_id)
+        _row_finish(row_id, guard, Row.Status.FAILED, error=f"internal error while waiting ({type(exc).__name__})")
+    finally:
+        connection.close()
+
+
+class _VpgWait:
+    def __init__(self, row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event) -> None:
+        self.row = Row.objects.select_related("site").get(pk=row_id)
+        self.guard = guard
+        self.deadline = deadline
+        self.lost = lost
+        self.last_error = ""
+
+    def run(self) -> None:
+        site = self.row.site
+        if site is None or not site.enabled:
+            self.finish(Row.Status.FAILED, error="the protected site's ZVM is not configured (or is disabled) here")
+            return
+        client = site_client(site, request_id=self.guard.request_id)
+        try:
+            if self.row.status == Row.Status.PENDING and not self.insert(client):
+                return
+            self.poll(client)
+        finally:
+            client.close()
+
+    # -- insert ------------------------------------------------------------------------
+    def insert(self, client: ZvmClient) -> bool:
+        """Record the attempt, insert, record the task id. False when the row is finished."""
+        if time.monotonic() >= self.deadline:
+            self.finish(Row.Status.TIMED_OUT, error="not inserted: the guard had already timed out")
+            return False
+        if not self._mark_inserting():
+            self.row.refresh_from_db()  # another run took it; follow what it recorded
+            return self.row.status not in FINAL
+        try:
+            task_id = client.insert_tagged_checkpoint(self.row.vpg_identifier, self.guard.tag)
+        except (ZvmAuthError, ZvmNotFoundError) as exc:
+            self.finish(Row.Status.FAILED, error=str(exc))
+            return False
+        except ZvmRejectedError as exc:
+            self.finish(Row.Status.FAILED, error=f"the ZVM refused the checkpoint: {exc}")
+            return False
+        except ZvmError as exc:
+            # The ZVM may have acted before the answer was lost: never insert again here;
+            # look for the tag instead.
+            self.last_error = f"the insert call's outcome is unknown ({exc})"
+            Row.objects.filter(pk=self.row.pk).update(error=self.last_error[:2000])
+            return True
+        Row.objects.filter(pk=self.row.pk, status=Row.Status.INSERTING, task_id="").update(
+            task_id=task_id, status=Row.Status.WAITING
+        )
+        self.row.refresh_from_db()
+        return True
+
+    def _mark_inserting(self) -> bool:
+        with transaction.atomic():
+            won = Row.objects.filter(pk=self.row.pk, status=Row.Status.PENDING).update(
+                status=Row.Status.INSERTING, insert_started_at=timezone.now()
+            )
+            if won:
+                audit_record(
+                    actor=Actor.agent(self.guard.agent_name), action="checkpoint.requested", target=self.guard,
+                    request_id=self.guard.request_id,
+                    data={"vpg": self.row.vpg_name, "vpg_identifier": self.row.vpg_identifier,
+                          "site": self.row.site.name if self.row.site else "", "tag": self.guard.tag},
+                )
+        if won:
+            self.row.refresh_from_db()
+        return bool(won)
+
+    # -- wait --------------------------------------------------------------------------
+    def poll(self, client: ZvmClient) -> None:
+        start = self.row.insert_started_at or self.guard.started_at or timezone.now()
+        since = start - LIST_LOOKBACK
+        task_done = False
+        while not self.lost.is_set():
+            self.row.refresh_from_db(fields=["status", "task_id"])
+            if self.row.status in FINAL:
+                return
+            try:
+                task_done = task_done or self._task_done(client)
+                if task_done or not self.row.task_id:
+                    found = self._find_tag(client, since)
+                    if found is not None:
+                        self.finish(Row.Status.LISTED, checkpoint=found)
+                        return
+            except _RowFailed as exc:
+                self.finish(Row.Status.FAILED, error=str(exc))
+                return
+            if time.monotonic() >= self.deadline:
+                self.finish(Row.Status.TIMED_OUT, error=self._timeout_reason(task_done))
+                return
+            waited = (timezone.now() - start).total_seconds()
+            self.lost.wait(min(poll_interval(waited), max(0.0, self.deadline - time.monotonic())))
+
+    def _task_done(self, client: ZvmClient) -> bool:
+        if not self.row.task_id:
+            return False
+        try:
+            task = client.get_task(self.row.task_id)
+        except ZvmNotFoundError:
+            return True  # the ZVM forgot the task (restart?): the checkpoint list decides
+        except ZvmRejectedError as exc:
+            if isinstance(exc, ZvmAuthError):
+                self.last_error = str(exc)
+                return False
+            raise _RowFailed(f"reading the insert task failed: {exc}") from exc
+        except ZvmError as exc:
+            self.last_error = str(exc)
+            return False
+        if task.failed:
+            reason = task.complete_reason or "no reason given"
+            raise _RowFailed(f"the ZVM's insert task ended in state {task.state}: {reason}")
+        return task.completed
+
+    def _find_tag(self, client: ZvmClient, since: datetime) -> Checkpoint | None:
+        try:
+            listed = client.list_checkpoints(self.row.vpg_identifier, start=since)
+        except ZvmNotFoundError as exc:
+            raise _RowFailed(f"the VPG is gone: {exc}") from exc
+        except ZvmError as exc:  # transient, or a token that just expired: try again next poll
+            self.last_error = str(exc)
+            return None
+        tag = self.guard.tag.strip()
+        return next((cp for cp in listed if (cp.tag or "").strip() == tag), None)
+
+    def _timeout_reason(self, task_done: bool) -> str:
+        limit = f"within {self.guard.timeout_s} s"
+        if not self.row.task_id:
+            reason = f"the insert was interrupted and no checkpoint with the tag was listed {limit}"
+        elif not task_done:
+            reason = f"the ZVM's insert task did not complete {limit}"
+        else:
+            reason = f"the checkpoint was not listed {limit}"
+        return f"{reason} (last error: {self.last_error})" if self.last_error else reason
+
+    def finish(self, status: str, *, error: str = "", checkpoint: Checkpoint | None = None) -> None:
+        _row_finish(self.row.pk, self.guard, status, error=error, checkpoint=checkpoint)
+
+
+class _RowFailed(Exception):
+    pass
+
+
+def _row_finish(
+    row_id: int, guard: ChangeGuard, status: str, *, error: str = "", checkpoint: Checkpoint | None = None
+) -> None:
+    row = Row.objects.get(pk=row_id)
+    start = row.insert_started_at or guard.started_at or timezone.now()
+    waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
+    with transaction.atomic():
+        won = Row.objects.filter(pk=row_id, status__in=NOT_FINAL).update(
+            status=status,
+            error=error[:2000],
+            checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
+            checkpoint_timestamp=checkpoint.timestamp if checkpoint else None,
+            waited_ms=waited_ms,
+        )
+        if won:
+            audit_record(
+                actor=Actor.system(),
+                action="checkpoint.listed" if status == Row.Status.LISTED else "checkpoint.failed",
+                target=guard,
+                request_id=guard.request_id,
+                data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "status": status, "error": error,
+                      "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
+                      "waited_ms": waited_ms, "tag": guard.tag},
+            )
+
+
+def _guard_finish(guard: ChangeGuard) -> str:
+    rows = list(Row.objects.filter(guard=guard))
+    if any(r.status not in FINAL for r in rows):
+        return "unfinished rows remain"
+    ok = all(r.status == Row.Status.LISTED for r in rows)
+    status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
+    error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != Row.Status.LISTED)
+    with transaction.atomic():
+        won = ChangeGuard.objects.filter(pk=guard.pk, status=ChangeGuard.Status.RUNNING).update(
+            status=status, error=error[:4000], finished_at=timezone.now(), lease_owner="", lease_expires_at=None
+        )
+        if won:
+            audit_record(
+                actor=Actor.system(), action=f"guard.{status}", target=guard, request_id=guard.request_id,
+                data={"status": status, "error": error, "listed": [r.vpg_name for r in rows if r.status == Row.Status.LISTED],
+                      "not_listed": [r.vpg_name for r in rows if r.status != Row.Status.LISTED]},
+            )
+    return status

@@ -1,0 +1,31 @@
+"""Celery tasks of the rewind app: thin wrappers that take ids and call services."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from rewind.requestid import bound_request_id
+
+
+@shared_task(name="rewind.checkpoints.wait", acks_late=True, ignore_result=False)
+def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: str | None = None) -> str:
+    """Insert and wait for the tagged checkpoints of one guard (see rewind.checkpoints.wait).
+
+    Safe to run twice: the guard's lease lets one run work at a time and every step is a
+    compare-and-swap. ZVM errors that may pass are retried inside the wait until the
+    guard's deadline, not by re-running the task; if the task dies, the lease expires and
+    the guard is queued again (``rewind.checkpoints.resume_stale`` or a status read).
+    The hard time limit is set per call (guard timeout + margin) by the service.
+    """
+    from rewind.checkpoints.wait import guard_wait
+
+    with bound_request_id(request_id):
+        return guard_wait(guard_id, lease_token)
+
+
+@shared_task(name="rewind.checkpoints.resume_stale")
+def checkpoints_resume_stale() -> int:
+    """Queue again every unfinished guard whose wait task died. Safe to overlap."""
+    from rewind.checkpoints.services import guards_resume_stale
+
+    return guards_resume_stale()

@@ -1,0 +1,60 @@
+"""Guard fixtures: sites registered against the simulator, an agent, and a wait helper."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import User
+
+from rewind.audit import Actor
+from rewind.models import Agent, ChangeGuard, Site
+from rewind.sites import site_check, site_create
+
+ADMIN = Actor.user("alice")
+SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
+
+
+@pytest.fixture(autouse=True)
+def _no_lookup_cache(settings: Any) -> None:
+    # The simulator is reset between tests; a cached lookup from the last test would lie.
+    settings.REWIND_LOOKUP_CACHE_S = 0
+
+
+@pytest.fixture
+def sites(sim: Any, db: None) -> dict[str, Site]:
+    out = {}
+    for slug, name in SLUGS.items():
+        site = site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
+        assert site_check(site=site).ok
+        out[slug] = site
+    return out
+
+
+@pytest.fixture
+def agent(db: None) -> Agent:
+    owner = User.objects.create_user("owner", password="x-owner-pw-123")
+    return Agent.objects.create(name="claude", owner=owner)
+
+
+def wait_finished(guard: ChangeGuard, timeout: float = 60.0) -> ChangeGuard:
+    """Poll the record until the wait task finished it (the worker runs in another process)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        guard.refresh_from_db()
+        if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
+            return guard
+        time.sleep(0.1)
+    raise AssertionError(f"guard {guard.pk} still {guard.status} after {timeout} s")
+
+
+def tagged(sim: Any, slug: str, vpg_name: str, tag: str) -> list[dict[str, Any]]:
+    """The checkpoints with ``tag`` that the simulated ZVM lists for a VPG (raw API rows)."""
+    http = sim.http
+    base = sim.site_url(slug)
+    token = sim.token(slug)
+    vpgs = http.get(f"{base}/v1/vpgs", params={"name": vpg_name}, headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    vpg_id = vpgs[0]["VpgIdentifier"]
+    rows = http.get(f"{base}/v1/vpgs/{vpg_id}/checkpoints", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    return [r for r in rows if r.get("Tag") == tag]
