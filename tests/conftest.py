@@ -15,7 +15,7 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-pytest_plugins = ["tests.simfixtures"]
+pytest_plugins = ["tests.simfixtures", "tests.mcpfixtures"]
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be
 # callable from fixtures there.

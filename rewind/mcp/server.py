@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
@@ -66,6 +67,14 @@ Rules:
 """
 
 
+# Error texts may quote an argument; whatever looks like a token is cut out before it is audited.
+_TOKEN_IN_TEXT = re.compile(r"(?i)\bbearer\s+\S+|rwd_[A-Za-z0-9_-]{20,}")
+
+
+def _scrub(text: str) -> str:
+    return _TOKEN_IN_TEXT.sub("***", text)
+
+
 def _root_cause(exc: BaseException) -> BaseException:
     while isinstance(exc, ToolError) and exc.__cause__ is not None:
         exc = exc.__cause__
@@ -111,7 +120,7 @@ class RewindMCPServer(MCPServer):
                 "tool": name,
                 "arguments": arguments,
                 "outcome": outcome,
-                "error": message[:500],
+                "error": _scrub(message)[:500],
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             }
             try:

@@ -1,0 +1,188 @@
+"""pytest plugin: the app under a real uvicorn, agents with tokens, and MCP clients.
+
+Fixtures:
+- ``mcp_server`` (session): uvicorn with 2 workers serving ``rewind.asgi:application`` on the
+  test database; ``.url`` (http://127.0.0.1:PORT), ``.mcp_url``.
+- ``mcp_sites`` (function, committed data): sites "Site A" and "Site B" registered against the
+  simulator (resets it); returns ``{"Site A": Site, "Site B": Site}``.
+- ``agent_token`` (function, committed data): ``(agent, token)`` of a fresh agent.
+- ``mcp_client``: ``mcp_client(token, mode="auto", url=None)`` → async context manager yielding
+  an ``mcp.Client`` speaking streamable HTTP with the bearer token.
+- ``node_mcp_client``: the directory of an npm install of ``@modelcontextprotocol/client@2``
+  (cached under REWIND_VAR_DIR); skips when npm cannot reach its registry.
+
+``run_uvicorn(work_dir, env=..., workers=...)`` starts another server with other settings.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import AbstractAsyncContextManager
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+from django.conf import settings
+
+from tests.simfixtures import PASSWORD, PYTHON, REPO, USERNAME, SimHandle
+
+START_TIMEOUT = 60.0
+_agent_numbers = itertools.count(1)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class UvicornServer:
+    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.log = log
+        self.url = f"http://127.0.0.1:{port}"
+        self.mcp_url = f"{self.url}/mcp"
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_uvicorn(work_dir: Path, *, database_url: str, workers: int = 2, env: dict[str, str] | None = None,
+                  app: str = "rewind.asgi:application") -> UvicornServer:
+    """uvicorn on a free port; returns once every worker has finished its startup."""
+    work_dir.mkdir(parents=True, exist_ok=True)
+    port = free_port()
+    log = work_dir / f"uvicorn-{port}.log"
+    full_env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(env or {})}
+    full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server must run as in production
+    cmd = [PYTHON, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
+           "--workers", str(workers), "--no-access-log", "--timeout-graceful-shutdown", "5"]
+    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)
+    server = UvicornServer(proc, port, log)
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"uvicorn exited with {proc.returncode}: {log.read_text()[-3000:]}")
+        if log.read_text(errors="replace").count("Application startup complete.") >= workers:
+            return server
+        time.sleep(0.1)
+    server.stop()
+    raise RuntimeError(f"uvicorn not ready after {START_TIMEOUT:.0f} s: {log.read_text()[-3000:]}")
+
+
+@contextlib.contextmanager
+def run_uvicorn(work_dir: Path, **kwargs: Any) -> Iterator[UvicornServer]:
+    server = start_uvicorn(work_dir, **kwargs)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def mcp_server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UvicornServer]:
+    from tests.conftest import test_database_url
+
+    with run_uvicorn(tmp_path_factory.mktemp("uvicorn"), database_url=test_database_url()) as server:
+        yield server
+
+
+def register_sites(sim: SimHandle, slugs: dict[str, str]) -> dict[str, Any]:
+    """Sites (name → slug) against the simulator, through the service, with their identity learned."""
+    from rewind.audit import Actor
+    from rewind.models import Site
+    from rewind.sites import site_check, site_create
+
+    sites = {}
+    for name, slug in slugs.items():
+        site = Site.objects.filter(name=name).first() or site_create(
+            actor=Actor.system("tests"), name=name, base_url=sim.site_url(slug), username=USERNAME, password=PASSWORD
+        )
+        site_check(site=site)
+        sites[name] = site
+    return sites
+
+
+@pytest.fixture
+def mcp_sites(transactional_db: None, sim: SimHandle) -> dict[str, Any]:
+    return register_sites(sim, {"Site A": "site-a", "Site B": "site-b"})
+
+
+def make_agent_token(name: str | None = None, **token_kwargs: Any) -> tuple[Any, str]:
+    from django.contrib.auth import get_user_model
+
+    from rewind.agents import agent_create, agent_token_issue
+    from rewind.audit import Actor
+
+    owner, _ = get_user_model().objects.get_or_create(username="agent-owner", defaults={"is_superuser": True})
+    actor = Actor.system("tests")
+    agent = agent_create(actor=actor, name=name or f"agent-{os.getpid()}-{next(_agent_numbers)}", owner=owner)
+    return agent, agent_token_issue(actor=actor, agent=agent, **token_kwargs).token
+
+
+@pytest.fixture
+def agent_token(transactional_db: None) -> tuple[Any, str]:
+    return make_agent_token()
+
+
+def bearer_http_client(token: str | None, **headers: str) -> httpx2.AsyncClient:
+    if token is not None:
+        headers = {"Authorization": f"Bearer {token}", **headers}
+    return httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=60.0))
+
+
+@contextlib.asynccontextmanager
+async def open_mcp_client(url: str, token: str | None, mode: str = "auto") -> AsyncIterator[Any]:
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    async with bearer_http_client(token) as http:
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+            yield client
+
+
+@pytest.fixture
+def mcp_client(mcp_server: UvicornServer) -> Callable[..., AbstractAsyncContextManager[Any]]:
+    def factory(token: str | None, mode: str = "auto", url: str | None = None) -> AbstractAsyncContextManager[Any]:
+        return open_mcp_client(url or mcp_server.mcp_url, token, mode)
+
+    return factory
+
+
+@pytest.fixture(scope="session")
+def node_mcp_client() -> Path:
+    """``@modelcontextprotocol/client@2`` installed once under REWIND_VAR_DIR/node-mcp, with our script."""
+    npm, node = shutil.which("npm"), shutil.which("node")
+    if npm is None or node is None:
+        pytest.skip("Node.js/npm is not installed, so the TypeScript client cannot run")
+    folder = Path(settings.VAR_DIR) / "node-mcp"
+    package = folder / "node_modules" / "@modelcontextprotocol" / "client" / "package.json"
+    if not package.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            done = subprocess.run([npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund",
+                                   "@modelcontextprotocol/client@2"], capture_output=True, text=True, timeout=180)
+        except subprocess.TimeoutExpired:
+            pytest.skip("npm install of @modelcontextprotocol/client@2 timed out (registry unreachable?)")
+        if done.returncode != 0 or not package.exists():
+            pytest.skip(f"npm could not install @modelcontextprotocol/client@2: {done.stderr.strip()[-500:]}")
+    shutil.copy(Path(__file__).parent / "mcp" / "client_v2.mjs", folder / "client_v2.mjs")
+    return folder
+
