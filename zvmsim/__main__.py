@@ -70,7 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         ca_bundle = str(files.ca)
         print(f"zvmsim CA bundle: {ca_bundle}", flush=True)
     app = create_app(config, ca_bundle)
-    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+    level = "info" if args.access_log else "warning"
+    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
                                     access_log=args.access_log, lifespan="off", **ssl))
     server.scheme = "http" if args.http else "https"
     server.run()

@@ -102,3 +102,14 @@ def test_calls_are_counted_by_template(sim: SimHandle, zvm_a: Zvm) -> None:
     assert calls["GET /v1/vpgs/{vpg_id}/checkpoints"] == 1
     assert calls["POST /auth/realms/zerto/protocol/openid-connect/token"] == 1
     assert sim.calls("site-b") == {}
+
+
+def test_the_certificate_verifies_against_the_ca_bundle(sim: SimHandle) -> None:
+    import requests
+
+    assert sim.ca_bundle
+    pinned = requests.Session()
+    pinned.trust_env = False
+    resp = pinned.get(sim.url + "/_sim/state", verify=sim.ca_bundle, timeout=30)
+    assert resp.status_code == 200
+    assert resp.json()["ca_bundle"] == sim.ca_bundle
