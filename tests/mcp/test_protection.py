@@ -1,0 +1,155 @@
+"""find_protection against the simulator: matching order, dedupe, insert rules, bounded cost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from rewind.errors import ApplicationError
+from rewind.protection import VmAmbiguousError, VmNotFoundError, find_protection, protection_cache_clear
+from rewind.requestid import bound_request_id
+from tests.mcpfixtures import register_sites
+from tests.zvm.localzvm import serve
+
+
+@pytest.fixture(autouse=True)
+def _fresh_cache(settings: Any) -> Iterator[None]:
+    settings.REWIND_LOOKUP_CACHE_S = 60.0
+    protection_cache_clear()
+    yield
+    protection_cache_clear()
+
+
+@pytest.fixture
+def two_sites(db: None, sim: Any) -> dict[str, Any]:
+    return register_sites(sim, {"Site A": "site-a", "Site B": "site-b"})
+
+
+def no_dns(host: str) -> list[str]:
+    raise AssertionError(f"DNS was asked for {host} although a name matched")
+
+
+def test_it_matches_the_exact_vm_name_and_dedupes_rows_of_both_sites(sim: Any, two_sites: Any) -> None:
+    found = find_protection("web01", resolver=no_dns)
+    assert found.vm_identifier == sim.vm("web01")["identifier"]
+    assert [v.name for v in found.vpgs] == ["vpg-web", "vpg-web-dr"]
+    assert len({v.identifier for v in found.vpgs}) == 2
+
+
+def test_it_matches_a_vm_identifier(sim: Any, two_sites: Any) -> None:
+    identifier = sim.vm("app01")["identifier"]
+    found = find_protection(identifier, resolver=no_dns)
+    assert found.vm_name == "app01"
+    assert [v.name for v in found.vpgs] == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
+
+
+def test_it_matches_the_short_name_of_an_fqdn(two_sites: Any) -> None:
+    assert find_protection("db01.corp.example.com", resolver=no_dns).vm_name == "db01"
+
+
+def test_it_resolves_a_hostname_and_matches_the_vm_ip(two_sites: Any) -> None:
+    asked: list[str] = []
+
+    def resolver(host: str) -> list[str]:
+        asked.append(host)
+        return ["10.0.0.21"] if host == "fileserver.corp.example" else []
+
+    found = find_protection("fileserver.corp.example", resolver=resolver)
+    assert found.vm_name == "win01"
+    assert asked == ["fileserver.corp.example"]
+    assert [v.name for v in found.vpgs] == ["vpg-win"]
+
+
+def test_it_matches_an_ip_address_without_dns(two_sites: Any) -> None:
+    assert find_protection("10.0.0.12", resolver=no_dns).vm_name == "app01"
+
+
+def test_it_reads_each_site_s_full_vm_list_once_per_cache_period(sim: Any, two_sites: Any) -> None:
+    ips = {"apphost": "10.0.0.12", "dbhost": "10.0.0.13", "webhost": "10.0.0.11"}
+    before = sim.calls("site-a").get("GET /v1/vms", 0)
+    for host in ips:
+        find_protection(host, resolver=lambda h: [ips[h]])
+    # One filtered name look-up per host, and a single unfiltered listing for the IP index.
+    assert sim.calls("site-a").get("GET /v1/vms", 0) - before == len(ips) + 1
+
+
+def test_it_caches_name_lookups_per_site(sim: Any, two_sites: Any) -> None:
+    find_protection("db01")
+    after_first = sim.calls("site-b").get("GET /v1/vms", 0)
+    find_protection("db01")
+    find_protection("DB01")
+    assert sim.calls("site-b").get("GET /v1/vms", 0) == after_first
+
+
+def test_it_refuses_an_unknown_vm(two_sites: Any) -> None:
+    with pytest.raises(VmNotFoundError, match="no protected VM matches 'ghost01'"):
+        find_protection("ghost01", resolver=lambda h: [])
+
+
+def test_it_lists_both_candidates_of_an_ambiguous_name(sim: Any, two_sites: Any) -> None:
+    with pytest.raises(VmAmbiguousError) as caught:
+        find_protection("dup01")
+    assert len(caught.value.candidates) == 2
+    assert all(c.name == "dup01" and c.sites == ("Site A", "Site B") for c in caught.value.candidates)
+    for candidate in caught.value.candidates:
+        assert candidate.identifier in caught.value.message
+        # The identifier is unambiguous.
+        assert find_protection(candidate.identifier).vm_identifier == candidate.identifier
+
+
+def test_it_says_why_a_checkpoint_cannot_be_inserted(two_sites: Any) -> None:
+    cloud = find_protection("cloud01").vpgs[0]
+    assert cloud.protected_site.type == "AWS" and not cloud.can_insert_checkpoint
+    assert "AWS" in (cloud.cannot_insert_reason or "")
+    syncing = find_protection("newvm01").vpgs[0]
+    assert not syncing.can_insert_checkpoint and "initial sync" in (syncing.cannot_insert_reason or "")
+    edge = find_protection("edge01").vpgs[0]
+    assert edge.protected_site.name == "Site C" and edge.protected_site.configured is False
+    assert edge.recovery_site.configured is True and edge.recovery_site.site_pk == two_sites["Site B"].pk
+    assert edge.cannot_insert_reason == "the ZVM of protected site Site C is not configured here"
+    assert find_protection("win01").vpgs[0].can_insert_checkpoint
+
+
+def test_it_marks_a_recovery_site_that_is_not_configured(two_sites: Any) -> None:
+    app3 = next(v for v in find_protection("app01").vpgs if v.name == "vpg-app-3")
+    assert app3.recovery_site.name == "Site C" and app3.recovery_site.configured is False
+    assert app3.can_insert_checkpoint  # the protected site's ZVM is what inserts
+
+
+def test_it_fails_naming_a_site_it_could_not_ask(sim: Any, two_sites: Any) -> None:
+    sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
+    with pytest.raises(ApplicationError, match="Site B"):
+        find_protection("db01")
+
+
+def test_it_refuses_an_empty_query(two_sites: Any) -> None:
+    with pytest.raises(ApplicationError, match="give a VM name"):
+        find_protection("  ")
+
+
+def test_it_needs_a_configured_site(db: None) -> None:
+    with pytest.raises(ApplicationError, match="no ZVM site is configured"):
+        find_protection("web01")
+
+
+def test_it_sends_the_bound_request_id_to_the_zvm(db: None) -> None:
+    from rewind.audit import Actor
+    from rewind.sites import site_create
+
+    row = {"VmIdentifier": "srv.vm-1", "VmName": "solo01", "VpgIdentifier": "vpg-1", "VpgName": "vpg-solo",
+           "Status": 1, "SubStatus": 0, "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
+           "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"}, "EnabledActions": {"IsFlrEnabled": True}}
+    for zvm in serve():
+        zvm.routes[("GET", "/v1/vms")] = (200, [row])
+        zvm.routes[("GET", "/v1/localsite")] = (200, {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"})
+        zvm.routes[("GET", "/v1/peersites")] = (200, [])
+        zvm.routes[("GET", "/v1/vpgs/statuses")] = (200, ["Initializing", "MeetingSLA"])
+        zvm.routes[("GET", "/v1/vpgs/substatuses")] = (200, ["None", "InitialSync"])
+        site_create(actor=Actor.system("tests"), name="X", base_url=zvm.url, username="u", password="p")
+        with bound_request_id("req-0123456789") as rid:
+            found = find_protection("solo01")
+        assert found.vpgs[0].status_name == "MeetingSLA"
+        v1 = [s for s in zvm.seen if "/v1/" in s.path]
+        assert v1 and {s.headers.get("X-Request-ID") for s in v1} == {rid}
