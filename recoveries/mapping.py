@@ -20,6 +20,7 @@ from rewind.errors import ApplicationError, NotFoundError
 from rewind.zvm import BrowseItem, ZvmClient, ZvmNotFoundError
 
 from recoveries.paths import GuestPath
+from recoveries.sessions import session_lookup
 
 
 class SessionVanished(Exception):
@@ -33,9 +34,10 @@ class Match:
 
 
 class _Browser:
-    def __init__(self, client: ZvmClient, session_id: str) -> None:
+    def __init__(self, client: ZvmClient, session_id: str, vm_identifier: str) -> None:
         self.client = client
         self.session_id = session_id
+        self.vm_identifier = vm_identifier
         self.cache: dict[str, dict[str, BrowseItem] | None] = {}
         self.session_checked = False
 
@@ -55,7 +57,7 @@ class _Browser:
         if self.session_checked:
             return
         try:
-            session = self.client.get_flr_session(self.session_id)
+            session = session_lookup(self.client, self.session_id, self.vm_identifier)
         except ZvmNotFoundError:
             raise SessionVanished(self.session_id) from None
         if session.is_terminal:
@@ -76,9 +78,9 @@ class _Browser:
         return None
 
 
-def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath) -> Match:
+def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_identifier: str) -> Match:
     """The single file ``guest`` names in the mounted session. Raises ``ApplicationError``."""
-    browser = _Browser(client, session_id)
+    browser = _Browser(client, session_id, vm_identifier)
     partitions = browser.listing("")
     if partitions is None:
         raise SessionVanished(session_id)

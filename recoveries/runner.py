@@ -32,7 +32,7 @@ from recoveries.mapping import Match, SessionVanished, map_guest_path
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import checkpoint_window
-from recoveries.sessions import UnmountReport, session_transition, session_unmount
+from recoveries.sessions import UnmountReport, session_lookup, session_transition, session_unmount
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -132,7 +132,7 @@ def _execute(run: Run) -> None:
         row = _mount(run, attempt)
         try:
             _wait_mounted(run, row)
-            match = map_guest_path(run.client, row.session_id, guest)
+            match = map_guest_path(run.client, row.session_id, guest, vm_identifier=row.vm_identifier)
             stored, result = _download(run, row, match)
         except SessionVanished:
             _vanished(row, "the ZVM dropped the session during the recovery (restart?)")
@@ -201,7 +201,7 @@ def _wait_mounted(run: Run, row: FlrSession) -> None:
     delay = 0.1
     while True:
         try:
-            session = run.client.get_flr_session(row.session_id)
+            session = session_lookup(run.client, row.session_id, row.vm_identifier)
         except ZvmNotFoundError:
             raise SessionVanished(row.session_id) from None
         if session.is_mounted:

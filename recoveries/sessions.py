@@ -17,6 +17,7 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
+from rewind.zvm import FlrSession as ZvmFlrSession
 from rewind.zvm import ZvmClient, ZvmError, ZvmNotFoundError
 
 from recoveries.models import FlrSession
@@ -116,7 +117,7 @@ def _confirm_gone(
     last = ""
     while True:
         try:
-            current = client.get_flr_session(row.session_id)
+            current = session_lookup(client, row.session_id, row.vm_identifier)
             last = current.status or "listed"
         except ZvmNotFoundError:
             _ended(row, actor, reason, request_id)
@@ -179,3 +180,15 @@ def session_end_by_hand(*, client: ZvmClient, site: Site, session_id: str, actor
             )
         return UnmountReport(False, session_id, f"the unmount failed: {exc}")
     return UnmountReport(True, session_id)
+
+
+def session_lookup(client: ZvmClient, session_id: str, vm_identifier: str) -> ZvmFlrSession:
+    """The ZVM's view of one session; raises ``ZvmNotFoundError`` when it is not listed.
+
+    Reads ``GET /v1/flrs?vmIdentifier=`` rather than ``GET /v1/flrs/{id}``: the list has one
+    documented shape, while the single-session answer comes as an object or an array.
+    """
+    for session in client.list_flr_sessions(vm_id=vm_identifier):
+        if (session.identifier or "").lower() == session_id.lower():
+            return session
+    raise ZvmNotFoundError(client.conn.site_name, f"FLR session {session_id} is not listed", status=404)

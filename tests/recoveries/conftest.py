@@ -1,0 +1,122 @@
+"""Fixtures for recoveries: sites on the simulator, personas, an agent, tagged checkpoints."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from django.contrib.auth.models import Permission, User
+from django.utils import timezone
+
+from rewind.audit import Actor
+from rewind.models import Agent, ChangeGuard, ChangeGuardVpg, Site
+from rewind.protection import protection_cache_clear
+from rewind.sites import site_check, site_client, site_create
+
+from recoveries.models import RecoveryRequest
+
+SETUP = Actor.system("tests")
+SITES = (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c"))
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lookups(settings: Any, tmp_path: Any) -> None:
+    settings.REWIND_LOOKUP_CACHE_S = 0
+    protection_cache_clear()
+
+
+@pytest.fixture
+def sites(sim: Any, db: None) -> dict[str, Site]:
+    out = {}
+    for name, slug in SITES:
+        site = site_create(actor=SETUP, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
+        assert site_check(site=site).ok
+        site.refresh_from_db()
+        out[slug] = site
+    return out
+
+
+def _user(name: str, *, approve: bool) -> User:
+    user = User.objects.create_user(name, f"{name}@example.com", "pw-" + name, is_staff=True)
+    if approve:
+        user.user_permissions.add(Permission.objects.get(codename="approve_recovery"))
+        user.user_permissions.add(Permission.objects.get(codename="view_recoveryrequest"))
+    return User.objects.get(pk=user.pk)  # drop the permission cache
+
+
+@dataclass
+class People:
+    owner: User  # owns the agent; holds the permission but may not approve its requests
+    approver: User
+    second: User
+    outsider: User  # no permission
+
+
+@pytest.fixture
+def people(db: None) -> People:
+    return People(
+        owner=_user("olivia", approve=True),
+        approver=_user("alice", approve=True),
+        second=_user("bob", approve=True),
+        outsider=_user("mallory", approve=False),
+    )
+
+
+@pytest.fixture
+def agent(people: People) -> Agent:
+    return Agent.objects.create(name="fixer", owner=people.owner)
+
+
+def insert_tagged_checkpoint(sim: Any, sites: dict[str, Site], vm: str, change_id: str, agent_name: str = "fixer") -> ChangeGuard:
+    """What the guard does, done by hand: one tagged checkpoint per VPG, recorded as listed."""
+    info = sim.vm(vm)
+    tag = f"ai:{agent_name} | edit | vm={vm} | change={change_id} | {timezone.now():%Y-%m-%dT%H:%M:%SZ}"
+    guard = ChangeGuard.objects.create(
+        agent_name=agent_name, action="edit", vm_identifier=info["identifier"], vm_name=info["name"],
+        change_id=change_id, tag=tag, status=ChangeGuard.Status.OK, timeout_s=60,
+    )
+    for vpg in info["vpgs"]:
+        client = site_client(sites[vpg["protected"]])
+        task_id = client.insert_tagged_checkpoint(vpg["identifier"], tag)
+        _wait(lambda: client.get_task(task_id).completed)
+        found = _wait(lambda: next((c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag), None))
+        ChangeGuardVpg.objects.create(
+            guard=guard, vpg_identifier=vpg["identifier"], vpg_name=vpg["name"], site=sites[vpg["protected"]],
+            protected_site_identifier=sites[vpg["protected"]].identifier,
+            recovery_site_identifier=sites[vpg["recovery"]].identifier,
+            recovery_site_name=sites[vpg["recovery"]].name,
+            checkpoint_identifier=found.identifier, checkpoint_timestamp=found.timestamp,
+            status=ChangeGuardVpg.Status.LISTED,
+        )
+    return guard
+
+
+def _wait(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = probe()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError("condition not met in time")
+
+
+def wait_finished(recovery: RecoveryRequest, timeout: float = 180.0) -> RecoveryRequest:
+    """Wait until the worker finished the run (a bound on a hang, not a speed check)."""
+    def done() -> bool:
+        recovery.refresh_from_db()
+        return recovery.status in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED)
+
+    _wait(done, timeout)
+    return recovery
+
+
+@pytest.fixture
+def tagged(sim: Any, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
+    def make(vm: str, change_id: str = "chg-1", agent_name: str = "fixer") -> ChangeGuard:
+        return insert_tagged_checkpoint(sim, sites, vm, change_id, agent_name)
+
+    return make
