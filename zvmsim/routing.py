@@ -1,6 +1,7 @@
 """Case-insensitive routing, request parsing and the error shape shared by every endpoint."""
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Awaitable, Callable
@@ -41,7 +42,7 @@ class Call:
     ctx: Ctx | None = None  # set for site (/<slug>/...) requests
     _body: Any = field(default=None, repr=False)
 
-    @property
+    @functools.cached_property
     def query(self) -> dict[str, str]:
         return {k.lower(): v for k, v in self.request.query_params.multi_items()}
 
