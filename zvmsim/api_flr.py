@@ -7,7 +7,7 @@ from typing import Any
 from starlette.responses import Response, StreamingResponse
 
 from . import views
-from .api_sites import _ctx
+from .api_sites import site_ctx
 from .flr import Download
 from .routing import SITE, Call, ok
 from .world import ApiError, World
@@ -18,7 +18,7 @@ CHUNK = 1 << 20
 
 @SITE.route("GET", "/v1/flrs")
 async def flr_list(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vm_id = (call.query.get("vmidentifier") or "").lower()
     sessions = call.world.sessions(ctx.site.slug).sessions.values()
     return ok([views.flr_session(ctx, s) for s in sessions if not vm_id or s.vm_id.lower() == vm_id])
@@ -34,7 +34,7 @@ def _text(value: Any, name: str, *, required: bool = True) -> str | None:
 
 @SITE.route("POST", "/v1/flrs")
 async def flr_mount(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     body = await call.json_object()
     if "bflr" in body and "jflr" not in body:
         raise ApiError(400, "Extended Journal (bflr) file level recovery is not available here")
@@ -58,7 +58,7 @@ async def flr_mount(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/flrs/{session_id}")
 async def flr_get(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     item = views.flr_session(ctx, call.world.flr_session(ctx.site, call.params["session_id"]))
     shape = call.world.faults.take("flr_get_shape", ctx.site.slug)
     return ok(item if shape and shape.params["shape"] == "object" else [item])
@@ -66,7 +66,7 @@ async def flr_get(call: Call) -> Response:
 
 @SITE.route("DELETE", "/v1/flrs/{session_id}")
 async def flr_unmount(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     return ok(call.world.flr_unmount(ctx.site, call.params["session_id"]).identifier)
 
 
@@ -80,7 +80,7 @@ def _page(items: list[Any], body: dict[str, Any]) -> list[Any]:
 
 @SITE.route("POST", "/v1/flrs/{session_id}/browse")
 async def flr_browse(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     body = await call.json_object(required=False)
     path = body.get("path") or ""
     if not isinstance(path, str):
@@ -93,7 +93,7 @@ async def flr_browse(call: Call) -> Response:
 
 @SITE.route("POST", "/v1/flrs/{session_id}/download")
 async def flr_download(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     body = await call.json_object()
     paths = body.get("pathlist")
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
@@ -106,7 +106,7 @@ async def flr_download(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/downloads/{download_id}")
 async def download(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     return await stream_download(call.world.download(ctx.site.slug, call.params["download_id"]))
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from . import views
-from .api_sites import _ctx, date_range
+from .api_sites import site_ctx, date_range
 from .ids import DateFormatError, parse_date
 from .journal import Task
 from .routing import SITE, Call, ok
@@ -16,7 +16,7 @@ TASK_STATES = {"inprogress": 1, "waitingforuserinput": 2, "paused": 3, "failed":
 
 @SITE.route("GET", "/v1/vpgs/{vpg_id}/checkpoints")
 async def checkpoints(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     start, end = date_range(call)
     return ok([views.checkpoint(cp) for cp in call.world.journal(vpg).listed(call.world.now(), start, end)])
@@ -24,7 +24,7 @@ async def checkpoints(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/vpgs/{vpg_id}/checkpoints/stats")
 async def checkpoint_stats(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     listed = call.world.journal(vpg).listed(call.world.now())
     return ok({"Earliest": views.checkpoint(listed[0] if listed else None),
@@ -33,7 +33,7 @@ async def checkpoint_stats(call: Call) -> Response:
 
 @SITE.route("POST", "/v1/vpgs/{vpg_id}/checkpoints")
 async def checkpoint_insert(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     body = await call.json_object()
     tag = body.get("checkpointname")
@@ -71,7 +71,7 @@ def _task_filter(call: Call, task: Task) -> bool:
 
 @SITE.route("GET", "/v1/tasks")
 async def tasks(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     return ok([views.task(ctx, t) for t in call.world.tasks[ctx.site.slug].values()
                if _task_filter(call, t)])
 
@@ -83,5 +83,5 @@ async def task_types(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/tasks/{task_id}")
 async def task_one(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     return ok(views.task(ctx, call.world.task(ctx.site, call.params["task_id"])))

@@ -14,7 +14,7 @@ from .routing import SITE, Call, ok
 from .world import ApiError
 
 
-def _ctx(call: Call) -> views.Ctx:
+def site_ctx(call: Call) -> views.Ctx:
     assert call.ctx is not None
     return call.ctx
 
@@ -24,7 +24,7 @@ async def token(call: Call) -> Response:
     raw = (await call.raw_body()).decode("utf-8", "replace")
     form = dict(parse_qsl(raw, keep_blank_values=True))
     try:
-        body = call.world.tokens.issue(_ctx(call).site.slug, form, call.world.now())
+        body = call.world.tokens.issue(site_ctx(call).site.slug, form, call.world.now())
     except TokenError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     return JSONResponse(body, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
@@ -37,12 +37,12 @@ async def logout(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/localsite")
 async def localsite(call: Call) -> Response:
-    return ok(views.local_site(_ctx(call)))
+    return ok(views.local_site(site_ctx(call)))
 
 
 @SITE.route("GET", "/v1/peersites")
 async def peersites(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     name = call.query.get("peername")
     peers = [s for s in call.world.inv.sites.values()
              if s.slug != ctx.site.slug and (name is None or s.name == name)]
@@ -51,7 +51,7 @@ async def peersites(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/peersites/{site_id}")
 async def peersite(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     site = call.world.inv.sites_by_id.get(call.params["site_id"].lower())
     if site is None or site.slug == ctx.site.slug:
         raise ApiError(404, f"Peer site '{call.params['site_id']}' was not found")
@@ -61,7 +61,7 @@ async def peersite(call: Call) -> Response:
 @SITE.route("GET", "/v1/virtualizationsites")
 async def virtualizationsites(call: Call) -> Response:
     return ok([{"SiteIdentifier": s.identifier, "VirtualizationSiteName": s.name,
-                "Link": _ctx(call).link("VirtualizationSiteApi", f"virtualizationsites/{s.identifier}",
+                "Link": site_ctx(call).link("VirtualizationSiteApi", f"virtualizationsites/{s.identifier}",
                                         s.identifier)}
                for s in call.world.inv.sites.values()])
 
@@ -79,7 +79,7 @@ def _int_filter(call: Call, key: str) -> int | None:
 
 def _vpg_matches(call: Call, vpg: Vpg) -> bool:
     """The filters /v1/vms and /v1/vpgs share, plus 'listed by the ZVM that was called'."""
-    slug = _ctx(call).site.slug
+    slug = site_ctx(call).site.slug
     if slug not in (vpg.protected, vpg.recovery):
         return False
     q = call.query
@@ -108,7 +108,7 @@ def _vm_pairs(call: Call) -> Iterable[tuple[Vm, Vpg]]:
             for vpg in inv.vpgs_of(vm):
                 yield vm, vpg
         return
-    vpgs = inv.vpgs_named(vpg_name) if vpg_name is not None else inv.vpgs_by_site[_ctx(call).site.slug]
+    vpgs = inv.vpgs_named(vpg_name) if vpg_name is not None else inv.vpgs_by_site[site_ctx(call).site.slug]
     for vpg in vpgs:
         for vm in inv.vms_of(vpg):
             yield vm, vpg
@@ -116,7 +116,7 @@ def _vm_pairs(call: Call) -> Iterable[tuple[Vm, Vpg]]:
 
 @SITE.route("GET", "/v1/vms")
 async def vms(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vpg_name = call.query.get("vpgname")
     rows = [views.vm_row(ctx, vm, vpg) for vm, vpg in _vm_pairs(call)
             if _vpg_matches(call, vpg) and (vpg_name is None or vpg.name.lower() == vpg_name.lower())]
@@ -124,7 +124,7 @@ async def vms(call: Call) -> Response:
 
 
 def _vm_vpg(call: Call) -> tuple[Vm, Vpg]:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     vm = call.world.vm_at(ctx.site, call.params["vm_id"])
     vpgs = [v for v in call.world.inv.vpgs_of(vm) if ctx.site.slug in (v.protected, v.recovery)]
     wanted = call.query.get("vpgidentifier")
@@ -141,7 +141,7 @@ def _vm_vpg(call: Call) -> tuple[Vm, Vpg]:
 @SITE.route("GET", "/v1/vms/{vm_id}")
 async def vm_one(call: Call) -> Response:
     vm, vpg = _vm_vpg(call)
-    return ok(views.vm_row(_ctx(call), vm, vpg))
+    return ok(views.vm_row(site_ctx(call), vm, vpg))
 
 
 def date_range(call: Call) -> tuple[float | None, float | None]:
@@ -157,7 +157,7 @@ def date_range(call: Call) -> tuple[float | None, float | None]:
 
 @SITE.route("GET", "/v1/vms/{vm_id}/pointsInTime")
 async def points_in_time(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     _, vpg = _vm_vpg(call)
     start, end = date_range(call)
     reason = None
@@ -174,7 +174,7 @@ async def points_in_time(call: Call) -> Response:
 # ---- VPGs -------------------------------------------------------------------------------
 @SITE.route("GET", "/v1/vpgs")
 async def vpgs(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     name = call.query.get("name")
     source = call.world.inv.vpgs_named(name) if name is not None else \
         call.world.inv.vpgs_by_site[ctx.site.slug]
@@ -203,5 +203,5 @@ async def vpg_entitytypes(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/vpgs/{vpg_id}")
 async def vpg_one(call: Call) -> Response:
-    ctx = _ctx(call)
+    ctx = site_ctx(call)
     return ok(views.vpg_row(ctx, call.world.vpg_at(ctx.site, call.params["vpg_id"])))

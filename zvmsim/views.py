@@ -5,6 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
+from .flr import FlrSession
 from .guestfs import Entry
 from .ids import iso
 from .inventory import Site, Vm, Vpg
@@ -160,7 +161,7 @@ def task(ctx: Ctx, t: Task) -> dict[str, Any]:
     }
 
 
-def flr_session(ctx: Ctx, s: Any) -> dict[str, Any]:
+def flr_session(ctx: Ctx, s: FlrSession) -> dict[str, Any]:
     status = s.status(ctx.world.now())
     return {
         "FlrSessionIdentifier": s.identifier, "FlrSessionStatus": status, "FlrSessionType": "jflr",

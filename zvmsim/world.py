@@ -144,8 +144,9 @@ class World:
         state.prune(self.now())
         return state
 
-    def flr_mount(self, site: Site, vpg_id: str, vm_id: str, checkpoint_id: str | None,
-                  initial_path: str | None = None, foreign: bool = False) -> flrmod.FlrSession:
+    def _mount_target(self, site: Site, vpg_id: str, vm_id: str,
+                      checkpoint_id: str | None) -> tuple[Vpg, Vm, Checkpoint]:
+        """Validate a mount request (400 with a reason otherwise)."""
         vpg = self.inv.vpg(vpg_id or "")
         if vpg is None:
             raise ApiError(400, f"VPG with identifier '{vpg_id}' was not found")
@@ -158,19 +159,23 @@ class World:
                                 f"site ({rec}); this ZVM is {site.name}")
         if vpg.in_initial_sync:
             raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; no checkpoint can be mounted")
-        now = self.now()
         journal = self.journal(vpg)
-        if checkpoint_id is None:
-            listed = journal.listed(now)
+        if checkpoint_id is None:  # only the control API omits it: take the latest
+            listed = journal.listed(self.now())
             if not listed:
                 raise ApiError(400, f"VPG '{vpg.name}' has no checkpoints")
-            checkpoint = listed[-1]
-        else:
-            found = journal.get(str(checkpoint_id), now)
-            if found is None:
-                raise ApiError(400, f"failed parsing as a valid CheckPoint Identifier: "
-                                    f"'{checkpoint_id}' is not a checkpoint of VPG '{vpg.name}'")
-            checkpoint = found
+            return vpg, vm, listed[-1]
+        found = journal.get(str(checkpoint_id), self.now())
+        if found is None:
+            raise ApiError(400, f"failed parsing as a valid CheckPoint Identifier: "
+                                f"'{checkpoint_id}' is not a checkpoint of VPG '{vpg.name}'")
+        return vpg, vm, found
+
+    def flr_mount(self, site: Site, vpg_id: str, vm_id: str, checkpoint_id: str | None,
+                  initial_path: str | None = None, foreign: bool = False) -> flrmod.FlrSession:
+        """Open a session on the checkpoint's captured tree; faults apply to our own mounts only."""
+        vpg, vm, checkpoint = self._mount_target(site, vpg_id, vm_id, checkpoint_id)
+        now = self.now()
         view = checkpoint.captures.get(vm.identifier.lower()) or vm.pristine(self.epoch)
         ready_at = now + self.config.mount_seconds
         fails = False
