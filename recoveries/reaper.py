@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from rewind.audit import SYSTEM, audit_record
@@ -118,21 +118,32 @@ def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
 def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) -> None:
     if not rows:
         return
+    # Pool threads use connections of their own, which cannot see rows of a transaction the
+    # caller still holds open; then the unmounts run here, one after the other.
+    threads = 1 if connection.in_atomic_block else min(UNMOUNT_THREADS, len(rows))
+    if threads == 1:
+        results = _unmount_batch(client, rows)
+    else:
+        batches = [rows[i::threads] for i in range(threads)]
+        with ThreadPoolExecutor(max_workers=threads) as pool:
+            results = [ok for batch in pool.map(lambda b: _in_thread(client, b), batches) for ok in batch]
+    report.unmounted += sum(1 for ok in results if ok is True)
+    report.unmount_failed += sum(1 for ok in results if ok is False)
 
-    def one(row: FlrSession) -> bool | None:
-        try:
-            result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped",
-                                     audit_action="recoveries.session.reaped")
-            return None if result is None else result.ok
-        finally:
-            close_old_connections()
 
-    with ThreadPoolExecutor(max_workers=min(UNMOUNT_THREADS, len(rows))) as pool:
-        for ok in pool.map(one, rows):
-            if ok is True:
-                report.unmounted += 1
-            elif ok is False:
-                report.unmount_failed += 1
+def _unmount_batch(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
+    out: list[bool | None] = []
+    for row in rows:
+        result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped", audit_action="recoveries.session.reaped")
+        out.append(None if result is None else result.ok)
+    return out
+
+
+def _in_thread(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
+    try:
+        return _unmount_batch(client, rows)
+    finally:
+        connections.close_all()  # this thread's own connections
 
 
 def _adopt_unknown(
