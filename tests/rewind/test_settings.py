@@ -1,0 +1,83 @@
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.conf import settings
+
+from rewind.env import database_from_url
+
+
+def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
+    """Start Django in a fresh process with only the given variables set."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REWIND_", "MCP_", "ZVM_", "CELERY_"))}
+    clean.pop("DATABASE_URL", None)
+    clean.pop("REDIS_URL", None)
+    clean.update({"REWIND_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "rewind.settings", **env})
+    return subprocess.run(
+        [sys.executable, "manage.py", "check"], cwd=settings.BASE_DIR, env=clean, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_it_starts_with_nothing_set(tmp_path: Path) -> None:
+    result = _start(tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "var" / "broker" / "queue").is_dir()
+    assert (tmp_path / "var" / "encryption.key").stat().st_mode & 0o077 == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("DJANGO_DEBUG", "maybe"),
+        ("DATABASE_URL", "mysql://db/x"),
+        ("REDIS_URL", "http://localhost:6379"),
+        ("ZVM_READ_TIMEOUT_S", "soon"),
+        ("REWIND_CHECKPOINT_TIMEOUT_S", "0"),
+        ("MCP_RATE_LIMIT_PER_MINUTE", "lots"),
+        ("REWIND_LOG_LEVEL", "LOUD"),
+        ("DJANGO_SECRET_KEY_FILE", "/nonexistent/secret"),
+    ],
+)
+def test_it_refuses_to_start_on_a_malformed_variable(tmp_path: Path, name: str, value: str) -> None:
+    result = _start(tmp_path, **{name: value})
+    assert result.returncode != 0
+    assert name in result.stderr
+    assert "Traceback" not in result.stderr.splitlines()[-1]
+
+
+def test_it_refuses_a_secret_given_twice(tmp_path: Path) -> None:
+    secret_file = tmp_path / "key"
+    secret_file.write_text("from-file")
+    result = _start(tmp_path, DJANGO_SECRET_KEY="direct", DJANGO_SECRET_KEY_FILE=str(secret_file))
+    assert result.returncode != 0
+    assert "DJANGO_SECRET_KEY" in result.stderr
+    assert "from-file" not in result.stderr and "direct" not in result.stderr.split("DJANGO_SECRET_KEY")[0]
+
+
+def test_it_reads_secrets_from_files(tmp_path: Path) -> None:
+    key_file = tmp_path / "enc"
+    key_file.write_text("not-a-fernet-key")
+    # A readable file with a bad key is reported when the key is first used, naming it.
+    result = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup(); from rewind.crypto import encrypt; encrypt('x')"],
+        cwd=settings.BASE_DIR,
+        env={**os.environ, "REWIND_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "rewind.settings",
+             "REWIND_ENCRYPTION_KEY_FILE": str(key_file)},
+        capture_output=True, text=True, timeout=60,
+    )
+    assert result.returncode != 0
+    assert "REWIND_ENCRYPTION_KEY" in result.stderr
+    assert "not-a-fernet-key" not in result.stderr
+
+
+def test_database_urls(tmp_path: Path) -> None:
+    pg = database_from_url("DATABASE_URL", "postgres://u:p%40ss@db.example:5433/rewind", var_dir=tmp_path)
+    assert (pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == ("rewind", "u", "p@ss", "db.example", "5433")
+    absolute = database_from_url("DATABASE_URL", "sqlite:////data/rewind.sqlite3", var_dir=tmp_path)
+    assert str(absolute["NAME"]) == "/data/rewind.sqlite3"
+    relative = database_from_url("DATABASE_URL", "sqlite:///rewind.sqlite3", var_dir=tmp_path)
+    assert relative["NAME"] == tmp_path / "rewind.sqlite3"

@@ -1,0 +1,111 @@
+from __future__ import annotations
+
+import pytest
+from django.contrib.auth.models import User
+from django.core.management import CommandError, call_command
+from django.test import Client
+
+from rewind.audit import Actor, verify_chain
+from rewind.errors import ApplicationError
+from rewind.models import AuditEvent, Site
+from rewind.sites import site_check, site_client, site_create, site_update
+
+pytestmark = pytest.mark.django_db
+
+ADMIN = Actor.user("alice")
+
+
+def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zerto") -> Site:  # type: ignore[no-untyped-def]
+    return site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password=password)
+
+
+def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    site.refresh_from_db()
+    assert "zerto" not in site.password_encrypted
+    assert site_client(site).local_site().name == "Site A"
+    event = AuditEvent.objects.get(action="site.created")
+    assert "'zerto'" not in str(event.data)
+    assert verify_chain()[1] is None
+
+
+def test_it_learns_identity_from_localsite(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    result = site_check(site=site)
+    assert result.ok and result.vpg_count and result.vpg_count > 0
+    site.refresh_from_db()
+    assert site.identifier and site.site_type == "VCenter"
+    assert AuditEvent.objects.filter(action="site.identity_learned").count() == 1
+
+
+def test_it_refuses_two_sites_for_the_same_zvm(sim) -> None:  # type: ignore[no-untyped-def]
+    first = _site(sim)
+    assert site_check(site=first).ok
+    second = _site(sim, name="Site A again")
+    result = site_check(site=second)
+    assert not result.ok and "same ZVM" in result.error
+
+
+def test_it_rejects_bad_input() -> None:
+    with pytest.raises(ApplicationError):
+        site_create(actor=ADMIN, name="x", base_url="ftp://zvm")
+    with pytest.raises(ApplicationError):
+        site_create(actor=ADMIN, name=" ", base_url="https://zvm")
+    assert not Site.objects.exists()
+
+
+def test_zvm_check_prints_each_site(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+    _site(sim)
+    _site(sim, "site-b", "Site B")
+    call_command("zvm_check")
+    out = capsys.readouterr().out
+    assert "Site A: OK" in out and "Site B: OK" in out and "VPGs" in out
+
+
+def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+    _site(sim)
+    _site(sim, "site-b", "Site B", password="wrong-password-123")
+    site_create(actor=ADMIN, name="Gone", base_url="https://127.0.0.1:1", username="admin", password="pw-gone-456")
+    with pytest.raises(CommandError, match="2 of 3 sites failed"):
+        call_command("zvm_check")
+    out = capsys.readouterr().out
+    assert "Site A: OK" in out
+    assert "Site B: FAILED" in out and "Gone: FAILED" in out
+    assert "wrong-password-123" not in out and "pw-gone-456" not in out
+    assert "Traceback" not in out
+
+
+def test_admin_test_connection_action(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    response = client.post(
+        "/admin/rewind/site/", {"action": "test_connection", "_selected_action": [site.pk]}, follow=True
+    )
+    assert response.status_code == 200
+    assert "Site A: OK" in response.content.decode()
+
+
+def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    page = client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
+    assert site.password_encrypted not in page and "zerto" not in page.split("id_password")[1][:200]
+    response = client.post(
+        f"/admin/rewind/site/{site.pk}/change/",
+        {"name": "Site A", "base_url": site.base_url, "username": "admin", "password": "", "client_id": "zerto-client",
+         "client_secret": "", "ca_bundle": "", "enabled": "on"},
+    )
+    assert response.status_code == 302
+    assert site_check(site=Site.objects.get(pk=site.pk)).ok
+    assert AuditEvent.objects.filter(action="site.changed", actor="alice").exists()
+
+
+def test_site_update_records_before_and_after(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    site_update(actor=ADMIN, site=site, enabled=False)
+    event = AuditEvent.objects.get(action="site.changed")
+    assert event.data["before"]["enabled"] is True and event.data["after"]["enabled"] is False
