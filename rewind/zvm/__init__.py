@@ -5,7 +5,7 @@ Standalone (no Django): build a ``ZvmConnection`` per site and a ``ZvmClient`` o
 
 from __future__ import annotations
 
-from .client import ZvmClient
+from .client import ZvmClient, shared_client
 from .connection import ZvmConnection
 from .errors import (
     ZvmAuthError,
@@ -61,4 +61,5 @@ __all__ = [
     "ZvmTlsError",
     "ZvmTransientError",
     "ZvmUnparseableResponse",
+    "shared_client",
 ]

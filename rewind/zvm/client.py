@@ -12,6 +12,7 @@ repeat, the ones that change the ZVM say so.
 
 from __future__ import annotations
 
+import os
 import random
 import threading
 import time
@@ -375,3 +376,21 @@ class ZvmClient:
         if code is None or not 0 <= code < len(names):
             return None
         return names[code]
+
+
+_SHARED: dict[tuple[int, ZvmConnection], _Shared] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_client(conn: ZvmConnection, *, request_id: str | None = None) -> ZvmClient:
+    """A client reusing one HTTP pool and one token per connection settings in this process.
+
+    Building a fresh ``ZvmClient`` per call logs in every time; this does not. Keyed by
+    process id as well, so a forked worker never shares sockets with its parent.
+    """
+    key = (os.getpid(), conn)
+    with _SHARED_LOCK:
+        shared = _SHARED.get(key)
+        if shared is None:
+            shared = _SHARED[key] = _Shared(conn)
+    return ZvmClient(conn, request_id=request_id, _shared=shared)
