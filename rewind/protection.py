@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from django.conf import settings
+from django.db import connection
 
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
@@ -113,6 +114,13 @@ class VmAmbiguousError(ApplicationError):
 
 
 # --- per-process caches ------------------------------------------------------------------
+class _Miss(Exception):
+    """Raised by ``_TtlCache.get`` in cache-only mode when a value would have to be loaded."""
+
+
+_cache_only = threading.local()
+
+
 class _TtlCache:
     """Values kept ``ttl`` seconds; one loader at a time per key (the others wait for it)."""
 
@@ -129,6 +137,8 @@ class _TtlCache:
         hit = self._values.get(key)
         if hit is not None and hit[0] > time.monotonic():
             return hit[1]  # type: ignore[no-any-return]
+        if getattr(_cache_only, "on", False):
+            raise _Miss
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
@@ -166,7 +176,9 @@ _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
 
 def protection_cache_clear() -> None:
     """Forget cached look-ups, directories and clients (tests, or after changing sites)."""
+    global _sites_cache
     _cache.clear()
+    _sites_cache = None
     with _clients_lock:
         _clients.clear()
 
@@ -183,6 +195,28 @@ def _client_for(site: Site) -> ZvmClient:
     with _clients_lock:
         _clients[site.pk] = (key, client)
     return client.with_request_id(current_request_id())
+
+
+_sites_cache: tuple[tuple[Any, ...], list[Site]] | None = None
+
+
+def _enabled_sites() -> list[Site]:
+    """Enabled sites; the rows are reused while a cheap fingerprint (ids, updated_at, identifier) is unchanged.
+
+    Every call still reads the fingerprint, so a site added, changed, disabled or removed is
+    seen at once (the ORM query it saves costs ~20 times more).
+    """
+    global _sites_cache
+    table = connection.ops.quote_name(Site._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, updated_at, identifier FROM {table} WHERE enabled = %s ORDER BY id", [True])
+        fingerprint = tuple(map(tuple, cursor.fetchall()))
+    cached = _sites_cache
+    if cached is not None and cached[0] == fingerprint:
+        return cached[1]
+    sites = list(Site.objects.filter(enabled=True).order_by("name"))
+    _sites_cache = (fingerprint, sites)
+    return sites
 
 
 def _ttl() -> float:
@@ -237,8 +271,22 @@ def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
     return [row for ip in ips for row in index.get(ip, ())]
 
 
+def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]] | None:
+    """``work`` for every site if it needs no ZVM call (all cached), else None."""
+    _cache_only.on = True
+    try:
+        return [(h, work(h)) for h in handles]
+    except _Miss:
+        return None
+    finally:
+        _cache_only.on = False
+
+
 def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]]:
     """Run ``work`` on every site at once; any ZVM failure fails the lookup, naming the sites."""
+    cached = _from_cache(handles, work)
+    if cached is not None:
+        return cached  # the common case under load: no thread hand-off at all
     if len(handles) == 1:
         try:
             return [(handles[0], work(handles[0]))]
@@ -430,7 +478,7 @@ def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
         raise ApplicationError("give a VM name, hostname or vmIdentifier")
     if len(query) > 255:
         raise ApplicationError("that VM name is too long")
-    site_rows = list(Site.objects.filter(enabled=True).order_by("name"))
+    site_rows = _enabled_sites()
     if not site_rows:
         raise ApplicationError("no ZVM site is configured here")
     handles = [_Handle(site, _client_for(site)) for site in site_rows]

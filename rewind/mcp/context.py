@@ -49,7 +49,7 @@ def current_agent_id() -> int:
     return int(token.subject)
 
 
-def _recycle_connections() -> None:
+def recycle_connections() -> None:
     # What Django does around each request: drop connections that broke or outlived
     # CONN_MAX_AGE. With CONN_MAX_AGE=0 (the SQLite default) the thread keeps its connection.
     for conn in connections.all(initialized_only=True):
@@ -58,7 +58,7 @@ def _recycle_connections() -> None:
 
 
 def _run_in_thread(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]) -> T:
-    _recycle_connections()
+    recycle_connections()
     try:
         return fn(*args, **kwargs)
     except DatabaseError:

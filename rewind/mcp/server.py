@@ -22,7 +22,6 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
-from django.db import transaction
 from mcp.server import MCPServer
 from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
@@ -32,10 +31,10 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult
 
-from rewind.audit import Actor, audit_record
+from rewind.audit import Actor
 from rewind.errors import ApplicationError
+from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import AgentTokenVerifier
-from rewind.mcp.context import run_db
 from rewind.mcp.http import McpHttpGuard
 from rewind.requestid import bound_request_id
 from rewind.zvm import ZvmError
@@ -86,12 +85,6 @@ def _caller() -> Actor:
     return Actor.agent(token.client_id) if token is not None else Actor.system("unauthenticated")
 
 
-def _audit_call(actor: Actor, data: dict[str, Any], request_id: str) -> None:
-    with transaction.atomic():
-        audit_record(actor=actor, action="mcp.tool.called", target=("mcp.tool", str(data["tool"])), data=data,
-                     request_id=request_id)
-
-
 class RewindMCPServer(MCPServer):
     """``MCPServer`` with the framework duties above wrapped around every tool call."""
 
@@ -124,7 +117,8 @@ class RewindMCPServer(MCPServer):
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             }
             try:
-                await run_db(_audit_call, _caller(), data, rid)
+                await audit_writer.record(actor=_caller(), action="mcp.tool.called", target=("mcp.tool", name),
+                                          data=data, request_id=rid)
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
                 raise ToolError(f"the call was not recorded in the audit log (request {rid}); treat it as failed") from None

@@ -1,0 +1,315 @@
+#!/usr/bin/env python
+"""Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
+
+    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 6] [--workers 2] [--vms 100,10000]
+
+What it does, all on 127.0.0.1, every process bounded and stopped at the end:
+1. a fresh state folder (SQLite) under var/bench-mcp, migrated; an agent with a token;
+2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, measured;
+3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
+   "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
+   the lookup cache as configured (REWIND_LOOKUP_CACHE_S, default 10 s) and with it off (0),
+   so every call asks both ZVMs with their server-side ``vmName`` filter.
+
+Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
+per call, the stateless form every MCP client at that revision sends), for a fixed time after a
+short warm-up. Calls rotate over the same 100 VM names (vm-00001..vm-00100) at every size, so the
+sizes differ only in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the
+cost at the largest inventory against the smallest. No thresholds: it measures and reports.
+The load generator shares the machine's cores with the servers; read the figures as relative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mcp.server import MCPServer
+from mcp.server.transport_security import TransportSecuritySettings
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+PROTOCOL = "2026-07-28"
+START_TIMEOUT = 60.0
+
+
+# --- the bare SDK server (uvicorn --factory bench.mcp_find:echo_app) ----------------------------
+async def echo(text: str) -> str:
+    """Return the text."""
+    return text
+
+
+def echo_app() -> Any:
+    server = MCPServer(name="echo")
+    server.tool()(echo)
+    return server.streamable_http_app(
+        stateless_http=True, json_response=False,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+
+
+# --- processes ------------------------------------------------------------------------------------
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Proc:
+    def __init__(self, name: str, cmd: list[str], env: dict[str, str], log: Path) -> None:
+        self.name, self.log = name, log
+        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                                     start_new_session=True)
+
+    def wait_for(self, text: str, count: int = 1) -> str:
+        deadline = time.monotonic() + START_TIMEOUT
+        while time.monotonic() < deadline:
+            content = self.log.read_text(errors="replace")
+            if content.count(text) >= count:
+                return content
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.name} exited: {content[-2000:]}")
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT:.0f} s: {self.log}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+
+
+def start_uvicorn(name: str, target: str, env: dict[str, str], work: Path, workers: int,
+                  factory: bool = False) -> tuple[Proc, str]:
+    port = free_port()
+    cmd = [PYTHON, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
+           "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "3"]
+    if factory:
+        cmd.append("--factory")
+    proc = Proc(name, cmd, env, work / f"{name}.log")
+    # --log-level warning hides the startup line; poll the port instead.
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if proc.proc.poll() is not None:
+            raise RuntimeError(f"{name} exited: {proc.log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                time.sleep(1.0 if workers > 1 else 0.3)  # let every worker finish its startup
+                return proc, f"http://127.0.0.1:{port}/mcp"
+        time.sleep(0.1)
+    proc.stop()
+    raise RuntimeError(f"{name} did not listen within {START_TIMEOUT:.0f} s")
+
+
+def start_sim(vms: int, work: Path, env: dict[str, str]) -> tuple[Proc, str]:
+    proc = Proc(f"zvmsim-{vms}", [PYTHON, "-m", "zvmsim", "--port", "0", "--vms", str(vms),
+                                  "--cert-dir", str(work / "certs")], env, work / f"zvmsim-{vms}.log")
+    content = proc.wait_for("zvmsim ready on ")
+    url = content.split("zvmsim ready on ", 1)[1].split()[0]
+    return proc, url
+
+
+# --- Django-side setup (in this process, on the bench's own state folder) ------------------------
+def django_setup(var_dir: Path) -> None:
+    os.environ["REWIND_VAR_DIR"] = str(var_dir)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+    from django.core.management import call_command
+
+    call_command("migrate", verbosity=0)
+
+
+def make_agent() -> str:
+    from django.contrib.auth import get_user_model
+
+    from rewind.agents import agent_create, agent_token_issue
+    from rewind.audit import Actor
+
+    owner, _ = get_user_model().objects.get_or_create(username="bench-owner", defaults={"is_superuser": True})
+    agent = agent_create(actor=Actor.system("bench"), name=f"bench-{int(time.time())}", owner=owner)
+    return agent_token_issue(actor=Actor.system("bench"), agent=agent).token
+
+
+def point_sites_at(sim_url: str) -> None:
+    from rewind.audit import Actor
+    from rewind.models import Site
+    from rewind.sites import site_check, site_create, site_update
+
+    actor = Actor.system("bench")
+    Site.objects.update(identifier="")  # a new simulator run: identities are learned again
+    for name, slug in (("Site A", "site-a"), ("Site B", "site-b")):
+        site = Site.objects.filter(name=name).first()
+        if site is None:
+            site = site_create(actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zerto")
+        else:
+            site = site_update(actor=actor, site=site, base_url=f"{sim_url}/{slug}")
+        check = site_check(site=site)
+        if not check.ok:
+            raise RuntimeError(f"{name}: {check.error}")
+
+
+# --- load -------------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    label: str
+    calls: int
+    errors: int
+    seconds: float
+    latencies_ms: list[float]
+
+    @property
+    def rps(self) -> float:
+        return self.calls / self.seconds
+
+    def pct(self, q: float) -> float:
+        if not self.latencies_ms:
+            return float("nan")
+        ordered = sorted(self.latencies_ms)
+        return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+    def line(self) -> str:
+        return (f"{self.label:<44} {self.rps:8.1f} req/s   p50 {self.pct(0.50):7.1f} ms   "
+                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors)")
+
+
+def call_body(rpc_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
+    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
+                       "params": {"name": tool, "arguments": arguments, "_meta": meta}}).encode()
+
+
+def call_ok(status: int, text: str) -> bool:
+    if status != 200:
+        return False
+    if text.startswith("event:") or text.startswith("data:") or "\ndata:" in text:
+        text = [ln[5:] for ln in text.splitlines() if ln.startswith("data:") and ln[5:].strip()][-1]
+    answer = json.loads(text)
+    return "result" in answer and not answer["result"].get("isError", False)
+
+
+async def load(label: str, url: str, token: str | None, tool: str, arguments: Callable[[int], dict[str, Any]],
+               clients: int, seconds: float, warmup: float) -> Result:
+    import httpx2
+
+    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
+               "MCP-Protocol-Version": PROTOCOL, "Mcp-Method": "tools/call", "Mcp-Name": tool}
+    if token:
+        headers["Authorization"] = f"Bearer {token}"
+    counter = itertools.count(1)
+    latencies: list[float] = []
+    errors = 0
+    first_error: list[str] = []
+    start = time.monotonic()
+    measure_from, end = start + warmup, start + warmup + seconds
+
+    async def client(http: Any) -> None:
+        nonlocal errors
+        while (now := time.monotonic()) < end:
+            n = next(counter)
+            t0 = time.perf_counter()
+            resp = await http.post(url, content=call_body(n, tool, arguments(n)), headers=headers)
+            ms = (time.perf_counter() - t0) * 1000
+            ok = call_ok(resp.status_code, resp.text)
+            if now >= measure_from:
+                if ok:
+                    latencies.append(ms)
+                else:
+                    errors += 1
+            if not ok and not first_error:
+                first_error.append(f"HTTP {resp.status_code}: {resp.text[:300]}")
+
+    limits = httpx2.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx2.AsyncClient(limits=limits, timeout=60.0) as http:
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+    if first_error:
+        print(f"  first error in {label}: {first_error[0]}", file=sys.stderr)
+    return Result(label, len(latencies), errors, seconds, latencies)
+
+
+# --- the run ------------------------------------------------------------------------------------------
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=6.0, help="measured time per phase")
+    parser.add_argument("--warmup", type=float, default=1.5)
+    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers for the app and for echo")
+    parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
+    parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
+    args = parser.parse_args()
+
+    work = REPO / "var" / "bench-mcp"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir(parents=True)
+    django_setup(work / "state")
+    token = make_agent()
+    # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
+    env = {**os.environ, "REWIND_VAR_DIR": str(work / "state"), "PYTHONUNBUFFERED": "1",
+           "MCP_RATE_LIMIT_PER_MINUTE": "100000000"}
+    env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    names = [f"vm-{i:05d}" for i in range(1, args.names + 1)]
+    results: dict[str, Result] = {}
+
+    def run(label: str, url: str, tok: str | None, tool: str, arguments: Callable[[int], dict[str, Any]]) -> Result:
+        result = asyncio.run(load(label, url, tok, tool, arguments, args.clients, args.seconds, args.warmup))
+        print(result.line(), flush=True)
+        results[label] = result
+        return result
+
+    print(f"clients={args.clients} seconds={args.seconds} workers={args.workers} cores={os.cpu_count()}", flush=True)
+    echo_proc, echo_url = start_uvicorn("echo", "bench.mcp_find:echo_app", env, work, args.workers, factory=True)
+    try:
+        echo_result = run("echo (bare SDK, no auth, no DB)", echo_url, None, "echo", lambda n: {"text": f"hello {n}"})
+    finally:
+        echo_proc.stop()
+
+    sizes = [int(v) for v in args.vms.split(",")]
+    for vms in sizes:
+        sim, sim_url = start_sim(vms, work, env)
+        try:
+            point_sites_at(sim_url)
+            for cache in (None, "0"):
+                app_env = dict(env) if cache is None else {**env, "REWIND_LOOKUP_CACHE_S": cache}
+                app, app_url = start_uvicorn(f"app-{vms}-{cache or 'default'}", "rewind.asgi:application",
+                                             app_env, work, args.workers)
+                try:
+                    label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
+                    run(label, app_url, token, "zerto_find_protection", lambda n: {"vm": names[n % len(names)]})
+                finally:
+                    app.stop()
+        finally:
+            sim.stop()
+
+    print()
+    for vms in sizes:
+        r = results[f"find_protection {vms} VMs, cache on"]
+        print(f"find/echo throughput at {vms} VMs (cache on): {r.rps / echo_result.rps:.2f}")
+    if len(sizes) > 1:
+        small, large = min(sizes), max(sizes)
+        for cache in ("on", "off"):
+            a = results[f"find_protection {small} VMs, cache {cache}"]
+            b = results[f"find_protection {large} VMs, cache {cache}"]
+            print(f"cost per call {large} vs {small} VMs (cache {cache}): {a.rps / b.rps:.2f}x "
+                  f"(p50 {b.pct(0.5) / a.pct(0.5):.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
