@@ -37,7 +37,7 @@ class Command(BaseCommand):
                 site = site_update(actor=actor, site=site, base_url=base_url)
             result = site_check(site=site, actor=actor)
             status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
-            self.stdout.write(f"Site {name} at {base_url}: {status}")
+            self.stdout.write(f"{name} at {base_url}: {status}")
 
     def _demo_admin(self) -> tuple[str, str]:
         """The demo superuser; its password is generated once and kept under VAR_DIR."""

@@ -110,7 +110,8 @@ class Command(BaseCommand):
         for name, proc in reversed(self.children):
             if proc.poll() is None:
                 self.stdout.write(f"stopping {name} ...")
-                os.killpg(proc.pid, signal.SIGTERM)
+                # Only the main process: uvicorn and Celery stop their own children cleanly.
+                proc.terminate()
         deadline = time.monotonic() + 15
         for name, proc in self.children:
             try:
