@@ -42,7 +42,7 @@ from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
 from rewind.requestid import current_request_id
 from rewind.sites import site_connection
-from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmError
+from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmConnection, ZvmError, shared_client
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -168,7 +168,7 @@ class _TtlCache:
 
 
 _cache = _TtlCache()
-_clients: dict[int, tuple[tuple[Any, ...], ZvmClient]] = {}
+_clients: dict[int, tuple[tuple[Any, ...], ZvmConnection]] = {}
 _clients_lock = threading.Lock()
 # Site fan-out and DNS: I/O-bound work off the caller's thread (no ORM in these threads).
 _pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
@@ -184,17 +184,20 @@ def protection_cache_clear() -> None:
 
 
 def _client_for(site: Site) -> ZvmClient:
-    """A client per site kept across calls, so its Keycloak token and connections are reused."""
+    """The process-wide shared client of the site (one token and pool), carrying the request id.
+
+    The connection (a decrypted password) is kept per site while the row is unchanged, so a
+    hot lookup does not decrypt on every call.
+    """
     key = (site.updated_at, site.base_url, site.username, site.client_id, site.password_encrypted,
            site.client_secret_encrypted, site.verify_tls, site.ca_bundle)
     with _clients_lock:
         cached = _clients.get(site.pk)
-        if cached is not None and cached[0] == key:
-            return cached[1].with_request_id(current_request_id())
-    client = ZvmClient(site_connection(site))
-    with _clients_lock:
-        _clients[site.pk] = (key, client)
-    return client.with_request_id(current_request_id())
+    if cached is None or cached[0] != key:
+        cached = (key, site_connection(site))
+        with _clients_lock:
+            _clients[site.pk] = cached
+    return shared_client(cached[1], request_id=current_request_id())
 
 
 _sites_cache: tuple[tuple[Any, ...], list[Site]] | None = None

@@ -68,6 +68,7 @@ def test_it_matches_an_ip_address_without_dns(two_sites: Any) -> None:
 
 def test_it_reads_each_site_s_full_vm_list_once_per_cache_period(sim: Any, two_sites: Any) -> None:
     ips = {"apphost": "10.0.0.12", "dbhost": "10.0.0.13", "webhost": "10.0.0.11"}
+    find_protection("web01")  # logs in (a token kept from an earlier test died with the simulator's reset)
     before = sim.calls("site-a").get("GET /v1/vms", 0)
     for host in ips:
         find_protection(host, resolver=lambda h: [ips[h]])
