@@ -187,7 +187,7 @@ class ZvmClient:
 
     def get_flr_session(self, session_id: str) -> FlrSession:
         """One session; the ZVM may answer an object or a one-element array (both accepted)."""
-        data = self._json(self._get(f"/v1/flrs/{_seg(session_id)}"))
+        data = self._get(f"/v1/flrs/{_seg(session_id)}")
         if isinstance(data, list):
             matches = [r for r in data if Fields(r).text("FlrSessionIdentifier") in (session_id, None)]
             data = (matches or data)[:1]

@@ -7,6 +7,7 @@ header, a body or a query string (download links may carry one-time secrets ther
 
 from __future__ import annotations
 
+import http.client
 import json
 import logging
 import socket
@@ -151,11 +152,9 @@ class Transport:
         if isinstance(exc, requests.exceptions.ConnectionError):
             if any(isinstance(x, ssl.SSLError) for x in _causes(exc)):
                 return self.error(ZvmTlsError, _tls_reason(exc))
-            reason = _connect_reason(exc)
-            if "RemoteDisconnected" in {type(x).__name__ for x in _causes(exc)}:
-                reason = "the ZVM closed the connection without answering"
-                return self.error(ZvmTransientError, f"{reason} ({what})")
-            return self.error(ZvmTransientError, f"cannot connect ({reason})")
+            if any(isinstance(x, http.client.RemoteDisconnected) for x in _causes(exc)):
+                return self.error(ZvmTransientError, f"the ZVM closed the connection without answering {what}")
+            return self.error(ZvmTransientError, f"cannot connect ({_connect_reason(exc)})")
         # InvalidURL, MissingSchema and friends: the configured address is unusable.
         return self.error(ZvmRejectedError, f"cannot send {what}: {type(exc).__name__}")
 

@@ -38,12 +38,16 @@ def test_it_logs_in_with_client_credentials(sim: SimHandle, make_client: MakeCli
     assert client.local_site().name == "Site A"
 
 
-def test_bad_credentials_are_an_auth_error_naming_the_site(sim: SimHandle, make_client: MakeClient) -> None:
+def test_bad_credentials_are_an_auth_error_naming_the_site(sim: SimHandle, make_client: MakeClient,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="rewind.zvm")  # settings may pin "rewind" higher
     with pytest.raises(ZvmAuthError) as caught:
         make_client(password="wrong-password").list_vpgs()
     assert str(caught.value) == (f"Site A ({sim.site_url('site-a')}): the ZVM rejected the credentials "
                                  "(Invalid user credentials)")
-    assert "wrong-password" not in repr(caught.value)
+    assert "wrong-password" not in repr(caught.value) and "wrong-password" not in caplog.text
+    assert "POST /site-a/auth/realms/zerto/protocol/openid-connect/token -> 401" in caplog.text
     assert calls(sim, "site-a", "GET /v1/vpgs") == 0
 
 
@@ -181,8 +185,7 @@ def test_a_wrong_ca_bundle_refuses_the_zvm(sim: SimHandle, make_client: MakeClie
         make_client(verify_tls=True).local_site()  # the system CAs do not know the simulator either
 
 
-def test_unverified_tls_warns_for_nobody_else(sim: SimHandle, make_client: MakeClient, caplog: pytest.LogCaptureFixture) -> None:
-    caplog.set_level(logging.DEBUG)
+def test_unverified_tls_warns_for_nobody_else(sim: SimHandle, make_client: MakeClient) -> None:
     client = make_client()
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")

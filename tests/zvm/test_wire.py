@@ -98,6 +98,7 @@ def test_a_401_after_a_fresh_login_is_an_auth_error(zvm: LocalZvm) -> None:
 
 def test_rejected_credentials_say_so_without_the_password(zvm: LocalZvm, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="rewind.zvm")  # settings may pin "rewind" higher
     zvm.token_status = 401
     zvm.token_body = {"error": "invalid_grant", "error_description": "Invalid user credentials"}
     with pytest.raises(ZvmAuthError) as caught:
@@ -110,6 +111,7 @@ def test_rejected_credentials_say_so_without_the_password(zvm: LocalZvm, caplog:
 
 def test_no_password_or_token_reaches_logs_or_errors(zvm: LocalZvm, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="rewind.zvm")  # settings may pin "rewind" higher
     # A careless server that echoes the token back in its error message.
     zvm.routes[("GET", "/v1/vpgs/x")] = (500, {"Message": f"backend failed for Bearer {TOKEN}"})
     zvm.routes[("POST", "/v1/vpgs/x/checkpoints")] = (400, {"Message": f"bad password {PASSWORD}"})
