@@ -1,8 +1,8 @@
 """The ASGI app: one process, several simulated ZVMs under /<slug>, the control API under /_sim.
 
-Every request passes the same gate: route (case-insensitive) -> count the call -> injected hang
-and latency (asyncio.sleep, never blocking the loop) -> injected HTTP error -> Bearer check ->
-handler. Handlers raise ApiError for {"Message": ...} answers.
+Every request passes the same gate: route (case-insensitive) -> count the call -> latency
+(asyncio.sleep, never blocking the loop) -> injected HTTP error -> Bearer check -> handler ->
+injected hang (the work is done, the answer is late). Handlers raise ApiError for {"Message": ...}.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from . import __version__, api_flr, api_journal, api_sites, control  # noqa: F401  (routes register on import)
 from .config import SimConfig
-from .routing import CONTROL, SITE, Call, NoRoute, error
+from .routing import CONTROL, SITE, Call, NoRoute, Route as SimRoute, error
 from .views import Ctx
 from .world import ApiError, World
 
@@ -53,16 +53,11 @@ async def _control(holder: Holder, request: Request, path: str) -> Response:
         return error(exc.status, exc.message)
 
 
-async def _delay(holder: Holder, slug: str, method: str, paths: tuple[str, ...], is_v1: bool) -> None:
-    world = holder.world
-    hang = world.faults.take("hang", slug, method=method, paths=paths)
-    if hang:
-        await asyncio.sleep(float(hang.params["seconds"]))
-    if is_v1:
-        latency = holder.world.latency_ms
-        ms = latency.get(slug, latency.get(None, 0.0))
-        if ms > 0:
-            await asyncio.sleep(ms / 1000)
+async def _latency(holder: Holder, slug: str) -> None:
+    latency = holder.world.latency_ms
+    ms = latency.get(slug, latency.get(None, 0.0))
+    if ms > 0:
+        await asyncio.sleep(ms / 1000)
 
 
 async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> Response:
@@ -73,9 +68,20 @@ async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> 
         return _no_route(request, exc.status)
     world.record_call(slug, f"{route.method} {route.template}")
     paths = (rest, request.url.path)
-    await _delay(holder, slug, request.method, paths, rest.lower().startswith("/v1"))
-    world = holder.world  # a reset may have happened while sleeping
-    site = world.inv.sites[slug]
+    hang = world.faults.take("hang", slug, method=request.method, paths=paths)
+    if rest.lower().startswith("/v1"):
+        await _latency(holder, slug)
+        world = holder.world  # a reset may have happened while sleeping
+    response = await _answer(world, request, route, params, slug, paths)
+    if hang:
+        # The ZVM acts, then the answer is late: a client that times out has to find out
+        # what happened (a checkpoint inserted, a session opened) by looking.
+        await asyncio.sleep(float(hang.params["seconds"]))
+    return response
+
+
+async def _answer(world: World, request: Request, route: SimRoute, params: dict[str, str], slug: str,
+                  paths: tuple[str, ...]) -> Response:
     failure = world.faults.take("http_error", slug, method=request.method, paths=paths)
     if failure:
         status = int(failure.params["status"])
@@ -84,7 +90,7 @@ async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> 
         return error(401, "Authorization has been denied for this request.",
                      {"WWW-Authenticate": 'Bearer realm="zerto"'})
     base = f"{str(request.base_url).rstrip('/')}/{slug}"
-    call = Call(request, world, params, ctx=Ctx(world, site, base))
+    call = Call(request, world, params, ctx=Ctx(world, world.inv.sites[slug], base))
     try:
         return await route.handler(call)
     except ApiError as exc:

@@ -84,6 +84,15 @@ def test_hang_makes_clients_time_out(sim: SimHandle, zvm_a: Zvm) -> None:
     assert zvm_a.request("GET", "v1/localsite").status_code == 200
 
 
+def test_a_hung_insert_still_inserts(sim: SimHandle, zvm_a: Zvm) -> None:
+    sim.add_fault("hang", seconds=5, path_regex="/checkpoints$", method="POST", count=1)
+    vpg = zvm_a.vpg_id("vpg-db")
+    with pytest.raises(requests.exceptions.ReadTimeout):
+        zvm_a.http.post(f"{zvm_a.base}/v1/vpgs/{vpg}/checkpoints", json={"checkpointName": "cut-off"},
+                        headers={"Authorization": f"Bearer {zvm_a.token}"}, timeout=0.5)
+    wait_for(lambda: _tags(zvm_a, vpg) == ["cut-off"])
+
+
 def test_latency_applies_per_site(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
     sim.set_latency(5000, site="site-a")
     with pytest.raises(requests.exceptions.ReadTimeout):
