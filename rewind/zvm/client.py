@@ -256,10 +256,11 @@ class ZvmClient:
         and DELETE never are, because the ZVM may have acted before the answer was lost.
         """
         target = url or self.conn.root + path
+        rid = self.request_id or str(uuid.uuid4())  # one id per call, kept across its retries
         attempts = max(1, self.conn.get_attempts) if method == "GET" else 1
         for attempt in range(1, attempts + 1):
             try:
-                return self._authorized(method, target, params, json_body, stream)
+                return self._authorized(method, target, rid, params, json_body, stream)
             except ZvmTransientError:
                 if attempt == attempts:
                     raise
@@ -267,9 +268,8 @@ class ZvmClient:
         raise AssertionError("unreachable")
 
     def _authorized(
-        self, method: str, url: str, params: Mapping[str, Any] | None, json_body: Any, stream: bool
+        self, method: str, url: str, rid: str, params: Mapping[str, Any] | None, json_body: Any, stream: bool
     ) -> requests.Response:
-        rid = self.request_id or str(uuid.uuid4())
         what = f"{method} {urlsplit(url).path}"
         transport, tokens = self._shared.transport, self._shared.tokens
         if not same_origin(url, self.conn.root):

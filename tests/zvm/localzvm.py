@@ -12,6 +12,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 TOKEN = "tok-ABCDEF-0123456789-secret"
+DROP = "<drop the connection>"
 
 
 @dataclass
@@ -51,6 +52,9 @@ def _handler(zvm: LocalZvm) -> type[BaseHTTPRequestHandler]:
             zvm.seen.append(Seen(self.command, parts.path, parse_qs(parts.query), dict(self.headers),
                                  self.rfile.read(length)))
             status, body = zvm.answer(self.command, parts.path)
+            if body == DROP:
+                self.close_connection = True  # hang up without a word
+                return
             raw = body if isinstance(body, bytes) else json.dumps(body).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")

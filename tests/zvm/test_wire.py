@@ -3,6 +3,7 @@ the 401 rule, and that no secret reaches a log line or an error."""
 
 from __future__ import annotations
 
+import io
 import logging
 import traceback
 import uuid
@@ -22,7 +23,7 @@ from rewind.zvm import (
     ZvmUnparseableResponse,
 )
 
-from .localzvm import TOKEN, LocalZvm, serve
+from .localzvm import DROP, TOKEN, LocalZvm, serve
 
 PASSWORD = "pw-Sup3r-s3cret"
 SECRET = "cs-T0p-s3cret"
@@ -68,7 +69,7 @@ def test_it_sends_a_request_id_and_the_trigger_header_on_every_call(zvm: LocalZv
     client.local_site()
     client.local_site()
     client.with_request_id("rid-42").local_site()
-    ids = [s.headers.get("X-Request-ID") for s in zvm.seen]
+    ids: list[str] = [s.headers.get("X-Request-ID", "") for s in zvm.seen]
     assert all(s.headers.get("zerto-triggered-by") == "zerto-rewind" for s in zvm.seen)
     assert len(zvm.seen) == 4 and all(ids)  # one login, three calls
     assert ids[-1] == "rid-42"
@@ -180,3 +181,42 @@ def test_it_caches_vpg_status_names(zvm: LocalZvm) -> None:
     assert client.status_name(99) is None and client.status_name(None) is None
     assert client.vpg_status_names() == names
     assert len(zvm.requests_to("/v1/vpgs/statuses")) == 1
+
+
+def test_retries_of_one_call_keep_its_request_id(zvm: LocalZvm) -> None:
+    zvm.routes[("GET", "/v1/vpgs")] = (503, {"Message": "starting up"})
+    with pytest.raises(ZvmTransientError):
+        _client(zvm).list_vpgs()
+    ids = {s.headers.get("X-Request-ID") for s in zvm.requests_to("/v1/vpgs")}
+    assert len(zvm.requests_to("/v1/vpgs")) == 3 and len(ids) == 1
+
+
+def test_a_dropped_connection_is_transient(zvm: LocalZvm) -> None:
+    zvm.routes[("GET", "/v1/vpgs")] = (200, DROP)
+    zvm.routes[("DELETE", "/v1/flrs/s1")] = (200, DROP)
+    client = _client(zvm)
+    with pytest.raises(ZvmTransientError) as caught:
+        client.list_vpgs()
+    assert str(caught.value) == (f"Site X ({zvm.url}): the ZVM closed the connection without answering "
+                                 "GET /site-x/v1/vpgs")
+    assert len(zvm.requests_to("/v1/vpgs")) == 3
+    with pytest.raises(ZvmTransientError):
+        client.flr_unmount("s1")
+    assert len(zvm.requests_to("/v1/flrs/s1")) == 1  # a DELETE is never repeated
+
+
+@pytest.fixture
+def other_host() -> Iterator[LocalZvm]:
+    yield from serve()
+
+
+def test_a_download_link_to_another_host_never_gets_the_token(zvm: LocalZvm, other_host: LocalZvm) -> None:
+    link = f"{other_host.url}/v1/downloads/d1"
+    zvm.routes[("POST", "/v1/flrs/s1/download")] = (200, f'"{link}"')  # quoted, as old ZVMs did
+    other_host.routes[("GET", "/v1/downloads/d1")] = (200, b"file bytes")
+    sink = io.BytesIO()
+    result = _client(zvm).flr_download("s1", "partition#1 Ext4/f.txt", sink)
+    assert sink.getvalue() == b"file bytes" and result.size == 10
+    (fetch,) = other_host.requests_to("/v1/downloads/d1")
+    assert "Authorization" not in fetch.headers
+    assert fetch.headers["X-Request-ID"]
