@@ -83,6 +83,12 @@ class RecoveryRequest(models.Model):
         return f"#{self.pk} {self.vm_name}:{self.path}"
 
     @property
+    def is_expired_now(self) -> bool:
+        from django.utils import timezone
+
+        return self.expires_at <= timezone.now()
+
+    @property
     def file_name(self) -> str:
         return self.normalized_path.rstrip("/").rsplit("/", 1)[-1]
 

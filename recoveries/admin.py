@@ -1,0 +1,190 @@
+"""The approver's console: pending requests, a review page, approve/deny behind a confirmation,
+and every live FLR session on every site with "end session" behind a confirmation.
+
+Rows are read-only here; every decision goes through a service, so it is audited with
+the person's name.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
+from django.utils.html import format_html
+
+from rewind.audit import Actor
+from rewind.errors import ApplicationError
+from rewind.models import Site
+from rewind.sites import site_client
+from rewind.zvm import ZvmError
+
+from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
+from recoveries.selectors import flr_sessions_everywhere, result_dict
+from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+from recoveries.sessions import session_end_by_hand
+
+END_PERMISSION = "recoveries.end_flr_session"
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+class ApprovalInline(admin.TabularInline):
+    model = RecoveryApproval
+    fields = ["approver_name", "created_at"]
+    readonly_fields = fields
+    extra = 0
+    can_delete = False
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(RecoveryRequest)
+class RecoveryRequestAdmin(ReadOnlyAdmin):
+    list_display = ["id", "status", "review", "vm_name", "path", "agent_name", "vpg_name", "created_at", "expires_at"]
+    list_display_links = ["id"]
+    list_filter = ["status", "agent_name"]
+    search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "request_id"]
+    inlines = [ApprovalInline]
+
+    @admin.display(description="Review")
+    def review(self, obj: RecoveryRequest) -> str:
+        url = reverse("admin:recoveries_recoveryrequest_review", args=[obj.pk])
+        label = "Review and decide" if obj.status == RecoveryRequest.Status.PENDING else "View"
+        return format_html('<a href="{}">{}</a>', url, label)
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path("<int:pk>/review/", self.admin_site.admin_view(self.review_view), name="recoveries_recoveryrequest_review"),
+            path("<int:pk>/decide/<str:decision>/", self.admin_site.admin_view(self.decide_view),
+                 name="recoveries_recoveryrequest_decide"),
+        ]
+        return own + super().get_urls()
+
+    def _recovery(self, request: HttpRequest, pk: int) -> RecoveryRequest:
+        if not request.user.has_perm(APPROVE_PERMISSION):
+            raise PermissionDenied
+        recovery = RecoveryRequest.objects.select_related("agent__owner").prefetch_related("approvals").filter(pk=pk).first()
+        if recovery is None:
+            raise Http404(f"there is no recovery #{pk}")
+        return recovery
+
+    def review_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        recovery = self._recovery(request, pk)
+        own_agent = recovery.agent is not None and recovery.agent.owner_id == request.user.pk
+        already = recovery.approvals.filter(approver_id=request.user.pk).exists()
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"Recovery #{recovery.pk}: {recovery.vm_name} {recovery.path}",
+            "opts": self.model._meta,
+            "recovery": recovery,
+            "result": result_dict(recovery, inline=False),
+            "own_agent": own_agent,
+            "already_approved": already,
+            "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
+            "site": Site.objects.filter(identifier=recovery.recovery_site_identifier).first(),
+        }
+        return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
+
+    def decide_view(self, request: HttpRequest, pk: int, decision: str) -> HttpResponse:
+        if decision not in ("approve", "deny"):
+            raise Http404("unknown decision")
+        recovery = self._recovery(request, pk)
+        review = reverse("admin:recoveries_recoveryrequest_review", args=[pk])
+        if request.method == "POST":
+            try:
+                if decision == "approve":
+                    done = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
+                    text = ("Approved; the recovery is queued." if done.status == RecoveryRequest.Status.APPROVED
+                            else f"Your approval is recorded; {done.approvals_required} distinct approvers are needed.")
+                else:
+                    recovery_request_deny(recovery_id=pk, user=request.user, note=request.POST.get("note", ""),
+                                          request_id=getattr(request, "id", None))
+                    text = "Denied."
+                self.message_user(request, text, messages.SUCCESS)
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            return HttpResponseRedirect(review)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": f"{decision.capitalize()} recovery #{recovery.pk}?",
+            "opts": self.model._meta,
+            "recovery": recovery,
+            "decision": decision,
+            "review_url": review,
+        }
+        return TemplateResponse(request, "admin/recoveries/recoveryrequest/confirm.html", context)
+
+
+@admin.register(FlrSession)
+class FlrSessionAdmin(ReadOnlyAdmin):
+    list_display = ["id", "site", "session_id", "status", "recovery", "attempt", "created_at", "mounted_at", "ended_at",
+                    "end_reason"]
+    list_filter = ["status", "site"]
+    search_fields = ["session_id", "vm_identifier", "vpg_identifier"]
+    list_select_related = ["site", "recovery"]
+    change_list_template = "admin/recoveries/flrsession/change_list.html"
+
+    def get_urls(self) -> list[URLPattern]:
+        own = [
+            path("live/", self.admin_site.admin_view(self.live_view), name="recoveries_flrsession_live"),
+            path("live/<int:site_pk>/<str:session_id>/end/", self.admin_site.admin_view(self.end_view),
+                 name="recoveries_flrsession_end"),
+        ]
+        return own + super().get_urls()
+
+    def live_view(self, request: HttpRequest) -> HttpResponse:
+        if not (request.user.has_perm(END_PERMISSION) or request.user.has_perm("recoveries.view_flrsession")):
+            raise PermissionDenied
+        listing = flr_sessions_everywhere(live_only=True)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Live FLR sessions on every site",
+            "opts": self.model._meta,
+            "listing": listing,
+            "can_end": request.user.has_perm(END_PERMISSION),
+        }
+        return TemplateResponse(request, "admin/recoveries/flrsession/live.html", context)
+
+    def end_view(self, request: HttpRequest, site_pk: int, session_id: str) -> HttpResponse:
+        if not request.user.has_perm(END_PERMISSION):
+            raise PermissionDenied
+        site = Site.objects.filter(pk=site_pk, enabled=True).first()
+        if site is None:
+            raise Http404("no such site")
+        live = reverse("admin:recoveries_flrsession_live")
+        if request.method == "POST":
+            try:
+                report = session_end_by_hand(client=site_client(site), site=site, session_id=session_id,
+                                             actor=Actor.user(request.user.get_username()))
+            except (ApplicationError, ZvmError) as exc:
+                self.message_user(request, getattr(exc, "message", str(exc)), messages.ERROR)
+            else:
+                level = messages.SUCCESS if report.ok else messages.WARNING
+                self.message_user(request, f"Session {session_id} on {site.name}: "
+                                  + ("unmount sent" if report.ok else report.warning), level)
+            return HttpResponseRedirect(live)
+        ours = FlrSession.objects.filter(site=site, session_id=session_id).first()
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": f"End FLR session {session_id}?",
+            "opts": self.model._meta,
+            "site": site,
+            "session_id": session_id,
+            "ours": ours,
+            "live_url": live,
+        }
+        return TemplateResponse(request, "admin/recoveries/flrsession/confirm_end.html", context)

@@ -1,0 +1,144 @@
+"""REST API for people (session auth): list, detail, approve, deny; plus the file download.
+
+Approve and deny accept only a signed-in Django user (session + CSRF): an agent's bearer
+token is not an authentication method here, so it can never approve anything.
+
+The download of a recovered file accepts either a staff session of someone allowed to
+review recoveries, or the bearer token of the agent that asked for the file (the URL
+``zerto_recovery_status`` hands out works for that agent and for no other).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import FileResponse
+from rest_framework import authentication, exceptions, permissions, serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.agents import hash_token
+from rewind.errors import NotFoundError
+from rewind.models import Agent, AgentToken
+
+from recoveries.models import RecoveryRequest
+from recoveries.selectors import recovery_dict, recovery_list, stored_file
+from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+
+REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
+
+
+class CanReview(permissions.BasePermission):
+    message = "you lack the permission to review recoveries"
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        user = request.user
+        return bool(user and user.is_authenticated and not isinstance(user, AgentPrincipal)
+                    and user.is_staff and any(user.has_perm(p) for p in REVIEW_PERMISSIONS))
+
+
+class AgentPrincipal:
+    """``request.user`` when an agent's bearer token authenticated the call."""
+
+    is_authenticated = True
+    is_staff = False
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+
+    def has_perm(self, perm: str) -> bool:
+        return False
+
+
+class AgentTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer rwd_...``: one indexed lookup of the token's SHA-256."""
+
+    def authenticate(self, request: Request) -> tuple[AgentPrincipal, None] | None:
+        header = authentication.get_authorization_header(request).decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None
+        from django.db.models import Q
+        from django.utils import timezone
+
+        row = (
+            AgentToken.objects.select_related("agent")
+            .filter(token_hash=hash_token(token.strip()), revoked_at__isnull=True, agent__is_active=True)
+            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+            .first()
+        )
+        if row is None:
+            raise exceptions.AuthenticationFailed("unknown, revoked or expired token")
+        return AgentPrincipal(row.agent), None
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="zerto-rewind"'
+
+
+def _get(pk: int) -> RecoveryRequest:
+    recovery = recovery_list().filter(pk=pk).first()
+    if recovery is None:
+        raise NotFoundError(f"there is no recovery #{pk}")
+    return recovery
+
+
+class RecoveryListApi(APIView):
+    permission_classes = [CanReview]
+
+    def get(self, request: Request) -> Response:
+        status = request.query_params.get("status")
+        if status and status not in RecoveryRequest.Status.values:
+            raise serializers.ValidationError({"status": f"one of {', '.join(RecoveryRequest.Status.values)}"})
+        rows = recovery_list(status=status)[:500]
+        return Response({"results": [recovery_dict(r) for r in rows]})
+
+
+class RecoveryDetailApi(APIView):
+    permission_classes = [CanReview]
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(recovery_dict(_get(pk)))
+
+
+class RecoveryApproveApi(APIView):
+    permission_classes = [CanReview]
+
+    def post(self, request: Request, pk: int) -> Response:
+        recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None))
+        return Response(recovery_dict(_get(recovery.pk)))
+
+
+class RecoveryDenyApi(APIView):
+    permission_classes = [CanReview]
+
+    class InputSerializer(serializers.Serializer):
+        note = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+    def post(self, request: Request, pk: int) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        recovery = recovery_request_deny(recovery_id=pk, user=request.user, note=data.validated_data.get("note", ""),
+                                         request_id=getattr(request._request, "id", None))
+        return Response(recovery_dict(_get(recovery.pk)))
+
+
+class RecoveryDownloadApi(APIView):
+    authentication_classes = [AgentTokenAuthentication, authentication.SessionAuthentication]
+    permission_classes = [permissions.IsAuthenticated]
+
+    def get(self, request: Request, pk: int) -> FileResponse:
+        recovery = _get(pk)
+        user = request.user
+        if isinstance(user, AgentPrincipal):
+            if recovery.agent_id != user.agent.pk:
+                raise NotFoundError(f"there is no recovery #{pk} of agent {user.agent.name}")
+        elif not CanReview().has_permission(request, self):
+            raise exceptions.PermissionDenied(CanReview.message)
+        path = stored_file(recovery)
+        if path is None:
+            raise NotFoundError(f"recovery #{pk} has no recovered file to download ({recovery.status})")
+        response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name,
+                                content_type="application/octet-stream")
+        response["X-Content-SHA256"] = recovery.sha256
+        return response
