@@ -63,7 +63,8 @@ def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
                                                      {"ipaddresses": ["10.0.0.11"]}]},
         "SomethingNew": {"x": 1},
     })
-    assert (row.vm_identifier, row.vm_name, row.vpg_identifier, row.vpg_name) == ("srv.vm-38", "web01", "vpg-1", "vpg-web")
+    assert (row.vm_identifier, row.vm_name) == ("srv.vm-38", "web01")
+    assert (row.vpg_identifier, row.vpg_name) == ("vpg-1", "vpg-web")
     assert row.protected_site.is_local and row.protected_site.identifier == "s-a"
     assert not row.recovery_site.is_local and row.recovery_site.identifier == "s-b"
     assert (row.protected_site_name, row.recovery_site_name) == ("Site A", "Site B")
@@ -161,5 +162,6 @@ def test_it_reads_sites() -> None:
     assert (local.identifier, local.name, local.type, local.version) == ("a", "Site A", "VCenter", "10.0")
     peer = PeerSite.from_json({"Link": {"identifier": "b"}, "PeerSiteName": "Site B", "HostName": "zvm-b",
                                "Port": 9071, "PairingStatus": 0, "SiteType": "VCenter", "Version": "10.0"})
-    assert (peer.identifier, peer.name, peer.host_name, peer.port, peer.pairing_status) == ("b", "Site B", "zvm-b", 9071, 0)
+    assert (peer.identifier, peer.name, peer.host_name) == ("b", "Site B", "zvm-b")
+    assert (peer.port, peer.pairing_status) == (9071, 0)
     assert LocalSite.from_json("garbage") == LocalSite(None, None, None, None)
