@@ -19,6 +19,7 @@ from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
 from rewind.requestid import current_request_id
 from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
+from rewind.zvm.client import shared_client
 
 _AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled")
 
@@ -129,8 +130,12 @@ def site_connection(site: Site) -> ZvmConnection:
 
 
 def site_client(site: Site, *, request_id: str | None = None) -> ZvmClient:
-    """The ZVM client for ``site``, carrying the current request id."""
-    return ZvmClient(site_connection(site), request_id=request_id or current_request_id())
+    """The ZVM client for ``site``, carrying the current request id.
+
+    Clients of one site share the HTTP pool and the Keycloak token within a process, so
+    a call does not log in again.
+    """
+    return shared_client(site_connection(site), request_id=request_id or current_request_id())
 
 
 def site_by_identifier(identifier: str) -> Site:
