@@ -22,7 +22,10 @@ if settings.REWIND_SERVE_STATIC:
     django_app = ASGIStaticFilesHandler(django_app)
 
 
+from rewind.mcp import nodelay  # noqa: E402
 from rewind.mcp.server import MCP_PATH, METADATA_PATH, build_asgi_app  # noqa: E402
+
+nodelay.enable()  # uvicorn --workers N would otherwise leave Nagle on (40 ms stalls per response)
 
 mcp_app: Any = build_asgi_app()
 _MCP_PATHS = frozenset({MCP_PATH, METADATA_PATH})
