@@ -1,0 +1,259 @@
+"""File recovery tools: ask for a file back (a human approves), read the outcome, see and end FLR sessions.
+
+The agent is always the one of the verified token. Nothing here can approve a recovery.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from django.conf import settings
+from django.urls import reverse
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.mcp.context import current_agent_id, run_db
+from rewind.models import Agent
+
+# How long ``wait=true`` keeps the call open before answering with the status so far.
+WAIT_MAX_S = 600.0
+POLL_S = 1.0
+
+
+class CheckpointOut(BaseModel):
+    identifier: str
+    timestamp: str | None
+    tag: str
+    change_id: str
+    source: str = Field(description="change_id | tag | checkpoint_id | latest_tagged (the default)")
+    vpg_identifier: str
+    vpg_name: str
+    recovery_site: str
+
+
+class UnmountOut(BaseModel):
+    ok: bool
+    session_id: str
+    warning: str | None = None
+
+
+class ResultOut(BaseModel):
+    ok: bool
+    sha256: str | None = None
+    size: int | None = None
+    content: str | None = Field(None, description="The file, when small enough: text, or base64 (see encoding)")
+    encoding: str | None = Field(None, description="utf-8 or base64")
+    url: str | None = Field(None, description="For larger files: GET it with your bearer token")
+    error: str | None = None
+    unmount: UnmountOut | None = None
+
+
+class RecoveryOut(BaseModel):
+    id: int
+    status: str = Field(description="pending, approved, denied, expired, running, succeeded or failed")
+    vm: str
+    vm_identifier: str
+    path: str
+    checkpoint: CheckpointOut
+    approval_url: str = Field(description="Where a human reviews and approves or denies this request")
+    approvals_required: int
+    expires_at: str
+    error: str = ""
+    result: ResultOut | None = None
+
+
+class FlrSessionOut(BaseModel):
+    site: str
+    session_id: str
+    status: str | None
+    vm_identifier: str | None
+    vpg_identifier: str | None
+    checkpoint_identifier: str | None
+    mount_time: str | None
+    ours: bool = Field(description="Opened by this service (only these can be ended with zerto_end_flr_session)")
+    recovery_id: int | None = None
+
+
+class FlrSessionListOut(BaseModel):
+    sessions: list[FlrSessionOut]
+    site_errors: dict[str, str] = Field(default_factory=dict, description="Sites whose ZVM could not be asked")
+
+
+class EndSessionOut(BaseModel):
+    ok: bool
+    session_id: str
+    site: str
+    warning: str | None = None
+
+
+def _agent() -> Agent:
+    agent = Agent.objects.filter(pk=current_agent_id(), is_active=True).first()
+    if agent is None:
+        raise PermissionDeniedError("this agent is disabled")
+    return agent
+
+
+def _out(recovery: Any) -> RecoveryOut:
+    from recoveries.selectors import recovery_dict
+
+    data = recovery_dict(recovery, inline=True)
+    return RecoveryOut(
+        id=data["id"], status=data["status"], vm=data["vm"], vm_identifier=data["vm_identifier"], path=data["path"],
+        checkpoint=CheckpointOut(**data["checkpoint"]), approval_url=data["approval_url"],
+        approvals_required=data["approvals_required"], expires_at=data["expires_at"], error=data["error"],
+        result=ResultOut(**data["result"]) if data["result"] else None,
+    )
+
+
+def _create(vm: str, path: str, reason: str, checkpoint: str | None, change_id: str | None) -> RecoveryOut:
+    from recoveries.services import recovery_request_create
+
+    recovery = recovery_request_create(agent=_agent(), vm=vm, path=path, reason=reason, checkpoint=checkpoint,
+                                       change_id=change_id)
+    return _out(recovery)
+
+
+def _status(recovery_id: int) -> RecoveryOut:
+    from recoveries.models import RecoveryRequest
+
+    recovery = RecoveryRequest.objects.prefetch_related("approvals").filter(pk=recovery_id, agent_id=current_agent_id()).first()
+    if recovery is None:
+        raise NotFoundError(f"you have no recovery #{recovery_id}")
+    return _out(recovery)
+
+
+_PROGRESS = {"pending": (0, "waiting for a human to approve"), "approved": (1, "approved; queued"),
+             "running": (2, "mounting the checkpoint and copying the file")}
+_DONE = ("denied", "expired", "succeeded", "failed")
+
+
+async def _wait(out: RecoveryOut, ctx: Context | None) -> RecoveryOut:
+    deadline = time.monotonic() + WAIT_MAX_S
+    last = None
+    while out.status not in _DONE and time.monotonic() < deadline:
+        if ctx is not None and out.status != last:
+            step, words = _PROGRESS.get(out.status, (0, out.status))
+            await ctx.report_progress(step, 3, f"recovery #{out.id}: {words}")
+            last = out.status
+        await asyncio.sleep(POLL_S)
+        out = await run_db(_status, out.id)
+    if ctx is not None and out.status in _DONE:
+        await ctx.report_progress(3, 3, f"recovery #{out.id}: {out.status}")
+    return out
+
+
+async def zerto_recover_file(
+    vm: str,
+    path: str,
+    reason: str,
+    checkpoint: str | None = None,
+    change_id: str | None = None,
+    wait: bool = False,
+    ctx: Context | None = None,
+) -> RecoveryOut:
+    """Ask for one guest file back from a Zerto checkpoint. A human must approve before anything is mounted.
+
+    `path` is the absolute guest path: Linux `/etc/nginx/nginx.conf` or Windows `C:\\inetpub\\web.config`.
+    Choose the checkpoint with `change_id` (the change you guarded), or `checkpoint` (a tag this service put
+    on a checkpoint, or a checkpoint identifier); without either, the newest tagged checkpoint this service
+    made for the VM is used. `reason` is shown to the approver. The answer carries the request id, its status
+    and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
+    notifications) until the recovery ends; otherwise poll zerto_recovery_status.
+    """
+    out = await run_db(_create, vm, path, reason, checkpoint, change_id)
+    return await _wait(out, ctx) if wait else out
+
+
+async def zerto_recovery_status(id: int) -> RecoveryOut:  # noqa: A002 - the tool's argument name
+    """Status of one of your recovery requests; once done, its result.
+
+    A succeeded recovery carries sha256 and size, and the file inline (`content`, text when it is UTF-8,
+    else base64 per `encoding`) when small, or a `url` to GET with your bearer token. `unmount` says whether
+    the FLR mount was removed; `ok` stays true when the file arrived even if the unmount failed (see warning).
+    """
+    return await run_db(_status, id)
+
+
+def _list_sessions(live_only: bool) -> FlrSessionListOut:
+    from recoveries.selectors import flr_sessions_everywhere
+
+    listing = flr_sessions_everywhere(live_only=live_only)
+    return FlrSessionListOut(
+        sessions=[
+            FlrSessionOut(site=s.site.name, session_id=s.session_id, status=s.status, vm_identifier=s.vm_identifier,
+                          vpg_identifier=s.vpg_identifier, checkpoint_identifier=s.checkpoint_identifier,
+                          mount_time=s.mount_time, ours=s.ours is not None,
+                          recovery_id=s.ours.recovery_id if s.ours is not None else None)
+            for s in listing.sessions
+        ],
+        site_errors=listing.errors,
+    )
+
+
+async def zerto_list_flr_sessions(live_only: bool = True) -> FlrSessionListOut:
+    """Every FLR session the configured ZVMs know, on every site, with the ones this service opened marked.
+
+    `live_only` (default true) keeps the sessions still holding a mount. A site whose ZVM cannot be asked is
+    named in `site_errors`.
+    """
+    return await run_db(_list_sessions, live_only)
+
+
+def _end(session_id: str) -> EndSessionOut:
+    from recoveries.models import FlrSession, RecoveryRequest
+    from recoveries.sessions import session_unmount
+    from rewind.audit import Actor
+    from rewind.sites import site_client
+
+    session_id = session_id.strip()
+    row = (FlrSession.objects.select_related("site", "recovery")
+           .filter(session_id__iexact=session_id, status__in=FlrSession.LIVE).first())
+    if row is None:
+        live_page = settings.REWIND_PUBLIC_URL + reverse("admin:recoveries_flrsession_live")
+        raise PermissionDeniedError(
+            f"FLR session {session_id} was not opened by this service (or is already ended); only a person may end "
+            f"another operator's session, in the admin: {live_page}"
+        )
+    if row.recovery is not None and row.recovery.status == RecoveryRequest.Status.RUNNING:
+        raise ApplicationError(f"session {session_id} belongs to recovery #{row.recovery_id}, which is still running; "
+                               "it is unmounted when the run ends")
+    agent = _agent()
+    report = session_unmount(client=site_client(row.site), row=row, actor=Actor.agent(agent.name),
+                             reason=f"ended by agent {agent.name}", wait_gone_s=10.0)
+    if report is None:
+        return EndSessionOut(ok=True, session_id=session_id, site=row.site.name, warning="it was already being ended")
+    return EndSessionOut(ok=report.ok, session_id=session_id, site=row.site.name, warning=report.warning or None)
+
+
+async def zerto_end_flr_session(session_id: str, confirmed: bool = False) -> EndSessionOut:
+    """Unmount one FLR session that this service opened. `confirmed` must be true.
+
+    Sessions of other operators are never ended by an agent: the error names the admin page where a
+    person can end them.
+    """
+    if confirmed is not True:
+        raise ApplicationError("ending an FLR session unmounts it for good: call again with confirmed=true")
+    return await run_db(_end, session_id)
+
+
+def register(server: MCPServer) -> None:
+    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+    server.tool(
+        name="zerto_recover_file", title="Ask for a file back from a checkpoint (human-approved)",
+        annotations=ToolAnnotations(title="Ask for a file back", read_only_hint=False, destructive_hint=False,
+                                    idempotent_hint=False, open_world_hint=False),
+    )(zerto_recover_file)
+    server.tool(name="zerto_recovery_status", title="Status and result of a file recovery",
+                annotations=read_only)(zerto_recovery_status)
+    server.tool(name="zerto_list_flr_sessions", title="List FLR sessions on every site",
+                annotations=read_only)(zerto_list_flr_sessions)
+    server.tool(
+        name="zerto_end_flr_session", title="Unmount an FLR session this service opened",
+        annotations=ToolAnnotations(title="End an FLR session", read_only_hint=False, destructive_hint=True,
+                                    idempotent_hint=True, open_world_hint=False),
+    )(zerto_end_flr_session)
