@@ -1,15 +1,20 @@
 """The audit row of every MCP tool call, written by one thread per process in small batches.
 
-Why not one transaction per call: on SQLite every write transaction takes the database
-lock, and threads of one process waiting for it sleep in SQLite's busy handler (1, 2, 5 …
-100 ms steps), which showed up as a long latency tail under load. One writer thread per
-process never contends with itself, and a batch of rows shares one transaction and one
-chain-head lock. Each caller still waits until its own row is committed (fail-closed).
+Why not one ``audit_record`` transaction per call: on SQLite every write transaction takes
+the database lock, and threads of one process waiting for it sleep in SQLite's busy handler
+(1, 2, 5 … 100 ms steps), which showed up as a long latency tail under load; and the five
+statements per row (savepoint, head, insert, head, release) halved the endpoint's throughput
+(measured: 303 against 628 calls/s without the row). One writer thread per process never
+contends with itself, and a batch is appended with three statements: lock the chain head,
+insert every row, move the head. The rows are built exactly as ``audit_record`` builds them
+(same masking, JSON round trip, ``event_hash``), so ``audit_verify`` checks them like any
+other. Each caller still waits until its own row is committed (fail-closed).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import queue
 import threading
@@ -17,8 +22,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import transaction
+from django.utils import timezone
 
-from rewind.audit import Actor, audit_record
+from rewind.audit import Actor, _locked_head, _target_fields, audit_record, event_hash, mask_secrets
+from rewind.models import AuditEvent
 from rewind.mcp.context import recycle_connections
 
 logger = logging.getLogger(__name__)
@@ -82,8 +89,10 @@ class AuditWriter:
         recycle_connections()
         try:
             with transaction.atomic():
-                for item in batch:
-                    self._append(item)
+                if len(batch) == 1:
+                    self._append(batch[0])
+                else:
+                    _append_many(batch)
         except Exception:
             if len(batch) == 1:
                 logger.exception("could not write the audit event of request %s", batch[0].request_id)
@@ -107,6 +116,34 @@ class AuditWriter:
             item.loop.call_soon_threadsafe(_settle, item.future, error)
         except RuntimeError:
             pass  # the event loop is closed: the caller is gone
+
+
+def _append_many(batch: list[_Pending]) -> None:
+    """Append ``batch`` to the chain in order; the caller holds the transaction."""
+    head = _locked_head()
+    seq, prev = head.last_seq, head.last_hash
+    events = []
+    for item in batch:
+        target_type, target_id, target_repr = _target_fields(item.target)
+        seq += 1
+        event = AuditEvent(
+            seq=seq,
+            time=timezone.now(),
+            actor_type=item.actor.type,
+            actor=item.actor.name[:150],
+            action=item.action,
+            target_type=target_type,
+            target_id=target_id,
+            target_repr=target_repr,
+            data=json.loads(json.dumps(mask_secrets(item.data), ensure_ascii=False)),
+            request_id=item.request_id,
+            prev_hash=prev,
+        )
+        event.hash = prev = event_hash(event)
+        events.append(event)
+    AuditEvent.objects.bulk_create(events)
+    head.last_seq, head.last_hash = seq, prev
+    head.save(update_fields=["last_seq", "last_hash"])
 
 
 audit_writer = AuditWriter()

@@ -119,3 +119,22 @@ def test_it_serves_the_typescript_sdk_client(mode: str, node_mcp_client: Any, mc
     assert tool["readOnlyHint"] is True and tool["hasOutputSchema"] is True
     assert out["isError"] is False
     assert sorted(v["name"] for v in out["structuredContent"]["vpgs"]) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
+
+
+def test_concurrent_calls_keep_the_audit_chain_intact(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+    from rewind.audit import verify_chain
+
+    agent, token = agent_token
+
+    async def many() -> list[Any]:
+        async def one(i: int) -> Any:
+            async with mcp_client(token, "2026-07-28") as client:
+                return await client.call_tool("zerto_find_protection", {"vm": ["web01", "db01", "app01"][i % 3]})
+
+        return await asyncio.gather(*(one(i) for i in range(24)))
+
+    results = run(many())
+    assert not any(r.is_error for r in results)
+    assert AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name).count() == 24
+    checked, problem = verify_chain()
+    assert problem is None and checked >= 24

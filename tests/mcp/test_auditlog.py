@@ -1,0 +1,59 @@
+"""The batching writer of tool-call audit rows keeps the hash chain that audit_verify checks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from django.db import transaction
+
+from rewind.audit import Actor, audit_record, verify_chain
+from rewind.mcp.auditlog import _append_many, _Pending, audit_writer
+from rewind.models import AuditEvent
+
+
+def _pending(i: int) -> _Pending:
+    loop = asyncio.new_event_loop()
+    return _Pending(Actor.agent("bot"), "mcp.tool.called", ("mcp.tool", "t"),
+                    {"tool": "t", "arguments": {"n": i, "password": "hunter2"}}, f"req-{i:08d}", loop, loop.create_future())
+
+
+def test_a_batch_continues_the_chain_in_order(db: None) -> None:
+    audit_record(actor=Actor.system(), action="before.batch")
+    with transaction.atomic():
+        _append_many([_pending(i) for i in range(5)])
+    audit_record(actor=Actor.system(), action="after.batch")
+    checked, problem = verify_chain()
+    assert (checked, problem) == (7, None)
+    rows = list(AuditEvent.objects.order_by("seq"))
+    assert [r.action for r in rows] == ["before.batch"] + ["mcp.tool.called"] * 5 + ["after.batch"]
+    assert [r.data["arguments"]["n"] for r in rows[1:6]] == [0, 1, 2, 3, 4]
+    assert all(r.data["arguments"]["password"] == "***" for r in rows[1:6])
+    assert rows[3].request_id == "req-00000002" and rows[3].actor == "bot"
+
+
+def test_the_writer_returns_once_every_row_is_committed(transactional_db: None) -> None:
+    async def many() -> None:
+        await asyncio.gather(*(audit_writer.record(actor=Actor.agent("bot"), action="mcp.tool.called",
+                                                   target=("mcp.tool", "t"), data={"n": i}, request_id=f"req-{i:08d}")
+                               for i in range(30)))
+
+    asyncio.run(many())
+    assert AuditEvent.objects.filter(action="mcp.tool.called").count() == 30
+    assert verify_chain()[1] is None
+
+
+def test_bad_rows_fail_alone(transactional_db: None) -> None:
+    class Unserializable:
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    async def mixed() -> list[Any]:
+        calls = [audit_writer.record(actor=Actor.agent("bot"), action="mcp.tool.called", target=("mcp.tool", "t"),
+                                     data={"n": i, "bad": Unserializable() if i == 3 else 0}, request_id=f"req-{i:08d}")
+                 for i in range(6)]
+        return await asyncio.gather(*calls, return_exceptions=True)
+
+    outcomes = asyncio.run(mixed())
+    assert [isinstance(o, Exception) for o in outcomes] == [False, False, False, True, False, False]
+    assert AuditEvent.objects.count() == 5 and verify_chain()[1] is None
