@@ -70,7 +70,9 @@ def session_transition(
         won = FlrSession.objects.filter(pk=row.pk, status__in=expected).update(status=to, **fields)
         if not won:
             return False
-        row.refresh_from_db()
+        row.status = to
+        for name, value in fields.items():
+            setattr(row, name, value)
         if action:
             audit_record(actor=actor, action=action, target=row, data={**_describe(row), **(data or {})}, request_id=request_id)
     return True

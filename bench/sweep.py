@@ -1,0 +1,146 @@
+#!/usr/bin/env python
+"""Benchmark: one reaper sweep over 1,000 live FLR sessions of ours spread over 3 sites.
+
+    .venv/bin/python bench/sweep.py [--sessions 1000] [--foreign 60]
+
+What it does, all on 127.0.0.1, every process bounded and stopped at the end:
+1. a fresh state folder (SQLite) under var/bench-sweep, migrated;
+2. the ZVM simulator; sites "Site A", "Site B", "Site C" registered against it;
+3. N sessions mounted through the ZVM client at the recovery sites of web01/db01 (Site B),
+   win01 (Site A) and app01's vpg-app-3 (Site C), each recorded as ours (an FlrSession whose
+   recovery is over, so the reaper must unmount it), plus a few sessions of "another operator";
+4. one sweep, timed: per site one GET /v1/flrs, then an audited DELETE for each of ours;
+5. a second sweep after the ZVM dropped them, timed: it marks every one ended.
+
+Prints the two wall times, the sessions per second, and checks that the other operator's
+sessions are still there. Target: the first sweep in <= 10 s. No asserts: it reports.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+STATE = REPO / "var" / "bench-sweep"
+# (site slug, vm, vpg) pairs whose recovery site is that slug in the demo inventory.
+TARGETS = (("site-b", "db01", "vpg-db"), ("site-a", "win01", "vpg-win"), ("site-c", "app01", "vpg-app-3"))
+
+
+def start_sim() -> tuple[subprocess.Popen[str], str]:
+    proc = subprocess.Popen([PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(STATE / "certs"),
+                             "--unmount-seconds", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True)
+    assert proc.stdout is not None
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        line = proc.stdout.readline()
+        if line.startswith("zvmsim ready on "):
+            return proc, line.split("zvmsim ready on ", 1)[1].strip()
+        if not line and proc.poll() is not None:
+            break
+    proc.kill()
+    raise SystemExit("the simulator did not start")
+
+
+def setup_django() -> None:
+    if STATE.exists():
+        shutil.rmtree(STATE)
+    STATE.mkdir(parents=True)
+    os.environ["REWIND_VAR_DIR"] = str(STATE)
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
+    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True,
+                   env={**os.environ})
+    sys.path.insert(0, str(REPO))
+    import django
+
+    django.setup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sessions", type=int, default=1000)
+    parser.add_argument("--foreign", type=int, default=60)
+    args = parser.parse_args()
+    setup_django()
+    sim, url = start_sim()
+    try:
+        run(url, args.sessions, args.foreign)
+    finally:
+        sim.terminate()
+        sim.wait(timeout=10)
+
+
+def run(url: str, count: int, foreign_count: int) -> None:
+    import requests
+    import urllib3
+
+    from recoveries.models import FlrSession
+    from recoveries.reaper import recoveries_reap
+    from rewind.audit import Actor
+    from rewind.sites import site_check, site_client, site_create
+
+    actor = Actor.system("bench")
+    sites = {}
+    for name, slug in (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c")):
+        site = site_create(actor=actor, name=name, base_url=f"{url}/{slug}", username="admin", password="zerto")
+        site_check(site=site)
+        site.refresh_from_db()
+        sites[slug] = site
+    control = requests.Session()
+    control.verify = False
+    control.trust_env = False  # a REQUESTS_CA_BUNDLE in the environment would override verify=False
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    vms = {vm: control.get(f"{url}/_sim/vms/{vm}", timeout=30).json() for _, vm, _ in TARGETS}
+
+    def mount(i: int) -> FlrSession:
+        slug, vm, vpg_name = TARGETS[i % len(TARGETS)]
+        info = vms[vm]
+        vpg = next(v for v in info["vpgs"] if v["name"] == vpg_name)
+        client = clients[slug]
+        checkpoint = client.list_checkpoints(vpg["identifier"])[-1].identifier
+        session_id = client.flr_mount(vpg_id=vpg["identifier"], vm_id=info["identifier"], checkpoint_id=checkpoint)
+        return FlrSession(site=sites[slug], session_id=session_id, vm_identifier=info["identifier"],
+                          vpg_identifier=vpg["identifier"], checkpoint_identifier=checkpoint,
+                          status=FlrSession.Status.MOUNTED)
+
+    clients = {slug: site_client(site) for slug, site in sites.items()}
+    started = time.perf_counter()
+    with ThreadPoolExecutor(8) as pool:
+        rows = list(pool.map(mount, range(count)))
+    FlrSession.objects.bulk_create(rows, batch_size=500)
+    foreign = []
+    for i in range(foreign_count):
+        slug, vm, vpg = TARGETS[i % len(TARGETS)]
+        foreign.append(control.post(f"{url}/_sim/sites/{slug}/flrs", json={"vm": vm, "vpg": vpg}, timeout=30).json()["session_id"])
+    print(f"set-up: {count} sessions of ours + {foreign_count} of another operator on 3 sites "
+          f"in {time.perf_counter() - started:.1f} s")
+
+    started = time.perf_counter()
+    first = recoveries_reap()
+    sweep = time.perf_counter() - started
+    time.sleep(0.5)  # the simulated ZVM drops an unmounted session after 0.2 s
+    started = time.perf_counter()
+    second = recoveries_reap()
+    confirm = time.perf_counter() - started
+
+    still = {s["session_id"] for slug in sites for s in control.get(f"{url}/_sim/sites/{slug}/flrs", timeout=30).json()}
+    print(f"sweep 1 (unmount): {sweep:.2f} s for {first.unmounted} unmounted, {first.unmount_failed} failed "
+          f"({first.unmounted / sweep:.0f} sessions/s); target <= 10 s")
+    print(f"sweep 2 (confirm gone): {confirm:.2f} s, {second.vanished} marked ended")
+    print(f"other operator's sessions untouched: {sum(f in still for f in foreign)}/{len(foreign)}; "
+          f"ours still live on the ZVMs: {len(still - set(foreign))}")
+    print(f"rows ended: {FlrSession.objects.filter(status=FlrSession.Status.ENDED).count()}/{count}; "
+          f"site errors: {first.site_errors or second.site_errors or 'none'}")
+
+
+if __name__ == "__main__":
+    main()
