@@ -10,8 +10,9 @@ Repeat safety (a redelivered or re-queued task):
 - a ``pending`` row is moved to ``inserting`` (CAS, audited) *before* the insert call, so only
   one run ever inserts it;
 - an ``inserting`` row without a task id (the run died mid-call, or the call's answer was
-  lost) is never inserted again blindly: it is resolved by looking for the tag in the
-  checkpoint list until the deadline (the client has no task listing to find the task by);
+  lost) is never inserted again blindly: first the tag is looked for in the checkpoint list,
+  then the ZVM's insert tasks for that VPG since the attempt (one not recorded on any row is
+  adopted); only when neither exists ``SETTLE_S`` later is it inserted again, once per run;
 - a row with a task id resumes polling that task.
 
 Polling is adaptive: the next poll comes after 5% of the time waited so far, between
@@ -28,12 +29,13 @@ import uuid
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, Q
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
+from rewind.checkpoints.zvmtasks import insert_tasks_since
 from rewind.models import ChangeGuard, ChangeGuardVpg
 from rewind.sites import site_client
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
@@ -45,6 +47,9 @@ FINAL = (Row.Status.LISTED, Row.Status.FAILED, Row.Status.TIMED_OUT)
 NOT_FINAL = (Row.Status.PENDING, Row.Status.INSERTING, Row.Status.WAITING)
 POLL_MIN_S, POLL_MAX_S, POLL_FRACTION = 0.1, 2.0, 0.05
 LIST_LOOKBACK = timedelta(minutes=1)
+# An insert whose outcome is unknown is repeated only when, this long after we started
+# wondering, the ZVM lists neither the tag nor an insert task for the VPG.
+SETTLE_S = 5.0
 
 
 def poll_interval(waited_s: float) -> float:
@@ -133,6 +138,9 @@ class _VpgWait:
         self.deadline = deadline
         self.lost = lost
         self.last_error = ""
+        # Set while the row is "inserting" with no task id: the insert call's outcome is unknown.
+        self.unknown_since: float | None = None
+        self.reinserted = False
 
     def run(self) -> None:
         site = self.row.site
@@ -143,6 +151,8 @@ class _VpgWait:
         try:
             if self.row.status == Row.Status.PENDING and not self.insert(client):
                 return
+            if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
+                self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
             self.poll(client)
         finally:
             client.close()
@@ -153,9 +163,12 @@ class _VpgWait:
         if time.monotonic() >= self.deadline:
             self.finish(Row.Status.TIMED_OUT, error="not inserted: the guard had already timed out")
             return False
-        if not self._mark_inserting():
+        if not self._mark_attempt(Row.objects.filter(pk=self.row.pk, status=Row.Status.PENDING), retry=False):
             self.row.refresh_from_db()  # another run took it; follow what it recorded
             return self.row.status not in FINAL
+        return self._call_insert(client)
+
+    def _call_insert(self, client: ZvmClient) -> bool:
         try:
             task_id = client.insert_tagged_checkpoint(self.row.vpg_identifier, self.guard.tag)
         except (ZvmAuthError, ZvmNotFoundError) as exc:
@@ -165,32 +178,64 @@ class _VpgWait:
             self.finish(Row.Status.FAILED, error=f"the ZVM refused the checkpoint: {exc}")
             return False
         except ZvmError as exc:
-            # The ZVM may have acted before the answer was lost: never insert again here;
-            # look for the tag instead.
+            # The ZVM may have acted before the answer was lost: do not repeat the call;
+            # resolve it by the tag and the ZVM's task list (``_resolve_unknown``).
             self.last_error = f"the insert call's outcome is unknown ({exc})"
+            self.unknown_since = time.monotonic()
             Row.objects.filter(pk=self.row.pk).update(error=self.last_error[:2000])
             return True
         Row.objects.filter(pk=self.row.pk, status=Row.Status.INSERTING, task_id="").update(
-            task_id=task_id, status=Row.Status.WAITING
+            task_id=task_id, status=Row.Status.WAITING, error=""
         )
         self.row.refresh_from_db()
+        self.unknown_since = None
         return True
 
-    def _mark_inserting(self) -> bool:
+    def _mark_attempt(self, rows: QuerySet[ChangeGuardVpg], *, retry: bool) -> bool:
+        """CAS the row to "inserting" and audit the attempt, before the call (fail-closed)."""
         with transaction.atomic():
-            won = Row.objects.filter(pk=self.row.pk, status=Row.Status.PENDING).update(
-                status=Row.Status.INSERTING, insert_started_at=timezone.now()
-            )
+            won = rows.update(status=Row.Status.INSERTING, insert_started_at=timezone.now())
             if won:
                 audit_record(
                     actor=Actor.agent(self.guard.agent_name), action="checkpoint.requested", target=self.guard,
                     request_id=self.guard.request_id,
-                    data={"vpg": self.row.vpg_name, "vpg_identifier": self.row.vpg_identifier,
+                    data={"vpg": self.row.vpg_name, "vpg_identifier": self.row.vpg_identifier, "retry": retry,
                           "site": self.row.site.name if self.row.site else "", "tag": self.guard.tag},
                 )
         if won:
             self.row.refresh_from_db()
         return bool(won)
+
+    def _resolve_unknown(self, client: ZvmClient, since: datetime) -> bool:
+        """An insert whose outcome is unknown and whose tag is not listed: find its task, or
+        insert again when the ZVM ran no insert task for this VPG. False: the row is finished.
+        """
+        tasks = insert_tasks_since(client, self.row.vpg_identifier, since)
+        if tasks is None:
+            return True  # cannot tell; keep looking for the tag
+        claimed = set(
+            Row.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks).values_list("task_id", flat=True)
+        )
+        free = [t for t in tasks if t not in claimed]
+        if free:
+            Row.objects.filter(pk=self.row.pk, status=Row.Status.INSERTING, task_id="").update(
+                task_id=free[0], status=Row.Status.WAITING
+            )
+            self.row.refresh_from_db()
+            self.unknown_since = None
+            return True
+        assert self.unknown_since is not None
+        if self.reinserted or time.monotonic() - self.unknown_since < SETTLE_S:
+            return True
+        # No tag and no insert task: the call never reached the ZVM. Insert once more.
+        self.reinserted = True
+        rows = Row.objects.filter(
+            pk=self.row.pk, status=Row.Status.INSERTING, task_id="", insert_started_at=self.row.insert_started_at
+        )
+        if not self._mark_attempt(rows, retry=True):
+            self.row.refresh_from_db()
+            return self.row.status not in FINAL
+        return self._call_insert(client)
 
     # -- wait --------------------------------------------------------------------------
     def poll(self, client: ZvmClient) -> None:
@@ -198,7 +243,7 @@ class _VpgWait:
         since = start - LIST_LOOKBACK
         task_done = False
         while not self.lost.is_set():
-            self.row.refresh_from_db(fields=["status", "task_id"])
+            self.row.refresh_from_db(fields=["status", "task_id", "insert_started_at"])
             if self.row.status in FINAL:
                 return
             try:
@@ -208,6 +253,9 @@ class _VpgWait:
                     if found is not None:
                         self.finish(Row.Status.LISTED, checkpoint=found)
                         return
+                    if not self.row.task_id and self.unknown_since is not None:
+                        if not self._resolve_unknown(client, since):
+                            return
             except _RowFailed as exc:
                 self.finish(Row.Status.FAILED, error=str(exc))
                 return

@@ -1,19 +1,201 @@
+"""Tagged checkpoints against the simulator with a real Celery worker."""
+
 from __future__ import annotations
 
+import threading
+import time
 from typing import Any
 
-from rewind.checkpoints.services import checkpoint_request_create
+import pytest
+from django.db import connection
+
+from rewind.checkpoints.services import checkpoint_request_create, guard_get
+from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, ChangeGuardVpg
 from tests.guard.conftest import tagged, wait_finished
 
+Row = ChangeGuardVpg
+
+
+def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
+    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=kw.pop("action", "edit config"), **kw)
+    assert outcome.guard is not None, outcome.refusal
+    return outcome.guard
+
+
+def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if all(r.status == status for r in guard.vpgs.all()):
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"rows of guard {guard.pk} not all {status}: {[r.status for r in guard.vpgs.all()]}")
+
 
 def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
-    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm="app01", action="edit app.conf")
-    assert outcome.created and outcome.guard is not None
-    guard = wait_finished(outcome.guard)
+    guard = wait_finished(_request(agent, "app01", action="edit app.conf"))
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
-    assert all(r.status == ChangeGuardVpg.Status.LISTED and r.checkpoint_identifier for r in rows)
+    assert all(r.status == Row.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows)
+    # vpg-app-3 replicates to site-c; the insert still goes through the protected site (site-a).
+    assert rows[2].site is not None and rows[2].site.name == "Site A"
     assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1
-    assert AuditEvent.objects.filter(action="checkpoint.listed").count() == 3
+    actions = list(AuditEvent.objects.filter(target_id=str(guard.pk)).values_list("action", flat=True))
+    assert actions.count("checkpoint.requested") == 3 and actions.count("checkpoint.listed") == 3
+    assert "guard.created" in actions and "guard.ok" in actions
+
+
+def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    guard = wait_finished(_request(agent, "db01"))
+    assert guard.status == ChangeGuard.Status.OK
+    assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
+    assert guard.tag.startswith("ai:claude | edit config | vm=db01 | change=") and guard.tag.endswith("Z")
+
+
+def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    sim.add_fault("checkpoint_listing_delay", seconds=1.5)
+    guard = wait_finished(_request(agent, "web01"))
+    assert guard.status == ChangeGuard.Status.OK, guard.error
+    assert all(r.waited_ms is not None and r.waited_ms >= 1500 for r in guard.vpgs.all())
+
+
+def test_it_fails_when_the_checkpoint_is_never_listed(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    sim.add_fault("checkpoint_never_listed", count=1)
+    guard = wait_finished(_request(agent, "web01", timeout_s=3))
+    assert guard.status == ChangeGuard.Status.FAILED
+    statuses = sorted(r.status for r in guard.vpgs.all())
+    assert statuses == [Row.Status.LISTED, Row.Status.TIMED_OUT]
+    assert "not listed within 3 s" in guard.error
+    assert AuditEvent.objects.filter(action="checkpoint.failed", target_id=str(guard.pk)).count() == 1
+    assert AuditEvent.objects.filter(action="guard.failed", target_id=str(guard.pk)).exists()
+
+
+def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    sim.add_fault("task_fail", message="Journal is full", count=1)
+    guard = wait_finished(_request(agent, "db01"))
+    assert guard.status == ChangeGuard.Status.FAILED
+    row = guard.vpgs.get()
+    assert row.status == Row.Status.FAILED and "Journal is full" in row.error
+
+
+def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    sim.add_fault("checkpoint_listing_delay", seconds=2)
+    guard = _request(agent, "app01")
+    _wait_rows(guard, Row.Status.WAITING)
+    sim.add_fault("expire_tokens")
+    guard = wait_finished(guard)
+    assert guard.status == ChangeGuard.Status.OK, guard.error
+
+
+def test_concurrent_requests_with_one_change_id_insert_once(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    outcomes: list[Any] = []
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def request() -> None:
+        try:
+            start.wait()
+            outcomes.append(checkpoint_request_create(agent_name=agent.name, vm="web01", action="edit", change_id="CHG-42"))
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=request) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert len({o.guard.pk for o in outcomes}) == 1
+    assert sum(o.created for o in outcomes) == 1
+    guard = wait_finished(outcomes[0].guard)
+    assert guard.status == ChangeGuard.Status.OK
+    for vpg in ("vpg-web", "vpg-web-dr"):
+        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
+
+
+def test_the_same_change_id_returns_the_existing_record(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+    first = checkpoint_request_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
+    wait_finished(first.guard)
+    again = checkpoint_request_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
+    assert not again.created and again.guard.pk == first.guard.pk
+    assert ChangeGuard.objects.count() == 1
+    assert len(tagged(sim, "site-a", "vpg-db", first.guard.tag)) == 1
+
+
+@pytest.mark.parametrize(
+    ("vm", "reason"),
+    [("cloud01", "AWS"), ("newvm01", "initial sync")],
+)
+def test_it_refuses_vms_that_cannot_take_a_checkpoint(sim: Any, sites: Any, agent: Any, db: None, vm: str, reason: str) -> None:
+    outcome = checkpoint_request_create(agent_name=agent.name, vm=vm, action="edit")
+    assert outcome.guard is None and outcome.refusal and reason in outcome.refusal
+    assert outcome.refused and reason in outcome.refused[0].reason
+    assert not ChangeGuard.objects.exists()
+    event = AuditEvent.objects.get(action="guard.refused")
+    assert event.actor == "claude" and reason in event.data["reason"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"vm": "db01", "action": "  |\x00\n "}, "action"),
+        ({"vm": "db01", "action": "x", "change_id": "a|b"}, "change_id"),
+        ({"vm": "db01", "action": "x", "timeout_s": 0}, "timeout_s"),
+        ({"vm": "nosuchvm", "action": "x"}, "nosuchvm"),
+        ({"vm": "dup01", "action": "x"}, "matches 2 VMs"),
+    ],
+)
+def test_it_rejects_bad_input_and_changes_nothing(sim: Any, sites: Any, agent: Any, db: None, kwargs: Any, message: str) -> None:
+    with pytest.raises(ApplicationError, match=message):
+        checkpoint_request_create(agent_name=agent.name, **kwargs)
+    assert not ChangeGuard.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="guard.").exists()
+
+
+def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
+    sim: Any, sites: Any, agent: Any, worker: Any
+) -> None:
+    sim.add_fault("checkpoint_listing_delay", seconds=3)
+    guard = _request(agent, "web01", timeout_s=120)
+    _wait_rows(guard, Row.Status.WAITING)
+    worker.kill()
+    worker.start()
+    guard = _wait_via_status(guard.pk, timeout=90)
+    assert guard.status == ChangeGuard.Status.OK, guard.error
+    assert guard.attempts >= 2
+    for vpg in ("vpg-web", "vpg-web-dr"):
+        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
+    assert AuditEvent.objects.filter(action="checkpoint.requested", target_id=str(guard.pk)).count() == 2
+
+
+def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
+    sim: Any, sites: Any, agent: Any, worker: Any
+) -> None:
+    # The insert call hangs; the worker dies while it is in flight; the ZVM acts anyway.
+    sim.add_fault("hang", seconds=2, path_regex="/checkpoints$", method="POST", count=1)
+    guard = _request(agent, "db01", timeout_s=120)
+    _wait_rows(guard, Row.Status.INSERTING)
+    time.sleep(0.5)
+    worker.kill()
+    worker.start()
+    guard = _wait_via_status(guard.pk, timeout=90)
+    assert guard.status == ChangeGuard.Status.OK, guard.error
+    row = guard.vpgs.get()
+    assert row.task_id == ""  # never learned: found by the tag
+    assert len(tagged(sim, "site-a", "vpg-db", guard.tag)) == 1
+
+
+def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
+    """Poll like an agent does: a status read re-queues a guard whose task died."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        guard = guard_get(guard_id)
+        if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
+            return guard
+        time.sleep(0.5)
+    guard = ChangeGuard.objects.get(pk=guard_id)
+    rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
+    raise AssertionError(f"guard {guard_id} not finished after {timeout} s: {guard.status} {guard.lease_owner} {guard.lease_expires_at} {guard.attempts} {rows}")
