@@ -24,7 +24,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from rewind.audit import Actor, _locked_head, _target_fields, audit_record, event_hash, mask_secrets
+from rewind.audit import Actor, _locked_head, _target_fields, event_hash, mask_secrets
 from rewind.models import AuditEvent
 from rewind.mcp.context import recycle_connections
 
@@ -89,10 +89,7 @@ class AuditWriter:
         recycle_connections()
         try:
             with transaction.atomic():
-                if len(batch) == 1:
-                    self._append(batch[0])
-                else:
-                    _append_many(batch)
+                _append_many(batch)
         except Exception:
             if len(batch) == 1:
                 logger.exception("could not write the audit event of request %s", batch[0].request_id)
@@ -104,11 +101,6 @@ class AuditWriter:
             return
         for item in batch:
             self._report(item, None)
-
-    @staticmethod
-    def _append(item: _Pending) -> None:
-        audit_record(actor=item.actor, action=item.action, target=item.target, data=item.data,
-                     request_id=item.request_id)
 
     @staticmethod
     def _report(item: _Pending, error: BaseException | None) -> None:
