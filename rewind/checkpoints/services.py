@@ -105,6 +105,10 @@ def checkpoint_request_create(
     protection = find_protection(vm)
     existing = ChangeGuard.objects.filter(vm_identifier=protection.vm_identifier, change_id=change).first()
     if existing is not None:
+        if existing.agent_name != agent_name:
+            raise ApplicationError(
+                f"change_id {change!r} is already in use for {protection.vm_name} by another agent; choose another"
+            )
         guard_resume_if_stale(existing)
         return GuardOutcome(guarded=True, guard=existing, created=False, vm=vm, change_id=change)
     refused = tuple(
@@ -135,6 +139,10 @@ def checkpoint_request_create(
     except IntegrityError:
         # A concurrent request with the same change id for this VM won; return its record.
         winner = ChangeGuard.objects.get(vm_identifier=protection.vm_identifier, change_id=change)
+        if winner.agent_name != agent_name:
+            raise ApplicationError(
+                f"change_id {change!r} is already in use for {protection.vm_name} by another agent; choose another"
+            ) from None
         return GuardOutcome(guarded=True, guard=winner, created=False, vm=vm, change_id=change)
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import time
 from typing import Any
 
@@ -20,6 +21,18 @@ SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
 def _no_lookup_cache(settings: Any) -> None:
     # The simulator is reset between tests; a cached lookup from the last test would lie.
     settings.REWIND_LOOKUP_CACHE_S = 0
+
+
+def install_starter_catalog() -> None:
+    """The starter list as its data migration installs it (transactional tests flush it away)."""
+    from django.apps import apps
+
+    importlib.import_module("catalog.migrations.0002_starter_list").install(apps, None)
+
+
+@pytest.fixture(autouse=True)
+def _starter_catalog(db: None) -> None:
+    install_starter_catalog()
 
 
 @pytest.fixture

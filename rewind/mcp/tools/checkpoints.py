@@ -1,0 +1,276 @@
+"""Guard and checkpoint tools, and the mutating-tool catalog tools.
+
+The slow part (insert + wait until listed) runs in the Celery task; with ``wait`` a tool
+polls the record and streams progress ("VPGs listed so far / total") until the guard is
+finished, then answers with the per-VPG outcome. ``wait=false`` answers at once with the id
+to poll with ``zerto_checkpoint_status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any, Literal
+
+from mcp.server import MCPServer
+from mcp.server.mcpserver import Context
+from mcp_types import ToolAnnotations
+from pydantic import BaseModel, Field
+
+from catalog.models import MutatingTool
+from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
+from rewind.checkpoints.services import GuardOutcome, guard_get
+from rewind.errors import NotFoundError
+from rewind.mcp.context import current_agent_id, current_agent_name, run_db
+from rewind.models import ChangeGuard
+
+# How long past the guard's own timeout a waiting call keeps polling before it answers
+# "not finished" (e.g. no worker is running); the guard itself ends at its timeout.
+WAIT_GRACE_S = 30.0
+POLL_MIN_S, POLL_MAX_S = 0.05, 1.0
+RESUME_EVERY_S = 5.0
+
+
+class VpgCheckpointOut(BaseModel):
+    name: str
+    identifier: str
+    status: str = Field(description="pending, inserting, waiting, listed, failed, timed_out, or refused")
+    checkpoint_identifier: str | None = None
+    checkpoint_timestamp: str | None = Field(default=None, description="UTC, ISO 8601")
+    error: str | None = None
+    waited_ms: int | None = None
+    recovery_site: str | None = None
+
+
+class GuardOut(BaseModel):
+    ok: bool = Field(description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)")
+    guarded: bool = Field(description="False: the tool is not in the mutating-tool catalog; nothing was checkpointed")
+    finished: bool
+    status: str = Field(description="ok, failed, pending, running, refused or pass_through")
+    must_not_proceed: str | None = Field(default=None, description="Why you must not make the change, when you must not")
+    id: int | None = Field(default=None, description="Checkpoint request id for zerto_checkpoint_status")
+    change_id: str | None = None
+    tag: str | None = None
+    vm: str | None = None
+    vm_identifier: str | None = None
+    tool: str | None = None
+    catalog_entry: str | None = Field(default=None, description="The catalog entry that matched the tool")
+    reused: bool = Field(default=False, description="An earlier request with the same change_id for this VM was returned")
+    listed: int = 0
+    total: int = 0
+    vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
+    landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
+    note: str | None = None
+
+
+class MutatingToolOut(BaseModel):
+    tool: str = Field(description="server/tool, or server/* for every tool of that server")
+    vm_arg: str
+    platform: str
+    description: str
+    enabled: bool
+    added_by: str
+    added_by_kind: str
+
+
+class MutatingToolListOut(BaseModel):
+    tools: list[MutatingToolOut]
+
+
+def _vpg_out(v: VpgReport) -> VpgCheckpointOut:
+    return VpgCheckpointOut(**v.__dict__)
+
+
+def _report_out(report: GuardReport, *, catalog_entry: str | None = None, reused: bool = False) -> GuardOut:
+    return GuardOut(
+        ok=report.ok, guarded=True, finished=report.finished, status=report.status,
+        must_not_proceed=report.must_not_proceed, id=report.id, change_id=report.change_id, tag=report.tag,
+        vm=report.vm, vm_identifier=report.vm_identifier, tool=report.tool or None, catalog_entry=catalog_entry,
+        reused=reused, listed=report.listed, total=report.total,
+        vpgs=[_vpg_out(v) for v in report.vpgs], landed=[_vpg_out(v) for v in report.landed],
+    )
+
+
+def _outcome_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
+    if not outcome.guarded:
+        return GuardOut(
+            ok=True, guarded=False, finished=True, status="pass_through", tool=tool,
+            note=f"{tool} is not in the mutating-tool catalog, so no checkpoint was taken. If it can change a VM, "
+                 "add it with zerto_add_mutating_tool and guard again.",
+        )
+    if outcome.guard is None:
+        refused = [VpgCheckpointOut(name=r.name, identifier=r.identifier, status="refused", error=r.reason)
+                   for r in outcome.refused]
+        return GuardOut(
+            ok=False, guarded=True, finished=True, status="refused", must_not_proceed=outcome.refusal,
+            change_id=outcome.change_id, vm=outcome.vm, tool=tool, catalog_entry=outcome.entry,
+            vpgs=refused, total=len(refused),
+        )
+    return _report_out(guard_report(outcome.guard), catalog_entry=outcome.entry, reused=not outcome.created)
+
+
+def _own_guard(guard_id: int) -> ChangeGuard:
+    guard = guard_get(guard_id)
+    if guard.agent_name != current_agent_name():
+        raise NotFoundError(f"you have no checkpoint request #{guard_id}")
+    return guard
+
+
+def _status(guard_id: int) -> GuardOut:
+    return _report_out(guard_report(_own_guard(guard_id)))
+
+
+async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
+    """Poll the record until the guard ends, streaming 'listed so far / total' progress."""
+    if out.id is None or out.finished:
+        return out
+    guard_id, started = out.id, time.monotonic()
+    timeout = await run_db(lambda: ChangeGuard.objects.values_list("timeout_s", flat=True).get(pk=guard_id))
+    deadline = started + timeout + WAIT_GRACE_S
+    last: tuple[str, int] | None = None
+    last_resume = started
+    while time.monotonic() < deadline:
+        status, listed, total = await run_db(guard_progress, guard_id)
+        if ctx is not None and (status, listed) != last:
+            await ctx.report_progress(listed, total, f"checkpoint request #{guard_id}: {listed}/{total} VPGs list the checkpoint")
+            last = (status, listed)
+        if status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
+            break
+        if time.monotonic() - last_resume >= RESUME_EVERY_S:
+            await run_db(guard_get, guard_id)  # re-queues the wait if its worker died
+            last_resume = time.monotonic()
+        waited = time.monotonic() - started
+        await asyncio.sleep(max(POLL_MIN_S, min(POLL_MAX_S, 0.05 * waited)))
+    final = await run_db(_status, guard_id)
+    return final.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused})
+
+
+def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
+    from rewind.checkpoints.services import checkpoint_request_create
+
+    outcome = checkpoint_request_create(
+        agent_name=current_agent_name(), agent_id=current_agent_id(), vm=vm, action=action, change_id=change_id,
+        timeout_s=timeout_s,
+    )
+    return _outcome_out(outcome)
+
+
+def _guard(tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
+    from rewind.checkpoints.services import guard_before_mutate
+
+    outcome = guard_before_mutate(
+        agent_name=current_agent_name(), agent_id=current_agent_id(), tool=tool, arguments=arguments, action=action,
+        change_id=change_id, timeout_s=timeout_s,
+    )
+    return _outcome_out(outcome, tool=tool.strip().lower())
+
+
+async def zerto_create_tagged_checkpoint(
+    vm: str,
+    action: str,
+    change_id: str | None = None,
+    wait: bool = True,
+    timeout_s: float | None = None,
+    ctx: Context | None = None,
+) -> GuardOut:
+    """Put the same tagged checkpoint on every Zerto VPG protecting a VM and wait until Zerto lists it.
+
+    `vm`: VM name, hostname or vmIdentifier. `action`: what you are about to change (goes into the tag
+    `ai:<you> | <action> | vm=<vm> | change=<id> | <utc>`). `change_id`: your id for the change (one is made
+    when omitted); asking again with the same change_id for the same VM returns the same request, never a
+    second checkpoint. With `wait` (default) the call streams progress and answers when every VPG lists the
+    checkpoint (`ok`) or one failed/timed out (`timeout_s`, default from the service). `ok` false: do not
+    make the change; `landed` says which checkpoints did land. `wait=false` answers at once with `id`.
+    """
+    out = await run_db(_create, vm, action, change_id, timeout_s)
+    return await _wait(out, ctx) if wait else out
+
+
+async def zerto_guard_before_mutate(
+    tool: str,
+    arguments: dict[str, Any],
+    action: str,
+    change_id: str | None = None,
+    wait: bool = True,
+    ctx: Context | None = None,
+) -> GuardOut:
+    """Call this before ANY tool call that may change a VM; proceed only if the answer is `ok`.
+
+    `tool`: the tool you are about to call as server/tool (e.g. ssh/exec); `arguments`: its exact arguments;
+    `action`: what the call will change. If the mutating-tool catalog lists the tool, the VM is read from the
+    argument the catalog names (e.g. `host`), and every VPG protecting it gets a tagged checkpoint; the call
+    waits until Zerto lists them all. If the catalog does not list the tool, it passes through (`guarded`
+    false, `ok` true) and the sighting is recorded for a human to classify. A listed tool whose VM argument
+    is missing is an error. `ok` false: do not make the change (`must_not_proceed` says why).
+    """
+    out = await run_db(_guard, tool, arguments, action, change_id, None)
+    return await _wait(out, ctx) if wait else out
+
+
+async def zerto_checkpoint_status(id: int) -> GuardOut:  # noqa: A002 - the tool's argument name
+    """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
+
+    `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.
+    """
+    return await run_db(_status, id)
+
+
+def _tool_out(t: MutatingTool) -> MutatingToolOut:
+    return MutatingToolOut(tool=t.pattern, vm_arg=t.vm_arg, platform=t.platform, description=t.description,
+                           enabled=t.enabled, added_by=t.added_by, added_by_kind=t.added_by_kind)
+
+
+def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
+    from catalog.services import mutating_tool_add
+    from rewind.audit import Actor
+
+    entry = mutating_tool_add(actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg,
+                              platform=platform, description=description)
+    return _tool_out(entry)
+
+
+def _list() -> MutatingToolListOut:
+    from catalog.services import mutating_tool_list
+
+    return MutatingToolListOut(tools=[_tool_out(t) for t in mutating_tool_list(include_disabled=True)])
+
+
+async def zerto_add_mutating_tool(
+    tool: str, vm_arg: str, description: str, platform: Literal["linux", "windows", "any"] = "any"
+) -> MutatingToolOut:
+    """Add a tool that changes VMs to the catalog, so zerto_guard_before_mutate checkpoints before it runs.
+
+    `tool`: server/tool (e.g. ssh/exec) or server/* for every tool of a server. `vm_arg`: the name of that
+    tool's argument holding the VM (host name, VM name or IP). Only a person can change, disable or remove
+    an entry afterwards.
+    """
+    return await run_db(_add, tool, vm_arg, platform, description)
+
+
+async def zerto_list_mutating_tools() -> MutatingToolListOut:
+    """The mutating-tool catalog: every entry, its VM argument, platform and whether it is enabled."""
+    return await run_db(_list)
+
+
+def register(server: MCPServer) -> None:
+    def changes(title: str) -> ToolAnnotations:
+        # Idempotent: the same change_id for the same VM returns the same request.
+        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+                               open_world_hint=False)
+
+    def adds(title: str) -> ToolAnnotations:
+        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False,
+                               open_world_hint=False)
+
+    def reads(title: str) -> ToolAnnotations:
+        return ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                               open_world_hint=False)
+
+    for fn, title, annotations in (
+        (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),
+        (zerto_guard_before_mutate, "Guard a VM before changing it", changes),
+        (zerto_checkpoint_status, "Status of a checkpoint request", reads),
+        (zerto_add_mutating_tool, "Add a mutating tool to the catalog", adds),
+        (zerto_list_mutating_tools, "List the mutating-tool catalog", reads),
+    ):
+        server.tool(name=fn.__name__, title=title, annotations=annotations(title))(fn)

@@ -1,0 +1,101 @@
+"""The guard and catalog tools end to end: MCP client → uvicorn → services → Celery worker → simulator."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from catalog.models import MutatingTool, ToolSighting
+from rewind.models import AuditEvent, ChangeGuard
+from tests.guard.conftest import tagged
+
+
+def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
+    async def go() -> Any:
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            if progress is not None:
+                progress.append((value, total, message))
+
+        async with mcp_client(token) as client:
+            return await client.call_tool(tool, args, progress_callback=on_progress)
+
+    return asyncio.run(go())
+
+
+def test_it_guards_a_listed_tool_and_streams_progress(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any, worker: Any
+) -> None:
+    sim.add_fault("checkpoint_listing_delay", seconds=1)
+    agent, token = agent_token
+    progress: list[Any] = []
+    result = _call(mcp_client, token, "zerto_guard_before_mutate",
+                   {"tool": "ssh/exec", "arguments": {"host": "root@web01", "command": "vi /etc/nginx/nginx.conf"},
+                    "action": "edit nginx.conf", "change_id": "CHG-7"}, progress)
+    assert not result.is_error, result.content
+    out = result.structured_content
+    assert out["ok"] is True and out["guarded"] is True and out["status"] == "ok"
+    assert out["catalog_entry"] == "ssh/exec" and out["change_id"] == "CHG-7"
+    assert out["tag"].startswith(f"ai:{agent.name} | edit nginx.conf | vm=web01 | change=CHG-7 | ")
+    assert [v["status"] for v in out["vpgs"]] == ["listed", "listed"]
+    assert all(v["checkpoint_identifier"] and v["checkpoint_timestamp"] for v in out["vpgs"])
+    assert progress and progress[-1][:2] == (2, 2)
+    assert len(tagged(sim, "site-a", "vpg-web", out["tag"])) == 1
+
+
+def test_it_passes_an_unlisted_tool_through_and_records_the_sighting(
+    mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
+    agent, token = agent_token
+    result = _call(mcp_client, token, "zerto_guard_before_mutate",
+                   {"tool": "fs/read_file", "arguments": {"path": "/etc/hosts"}, "action": "read hosts"})
+    out = result.structured_content
+    assert out["ok"] is True and out["guarded"] is False and out["status"] == "pass_through"
+    sighting = ToolSighting.objects.get(tool="fs/read_file")
+    assert sighting.count == 1 and sighting.agents == [agent.name] and sighting.argument_names == ["path"]
+    assert AuditEvent.objects.filter(action="guard.pass_through", actor=agent.name).count() == 1
+
+
+def test_a_listed_tool_without_its_vm_argument_is_an_error(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+    result = _call(mcp_client, agent_token[1], "zerto_guard_before_mutate",
+                   {"tool": "winrm/run_ps", "arguments": {"script": "Set-Content ..."}, "action": "edit web.config"})
+    assert result.is_error
+    text = result.content[0].text
+    assert "winrm/run_ps" in text and "'host'" in text
+    assert not ChangeGuard.objects.exists()
+
+
+def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any, worker: Any
+) -> None:
+    sim.add_fault("checkpoint_listing_delay", seconds=1)
+    token = agent_token[1]
+    out = _call(mcp_client, token, "zerto_create_tagged_checkpoint",
+                {"vm": "db01", "action": "edit my.cnf", "wait": False}).structured_content
+    assert out["ok"] is False and out["finished"] is False and out["id"]
+    assert "do not make the change" in out["must_not_proceed"]
+    for _ in range(100):
+        status = _call(mcp_client, token, "zerto_checkpoint_status", {"id": out["id"]}).structured_content
+        if status["finished"]:
+            break
+    assert status["ok"] is True and status["listed"] == status["total"] == 1
+
+
+def test_it_refuses_a_vm_protected_from_aws(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+    out = _call(mcp_client, agent_token[1], "zerto_create_tagged_checkpoint",
+                {"vm": "cloud01", "action": "edit"}).structured_content
+    assert out["ok"] is False and out["status"] == "refused" and "AWS" in out["must_not_proceed"]
+    assert out["vpgs"][0]["status"] == "refused"
+
+
+def test_an_agent_grows_and_reads_the_catalog(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+    agent, token = agent_token
+    added = _call(mcp_client, token, "zerto_add_mutating_tool",
+                  {"tool": "Docker/*", "vm_arg": "host", "description": "Docker commands on a host",
+                   "platform": "linux"}).structured_content
+    assert added["tool"] == "docker/*" and added["added_by"] == agent.name and added["added_by_kind"] == "agent"
+    listing = _call(mcp_client, token, "zerto_list_mutating_tools", {}).structured_content
+    assert "docker/*" in [t["tool"] for t in listing["tools"]] and "ssh/exec" in [t["tool"] for t in listing["tools"]]
+    assert MutatingTool.objects.get(pattern="docker/*").added_by == agent.name
+    again = _call(mcp_client, token, "zerto_add_mutating_tool",
+                  {"tool": "docker/*", "vm_arg": "host", "description": "again"})
+    assert again.is_error and "already has an entry" in again.content[0].text
