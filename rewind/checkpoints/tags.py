@@ -27,8 +27,16 @@ CHANGE_ID_MAX = 100
 _SPACES = re.compile(r"\s+")
 
 
+_CONTROL = ("Cc", "Cf", "Zl", "Zp")
+
+
 def _strip_controls(text: str) -> str:
-    return "".join(ch for ch in text if ch != "|" and unicodedata.category(ch) not in ("Cc", "Cf", "Zl", "Zp"))
+    # A line break or tab still separates words; other control and format characters go.
+    return "".join(
+        " " if ch.isspace() and unicodedata.category(ch) in _CONTROL else ch
+        for ch in text
+        if ch != "|" and (ch.isspace() or unicodedata.category(ch) not in _CONTROL)
+    )
 
 
 def clean_action(action: str) -> str:

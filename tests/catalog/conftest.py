@@ -1,0 +1,10 @@
+from __future__ import annotations
+
+import pytest
+
+from tests.guard.conftest import install_starter_catalog
+
+
+@pytest.fixture(autouse=True)
+def _starter_catalog(db: None) -> None:
+    install_starter_catalog()

@@ -1,0 +1,139 @@
+"""The mutating-tool catalog: entries, matching, sightings, permissions and audit."""
+
+from __future__ import annotations
+
+import pytest
+
+from catalog.models import MutatingTool, ToolSighting
+from catalog.services import (
+    mutating_tool_add,
+    mutating_tool_disable,
+    mutating_tool_match,
+    mutating_tool_remove,
+    mutating_tool_update,
+    tool_sighting_classify_mutating,
+    tool_sighting_classify_readonly,
+    tool_sighting_record,
+)
+from rewind.audit import Actor, verify_chain
+from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.models import AuditEvent
+
+pytestmark = pytest.mark.django_db
+
+ALICE = Actor.user("alice")
+BOT = Actor.agent("claude")
+
+
+def test_the_starter_list_covers_linux_and_windows() -> None:
+    entries = {t.pattern: (t.vm_arg, t.platform) for t in MutatingTool.objects.all()}
+    assert entries == {
+        "ssh/exec": ("host", "linux"),
+        "ansible/run_playbook": ("hosts", "linux"),
+        "winrm/run_command": ("host", "windows"),
+        "winrm/run_ps": ("host", "windows"),
+        "powershell/invoke_command": ("computer_name", "windows"),
+        "smb/write_file": ("host", "windows"),
+    }
+
+
+def test_an_agent_adds_an_entry_and_it_is_audited() -> None:
+    tool = mutating_tool_add(actor=BOT, pattern=" Docker/Exec ", vm_arg="host", platform="linux", description="runs in a container")
+    assert tool.pattern == "docker/exec" and tool.added_by == "claude" and tool.added_by_kind == "agent"
+    event = AuditEvent.objects.get(action="catalog.tool.added")
+    assert event.actor == "claude" and event.actor_type == "agent"
+    assert event.data["before"] is None and event.data["after"]["pattern"] == "docker/exec"
+    assert verify_chain()[1] is None
+
+
+@pytest.mark.parametrize("pattern", ["ssh", "ssh/", "/exec", "ssh/exec/x", "ssh/ex ec", "*/exec", "ssh/ex*", "ssh|x/y", ""])
+def test_it_rejects_malformed_entries(pattern: str) -> None:
+    with pytest.raises(ApplicationError, match="not a catalog entry"):
+        mutating_tool_add(actor=BOT, pattern=pattern, vm_arg="host", description="x")
+    assert not AuditEvent.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [({"vm_arg": ""}, "vm_arg"), ({"vm_arg": "a b"}, "vm_arg"), ({"platform": "mac"}, "platform"), ({"description": " "}, "description")],
+)
+def test_it_rejects_bad_fields(fields: dict[str, str], message: str) -> None:
+    args = {"pattern": "x/y", "vm_arg": "host", "platform": "any", "description": "d", **fields}
+    with pytest.raises(ApplicationError, match=message):
+        mutating_tool_add(actor=BOT, **args)
+    assert not MutatingTool.objects.filter(pattern="x/y").exists()
+
+
+def test_a_second_entry_for_the_same_tool_is_refused() -> None:
+    with pytest.raises(ApplicationError, match="already has an entry 'ssh/exec'"):
+        mutating_tool_add(actor=BOT, pattern="SSH/exec", vm_arg="host", description="again")
+
+
+def test_an_exact_entry_beats_a_pattern_and_disabled_entries_do_not_match() -> None:
+    mutating_tool_add(actor=BOT, pattern="winrm/*", vm_arg="computer", description="all of winrm")
+    assert mutating_tool_match("winrm/run_ps").pattern == "winrm/run_ps"
+    assert mutating_tool_match("winrm/copy_file").pattern == "winrm/*"
+    mutating_tool_disable(actor=ALICE, tool=MutatingTool.objects.get(pattern="winrm/run_ps"))
+    assert mutating_tool_match("winrm/run_ps").pattern == "winrm/*"
+    mutating_tool_disable(actor=ALICE, tool=MutatingTool.objects.get(pattern="winrm/*"))
+    assert mutating_tool_match("winrm/run_ps") is None
+    assert mutating_tool_match("ssh/list") is None
+
+
+@pytest.mark.parametrize("change", ["update", "disable", "remove"])
+def test_only_people_change_disable_or_remove_entries(change: str) -> None:
+    tool = MutatingTool.objects.get(pattern="ssh/exec")
+    with pytest.raises(PermissionDeniedError, match="only a person"):
+        if change == "update":
+            mutating_tool_update(actor=BOT, tool=tool, vm_arg="target")
+        elif change == "disable":
+            mutating_tool_disable(actor=BOT, tool=tool)
+        else:
+            mutating_tool_remove(actor=BOT, tool=tool)
+    tool.refresh_from_db()
+    assert tool.enabled and tool.vm_arg == "host"
+    assert not AuditEvent.objects.exists()
+
+
+def test_a_person_updates_and_removes_with_before_and_after_audited() -> None:
+    tool = MutatingTool.objects.get(pattern="ssh/exec")
+    mutating_tool_update(actor=ALICE, tool=tool, vm_arg="hostname", enabled=False)
+    changed = AuditEvent.objects.get(action="catalog.tool.changed")
+    assert changed.actor == "alice"
+    assert (changed.data["before"]["vm_arg"], changed.data["after"]["vm_arg"]) == ("host", "hostname")
+    assert (changed.data["before"]["enabled"], changed.data["after"]["enabled"]) == (True, False)
+    mutating_tool_remove(actor=ALICE, tool=tool)
+    removed = AuditEvent.objects.get(action="catalog.tool.removed")
+    assert removed.data["before"]["pattern"] == "ssh/exec" and removed.data["after"] is None
+    assert not MutatingTool.objects.filter(pattern="ssh/exec").exists()
+
+
+def test_sightings_count_calls_agents_and_argument_names() -> None:
+    tool_sighting_record(tool="FS/read_file", agent_name="claude", argument_names=["path"])
+    tool_sighting_record(tool="fs/read_file", agent_name="gpt", argument_names=["path", "encoding"])
+    tool_sighting_record(tool="fs/read_file", agent_name="claude", argument_names=[])
+    s = ToolSighting.objects.get(tool="fs/read_file")
+    assert s.count == 3 and s.agents == ["claude", "gpt"] and s.argument_names == ["path", "encoding"]
+    assert s.status == ToolSighting.Status.UNCLASSIFIED and s.last_seen_at >= s.first_seen_at
+
+
+def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
+    s = tool_sighting_record(tool="docker/exec", agent_name="claude", argument_names=["container_host", "cmd"])
+    with pytest.raises(PermissionDeniedError):
+        tool_sighting_classify_mutating(actor=BOT, sighting=s, vm_arg="container_host")
+    entry = tool_sighting_classify_mutating(actor=ALICE, sighting=s, vm_arg="container_host", platform="linux")
+    assert entry.pattern == "docker/exec" and entry.vm_arg == "container_host" and entry.added_by == "alice"
+    s.refresh_from_db()
+    assert s.status == ToolSighting.Status.ADDED and s.classified_by == "alice"
+    assert mutating_tool_match("docker/exec") == entry
+    assert set(AuditEvent.objects.values_list("action", flat=True)) == {"catalog.tool.added", "catalog.sighting.classified_mutating"}
+
+
+def test_classifying_a_sighting_as_read_only_ignores_it() -> None:
+    s = tool_sighting_record(tool="fs/list", agent_name="claude", argument_names=["path"])
+    tool_sighting_classify_readonly(actor=ALICE, sighting=s)
+    s.refresh_from_db()
+    assert s.status == ToolSighting.Status.IGNORED
+    assert mutating_tool_match("fs/list") is None
+    event = AuditEvent.objects.get(action="catalog.sighting.classified_readonly")
+    assert event.data["before"]["status"] == "unclassified" and event.data["after"]["status"] == "ignored"
