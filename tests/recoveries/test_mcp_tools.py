@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -19,7 +20,10 @@ pytestmark = pytest.mark.timeout(300)
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    # On a thread of its own: Playwright's sync API keeps an event loop running in the main
+    # thread once a browser test ran in this session, and asyncio.run refuses to nest.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
