@@ -21,7 +21,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connections, transaction
 from django.utils import timezone
 
 from rewind.audit import Actor, _locked_head, _target_fields, event_hash, mask_secrets
@@ -43,6 +43,11 @@ class _Pending:
     future: asyncio.Future[None]
 
 
+@dataclass
+class _CloseConnections:
+    done: threading.Event
+
+
 def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
     if future.done():
         return  # the caller went away (cancelled); nothing to tell
@@ -54,7 +59,7 @@ def _settle(future: asyncio.Future[None], error: BaseException | None) -> None:
 
 class AuditWriter:
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[_Pending] = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[_Pending | _CloseConnections] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
 
@@ -75,22 +80,45 @@ class AuditWriter:
                 self._thread = threading.Thread(target=self._run, name="rewind-mcp-audit", daemon=True)
                 self._thread.start()
 
+    def close_connections(self, timeout: float = 10.0) -> None:
+        """Have the writer thread close its database connections (before a database is dropped)."""
+        if self._thread is None or not self._thread.is_alive():
+            return
+        done = threading.Event()
+        self._queue.put(_CloseConnections(done))
+        done.wait(timeout)
+
     def _run(self) -> None:
         while True:
-            batch = [self._queue.get()]
-            while len(batch) < MAX_BATCH:
+            batch: list[_Pending] = []
+            item = self._queue.get()
+            while True:
+                if isinstance(item, _CloseConnections):
+                    self._flush(batch)
+                    batch = []
+                    connections.close_all()
+                    item.done.set()
+                else:
+                    batch.append(item)
+                if len(batch) >= MAX_BATCH:
+                    break
                 try:
-                    batch.append(self._queue.get_nowait())
+                    item = self._queue.get_nowait()
                 except queue.Empty:
                     break
+            self._flush(batch)
+
+    def _flush(self, batch: list[_Pending]) -> None:
+        if batch:
             self._write(batch)
 
     def _write(self, batch: list[_Pending]) -> None:
-        recycle_connections()
         try:
+            recycle_connections()
             with transaction.atomic():
                 _append_many(batch)
         except Exception:
+            connections["default"].close_if_unusable_or_obsolete()
             if len(batch) == 1:
                 logger.exception("could not write the audit event of request %s", batch[0].request_id)
                 self._report(batch[0], RuntimeError("the audit event could not be written"))

@@ -5,11 +5,18 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from django.db import transaction
 
 from rewind.audit import Actor, audit_record, verify_chain
 from rewind.mcp.auditlog import _append_many, _Pending, audit_writer
 from rewind.models import AuditEvent
+
+
+@pytest.fixture(autouse=True)
+def _writer_lets_go_of_the_database() -> Any:
+    yield
+    audit_writer.close_connections()  # else PostgreSQL cannot drop the test database at the end
 
 
 def _pending(i: int) -> _Pending:
