@@ -138,3 +138,11 @@ def test_concurrent_calls_keep_the_audit_chain_intact(mcp_sites: Any, agent_toke
     assert AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name).count() == 24
     checked, problem = verify_chain()
     assert problem is None and checked >= 24
+
+
+def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
+    from tests.mcp.test_security import _call_body, _rpc_result, post
+
+    resp = post(mcp_server.mcp_url, _call_body("win01"), agent_token[1], **{"MCP-Protocol-Version": "2025-06-18"})
+    assert resp.status_code == 200
+    assert _rpc_result(resp)["result"]["structuredContent"]["vpgs"][0]["name"] == "vpg-win"
