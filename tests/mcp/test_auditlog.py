@@ -11,6 +11,7 @@ from django.db import transaction
 from rewind.audit import Actor, audit_record, verify_chain
 from rewind.mcp.auditlog import _append_many, _Pending, audit_writer
 from rewind.models import AuditEvent
+from tests.mcp.test_transport import run
 
 
 @pytest.fixture(autouse=True)
@@ -45,7 +46,7 @@ def test_the_writer_returns_once_every_row_is_committed(transactional_db: None) 
                                                    target=("mcp.tool", "t"), data={"n": i}, request_id=f"req-{i:08d}")
                                for i in range(30)))
 
-    asyncio.run(many())
+    run(many())
     assert AuditEvent.objects.filter(action="mcp.tool.called").count() == 30
     assert verify_chain()[1] is None
 
@@ -61,6 +62,6 @@ def test_bad_rows_fail_alone(transactional_db: None) -> None:
                  for i in range(6)]
         return await asyncio.gather(*calls, return_exceptions=True)
 
-    outcomes = asyncio.run(mixed())
+    outcomes = run(mixed())
     assert [isinstance(o, Exception) for o in outcomes] == [False, False, False, True, False, False]
     assert AuditEvent.objects.count() == 5 and verify_chain()[1] is None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import timedelta
 from typing import Any
@@ -14,6 +13,7 @@ from django.utils import timezone
 from rewind.agents import agent_token_revoke, agent_update
 from rewind.audit import Actor
 from rewind.models import AgentToken
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import make_agent_token, run_uvicorn
 
 LEGACY = "2025-11-25"
@@ -157,5 +157,5 @@ def test_the_python_client_reports_a_refused_token(mode: str, mcp_client: Any, t
             await client.list_tools()
 
     with pytest.raises(BaseException) as caught:
-        asyncio.run(connect())
+        run(connect())
     assert "401" in repr(caught.value) or "error response" in repr(caught.value).lower() or "Unauthorized" in repr(caught.value)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -15,7 +16,10 @@ MODES = ["legacy", "2026-07-28", "auto"]
 
 
 def run(coro: Any) -> Any:
-    return asyncio.run(coro)
+    # On a thread of its own: once a Playwright test ran in the session, the main thread has
+    # a running event loop and asyncio.run refuses to nest.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 async def _find(mcp_client: Any, token: str, mode: str, vm: str) -> tuple[str, Any]:
