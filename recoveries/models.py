@@ -141,6 +141,7 @@ class FlrSession(models.Model):
     attempt = models.PositiveSmallIntegerField(default=1)
     created_at = models.DateTimeField(auto_now_add=True)
     mounted_at = models.DateTimeField(null=True, blank=True)
+    unmount_requested_at = models.DateTimeField(null=True, blank=True)
     ended_at = models.DateTimeField(null=True, blank=True)
     end_reason = models.CharField(max_length=500, blank=True)
     last_error = models.TextField(blank=True)

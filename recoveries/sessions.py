@@ -10,8 +10,10 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
@@ -25,7 +27,9 @@ from recoveries.models import FlrSession
 logger = logging.getLogger(__name__)
 S = FlrSession.Status
 # Statuses from which an unmount may be started.
-UNMOUNTABLE = (S.MOUNTING, S.UNKNOWN, S.MOUNTED, S.UNMOUNT_FAILED, S.UNMOUNTING)
+UNMOUNTABLE = (S.MOUNTING, S.UNKNOWN, S.MOUNTED, S.UNMOUNT_FAILED)
+# An accepted unmount whose session is still mounted this long after may be sent again.
+UNMOUNT_RETRY_AFTER = timedelta(seconds=60)
 
 
 @dataclass(frozen=True)
@@ -78,6 +82,22 @@ def session_transition(
     return True
 
 
+def _claim_unmount(row: FlrSession, actor: Actor, action: str, reason: str, request_id: str | None) -> bool:
+    """CAS the row to unmounting and audit it: only one caller sends the DELETE.
+
+    A row already unmounting is claimed again only once its last DELETE is old enough
+    (the ZVM accepted it but still holds the mount), never by a concurrent sweep.
+    """
+    now = timezone.now()
+    claimable = Q(status__in=UNMOUNTABLE) | Q(status=S.UNMOUNTING, unmount_requested_at__lt=now - UNMOUNT_RETRY_AFTER)
+    with transaction.atomic():
+        if not FlrSession.objects.filter(claimable, pk=row.pk).update(status=S.UNMOUNTING, unmount_requested_at=now):
+            return False
+        row.status, row.unmount_requested_at = S.UNMOUNTING, now
+        audit_record(actor=actor, action=action, target=row, data={**_describe(row), "reason": reason}, request_id=request_id)
+    return True
+
+
 def session_unmount(
     *, client: ZvmClient, row: FlrSession, actor: Actor, reason: str, wait_gone_s: float = 0.0,
     audit_action: str = "recoveries.session.unmount_requested", request_id: str | None = None,
@@ -89,11 +109,7 @@ def session_unmount(
     """
     if not row.session_id:
         raise ApplicationError("this mount's session id is not known yet; the reaper looks for it")
-    claimed = session_transition(
-        row=row, to=S.UNMOUNTING, actor=actor, action=audit_action, from_statuses=UNMOUNTABLE,
-        data={"reason": reason}, request_id=request_id,
-    )
-    if not claimed:
+    if not _claim_unmount(row, actor, audit_action, reason, request_id):
         return None
     try:
         client.flr_unmount(row.session_id)

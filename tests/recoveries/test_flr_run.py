@@ -110,3 +110,16 @@ def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people,
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "no longer exists" in recovery.error
     assert not FlrSession.objects.filter(recovery=recovery).exists()
+
+
+def test_a_path_found_on_two_partitions_is_refused_naming_both(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+    sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
+    sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
+    tagged("web01")
+    recovery = _request(agent, "web01", "/boot/extra.cfg")
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    recovery = wait_finished(recovery)
+    assert recovery.status == RecoveryRequest.Status.FAILED
+    assert "ambiguous" in recovery.error
+    assert "partition#1 Ext4/extra.cfg" in recovery.error and "partition#2 Ext4/boot/extra.cfg" in recovery.error
+    assert _live(sim, "site-b") == []
