@@ -150,3 +150,27 @@ def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any,
     resp = post(mcp_server.mcp_url, _call_body("win01"), agent_token[1], **{"MCP-Protocol-Version": "2025-06-18"})
     assert resp.status_code == 200
     assert _rpc_result(resp)["result"]["structuredContent"]["vpgs"][0]["name"] == "vpg-win"
+
+
+def test_the_zvm_sees_the_request_id_of_the_audited_call(transactional_db: None, agent_token: Any,
+                                                         mcp_client: Any) -> None:
+    from rewind.sites import site_create
+    from rewind.audit import Actor
+    from tests.zvm.localzvm import serve
+
+    agent, token = agent_token
+    row = {"VmIdentifier": "srv.vm-7", "VmName": "solo07", "VpgIdentifier": "vpg-7", "VpgName": "vpg-solo",
+           "Status": 1, "SubStatus": 0, "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
+           "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"}}
+    for zvm in serve():
+        zvm.routes[("GET", "/v1/vms")] = (200, [row])
+        zvm.routes[("GET", "/v1/localsite")] = (200, {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"})
+        zvm.routes[("GET", "/v1/peersites")] = (200, [])
+        zvm.routes[("GET", "/v1/vpgs/statuses")] = (200, ["Initializing", "MeetingSLA"])
+        zvm.routes[("GET", "/v1/vpgs/substatuses")] = (200, ["None"])
+        site_create(actor=Actor.system("tests"), name="X", base_url=zvm.url, username="u", password="p")
+        _, result = run(_find(mcp_client, token, "auto", "solo07"))
+        assert not result.is_error, result.content
+        event = AuditEvent.objects.get(action="mcp.tool.called", actor=agent.name)
+        seen = {s.headers.get("X-Request-ID") for s in zvm.seen if "/v1/" in s.path}
+        assert seen == {event.request_id}
