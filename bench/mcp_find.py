@@ -9,7 +9,8 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
    "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
    the lookup cache as configured (REWIND_LOOKUP_CACHE_S, default 10 s) and with it off (0),
-   so every call asks both ZVMs with their server-side ``vmName`` filter.
+   so every call asks both ZVMs with their server-side ``vmName`` filter; the simulator's
+   call counters give the ZVM calls per lookup (the inventory-independent cost).
 
 Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
 per call, the stateless form every MCP client at that revision sends), for a fixed time after a
@@ -178,6 +179,8 @@ class Result:
     errors: int
     seconds: float
     latencies_ms: list[float]
+    sent: int = 0  # every call, warm-up included
+    zvm_calls: int | None = None
 
     @property
     def rps(self) -> float:
@@ -190,8 +193,9 @@ class Result:
         return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
     def line(self) -> str:
+        zvm = f", {self.zvm_calls / self.sent:.2f} ZVM calls per lookup" if self.zvm_calls is not None else ""
         return (f"{self.label:<44} {self.rps:8.1f} req/s   p50 {self.pct(0.50):7.1f} ms   "
-                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors)")
+                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors{zvm})")
 
 
 def call_body(rpc_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
@@ -245,7 +249,20 @@ async def load(label: str, url: str, token: str | None, tool: str, arguments: Ca
         await asyncio.gather(*(client(http) for _ in range(clients)))
     if first_error:
         print(f"  first error in {label}: {first_error[0]}", file=sys.stderr)
-    return Result(label, len(latencies), errors, seconds, latencies)
+    return Result(label, len(latencies), errors, seconds, latencies, sent=next(counter) - 1)
+
+
+def zvm_calls(sim_url: str) -> int:
+    """/v1 calls the simulator served for the two registered sites (its call counters)."""
+    import requests
+    import urllib3
+
+    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the simulator's self-signed cert
+    total = 0
+    for slug in ("site-a", "site-b"):
+        counts = requests.get(f"{sim_url}/_sim/sites/{slug}/calls", verify=False, timeout=10).json()
+        total += sum(int(v) for v in counts.values())
+    return total
 
 
 # --- the run ------------------------------------------------------------------------------------------
@@ -271,8 +288,12 @@ def main() -> None:
     names = [f"vm-{i:05d}" for i in range(1, args.names + 1)]
     results: dict[str, Result] = {}
 
-    def run(label: str, url: str, tok: str | None, tool: str, arguments: Callable[[int], dict[str, Any]]) -> Result:
+    def run(label: str, url: str, tok: str | None, tool: str, arguments: Callable[[int], dict[str, Any]],
+            sim_url: str | None = None) -> Result:
+        before = zvm_calls(sim_url) if sim_url else 0
         result = asyncio.run(load(label, url, tok, tool, arguments, args.clients, args.seconds, args.warmup))
+        if sim_url:
+            result.zvm_calls = zvm_calls(sim_url) - before
         print(result.line(), flush=True)
         results[label] = result
         return result
@@ -295,7 +316,8 @@ def main() -> None:
                                              app_env, work, args.workers)
                 try:
                     label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
-                    run(label, app_url, token, "zerto_find_protection", lambda n: {"vm": names[n % len(names)]})
+                    run(label, app_url, token, "zerto_find_protection", lambda n: {"vm": names[n % len(names)]},
+                        sim_url)
                 finally:
                     app.stop()
         finally:
