@@ -133,6 +133,8 @@ class _TtlCache:
 
     def get(self, key: Any, ttl: float, load: Callable[[], T]) -> T:
         if ttl <= 0:
+            if getattr(_cache_only, "on", False):
+                raise _Miss
             return load()
         hit = self._values.get(key)
         if hit is not None and hit[0] > time.monotonic():

@@ -154,3 +154,14 @@ def test_it_sends_the_bound_request_id_to_the_zvm(db: None) -> None:
         assert found.vpgs[0].status_name == "MeetingSLA"
         v1 = [s for s in zvm.seen if "/v1/" in s.path]
         assert v1 and {s.headers.get("X-Request-ID") for s in v1} == {rid}
+
+
+def test_it_asks_every_time_with_the_cache_off(sim: Any, two_sites: Any, settings: Any) -> None:
+    settings.REWIND_LOOKUP_CACHE_S = 0
+    find_protection("db01")
+    before = sim.calls("site-a").get("GET /v1/vms", 0)
+    find_protection("db01")
+    assert sim.calls("site-a").get("GET /v1/vms", 0) == before + 1
+    sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
+    with pytest.raises(ApplicationError, match="Site B"):
+        find_protection("db01")
