@@ -1,8 +1,8 @@
 """The wait: insert the tagged checkpoint on every VPG in parallel and wait until listed.
 
 Runs inside the Celery task ``rewind.checkpoints.wait``. One thread per unfinished VPG row,
-each with its own ZVM client (through the ZVM of the VPG's protected site) and its own DB
-connection. No transaction is held across a ZVM call: every step is record the attempt →
+each with its own ZVM client (through the ZVM of the VPG's protected site; copies of one
+client per site, sharing its token) and its own DB connection. No transaction is held across a ZVM call: every step is record the attempt →
 call → record the outcome, and every record is a compare-and-swap on the row's status.
 
 Repeat safety (a redelivered or re-queued task):
@@ -15,8 +15,9 @@ Repeat safety (a redelivered or re-queued task):
   adopted); only when neither exists ``SETTLE_S`` later is it inserted again, once per run;
 - a row with a task id resumes polling that task.
 
-Polling is adaptive: the next poll comes after 5% of the time waited so far, between
-0.1 s and 2 s, so the answer arrives at most ~5% late while a long wait costs few calls.
+Polling is adaptive: the next poll comes after 3% of the time waited so far, between
+0.05 s and 2 s, so the answer is seen at most ~3% late while a long wait stays cheap
+(a 5-minute wait costs about 270 calls per VPG, half of them in the first minute).
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
 from rewind.checkpoints.zvmtasks import insert_tasks_since
-from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.sites import site_client
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
@@ -45,7 +46,7 @@ logger = logging.getLogger(__name__)
 Row = ChangeGuardVpg
 FINAL = (Row.Status.LISTED, Row.Status.FAILED, Row.Status.TIMED_OUT)
 NOT_FINAL = (Row.Status.PENDING, Row.Status.INSERTING, Row.Status.WAITING)
-POLL_MIN_S, POLL_MAX_S, POLL_FRACTION = 0.1, 2.0, 0.05
+POLL_MIN_S, POLL_MAX_S, POLL_FRACTION = 0.05, 2.0, 0.03
 LIST_LOOKBACK = timedelta(minutes=1)
 # An insert whose outcome is unknown is repeated only when, this long after we started
 # wondering, the ZVM lists neither the tag nor an insert task for the VPG.
@@ -67,17 +68,43 @@ def guard_wait(guard_id: int, lease_token: str | None = None) -> str:
     deadline = time.monotonic() + max(0.0, remaining)
     stop, lost = threading.Event(), threading.Event()
     beat = _start_thread(_heartbeat, guard_id, run_id, stop, lost)
+    clients = _Clients(guard.request_id)
     try:
         rows = [r.pk for r in guard.vpgs.all() if r.status not in FINAL]
-        workers = [_start_thread(_vpg_run, pk, guard, deadline, lost) for pk in rows]
+        workers = [_start_thread(_vpg_run, pk, guard, deadline, lost, clients) for pk in rows]
         for t in workers:
             t.join()
     finally:
         stop.set()
         beat.join()
+        clients.close()
     if lost.is_set():
         return "lease lost to another run"
     return _guard_finish(guard)
+
+
+class _Clients:
+    """One ZVM client per site for the run; each VPG thread gets its own copy of it.
+
+    The copies share the site's token and connection pool (``with_request_id``), so three
+    VPGs on one ZVM cost one login, not three. The client is thread-safe by contract.
+    """
+
+    def __init__(self, request_id: str) -> None:
+        self.request_id = request_id
+        self._by_site: dict[int, ZvmClient] = {}
+        self._lock = threading.Lock()
+
+    def for_site(self, site: Site) -> ZvmClient:
+        with self._lock:
+            base = self._by_site.get(site.pk)
+            if base is None:
+                base = self._by_site[site.pk] = site_client(site, request_id=self.request_id)
+        return base.with_request_id(self.request_id)
+
+    def close(self) -> None:
+        for client in self._by_site.values():
+            client.close()
 
 
 def _start_thread(target: object, *args: object) -> threading.Thread:
@@ -121,9 +148,9 @@ def _heartbeat(guard_id: int, run_id: str, stop: threading.Event, lost: threadin
         connection.close()
 
 
-def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event) -> None:
+def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event, clients: _Clients) -> None:
     try:
-        _VpgWait(row_id, guard, deadline, lost).run()
+        _VpgWait(row_id, guard, deadline, lost).run(clients)
     except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
         logger.exception("guard %s: the wait of VPG row %s failed", guard.pk, row_id)
         _row_finish(row_id, guard, Row.Status.FAILED, error=f"internal error while waiting ({type(exc).__name__})")
@@ -142,20 +169,17 @@ class _VpgWait:
         self.unknown_since: float | None = None
         self.reinserted = False
 
-    def run(self) -> None:
+    def run(self, clients: _Clients) -> None:
         site = self.row.site
         if site is None or not site.enabled:
             self.finish(Row.Status.FAILED, error="the protected site's ZVM is not configured (or is disabled) here")
             return
-        client = site_client(site, request_id=self.guard.request_id)
-        try:
-            if self.row.status == Row.Status.PENDING and not self.insert(client):
-                return
-            if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
-                self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
-            self.poll(client)
-        finally:
-            client.close()
+        client = clients.for_site(site)
+        if self.row.status == Row.Status.PENDING and not self.insert(client):
+            return
+        if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
+            self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
+        self.poll(client)
 
     # -- insert ------------------------------------------------------------------------
     def insert(self, client: ZvmClient) -> bool:

@@ -140,7 +140,7 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
             await run_db(guard_get, guard_id)  # re-queues the wait if its worker died
             last_resume = time.monotonic()
         waited = time.monotonic() - started
-        await asyncio.sleep(max(POLL_MIN_S, min(POLL_MAX_S, 0.05 * waited)))
+        await asyncio.sleep(max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited)))
     final = await run_db(_status, guard_id)
     return final.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused})
 
