@@ -66,6 +66,12 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         label = "Review and decide" if obj.status == RecoveryRequest.Status.PENDING else "View"
         return format_html('<a href="{}">{}</a>', url, label)
 
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # Approvers come here for the queue: open on the pending requests unless a filter was chosen.
+        if not request.GET and request.method == "GET":
+            return HttpResponseRedirect(f"{request.path}?status__exact={RecoveryRequest.Status.PENDING}")
+        return super().changelist_view(request, extra_context)
+
     def get_urls(self) -> list[URLPattern]:
         own = [
             path("<int:pk>/review/", self.admin_site.admin_view(self.review_view), name="recoveries_recoveryrequest_review"),

@@ -110,6 +110,15 @@ def _linux(browser: _Browser, parts: list[str], guest: GuestPath) -> list[Match]
     return found
 
 
+def _spelled(candidate: str, item: BrowseItem) -> str:
+    """The path as the ZVM spells it (NTFS matched case-insensitively), when it gives one."""
+    real = item.path.strip("/")
+    if real.lower() == candidate.lower():
+        return real
+    parent = candidate.rpartition("/")[0]
+    return f"{parent}/{item.name}"
+
+
 def _is_system_reserved(browser: _Browser, part: str) -> bool:
     if "reserved" in part.lower():
         return True
@@ -126,7 +135,7 @@ def _windows(browser: _Browser, parts: list[str], guest: GuestPath) -> list[Matc
         candidate = f"{part}/{guest.relative}"
         item = browser.lookup(candidate, case_insensitive=True)
         if item is not None:
-            found.append(Match(candidate, item))
+            found.append(Match(_spelled(candidate, item), item))
     if len(found) > 1 and guest.drive == "C:":
         system = [m for m in found if "windows" in {n.lower() for n in (browser.listing(m.flr_path.split("/")[0]) or {})}]
         if len(system) == 1:

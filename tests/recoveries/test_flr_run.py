@@ -62,16 +62,21 @@ def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, ta
     assert Path(recovery.stored_path).read_bytes() == sim.read_file("web01", "/boot/grub/grub.cfg")
 
 
-def test_it_recovers_a_windows_path_skipping_system_reserved(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
-    old = sim.read_file("win01", "C:\\inetpub\\web.config")
+@pytest.mark.parametrize(
+    ("path", "normalized", "flr_path"),
+    [("C:\\inetpub\\web.config", "C:/inetpub/web.config", "partition#2 NTFS/inetpub/web.config"),
+     ("d:\\DATA\\report.csv", "D:/DATA/report.csv", "partition#3 NTFS/data/report.csv")],
+)
+def test_it_recovers_a_windows_path_skipping_system_reserved(worker, sim, sites, people, agent, tagged, path, normalized, flr_path) -> None:  # type: ignore[no-untyped-def]
+    old = sim.read_file("win01", path)
     tagged("win01")
-    sim.set_file("win01", "C:\\inetpub\\web.config", text="<configuration/>")
-    recovery = _request(agent, "win01", "C:\\inetpub\\web.config")
-    assert recovery.normalized_path == "C:/inetpub/web.config"
+    sim.set_file("win01", path, text="clobbered")
+    recovery = _request(agent, "win01", path)
+    assert recovery.normalized_path == normalized
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
     recovery = wait_finished(recovery)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
-    assert recovery.flr_path == "partition#2 NTFS/inetpub/web.config"
+    assert recovery.flr_path == flr_path
     assert Path(recovery.stored_path).read_bytes() == old
 
 

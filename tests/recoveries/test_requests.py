@@ -262,3 +262,13 @@ def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, peopl
     outsider = Client()
     outsider.force_login(people.outsider)
     assert outsider.get(review).status_code == 403
+
+
+def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:  # type: ignore[no-untyped-def]
+    client = Client()
+    client.force_login(people.approver)
+    url = reverse("admin:recoveries_recoveryrequest_changelist")
+    first = client.get(url)
+    assert first.status_code == 302 and first["Location"].endswith("?status__exact=pending")
+    page = client.get(first["Location"]).content.decode()
+    assert "Review and decide" in page and "/etc/hostname" in page
