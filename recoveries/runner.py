@@ -142,7 +142,7 @@ def _execute(run: Run) -> None:
         except (RunFailed, ApplicationError, ZvmError) as exc:
             report = _unmount(run, row)
             _store_unmount(run.recovery, report)
-            raise exc
+            raise
         report = _unmount(run, row)
         _finish_succeeded(run, stored, result, match, report)
         return
