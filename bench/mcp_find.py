@@ -271,7 +271,8 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=6.0, help="measured time per phase")
     parser.add_argument("--warmup", type=float, default=1.5)
-    parser.add_argument("--workers", type=int, default=2, help="uvicorn workers for the app and for echo")
+    parser.add_argument("--workers", type=int, default=1,
+                        help="uvicorn workers for the app and for echo (1: no accept imbalance between workers)")
     parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
     args = parser.parse_args()
