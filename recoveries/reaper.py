@@ -21,9 +21,10 @@ from django.utils import timezone
 
 from rewind.audit import SYSTEM, audit_record
 from rewind.models import Site
-from rewind.sites import site_client
+from rewind.requestid import current_request_id
+from rewind.sites import site_connection
 from rewind.zvm import FlrSession as ZvmFlrSession
-from rewind.zvm import ZvmClient, ZvmError
+from rewind.zvm import ZvmClient, ZvmError, shared_client
 
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale
@@ -94,7 +95,8 @@ def _reapable(row: FlrSession, now: datetime) -> bool:
 
 
 def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
-    client = site_client(site)
+    # One HTTP pool and token per site for the process: beat runs this every few minutes.
+    client = shared_client(site_connection(site), request_id=current_request_id())
     live = {s.identifier.lower(): s for s in client.list_flr_sessions() if s.identifier}
     rows = list(FlrSession.objects.filter(site=site, status__in=FlrSession.LIVE).select_related("recovery", "site"))
     to_unmount: list[FlrSession] = []

@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db.models import QuerySet
+
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import Protection, VpgProtection, find_protection
@@ -94,10 +96,10 @@ def _bound(
 
 
 def _from_guard_rows(
-    protection: Protection, usable: dict[str, VpgProtection], rows: object, source: str, what: str
+    protection: Protection, usable: dict[str, VpgProtection], rows: QuerySet[ChangeGuardVpg], source: str, what: str
 ) -> BoundCheckpoint:
     listed = [
-        r for r in rows.select_related("guard")  # type: ignore[attr-defined]
+        r for r in rows.select_related("guard")
         if r.status == ChangeGuardVpg.Status.LISTED and r.checkpoint_identifier
     ]
     if not listed:

@@ -12,8 +12,9 @@ from django.db.models import QuerySet
 from django.urls import reverse
 
 from rewind.models import Site
-from rewind.sites import site_client
-from rewind.zvm import ZvmError
+from rewind.requestid import current_request_id
+from rewind.sites import site_connection
+from rewind.zvm import ZvmError, shared_client
 
 from recoveries.models import FlrSession, RecoveryRequest
 
@@ -137,7 +138,7 @@ def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
     errors: dict[str, str] = {}
     for site in Site.objects.filter(enabled=True):
         try:
-            listed = site_client(site).list_flr_sessions()
+            listed = shared_client(site_connection(site), request_id=current_request_id()).list_flr_sessions()
         except ZvmError as exc:
             errors[site.name] = str(exc)
             continue

@@ -7,6 +7,7 @@ click or two approvers racing act once.
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 from django.conf import settings
@@ -23,6 +24,7 @@ from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
 
+logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
 APPROVE_PERMISSION = "recoveries.approve_recovery"
 MAX_REASON_LENGTH = 2000
@@ -86,6 +88,9 @@ def recovery_request_create(
             data=_describe(recovery),
             request_id=rid,
         )
+    # The approvers' cue until a notification channel exists: one line per request in the log.
+    logger.info("recovery #%s of %s:%s by agent %s waits for approval", recovery.pk, recovery.vm_name,
+                recovery.normalized_path, agent.name)
     return recovery
 
 
