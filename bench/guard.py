@@ -137,7 +137,8 @@ class Bench:
     def _parts(guard: object, created_s: float) -> tuple[float, float, float, float]:
         rows = list(guard.vpgs.all())  # type: ignore[attr-defined]
         queued = (guard.started_at - guard.requested_at).total_seconds()  # type: ignore[attr-defined]
-        to_insert = max((r.insert_started_at - guard.started_at).total_seconds() for r in rows)  # type: ignore[attr-defined]
+        started = guard.started_at  # type: ignore[attr-defined]
+        to_insert = max((r.insert_started_at - started).total_seconds() for r in rows)
         waited = max(r.waited_ms for r in rows) / 1000
         return created_s, queued, to_insert, waited
 

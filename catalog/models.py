@@ -42,7 +42,9 @@ class MutatingTool(models.Model):
     class Meta:
         ordering = ["pattern"]
         constraints = [
-            models.CheckConstraint(condition=models.Q(platform__in=["linux", "windows", "any"]), name="tool_platform_valid"),
+            models.CheckConstraint(
+                condition=models.Q(platform__in=["linux", "windows", "any"]), name="tool_platform_valid"
+            ),
             models.CheckConstraint(condition=~models.Q(vm_arg=""), name="tool_vm_arg_required"),
         ]
 

@@ -101,7 +101,9 @@ def mutating_tool_add(
                 added_by=actor.name[:150],
                 added_by_kind=actor.type,
             )
-            audit_record(actor=actor, action="catalog.tool.added", target=tool, data={"before": None, "after": _snapshot(tool)})
+            audit_record(
+                actor=actor, action="catalog.tool.added", target=tool, data={"before": None, "after": _snapshot(tool)}
+            )
     except IntegrityError:
         raise ApplicationError(f"the catalog already has an entry {value!r}") from None
     return tool

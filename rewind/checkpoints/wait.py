@@ -2,8 +2,9 @@
 
 Runs inside the Celery task ``rewind.checkpoints.wait``. One thread per unfinished VPG row,
 each with its own ZVM client (through the ZVM of the VPG's protected site; copies of one
-client per site, sharing its token) and its own DB connection. No transaction is held across a ZVM call: every step is record the attempt →
-call → record the outcome, and every record is a compare-and-swap on the row's status.
+client per site, sharing its token) and its own DB connection. No transaction is held
+across a ZVM call: every step is record the attempt → call → record the outcome, and every
+record is a compare-and-swap on the row's status.
 
 Repeat safety (a redelivered or re-queued task):
 - the task first claims the guard's lease; a live lease held by another run → it does nothing;
@@ -238,7 +239,8 @@ class _VpgWait:
         if tasks is None:
             return True  # cannot tell; keep looking for the tag
         claimed = set(
-            Row.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks).values_list("task_id", flat=True)
+            Row.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks)
+            .values_list("task_id", flat=True)
         )
         free = [t for t in tasks if t not in claimed]
         if free:
@@ -378,7 +380,8 @@ def _guard_finish(guard: ChangeGuard) -> str:
         if won:
             audit_record(
                 actor=Actor.system(), action=f"guard.{status}", target=guard, request_id=guard.request_id,
-                data={"status": status, "error": error, "listed": [r.vpg_name for r in rows if r.status == Row.Status.LISTED],
+                data={"status": status, "error": error,
+                      "listed": [r.vpg_name for r in rows if r.status == Row.Status.LISTED],
                       "not_listed": [r.vpg_name for r in rows if r.status != Row.Status.LISTED]},
             )
     return status

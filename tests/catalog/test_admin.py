@@ -23,7 +23,8 @@ def admin_client() -> Client:
 
 def test_adding_an_entry_in_the_admin_is_audited_as_the_user(admin_client: Client) -> None:
     resp = admin_client.post("/admin/catalog/mutatingtool/add/", {
-        "pattern": "Kubectl/*", "vm_arg": "node", "platform": "linux", "description": "kubectl on a node", "enabled": "on",
+        "pattern": "Kubectl/*", "vm_arg": "node", "platform": "linux", "description": "kubectl on a node",
+        "enabled": "on",
     })
     assert resp.status_code == 302, resp.content
     tool = MutatingTool.objects.get(pattern="kubectl/*")
@@ -74,7 +75,8 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
 
 def test_classifying_a_sighting_as_read_only_ignores_it(admin_client: Client) -> None:
     s = tool_sighting_record(tool="fs/list", agent_name="claude", argument_names=["path"])
-    resp = admin_client.post("/admin/catalog/toolsighting/", {"action": "classify_readonly", "_selected_action": [s.pk]})
+    body = {"action": "classify_readonly", "_selected_action": [s.pk]}
+    resp = admin_client.post("/admin/catalog/toolsighting/", body)
     assert resp.status_code == 302
     assert ToolSighting.objects.get(pk=s.pk).status == ToolSighting.Status.IGNORED
     assert AuditEvent.objects.get(action="catalog.sighting.classified_readonly").actor == "alice"

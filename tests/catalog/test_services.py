@@ -38,7 +38,9 @@ def test_the_starter_list_covers_linux_and_windows() -> None:
 
 
 def test_an_agent_adds_an_entry_and_it_is_audited() -> None:
-    tool = mutating_tool_add(actor=BOT, pattern=" Docker/Exec ", vm_arg="host", platform="linux", description="runs in a container")
+    tool = mutating_tool_add(
+        actor=BOT, pattern=" Docker/Exec ", vm_arg="host", platform="linux", description="runs in a container"
+    )
     assert tool.pattern == "docker/exec" and tool.added_by == "claude" and tool.added_by_kind == "agent"
     event = AuditEvent.objects.get(action="catalog.tool.added")
     assert event.actor == "claude" and event.actor_type == "agent"
@@ -46,7 +48,9 @@ def test_an_agent_adds_an_entry_and_it_is_audited() -> None:
     assert verify_chain()[1] is None
 
 
-@pytest.mark.parametrize("pattern", ["ssh", "ssh/", "/exec", "ssh/exec/x", "ssh/ex ec", "*/exec", "ssh/ex*", "ssh|x/y", ""])
+@pytest.mark.parametrize(
+    "pattern", ["ssh", "ssh/", "/exec", "ssh/exec/x", "ssh/ex ec", "*/exec", "ssh/ex*", "ssh|x/y", ""]
+)
 def test_it_rejects_malformed_entries(pattern: str) -> None:
     with pytest.raises(ApplicationError, match="not a catalog entry"):
         mutating_tool_add(actor=BOT, pattern=pattern, vm_arg="host", description="x")
@@ -55,7 +59,8 @@ def test_it_rejects_malformed_entries(pattern: str) -> None:
 
 @pytest.mark.parametrize(
     ("fields", "message"),
-    [({"vm_arg": ""}, "vm_arg"), ({"vm_arg": "a b"}, "vm_arg"), ({"platform": "mac"}, "platform"), ({"description": " "}, "description")],
+    [({"vm_arg": ""}, "vm_arg"), ({"vm_arg": "a b"}, "vm_arg"), ({"platform": "mac"}, "platform"),
+     ({"description": " "}, "description")],
 )
 def test_it_rejects_bad_fields(fields: dict[str, str], message: str) -> None:
     args = {"pattern": "x/y", "vm_arg": "host", "platform": "any", "description": "d", **fields}
@@ -126,7 +131,8 @@ def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
     s.refresh_from_db()
     assert s.status == ToolSighting.Status.ADDED and s.classified_by == "alice"
     assert mutating_tool_match("docker/exec") == entry
-    assert set(AuditEvent.objects.values_list("action", flat=True)) == {"catalog.tool.added", "catalog.sighting.classified_mutating"}
+    actions = set(AuditEvent.objects.values_list("action", flat=True))
+    assert actions == {"catalog.tool.added", "catalog.sighting.classified_mutating"}
 
 
 def test_classifying_a_sighting_as_read_only_ignores_it() -> None:

@@ -67,7 +67,8 @@ def tagged(sim: Any, slug: str, vpg_name: str, tag: str) -> list[dict[str, Any]]
     http = sim.http
     base = sim.site_url(slug)
     token = sim.token(slug)
-    vpgs = http.get(f"{base}/v1/vpgs", params={"name": vpg_name}, headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    auth = {"Authorization": f"Bearer {token}"}
+    vpgs = http.get(f"{base}/v1/vpgs", params={"name": vpg_name}, headers=auth, timeout=30).json()
     vpg_id = vpgs[0]["VpgIdentifier"]
-    rows = http.get(f"{base}/v1/vpgs/{vpg_id}/checkpoints", headers={"Authorization": f"Bearer {token}"}, timeout=30).json()
+    rows = http.get(f"{base}/v1/vpgs/{vpg_id}/checkpoints", headers=auth, timeout=30).json()
     return [r for r in rows if r.get("Tag") == tag]

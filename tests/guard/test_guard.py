@@ -64,7 +64,9 @@ def test_a_missing_vm_argument_names_the_entry_and_the_argument(db: None, argume
 
 def test_several_hosts_in_one_argument_are_refused(db: None) -> None:
     with pytest.raises(ApplicationError, match="guard each host separately"):
-        guard_before_mutate(agent_name="claude", tool="ansible/run_playbook", arguments={"hosts": ["a", "b"]}, action="x")
+        guard_before_mutate(
+            agent_name="claude", tool="ansible/run_playbook", arguments={"hosts": ["a", "b"]}, action="x"
+        )
 
 
 @pytest.mark.parametrize("tool", ["ssh", "ssh/exec/now", "ssh exec", "", "ssh/*"])
@@ -75,7 +77,8 @@ def test_a_malformed_tool_name_is_an_error(db: None, tool: str) -> None:
 
 
 def test_an_unlisted_tool_passes_through_audited_with_a_sighting(db: None) -> None:
-    outcome = guard_before_mutate(agent_name="claude", tool="fs/read_file", arguments={"path": "/etc/passwd", "token": "s3cr3t"}, action="read")
+    arguments = {"path": "/etc/passwd", "token": "s3cr3t"}
+    outcome = guard_before_mutate(agent_name="claude", tool="fs/read_file", arguments=arguments, action="read")
     assert outcome.guarded is False and outcome.guard is None
     event = AuditEvent.objects.get(action="guard.pass_through")
     assert event.actor == "claude" and event.data["tool"] == "fs/read_file"
@@ -85,13 +88,15 @@ def test_an_unlisted_tool_passes_through_audited_with_a_sighting(db: None) -> No
 
 def test_a_disabled_entry_passes_through(db: None) -> None:
     mutating_tool_disable(actor=Actor.user("alice"), tool=MutatingTool.objects.get(pattern="smb/write_file"))
-    assert guard_before_mutate(agent_name="claude", tool="smb/write_file", arguments={"host": "win01"}, action="x").guarded is False
+    outcome = guard_before_mutate(agent_name="claude", tool="smb/write_file", arguments={"host": "win01"}, action="x")
+    assert outcome.guarded is False
 
 
 def test_a_listed_tool_is_guarded_through_a_pattern(sim: Any, sites: Any, db: None) -> None:
     mutating_tool_add(actor=Actor.agent("claude"), pattern="docker/*", vm_arg="node", description="docker")
-    outcome = guard_before_mutate(agent_name="claude", tool="Docker/Run", arguments={"node": "db01"}, action="restart db",
-                                  change_id="CHG-9")
+    outcome = guard_before_mutate(
+        agent_name="claude", tool="Docker/Run", arguments={"node": "db01"}, action="restart db", change_id="CHG-9"
+    )
     assert outcome.guarded and outcome.created and outcome.entry == "docker/*"
     guard = outcome.guard
     assert guard.tool == "docker/run" and guard.vm_name == "db01" and guard.change_id == "CHG-9"

@@ -43,11 +43,15 @@ class VpgCheckpointOut(BaseModel):
 
 
 class GuardOut(BaseModel):
-    ok: bool = Field(description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)")
+    ok: bool = Field(
+        description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)"
+    )
     guarded: bool = Field(description="False: the tool is not in the mutating-tool catalog; nothing was checkpointed")
     finished: bool
     status: str = Field(description="ok, failed, pending, running, refused or pass_through")
-    must_not_proceed: str | None = Field(default=None, description="Why you must not make the change, when you must not")
+    must_not_proceed: str | None = Field(
+        default=None, description="Why you must not make the change, when you must not"
+    )
     id: int | None = Field(default=None, description="Checkpoint request id for zerto_checkpoint_status")
     change_id: str | None = None
     tag: str | None = None
@@ -55,7 +59,9 @@ class GuardOut(BaseModel):
     vm_identifier: str | None = None
     tool: str | None = None
     catalog_entry: str | None = Field(default=None, description="The catalog entry that matched the tool")
-    reused: bool = Field(default=False, description="An earlier request with the same change_id for this VM was returned")
+    reused: bool = Field(
+        default=False, description="An earlier request with the same change_id for this VM was returned"
+    )
     listed: int = 0
     total: int = 0
     vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
@@ -132,7 +138,8 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
     while time.monotonic() < deadline:
         status, listed, total = await run_db(guard_progress, guard_id)
         if ctx is not None and (status, listed) != last:
-            await ctx.report_progress(listed, total, f"checkpoint request #{guard_id}: {listed}/{total} VPGs list the checkpoint")
+            words = f"checkpoint request #{guard_id}: {listed}/{total} VPGs list the checkpoint"
+            await ctx.report_progress(listed, total, words)
             last = (status, listed)
         if status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
             break
@@ -155,7 +162,9 @@ def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None
     return _outcome_out(outcome)
 
 
-def _guard(tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
+def _guard(
+    tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None
+) -> GuardOut:
     from rewind.checkpoints.services import guard_before_mutate
 
     outcome = guard_before_mutate(
