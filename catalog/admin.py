@@ -16,6 +16,7 @@ from catalog.services import (
     mutating_tool_remove,
     mutating_tool_update,
     normalize_pattern,
+    validate_entry_fields,
     tool_sighting_classify_mutating,
     tool_sighting_classify_readonly,
 )
@@ -37,6 +38,17 @@ class MutatingToolForm(forms.ModelForm):
             return normalize_pattern(self.cleaned_data["pattern"])
         except ApplicationError as exc:
             raise forms.ValidationError(exc.message) from None
+
+    def clean(self) -> dict[str, Any]:
+        # The service checks these too; checking here shows the problem on the form.
+        data = super().clean() or {}
+        if not self.errors:
+            try:
+                validate_entry_fields(vm_arg=(data.get("vm_arg") or "").strip(), platform=data.get("platform") or "",
+                                      description=data.get("description") or "")
+            except ApplicationError as exc:
+                raise forms.ValidationError(exc.message) from None
+        return data
 
 
 @admin.register(MutatingTool)

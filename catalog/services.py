@@ -67,7 +67,8 @@ def normalize_tool_name(tool: str) -> str:
     return value
 
 
-def _validate_fields(*, vm_arg: str, platform: str, description: str) -> None:
+def validate_entry_fields(*, vm_arg: str, platform: str, description: str) -> None:
+    """Raises ApplicationError when an entry's fields are unusable."""
     if not VM_ARG_RE.match(vm_arg or ""):
         raise ApplicationError(
             f"vm_arg {vm_arg!r} is not an argument name: it names the tool argument that holds the VM "
@@ -90,7 +91,7 @@ def mutating_tool_add(
     """Add an entry. Raises ApplicationError for bad input or an existing entry. Not repeatable."""
     value = normalize_pattern(pattern)
     vm_arg = (vm_arg or "").strip()
-    _validate_fields(vm_arg=vm_arg, platform=platform, description=description)
+    validate_entry_fields(vm_arg=vm_arg, platform=platform, description=description)
     try:
         with transaction.atomic():
             tool = MutatingTool.objects.create(
@@ -120,7 +121,7 @@ def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> 
     before = _snapshot(locked)
     for key, value in fields.items():
         setattr(locked, key, value.strip() if isinstance(value, str) else value)
-    _validate_fields(vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description)
+    validate_entry_fields(vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description)
     locked.save()
     after = _snapshot(locked)
     if after != before:

@@ -86,3 +86,11 @@ def test_the_guard_admin_is_read_only_and_filterable(admin_client: Client) -> No
     resp = admin_client.get("/admin/rewind/changeguard/?status=ok&agent_name=claude")
     assert resp.status_code == 200
     assert admin_client.get("/admin/rewind/changeguard/add/").status_code == 403
+
+
+def test_an_unusable_vm_argument_is_shown_as_a_form_error(admin_client: Client) -> None:
+    resp = admin_client.post("/admin/catalog/mutatingtool/add/", {
+        "pattern": "x/y", "vm_arg": "two words", "platform": "any", "description": "x", "enabled": "on",
+    })
+    assert resp.status_code == 200 and b"is not an argument name" in resp.content
+    assert not MutatingTool.objects.filter(pattern="x/y").exists()
