@@ -272,3 +272,25 @@ def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:  # 
     assert first.status_code == 302 and first["Location"].endswith("?status__exact=pending")
     page = client.get(first["Location"]).content.decode()
     assert "Review and decide" in page and "/etc/hostname" in page
+
+
+def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+    from recoveries.selectors import result_dict
+
+    def finish(data: bytes) -> RecoveryRequest:
+        stored = tmp_path / f"f{len(data)}"
+        stored.write_bytes(data)
+        RecoveryRequest.objects.filter(pk=pending.pk).update(
+            status="succeeded", ok=True, stored_path=str(stored), size=len(data), sha256=hashlib.sha256(data).hexdigest(),
+            unmount_ok=False, unmount_session_id="s-1", unmount_warning="the unmount failed: boom",
+        )
+        return RecoveryRequest.objects.get(pk=pending.pk)
+
+    text = result_dict(finish("héllo\n".encode()))
+    assert (text["content"], text["encoding"], text["ok"]) == ("héllo\n", "utf-8", True)
+    assert text["unmount"] == {"ok": False, "session_id": "s-1", "warning": "the unmount failed: boom"}
+    binary = result_dict(finish(b"\xff\xfe\x00"))
+    assert (binary["content"], binary["encoding"]) == ("//4A", "base64")
+    settings.REWIND_INLINE_MAX_BYTES = 4
+    large = result_dict(finish(b"12345"))
+    assert "content" not in large and large["url"].endswith(f"/api/recoveries/{pending.pk}/download/")
