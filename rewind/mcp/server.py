@@ -13,13 +13,16 @@ Framework duties, so tools do not repeat them:
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import json
 import logging
 import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from mcp.server import MCPServer
@@ -31,7 +34,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult
 
-from rewind.audit import Actor
+from rewind.audit import Actor, mask_secrets
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import AgentTokenVerifier
@@ -85,6 +88,19 @@ def _caller() -> Actor:
     return Actor.agent(token.client_id) if token is not None else Actor.system("unauthenticated")
 
 
+# A call's arguments go into its audit row; a huge argument (a script, a file) is summarized.
+AUDITED_ARGUMENTS_MAX_CHARS = 8192
+
+
+def _audited_arguments(arguments: dict[str, Any]) -> Any:
+    masked = mask_secrets(arguments)
+    text = json.dumps(masked, ensure_ascii=False, default=str)
+    if len(text) <= AUDITED_ARGUMENTS_MAX_CHARS:
+        return masked
+    return {"_summarized": True, "chars": len(text), "sha256": hashlib.sha256(text.encode()).hexdigest(),
+            "preview": text[:2000]}
+
+
 class RewindMCPServer(MCPServer):
     """``MCPServer`` with the framework duties above wrapped around every tool call."""
 
@@ -109,19 +125,24 @@ class RewindMCPServer(MCPServer):
                 outcome, message = "error", str(failure)
             except Exception as exc:  # MCPError and anything else: a protocol error, still audited
                 failure, outcome, message = exc, "protocol_error", type(exc).__name__
+            except BaseException as exc:  # the client went away: the call is still recorded
+                failure, outcome, message = exc, "cancelled", type(exc).__name__
             data = {
                 "tool": name,
-                "arguments": arguments,
+                "arguments": _audited_arguments(arguments),
                 "outcome": outcome,
                 "error": _scrub(message)[:500],
                 "duration_ms": round((time.perf_counter() - started) * 1000, 1),
             }
             try:
-                await audit_writer.record(actor=_caller(), action="mcp.tool.called", target=("mcp.tool", name),
-                                          data=data, request_id=rid)
+                with anyio.CancelScope(shield=True):
+                    await audit_writer.record(actor=_caller(), action="mcp.tool.called",
+                                              target=("mcp.tool", name), data=data, request_id=rid)
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
-                raise ToolError(f"the call was not recorded in the audit log (request {rid}); treat it as failed") from None
+                if failure is None or outcome != "cancelled":
+                    raise ToolError(f"the call was not recorded in the audit log (request {rid}); "
+                                    "treat it as failed") from None
             if failure is not None:
                 raise failure
             return result

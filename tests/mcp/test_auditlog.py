@@ -65,3 +65,14 @@ def test_bad_rows_fail_alone(transactional_db: None) -> None:
     outcomes = run(mixed())
     assert [isinstance(o, Exception) for o in outcomes] == [False, False, False, True, False, False]
     assert AuditEvent.objects.count() == 5 and verify_chain()[1] is None
+
+
+def test_huge_arguments_are_summarized_in_the_call_row() -> None:
+    from rewind.mcp.server import AUDITED_ARGUMENTS_MAX_CHARS, _audited_arguments
+
+    small = {"vm": "web01", "token": "rwd_" + "a" * 40}
+    assert _audited_arguments(small) == {"vm": "web01", "token": "***"}
+    huge = _audited_arguments({"password": "hunter2", "script": "x" * (AUDITED_ARGUMENTS_MAX_CHARS + 1)})
+    assert huge["_summarized"] is True and huge["chars"] > AUDITED_ARGUMENTS_MAX_CHARS
+    assert len(huge["preview"]) == 2000
+    assert '"password": "***"' in huge["preview"] and "hunter2" not in huge["preview"]
