@@ -89,6 +89,19 @@ class Proc:
             time.sleep(0.1)
         raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT:.0f} s: {self.log}")
 
+    def cpu_seconds(self) -> float:
+        """User + system CPU of this process group so far (uvicorn and its workers)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.proc.pid:  # field 5: process group id
+                total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+        return total / tick
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             os.killpg(self.proc.pid, signal.SIGTERM)
@@ -181,6 +194,7 @@ class Result:
     latencies_ms: list[float]
     sent: int = 0  # every call, warm-up included
     zvm_calls: int | None = None
+    server_cpu_s: float | None = None
 
     @property
     def rps(self) -> float:
@@ -194,8 +208,13 @@ class Result:
 
     def line(self) -> str:
         zvm = f", {self.zvm_calls / self.sent:.2f} ZVM calls per lookup" if self.zvm_calls is not None else ""
+        cpu = f", server CPU {self.cpu_ms_per_call:.2f} ms/call" if self.server_cpu_s is not None else ""
         return (f"{self.label:<44} {self.rps:8.1f} req/s   p50 {self.pct(0.50):7.1f} ms   "
-                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors{zvm})")
+                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors{cpu}{zvm})")
+
+    @property
+    def cpu_ms_per_call(self) -> float:
+        return (self.server_cpu_s or 0.0) * 1000 / max(1, self.sent)
 
 
 def call_body(rpc_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
@@ -289,10 +308,12 @@ def main() -> None:
     names = [f"vm-{i:05d}" for i in range(1, args.names + 1)]
     results: dict[str, Result] = {}
 
-    def run(label: str, url: str, tok: str | None, tool: str, arguments: Callable[[int], dict[str, Any]],
-            sim_url: str | None = None) -> Result:
+    def run(label: str, server: Proc, url: str, tok: str | None, tool: str,
+            arguments: Callable[[int], dict[str, Any]], sim_url: str | None = None) -> Result:
         before = zvm_calls(sim_url) if sim_url else 0
+        cpu_before = server.cpu_seconds()
         result = asyncio.run(load(label, url, tok, tool, arguments, args.clients, args.seconds, args.warmup))
+        result.server_cpu_s = server.cpu_seconds() - cpu_before
         if sim_url:
             result.zvm_calls = zvm_calls(sim_url) - before
         print(result.line(), flush=True)
@@ -302,7 +323,8 @@ def main() -> None:
     print(f"clients={args.clients} seconds={args.seconds} workers={args.workers} cores={os.cpu_count()}", flush=True)
     echo_proc, echo_url = start_uvicorn("echo", "bench.mcp_find:echo_app", env, work, args.workers, factory=True)
     try:
-        echo_result = run("echo (bare SDK, no auth, no DB)", echo_url, None, "echo", lambda n: {"text": f"hello {n}"})
+        echo_result = run("echo (bare SDK, no auth, no DB)", echo_proc, echo_url, None, "echo",
+                          lambda n: {"text": f"hello {n}"})
     finally:
         echo_proc.stop()
 
@@ -317,8 +339,8 @@ def main() -> None:
                                              app_env, work, args.workers)
                 try:
                     label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
-                    run(label, app_url, token, "zerto_find_protection", lambda n: {"vm": names[n % len(names)]},
-                        sim_url)
+                    run(label, app, app_url, token, "zerto_find_protection",
+                        lambda n: {"vm": names[n % len(names)]}, sim_url)
                 finally:
                     app.stop()
         finally:
@@ -327,7 +349,8 @@ def main() -> None:
     print()
     for vms in sizes:
         r = results[f"find_protection {vms} VMs, cache on"]
-        print(f"find/echo throughput at {vms} VMs (cache on): {r.rps / echo_result.rps:.2f}")
+        print(f"find/echo throughput at {vms} VMs (cache on): {r.rps / echo_result.rps:.2f}; "
+              f"server CPU per call {r.cpu_ms_per_call / echo_result.cpu_ms_per_call:.2f}x echo")
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)
         for cache in ("on", "off"):
