@@ -174,14 +174,16 @@ def _locked_head() -> AuditChainHead:
     head = AuditChainHead.objects.select_for_update().filter(pk=1).first()
     if head is not None:
         return head
-    if AuditEvent.objects.exists():
-        # Recreating the head now would fork the chain from the genesis hash.
-        raise AuditChainError("the audit chain head is missing; run manage.py audit_verify")
     try:
         with transaction.atomic():
             AuditChainHead.objects.create(pk=1)
     except IntegrityError:
-        pass  # a concurrent first writer created it
+        # A concurrent first writer created it; wait for its lock like everyone else.
+        return AuditChainHead.objects.select_for_update().get(pk=1)
+    if AuditEvent.objects.exists():
+        # We just made a head although events exist: the real head was removed, and a new
+        # one would fork the chain from the genesis hash. Raising rolls our head back.
+        raise AuditChainError("the audit chain head is missing; run manage.py audit_verify")
     return AuditChainHead.objects.select_for_update().get(pk=1)
 
 
