@@ -60,6 +60,13 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
     search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "request_id"]
     inlines = [ApprovalInline]
 
+    def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        # Whoever may approve must be able to see the queue.
+        return request.user.has_perm(APPROVE_PERMISSION) or super().has_view_permission(request, obj)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(APPROVE_PERMISSION) or super().has_module_permission(request)
+
     @admin.display(description="Review")
     def review(self, obj: RecoveryRequest) -> str:
         url = reverse("admin:recoveries_recoveryrequest_review", args=[obj.pk])
