@@ -139,7 +139,7 @@ def _execute(run: Run) -> None:
             if attempt < MAX_ATTEMPTS:
                 continue
             raise RunFailed(f"{run.site.name} dropped the FLR session twice; try again later") from None
-        except (RunFailed, ApplicationError, ZvmError) as exc:
+        except Exception:  # whatever went wrong, the mount must not outlive the run
             report = _unmount(run, row)
             _store_unmount(run.recovery, report)
             raise
