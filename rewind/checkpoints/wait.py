@@ -1,8 +1,8 @@
 """The wait: insert the tagged checkpoint on every VPG in parallel and wait until listed.
 
 Runs inside the Celery task ``rewind.checkpoints.wait``. One thread per unfinished VPG row,
-each with its own ZVM client (through the ZVM of the VPG's protected site; copies of one
-client per site, sharing its token) and its own DB connection. No transaction is held
+each with its own ZVM client (through the ZVM of the VPG's protected site; the clients of
+one site share its token and connection pool) and its own DB connection. No transaction is held
 across a ZVM call: every step is record the attempt → call → record the outcome, and every
 record is a compare-and-swap on the row's status.
 
@@ -38,7 +38,7 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
 from rewind.checkpoints.zvmtasks import insert_tasks_since
-from rewind.models import ChangeGuard, ChangeGuardVpg, Site
+from rewind.models import ChangeGuard, ChangeGuardVpg
 from rewind.sites import site_client
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
@@ -69,43 +69,17 @@ def guard_wait(guard_id: int, lease_token: str | None = None) -> str:
     deadline = time.monotonic() + max(0.0, remaining)
     stop, lost = threading.Event(), threading.Event()
     beat = _start_thread(_heartbeat, guard_id, run_id, stop, lost)
-    clients = _Clients(guard.request_id)
     try:
         rows = [r.pk for r in guard.vpgs.all() if r.status not in FINAL]
-        workers = [_start_thread(_vpg_run, pk, guard, deadline, lost, clients) for pk in rows]
+        workers = [_start_thread(_vpg_run, pk, guard, deadline, lost) for pk in rows]
         for t in workers:
             t.join()
     finally:
         stop.set()
         beat.join()
-        clients.close()
     if lost.is_set():
         return "lease lost to another run"
     return _guard_finish(guard)
-
-
-class _Clients:
-    """One ZVM client per site for the run; each VPG thread gets its own copy of it.
-
-    The copies share the site's token and connection pool (``with_request_id``), so three
-    VPGs on one ZVM cost one login, not three. The client is thread-safe by contract.
-    """
-
-    def __init__(self, request_id: str) -> None:
-        self.request_id = request_id
-        self._by_site: dict[int, ZvmClient] = {}
-        self._lock = threading.Lock()
-
-    def for_site(self, site: Site) -> ZvmClient:
-        with self._lock:
-            base = self._by_site.get(site.pk)
-            if base is None:
-                base = self._by_site[site.pk] = site_client(site, request_id=self.request_id)
-        return base.with_request_id(self.request_id)
-
-    def close(self) -> None:
-        for client in self._by_site.values():
-            client.close()
 
 
 def _start_thread(target: object, *args: object) -> threading.Thread:
@@ -149,9 +123,9 @@ def _heartbeat(guard_id: int, run_id: str, stop: threading.Event, lost: threadin
         connection.close()
 
 
-def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event, clients: _Clients) -> None:
+def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event) -> None:
     try:
-        _VpgWait(row_id, guard, deadline, lost).run(clients)
+        _VpgWait(row_id, guard, deadline, lost).run()
     except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
         logger.exception("guard %s: the wait of VPG row %s failed", guard.pk, row_id)
         _row_finish(row_id, guard, Row.Status.FAILED, error=f"internal error while waiting ({type(exc).__name__})")
@@ -170,12 +144,14 @@ class _VpgWait:
         self.unknown_since: float | None = None
         self.reinserted = False
 
-    def run(self, clients: _Clients) -> None:
+    def run(self) -> None:
         site = self.row.site
         if site is None or not site.enabled:
             self.finish(Row.Status.FAILED, error="the protected site's ZVM is not configured (or is disabled) here")
             return
-        client = clients.for_site(site)
+        # Its own client object; ``site_client`` shares the site's token and connection pool
+        # within this process, so three VPGs on one ZVM cost one login, and later guards none.
+        client = site_client(site, request_id=self.guard.request_id)
         if self.row.status == Row.Status.PENDING and not self.insert(client):
             return
         if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
