@@ -154,6 +154,15 @@ class ZvmClient:
     def get_task(self, task_id: str) -> Task:
         return Task.from_json(self._one(self._get(f"/v1/tasks/{_seg(task_id)}"), f"task {task_id}"))
 
+    def list_tasks(self, *, task_type: str | None = None, started_after: When = None) -> list[Task]:
+        """Tasks, filtered by the ZVM on type (e.g. ``InsertTaggedCP``) and start time."""
+        params: dict[str, str] = {}
+        if task_type:
+            params["type"] = task_type
+        if started_after is not None:
+            params["startedAfterDate"] = format_datetime(started_after)
+        return [Task.from_json(row) for row in self._list(self._get("/v1/tasks", params))]
+
     def list_checkpoints(self, vpg_id: str, *, start: When = None, end: When = None) -> list[Checkpoint]:
         """Journal checkpoints; pass ``start``: an unfiltered list can hold days of them."""
         params = self._window(start, end)

@@ -255,6 +255,7 @@ class Task:
     complete_reason: str | None
     started: datetime | None = None
     completed_at: datetime | None = None
+    vpg_identifiers: tuple[str, ...] = ()  # RelatedEntities.Vpgs
 
     @property
     def completed(self) -> bool:
@@ -278,6 +279,9 @@ class Task:
             complete_reason=f.text("CompleteReason"),
             started=f.when("Started"),
             completed_at=f.when("Completed"),
+            vpg_identifiers=tuple(
+                ident for link in f.child("RelatedEntities").items("Vpgs") if (ident := Fields(link).text("identifier"))
+            ),
         )
 
 

@@ -119,3 +119,16 @@ def test_it_reads_points_in_time_with_can_mount(sim: SimHandle, make_client: Mak
     points = make_client("site-b").points_in_time(vm["identifier"], vpg_id=vpg_id)
     assert points and all(p.checkpoint and p.checkpoint.identifier for p in points)
     assert {p.can_mount for p in points} <= {True, False} and any(p.can_mount for p in points)
+
+
+def test_it_lists_insert_tasks_by_type_and_start(sim: SimHandle, make_client: MakeClient) -> None:
+    client = make_client("site-a")
+    vpg_id = client.list_vpgs(name="vpg-db")[0].identifier
+    before = datetime.now(UTC) - timedelta(seconds=5)
+    task_id = client.insert_tagged_checkpoint(vpg_id, "list-tasks-probe")
+    tasks = client.list_tasks(task_type="InsertTaggedCP", started_after=before)
+    mine = [t for t in tasks if t.identifier == task_id]
+    assert len(mine) == 1
+    assert mine[0].vpg_identifiers == (vpg_id,)
+    assert mine[0].type == "InsertTaggedCP" and mine[0].started is not None
+    assert all(t.identifier != task_id for t in client.list_tasks(started_after=datetime.now(UTC) + timedelta(hours=1)))
