@@ -5,6 +5,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth import get_user_model
+from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandParser
 
 from rewind.audit import Actor
@@ -23,8 +24,12 @@ class Command(BaseCommand):
         parser.add_argument("--sim-url", required=True, help="simulator root, e.g. https://127.0.0.1:9443")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        username, password = self._demo_admin()
-        self.stdout.write(f"Demo admin: username {username}  password {password}")
+        username, password = self._demo_user("admin", superuser=True)
+        self.stdout.write(f"Demo admin:    username {username}  password {password}")
+        # Agents created with createagent belong to the first superuser, who may not approve
+        # their recoveries; a second person does.
+        username, password = self._demo_user("approver", superuser=False)
+        self.stdout.write(f"Demo approver: username {username}  password {password}  (approves file recoveries)")
         actor = Actor.system("demo_setup")
         for name, slug in DEMO_SITES:
             base_url = f"{options['sim_url'].rstrip('/')}/{slug}"
@@ -39,18 +44,27 @@ class Command(BaseCommand):
             status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
             self.stdout.write(f"{name} at {base_url}: {status}")
 
-    def _demo_admin(self) -> tuple[str, str]:
-        """The demo superuser; its password is generated once and kept under VAR_DIR."""
-        path = settings.VAR_DIR / "demo-admin-password"
+    def _demo_user(self, username: str, *, superuser: bool) -> tuple[str, str]:
+        """A demo person; the password is generated once and kept under VAR_DIR."""
+        path = settings.VAR_DIR / f"demo-{username}-password"
         if not path.exists():
             path.touch(mode=0o600)
             path.write_text(secrets.token_urlsafe(12), encoding="utf-8")
         password = path.read_text(encoding="utf-8").strip()
         user_model = get_user_model()
-        user = user_model.objects.filter(username="admin").first()
+        user = user_model.objects.filter(username=username).first()
         if user is None:
-            user_model.objects.create_superuser("admin", "admin@example.com", password)
+            if superuser:
+                user_model.objects.create_superuser(username, f"{username}@example.com", password)
+            else:
+                user = user_model.objects.create_user(username, f"{username}@example.com", password, is_staff=True)
+                user.user_permissions.add(
+                    *Permission.objects.filter(
+                        content_type__app_label="recoveries",
+                        codename__in=["approve_recovery", "view_recoveryrequest", "view_flrsession"],
+                    )
+                )
         elif not user.check_password(password):
             # Someone changed it by hand; say so rather than resetting it behind their back.
-            return "admin", "(changed since first run; not shown)"
-        return "admin", password
+            return username, "(changed since first run; not shown)"
+        return username, password

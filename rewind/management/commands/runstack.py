@@ -58,10 +58,10 @@ class Command(BaseCommand):
             self._stop_all()
             signal.signal(signal.SIGINT, previous)
 
-    def _spawn(self, name: str, argv: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
         # A session of its own, so the terminal's Ctrl-C reaches only us and we stop the
         # children in order instead of all of them racing.
-        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True)
+        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True, env=env)
         self.children.append((name, proc))
         return proc
 
@@ -84,16 +84,20 @@ class Command(BaseCommand):
 
     def _start_services(self, port: int, workers: int) -> None:
         python = sys.executable
+        # Links handed to agents (approval pages, downloads) must point at this server.
+        env = {**os.environ, "REWIND_PUBLIC_URL": os.environ.get("REWIND_PUBLIC_URL") or f"http://127.0.0.1:{port}"}
         self._spawn(
             "web",
             [python, "-m", "uvicorn", "rewind.asgi:application", "--host", "127.0.0.1", "--port", str(port),
              "--workers", str(workers), "--no-access-log"],
+            env,
         )
-        self._spawn("worker", [python, "-m", "celery", "-A", "rewind", "worker", "-c", "4", "--loglevel", "INFO"])
+        self._spawn("worker", [python, "-m", "celery", "-A", "rewind", "worker", "-c", "4", "--loglevel", "INFO"], env)
         self._spawn(
             "beat",
             [python, "-m", "celery", "-A", "rewind", "beat", "--loglevel", "INFO",
              "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            env,
         )
 
     def _watch(self) -> None:
