@@ -43,6 +43,7 @@ class Command(BaseCommand):
                 call_command("demo_setup", sim_url=sim_url)
             self._start_services(options["port"], options["workers"])
             base = f"http://127.0.0.1:{options['port']}"
+            self._wait_until_up("the web server", f"{base}/health/", verify=True)
             self.stdout.write(
                 "\nzerto-rewind is running:\n"
                 f"  admin         {base}/admin/\n"
@@ -73,14 +74,21 @@ class Command(BaseCommand):
             [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", "200"],
         )
         url = f"https://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
+        self._wait_until_up("the ZVM simulator", f"{url}/_sim/state", verify=False)
+        return url
+
+    def _wait_until_up(self, what: str, url: str, *, verify: bool) -> None:
+        deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
+            for name, proc in self.children:
+                if proc.poll() is not None:
+                    raise CommandError(f"{name} exited with code {proc.returncode} while starting")
             try:
-                requests.get(f"{url}/_sim/state", verify=False, timeout=1).raise_for_status()
-                return url
+                requests.get(url, verify=verify, timeout=1).raise_for_status()
+                return
             except requests.RequestException:
                 time.sleep(0.2)
-        raise CommandError("the ZVM simulator did not start within 30 s")
+        raise CommandError(f"{what} did not start within 60 s")
 
     def _start_services(self, port: int, workers: int) -> None:
         python = sys.executable

@@ -1,0 +1,70 @@
+"""The demo bootstrap behind ``make run``: demo people, demo sites, and the process supervisor."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+from django.conf import settings
+from django.contrib.auth.models import User
+from django.core.management import call_command
+
+from rewind.models import Site
+from tests.mcpfixtures import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+    call_command("demo_setup", sim_url=sim.url)
+    first = capsys.readouterr().out
+    call_command("demo_setup", sim_url=sim.url)
+    second = capsys.readouterr().out
+    assert set(Site.objects.values_list("name", flat=True)) == {"Site A", "Site B"}
+    assert all(site.identifier for site in Site.objects.all())
+    approver = User.objects.get(username="approver")
+    assert approver.has_perm("recoveries.approve_recovery") and not approver.is_superuser
+    assert User.objects.get(username="admin").is_superuser
+    # The same credentials are printed again on the second run: nothing was recreated.
+    assert [line for line in first.splitlines() if "password" in line] == [
+        line for line in second.splitlines() if "password" in line
+    ]
+    assert "Site A at" in second and "FAILED" not in second
+
+
+def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
+    port, sim_port = free_port(), free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(port), REWIND_SIM_PORT=str(sim_port))
+    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120)
+    log = (tmp_path / "run.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while b"Press Ctrl-C" not in (tmp_path / "run.log").read_bytes():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-2000:]
+            time.sleep(0.3)
+        output = (tmp_path / "run.log").read_text()
+        assert "Demo admin:" in output and "Demo approver:" in output
+        assert requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=10).status_code == 200
+        assert requests.get(f"https://127.0.0.1:{sim_port}/_sim/state", verify=False, timeout=10).ok
+        children = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
+        assert proc.wait(timeout=60) is not None
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    time.sleep(0.5)
+    left = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    assert left == []
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)
