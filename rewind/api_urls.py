@@ -6,4 +6,6 @@ from django.urls import URLPattern, URLResolver, include, path
 
 urlpatterns: list[URLPattern | URLResolver] = [
     path("recoveries/", include("recoveries.urls")),
+    path("catalog/", include("catalog.urls")),
+    path("", include("rewind.rest.urls")),
 ]

@@ -1,0 +1,123 @@
+"""Agents over REST: list, detail, create; issue a bearer token (shown once) and revoke one.
+
+Token hashes are never returned; a token is identified by its id and display prefix.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.agents import agent_create, agent_token_issue, agent_token_revoke
+from rewind.models import Agent, AgentToken
+from rewind.rest.pagination import paginated_response
+from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
+from rewind.rest.selectors import agent_get, agent_list, agent_token_get
+
+
+class AgentTokenOutputSerializer(serializers.ModelSerializer):
+    active = serializers.SerializerMethodField()
+
+    class Meta:
+        model = AgentToken
+        fields = ["id", "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
+                  "active"]
+
+    def get_active(self, token: AgentToken) -> bool:
+        return token.revoked_at is None and (token.expires_at is None or token.expires_at > timezone.now())
+
+
+class AgentOutputSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.get_username")
+    tokens = AgentTokenOutputSerializer(many=True)
+
+    class Meta:
+        model = Agent
+        fields = ["id", "name", "owner", "is_active", "description", "created_at", "tokens"]
+
+
+class AgentListApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_agent", "POST": "rewind.add_agent"}
+
+    class InputSerializer(serializers.Serializer):
+        name = serializers.SlugField(max_length=64)
+        owner = serializers.CharField(required=False, max_length=150, help_text="username; you when omitted")
+        description = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
+
+        def validate_name(self, value: str) -> str:
+            if Agent.objects.filter(name=value).exists():
+                raise serializers.ValidationError(f"an agent named {value!r} already exists")
+            return value
+
+        def validate_owner(self, value: str) -> object:
+            owner = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: value}, is_active=True).first()
+            if owner is None:
+                raise serializers.ValidationError(f"there is no active user {value!r}")
+            return owner
+
+    def get(self, request: Request) -> Response:
+        return paginated_response(queryset=agent_list(), serializer_class=AgentOutputSerializer,
+                                  request=request, view=self)
+
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent = agent_create(
+            actor=actor_of(request), name=data.validated_data["name"],
+            owner=data.validated_data.get("owner") or request.user,
+            description=data.validated_data["description"], request_id=request_id_of(request),
+        )
+        return Response(AgentOutputSerializer(agent_get(agent.pk)).data, status=status.HTTP_201_CREATED)
+
+
+class AgentDetailApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_agent"}
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(AgentOutputSerializer(agent_get(pk)).data)
+
+
+class AgentTokenIssueApi(APIView):
+    """Issue a token. The response is the only place the token ever appears."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.add_agenttoken"}
+
+    class InputSerializer(serializers.Serializer):
+        label = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
+        expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+
+        def validate_expires_at(self, value: object) -> object:
+            if value is not None and value <= timezone.now():  # type: ignore[operator]
+                raise serializers.ValidationError("the expiry must be in the future")
+            return value
+
+    def post(self, request: Request, pk: int) -> Response:
+        agent = agent_get(pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        issued = agent_token_issue(actor=actor_of(request), agent=agent, request_id=request_id_of(request),
+                                   **data.validated_data)
+        body = {**AgentTokenOutputSerializer(issued.row).data, "token": issued.token}
+        response = Response(body, status=status.HTTP_201_CREATED)
+        response["Cache-Control"] = "no-store"
+        return response
+
+
+class AgentTokenRevokeApi(APIView):
+    """Revoke a token; revoking a revoked token changes nothing (``revoked: false``)."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.change_agenttoken"}
+
+    def post(self, request: Request, pk: int, token_id: int) -> Response:
+        token = agent_token_get(agent=agent_get(pk), token_id=token_id)
+        revoked = agent_token_revoke(actor=actor_of(request), token=token, request_id=request_id_of(request))
+        token.refresh_from_db()
+        return Response({"revoked": revoked, "token": AgentTokenOutputSerializer(token).data})

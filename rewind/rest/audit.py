@@ -1,0 +1,67 @@
+"""The audit log over REST: read-only list, detail and a chain check."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.audit import verify_chain
+from rewind.models import AuditEvent
+from rewind.rest.pagination import AuditCursorPagination, paginated_response
+from rewind.rest.permissions import HasModelPermission
+from rewind.rest.selectors import audit_event_get, audit_event_list
+
+VIEW = {"GET": "rewind.view_auditevent"}
+
+
+class AuditEventOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = AuditEvent
+        fields = ["seq", "time", "actor_type", "actor", "action", "target_type", "target_id", "target_repr",
+                  "data", "request_id", "prev_hash", "hash"]
+
+
+class AuditEventListApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = VIEW
+
+    class FilterSerializer(serializers.Serializer):
+        request_id = serializers.CharField(required=False, max_length=64)
+        action = serializers.CharField(required=False, max_length=100)
+        actor = serializers.CharField(required=False, max_length=150)
+        actor_type = serializers.ChoiceField(required=False, choices=AuditEvent.ActorType.choices)
+        target_type = serializers.CharField(required=False, max_length=50)
+        target_id = serializers.CharField(required=False, max_length=255)
+        since = serializers.DateTimeField(required=False)
+        until = serializers.DateTimeField(required=False)
+
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        return paginated_response(
+            queryset=audit_event_list(**filters.validated_data), serializer_class=AuditEventOutputSerializer,
+            request=request, view=self, pagination_class=AuditCursorPagination,
+        )
+
+
+class AuditEventDetailApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = VIEW
+
+    def get(self, request: Request, seq: int) -> Response:
+        return Response(AuditEventOutputSerializer(audit_event_get(seq)).data)
+
+
+class AuditVerifyApi(APIView):
+    """Walks the whole chain (``manage.py audit_verify`` does the same) and reports the first break."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = VIEW
+
+    def get(self, request: Request) -> Response:
+        checked, problem = verify_chain()
+        if problem is None:
+            return Response({"ok": True, "events": checked})
+        return Response({"ok": False, "events": checked, "broken_at": problem.seq, "reason": problem.reason})

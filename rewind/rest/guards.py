@@ -1,0 +1,70 @@
+"""Guards (tagged checkpoints taken before a change) over REST: read-only list and detail."""
+
+from __future__ import annotations
+
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.rest.pagination import paginated_response
+from rewind.rest.permissions import HasModelPermission
+from rewind.rest.selectors import guard_get, guard_list
+
+VIEW = {"GET": "rewind.view_changeguard"}
+_GUARD_FIELDS = ["id", "status", "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag",
+                 "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "vpgs_total",
+                 "vpgs_listed"]
+
+
+class GuardVpgOutputSerializer(serializers.ModelSerializer):
+    site = serializers.CharField(source="site.name", default=None)
+
+    class Meta:
+        model = ChangeGuardVpg
+        fields = ["vpg_name", "vpg_identifier", "status", "site", "protected_site_identifier",
+                  "recovery_site_identifier", "recovery_site_name", "task_id", "checkpoint_identifier",
+                  "checkpoint_timestamp", "error", "insert_started_at", "waited_ms"]
+
+
+class GuardOutputSerializer(serializers.ModelSerializer):
+    vpgs_total = serializers.IntegerField(read_only=True)
+    vpgs_listed = serializers.IntegerField(read_only=True)
+
+    class Meta:
+        model = ChangeGuard
+        fields = _GUARD_FIELDS
+
+
+class GuardDetailOutputSerializer(GuardOutputSerializer):
+    vpgs = GuardVpgOutputSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ChangeGuard
+        fields = [*_GUARD_FIELDS, "vpgs"]
+
+
+class GuardListApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = VIEW
+
+    class FilterSerializer(serializers.Serializer):
+        agent = serializers.CharField(required=False, max_length=64)
+        vm = serializers.CharField(required=False, max_length=255)
+        status = serializers.ChoiceField(required=False, choices=ChangeGuard.Status.choices)
+        change_id = serializers.CharField(required=False, max_length=100)
+
+    def get(self, request: Request) -> Response:
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        return paginated_response(queryset=guard_list(**filters.validated_data),
+                                  serializer_class=GuardOutputSerializer, request=request, view=self)
+
+
+class GuardDetailApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = VIEW
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(GuardDetailOutputSerializer(guard_get(pk)).data)

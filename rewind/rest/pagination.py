@@ -1,0 +1,35 @@
+"""Pagination helpers for APIView-based lists."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db.models import QuerySet
+from rest_framework.pagination import BasePagination, CursorPagination, LimitOffsetPagination
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.serializers import Serializer
+
+
+class AuditCursorPagination(CursorPagination):
+    """Newest first by chain position; a cursor stays stable while events are appended
+    and needs no COUNT(*) over a table that only grows."""
+
+    ordering = "-seq"
+    page_size = 100
+    page_size_query_param = "limit"
+    max_page_size = 1000
+
+
+class BoundedLimitOffsetPagination(LimitOffsetPagination):
+    max_limit = 1000
+
+
+def paginated_response(
+    *, queryset: QuerySet[Any], serializer_class: type[Serializer], request: Request, view: Any,
+    pagination_class: type[BasePagination] = BoundedLimitOffsetPagination,
+) -> Response:
+    paginator = pagination_class()
+    page = paginator.paginate_queryset(queryset, request, view=view)
+    data = serializer_class(page, many=True).data
+    return paginator.get_paginated_response(data)

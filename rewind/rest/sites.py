@@ -1,0 +1,148 @@
+"""Sites over REST: list, detail, create, update and the connection check.
+
+The password, the client secret and their ciphertext never leave the server; a pinned CA is
+reported as ``ca_bundle_pinned``. On update an omitted or empty password/secret keeps the
+stored one, and an omitted ``ca_bundle`` keeps the pinned certificate ("" unpins it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.db import IntegrityError
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.errors import ApplicationError
+from rewind.models import Site
+from rewind.rest.pagination import paginated_response
+from rewind.rest.permissions import HasModelPermission, actor_of
+from rewind.rest.selectors import site_get, site_list
+from rewind.sites import SiteCheck, site_check, site_create, site_update
+
+_SECRETS = ("password", "client_secret")
+
+
+class SiteOutputSerializer(serializers.ModelSerializer):
+    ca_bundle_pinned = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Site
+        fields = ["id", "name", "base_url", "username", "client_id", "verify_tls", "ca_bundle_pinned", "enabled",
+                  "identifier", "site_type", "version", "identity_checked_at", "last_error", "created_at", "updated_at"]
+
+    def get_ca_bundle_pinned(self, site: Site) -> bool:
+        return bool(site.ca_bundle)
+
+
+def _clean_base_url(value: str) -> str:
+    value = value.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise serializers.ValidationError("give the ZVM's base URL, starting with https:// (or http://)")
+    if value.rsplit("/", 1)[-1].lower() == "v1":
+        raise serializers.ValidationError("give the ZVM's base URL without /v1")
+    return value
+
+
+class SiteInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    base_url = serializers.CharField(max_length=200)
+    username = serializers.CharField(max_length=150, required=False, allow_blank=True, default="")
+    password = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=500)
+    client_id = serializers.CharField(max_length=100, required=False, default="zerto-client")
+    client_secret = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False, max_length=500)
+    verify_tls = serializers.BooleanField(required=False, default=False)
+    ca_bundle = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
+    enabled = serializers.BooleanField(required=False, default=True)
+
+    def validate_base_url(self, value: str) -> str:
+        return _clean_base_url(value)
+
+    def validate_name(self, value: str) -> str:
+        others = Site.objects.filter(name=value.strip())
+        if self.instance is not None:
+            others = others.exclude(pk=self.instance.pk)
+        if others.exists():
+            raise serializers.ValidationError(f"a site named {value.strip()!r} already exists")
+        return value.strip()
+
+    def validate_ca_bundle(self, value: str) -> str:
+        value = value.strip()
+        if value and "-----BEGIN CERTIFICATE-----" not in value:
+            raise serializers.ValidationError("paste PEM certificate(s) (-----BEGIN CERTIFICATE-----)")
+        return value
+
+
+def _saved(call: Any, **kwargs: Any) -> Site:
+    # The name is unique: a concurrent writer taking it between validation and save is a conflict.
+    try:
+        return call(**kwargs)
+    except IntegrityError:
+        raise ApplicationError("a site with that name already exists") from None
+
+
+class SiteListApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_site", "POST": "rewind.add_site"}
+
+    def get(self, request: Request) -> Response:
+        return paginated_response(queryset=site_list(), serializer_class=SiteOutputSerializer, request=request, view=self)
+
+    def post(self, request: Request) -> Response:
+        data = SiteInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        secrets = {s: fields.pop(s, "") for s in _SECRETS}
+        site = _saved(site_create, actor=actor_of(request), **secrets, **fields)
+        return Response(SiteOutputSerializer(site).data, status=status.HTTP_201_CREATED)
+
+
+class SiteDetailApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_site", "PUT": "rewind.change_site", "PATCH": "rewind.change_site"}
+
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(SiteOutputSerializer(site_get(pk)).data)
+
+    def put(self, request: Request, pk: int) -> Response:
+        return self._update(request, pk, partial=False)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        return self._update(request, pk, partial=True)
+
+    def _update(self, request: Request, pk: int, *, partial: bool) -> Response:
+        site = site_get(pk)
+        data = SiteInputSerializer(site, data=request.data, partial=partial)
+        data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        # Empty means "keep": the stored secret is never shown, so a form cannot send it back.
+        secrets = {s: (fields.pop(s, "") or None) for s in _SECRETS}
+        site = _saved(site_update, actor=actor_of(request), site=site, **secrets, **fields)
+        return Response(SiteOutputSerializer(site).data)
+
+
+def _check_dict(result: SiteCheck) -> dict[str, Any]:
+    local = result.local
+    return {
+        "ok": result.ok,
+        "identity": None if local is None else
+        {"identifier": local.identifier, "name": local.name, "type": local.type, "version": local.version},
+        "vpg_count": result.vpg_count,
+        "error": result.error or None,
+        "site": SiteOutputSerializer(result.site).data,
+    }
+
+
+class SiteCheckApi(APIView):
+    """Log in to the site's ZVM, learn its identity and count VPGs. A failed check is
+    reported in the body (``ok: false``, ``error``) and recorded on the site as ``last_error``."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.change_site"}
+
+    def post(self, request: Request, pk: int) -> Response:
+        return Response(_check_dict(site_check(site=site_get(pk), actor=actor_of(request))))
