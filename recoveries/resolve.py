@@ -4,12 +4,22 @@ The checkpoint comes from (in this order of precedence) a ``change_id`` of a gua
 change, a ``checkpoint`` argument that is a tag this service put on a checkpoint or a
 checkpoint identifier, or by default the newest tagged checkpoint this service made for
 the VM. FLR runs at a VPG's recovery site, so only VPGs whose recovery site's ZVM is
-configured here qualify; among several, the one named first by VPG name wins so the
-choice is stable.
+configured here qualify.
+
+Among several qualifying VPGs ("prefer a local one") the choice is, in this order:
+1. a VPG whose recovery site is configured, enabled and passed its last identity check
+   (``Site.last_error`` empty): the ZVM this service reaches without trouble now, so the
+   mount is the most likely to work;
+2. the newest matching tagged checkpoint, measured by its guarded change
+   (``ChangeGuard.requested_at``): the checkpoints of one change are inserted in parallel a
+   few seconds apart, so they tie and the choice does not hang on which insert landed last;
+3. the VPG name, so the choice is stable.
+A site with a recent error is only a worse choice, never refused: it may have recovered.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -77,6 +87,22 @@ def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
     return usable
 
 
+def _healthy_site_pks(vpgs: Iterable[VpgProtection]) -> set[int]:
+    """Recovery sites configured here, enabled now and whose last identity check succeeded.
+
+    Read from the database, not from the (cached) protection lookup: a site disabled or
+    failing a moment ago must lose the preference at once.
+    """
+    pks = {v.recovery_site.site_pk for v in vpgs if v.recovery_site.site_pk is not None}
+    return set(Site.objects.filter(pk__in=pks, enabled=True, last_error="").values_list("pk", flat=True))
+
+
+def _preference(vpg: VpgProtection, healthy: set[int], requested_at: datetime | None = None) -> tuple[bool, float, str]:
+    """Sort key, smallest first: healthy recovery site, then newest change, then VPG name."""
+    newest_first = -requested_at.timestamp() if requested_at is not None else 0.0
+    return (vpg.recovery_site.site_pk not in healthy, newest_first, (vpg.name or "").lower())
+
+
 def _bound(
     protection: Protection, vpg: VpgProtection, cp_id: str, when: datetime | None, tag: str, change_id: str, source: str
 ) -> BoundCheckpoint:
@@ -111,10 +137,8 @@ def _from_guard_rows(
             f"the checkpoint of {what} for VM {protection.vm_name} lies only on VPGs whose recovery site's ZVM "
             f"is not configured here: {vpgs}"
         )
-    if source == Source.LATEST_TAGGED:
-        newest = here[0].guard_id
-        here = [r for r in here if r.guard_id == newest]
-    row = sorted(here, key=lambda r: r.vpg_name.lower())[0]
+    healthy = _healthy_site_pks(usable.values())
+    row = min(here, key=lambda r: _preference(usable[r.vpg_identifier], healthy, r.guard.requested_at))
     return _bound(
         protection, usable[row.vpg_identifier], row.checkpoint_identifier, row.checkpoint_timestamp,
         row.guard.tag, row.guard.change_id, source,
@@ -124,7 +148,8 @@ def _from_guard_rows(
 def _from_checkpoint_id(protection: Protection, usable: dict[str, VpgProtection], checkpoint_id: str) -> BoundCheckpoint:
     """A bare checkpoint identifier: ask each candidate VPG's recovery site for it."""
     problems: list[str] = []
-    for vpg in sorted(usable.values(), key=lambda v: v.name.lower()):
+    healthy = _healthy_site_pks(usable.values())
+    for vpg in sorted(usable.values(), key=lambda v: _preference(v, healthy)):
         site = Site.objects.filter(pk=vpg.recovery_site.site_pk, enabled=True).first()
         if site is None:
             continue
