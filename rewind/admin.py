@@ -100,8 +100,9 @@ class AuditEventAdmin(admin.ModelAdmin):
 # --- agents and their tokens ---------------------------------------------------------------
 class AgentTokenInline(admin.TabularInline):
     model = AgentToken
-    fields = ["prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
+    )
     extra = 0
     can_delete = False
     show_change_link = True
@@ -155,8 +156,9 @@ class AgentTokenAdmin(admin.ModelAdmin):
     list_filter = ["agent"]
     search_fields = ["agent__name", "prefix", "label"]
     list_select_related = ["agent"]
-    fields = ["agent", "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "agent", "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
+    )
     actions = ["revoke"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -176,9 +178,10 @@ class ChangeGuardVpgInline(admin.TabularInline):
     model = ChangeGuardVpg
     extra = 0
     can_delete = False
-    fields = ["vpg_name", "status", "site", "recovery_site_name", "task_id", "checkpoint_identifier",
-              "checkpoint_timestamp", "waited_ms", "error"]
-    readonly_fields = fields
+    fields = readonly_fields = (
+        "vpg_name", "status", "site", "recovery_site_name", "task_id", "checkpoint_identifier",
+        "checkpoint_timestamp", "waited_ms", "error",
+    )
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
@@ -196,9 +199,10 @@ class ChangeGuardAdmin(admin.ModelAdmin):
     search_fields = ["vm_name", "vm_identifier", "change_id", "tag", "agent_name", "request_id"]
     date_hierarchy = "requested_at"
     inlines = [ChangeGuardVpgInline]
-    readonly_fields = ["agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag", "status",
-                       "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "attempts"]
-    fields = readonly_fields
+    fields = readonly_fields = (
+        "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag", "status",
+        "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "attempts",
+    )
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

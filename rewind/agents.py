@@ -12,8 +12,7 @@ import secrets
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
@@ -43,7 +42,7 @@ def _token_snapshot(token: AgentToken) -> dict[str, object]:
 
 @transaction.atomic
 def agent_create(
-    *, actor: Actor, name: str, owner: AbstractBaseUser, description: str = "", request_id: str | None = None
+    *, actor: Actor, name: str, owner: User, description: str = "", request_id: str | None = None
 ) -> Agent:
     """Create an agent. Raises ``ApplicationError`` for a bad or taken name."""
     name = name.strip()
@@ -145,9 +144,9 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
     return True
 
 
-def default_owner() -> AbstractBaseUser:
+def default_owner() -> User:
     """The first superuser; agents created from the command line belong to them by default."""
-    owner = get_user_model().objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
+    owner = User.objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
     if owner is None:
         raise NotFoundError("there is no superuser to own the agent; create one (manage.py createsuperuser) or pass --owner")
     return owner

@@ -71,19 +71,21 @@ def main(argv: list[str] | None = None) -> int:
     config = SimConfig(seed=args.seed, vms=args.vms, token_ttl=args.token_ttl,
                        task_seconds=args.task_seconds, mount_seconds=args.mount_seconds,
                        unmount_seconds=args.unmount_seconds)
-    ssl: dict[str, str] = {}
+    certfile: str | None = None
+    keyfile: str | None = None
     ca_bundle = None
     if not args.http:
         cert_dir = args.cert_dir or Path(tempfile.mkdtemp(prefix="zvmsim-certs-"))
         files = ensure_certs(cert_dir, [args.host])
-        ssl = {"ssl_certfile": str(files.cert), "ssl_keyfile": str(files.key)}
+        certfile, keyfile = str(files.cert), str(files.key)
         ca_bundle = str(files.ca)
         print(f"zvmsim CA bundle: {ca_bundle}", flush=True)
     app = create_app(config, ca_bundle)
     level = "info" if args.access_log else "warning"
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
                                     access_log=args.access_log, lifespan="off",
-                                    timeout_graceful_shutdown=2, **ssl))
+                                    timeout_graceful_shutdown=2, ssl_certfile=certfile,
+                                    ssl_keyfile=keyfile))
     server.scheme = "http" if args.http else "https"
     server.run()
     return 0

@@ -112,20 +112,21 @@ def checkpoint_request_create(
         guard_resume_if_stale(existing)
         return GuardOutcome(guarded=True, guard=existing, created=False, vm=vm, change_id=change)
     refused = tuple(
-        RefusedVpg(v.name, v.identifier, v.cannot_insert_reason or "a checkpoint cannot be inserted")
+        RefusedVpg(v.name or v.identifier, v.identifier, v.cannot_insert_reason or "a checkpoint cannot be inserted")
         for v in protection.vpgs
         if not v.can_insert_checkpoint
     )
     if not protection.vpgs or refused:
         return _refuse(agent_name, protection, vm, change, action, tool, refused, rid)
     now = timezone.now()
-    tag = build_tag(agent=agent_name, action=action, vm=protection.vm_name, change_id=change, now=now)
+    vm_name = protection.vm_name or protection.vm_identifier
+    tag = build_tag(agent=agent_name, action=action, vm=vm_name, change_id=change, now=now)
     token = uuid.uuid4().hex
     try:
         with transaction.atomic():
             guard = ChangeGuard.objects.create(
                 agent_id=agent_id, agent_name=agent_name, tool=tool, action=action,
-                vm_identifier=protection.vm_identifier, vm_name=protection.vm_name, change_id=change, tag=tag,
+                vm_identifier=protection.vm_identifier, vm_name=vm_name, change_id=change, tag=tag,
                 request_id=rid, timeout_s=timeout, lease_owner=f"queued:{token}",
                 lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
             )

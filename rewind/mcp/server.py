@@ -33,6 +33,7 @@ from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp_types import CallToolResult
+from pydantic import AnyHttpUrl
 
 from rewind.audit import Actor, mask_secrets
 from rewind.errors import ApplicationError
@@ -201,8 +202,8 @@ def build_server(*, verifier: AgentTokenVerifier | None = None) -> RewindMCPServ
         auth=AuthSettings(
             # There is no OAuth authorization server: tokens are issued in the admin or by
             # manage.py createagent. The metadata still names this service as the issuer.
-            issuer_url=public,
-            resource_server_url=f"{public}{MCP_PATH}",
+            issuer_url=AnyHttpUrl(public),
+            resource_server_url=AnyHttpUrl(f"{public}{MCP_PATH}"),
             validate_token_resource=False,
         ),
         request_state_security=_request_state_security(),

@@ -275,11 +275,11 @@ def register(server: MCPServer) -> None:
         return ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
                                open_world_hint=False)
 
-    for fn, title, annotations in (
+    for fn, title, hints in (
         (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),
         (zerto_guard_before_mutate, "Guard a VM before changing it", changes),
         (zerto_checkpoint_status, "Status of a checkpoint request", reads),
         (zerto_add_mutating_tool, "Add a mutating tool to the catalog", adds),
         (zerto_list_mutating_tools, "List the mutating-tool catalog", reads),
     ):
-        server.tool(name=fn.__name__, title=title, annotations=annotations(title))(fn)
+        server.tool(name=fn.__name__, title=title, annotations=hints(title))(fn)
