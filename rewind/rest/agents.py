@@ -5,7 +5,11 @@ Token hashes are never returned; a token is identified by its id and display pre
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib.auth import get_user_model
+from django.contrib.auth.base_user import AbstractBaseUser
+from django.core.exceptions import ObjectDoesNotExist
 from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.request import Request
@@ -54,9 +58,12 @@ class AgentListApi(APIView):
                 raise serializers.ValidationError(f"an agent named {value!r} already exists")
             return value
 
-        def validate_owner(self, value: str) -> object:
-            owner = get_user_model().objects.filter(**{get_user_model().USERNAME_FIELD: value}, is_active=True).first()
-            if owner is None:
+        def validate_owner(self, value: str) -> AbstractBaseUser:
+            try:
+                owner = get_user_model()._default_manager.get_by_natural_key(value)  # type: ignore[attr-defined]
+            except ObjectDoesNotExist:
+                owner = None
+            if owner is None or not owner.is_active:
                 raise serializers.ValidationError(f"there is no active user {value!r}")
             return owner
 
@@ -69,7 +76,7 @@ class AgentListApi(APIView):
         data.is_valid(raise_exception=True)
         agent = agent_create(
             actor=actor_of(request), name=data.validated_data["name"],
-            owner=data.validated_data.get("owner") or request.user,
+            owner=data.validated_data.get("owner") or cast(AbstractBaseUser, request.user),  # type: ignore[arg-type]
             description=data.validated_data["description"], request_id=request_id_of(request),
         )
         return Response(AgentOutputSerializer(agent_get(agent.pk)).data, status=status.HTTP_201_CREATED)
@@ -90,7 +97,9 @@ class AgentTokenIssueApi(APIView):
     required_permissions = {"POST": "rewind.add_agenttoken"}
 
     class InputSerializer(serializers.Serializer):
-        label = serializers.CharField(required=False, allow_blank=True, max_length=100, default="")
+        # The metaclass collects declared fields, so this does not clash with Field.label.
+        label = serializers.CharField(  # type: ignore[assignment]
+            required=False, allow_blank=True, max_length=100, default="")
         expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
         def validate_expires_at(self, value: object) -> object:

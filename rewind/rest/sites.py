@@ -90,7 +90,8 @@ class SiteListApi(APIView):
     required_permissions = {"GET": "rewind.view_site", "POST": "rewind.add_site"}
 
     def get(self, request: Request) -> Response:
-        return paginated_response(queryset=site_list(), serializer_class=SiteOutputSerializer, request=request, view=self)
+        return paginated_response(queryset=site_list(), serializer_class=SiteOutputSerializer,
+                                  request=request, view=self)
 
     def post(self, request: Request) -> Response:
         data = SiteInputSerializer(data=request.data)

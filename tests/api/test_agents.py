@@ -49,7 +49,8 @@ def test_the_owner_can_be_someone_else(api: Any, superuser: Any, viewer: Any) ->
         ({"name": "ok", "owner": "nobody-here"}, {"owner"}),
     ],
 )
-def test_it_rejects_bad_agents_with_field_errors(api: Any, superuser: Any, body: dict[str, Any], fields: set[str]) -> None:
+def test_it_rejects_bad_agents_with_field_errors(api: Any, superuser: Any,
+                                                 body: dict[str, Any], fields: set[str]) -> None:
     response = api(superuser).post("/api/agents/", body)
     assert response.status_code == 400 and set(response.json()) == fields
     assert not Agent.objects.exists()

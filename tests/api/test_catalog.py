@@ -45,7 +45,8 @@ def test_a_person_adds_an_entry_and_it_is_audited_as_them(entry: tuple[Any, dict
         ({"description": ""}, {"description"}),
     ],
 )
-def test_it_rejects_bad_entries_with_field_errors(api: Any, superuser: Any, change: dict[str, str], fields: set[str]) -> None:
+def test_it_rejects_bad_entries_with_field_errors(api: Any, superuser: Any,
+                                                  change: dict[str, str], fields: set[str]) -> None:
     response = api(superuser).post("/api/catalog/tools/", {**NEW, **change})
     assert response.status_code == 400
     assert set(response.json()) == fields
@@ -91,7 +92,8 @@ def test_disabling_is_audited_and_harmless_to_repeat(entry: tuple[Any, dict[str,
 
 
 @pytest.mark.django_db
-def test_a_viewer_reads_but_may_not_change_the_catalog(entry: tuple[Any, dict[str, Any]], api: Any, viewer: Any) -> None:
+def test_a_viewer_reads_but_may_not_change_the_catalog(entry: tuple[Any, dict[str,
+                                                       Any]], api: Any, viewer: Any) -> None:
     _, body = entry
     client = api(viewer)
     assert client.get(f"/api/catalog/tools/{body['id']}/").json()["pattern"] == "ansible/run"

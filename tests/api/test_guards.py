@@ -52,7 +52,8 @@ def _ids(response: Any) -> list[int]:
         ({"agent": "other", "status": "ok"}, []),
     ],
 )
-def test_it_filters(api: Any, viewer: Any, guards: list[ChangeGuard], params: dict[str, str], expected: list[int]) -> None:
+def test_it_filters(api: Any, viewer: Any, guards: list[ChangeGuard],
+                    params: dict[str, str], expected: list[int]) -> None:
     assert _ids(api(viewer).get("/api/guards/", params)) == [guards[i].pk for i in expected]
 
 

@@ -32,7 +32,8 @@ def test_it_serves_reads_to_a_viewer_and_a_superuser(api: Any, viewer: Any, supe
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("path", "body"), WRITES)
-def test_it_refuses_writes_to_a_viewer_and_changes_nothing(api: Any, viewer: Any, path: str, body: dict[str, Any]) -> None:
+def test_it_refuses_writes_to_a_viewer_and_changes_nothing(api: Any, viewer: Any,
+                                                           path: str, body: dict[str, Any]) -> None:
     from rewind.models import AuditEvent
 
     before = AuditEvent.objects.count()

@@ -96,7 +96,8 @@ def test_a_new_password_replaces_the_old_and_is_not_echoed(created: tuple[Any, A
         ({"base_url": "https://zvm.example.com"}, {"name"}),
     ],
 )
-def test_it_rejects_bad_input_with_field_errors(api: Any, superuser: Any, body: dict[str, Any], fields: set[str]) -> None:
+def test_it_rejects_bad_input_with_field_errors(api: Any, superuser: Any,
+                                                body: dict[str, Any], fields: set[str]) -> None:
     response = api(superuser).post("/api/sites/", body)
     assert response.status_code == 400
     assert set(response.json()) == fields
