@@ -88,10 +88,18 @@ def recovery_request_create(
             data=_describe(recovery),
             request_id=rid,
         )
-    # The approvers' cue until a notification channel exists: one line per request in the log.
+        _queue_notify(recovery.pk, rid)
     logger.info("recovery #%s of %s:%s by agent %s waits for approval", recovery.pk, recovery.vm_name,
                 recovery.normalized_path, agent.name)
     return recovery
+
+
+def _queue_notify(recovery_id: int, request_id: str) -> None:
+    from recoveries.tasks import recoveries_notify_approvers
+
+    # robust: the request is committed and waits in the admin queue; a broker that cannot take
+    # the mail task is logged, never turned into a failure of the request the agent just made.
+    transaction.on_commit(lambda: recoveries_notify_approvers.delay(recovery_id, request_id), robust=True)
 
 
 def _describe(recovery: RecoveryRequest) -> dict[str, object]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from celery import shared_task
+from celery import Task, shared_task
 
 from rewind.requestid import bound_request_id
 
@@ -23,3 +23,24 @@ def recoveries_reap_task(request_id: str | None = None) -> dict[str, object]:
 
     with bound_request_id(request_id):
         return recoveries_reap().as_dict()
+
+
+# Mail servers are down for minutes, not seconds: back off 30 s, 1, 2, 4, 8 min, then give up
+# (about a quarter of an hour in all; the request waits in the admin queue regardless).
+NOTIFY_MAX_RETRIES = 5
+
+
+@shared_task(name="recoveries.notify_approvers", bind=True, max_retries=NOTIFY_MAX_RETRIES)
+def recoveries_notify_approvers(self: Task, recovery_id: int, request_id: str | None = None) -> str:
+    """Mail the approvers of a new request; retried on SMTP and network errors, a bounded number of times."""
+    from recoveries.notify import recovery_notify_approvers, recovery_notify_failed
+
+    with bound_request_id(request_id) as rid:
+        try:
+            return recovery_notify_approvers(recovery_id=recovery_id, request_id=rid)
+        except OSError as exc:  # smtplib.SMTPException, refused connections and timeouts are all OSError
+            if self.request.retries >= NOTIFY_MAX_RETRIES:
+                recovery_notify_failed(recovery_id=recovery_id, error=exc, attempts=self.request.retries + 1,
+                                       request_id=rid)
+                return "failed"
+            raise self.retry(exc=exc, countdown=30 * 2 ** self.request.retries) from None

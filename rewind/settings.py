@@ -187,6 +187,26 @@ REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
 REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)
 REWIND_STORAGE_DIR = Path(env_str("REWIND_STORAGE_DIR") or VAR_DIR / "recovered").resolve()
 
+# --- Mail: approvers are told about new recovery requests ----------------------------------
+EMAIL_HOST = env_str("EMAIL_HOST") or ""
+EMAIL_PORT = env_int("EMAIL_PORT", 587, minimum=1)
+EMAIL_HOST_USER = env_str("EMAIL_HOST_USER") or ""
+EMAIL_HOST_PASSWORD = env_secret("EMAIL_HOST_PASSWORD") or ""
+EMAIL_USE_TLS = env_bool("EMAIL_USE_TLS", True)
+EMAIL_TIMEOUT = 20  # a hung mail server must not hold a worker: the task retries later instead
+if EMAIL_HOST:
+    EMAIL_BACKEND = "django.core.mail.backends.smtp.EmailBackend"
+elif DEBUG:
+    EMAIL_BACKEND = "django.core.mail.backends.console.EmailBackend"
+else:
+    EMAIL_BACKEND = "recoveries.mailbackend.NoMailBackend"  # logs "no mail configured" at INFO
+REWIND_MAIL_FROM = env_str("REWIND_MAIL_FROM") or "zerto-rewind@localhost"
+DEFAULT_FROM_EMAIL = REWIND_MAIL_FROM
+REWIND_APPROVER_EMAILS = env_list("REWIND_APPROVER_EMAILS", [])
+for _address in REWIND_APPROVER_EMAILS:
+    if _address.count("@") != 1 or any(c.isspace() or c in "<>,;\"" for c in _address):
+        raise ImproperlyConfigured(f"REWIND_APPROVER_EMAILS: {_address!r} is not a plain email address")
+
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
 MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
