@@ -23,119 +23,45 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
-import shutil
-import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import REPO, Proc, django_setup, fresh_dir, register_sites, sim_control, start_sim, start_worker
+
 STATE = REPO / "var" / "bench-flr"
 PATH = "/var/lib/bench/big.bin"
 MIB = 1024 * 1024
-
-
-def start_sim() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(STATE / "certs")], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("zvmsim ready on "):
-            return proc, line.split("zvmsim ready on ", 1)[1].strip()
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("the simulator did not start")
-
-
-def setup_django() -> None:
-    if STATE.exists():
-        shutil.rmtree(STATE)
-    STATE.mkdir(parents=True)
-    os.environ["REWIND_VAR_DIR"] = str(STATE)
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        os.environ.pop(name, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
-    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True, env={**os.environ})
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
-
-
-def start_worker() -> subprocess.Popen[bytes]:
-    log = (STATE / "worker.log").open("wb")
-    proc = subprocess.Popen([PYTHON, "-m", "celery", "-A", "rewind", "worker", "-P", "prefork", "-c", "1",
-                             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", "bench-flr@%h"],
-                            cwd=REPO, env={**os.environ}, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if b"ready." in (STATE / "worker.log").read_bytes():
-            return proc
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"the worker did not start; see {STATE / 'worker.log'}")
-
-
-def pool_peak_rss_kib(parent: int) -> int:
-    peak = 0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in lines if ":" in line)
-        if fields.get("PPid", "").strip() == str(parent) and "VmHWM" in fields:
-            peak = max(peak, int(fields["VmHWM"].split()[0]))
-    return peak
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=1024)
     args = parser.parse_args()
-    setup_django()
-    sim, url = start_sim()
-    worker = None
+    django_setup(fresh_dir(STATE))
+    sim, url = start_sim(STATE)
+    worker: Proc | None = None
     try:
-        worker = start_worker()
+        worker = start_worker(STATE, concurrency=1, name="bench-flr")
         run(url, args.mib * MIB, worker)
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            worker.wait(timeout=30)
-        sim.terminate()
-        sim.wait(timeout=10)
+        if worker is not None:
+            worker.stop(timeout=30)
+        sim.stop()
 
 
-def run(url: str, size: int, worker: subprocess.Popen[bytes]) -> None:
-    import requests
-    import urllib3
+def run(url: str, size: int, worker: Proc) -> None:
     from django.contrib.auth.models import Permission, User
     from django.utils import timezone
 
-    from recoveries.models import RecoveryRequest
     from recoveries.services import recovery_request_approve, recovery_request_create
-    from rewind.audit import Actor
     from rewind.models import Agent, ChangeGuard, ChangeGuardVpg
-    from rewind.sites import site_check, site_client, site_create
+    from rewind.sites import site_client
 
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    control = requests.Session()
-    control.verify, control.trust_env = False, False
-    actor = Actor.system("bench")
-    sites = {}
-    for name, slug in (("Site A", "site-a"), ("Site B", "site-b")):
-        site = site_create(actor=actor, name=name, base_url=f"{url}/{slug}", username="admin", password="zerto")
-        site_check(site=site)
-        site.refresh_from_db()
-        sites[slug] = site
+    control = sim_control()
+    sites = register_sites(url, ("site-a", "site-b"))
     owner = User.objects.create_user("owner")
     approver = User.objects.create_user("approver", is_staff=True)
     approver.user_permissions.add(Permission.objects.get(codename="approve_recovery"))
@@ -182,7 +108,7 @@ def run(url: str, size: int, worker: subprocess.Popen[bytes]) -> None:
             break
         time.sleep(0.2)
     wall = time.perf_counter() - started
-    peak_mib = pool_peak_rss_kib(worker.pid) / 1024
+    peak_mib = worker.children_peak_rss_kib() / 1024
     runner = (recovery.finished_at - recovery.started_at).total_seconds() if recovery.finished_at and recovery.started_at else float("nan")
 
     print(f"file: {size / MIB:.0f} MiB generated on db01, recovered from checkpoint {cp.identifier} via Site B")

@@ -22,88 +22,28 @@ Prints the figures; no asserts: it measures and reports.
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import REPO, Proc, django_setup, fresh_dir, register_sites, sim_control, start_sim, start_worker
+
 STATE = REPO / "var" / "bench-guard"
 SIM_TASK_SECONDS = 0.3  # zvmsim's default time an insert task stays InProgress
 
 
-def start_sim() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(STATE / "certs")], cwd=REPO,
-                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("zvmsim ready on "):
-            return proc, line.split("zvmsim ready on ", 1)[1].strip()
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("the simulator did not start")
-
-
-def setup_django() -> None:
-    if STATE.exists():
-        shutil.rmtree(STATE)
-    STATE.mkdir(parents=True)
-    os.environ["REWIND_VAR_DIR"] = str(STATE)
-    os.environ["REWIND_LOOKUP_CACHE_S"] = "0"  # every guard pays its own protection lookup
-    for name in ("DATABASE_URL", "REDIS_URL"):
-        os.environ.pop(name, None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
-    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True, env={**os.environ})
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
-
-
-def start_worker() -> subprocess.Popen[bytes]:
-    log_path = STATE / "worker.log"
-    proc = subprocess.Popen([PYTHON, "-m", "celery", "-A", "rewind", "worker", "-P", "prefork", "-c", "2",
-                             "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", "bench-guard@%h"],
-                            cwd=REPO, env={**os.environ}, stdout=log_path.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if b"ready." in log_path.read_bytes():
-            return proc
-        if proc.poll() is not None:
-            break
-        time.sleep(0.1)
-    raise SystemExit(f"the worker did not start; see {log_path}")
-
-
 class Bench:
     def __init__(self, url: str) -> None:
-        import requests
-        import urllib3
-
-        urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
         self.url = url
-        self.control = requests.Session()
-        self.control.verify, self.control.trust_env = False, False
+        self.control = sim_control()
         self.n = 0
         self.parts: list[tuple[float, float, float, float]] = []
 
     def setup(self) -> None:
-        from rewind.audit import Actor
-        from rewind.sites import site_check, site_create
-
-        for name, slug in (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c")):
-            site = site_create(actor=Actor.system("bench"), name=name, base_url=f"{self.url}/{slug}",
-                               username="admin", password="zerto")
-            site_check(site=site)
+        register_sites(self.url, ("site-a", "site-b", "site-c"))
 
     def set_delay(self, seconds: float) -> None:
         self.control.delete(f"{self.url}/_sim/faults", timeout=30).raise_for_status()
@@ -157,23 +97,18 @@ def main() -> None:
     parser.add_argument("--delay", type=float, default=2.0)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
-    setup_django()
-    sim, url = start_sim()
-    worker = None
+    django_setup(fresh_dir(STATE), REWIND_LOOKUP_CACHE_S="0")  # every guard pays its own protection lookup
+    sim, url = start_sim(STATE)
+    worker: Proc | None = None
     try:
-        worker = start_worker()
+        worker = start_worker(STATE, concurrency=2, name="bench-guard")
         bench = Bench(url)
         bench.setup()
         report(bench, args.delay, args.runs)
     finally:
-        if worker is not None and worker.poll() is None:
-            os.killpg(worker.pid, signal.SIGTERM)
-            try:
-                worker.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(worker.pid, signal.SIGKILL)
-        sim.terminate()
-        sim.wait(timeout=10)
+        if worker is not None:
+            worker.stop(timeout=30)
+        sim.stop()
 
 
 def report(bench: Bench, delay: float, runs: int) -> None:

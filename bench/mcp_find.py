@@ -27,10 +27,7 @@ import asyncio
 import itertools
 import json
 import os
-import shutil
-import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -41,10 +38,21 @@ from typing import Any
 from mcp.server import MCPServer
 from mcp.server.transport_security import TransportSecuritySettings
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import (
+    PYTHON,
+    REPO,
+    START_TIMEOUT,
+    Proc,
+    django_setup,
+    fresh_dir,
+    register_sites,
+    sim_control,
+    start_sim,
+)
+
 PROTOCOL = "2026-07-28"
-START_TIMEOUT = 60.0
 
 
 # --- the bare SDK server (uvicorn --factory bench.mcp_find:echo_app) ----------------------------
@@ -72,46 +80,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class Proc:
-    def __init__(self, name: str, cmd: list[str], env: dict[str, str], log: Path) -> None:
-        self.name, self.log = name, log
-        self.proc = subprocess.Popen(cmd, cwd=REPO, env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                                     start_new_session=True)
-
-    def wait_for(self, text: str, count: int = 1) -> str:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            content = self.log.read_text(errors="replace")
-            if content.count(text) >= count:
-                return content
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {content[-2000:]}")
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT:.0f} s: {self.log}")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of this process group so far (uvicorn and its workers)."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == self.proc.pid:  # field 5: process group id
-                total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-        return total / tick
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
-
-
 def start_uvicorn(name: str, target: str, env: dict[str, str], work: Path, workers: int,
                   factory: bool = False) -> tuple[Proc, str]:
     port = free_port()
@@ -119,7 +87,7 @@ def start_uvicorn(name: str, target: str, env: dict[str, str], work: Path, worke
            "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "3"]
     if factory:
         cmd.append("--factory")
-    proc = Proc(name, cmd, env, work / f"{name}.log")
+    proc = Proc(name, cmd, work / f"{name}.log", env)
     # --log-level warning hides the startup line; poll the port instead.
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -134,27 +102,7 @@ def start_uvicorn(name: str, target: str, env: dict[str, str], work: Path, worke
     raise RuntimeError(f"{name} did not listen within {START_TIMEOUT:.0f} s")
 
 
-def start_sim(vms: int, work: Path, env: dict[str, str]) -> tuple[Proc, str]:
-    proc = Proc(f"zvmsim-{vms}", [PYTHON, "-m", "zvmsim", "--port", "0", "--vms", str(vms),
-                                  "--cert-dir", str(work / "certs")], env, work / f"zvmsim-{vms}.log")
-    content = proc.wait_for("zvmsim ready on ")
-    url = content.split("zvmsim ready on ", 1)[1].split()[0]
-    return proc, url
-
-
 # --- Django-side setup (in this process, on the bench's own state folder) ------------------------
-def django_setup(var_dir: Path) -> None:
-    os.environ["REWIND_VAR_DIR"] = str(var_dir)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
-    from django.core.management import call_command
-
-    call_command("migrate", verbosity=0)
-
-
 def make_agent() -> str:
     from django.contrib.auth import get_user_model
 
@@ -164,24 +112,6 @@ def make_agent() -> str:
     owner, _ = get_user_model().objects.get_or_create(username="bench-owner", defaults={"is_superuser": True})
     agent = agent_create(actor=Actor.system("bench"), name=f"bench-{int(time.time())}", owner=owner)
     return agent_token_issue(actor=Actor.system("bench"), agent=agent).token
-
-
-def point_sites_at(sim_url: str) -> None:
-    from rewind.audit import Actor
-    from rewind.models import Site
-    from rewind.sites import site_check, site_create, site_update
-
-    actor = Actor.system("bench")
-    Site.objects.update(identifier="")  # a new simulator run: identities are learned again
-    for name, slug in (("Site A", "site-a"), ("Site B", "site-b")):
-        site = Site.objects.filter(name=name).first()
-        if site is None:
-            site = site_create(actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zerto")
-        else:
-            site = site_update(actor=actor, site=site, base_url=f"{sim_url}/{slug}")
-        check = site_check(site=site)
-        if not check.ok:
-            raise RuntimeError(f"{name}: {check.error}")
 
 
 # --- load -------------------------------------------------------------------------------------------
@@ -273,14 +203,11 @@ async def load(label: str, url: str, token: str | None, tool: str, arguments: Ca
 
 def zvm_calls(sim_url: str) -> int:
     """/v1 calls the simulator served for the two registered sites (its call counters)."""
-    import requests
-    import urllib3
-
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)  # the simulator's self-signed cert
     total = 0
-    for slug in ("site-a", "site-b"):
-        counts = requests.get(f"{sim_url}/_sim/sites/{slug}/calls", verify=False, timeout=10).json()
-        total += sum(int(v) for v in counts.values())
+    with sim_control() as control:
+        for slug in ("site-a", "site-b"):
+            counts = control.get(f"{sim_url}/_sim/sites/{slug}/calls", timeout=10).json()
+            total += sum(int(v) for v in counts.values())
     return total
 
 
@@ -296,9 +223,7 @@ def main() -> None:
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
     args = parser.parse_args()
 
-    work = REPO / "var" / "bench-mcp"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
+    work = fresh_dir(REPO / "var" / "bench-mcp")
     django_setup(work / "state")
     token = make_agent()
     # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
@@ -330,9 +255,9 @@ def main() -> None:
 
     sizes = [int(v) for v in args.vms.split(",")]
     for vms in sizes:
-        sim, sim_url = start_sim(vms, work, env)
+        sim, sim_url = start_sim(work, "--vms", str(vms), name=f"zvmsim-{vms}")
         try:
-            point_sites_at(sim_url)
+            register_sites(sim_url, ("site-a", "site-b"))
             for cache in (None, "0"):
                 app_env = dict(env) if cache is None else {**env, "REWIND_LOOKUP_CACHE_S": cache}
                 app, app_url = start_uvicorn(f"app-{vms}-{cache or 'default'}", "rewind.asgi:application",

@@ -19,50 +19,18 @@ sessions are still there. Target: the first sweep in <= 10 s. No asserts: it rep
 from __future__ import annotations
 
 import argparse
-import os
-import shutil
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-PYTHON = str(REPO / ".venv" / "bin" / "python") if (REPO / ".venv" / "bin" / "python").exists() else sys.executable
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import REPO, django_setup, fresh_dir, register_sites, sim_control, start_sim
+
 STATE = REPO / "var" / "bench-sweep"
 # (site slug, vm, vpg) pairs whose recovery site is that slug in the demo inventory.
 TARGETS = (("site-b", "db01", "vpg-db"), ("site-a", "win01", "vpg-win"), ("site-c", "app01", "vpg-app-3"))
-
-
-def start_sim() -> tuple[subprocess.Popen[str], str]:
-    proc = subprocess.Popen([PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(STATE / "certs"),
-                             "--unmount-seconds", "0.2"], cwd=REPO, stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True)
-    assert proc.stdout is not None
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        line = proc.stdout.readline()
-        if line.startswith("zvmsim ready on "):
-            return proc, line.split("zvmsim ready on ", 1)[1].strip()
-        if not line and proc.poll() is not None:
-            break
-    proc.kill()
-    raise SystemExit("the simulator did not start")
-
-
-def setup_django() -> None:
-    if STATE.exists():
-        shutil.rmtree(STATE)
-    STATE.mkdir(parents=True)
-    os.environ["REWIND_VAR_DIR"] = str(STATE)
-    os.environ.pop("DATABASE_URL", None)
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
-    subprocess.run([PYTHON, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=REPO, check=True,
-                   env={**os.environ})
-    sys.path.insert(0, str(REPO))
-    import django
-
-    django.setup()
 
 
 def main() -> None:
@@ -70,35 +38,21 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=1000)
     parser.add_argument("--foreign", type=int, default=60)
     args = parser.parse_args()
-    setup_django()
-    sim, url = start_sim()
+    django_setup(fresh_dir(STATE))
+    sim, url = start_sim(STATE, "--unmount-seconds", "0.2")
     try:
         run(url, args.sessions, args.foreign)
     finally:
-        sim.terminate()
-        sim.wait(timeout=10)
+        sim.stop()
 
 
 def run(url: str, count: int, foreign_count: int) -> None:
-    import requests
-    import urllib3
-
     from recoveries.models import FlrSession
     from recoveries.reaper import recoveries_reap
-    from rewind.audit import Actor
-    from rewind.sites import site_check, site_client, site_create
+    from rewind.sites import site_client
 
-    actor = Actor.system("bench")
-    sites = {}
-    for name, slug in (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c")):
-        site = site_create(actor=actor, name=name, base_url=f"{url}/{slug}", username="admin", password="zerto")
-        site_check(site=site)
-        site.refresh_from_db()
-        sites[slug] = site
-    control = requests.Session()
-    control.verify = False
-    control.trust_env = False  # a REQUESTS_CA_BUNDLE in the environment would override verify=False
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
+    sites = register_sites(url, ("site-a", "site-b", "site-c"))
+    control = sim_control()
     vms = {vm: control.get(f"{url}/_sim/vms/{vm}", timeout=30).json() for _, vm, _ in TARGETS}
 
     def mount(i: int) -> FlrSession:
