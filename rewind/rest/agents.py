@@ -5,18 +5,16 @@ Token hashes are never returned; a token is identified by its id and display pre
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
-from django.contrib.auth import get_user_model
-from django.contrib.auth.base_user import AbstractBaseUser
-from django.core.exceptions import ObjectDoesNotExist
+from django.contrib.auth.models import User
 from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.agents import agent_create, agent_token_issue, agent_token_revoke
+from rewind.agents import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.models import Agent, AgentToken
 from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
@@ -58,12 +56,9 @@ class AgentListApi(APIView):
                 raise serializers.ValidationError(f"an agent named {value!r} already exists")
             return value
 
-        def validate_owner(self, value: str) -> AbstractBaseUser:
-            try:
-                owner = get_user_model()._default_manager.get_by_natural_key(value)  # type: ignore[attr-defined]
-            except ObjectDoesNotExist:
-                owner = None
-            if owner is None or not owner.is_active:
+        def validate_owner(self, value: str) -> User:
+            owner = User.objects.filter(username=value, is_active=True).first()
+            if owner is None:
                 raise serializers.ValidationError(f"there is no active user {value!r}")
             return owner
 
@@ -76,17 +71,37 @@ class AgentListApi(APIView):
         data.is_valid(raise_exception=True)
         agent = agent_create(
             actor=actor_of(request), name=data.validated_data["name"],
-            owner=data.validated_data.get("owner") or cast(AbstractBaseUser, request.user),  # type: ignore[arg-type]
+            owner=data.validated_data.get("owner") or cast(User, request.user),
             description=data.validated_data["description"], request_id=request_id_of(request),
         )
         return Response(AgentOutputSerializer(agent_get(agent.pk)).data, status=status.HTTP_201_CREATED)
 
 
 class AgentDetailApi(APIView):
+    """Detail, and PATCH of ``is_active``/``description`` (the name is fixed: tags carry it).
+
+    Deactivating stops the agent's tokens within MCP_TOKEN_CACHE_S seconds."""
+
     permission_classes = [HasModelPermission]
-    required_permissions = {"GET": "rewind.view_agent"}
+    required_permissions = {"GET": "rewind.view_agent", "PATCH": "rewind.change_agent"}
+
+    class InputSerializer(serializers.Serializer):
+        is_active = serializers.BooleanField(required=False)
+        description = serializers.CharField(required=False, allow_blank=True, max_length=255)
+
+        def to_internal_value(self, data: Any) -> Any:
+            if hasattr(data, "keys") and "name" in data:
+                raise serializers.ValidationError({"name": "an agent's name cannot change: its tags carry it"})
+            return super().to_internal_value(data)
 
     def get(self, request: Request, pk: int) -> Response:
+        return Response(AgentOutputSerializer(agent_get(pk)).data)
+
+    def patch(self, request: Request, pk: int) -> Response:
+        agent = agent_get(pk)
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        agent_update(actor=actor_of(request), agent=agent, request_id=request_id_of(request), **data.validated_data)
         return Response(AgentOutputSerializer(agent_get(pk)).data)
 
 

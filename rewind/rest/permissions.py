@@ -30,7 +30,7 @@ class HasModelPermission(permissions.BasePermission):
         if perm is None:
             return False
         self.message = f"you lack the permission {perm}"
-        return bool(user.has_perm(perm))  # type: ignore[union-attr,attr-defined]
+        return bool(user.has_perm(perm))
 
 
 def actor_of(request: Request) -> Actor:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import secrets
 import string
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -48,7 +48,7 @@ class Api:
         return self._send("put", path, body, csrf=True)
 
 
-def _user(name: str, *, staff: bool = True, superuser: bool = False, perms: list[tuple[str, str]] = ()) -> User:
+def _user(name: str, *, staff: bool = True, superuser: bool = False, perms: Sequence[tuple[str, str]] = ()) -> User:
     user = User.objects.create_user(name, f"{name}@example.com", f"pw-{name}-123", is_staff=staff,
                                     is_superuser=superuser)
     for app, codename in perms:

@@ -135,3 +135,30 @@ def test_a_viewer_may_not_issue_or_revoke(made: tuple[Any, dict[str, Any]], api:
     assert as_viewer.post(f"/api/agents/{agent['id']}/tokens/").status_code == 403
     assert as_viewer.post(f"/api/agents/{agent['id']}/tokens/{issued['id']}/revoke/").status_code == 403
     assert AgentToken.objects.count() == 1 and AgentToken.objects.get().revoked_at is None
+
+
+@pytest.mark.django_db
+def test_a_person_deactivates_an_agent(made: tuple[Any, dict[str, Any]], api: Any, viewer: Any) -> None:
+    client, agent = made
+    url = f"/api/agents/{agent['id']}/"
+    assert api(viewer).patch(url, {"is_active": False}).status_code == 403
+    assert client.patch(url, {"is_active": "maybe"}).status_code == 400
+    renamed = client.patch(url, {"name": "renamed", "is_active": False})
+    assert renamed.status_code == 400 and set(renamed.json()) == {"name"}
+    assert Agent.objects.get(pk=agent["id"]).is_active is True
+    response = client.patch(url, {"is_active": False})
+    assert response.status_code == 200 and response.json()["is_active"] is False
+    event = AuditEvent.objects.get(action="agent.changed")
+    assert event.actor == "root" and event.data["after"]["is_active"] is False
+
+
+@pytest.mark.django_db
+def test_the_list_takes_a_fixed_number_of_queries(made: tuple[Any, dict[str, Any]],
+                                                   django_assert_max_num_queries: Any) -> None:
+    client, _ = made
+    for i in range(8):
+        agent = client.post("/api/agents/", {"name": f"bot-{i}"}).json()
+        _issue(client, agent["id"])
+        _issue(client, agent["id"])
+    with django_assert_max_num_queries(8):
+        assert len(client.get("/api/agents/").json()["results"]) == 9

@@ -127,3 +127,12 @@ def test_verify_names_the_tampered_event(api: Any, viewer: Any) -> None:
 @pytest.mark.django_db
 def test_verify_needs_the_view_permission(api: Any, staff_no_perms: Any) -> None:
     assert api(staff_no_perms).get("/api/audit/verify/").status_code == 403
+
+
+@pytest.mark.django_db
+def test_the_list_takes_a_fixed_number_of_queries(api: Any, viewer: Any, django_assert_max_num_queries: Any) -> None:
+    for _ in range(30):
+        _seed()
+    client = api(viewer)
+    with django_assert_max_num_queries(6):
+        assert len(client.get("/api/audit/").json()["results"]) == 100
