@@ -72,3 +72,22 @@ def test_methods_an_endpoint_lacks_answer_405(api: Any, superuser: Any) -> None:
     assert client.post("/api/audit/", {}).status_code == 405
     assert client.post("/api/guards/", {}).status_code == 405
     assert client.post("/api/catalog/sightings/", {}).status_code == 405
+
+
+@pytest.mark.django_db
+def test_an_agent_bearer_token_opens_nothing(superuser: Any) -> None:
+    from django.test import Client
+
+    from rewind.agents import agent_create, agent_token_issue
+    from rewind.audit import Actor
+
+    agent = agent_create(actor=Actor.system("tests"), name="bot", owner=superuser)
+    token = agent_token_issue(actor=Actor.system("tests"), agent=agent).token
+    client = Client(headers={"Authorization": f"Bearer {token}"})
+    for path in READS:
+        assert client.get(path).status_code == 403
+    response = client.post(f"/api/agents/{agent.pk}/tokens/", {}, content_type="application/json")
+    assert response.status_code == 403
+    response = client.post("/api/catalog/tools/", {"pattern": "x/y", "vm_arg": "host", "description": "d"},
+                           content_type="application/json")
+    assert response.status_code == 403
