@@ -23,7 +23,7 @@ from rewind.errors import NotFoundError
 from rewind.models import Agent, AgentToken
 
 from recoveries.models import RecoveryRequest
-from recoveries.selectors import recovery_dict, recovery_list, stored_file
+from recoveries.selectors import purged_message, recovery_dict, recovery_list, stored_file
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
@@ -135,6 +135,8 @@ class RecoveryDownloadApi(APIView):
                 raise NotFoundError(f"there is no recovery #{pk} of agent {user.agent.name}")
         elif not CanReview().has_permission(request, self):
             raise exceptions.PermissionDenied(CanReview.message)
+        if recovery.purged_at is not None:
+            raise NotFoundError(f"recovery #{pk}: {purged_message(recovery)}")
         path = stored_file(recovery)
         if path is None:
             raise NotFoundError(f"recovery #{pk} has no recovered file to download ({recovery.status})")

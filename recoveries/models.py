@@ -68,6 +68,10 @@ class RecoveryRequest(models.Model):
     unmount_session_id = models.CharField(max_length=255, blank=True)
     unmount_warning = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    purged_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="When the recovered bytes were deleted after REWIND_RECOVERED_RETENTION_DAYS; sha256 and size remain.",
+    )
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     decided_at = models.DateTimeField(null=True, blank=True)

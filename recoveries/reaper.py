@@ -5,7 +5,9 @@ still there. Ours that vanished are marked ended; ours whose recovery finished, 
 ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
 found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
 not recorded by us) and unmounted. A session this service did not record is never touched.
-Stale pending requests are expired. Every step is a compare-and-swap: sweeps may overlap.
+Stale pending requests are expired, and the recovered files of requests finished more than
+REWIND_RECOVERED_RETENTION_DAYS ago are deleted. Every step is a compare-and-swap: sweeps
+may overlap.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from rewind.zvm import FlrSession as ZvmFlrSession
 from rewind.zvm import ZvmClient, ZvmError, shared_client
 
 from recoveries.models import FlrSession, RecoveryRequest
-from recoveries.services import recovery_requests_expire_stale
+from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
 from recoveries.sessions import session_mark_vanished, session_transition, session_unmount
 
 logger = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ class ReapReport:
     unmount_failed: int = 0
     vanished: int = 0
     found_unknown: int = 0
+    purged_results: int = 0
+    purge_failed: int = 0
     site_errors: dict[str, str] = field(default_factory=dict)
 
     def as_dict(self) -> dict[str, object]:
@@ -57,6 +61,7 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     report = ReapReport()
     report.expired_requests = recovery_requests_expire_stale(now=now)
     report.overdue_recoveries = _fail_overdue(now)
+    report.purged_results, report.purge_failed = recovery_results_purge_expired(now=now)
     site_ids = FlrSession.objects.filter(status__in=FlrSession.LIVE).values_list("site_id", flat=True).distinct()
     for site in Site.objects.filter(pk__in=list(site_ids), enabled=True):
         try:

@@ -57,22 +57,32 @@ def unmount_dict(r: RecoveryRequest) -> dict[str, Any] | None:
 
 
 def stored_file(r: RecoveryRequest) -> Path | None:
-    if r.status != RecoveryRequest.Status.SUCCEEDED or not r.stored_path:
+    if r.status != RecoveryRequest.Status.SUCCEEDED or not r.stored_path or r.purged_at is not None:
         return None
     path = Path(r.stored_path)
     return path if path.is_file() else None
+
+
+def purged_message(r: RecoveryRequest) -> str:
+    return (f"the recovered bytes were deleted on {r.purged_at:%Y-%m-%d %H:%M} UTC after the retention period "
+            "(REWIND_RECOVERED_RETENTION_DAYS); sha256 and size still say what they were")
 
 
 def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:
     """``{ok, bytes|url, sha256, size, unmount}`` once the run ended; small files inline.
 
     Inline content is text when it decodes as UTF-8, else base64 (``encoding`` says which).
+    Once the retention period deleted the bytes, ``purged_at`` is set and ``error`` says so.
     """
     if r.status not in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED):
         return None
     out: dict[str, Any] = {"ok": bool(r.ok), "sha256": r.sha256 or None, "size": r.size, "unmount": unmount_dict(r)}
     if r.status == RecoveryRequest.Status.FAILED:
         out["error"] = r.error
+        return out
+    if r.purged_at is not None:
+        out["purged_at"] = r.purged_at.isoformat()
+        out["error"] = purged_message(r)
         return out
     path = stored_file(r)
     if path is None:

@@ -8,7 +8,9 @@ click or two approvers racing act once.
 from __future__ import annotations
 
 import logging
+import shutil
 from datetime import datetime, timedelta
+from pathlib import Path
 
 from django.conf import settings
 from django.contrib.auth.base_user import AbstractBaseUser
@@ -233,6 +235,70 @@ def recovery_request_expire(*, recovery_id: int, now: datetime | None = None, re
                 request_id=request_id,
             )
     return bool(won)
+
+
+def recovery_result_purge(*, recovery_id: int, now: datetime | None = None, request_id: str | None = None) -> bool:
+    """Delete the recovered bytes of one request and record it; False when already purged or none kept.
+
+    The request keeps its sha256 and size, so what was recovered stays on record. The file
+    goes last inside the transaction: a file that cannot be deleted rolls the record back
+    (the next sweep tries again); a commit lost after the deletion is redone by the next
+    sweep, which finds the file already gone. Safe to repeat and to overlap.
+    """
+    now = now or timezone.now()
+    with transaction.atomic():
+        won = (RecoveryRequest.objects.filter(pk=recovery_id, purged_at__isnull=True).exclude(stored_path="")
+               .update(purged_at=now))
+        if not won:
+            return False
+        recovery = RecoveryRequest.objects.get(pk=recovery_id)
+        audit_record(
+            actor=SYSTEM,
+            action="recoveries.result.purged",
+            target=recovery,
+            data={"vm": recovery.vm_name, "path": recovery.normalized_path, "sha256": recovery.sha256,
+                  "size": recovery.size, "finished_at": recovery.finished_at.isoformat() if recovery.finished_at else None,
+                  "retention_days": settings.REWIND_RECOVERED_RETENTION_DAYS},
+            request_id=request_id,
+        )
+        _delete_stored(recovery)
+    return True
+
+
+def _delete_stored(recovery: RecoveryRequest) -> None:
+    stored = Path(recovery.stored_path)
+    stored.unlink(missing_ok=True)
+    # The runner keeps each file in a folder of its own (REWIND_STORAGE_DIR/<id>/); it goes too,
+    # with any partial download a crashed run left there. Any other folder is not ours to remove.
+    folder = Path(settings.REWIND_STORAGE_DIR) / str(recovery.pk)
+    if stored.parent == folder and folder.is_dir():
+        shutil.rmtree(folder)
+
+
+def recovery_results_purge_expired(*, now: datetime | None = None) -> tuple[int, int]:
+    """Purge the bytes of every finished request older than REWIND_RECOVERED_RETENTION_DAYS.
+
+    Returns (purged, failed); a file that cannot be deleted is logged and left for the next
+    sweep, and never stops the others. Retention 0 keeps every file.
+    """
+    days = settings.REWIND_RECOVERED_RETENTION_DAYS
+    if days <= 0:
+        return 0, 0
+    now = now or timezone.now()
+    ids = list(
+        RecoveryRequest.objects.filter(status__in=RecoveryRequest.FINISHED, purged_at__isnull=True,
+                                       finished_at__lte=now - timedelta(days=days))
+        .exclude(stored_path="").values_list("pk", flat=True)
+    )
+    purged = failed = 0
+    for pk in ids:
+        try:
+            # The record gets the real time even when a drill moved ``now`` forward.
+            purged += recovery_result_purge(recovery_id=pk)
+        except OSError as exc:
+            failed += 1
+            logger.warning("could not delete the recovered file of recovery #%s: %s", pk, exc)
+    return purged, failed
 
 
 def recovery_requests_expire_stale(*, now: datetime | None = None) -> int:

@@ -149,6 +149,8 @@ else:
         # kombu does not create these, and its default control folder is relative to the cwd.
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
+    # kombu's own can hand a worker a half-written message, lost with the worker (rewind/fsbroker.py).
+    CELERY_BROKER_TRANSPORT = "rewind.fsbroker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),
@@ -186,6 +188,8 @@ REWIND_FLR_TIME_LIMIT_S = env_int("REWIND_FLR_TIME_LIMIT_S", 1800, minimum=60)
 REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
 REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)
 REWIND_STORAGE_DIR = Path(env_str("REWIND_STORAGE_DIR") or VAR_DIR / "recovered").resolve()
+# Recovered files of finished requests are deleted by the reaper after this many days (0: kept forever).
+REWIND_RECOVERED_RETENTION_DAYS = env_int("REWIND_RECOVERED_RETENTION_DAYS", 7, minimum=0)
 
 # --- Mail: approvers are told about new recovery requests ----------------------------------
 EMAIL_HOST = env_str("EMAIL_HOST") or ""
