@@ -65,22 +65,36 @@ class WorkerProcess:
 
     def kill(self, sig: int = signal.SIGKILL) -> None:
         """Kill the worker and its pool children at once (a crash, not a shutdown)."""
+        from tests.simfixtures import stop_process_group  # a plugin: imported once pytest registered it
+
         if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, sig)
-            self.proc.wait(timeout=30)
+            stop_process_group(self.proc, sig=sig, timeout=30)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """Stop the worker; returns once it and its pool children are gone (their connections closed)."""
+        from tests.simfixtures import stop_process_group
+
+        if self.proc:
+            stop_process_group(self.proc, timeout=20)
 
     def restart(self) -> None:
         self.stop()
         self.start()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup: None) -> Iterator[None]:
+    """pytest-django's test database, let go of by this process's own threads before it is dropped.
+
+    Every session fixture that starts a process on the test database (the Celery worker,
+    uvicorn) depends on this fixture, so it is stopped, its processes gone, before this
+    teardown runs; then the MCP audit writer thread closes its connections. PostgreSQL
+    refuses to drop a database anyone is still connected to.
+    """
+    yield
+    from rewind.mcp.auditlog import audit_writer
+
+    audit_writer.close_connections()
 
 
 def _purge_broker() -> None:

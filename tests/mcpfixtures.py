@@ -20,7 +20,6 @@ import contextlib
 import itertools
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
@@ -33,7 +32,7 @@ import httpx2
 import pytest
 from django.conf import settings
 
-from tests.simfixtures import PASSWORD, PYTHON, REPO, USERNAME, SimHandle
+from tests.simfixtures import PASSWORD, PYTHON, REPO, USERNAME, SimHandle, stop_process_group
 
 START_TIMEOUT = 60.0
 _agent_numbers = itertools.count(1)
@@ -54,13 +53,8 @@ class UvicornServer:
         self.mcp_url = f"{self.url}/mcp"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
+        """Stop uvicorn; returns once it and its workers are gone (their connections closed)."""
+        stop_process_group(self.proc, timeout=15)
 
 
 def start_uvicorn(work_dir: Path, *, database_url: str, workers: int = 2, env: dict[str, str] | None = None,

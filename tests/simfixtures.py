@@ -7,6 +7,9 @@ Fixtures:
 
 ``run_sim(tmp_dir, *args)`` starts an extra simulator with other options (e.g. ``--vms 10000``
 or ``--token-ttl 2``) for the tests that need one.
+
+``stop_process_group(proc)`` stops a process started in a session of its own (a Celery worker,
+uvicorn) and returns once none of its group is left.
 """
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import base64
 import contextlib
 import os
 import queue
+import signal
 import subprocess
 import sys
 import threading
@@ -42,6 +46,40 @@ def _session() -> requests.Session:
     http.verify = False
     http.trust_env = False
     return http
+
+
+def process_group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # the process went away while we looked
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
+
+
+def stop_process_group(proc: subprocess.Popen[Any], *, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
+    """Send ``sig`` to the group of ``proc`` (started with ``start_new_session=True``) and wait.
+
+    Waiting for the leader is not enough: uvicorn's and Celery's children may outlive it by a
+    few seconds, each holding database connections, and PostgreSQL refuses to drop a database
+    that anyone is still connected to. So this returns only once no process of the group is
+    left; whatever is still there after ``timeout`` is SIGKILLed.
+    """
+    deadline = time.monotonic() + timeout
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    while time.monotonic() < deadline and (proc.poll() is None or process_group_alive(proc.pid)):
+        time.sleep(0.05)
+    if proc.poll() is None or process_group_alive(proc.pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        killed_by = time.monotonic() + 10  # SIGKILL cannot be ignored: this is short
+        while process_group_alive(proc.pid) and time.monotonic() < killed_by:
+            time.sleep(0.05)
 
 
 class SimError(RuntimeError):
