@@ -1,0 +1,62 @@
+"""The embedded broker never lets a consumer see a message file before its payload is in it."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.conf import settings
+from kombu import Connection
+
+from rewind.fsbroker import Transport
+
+
+class _Probe:
+    """Serialized in the middle of a publish: notes the message files a polling worker could take then."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.visible: list[str] | None = None
+
+    def __json__(self) -> str:  # kombu's JSON encoder calls this while it writes the message
+        self.visible = sorted(name for name in os.listdir(self.folder) if name.endswith(".msg"))
+        return "probe"
+
+
+@pytest.fixture
+def queue_folder(tmp_path: Path) -> Path:
+    (tmp_path / "control").mkdir()
+    folder = tmp_path / "queue"
+    folder.mkdir()
+    return folder
+
+
+@pytest.fixture
+def channel(queue_folder: Path) -> Iterator[Any]:
+    options = {"data_folder_in": str(queue_folder), "data_folder_out": str(queue_folder),
+               "control_folder": str(queue_folder.parent / "control"), "store_processed": False}
+    with Connection("filesystem://", transport=Transport, transport_options=options) as conn:
+        yield conn.default_channel
+
+
+def test_a_message_file_is_visible_only_once_it_is_whole(channel: Any, queue_folder: Path) -> None:
+    probe = _Probe(queue_folder)
+    channel._put("jobs", {"body": probe, "n": 1})
+    # kombu's own transport has created the (still empty) .msg file by then: a worker polling
+    # at that moment reads nothing, deletes the file and dies on the JSON error.
+    assert probe.visible == []
+    assert [name.split(".", 1)[1] for name in os.listdir(queue_folder)] == ["jobs.msg"]
+    assert channel._get("jobs") == {"body": "probe", "n": 1}
+    assert os.listdir(queue_folder) == []
+
+
+def test_the_embedded_broker_uses_it() -> None:
+    if not settings.CELERY_BROKER_URL.startswith("filesystem"):
+        pytest.skip("the broker here is Redis")
+    from rewind.celery import app
+
+    with app.connection_for_write() as conn:
+        assert isinstance(conn.transport, Transport)
