@@ -6,6 +6,7 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin import helpers
 from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
@@ -16,9 +17,9 @@ from catalog.services import (
     mutating_tool_remove,
     mutating_tool_update,
     normalize_pattern,
-    validate_entry_fields,
     tool_sighting_classify_mutating,
     tool_sighting_classify_readonly,
+    validate_entry_fields,
 )
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
@@ -111,11 +112,13 @@ class ClassifyMutatingForm(forms.Form):
         super().__init__(*args, **kwargs)
         self.sighting = sighting
         names = [str(n) for n in sighting.argument_names]
-        self.fields["vm_arg"].choices = [("", "—")] + [(n, n) for n in names]
+        vm_arg = self.fields["vm_arg"]
+        assert isinstance(vm_arg, forms.ChoiceField)
+        vm_arg.choices = [("", "—")] + [(n, n) for n in names]
         self.fields["description"].initial = f"Changes a guest ({sighting.tool})"
 
     def clean(self) -> dict[str, Any]:
-        data = super().clean()
+        data = super().clean() or {}
         chosen = (data.get("other_vm_arg") or "").strip() or data.get("vm_arg") or ""
         if not chosen:
             raise forms.ValidationError("choose the argument that names the VM")
@@ -181,7 +184,7 @@ class ToolSightingAdmin(admin.ModelAdmin):
             "opts": self.model._meta,
             "forms": forms_by,
             "action": "classify_mutating",
-            "action_checkbox_name": admin.helpers.ACTION_CHECKBOX_NAME,
+            "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         }
         return TemplateResponse(request, "admin/catalog/toolsighting/classify_mutating.html", context)
 

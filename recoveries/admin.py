@@ -16,16 +16,15 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
+from recoveries.selectors import flr_sessions_everywhere, result_dict
+from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+from recoveries.sessions import session_end_by_hand
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
 from rewind.models import Site
 from rewind.sites import site_client
 from rewind.zvm import ZvmError
-
-from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
-from recoveries.selectors import flr_sessions_everywhere, result_dict
-from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
-from recoveries.sessions import session_end_by_hand
 
 END_PERMISSION = "recoveries.end_flr_session"
 
@@ -43,8 +42,7 @@ class ReadOnlyAdmin(admin.ModelAdmin):
 
 class ApprovalInline(admin.TabularInline):
     model = RecoveryApproval
-    fields = ["approver_name", "created_at"]
-    readonly_fields = fields
+    fields = readonly_fields = ("approver_name", "created_at")
     extra = 0
     can_delete = False
 

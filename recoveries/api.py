@@ -18,13 +18,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.agents import hash_token
-from rewind.errors import NotFoundError
-from rewind.models import Agent, AgentToken
-
 from recoveries.models import RecoveryRequest
 from recoveries.selectors import purged_message, recovery_dict, recovery_list, stored_file
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+from rewind.agents import hash_token
+from rewind.errors import NotFoundError
+from rewind.models import Agent, AgentToken
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
 

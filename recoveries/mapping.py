@@ -16,11 +16,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rewind.errors import ApplicationError, NotFoundError
-from rewind.zvm import BrowseItem, ZvmClient, ZvmNotFoundError
-
 from recoveries.paths import GuestPath
 from recoveries.sessions import session_lookup
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.zvm import BrowseItem, ZvmClient, ZvmNotFoundError
 
 
 class SessionVanished(Exception):

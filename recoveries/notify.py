@@ -24,10 +24,9 @@ from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import Q
 
-from rewind.audit import SYSTEM, audit_record
-
 from recoveries.models import RecoveryRequest
 from recoveries.selectors import approval_url
+from rewind.audit import SYSTEM, audit_record
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")

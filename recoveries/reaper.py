@@ -21,16 +21,15 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
+from recoveries.sessions import session_mark_vanished, session_transition, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.models import Site
 from rewind.requestid import current_request_id
 from rewind.sites import site_connection
 from rewind.zvm import FlrSession as ZvmFlrSession
 from rewind.zvm import ZvmClient, ZvmError, shared_client
-
-from recoveries.models import FlrSession, RecoveryRequest
-from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
-from recoveries.sessions import session_mark_vanished, session_transition, session_unmount
 
 logger = logging.getLogger(__name__)
 S = FlrSession.Status

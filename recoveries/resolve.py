@@ -25,13 +25,12 @@ from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
+from recoveries.models import RecoveryRequest
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import Protection, VpgProtection, find_protection
 from rewind.sites import site_client
 from rewind.zvm import ZvmError
-
-from recoveries.models import RecoveryRequest
 
 Source = RecoveryRequest.CheckpointSource
 
@@ -108,10 +107,10 @@ def _bound(
 ) -> BoundCheckpoint:
     return BoundCheckpoint(
         vm_identifier=protection.vm_identifier,
-        vm_name=protection.vm_name,
+        vm_name=protection.vm_name or protection.vm_identifier,
         vpg_identifier=vpg.identifier,
-        vpg_name=vpg.name,
-        recovery_site_identifier=vpg.recovery_site.identifier,
+        vpg_name=vpg.name or vpg.identifier,
+        recovery_site_identifier=vpg.recovery_site.identifier or "",
         recovery_site_name=vpg.recovery_site.name or "",
         checkpoint_identifier=cp_id,
         checkpoint_timestamp=when,
@@ -150,7 +149,8 @@ def _from_checkpoint_id(protection: Protection, usable: dict[str, VpgProtection]
     problems: list[str] = []
     healthy = _healthy_site_pks(usable.values())
     for vpg in sorted(usable.values(), key=lambda v: _preference(v, healthy)):
-        site = Site.objects.filter(pk=vpg.recovery_site.site_pk, enabled=True).first()
+        site_pk = vpg.recovery_site.site_pk
+        site = Site.objects.filter(pk=site_pk, enabled=True).first() if site_pk is not None else None
         if site is None:
             continue
         try:

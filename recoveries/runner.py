@@ -22,17 +22,16 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from rewind.audit import SYSTEM, audit_record
-from rewind.errors import ApplicationError
-from rewind.models import Site
-from rewind.sites import site_client
-from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
-
 from recoveries.mapping import Match, SessionVanished, map_guest_path
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import checkpoint_window
 from recoveries.sessions import UnmountReport, session_lookup, session_transition, session_unmount
+from rewind.audit import SYSTEM, audit_record
+from rewind.errors import ApplicationError
+from rewind.models import Site
+from rewind.sites import site_client
+from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -103,8 +102,9 @@ def _prepare(recovery: RecoveryRequest, request_id: str) -> Run:
 def _check_mountable(run: Run) -> None:
     """The checkpoint still exists (a resync wipes them) and FLR may mount it."""
     r = run.recovery
+    # The window around the checkpoint keeps both lists short (journals hold days of them).
+    start, end = checkpoint_window(r.checkpoint_timestamp) if r.checkpoint_timestamp is not None else (None, None)
     if r.checkpoint_timestamp is not None:
-        start, end = checkpoint_window(r.checkpoint_timestamp)
         listed = run.client.list_checkpoints(r.vpg_identifier, start=start, end=end)
         if not any(cp.identifier == r.checkpoint_identifier for cp in listed):
             raise RunFailed(
@@ -114,9 +114,6 @@ def _check_mountable(run: Run) -> None:
     rows = [v for v in run.client.list_vms(vm_identifier=r.vm_identifier) if v.vpg_identifier == r.vpg_identifier]
     if rows and rows[0].is_flr_enabled is False:
         raise RunFailed(f"{run.site.name} does not allow file level recovery of {r.vm_name} in VPG {r.vpg_name} now")
-    start = end = None
-    if r.checkpoint_timestamp is not None:
-        start, end = checkpoint_window(r.checkpoint_timestamp)
     points = run.client.points_in_time(r.vm_identifier, vpg_id=r.vpg_identifier, start=start, end=end)
     point = next((p for p in points if p.checkpoint and p.checkpoint.identifier == r.checkpoint_identifier), None)
     if point is None:

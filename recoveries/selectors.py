@@ -11,12 +11,11 @@ from django.conf import settings
 from django.db.models import QuerySet
 from django.urls import reverse
 
+from recoveries.models import FlrSession, RecoveryRequest
 from rewind.models import Site
 from rewind.requestid import current_request_id
 from rewind.sites import site_connection
 from rewind.zvm import ZvmError, shared_client
-
-from recoveries.models import FlrSession, RecoveryRequest
 
 
 def recovery_list(*, status: str | None = None) -> QuerySet[RecoveryRequest]:

@@ -13,18 +13,17 @@ from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth.base_user import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
-
-from rewind.audit import SYSTEM, Actor, audit_record
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
-from rewind.models import Agent
-from rewind.requestid import current_request_id
 
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
+from rewind.audit import SYSTEM, Actor, audit_record
+from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.models import Agent
+from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -122,11 +121,13 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
     }
 
 
-def _check_approver(user: AbstractBaseUser, recovery: RecoveryRequest) -> None:
-    if not getattr(user, "is_authenticated", False) or not getattr(user, "is_active", False):
+def _check_approver(user: User | AnonymousUser, recovery: RecoveryRequest) -> User:
+    """The deciding person, or ``PermissionDeniedError``; agents never reach here as users."""
+    if not isinstance(user, User) or not user.is_authenticated or not user.is_active:
         raise PermissionDeniedError("only a signed-in person may decide on a recovery")
-    if not user.has_perm(APPROVE_PERMISSION):  # type: ignore[attr-defined]
+    if not user.has_perm(APPROVE_PERMISSION):
         raise PermissionDeniedError("you lack the permission to approve or deny recoveries")
+    return user
 
 
 def _expire_if_due(recovery: RecoveryRequest, now: datetime) -> None:
@@ -142,7 +143,9 @@ def _get(recovery_id: int) -> RecoveryRequest:
     return recovery
 
 
-def recovery_request_approve(*, recovery_id: int, user: AbstractBaseUser, request_id: str | None = None) -> RecoveryRequest:
+def recovery_request_approve(
+    *, recovery_id: int, user: User | AnonymousUser, request_id: str | None = None
+) -> RecoveryRequest:
     """Record ``user``'s approval; once enough distinct approvers agreed, queue the run.
 
     Refused (``PermissionDeniedError``) without the permission or for the owner of the
@@ -150,8 +153,8 @@ def recovery_request_approve(*, recovery_id: int, user: AbstractBaseUser, reques
     expired, or this user already approved it. A repeated call therefore acts once.
     """
     recovery = _get(recovery_id)
-    _check_approver(user, recovery)
-    if recovery.agent is not None and recovery.agent.owner_id == user.pk:
+    approver = _check_approver(user, recovery)
+    if recovery.agent is not None and recovery.agent.owner_id == approver.pk:
         raise PermissionDeniedError(
             f"you own agent {recovery.agent_name}, which asked for this file; someone else must approve it"
         )
@@ -162,20 +165,20 @@ def recovery_request_approve(*, recovery_id: int, user: AbstractBaseUser, reques
         locked = RecoveryRequest.objects.select_for_update().get(pk=recovery.pk)
         if locked.status != Status.PENDING:
             raise ApplicationError(f"recovery #{locked.pk} is {locked.status}; only a pending request can be approved")
-        if locked.approvals.filter(approver_id=user.pk).exists():
+        if locked.approvals.filter(approver_id=approver.pk).exists():
             raise ApplicationError(f"you already approved recovery #{locked.pk}; a second approver must be someone else")
-        RecoveryApproval.objects.create(recovery=locked, approver=user, approver_name=user.get_username())
+        RecoveryApproval.objects.create(recovery=locked, approver=approver, approver_name=approver.get_username())
         count = locked.approvals.count()
         complete = count >= locked.approvals_required
         if complete:
             won = RecoveryRequest.objects.filter(pk=locked.pk, status=Status.PENDING).update(
-                status=Status.APPROVED, decided_at=now, decided_by=user.get_username()
+                status=Status.APPROVED, decided_at=now, decided_by=approver.get_username()
             )
             if not won:
                 raise ApplicationError(f"recovery #{locked.pk} was decided meanwhile")
             _queue_run(locked.pk, rid)
         audit_record(
-            actor=Actor.user(user.get_username()),
+            actor=Actor.user(approver.get_username()),
             action="recoveries.request.approved",
             target=locked,
             data={"approvals": count, "required": locked.approvals_required, "complete": complete, **_describe(locked)},
@@ -192,23 +195,23 @@ def _queue_run(recovery_id: int, request_id: str) -> None:
 
 
 def recovery_request_deny(
-    *, recovery_id: int, user: AbstractBaseUser, note: str = "", request_id: str | None = None
+    *, recovery_id: int, user: User | AnonymousUser, note: str = "", request_id: str | None = None
 ) -> RecoveryRequest:
     """Deny a pending request. The agent's owner may deny (stopping is always safe)."""
     recovery = _get(recovery_id)
-    _check_approver(user, recovery)
+    approver = _check_approver(user, recovery)
     now = timezone.now()
     _expire_if_due(recovery, now)
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.PENDING).update(
-            status=Status.DENIED, decided_at=now, decided_by=user.get_username(), finished_at=now,
-            error=f"denied by {user.get_username()}" + (f": {note.strip()[:500]}" if note.strip() else ""),
+            status=Status.DENIED, decided_at=now, decided_by=approver.get_username(), finished_at=now,
+            error=f"denied by {approver.get_username()}" + (f": {note.strip()[:500]}" if note.strip() else ""),
         )
         if not won:
             recovery.refresh_from_db()
             raise ApplicationError(f"recovery #{recovery.pk} is {recovery.status}; only a pending request can be denied")
         audit_record(
-            actor=Actor.user(user.get_username()),
+            actor=Actor.user(approver.get_username()),
             action="recoveries.request.denied",
             target=recovery,
             data={"note": note.strip()[:500], **_describe(recovery)},

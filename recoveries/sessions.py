@@ -16,13 +16,12 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from recoveries.models import FlrSession
 from rewind.audit import Actor, audit_record
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession
 from rewind.zvm import ZvmClient, ZvmError, ZvmNotFoundError
-
-from recoveries.models import FlrSession
 
 logger = logging.getLogger(__name__)
 S = FlrSession.Status

@@ -4,7 +4,7 @@ from __future__ import annotations
 from starlette.responses import Response
 
 from . import views
-from .api_sites import site_ctx, date_range
+from .api_sites import date_range, site_ctx
 from .ids import DateFormatError, parse_date
 from .journal import Task
 from .routing import SITE, Call, ok

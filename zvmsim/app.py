@@ -16,7 +16,8 @@ from starlette.routing import Route
 
 from . import __version__, api_flr, api_journal, api_sites, control  # noqa: F401  (routes register on import)
 from .config import SimConfig
-from .routing import CONTROL, SITE, Call, NoRoute, Route as SimRoute, error
+from .routing import CONTROL, SITE, Call, NoRoute, error
+from .routing import Route as SimRoute
 from .views import Ctx
 from .world import ApiError, World
 

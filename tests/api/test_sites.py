@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
+from rewind.audit import Actor
 from rewind.crypto import decrypt
 from rewind.models import AuditEvent, Site
 from rewind.sites import site_create
-from rewind.audit import Actor
 
 PASSWORD = "Pw-Very-Secret-81"
 CLIENT_SECRET = "Cs-Very-Secret-92"

@@ -154,8 +154,8 @@ def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any,
 
 def test_the_zvm_sees_the_request_id_of_the_audited_call(transactional_db: None, agent_token: Any,
                                                          mcp_client: Any) -> None:
-    from rewind.sites import site_create
     from rewind.audit import Actor
+    from rewind.sites import site_create
     from tests.zvm.localzvm import serve
 
     agent, token = agent_token

@@ -11,12 +11,11 @@ import pytest
 from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
+from recoveries.models import RecoveryRequest
 from rewind.audit import Actor
 from rewind.models import Agent, ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import protection_cache_clear
 from rewind.sites import site_check, site_client, site_create
-
-from recoveries.models import RecoveryRequest
 
 SETUP = Actor.system("tests")
 SITES = (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c"))
@@ -81,8 +80,9 @@ def insert_tagged_checkpoint(sim: Any, sites: dict[str, Site], vm: str, change_i
     for vpg in info["vpgs"]:
         client = site_client(sites[vpg["protected"]])
         task_id = client.insert_tagged_checkpoint(vpg["identifier"], tag)
-        _wait(lambda: client.get_task(task_id).completed)
-        found = _wait(lambda: next((c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag), None))
+        # The lambdas run before the loop moves on, so binding the loop variables is safe.
+        _wait(lambda: client.get_task(task_id).completed)  # noqa: B023
+        found = _wait(lambda: next((c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag), None))  # noqa: B023
         ChangeGuardVpg.objects.create(
             guard=guard, vpg_identifier=vpg["identifier"], vpg_name=vpg["name"], site=sites[vpg["protected"]],
             protected_site_identifier=sites[vpg["protected"]].identifier,

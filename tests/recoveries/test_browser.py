@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -50,7 +51,7 @@ def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(live_server,
     assert "unmount: done" in page.inner_text("#recovery-result")
     recovery.refresh_from_db()
     assert recovery.decided_by == "alice"
-    assert open(recovery.stored_path).read() == "web01\n"
+    assert Path(recovery.stored_path).read_text() == "web01\n"
 
 
 def test_a_person_ends_another_operators_session_behind_a_confirmation(live_server, page, sim, sites, people, settings: Any) -> None:  # type: ignore[no-untyped-def]

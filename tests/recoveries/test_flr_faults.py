@@ -13,12 +13,11 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from rewind.models import AuditEvent
-from rewind.sites import site_client
-
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create
+from rewind.models import AuditEvent
+from rewind.sites import site_client
 from tests.recoveries.conftest import _wait, wait_finished
 
 pytestmark = pytest.mark.timeout(600)

@@ -8,10 +8,9 @@ from typing import Any
 
 import pytest
 
-from rewind.models import AuditEvent
-
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_request_approve, recovery_request_create
+from rewind.models import AuditEvent
 from tests.recoveries.conftest import wait_finished
 
 pytestmark = pytest.mark.timeout(300)

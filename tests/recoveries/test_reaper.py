@@ -10,11 +10,10 @@ from typing import Any
 import pytest
 from django.core.management import call_command
 
-from rewind.models import AuditEvent
-from rewind.sites import site_client
-
 from recoveries.models import FlrSession
 from recoveries.reaper import recoveries_reap
+from rewind.models import AuditEvent
+from rewind.sites import site_client
 
 pytestmark = [pytest.mark.timeout(300)]
 

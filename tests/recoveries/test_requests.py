@@ -11,15 +11,14 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from rewind.agents import agent_token_issue
-from rewind.audit import Actor
-from rewind.errors import ApplicationError, PermissionDeniedError
-from rewind.models import Agent, AuditEvent
-
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import GuestPathError, parse_guest_path
 from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create, recovery_request_deny
+from rewind.agents import agent_token_issue
+from rewind.audit import Actor
+from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.models import Agent, AuditEvent
 
 pytestmark = pytest.mark.django_db
 

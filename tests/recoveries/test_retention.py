@@ -12,12 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from rewind.models import AuditEvent
-
 from recoveries.models import RecoveryRequest
 from recoveries.reaper import recoveries_reap
 from recoveries.selectors import recovery_dict
 from recoveries.services import recovery_request_approve, recovery_request_create
+from rewind.models import AuditEvent
 
 from .conftest import wait_finished
 

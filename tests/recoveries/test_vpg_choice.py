@@ -6,11 +6,10 @@ from typing import Any
 
 import pytest
 
+from recoveries.services import recovery_request_create
 from rewind.audit import Actor
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.sites import site_check, site_update
-
-from recoveries.services import recovery_request_create
 
 pytestmark = pytest.mark.django_db
 APP_CONF = "/etc/app/app.conf"

@@ -54,7 +54,7 @@ def _raw_update(event: AuditEvent, column: str, sql_value: str) -> None:
 def test_it_chains_events_and_verifies() -> None:
     events = _record(5)
     assert events[0].prev_hash == "0" * 64
-    for before, after in zip(events, events[1:]):
+    for before, after in zip(events, events[1:], strict=False):
         assert after.prev_hash == before.hash
     assert [e.seq for e in events] == [1, 2, 3, 4, 5]
     assert verify_chain() == (5, None)
@@ -108,9 +108,8 @@ def test_it_refuses_updates_and_deletes() -> None:
     with pytest.raises(AppendOnlyError):
         event.delete()
     # The database itself refuses an UPDATE that goes around the ORM.
-    with pytest.raises(DatabaseError), transaction.atomic():
-        with connection.cursor() as cursor:
-            cursor.execute(f"UPDATE {AuditEvent._meta.db_table} SET actor = 'x' WHERE id = %s", [event.pk])
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(f"UPDATE {AuditEvent._meta.db_table} SET actor = 'x' WHERE id = %s", [event.pk])
 
 
 @pytest.mark.django_db
@@ -132,10 +131,9 @@ def test_it_masks_secrets() -> None:
 def test_it_aborts_the_change_when_the_audit_write_fails() -> None:
     _record(1)
     AuditChainHead.objects.all().delete()  # the audit write can no longer succeed
-    with pytest.raises(AuditChainError):
-        with transaction.atomic():
-            Site.objects.create(name="x", base_url="https://zvm")
-            audit_record(actor=Actor.system(), action="site.created", target=("site", "x"))
+    with pytest.raises(AuditChainError), transaction.atomic():
+        Site.objects.create(name="x", base_url="https://zvm")
+        audit_record(actor=Actor.system(), action="site.created", target=("site", "x"))
     assert not Site.objects.exists()
     assert AuditEvent.objects.count() == 1
 

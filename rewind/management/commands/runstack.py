@@ -125,7 +125,7 @@ class Command(BaseCommand):
                 # Only the main process: uvicorn and Celery stop their own children cleanly.
                 proc.terminate()
         deadline = time.monotonic() + 15
-        for name, proc in self.children:
+        for _name, proc in self.children:
             try:
                 proc.wait(timeout=max(0.1, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
