@@ -21,6 +21,8 @@ from typing import Any
 
 from mcp.server.auth.provider import TokenVerifier
 
+from rewind.mcp.gcfreeze import freeze_startup_heap
+
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
@@ -85,6 +87,9 @@ class McpHttpGuard:
         self.per_minute = per_minute
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "lifespan":
+            # The worker has imported and built everything it needs by now.
+            freeze_startup_heap()
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return
