@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 
-.PHONY: run test venv migrate
+.PHONY: run test check venv migrate
 
 venv: $(STAMP)
 
@@ -21,6 +21,11 @@ migrate: $(STAMP)
 run: migrate
 	$(PY) manage.py runstack
 
+# Lint and type-check; the suite runs only on a clean tree.
+check: $(STAMP)
+	$(VENV)/bin/ruff check .
+	REWIND_VAR_DIR=$(CURDIR)/var/test $(VENV)/bin/mypy
+
 # Tests keep their own state folder, so they never touch the running demo's database or queue.
-test: $(STAMP)
+test: check
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
