@@ -7,6 +7,13 @@ statements per row (savepoint, head, insert, head, release) halved the endpoint'
 (measured: 303 against 628 calls/s without the row). One writer thread per process never
 contends with itself, and a batch is appended with three statements: lock the chain head,
 insert every row, move the head (``rewind.audit.audit_record_many``). Each caller still waits until its own row is committed (fail-closed).
+
+A batch costs about 0.65 ms of CPU plus 0.13 ms per row (SQLite, measured), so under load
+rows per batch matter. When the queue runs dry while other tool calls are still running
+(``call_running``), their rows are a few milliseconds away: the writer waits for them up to
+GATHER_WINDOW_S before it commits. With no other call running it commits at once, so a lone
+call pays nothing; a call under load pays at most the window (measured in one process with
+16 concurrent callers: 5.0 → 5.8 rows per batch at 2 ms, 7.4 at 5 ms; p50 unchanged).
 """
 
 from __future__ import annotations
@@ -15,6 +22,9 @@ import asyncio
 import logging
 import queue
 import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +35,7 @@ from rewind.mcp.context import recycle_connections
 
 logger = logging.getLogger(__name__)
 MAX_BATCH = 64
+GATHER_WINDOW_S = 0.002
 
 
 @dataclass
@@ -57,6 +68,19 @@ class AuditWriter:
         self._queue: queue.SimpleQueue[_Pending | _CloseConnections] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._running = 0  # tool calls between start and their record(): rows on the way
+        self._running_lock = threading.Lock()
+
+    @contextmanager
+    def call_running(self) -> Iterator[None]:
+        """Wrap a tool call's own work (not its ``record``): tells the writer a row is coming."""
+        with self._running_lock:
+            self._running += 1
+        try:
+            yield
+        finally:
+            with self._running_lock:
+                self._running -= 1
 
     async def record(self, *, actor: Actor, action: str, target: tuple[str, str], data: dict[str, Any],
                      request_id: str) -> None:
@@ -86,8 +110,9 @@ class AuditWriter:
     def _run(self) -> None:
         while True:
             batch: list[_Pending] = []
-            item = self._queue.get()
-            while True:
+            item: _Pending | _CloseConnections | None = self._queue.get()
+            deadline: float | None = None
+            while item is not None:
                 if isinstance(item, _CloseConnections):
                     self._flush(batch)
                     batch = []
@@ -97,11 +122,25 @@ class AuditWriter:
                     batch.append(item)
                 if len(batch) >= MAX_BATCH:
                     break
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
+                if deadline is None:
+                    deadline = time.monotonic() + GATHER_WINDOW_S
+                item = self._next(bool(batch), deadline)
             self._flush(batch)
+
+    def _next(self, holding: bool, deadline: float) -> _Pending | _CloseConnections | None:
+        """The next queued item; when none is queued, wait for one until ``deadline`` only
+        while rows are held and other calls are still running. None: commit now."""
+        try:
+            return self._queue.get_nowait()
+        except queue.Empty:
+            pass
+        remaining = deadline - time.monotonic()
+        if not holding or self._running <= 0 or remaining <= 0:
+            return None
+        try:
+            return self._queue.get(timeout=remaining)
+        except queue.Empty:
+            return None
 
     def _flush(self, batch: list[_Pending]) -> None:
         if batch:

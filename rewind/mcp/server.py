@@ -111,7 +111,8 @@ class RewindMCPServer(MCPServer):
             failure: BaseException | None = None
             outcome, message = "ok", ""
             try:
-                result = await super().call_tool(name, arguments, context)
+                with audit_writer.call_running():
+                    result = await super().call_tool(name, arguments, context)
                 if isinstance(result, CallToolResult):
                     outcome = "error" if result.is_error else "ok"
                 else:
