@@ -19,6 +19,10 @@ site per cache period, and only when a name did not match.
 Site directory (local and peer sites: names and types) and filtered look-ups are also
 cached per site for REWIND_LOOKUP_CACHE_S. A site whose ZVM cannot be asked makes the
 lookup fail with an error naming it: a partial answer could miss a protecting VPG.
+
+``find_protection_cached`` answers from those caches alone (no database, no ZVM, no DNS),
+given the enabled sites' fingerprint read since the call began (``sites_fingerprint``), so
+an async caller can skip the thread hand-off when everything is cached.
 """
 
 from __future__ import annotations
@@ -185,6 +189,10 @@ def protection_cache_clear() -> None:
         _clients.clear()
 
 
+def _cache_only_on() -> bool:
+    return bool(getattr(_cache_only, "on", False))
+
+
 def _client_for(site: Site) -> ZvmClient:
     """The process-wide shared client of the site (one token and pool), carrying the request id.
 
@@ -196,6 +204,8 @@ def _client_for(site: Site) -> ZvmClient:
     with _clients_lock:
         cached = _clients.get(site.pk)
     if cached is None or cached[0] != key:
+        if _cache_only_on():
+            raise _Miss
         cached = (key, site_connection(site))
         with _clients_lock:
             _clients[site.pk] = cached
@@ -205,6 +215,18 @@ def _client_for(site: Site) -> ZvmClient:
 _sites_cache: tuple[tuple[Any, ...], list[Site]] | None = None
 
 
+SitesFingerprint = tuple[tuple[Any, ...], ...]
+
+
+def sites_fingerprint() -> SitesFingerprint:
+    """(id, updated_at, identifier) of every enabled site: changes when a site is added, changed,
+    disabled or removed. One small query (database access: call it off the event loop)."""
+    table = connection.ops.quote_name(Site._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT id, updated_at, identifier FROM {table} WHERE enabled = %s ORDER BY id", [True])
+        return tuple(map(tuple, cursor.fetchall()))
+
+
 def _enabled_sites() -> list[Site]:
     """Enabled sites; the rows are reused while a cheap fingerprint (ids, updated_at, identifier) is unchanged.
 
@@ -212,10 +234,7 @@ def _enabled_sites() -> list[Site]:
     seen at once (the ORM query it saves costs ~20 times more).
     """
     global _sites_cache
-    table = connection.ops.quote_name(Site._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, updated_at, identifier FROM {table} WHERE enabled = %s ORDER BY id", [True])
-        fingerprint = tuple(map(tuple, cursor.fetchall()))
+    fingerprint = sites_fingerprint()
     cached = _sites_cache
     if cached is not None and cached[0] == fingerprint:
         return cached[1]
@@ -277,7 +296,12 @@ def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
 
 
 def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]] | None:
-    """``work`` for every site if it needs no ZVM call (all cached), else None."""
+    """``work`` for every site if it needs no ZVM call (all cached), else None.
+
+    Inside ``find_protection_cached`` (cache-only already on) a miss propagates instead.
+    """
+    if _cache_only_on():
+        return [(h, work(h)) for h in handles]
     _cache_only.on = True
     try:
         return [(h, work(h)) for h in handles]
@@ -365,6 +389,8 @@ def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver) -
         found = collect(lambda h: _rows_by_name(h, short))
         if found:
             return found
+    if _cache_only_on() and not _is_ip(query):
+        raise _Miss  # DNS is I/O
     ips = _resolve(query, resolver)
     if ips:
         return collect(lambda h: _rows_by_ips(h, ips))
@@ -395,7 +421,7 @@ class _Sites:
         for h in handles:
             if h.site.identifier:
                 self.configured[h.site.identifier] = h.site
-        for h, d in directories:
+        for _h, d in directories:
             for peer in d.peers:
                 if peer.identifier:
                     self.info.setdefault(peer.identifier, _SiteInfo(peer.name, peer.type))
@@ -431,11 +457,20 @@ def _insert_refusal(vpg_name: str | None, protected: SiteRef, status_name: str |
 
 
 def _status_names(h: _Handle, status: int | None, sub_status: int | None) -> tuple[str | None, str | None]:
+    def load() -> tuple[list[str], list[str]]:
+        # The client keeps the lists too; this copy only tells a cache-only lookup they are here.
+        return h.client.vpg_status_names(), h.client.vpg_substatus_names()
+
     try:
-        return h.client.status_name(status), h.client.substatus_name(sub_status)
+        statuses, sub_statuses = _cache.get(("names", h.site.pk), _ttl(), load)
     except ZvmError as exc:
         logger.warning("could not read VPG status names from %s: %s", h.site.name, exc)
         return None, None
+    return _name_at(statuses, status), _name_at(sub_statuses, sub_status)
+
+
+def _name_at(names: Sequence[str], code: int | None) -> str | None:
+    return names[code] if code is not None and 0 <= code < len(names) else None
 
 
 def _vpg_protection(h: _Handle, row: VmRow, sites: _Sites) -> VpgProtection:
@@ -478,16 +513,38 @@ def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
     the message lists name, identifier and sites of each), ``ApplicationError`` (empty
     query, no site configured, a site's ZVM could not be asked). Read-only; safe to repeat.
     """
+    return _lookup(vm, _enabled_sites(), resolver or dns_resolver)
+
+
+def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection | None:
+    """``find_protection(vm)`` when the per-process caches hold all it needs, else None.
+
+    ``fingerprint`` must come from ``sites_fingerprint()`` read after the caller's call began,
+    so a site change committed before it is seen. Never touches the database, a ZVM or DNS
+    (safe on an event loop); raises what ``find_protection`` raises.
+    """
+    cached = _sites_cache
+    if cached is None or cached[0] != fingerprint:
+        return None
+    _cache_only.on = True
+    try:
+        return _lookup(vm, cached[1], dns_resolver)
+    except _Miss:
+        return None
+    finally:
+        _cache_only.on = False
+
+
+def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
     query = vm.strip()
     if not query:
         raise ApplicationError("give a VM name, hostname or vmIdentifier")
     if len(query) > 255:
         raise ApplicationError("that VM name is too long")
-    site_rows = _enabled_sites()
     if not site_rows:
         raise ApplicationError("no ZVM site is configured here")
     handles = [_Handle(site, _client_for(site)) for site in site_rows]
-    rows = _matching_rows(query, handles, resolver or dns_resolver)
+    rows = _matching_rows(query, handles, resolver)
     candidates = _candidates(rows)
     if not candidates:
         names = ", ".join(h.site.name for h in handles)

@@ -16,6 +16,7 @@ import asyncio
 import contextvars
 import functools
 import logging
+import weakref
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -75,3 +76,65 @@ async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, _run_in_thread, fn, args, kwargs)
     return await loop.run_in_executor(_pool, call)
+
+
+class _ReadState[V]:
+    """One event loop's reads: the one running and the one callers are joining."""
+
+    def __init__(self) -> None:
+        self.next: asyncio.Future[V] | None = None  # not started yet; callers arriving now join it
+        self.task: asyncio.Task[None] | None = None  # running now
+
+
+class SharedRead[V]:
+    """``await read()``: the value of ``fn()`` (run with ``run_db``) as read after the await began.
+
+    Callers that arrive while a read is running wait for the next one, which starts when the
+    running one ends and serves all of them: under load one thread hand-off answers many
+    calls, and no caller ever gets a value read before its own call began (so a change
+    committed before that is seen).
+    """
+
+    def __init__(self, fn: Callable[[], V]) -> None:
+        self._fn = fn
+        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ReadState[V]] = (
+            weakref.WeakKeyDictionary())
+
+    async def __call__(self) -> V:
+        loop = asyncio.get_running_loop()
+        state = self._states.get(loop)
+        if state is None:
+            state = self._states[loop] = _ReadState()
+        future = state.next
+        if future is None:
+            future = state.next = loop.create_future()
+            if state.task is None:
+                self._start(loop, state)
+        # shield: one caller going away must not cancel the read the others wait for
+        return await asyncio.shield(future)
+
+    def _start(self, loop: asyncio.AbstractEventLoop, state: _ReadState[V]) -> None:
+        future, state.next = state.next, None
+        assert future is not None
+        state.task = loop.create_task(self._read(loop, state, future))
+
+    async def _read(self, loop: asyncio.AbstractEventLoop, state: _ReadState[V], future: asyncio.Future[V]) -> None:
+        try:
+            value = await run_db(self._fn)
+        except asyncio.CancelledError:  # the loop is shutting down: so are the waiters
+            future.cancel()
+            if state.next is not None:
+                state.next.cancel()
+                state.next = None
+            raise
+        except Exception as exc:  # every waiter gets what the read raised
+            if not future.done():
+                future.set_exception(exc)
+                future.exception()  # retrieved: no "never retrieved" warning when nobody waits
+        else:
+            if not future.done():
+                future.set_result(value)
+        finally:
+            state.task = None
+            if state.next is not None and not loop.is_closed():
+                self._start(loop, state)

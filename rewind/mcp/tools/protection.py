@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from django.db import DatabaseError
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from rewind.mcp.context import run_db
-from rewind.protection import Protection, SiteRef, VpgProtection, find_protection
+from rewind.mcp.context import SharedRead, run_db
+from rewind.protection import (
+    Protection,
+    SiteRef,
+    VpgProtection,
+    find_protection,
+    find_protection_cached,
+    sites_fingerprint,
+)
 
 
 class SiteOut(BaseModel):
@@ -57,6 +65,10 @@ def _vpg(v: VpgProtection) -> VpgOut:
     )
 
 
+# The only database read of a cached lookup; concurrent calls share it (see SharedRead).
+_fingerprint = SharedRead(sites_fingerprint)
+
+
 def protection_out(p: Protection) -> ProtectionOut:
     return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs])
 
@@ -68,7 +80,15 @@ async def zerto_find_protection(vm: str) -> ProtectionOut:
     several VMs matching, is an error that lists the candidates (name, identifier, site); ask again with
     the vmIdentifier then. Each VPG says whether a tagged checkpoint can be inserted, and why not.
     """
-    return protection_out(await run_db(find_protection, vm))
+    # Cached (the common case under load): answered here on the event loop, no thread hand-off
+    # of its own; anything to fetch (a ZVM call, DNS, changed sites) runs on the MCP pool.
+    try:
+        found = find_protection_cached(vm, await _fingerprint())
+    except DatabaseError:
+        found = None  # find_protection reads the sites again and reports its own error
+    if found is None:
+        found = await run_db(find_protection, vm)
+    return protection_out(found)
 
 
 def register(server: MCPServer) -> None:
