@@ -38,7 +38,7 @@ MIB = 1024 * 1024
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--mib", type=int, default=1024)
+    parser.add_argument("--mib", type=int, default=1024, help="size of the recovered file in MiB (default 1024)")
     args = parser.parse_args()
     django_setup(fresh_dir(STATE))
     sim, url = start_sim(STATE)

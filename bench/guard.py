@@ -94,8 +94,8 @@ class Bench:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--delay", type=float, default=2.0)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--delay", type=float, default=2.0, help="simulated checkpoint listing delay, s (default 2)")
+    parser.add_argument("--runs", type=int, default=5, help="guards per case; the median is reported (default 5)")
     args = parser.parse_args()
     django_setup(fresh_dir(STATE), REWIND_LOOKUP_CACHE_S="0")  # every guard pays its own protection lookup
     sim, url = start_sim(STATE)

@@ -35,8 +35,8 @@ TARGETS = (("site-b", "db01", "vpg-db"), ("site-a", "win01", "vpg-win"), ("site-
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sessions", type=int, default=1000)
-    parser.add_argument("--foreign", type=int, default=60)
+    parser.add_argument("--sessions", type=int, default=1000, help="live sessions of ours, spread over 3 sites")
+    parser.add_argument("--foreign", type=int, default=60, help="sessions of another operator, which must survive")
     args = parser.parse_args()
     django_setup(fresh_dir(STATE))
     sim, url = start_sim(STATE, "--unmount-seconds", "0.2")
