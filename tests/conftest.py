@@ -95,6 +95,15 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
     from rewind.mcp.auditlog import audit_writer
 
     audit_writer.close_connections()
+    if connection.vendor == "postgresql":
+        # Threads of this process that ran ORM code (anyio workers behind in-process MCP
+        # calls, a task's VPG threads) keep idle connections Django never closes; end them
+        # so the drop cannot fail with "database is being accessed by other users".
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
 
 
 def _purge_broker() -> None:

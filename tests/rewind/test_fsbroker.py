@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -53,10 +55,16 @@ def test_a_message_file_is_visible_only_once_it_is_whole(channel: Any, queue_fol
     assert os.listdir(queue_folder) == []
 
 
-def test_the_embedded_broker_uses_it() -> None:
-    if not settings.CELERY_BROKER_URL.startswith("filesystem"):
-        pytest.skip("the broker here is Redis")
-    from rewind.celery import app
-
-    with app.connection_for_write() as conn:
-        assert isinstance(conn.transport, Transport)
+def test_the_embedded_broker_uses_it(tmp_path: Path) -> None:
+    """With no REDIS_URL the Celery app publishes through this transport (checked in a fresh process)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="rewind.settings")
+    probe = (
+        "import django; django.setup()\n"
+        "from rewind.celery import app\n"
+        "with app.connection_for_write() as conn: print(type(conn.transport).__module__)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", probe], cwd=settings.BASE_DIR, env=env,
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip().splitlines()[-1] == Transport.__module__
