@@ -9,6 +9,7 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -83,7 +84,7 @@ class WorkerProcess:
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup: None) -> Iterator[None]:
+def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[None]:
     """pytest-django's test database, let go of by this process's own threads before it is dropped.
 
     Every session fixture that starts a process on the test database (the Celery worker,
@@ -99,7 +100,7 @@ def django_db_setup(django_db_setup: None) -> Iterator[None]:
         # Threads of this process that ran ORM code (anyio workers behind in-process MCP
         # calls, a task's VPG threads) keep idle connections Django never closes; end them
         # so the drop cannot fail with "database is being accessed by other users".
-        with connection.cursor() as cursor:
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
             cursor.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = current_database() AND pid <> pg_backend_pid()"

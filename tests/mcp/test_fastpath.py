@@ -186,6 +186,7 @@ async def _settle() -> None:
         await asyncio.sleep(0)
 
 
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
 def test_shared_read_serves_a_burst_with_one_read() -> None:
     fn = GatedRead()
     read = SharedRead(fn)
@@ -207,6 +208,7 @@ def test_shared_read_serves_a_burst_with_one_read() -> None:
     assert fn.calls == 2
 
 
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
 def test_shared_read_gives_a_late_caller_a_fresh_read() -> None:
     fn = GatedRead()
     read = SharedRead(fn)
@@ -225,6 +227,7 @@ def test_shared_read_gives_a_late_caller_a_fresh_read() -> None:
     assert fn.calls == 2
 
 
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
 def test_shared_read_survives_a_cancelled_waiter_of_the_running_read() -> None:
     fn = GatedRead()
     read = SharedRead(fn)
@@ -253,6 +256,7 @@ def test_shared_read_survives_a_cancelled_waiter_of_the_running_read() -> None:
     assert fn.calls == 3
 
 
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
 def test_shared_read_survives_a_cancelled_waiter_of_the_next_read() -> None:
     fn = GatedRead()
     read = SharedRead(fn)
@@ -273,6 +277,7 @@ def test_shared_read_survives_a_cancelled_waiter_of_the_next_read() -> None:
     assert fn.calls == 2
 
 
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
 def test_shared_read_raises_to_every_waiter_of_a_failed_read() -> None:
     fn = GatedRead(fail_on=2)
     read = SharedRead(fn)
