@@ -21,6 +21,7 @@ from catalog.services import (
     tool_sighting_classify_readonly,
     validate_entry_fields,
 )
+from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
 
@@ -127,7 +128,7 @@ class ClassifyMutatingForm(forms.Form):
 
 
 @admin.register(ToolSighting)
-class ToolSightingAdmin(admin.ModelAdmin):
+class ToolSightingAdmin(ReadOnlyAdmin):
     list_display = ["tool", "status", "count", "first_seen_at", "last_seen_at", "agent_list", "argument_list"]
     list_filter = ["status"]
     search_fields = ["tool"]
@@ -143,14 +144,6 @@ class ToolSightingAdmin(admin.ModelAdmin):
     def argument_list(self, obj: ToolSighting) -> str:
         return ", ".join(str(a) for a in obj.argument_names)
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
     def has_classify_permission(self, request: HttpRequest) -> bool:
         # Classifying a sighting as mutating adds a catalog entry.

@@ -20,6 +20,7 @@ from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
 from recoveries.selectors import flr_sessions_everywhere, result_dict
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from recoveries.sessions import session_end_by_hand
+from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
 from rewind.models import Site
@@ -27,17 +28,6 @@ from rewind.sites import site_client
 from rewind.zvm import ZvmError
 
 END_PERMISSION = "recoveries.end_flr_session"
-
-
-class ReadOnlyAdmin(admin.ModelAdmin):
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 class ApprovalInline(admin.TabularInline):

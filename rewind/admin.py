@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from rewind.admin_base import ReadOnlyAdmin
 from rewind.agents import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.audit import Actor
 from rewind.models import Agent, AgentToken, AuditEvent, ChangeGuard, ChangeGuardVpg, Site
@@ -80,21 +81,12 @@ class SiteAdmin(admin.ModelAdmin):
 
 
 @admin.register(AuditEvent)
-class AuditEventAdmin(admin.ModelAdmin):
+class AuditEventAdmin(ReadOnlyAdmin):
     list_display = ["seq", "time", "actor_type", "actor", "action", "target_type", "target_repr", "request_id"]
     list_filter = ["actor_type", "action"]
     search_fields = ["actor", "action", "target_id", "target_repr", "request_id"]
     ordering = ["-seq"]
     show_full_result_count = False
-
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
 
 
 # --- agents and their tokens ---------------------------------------------------------------
@@ -191,7 +183,7 @@ class ChangeGuardVpgInline(admin.TabularInline):
 
 
 @admin.register(ChangeGuard)
-class ChangeGuardAdmin(admin.ModelAdmin):
+class ChangeGuardAdmin(ReadOnlyAdmin):
     """Guards and tagged checkpoints: a read-only record; the wait task is their only writer."""
 
     list_display = ["id", "requested_at", "agent_name", "vm_name", "tool", "change_id", "status", "finished_at"]
@@ -204,11 +196,3 @@ class ChangeGuardAdmin(admin.ModelAdmin):
         "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "attempts",
     )
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
