@@ -35,8 +35,8 @@ def test_a_person_creates_an_agent_they_own(made: tuple[Any, dict[str, Any]]) ->
 
 @pytest.mark.django_db
 def test_the_owner_can_be_someone_else(api: Any, superuser: Any, viewer: Any) -> None:
-    body = api(superuser).post("/api/agents/", {"name": "helper-2", "owner": "vera"}).json()
-    assert body["owner"] == "vera" and Agent.objects.get(name="helper-2").owner == viewer
+    body = api(superuser).post("/api/agents/", {"name": "deploy-bot", "owner": "vera"}).json()
+    assert body["owner"] == "vera" and Agent.objects.get(name="deploy-bot").owner == viewer
 
 
 @pytest.mark.django_db

@@ -56,7 +56,7 @@ def test_changing_and_deleting_in_the_admin_go_through_the_services(admin_client
 
 
 def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_client: Client) -> None:
-    s = tool_sighting_record(tool="docker/exec", agent_name="claude", argument_names=["docker_host", "cmd"])
+    s = tool_sighting_record(tool="docker/exec", agent_name="ops-bot", argument_names=["docker_host", "cmd"])
     url = "/admin/catalog/toolsighting/"
     first = admin_client.post(url, {"action": "classify_mutating", "_selected_action": [s.pk]})
     assert first.status_code == 200
@@ -74,7 +74,7 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
 
 
 def test_classifying_a_sighting_as_read_only_ignores_it(admin_client: Client) -> None:
-    s = tool_sighting_record(tool="fs/list", agent_name="claude", argument_names=["path"])
+    s = tool_sighting_record(tool="fs/list", agent_name="ops-bot", argument_names=["path"])
     body = {"action": "classify_readonly", "_selected_action": [s.pk]}
     resp = admin_client.post("/admin/catalog/toolsighting/", body)
     assert resp.status_code == 302
@@ -83,7 +83,7 @@ def test_classifying_a_sighting_as_read_only_ignores_it(admin_client: Client) ->
 
 
 def test_the_guard_admin_is_read_only_and_filterable(admin_client: Client) -> None:
-    resp = admin_client.get("/admin/rewind/changeguard/?status=ok&agent_name=claude")
+    resp = admin_client.get("/admin/rewind/changeguard/?status=ok&agent_name=ops-bot")
     assert resp.status_code == 200
     assert admin_client.get("/admin/rewind/changeguard/add/").status_code == 403
 

@@ -22,7 +22,7 @@ from rewind.models import AuditEvent
 pytestmark = pytest.mark.django_db
 
 ALICE = Actor.user("alice")
-BOT = Actor.agent("claude")
+BOT = Actor.agent("ops-bot")
 
 
 def test_the_starter_list_covers_linux_and_windows() -> None:
@@ -41,9 +41,9 @@ def test_an_agent_adds_an_entry_and_it_is_audited() -> None:
     tool = mutating_tool_add(
         actor=BOT, pattern=" Docker/Exec ", vm_arg="host", platform="linux", description="runs in a container"
     )
-    assert tool.pattern == "docker/exec" and tool.added_by == "claude" and tool.added_by_kind == "agent"
+    assert tool.pattern == "docker/exec" and tool.added_by == "ops-bot" and tool.added_by_kind == "agent"
     event = AuditEvent.objects.get(action="catalog.tool.added")
-    assert event.actor == "claude" and event.actor_type == "agent"
+    assert event.actor == "ops-bot" and event.actor_type == "agent"
     assert event.data["before"] is None and event.data["after"]["pattern"] == "docker/exec"
     assert verify_chain()[1] is None
 
@@ -114,16 +114,16 @@ def test_a_person_updates_and_removes_with_before_and_after_audited() -> None:
 
 
 def test_sightings_count_calls_agents_and_argument_names() -> None:
-    tool_sighting_record(tool="FS/read_file", agent_name="claude", argument_names=["path"])
+    tool_sighting_record(tool="FS/read_file", agent_name="ops-bot", argument_names=["path"])
     tool_sighting_record(tool="fs/read_file", agent_name="gpt", argument_names=["path", "encoding"])
-    tool_sighting_record(tool="fs/read_file", agent_name="claude", argument_names=[])
+    tool_sighting_record(tool="fs/read_file", agent_name="ops-bot", argument_names=[])
     s = ToolSighting.objects.get(tool="fs/read_file")
-    assert s.count == 3 and s.agents == ["claude", "gpt"] and s.argument_names == ["path", "encoding"]
+    assert s.count == 3 and s.agents == ["ops-bot", "gpt"] and s.argument_names == ["path", "encoding"]
     assert s.status == ToolSighting.Status.UNCLASSIFIED and s.last_seen_at >= s.first_seen_at
 
 
 def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
-    s = tool_sighting_record(tool="docker/exec", agent_name="claude", argument_names=["container_host", "cmd"])
+    s = tool_sighting_record(tool="docker/exec", agent_name="ops-bot", argument_names=["container_host", "cmd"])
     with pytest.raises(PermissionDeniedError):
         tool_sighting_classify_mutating(actor=BOT, sighting=s, vm_arg="container_host")
     entry = tool_sighting_classify_mutating(actor=ALICE, sighting=s, vm_arg="container_host", platform="linux")
@@ -136,7 +136,7 @@ def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
 
 
 def test_classifying_a_sighting_as_read_only_ignores_it() -> None:
-    s = tool_sighting_record(tool="fs/list", agent_name="claude", argument_names=["path"])
+    s = tool_sighting_record(tool="fs/list", agent_name="ops-bot", argument_names=["path"])
     tool_sighting_classify_readonly(actor=ALICE, sighting=s)
     s.refresh_from_db()
     assert s.status == ToolSighting.Status.IGNORED

@@ -48,7 +48,7 @@ def sites(sim: Any, db: None) -> dict[str, Site]:
 @pytest.fixture
 def agent(db: None) -> Agent:
     owner = User.objects.create_user("owner", password="x-owner-pw-123")
-    return Agent.objects.create(name="claude", owner=owner)
+    return Agent.objects.create(name="ops-bot", owner=owner)
 
 
 def wait_finished(guard: ChangeGuard, timeout: float = 60.0) -> ChangeGuard:

@@ -51,7 +51,7 @@ def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, worker
     guard = wait_finished(_request(agent, "db01"))
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
-    assert guard.tag.startswith("ai:claude | edit config | vm=db01 | change=") and guard.tag.endswith("Z")
+    assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=") and guard.tag.endswith("Z")
 
 
 def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
@@ -140,7 +140,7 @@ def test_it_refuses_vms_that_cannot_take_a_checkpoint(
     assert outcome.refused and reason in outcome.refused[0].reason
     assert not ChangeGuard.objects.exists()
     event = AuditEvent.objects.get(action="guard.refused")
-    assert event.actor == "claude" and reason in event.data["reason"]
+    assert event.actor == "ops-bot" and reason in event.data["reason"]
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,8 @@ NOW = datetime(2026, 11, 29, 10, 15, 42, 123456, tzinfo=UTC)
 
 
 def test_the_tag_has_the_documented_form() -> None:
-    tag = build_tag(agent="claude", action=clean_action("edit nginx.conf"), vm="web01", change_id="CHG-1", now=NOW)
-    assert tag == "ai:claude | edit nginx.conf | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z"
+    tag = build_tag(agent="ops-bot", action=clean_action("edit nginx.conf"), vm="web01", change_id="CHG-1", now=NOW)
+    assert tag == "ai:ops-bot | edit nginx.conf | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z"
 
 
 def test_pipes_and_control_characters_are_stripped_from_the_action() -> None:
@@ -31,11 +31,11 @@ def test_pipes_and_control_characters_are_stripped_from_the_action() -> None:
 
 def test_a_long_action_is_shortened_to_the_limit(settings: Any) -> None:
     settings.REWIND_TAG_MAX_LENGTH = 100
-    tag = build_tag(agent="claude", action=clean_action("x" * 150), vm="web01", change_id="CHG-1", now=NOW)
+    tag = build_tag(agent="ops-bot", action=clean_action("x" * 150), vm="web01", change_id="CHG-1", now=NOW)
     assert len(tag) == 100
-    assert tag.startswith("ai:claude | xxx") and "... | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z" in tag
+    assert tag.startswith("ai:ops-bot | xxx") and "... | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z" in tag
     with pytest.raises(ApplicationError, match="shorter change_id"):
-        build_tag(agent="claude", action="x", vm="web01", change_id="C" * 90, now=NOW)
+        build_tag(agent="ops-bot", action="x", vm="web01", change_id="C" * 90, now=NOW)
 
 
 def test_change_ids_are_generated_or_checked() -> None:
@@ -58,44 +58,44 @@ def test_the_vm_is_read_from_the_entry_s_argument(db: None, arguments: dict[str,
 @pytest.mark.parametrize("arguments", [{}, {"host": ""}, {"host": None}, {"hostname": "web01"}])
 def test_a_missing_vm_argument_names_the_entry_and_the_argument(db: None, arguments: dict[str, Any]) -> None:
     with pytest.raises(ApplicationError, match="'ssh/exec' names the VM in argument 'host', which is missing"):
-        guard_before_mutate(agent_name="claude", tool="ssh/exec", arguments=arguments, action="edit")
+        guard_before_mutate(agent_name="ops-bot", tool="ssh/exec", arguments=arguments, action="edit")
     assert not ChangeGuard.objects.exists() and not ToolSighting.objects.exists()
 
 
 def test_several_hosts_in_one_argument_are_refused(db: None) -> None:
     with pytest.raises(ApplicationError, match="guard each host separately"):
         guard_before_mutate(
-            agent_name="claude", tool="ansible/run_playbook", arguments={"hosts": ["a", "b"]}, action="x"
+            agent_name="ops-bot", tool="ansible/run_playbook", arguments={"hosts": ["a", "b"]}, action="x"
         )
 
 
 @pytest.mark.parametrize("tool", ["ssh", "ssh/exec/now", "ssh exec", "", "ssh/*"])
 def test_a_malformed_tool_name_is_an_error(db: None, tool: str) -> None:
     with pytest.raises(ApplicationError, match="not a tool name"):
-        guard_before_mutate(agent_name="claude", tool=tool, arguments={"host": "web01"}, action="edit")
+        guard_before_mutate(agent_name="ops-bot", tool=tool, arguments={"host": "web01"}, action="edit")
     assert not AuditEvent.objects.exists()
 
 
 def test_an_unlisted_tool_passes_through_audited_with_a_sighting(db: None) -> None:
     arguments = {"path": "/etc/passwd", "token": "s3cr3t"}
-    outcome = guard_before_mutate(agent_name="claude", tool="fs/read_file", arguments=arguments, action="read")
+    outcome = guard_before_mutate(agent_name="ops-bot", tool="fs/read_file", arguments=arguments, action="read")
     assert outcome.guarded is False and outcome.guard is None
     event = AuditEvent.objects.get(action="guard.pass_through")
-    assert event.actor == "claude" and event.data["tool"] == "fs/read_file"
+    assert event.actor == "ops-bot" and event.data["tool"] == "fs/read_file"
     assert "s3cr3t" not in str(event.data)  # argument names only, never values
     assert ToolSighting.objects.get(tool="fs/read_file").argument_names == ["path", "token"]
 
 
 def test_a_disabled_entry_passes_through(db: None) -> None:
     mutating_tool_disable(actor=Actor.user("alice"), tool=MutatingTool.objects.get(pattern="smb/write_file"))
-    outcome = guard_before_mutate(agent_name="claude", tool="smb/write_file", arguments={"host": "win01"}, action="x")
+    outcome = guard_before_mutate(agent_name="ops-bot", tool="smb/write_file", arguments={"host": "win01"}, action="x")
     assert outcome.guarded is False
 
 
 def test_a_listed_tool_is_guarded_through_a_pattern(sim: Any, sites: Any, db: None) -> None:
-    mutating_tool_add(actor=Actor.agent("claude"), pattern="docker/*", vm_arg="node", description="docker")
+    mutating_tool_add(actor=Actor.agent("ops-bot"), pattern="docker/*", vm_arg="node", description="docker")
     outcome = guard_before_mutate(
-        agent_name="claude", tool="Docker/Run", arguments={"node": "db01"}, action="restart db", change_id="CHG-9"
+        agent_name="ops-bot", tool="Docker/Run", arguments={"node": "db01"}, action="restart db", change_id="CHG-9"
     )
     assert outcome.guarded and outcome.created and outcome.entry == "docker/*"
     guard = outcome.guard
@@ -105,6 +105,6 @@ def test_a_listed_tool_is_guarded_through_a_pattern(sim: Any, sites: Any, db: No
 
 
 def test_another_agent_cannot_reuse_a_change_id_for_the_same_vm(sim: Any, sites: Any, db: None) -> None:
-    guard_before_mutate(agent_name="claude", tool="ssh/exec", arguments={"host": "db01"}, action="x", change_id="C-1")
+    guard_before_mutate(agent_name="ops-bot", tool="ssh/exec", arguments={"host": "db01"}, action="x", change_id="C-1")
     with pytest.raises(ApplicationError, match="already in use"):
         guard_before_mutate(agent_name="gpt", tool="ssh/exec", arguments={"host": "db01"}, action="x", change_id="C-1")
