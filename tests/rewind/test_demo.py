@@ -62,7 +62,12 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
         assert proc.wait(timeout=60) is not None
     finally:
         if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
+            # Ask first: the children live in sessions of their own, so only runstack can stop them.
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
     time.sleep(0.5)
     left = [pid for pid in children if Path(f"/proc/{pid}").exists()]
     assert left == []
