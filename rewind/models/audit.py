@@ -20,7 +20,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 class AuditEvent(models.Model):
     """One entry of the append-only, hash-chained audit log.
 
-    Written only by ``rewind.audit.audit_record`` (or ``audit_record_many``). ``hash`` covers the canonical content of
+    Written only by ``rewind.audit.audit_record`` (or ``audit_append``). ``hash`` covers the canonical content of
     the row including ``prev_hash``, so changing, removing or reordering any row breaks the
     chain from there on (``manage.py audit_verify``). Database triggers refuse UPDATE (and
     DELETE on PostgreSQL); the ORM refuses both.

@@ -6,6 +6,7 @@ import threading
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
+from django.utils import timezone
 
 from rewind.audit import Actor, AuditChainError, audit_record, mask_secrets, verify_chain
 from rewind.models import AuditChainHead, AuditEvent, Site
@@ -163,3 +164,13 @@ def test_concurrent_appends_leave_one_unbroken_chain() -> None:
     assert errors == []
     assert verify_chain() == (writers * per_writer, None)
     assert AuditEvent.objects.count() == writers * per_writer
+
+
+@pytest.mark.django_db
+def test_what_is_hashed_is_what_the_database_gives_back() -> None:
+    odd = {"ratio": 0.1, "big": 2**63, "nan": float("nan"), "inf": float("-inf"), "pair": ("a", 1),
+           "nested": {3: None, "when": timezone.now()}, "unicode": "café ✓"}
+    event = audit_record(actor=Actor.system(), action="test.odd_values", data=odd)
+    assert event.data["nan"] == "nan" and event.data["inf"] == "-inf"  # not JSON numbers: kept as text
+    assert event.data["pair"] == ["a", 1] and event.data["nested"]["3"] is None
+    assert verify_chain() == (1, None)
