@@ -118,11 +118,22 @@ class VmAmbiguousError(ApplicationError):
 
 
 # --- per-process caches ------------------------------------------------------------------
+SitesFingerprint = tuple[tuple[Any, ...], ...]
+
+
 class _Miss(Exception):
     """Raised by ``_TtlCache.get`` in cache-only mode when a value would have to be loaded."""
 
 
-_cache_only = threading.local()
+class _CacheOnly(threading.local):
+    """Per thread: whether loads are forbidden (a miss raises ``_Miss``), and the earliest
+    expiry among the entries read meanwhile."""
+
+    on = False
+    fresh_until = float("inf")
+
+
+_cache_only = _CacheOnly()
 
 
 class _TtlCache:
@@ -137,13 +148,15 @@ class _TtlCache:
 
     def get(self, key: Any, ttl: float, load: Callable[[], T]) -> T:
         if ttl <= 0:
-            if getattr(_cache_only, "on", False):
+            if _cache_only.on:
                 raise _Miss
             return load()
         hit = self._values.get(key)
         if hit is not None and hit[0] > time.monotonic():
+            if _cache_only.on:
+                _cache_only.fresh_until = min(_cache_only.fresh_until, hit[0])
             return hit[1]  # type: ignore[no-any-return]
-        if getattr(_cache_only, "on", False):
+        if _cache_only.on:
             raise _Miss
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
@@ -174,6 +187,10 @@ class _TtlCache:
 
 
 _cache = _TtlCache()
+# Whole answers of find_protection_cached, by (query, sites fingerprint): under load the same
+# VMs are asked for again and again, and rebuilding an answer from the caches costs more
+# than the rest of the call. Each expires with the first cache entry it was built from.
+_answers: dict[tuple[str, SitesFingerprint], tuple[float, Protection]] = {}
 _clients: dict[int, tuple[tuple[Any, ...], ZvmConnection]] = {}
 _clients_lock = threading.Lock()
 # Site fan-out and DNS: I/O-bound work off the caller's thread (no ORM in these threads).
@@ -184,13 +201,14 @@ def protection_cache_clear() -> None:
     """Forget cached look-ups, directories and clients (tests, or after changing sites)."""
     global _sites_cache
     _cache.clear()
+    _answers.clear()
     _sites_cache = None
     with _clients_lock:
         _clients.clear()
 
 
 def _cache_only_on() -> bool:
-    return bool(getattr(_cache_only, "on", False))
+    return _cache_only.on
 
 
 def _client_for(site: Site) -> ZvmClient:
@@ -213,9 +231,6 @@ def _client_for(site: Site) -> ZvmClient:
 
 
 _sites_cache: tuple[tuple[Any, ...], list[Site]] | None = None
-
-
-SitesFingerprint = tuple[tuple[Any, ...], ...]
 
 
 def sites_fingerprint() -> SitesFingerprint:
@@ -526,13 +541,23 @@ def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection
     cached = _sites_cache
     if cached is None or cached[0] != fingerprint:
         return None
-    _cache_only.on = True
+    key = (vm, fingerprint)
+    now = time.monotonic()
+    answer = _answers.get(key)
+    if answer is not None and answer[0] > now:
+        return answer[1]
+    _cache_only.on, _cache_only.fresh_until = True, float("inf")
     try:
-        return _lookup(vm, cached[1], dns_resolver)
+        found = _lookup(vm, cached[1], dns_resolver)
     except _Miss:
         return None
     finally:
         _cache_only.on = False
+    # The answer is as fresh as the oldest cached entry it was built from, not fresher.
+    if len(_answers) >= _TtlCache._MAX:
+        _answers.clear()
+    _answers[key] = (_cache_only.fresh_until, found)
+    return found
 
 
 def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:

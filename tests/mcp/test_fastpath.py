@@ -7,6 +7,7 @@ import asyncio
 import subprocess
 import textwrap
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -100,6 +101,22 @@ def test_cached_lookup_never_resolves_a_hostname(sim: Any, two_sites: Any, monke
     assert find_protection_cached("10.0.0.21", sites_fingerprint()) == expected
     assert expected.vm_name == "win01"
     assert resolver.asked == [] and _all_calls(sim) == before
+
+
+def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expires(
+        sim: Any, two_sites: Any, settings: Any) -> None:
+    settings.REWIND_LOOKUP_CACHE_S = 1.0
+    started = time.monotonic()
+    find_protection("web01")  # caches both sites' directories and web01's rows
+    time.sleep(0.5)
+    find_protection("db01")  # db01's rows are younger than the directories it is answered with
+    fingerprint = sites_fingerprint()
+    first = find_protection_cached("db01", fingerprint)
+    assert first is not None and find_protection_cached("db01", fingerprint) is first
+    # Past the directories' expiry (but not the db01 rows'), the kept answer must not be served.
+    time.sleep(max(0.0, started + 1.1 - time.monotonic()))
+    assert find_protection_cached("db01", fingerprint) is None
+    assert find_protection("db01") == first
 
 
 def test_cached_lookup_misses_after_the_cache_is_cleared(sim: Any, two_sites: Any) -> None:

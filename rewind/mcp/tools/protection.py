@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
+import pydantic_core
 from django.db import DatabaseError
 from mcp.server import MCPServer
-from mcp_types import ToolAnnotations
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field
 
 from rewind.mcp.context import SharedRead, run_db
@@ -73,7 +76,31 @@ def protection_out(p: Protection) -> ProtectionOut:
     return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs])
 
 
-async def zerto_find_protection(vm: str) -> ProtectionOut:
+def protection_result(p: Protection) -> CallToolResult:
+    """The tool's answer: the structured content, and the same as JSON text for older clients."""
+    structured = protection_out(p).model_dump(mode="json", by_alias=True)
+    text = pydantic_core.to_json(structured, indent=2).decode()
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=structured)
+
+
+# A cached lookup hands back the same Protection object until it expires, so its rendered
+# answer is kept beside it: under load, rendering cost more than the lookup.
+_rendered: dict[int, tuple[Protection, CallToolResult]] = {}
+_RENDERED_MAX = 5000
+
+
+def _rendered_result(p: Protection) -> CallToolResult:
+    hit = _rendered.get(id(p))
+    if hit is not None and hit[0] is p:
+        return hit[1]
+    result = protection_result(p)
+    if len(_rendered) >= _RENDERED_MAX:
+        _rendered.clear()
+    _rendered[id(p)] = (p, result)  # holding p keeps id(p) from being reused while the entry lives
+    return result
+
+
+async def zerto_find_protection(vm: str) -> Annotated[CallToolResult, ProtectionOut]:
     """Find exactly one VM and every Zerto VPG protecting it, across all configured sites.
 
     `vm` may be the VM name, a host FQDN or short hostname, or the Zerto vmIdentifier. No match, or
@@ -83,12 +110,12 @@ async def zerto_find_protection(vm: str) -> ProtectionOut:
     # Cached (the common case under load): answered here on the event loop, no thread hand-off
     # of its own; anything to fetch (a ZVM call, DNS, changed sites) runs on the MCP pool.
     try:
-        found = find_protection_cached(vm, await _fingerprint())
+        cached = find_protection_cached(vm, await _fingerprint())
     except DatabaseError:
-        found = None  # find_protection reads the sites again and reports its own error
-    if found is None:
-        found = await run_db(find_protection, vm)
-    return protection_out(found)
+        cached = None  # find_protection reads the sites again and reports its own error
+    if cached is not None:
+        return _rendered_result(cached)
+    return protection_result(await run_db(find_protection, vm))
 
 
 def register(server: MCPServer) -> None:
