@@ -1,11 +1,11 @@
 #!/usr/bin/env python
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
-    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 6] [--workers 2] [--vms 100,10000]
+    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--workers 1] [--vms 100,10000]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite) under var/bench-mcp, migrated; an agent with a token;
-2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, measured;
+2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, for the whole run;
 3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
    "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
    the lookup cache as configured (REWIND_LOOKUP_CACHE_S, default 10 s) and with it off (0),
@@ -14,8 +14,10 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 
 Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
 per call, the stateless form every MCP client at that revision sends), for a fixed time after a
-short warm-up. Calls rotate over the same 100 VM names (vm-00001..vm-00100) at every size, so the
-sizes differ only in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the
+short warm-up. Echo and find (cache on) alternate for ``--rounds`` rounds per inventory size, and
+the throughput ratio is the median of the rounds' ratios: the machine is shared, and a slow spell
+then hits both sides of a ratio instead of one phase. Calls rotate over the same 100 VM names
+(vm-00001..vm-00100) at every size, so the sizes differ only in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the
 cost at the largest inventory against the smallest. No thresholds: it measures and reports.
 The load generator shares the machine's cores with the servers; read the figures as relative.
 """
@@ -28,6 +30,7 @@ import itertools
 import json
 import os
 import socket
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -212,10 +215,20 @@ def zvm_calls(sim_url: str) -> int:
 
 
 # --- the run ------------------------------------------------------------------------------------------
+def merged(label: str, parts: list[Result]) -> Result:
+    """The rounds of one phase as one result: calls and seconds summed, latencies pooled."""
+    return Result(label, sum(r.calls for r in parts), sum(r.errors for r in parts), sum(r.seconds for r in parts),
+                  [ms for r in parts for ms in r.latencies_ms], sent=sum(r.sent for r in parts),
+                  zvm_calls=None if parts[0].zvm_calls is None else sum(r.zvm_calls or 0 for r in parts),
+                  server_cpu_s=sum(r.server_cpu_s or 0.0 for r in parts))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=16)
-    parser.add_argument("--seconds", type=float, default=6.0, help="measured time per phase")
+    parser.add_argument("--seconds", type=float, default=4.0, help="measured time per phase and round")
+    parser.add_argument("--rounds", type=int, default=3,
+                        help="echo and find (cache on) alternate this many times per inventory size")
     parser.add_argument("--warmup", type=float, default=1.5)
     parser.add_argument("--workers", type=int, default=1,
                         help="uvicorn workers for the app and for echo (1: no accept imbalance between workers)")
@@ -231,7 +244,6 @@ def main() -> None:
            "MCP_RATE_LIMIT_PER_MINUTE": "100000000"}
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     names = [f"vm-{i:05d}" for i in range(1, args.names + 1)]
-    results: dict[str, Result] = {}
 
     def run(label: str, server: Proc, url: str, tok: str | None, tool: str,
             arguments: Callable[[int], dict[str, Any]], sim_url: str | None = None) -> Result:
@@ -242,47 +254,69 @@ def main() -> None:
         if sim_url:
             result.zvm_calls = zvm_calls(sim_url) - before
         print(result.line(), flush=True)
-        results[label] = result
         return result
 
-    print(f"clients={args.clients} seconds={args.seconds} workers={args.workers} cores={os.cpu_count()}", flush=True)
+    def echo_round(r: int) -> Result:
+        return run(f"echo (bare SDK, no auth, no DB) #{r}", echo_proc, echo_url, None, "echo",
+                   lambda n: {"text": f"hello {n}"})
+
+    print(f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
+          f"cores={os.cpu_count()}", flush=True)
+    # Echo and find alternate, so a slow spell of a shared machine hits both sides of a ratio.
     echo_proc, echo_url = start_uvicorn("echo", "bench.mcp_find:echo_app", env, work, args.workers, factory=True)
+    sizes = [int(v) for v in args.vms.split(",")]
+    found: dict[str, Result] = {}
+    echoes: dict[int, Result] = {}
+    ratios: dict[int, list[float]] = {}
     try:
-        echo_result = run("echo (bare SDK, no auth, no DB)", echo_proc, echo_url, None, "echo",
-                          lambda n: {"text": f"hello {n}"})
+        for vms in sizes:
+            sim, sim_url = start_sim(work, "--vms", str(vms), name=f"zvmsim-{vms}")
+            try:
+                register_sites(sim_url, ("site-a", "site-b"))
+                for cache in (None, "0"):
+                    app_env = dict(env) if cache is None else {**env, "REWIND_LOOKUP_CACHE_S": cache}
+                    app, app_url = start_uvicorn(f"app-{vms}-{cache or 'default'}", "rewind.asgi:application",
+                                                 app_env, work, args.workers)
+                    label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
+                    try:
+                        parts, echo_parts = [], []
+                        for n in range(1, (args.rounds if cache is None else 1) + 1):
+                            if cache is None:
+                                echo_parts.append(echo_round(n))
+                            parts.append(run(f"{label} #{n}", app, app_url, token, "zerto_find_protection",
+                                             lambda n: {"vm": names[n % len(names)]}, sim_url))
+                            if echo_parts:
+                                ratios.setdefault(vms, []).append(parts[-1].rps / echo_parts[-1].rps)
+                        found[label] = merged(label, parts)
+                        if echo_parts:
+                            echoes[vms] = merged(f"echo beside {vms} VMs", echo_parts)
+                    finally:
+                        app.stop()
+            finally:
+                sim.stop()
     finally:
         echo_proc.stop()
 
-    sizes = [int(v) for v in args.vms.split(",")]
+    print("\nall rounds together:")
     for vms in sizes:
-        sim, sim_url = start_sim(work, "--vms", str(vms), name=f"zvmsim-{vms}")
-        try:
-            register_sites(sim_url, ("site-a", "site-b"))
-            for cache in (None, "0"):
-                app_env = dict(env) if cache is None else {**env, "REWIND_LOOKUP_CACHE_S": cache}
-                app, app_url = start_uvicorn(f"app-{vms}-{cache or 'default'}", "rewind.asgi:application",
-                                             app_env, work, args.workers)
-                try:
-                    label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
-                    run(label, app, app_url, token, "zerto_find_protection",
-                        lambda n: {"vm": names[n % len(names)]}, sim_url)
-                finally:
-                    app.stop()
-        finally:
-            sim.stop()
-
+        print(echoes[vms].line())
+        for cache in ("on", "off"):
+            print(found[f"find_protection {vms} VMs, cache {cache}"].line())
     print()
     for vms in sizes:
-        r = results[f"find_protection {vms} VMs, cache on"]
-        print(f"find/echo throughput at {vms} VMs (cache on): {r.rps / echo_result.rps:.2f}; "
-              f"server CPU per call {r.cpu_ms_per_call / echo_result.cpu_ms_per_call:.2f}x echo")
+        r, e = found[f"find_protection {vms} VMs, cache on"], echoes[vms]
+        per_round = " ".join(f"{x:.2f}" for x in ratios[vms])
+        print(f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios[vms]):.2f} "
+              f"(median of rounds: {per_round}); server CPU per call {r.cpu_ms_per_call / e.cpu_ms_per_call:.2f}x echo; "
+              f"find p99 {r.pct(0.99):.1f} ms")
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)
         for cache in ("on", "off"):
-            a = results[f"find_protection {small} VMs, cache {cache}"]
-            b = results[f"find_protection {large} VMs, cache {cache}"]
+            a = found[f"find_protection {small} VMs, cache {cache}"]
+            b = found[f"find_protection {large} VMs, cache {cache}"]
             print(f"cost per call {large} vs {small} VMs (cache {cache}): {a.rps / b.rps:.2f}x "
-                  f"(p50 {b.pct(0.5) / a.pct(0.5):.2f}x)")
+                  f"(p50 {b.pct(0.5) / a.pct(0.5):.2f}x, server CPU per call "
+                  f"{b.cpu_ms_per_call / a.cpu_ms_per_call:.2f}x)")
 
 
 if __name__ == "__main__":
