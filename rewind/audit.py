@@ -52,20 +52,30 @@ class Actor:
 SYSTEM = Actor.system()
 
 
+@functools.lru_cache(maxsize=4096)
+def _secret_key(key: str) -> bool:
+    return _SECRET_KEY.search(key) is not None  # keys repeat endlessly: decide each once
+
+
+def _secret_value(text: str) -> bool:
+    head = text.lstrip()[:6].lower()  # cheap first look: only "bearer …" and "rwd_…" can match
+    return (head[:4] == "rwd_" or head == "bearer") and _SECRET_VALUE.match(text.strip()) is not None
+
+
 def mask_secrets(value: Any) -> Any:
     """A JSON-ready copy of ``value`` with secret-looking keys and values replaced."""
     if isinstance(value, dict):
         return {
-            str(k): (MASK if _SECRET_KEY.search(str(k)) and v not in (None, "") else mask_secrets(v))
+            str(k): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
             for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
         return [mask_secrets(v) for v in value]
-    if isinstance(value, str) and _SECRET_VALUE.match(value.strip()):
-        return MASK
+    if isinstance(value, str):
+        return MASK if _secret_value(value) else value
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # NaN and infinity are not JSON; PostgreSQL would refuse the row
-    if isinstance(value, (str, int, float, bool)) or value is None:
+    if isinstance(value, (int, float, bool)) or value is None:
         return value
     return str(value)
 

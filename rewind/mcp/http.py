@@ -56,8 +56,9 @@ class RateLimiter:
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
+    """The value of header ``name`` (lower case: ASGI servers give header names in lower case)."""
     for key, value in scope.get("headers") or ():
-        if key.lower() == name:
+        if key == name:
             return value.decode("latin-1")
     return None
 

@@ -126,6 +126,8 @@ def test_it_masks_secrets() -> None:
     assert "hunter2" not in flat and "s3" not in flat and "abc.def" not in flat and "xxxxxxxx" not in flat
     assert event.data["nested"]["ok"] == "visible"
     assert mask_secrets({"token": None}) == {"token": None}
+    assert mask_secrets([" BEARER  abc ", "RWD_" + "y" * 24, "bearerish", "rwd_short"]) == \
+        ["***", "***", "bearerish", "rwd_short"]
 
 
 @pytest.mark.django_db(transaction=True)
