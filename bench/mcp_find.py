@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
-    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--workers 1] [--vms 100,10000]
+    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite) under var/bench-mcp, migrated; an agent with a token;
@@ -14,12 +14,13 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 
 Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
 per call, the stateless form every MCP client at that revision sends), for a fixed time after a
-short warm-up. Echo and find (cache on) alternate for ``--rounds`` rounds per inventory size, and
-the throughput ratio is the median of the rounds' ratios: the machine is shared, and a slow spell
-then hits both sides of a ratio instead of one phase. Calls rotate over the same 100 VM names
-(vm-00001..vm-00100) at every size, so the sizes differ only in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the
-cost at the largest inventory against the smallest. No thresholds: it measures and reports.
-The load generator shares the machine's cores with the servers; read the figures as relative.
+short warm-up. Each inventory size runs ``--rounds`` rounds of echo, find with the cache on and
+find with it off; ratios are medians of the rounds' ratios to the echo measured beside them: the
+machine is shared, and a slow spell then hits both sides of a ratio instead of one phase. Calls
+rotate over the same 100 VM names (vm-00001..vm-00100) at every size, so the sizes differ only
+in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the cost at the
+largest inventory against the smallest. No thresholds: it measures and reports. The load
+generator shares the machine's cores with the servers; read the figures as relative.
 """
 
 from __future__ import annotations
@@ -228,7 +229,7 @@ def main() -> None:
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per phase and round")
     parser.add_argument("--rounds", type=int, default=3,
-                        help="echo and find (cache on) alternate this many times per inventory size")
+                        help="rounds of echo, find with the cache on and find with it off, per inventory size")
     parser.add_argument("--warmup", type=float, default=1.5)
     parser.add_argument("--workers", type=int, default=1,
                         help="uvicorn workers for the app and for echo (1: no accept imbalance between workers)")
@@ -256,67 +257,67 @@ def main() -> None:
         print(result.line(), flush=True)
         return result
 
-    def echo_round(r: int) -> Result:
-        return run(f"echo (bare SDK, no auth, no DB) #{r}", echo_proc, echo_url, None, "echo",
-                   lambda n: {"text": f"hello {n}"})
-
     print(f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
           f"cores={os.cpu_count()}", flush=True)
-    # Echo and find alternate, so a slow spell of a shared machine hits both sides of a ratio.
+    # Echo is the yardstick: each round measures echo, then find with the cache on and off, so a
+    # slow spell of the shared machine hits both sides of a ratio; ratios are medians of rounds.
     echo_proc, echo_url = start_uvicorn("echo", "bench.mcp_find:echo_app", env, work, args.workers, factory=True)
     sizes = [int(v) for v in args.vms.split(",")]
-    found: dict[str, Result] = {}
-    echoes: dict[int, Result] = {}
-    ratios: dict[int, list[float]] = {}
+    parts: dict[tuple[int, str], list[Result]] = {}
     try:
         for vms in sizes:
             sim, sim_url = start_sim(work, "--vms", str(vms), name=f"zvmsim-{vms}")
+            apps: dict[str, tuple[Proc, str]] = {}
             try:
                 register_sites(sim_url, ("site-a", "site-b"))
-                for cache in (None, "0"):
-                    app_env = dict(env) if cache is None else {**env, "REWIND_LOOKUP_CACHE_S": cache}
-                    app, app_url = start_uvicorn(f"app-{vms}-{cache or 'default'}", "rewind.asgi:application",
-                                                 app_env, work, args.workers)
-                    label = f"find_protection {vms} VMs, cache {'off' if cache else 'on'}"
-                    try:
-                        parts, echo_parts = [], []
-                        for n in range(1, (args.rounds if cache is None else 1) + 1):
-                            if cache is None:
-                                echo_parts.append(echo_round(n))
-                            parts.append(run(f"{label} #{n}", app, app_url, token, "zerto_find_protection",
-                                             lambda n: {"vm": names[n % len(names)]}, sim_url))
-                            if echo_parts:
-                                ratios.setdefault(vms, []).append(parts[-1].rps / echo_parts[-1].rps)
-                        found[label] = merged(label, parts)
-                        if echo_parts:
-                            echoes[vms] = merged(f"echo beside {vms} VMs", echo_parts)
-                    finally:
-                        app.stop()
+                for cache, cache_s in (("on", None), ("off", "0")):
+                    app_env = dict(env) if cache_s is None else {**env, "REWIND_LOOKUP_CACHE_S": cache_s}
+                    apps[cache] = start_uvicorn(f"app-{vms}-cache-{cache}", "rewind.asgi:application",
+                                                app_env, work, args.workers)
+                for n in range(1, args.rounds + 1):
+                    parts.setdefault((vms, "echo"), []).append(
+                        run(f"echo (bare SDK, no auth, no DB) #{n}", echo_proc, echo_url, None, "echo",
+                            lambda i: {"text": f"hello {i}"}))
+                    for cache, (app, app_url) in apps.items():
+                        parts.setdefault((vms, cache), []).append(
+                            run(f"find_protection {vms} VMs, cache {cache} #{n}", app, app_url, token,
+                                "zerto_find_protection", lambda i: {"vm": names[i % len(names)]}, sim_url))
             finally:
+                for app, _ in apps.values():
+                    app.stop()
                 sim.stop()
     finally:
         echo_proc.stop()
+    report(sizes, parts)
+
+
+def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]]) -> None:
+    def to_echo(vms: int, cache: str) -> list[float]:
+        """find/echo throughput of each round at ``vms``."""
+        return [f.rps / e.rps for f, e in zip(parts[(vms, cache)], parts[(vms, "echo")], strict=True)]
 
     print("\nall rounds together:")
     for vms in sizes:
-        print(echoes[vms].line())
+        print(merged(f"echo beside {vms} VMs", parts[(vms, "echo")]).line())
         for cache in ("on", "off"):
-            print(found[f"find_protection {vms} VMs, cache {cache}"].line())
+            print(merged(f"find_protection {vms} VMs, cache {cache}", parts[(vms, cache)]).line())
     print()
     for vms in sizes:
-        r, e = found[f"find_protection {vms} VMs, cache on"], echoes[vms]
-        per_round = " ".join(f"{x:.2f}" for x in ratios[vms])
-        print(f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios[vms]):.2f} "
-              f"(median of rounds: {per_round}); server CPU per call {r.cpu_ms_per_call / e.cpu_ms_per_call:.2f}x echo; "
-              f"find p99 {r.pct(0.99):.1f} ms")
+        find, echo = merged("", parts[(vms, "on")]), merged("", parts[(vms, "echo")])
+        ratios = to_echo(vms, "on")
+        print(f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios):.2f} "
+              f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}); server CPU per call "
+              f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms")
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)
         for cache in ("on", "off"):
-            a = found[f"find_protection {small} VMs, cache {cache}"]
-            b = found[f"find_protection {large} VMs, cache {cache}"]
-            print(f"cost per call {large} vs {small} VMs (cache {cache}): {a.rps / b.rps:.2f}x "
-                  f"(p50 {b.pct(0.5) / a.pct(0.5):.2f}x, server CPU per call "
-                  f"{b.cpu_ms_per_call / a.cpu_ms_per_call:.2f}x)")
+            # Each size's throughput relative to the echo measured beside it: the machine's pace
+            # between the two sizes' runs cancels out.
+            cost = statistics.median(to_echo(small, cache)) / statistics.median(to_echo(large, cache))
+            a, b = merged("", parts[(small, cache)]), merged("", parts[(large, cache)])
+            print(f"cost per call {large} vs {small} VMs (cache {cache}): {cost:.2f}x against echo "
+                  f"(raw throughput {a.rps / b.rps:.2f}x, p50 {b.pct(0.5) / a.pct(0.5):.2f}x, "
+                  f"server CPU per call {b.cpu_ms_per_call / a.cpu_ms_per_call:.2f}x)")
 
 
 if __name__ == "__main__":
