@@ -4,24 +4,22 @@ Both answer with a JSON-RPC error body, so a client reports a readable reason:
 - 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
 - 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
 
-The rate limit is a token bucket **per process**: with N uvicorn workers an agent can make
-up to N times the limit in a burst. That is a deliberate trade (no shared store on the hot
-path); the limit exists to stop a runaway agent loop, not to meter precisely.
-Requests without a valid token pass through untouched: the SDK answers them 401.
+The limit is counted in Redis for every worker and replica when REDIS_URL is set, else per
+process (``rewind.mcp.ratelimit``). Requests without a valid token pass through untouched:
+the SDK answers them 401.
 """
 
 from __future__ import annotations
 
 import json
 import math
-import threading
-import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mcp.server.auth.provider import TokenVerifier
 
 from rewind.mcp.gcfreeze import freeze_startup_heap
+from rewind.mcp.ratelimit import RateLimiter
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -31,28 +29,6 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 INVALID_REQUEST = -32600
 RATE_LIMITED = -32029  # server-defined range; the HTTP status says the rest
-
-
-class RateLimiter:
-    """Token bucket per key: ``per_minute`` calls, refilled continuously."""
-
-    def __init__(self, per_minute: int) -> None:
-        self.capacity = float(per_minute)
-        self.rate = per_minute / 60.0
-        self._buckets: dict[str, tuple[float, float]] = {}
-        self._lock = threading.Lock()
-
-    def take(self, key: str) -> float:
-        """0.0 when allowed (and counted), else the seconds until the next call is allowed."""
-        now = time.monotonic()
-        with self._lock:
-            tokens, stamp = self._buckets.get(key, (self.capacity, now))
-            tokens = min(self.capacity, tokens + (now - stamp) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
 
 
 def _header(scope: Scope, name: bytes) -> str | None:
@@ -80,12 +56,11 @@ async def _send_error(send: Send, status: int, code: int, message: str, rpc_id: 
 
 
 class McpHttpGuard:
-    def __init__(self, app: ASGIApp, *, verifier: TokenVerifier, max_body_bytes: int, per_minute: int) -> None:
+    def __init__(self, app: ASGIApp, *, verifier: TokenVerifier, max_body_bytes: int, limiter: RateLimiter) -> None:
         self.app = app
         self.verifier = verifier
         self.max_body_bytes = max_body_bytes
-        self.limiter = RateLimiter(per_minute)
-        self.per_minute = per_minute
+        self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "lifespan":
@@ -130,11 +105,11 @@ class McpHttpGuard:
         access = await self.verifier.verify_token(token.strip())
         if access is None:
             return False
-        wait = self.limiter.take(access.client_id)
+        wait = await self.limiter.take(access.client_id)
         if wait <= 0:
             return False
         retry_after = max(1, math.ceil(wait))
-        message = (f"rate limit exceeded for agent {access.client_id}: at most {self.per_minute} requests "
+        message = (f"rate limit exceeded for agent {access.client_id}: at most {self.limiter.per_minute} requests "
                    f"per minute; retry after {retry_after} s")
         await _send_error(send, 429, RATE_LIMITED, message, _rpc_id(body),
                           [(b"retry-after", str(retry_after).encode())])

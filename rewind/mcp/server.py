@@ -40,6 +40,7 @@ from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import AgentTokenVerifier
 from rewind.mcp.http import McpHttpGuard
+from rewind.mcp.ratelimit import rate_limiter
 from rewind.requestid import bound_request_id
 from rewind.zvm import ZvmError
 
@@ -229,6 +230,6 @@ def build_asgi_app(server: RewindMCPServer | None = None) -> Any:
     )
     verifier = server._token_verifier  # noqa: SLF001 - the same cached verifier the SDK uses
     assert verifier is not None
-    guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES,
-                         per_minute=settings.MCP_RATE_LIMIT_PER_MINUTE)
+    limiter = rate_limiter(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_REDIS_URL)
+    guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES, limiter=limiter)
     return guard
