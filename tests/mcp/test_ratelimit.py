@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import os
-import socket
 import uuid
 from typing import Any
 
@@ -14,7 +13,7 @@ import redis
 from rewind.mcp.ratelimit import KEY_PREFIX, LocalRateLimiter, RedisRateLimiter, rate_limiter
 from tests.mcp.test_security import _call_body, post
 from tests.mcp.test_transport import run
-from tests.mcpfixtures import make_agent_token, run_uvicorn
+from tests.mcpfixtures import free_port, make_agent_token, run_uvicorn
 
 
 def _redis_url() -> str:
@@ -30,12 +29,6 @@ def redis_url() -> str:
     except redis.RedisError:
         pytest.skip("no Redis server answers at REDIS_URL or 127.0.0.1:6379: the shared limit needs one")
     return url
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _takes(limiter: Any, key: str, n: int) -> list[float]:
@@ -68,7 +61,7 @@ def test_two_workers_share_one_count_in_redis(redis_url: str) -> None:
 
 
 def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
-    url = f"redis://:s3cret-pass@127.0.0.1:{_closed_port()}/0"
+    url = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"  # nothing listens there
     limiter = RedisRateLimiter(url, per_minute=2)
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
