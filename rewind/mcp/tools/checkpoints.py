@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictFloat
 
 from catalog.models import MutatingTool
 from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
-from rewind.checkpoints.services import GuardOutcome, guard_get
+from rewind.checkpoints.services import TIMEOUT_MAX_S, GuardOutcome, guard_get
 from rewind.errors import NotFoundError
+from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 from rewind.models import ChangeGuard
 
@@ -29,6 +30,9 @@ from rewind.models import ChangeGuard
 WAIT_GRACE_S = 30.0
 POLL_MIN_S, POLL_MAX_S = 0.05, 1.0
 RESUME_EVERY_S = 5.0
+TimeoutSeconds = Annotated[
+    StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S, description=f"Seconds from 1 to {TIMEOUT_MAX_S}: a JSON number")
+]
 
 
 class VpgCheckpointOut(BaseModel):
@@ -177,9 +181,9 @@ def _guard(
 async def zerto_create_tagged_checkpoint(
     vm: str,
     action: str,
-    change_id: str | None = None,
-    wait: bool = True,
-    timeout_s: float | None = None,
+    change_id: Selector | None = None,
+    wait: Flag = True,
+    timeout_s: TimeoutSeconds | None = None,
     ctx: Context | None = None,
 ) -> GuardOut:
     """Put the same tagged checkpoint on every Zerto VPG protecting a VM and wait until Zerto lists it.
@@ -199,8 +203,8 @@ async def zerto_guard_before_mutate(
     tool: str,
     arguments: dict[str, Any],
     action: str,
-    change_id: str | None = None,
-    wait: bool = True,
+    change_id: Selector | None = None,
+    wait: Flag = True,
     ctx: Context | None = None,
 ) -> GuardOut:
     """Call this before ANY tool call that may change a VM; proceed only if the answer is `ok`.
@@ -216,7 +220,7 @@ async def zerto_guard_before_mutate(
     return await _wait(out, ctx) if wait else out
 
 
-async def zerto_checkpoint_status(id: int) -> GuardOut:  # noqa: A002 - the tool's argument name
+async def zerto_checkpoint_status(id: RecordId) -> GuardOut:  # noqa: A002 - the tool's argument name
     """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
 
     `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.

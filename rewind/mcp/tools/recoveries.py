@@ -17,6 +17,7 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
 from rewind.models import Agent
 
@@ -151,9 +152,9 @@ async def zerto_recover_file(
     vm: str,
     path: str,
     reason: str,
-    checkpoint: str | None = None,
-    change_id: str | None = None,
-    wait: bool = False,
+    checkpoint: Selector | None = None,
+    change_id: Selector | None = None,
+    wait: Flag = False,
     ctx: Context | None = None,
 ) -> RecoveryOut:
     """Ask for one guest file back from a Zerto checkpoint. A human must approve before anything is mounted.
@@ -169,7 +170,7 @@ async def zerto_recover_file(
     return await _wait(out, ctx) if wait else out
 
 
-async def zerto_recovery_status(id: int) -> RecoveryOut:  # noqa: A002 - the tool's argument name
+async def zerto_recovery_status(id: RecordId) -> RecoveryOut:  # noqa: A002 - the tool's argument name
     """Status of one of your recovery requests; once done, its result.
 
     A succeeded recovery carries sha256 and size, and the file inline (`content`, text when it is UTF-8,
@@ -195,7 +196,7 @@ def _list_sessions(live_only: bool) -> FlrSessionListOut:
     )
 
 
-async def zerto_list_flr_sessions(live_only: bool = True) -> FlrSessionListOut:
+async def zerto_list_flr_sessions(live_only: Flag = True) -> FlrSessionListOut:
     """Every FLR session the configured ZVMs know, on every site, with the ones this service opened marked.
 
     `live_only` (default true) keeps the sessions still holding a mount. A site whose ZVM cannot be asked is
@@ -230,7 +231,7 @@ def _end(session_id: str) -> EndSessionOut:
     return EndSessionOut(ok=report.ok, session_id=session_id, site=row.site.name, warning=report.warning or None)
 
 
-async def zerto_end_flr_session(session_id: str, confirmed: bool = False) -> EndSessionOut:
+async def zerto_end_flr_session(session_id: Selector, confirmed: Confirmed = False) -> EndSessionOut:
     """Unmount one FLR session that this service opened. `confirmed` must be true.
 
     Sessions of other operators are never ended by an agent: the error names the admin page where a
