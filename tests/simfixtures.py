@@ -184,6 +184,18 @@ class SimHandle:
     def clear_faults(self) -> None:
         self.control("DELETE", "faults")
 
+    def set_variants(self, site: str | None = None, **changes: Any) -> dict[str, Any]:
+        """Change how a site's ZVM (or every site's, with ``site`` None) behaves where the API
+        is undocumented (``zvmsim/variants.py``); ``preset="name"`` applies a named set."""
+        return self.control("POST", "variants", {"site": site, **changes})
+
+    def variants(self, site: str) -> dict[str, Any]:
+        return self.control("GET", "variants")["sites"][site]
+
+    def rate(self, slug: str) -> dict[str, Any]:
+        """Requests this site got since the last reset, and the most in any one second."""
+        return self.control("GET", f"sites/{slug}/rate")
+
     def set_latency(self, ms: float, site: str | None = None) -> None:
         self.control("POST", "latency", {"site": site, "ms": ms})
 

@@ -2,16 +2,20 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import logging
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 import uvicorn
 
 from .app import create_app
 from .config import SimConfig
 from .tls import ensure_certs
+from .variants import CHOICES, PRESETS, VariantError, Variants, preset, validate
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -28,8 +32,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--vms", type=int, default=0,
                    help="filler VMs vm-00001... added to the demo inventory (default 0)")
     p.add_argument("--seed", type=int, default=42, help="seed of every identifier and filler VM (default 42)")
-    p.add_argument("--token-ttl", type=float, default=300.0,
-                   help="access token lifetime in seconds, returned as expires_in (default 300)")
+    p.add_argument("--token-ttl", type=float, default=None,
+                   help="access token lifetime in seconds, returned as expires_in (default 300; "
+                        "same as --variant token_ttl_s=N)")
     p.add_argument("--cert-dir", type=Path, default=None,
                    help="where ca.pem, cert.pem and key.pem live; made when missing "
                         "(default: a new temporary directory)")
@@ -40,7 +45,53 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--unmount-seconds", type=float, default=0.3,
                    help="how long an FLR session stays UnmountInProgress (default 0.3)")
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
+    v = p.add_argument_group(
+        "variants", "behaviours the ZVM API leaves undocumented, for every site (change them at run time, "
+                    "per site, with POST /_sim/variants)")
+    v.add_argument("--preset", choices=list(PRESETS), default="default",
+                   help="a named set of variants (default: default); --variant options apply on top")
+    v.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE", type=_variant_arg,
+                   help=f"set one variant; repeatable. Names: {', '.join(VARIANT_FIELDS)}. Choices: "
+                        + "; ".join(f"{k} {'|'.join(str(c) for c in vs)}" for k, vs in CHOICES.items()))
+    v.add_argument("--clock-offset", type=float, default=None, metavar="SECONDS",
+                   help="this ZVM's clock minus true time, e.g. -300 for 5 minutes behind "
+                        "(same as --variant clock_offset_s=SECONDS)")
     return p.parse_args(argv)
+
+
+VARIANT_FIELDS = [f.name for f in dataclasses.fields(Variants)]
+
+
+def _variant_arg(text: str) -> tuple[str, Any]:
+    name, sep, raw = text.partition("=")
+    if not sep or name not in VARIANT_FIELDS:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE with NAME one of {', '.join(VARIANT_FIELDS)}")
+    value: Any = raw
+    if raw.lower() in ("null", "none", ""):
+        value = None
+    else:
+        try:
+            value = json.loads(raw)  # numbers; strings stay strings
+        except ValueError:
+            value = raw
+    try:
+        validate({name: value})
+    except VariantError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    return name, value
+
+
+def variants_from(args: argparse.Namespace) -> Variants:
+    changes: dict[str, Any] = preset(args.preset)
+    changes.update(dict(args.variant))
+    if args.token_ttl is not None:
+        changes["token_ttl_s"] = args.token_ttl
+    if args.clock_offset is not None:
+        changes["clock_offset_s"] = args.clock_offset
+    try:
+        return Variants().changed(changes)
+    except VariantError as exc:
+        raise SystemExit(f"zvmsim: {exc}") from exc
 
 
 class _Server(uvicorn.Server):
@@ -68,7 +119,7 @@ class _Server(uvicorn.Server):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
-    config = SimConfig(seed=args.seed, vms=args.vms, token_ttl=args.token_ttl,
+    config = SimConfig(seed=args.seed, vms=args.vms, variants=variants_from(args),
                        task_seconds=args.task_seconds, mount_seconds=args.mount_seconds,
                        unmount_seconds=args.unmount_seconds)
     certfile: str | None = None
@@ -85,7 +136,8 @@ def main(argv: list[str] | None = None) -> int:
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
                                     access_log=args.access_log, lifespan="off",
                                     timeout_graceful_shutdown=2, ssl_certfile=certfile,
-                                    ssl_keyfile=keyfile))
+                                    # The app sets Date itself, from each site's own clock.
+                                    ssl_keyfile=keyfile, date_header=False))
     server.scheme = "http" if args.http else "https"
     server.run()
     return 0

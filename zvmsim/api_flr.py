@@ -60,8 +60,7 @@ async def flr_mount(call: Call) -> Response:
 async def flr_get(call: Call) -> Response:
     ctx = site_ctx(call)
     item = views.flr_session(ctx, call.world.flr_session(ctx.site, call.params["session_id"]))
-    shape = call.world.faults.take("flr_get_shape", ctx.site.slug)
-    return ok(item if shape and shape.params["shape"] == "object" else [item])
+    return ok(item if call.world.variant(ctx.site.slug).flr_get_shape == "object" else [item])
 
 
 @SITE.route("DELETE", "/v1/flrs/{session_id}")
@@ -99,9 +98,8 @@ async def flr_download(call: Call) -> Response:
     if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
         raise ApiError(400, "pathList must be a non-empty list of paths")
     download = call.world.flr_download(ctx.site, call.params["session_id"], paths)
-    form = call.world.faults.take("download_url", ctx.site.slug)
     relative = f"v1/downloads/{download.identifier}"
-    return ok(f"{ctx.base}/{relative}" if form and form.params["form"] == "absolute" else relative)
+    return ok(f"{ctx.base}/{relative}" if call.world.variant(ctx.site.slug).download_url == "absolute" else relative)
 
 
 @SITE.route("GET", "/v1/downloads/{download_id}")

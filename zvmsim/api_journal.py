@@ -19,7 +19,7 @@ async def checkpoints(call: Call) -> Response:
     ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     start, end = date_range(call)
-    return ok([views.checkpoint(cp) for cp in call.world.journal(vpg).listed(call.world.now(), start, end)])
+    return ok([views.checkpoint(ctx, cp) for cp in call.world.journal(vpg).listed(call.world.now(), start, end)])
 
 
 @SITE.route("GET", "/v1/vpgs/{vpg_id}/checkpoints/stats")
@@ -27,8 +27,8 @@ async def checkpoint_stats(call: Call) -> Response:
     ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     listed = call.world.journal(vpg).listed(call.world.now())
-    return ok({"Earliest": views.checkpoint(listed[0] if listed else None),
-               "Latest": views.checkpoint(listed[-1] if listed else None)})
+    return ok({"Earliest": views.checkpoint(ctx, listed[0] if listed else None),
+               "Latest": views.checkpoint(ctx, listed[-1] if listed else None)})
 
 
 @SITE.route("POST", "/v1/vpgs/{vpg_id}/checkpoints")
@@ -61,7 +61,7 @@ def _task_filter(call: Call, task: Task) -> bool:
         if not raw:
             continue
         try:
-            limit = parse_date(raw)
+            limit = call.world.true_time(site_ctx(call).site.slug, parse_date(raw))
         except DateFormatError as exc:
             raise ApiError(400, f"{key}: {exc}") from exc
         if value is None or (value - limit) * sign > 0:

@@ -24,7 +24,8 @@ async def token(call: Call) -> Response:
     raw = (await call.raw_body()).decode("utf-8", "replace")
     form = dict(parse_qsl(raw, keep_blank_values=True))
     try:
-        body = call.world.tokens.issue(site_ctx(call).site.slug, form, call.world.now())
+        slug = site_ctx(call).site.slug
+        body = call.world.tokens.issue(slug, form, call.world.now(), call.world.variant(slug).token_ttl_s)
     except TokenError as exc:
         return JSONResponse(exc.body, status_code=exc.status)
     return JSONResponse(body, headers={"Cache-Control": "no-store", "Pragma": "no-cache"})
@@ -145,11 +146,13 @@ async def vm_one(call: Call) -> Response:
 
 
 def date_range(call: Call) -> tuple[float | None, float | None]:
+    """startDate and endDate, read on the called ZVM's clock, as true times."""
+    slug = site_ctx(call).site.slug
     out: list[float | None] = []
     for key in ("startdate", "enddate"):
         raw = call.query.get(key)
         try:
-            out.append(parse_date(raw) if raw else None)
+            out.append(call.world.true_time(slug, parse_date(raw)) if raw else None)
         except DateFormatError as exc:
             raise ApiError(400, f"{key}: {exc}") from exc
     return out[0], out[1]
@@ -167,7 +170,7 @@ async def points_in_time(call: Call) -> Response:
         reason = (f"File level recovery runs on the recovery site "
                   f"({call.world.inv.sites[vpg.recovery].name})")
     listed = call.world.journal(vpg).listed(call.world.now(), start, end)
-    return ok([{"Checkpoint": views.checkpoint(cp), "RetentionSet": None,
+    return ok([{"Checkpoint": views.checkpoint(ctx, cp), "RetentionSet": None,
                 "CanMount": {"IsAllowed": reason is None, "Reason": reason}} for cp in listed])
 
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
+from email.utils import formatdate
 
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -74,6 +76,7 @@ async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> 
         await _latency(holder, slug)
         world = holder.world  # a reset may have happened while sleeping
     response = await _answer(world, request, route, params, slug, paths)
+    response.headers["Date"] = formatdate(world.site_time(slug, world.now()), usegmt=True)
     if hang:
         # The ZVM acts, then the answer is late: a client that times out has to find out
         # what happened (a checkpoint inserted, a session opened) by looking.
@@ -99,6 +102,13 @@ async def _answer(world: World, request: Request, route: SimRoute, params: dict[
 
 
 async def dispatch(holder: Holder, request: Request) -> Response:
+    response = await _dispatch(holder, request)
+    if "date" not in response.headers:  # site answers carry their own ZVM's clock
+        response.headers["Date"] = formatdate(time.time(), usegmt=True)
+    return response
+
+
+async def _dispatch(holder: Holder, request: Request) -> Response:
     path = request.url.path
     head, _, tail = path.strip("/").partition("/")
     head = head.lower()

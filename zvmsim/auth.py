@@ -60,12 +60,11 @@ def _check_credentials(form: dict[str, str]) -> str:
 
 
 class Tokens:
-    def __init__(self, ttl: float) -> None:
-        self.ttl = ttl
+    def __init__(self) -> None:
         self._access: dict[str, Grant] = {}
         self._refresh: dict[str, Grant] = {}
 
-    def issue(self, site: str, form: dict[str, str], now: float) -> dict[str, Any]:
+    def issue(self, site: str, form: dict[str, str], now: float, ttl: float) -> dict[str, Any]:
         if form.get("grant_type") == "refresh_token":
             old = self._refresh.pop(form.get("refresh_token", ""), None)
             if old is None or old.site != site or old.expires_at <= now:
@@ -75,15 +74,15 @@ class Tokens:
             subject = _check_credentials(form)
         self._prune(now)
         session_state = secrets.token_hex(16)
-        claims = {"exp": int(now + self.ttl), "iat": int(now), "iss": f"/{site}/auth/realms/zerto",
+        claims = {"exp": int(now + ttl), "iat": int(now), "iss": f"/{site}/auth/realms/zerto",
                   "sub": subject, "azp": form.get("client_id", ""), "session_state": session_state,
                   "preferred_username": subject, "jti": secrets.token_hex(8)}
         access, refresh = _jwt(claims), _jwt({**claims, "typ": "Refresh"})
-        self._access[access] = Grant(site, subject, now + self.ttl)
+        self._access[access] = Grant(site, subject, now + ttl)
         self._refresh[refresh] = Grant(site, subject, now + 30 * 60)
         return {
             "access_token": access,
-            "expires_in": int(self.ttl),
+            "expires_in": int(ttl),
             "refresh_expires_in": 1800,
             "refresh_token": refresh,
             "token_type": "Bearer",

@@ -1,14 +1,16 @@
 """Simulator settings (from the command line)."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from .variants import Variants
 
 
 @dataclass(frozen=True)
 class SimConfig:
     seed: int = 42
     vms: int = 0  # filler VMs on top of the demo inventory
-    token_ttl: float = 300.0
     task_seconds: float = 0.3  # how long an insert task stays InProgress
     mount_seconds: float = 0.3  # MountInProgress -> MountCompletedSuccessfully
     unmount_seconds: float = 0.3  # UnmountInProgress -> gone
+    variants: Variants = field(default_factory=Variants)  # every site's, until /_sim/variants

@@ -12,6 +12,7 @@ from .content import BytesContent, Content, GeneratedContent
 from .faults import IMMEDIATE, FaultError, validate
 from .ids import iso
 from .routing import CONTROL, Call
+from .variants import VariantError, preset
 from .world import ApiError, World
 
 CHUNK = 1 << 20
@@ -189,6 +190,38 @@ async def site_sessions(call: Call) -> Response:
 @CONTROL.route("GET", "/_sim/sites/{slug}/calls")
 async def site_calls(call: Call) -> Response:
     return j(dict(sorted(call.world.calls[_site(call)].items())))
+
+
+@CONTROL.route("GET", "/_sim/sites/{slug}/rate")
+async def site_rate(call: Call) -> Response:
+    """Requests this site's ZVM got since the last reset, and the most in any one second."""
+    return j(call.world.rates[_site(call)].as_json())
+
+
+@CONTROL.route("GET", "/_sim/variants")
+async def variants_get(call: Call) -> Response:
+    world = call.world
+    return j({"base": world.variants.base.as_json(), "sites": world.variants.as_json(sorted(world.inv.sites))})
+
+
+@CONTROL.route("POST", "/_sim/variants")
+async def variants_set(call: Call) -> Response:
+    """Change how the ZVMs behave: {"site": slug or null, "preset": name?, <variant>: value, ...}."""
+    body = dict(await call.json_object())
+    site = body.pop("site", None)
+    slug = None
+    if site is not None:
+        found = call.world.site(str(site))
+        if found is None:
+            raise ApiError(400, f"unknown site '{site}'")
+        slug = found.slug
+    try:
+        changes = preset(str(body.pop("preset"))) if "preset" in body else {}
+        changes.update(body)
+        call.world.variants.update(slug, changes)
+    except VariantError as exc:
+        raise ApiError(400, str(exc)) from exc
+    return await variants_get(call)
 
 
 @CONTROL.route("POST", "/_sim/vpgs/{vpg}/resync")

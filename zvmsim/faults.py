@@ -24,19 +24,13 @@ KINDS: dict[str, tuple[str, ...]] = {
     "unmount_fail": (),
     "mount_unparseable": (),
     "restart": (),
-    "download_format": ("format",),
-    "download_url": ("form",),
-    "flr_get_shape": ("shape",),
 }
 
 # Faults that act once, right when they are posted, instead of being stored.
 IMMEDIATE = {"expire_tokens", "restart"}
 
-CHOICES = {
-    "download_format": ("format", ("zip", "raw")),
-    "download_url": ("form", ("relative", "absolute")),
-    "flr_get_shape": ("shape", ("object", "array")),
-}
+# kind -> (parameter, allowed values), for faults whose parameter is a choice
+CHOICES: dict[str, tuple[str, tuple[str, ...]]] = {}
 
 
 class FaultError(ValueError):

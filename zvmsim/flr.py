@@ -9,6 +9,7 @@ MOUNTING = "MountInProgress"
 MOUNTED = "MountCompletedSuccessfully"
 FAILED = "MountFailed"
 UNMOUNTING = "UnmountInProgress"
+UNMOUNTED = "Unmounted"  # shown only by ZVMs that keep listing unmounted sessions (a variant)
 
 
 @dataclass
@@ -29,13 +30,14 @@ class FlrSession:
 
     def status(self, now: float) -> str:
         if self.unmount_at is not None:
-            return UNMOUNTING
+            return UNMOUNTING if now < self.unmount_at else UNMOUNTED
         if now < self.ready_at:
             return MOUNTING
         return FAILED if self.fails else MOUNTED
 
-    def gone(self, now: float) -> bool:
-        return self.unmount_at is not None and now >= self.unmount_at
+    def gone(self, now: float, linger: float = 0.0) -> bool:
+        """Unmounted, and no longer listed (``linger`` seconds after the unmount ended)."""
+        return self.unmount_at is not None and now >= self.unmount_at + linger
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Download:
     session_id: str
     files: list[tuple[str, FileNode]]  # (name inside a zip, node)
     zipped: bool
+    ready_at: float = 0.0  # before then the link answers "not ready"
 
 
 @dataclass
@@ -54,8 +57,8 @@ class FlrState:
     sessions: dict[str, FlrSession] = field(default_factory=dict)
     downloads: dict[str, Download] = field(default_factory=dict)
 
-    def prune(self, now: float) -> None:
-        for sid in [s.identifier for s in self.sessions.values() if s.gone(now)]:
+    def prune(self, now: float, linger: float = 0.0) -> None:
+        for sid in [s.identifier for s in self.sessions.values() if s.gone(now, linger)]:
             self.drop(sid)
 
     def drop(self, session_id: str) -> None:

@@ -64,37 +64,39 @@ class FsView:
     def partitions(self) -> list[Partition]:
         return self._parts
 
-    def partition(self, name: str) -> Partition:
+    def partition(self, name: str, fold: bool = True) -> Partition:
         for part in self._parts:
-            if part.name.lower() == name.lower():
+            if part.name == name or (fold and part.name.lower() == name.lower()):
                 return part
         raise FsPathError(f"partition '{name}' does not exist")
 
-    def split(self, flr_path: str) -> tuple[Partition, str]:
+    def split(self, flr_path: str, fold: bool = True) -> tuple[Partition, str]:
         """'partition#2 Ext4/etc/hostname' -> (partition, 'etc/hostname')."""
         head, _, rel = flr_path.strip("/").partition("/")
-        return self.partition(head), _norm_rel(rel)
+        return self.partition(head, fold), _norm_rel(rel)
 
     @staticmethod
-    def _key(part: Partition, table: dict[str, object], rel: str) -> str | None:
+    def _key(part: Partition, table: dict[str, object], rel: str, fold_ntfs: bool = True) -> str | None:
         if rel in table:
             return rel
-        if part.case_insensitive:
+        if part.case_insensitive and fold_ntfs:
             low = rel.lower()
             for key in table:
                 if key.lower() == low:
                     return key
         return None
 
-    def entry(self, flr_path: str) -> Entry:
-        part, rel = self.split(flr_path)
+    def entry(self, flr_path: str, *, fold_ntfs: bool = True) -> Entry:
+        """The entry at ``flr_path``. NTFS names match regardless of case unless
+        ``fold_ntfs`` is off (a ZVM that compares them exactly); others always exactly."""
+        part, rel = self.split(flr_path, fold=fold_ntfs)
         if rel == "":
             return Entry(part.name, "Partition", None, part.dirs.get("", 0.0))
-        key = self._key(part, part.files, rel)  # type: ignore[arg-type]
+        key = self._key(part, part.files, rel, fold_ntfs)  # type: ignore[arg-type]
         if key is not None:
             node = part.files[key]
             return Entry(f"{part.name}/{key}", "File", node, node.ctime)
-        key = self._key(part, part.dirs, rel)  # type: ignore[arg-type]
+        key = self._key(part, part.dirs, rel, fold_ntfs)  # type: ignore[arg-type]
         if key is not None:
             return Entry(f"{part.name}/{key}", "Folder", None, part.dirs[key])
         raise FsPathError(f"'{flr_path}' does not exist")

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from . import __version__
-from .flr import FlrSession
+from .flr import FAILED, MOUNTED, MOUNTING, UNMOUNTED, UNMOUNTING, FlrSession
 from .guestfs import Entry
 from .ids import iso
 from .inventory import Site, Vm, Vpg
@@ -44,6 +44,10 @@ class Ctx:
     def link(self, type_: str, path: str, identifier: str) -> dict[str, Any]:
         return {"href": f"{self.base}/v1/{path}", "identifier": identifier, "rel": None, "type": type_}
 
+    def iso(self, true_time: float | None) -> str | None:
+        """A moment as this ZVM shows it: on its own clock, which may be off."""
+        return None if true_time is None else iso(self.world.site_time(self.site.slug, true_time))
+
     def site_link(self, slug: str) -> dict[str, Any]:
         target = self.world.inv.sites[slug]
         if slug == self.site.slug:
@@ -76,10 +80,10 @@ def peer_site(ctx: Ctx, s: Site) -> dict[str, Any]:
     }
 
 
-def checkpoint(cp: Checkpoint | None) -> dict[str, Any] | None:
+def checkpoint(ctx: Ctx, cp: Checkpoint | None) -> dict[str, Any] | None:
     if cp is None:
         return None
-    return {"CheckpointIdentifier": cp.identifier, "TimeStamp": iso(cp.timestamp),
+    return {"CheckpointIdentifier": cp.identifier, "TimeStamp": ctx.iso(cp.timestamp),
             "Tag": cp.tag, "Type": cp.type}
 
 
@@ -122,7 +126,7 @@ def vm_row(ctx: Ctx, vm: Vm, vpg: Vpg) -> dict[str, Any]:
 def vpg_row(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
     earliest = ctx.world.earliest_checkpoint(vpg)
     history = 0 if earliest is None else int((ctx.world.now() - earliest.timestamp) // 60)
-    test = {"Stage": "Testing", "StartTime": iso(ctx.world.epoch)} if vpg.failover_test else None
+    test = {"Stage": "Testing", "StartTime": ctx.iso(ctx.world.epoch)} if vpg.failover_test else None
     return {
         "VpgIdentifier": vpg.identifier, "VpgName": vpg.name, "VpgDescription": "",
         "Status": vpg.status, "StatusDescription": _name(VPG_STATUSES, vpg.status),
@@ -137,7 +141,7 @@ def vpg_row(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
         "FailSafeHistory": {"ActualFailSafeHistory": 0, "ConfiguredFailSafeHistory": 0,
                             "FailSafeDescription": "Off"},
         "HistoryStatusApi": {"ActualHistoryInMinutes": history, "ConfiguredHistoryInMinutes": 1440,
-                             "EarliestCheckpoint": checkpoint(earliest)},
+                             "EarliestCheckpoint": checkpoint(ctx, earliest)},
         "Link": ctx.link("VpgApi", f"vpgs/{vpg.identifier}", vpg.identifier),
     }
 
@@ -152,7 +156,7 @@ def task(ctx: Ctx, t: Task) -> dict[str, Any]:
     reason = (t.fail_message or "") if state == 4 else ""
     return {
         "TaskIdentifier": t.identifier, "Type": t.type, "InitiatedBy": "admin",
-        "IsCancellable": False, "Started": iso(t.started), "Completed": iso(completed),
+        "IsCancellable": False, "Started": ctx.iso(t.started), "Completed": ctx.iso(completed),
         "CompleteReason": reason, "Status": {"State": state, "Progress": progress},
         "RelatedEntities": {"Vpgs": vpgs, "Sites": [ctx.site_link(ctx.site.slug)], "Hosts": [],
                             "FlrSessions": flrs},
@@ -161,14 +165,23 @@ def task(ctx: Ctx, t: Task) -> dict[str, Any]:
     }
 
 
+def flr_state_name(ctx: Ctx, status: str) -> str:
+    """The name this ZVM gives an internal session state (the names are a variant)."""
+    v = ctx.world.variant(ctx.site.slug)
+    names = {MOUNTING: v.mounting_state, MOUNTED: v.mounted_state, FAILED: v.mount_failed_state,
+             UNMOUNTING: v.unmounting_state, UNMOUNTED: v.unmounted_state or UNMOUNTED}
+    return names[status]
+
+
 def flr_session(ctx: Ctx, s: FlrSession) -> dict[str, Any]:
     status = s.status(ctx.world.now())
     return {
-        "FlrSessionIdentifier": s.identifier, "FlrSessionStatus": status, "FlrSessionType": "jflr",
+        "FlrSessionIdentifier": s.identifier, "FlrSessionStatus": flr_state_name(ctx, status),
+        "FlrSessionType": "jflr",
         "VmIdentifier": s.vm_id, "VmVolumeIdentifier": None, "VpgIdentifier": s.vpg_id,
-        "CheckpointIdentifier": s.checkpoint_id, "MountTime": iso(s.mount_time),
+        "CheckpointIdentifier": s.checkpoint_id, "MountTime": ctx.iso(s.mount_time),
         "SelectedPath": s.initial_path,
-        "NumberOfRelatedRunningTasks": 1 if status in ("MountInProgress", "UnmountInProgress") else 0,
+        "NumberOfRelatedRunningTasks": 1 if status in (MOUNTING, UNMOUNTING) else 0,
         "RepositoryIdentifier": None, "RetentionSetIdentifier": None,
         "SiteIdentifier": ctx.world.site_guid(s.site),
     }

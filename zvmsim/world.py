@@ -3,7 +3,7 @@ translate HTTP to these calls). One asyncio loop owns it: no method awaits, so n
 from __future__ import annotations
 
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from typing import Any
 
 from . import flr as flrmod
@@ -15,6 +15,29 @@ from .guestfs import Entry, FsPathError, FsView, GuestFs
 from .ids import random_guid
 from .inventory import Inventory, Site, Vm, Vpg, build_inventory
 from .journal import Checkpoint, CheckpointIds, Journal, Task, journal_checkpoints
+from .variants import Variants, VariantTable
+
+
+class RateMeter:
+    """Requests to one site: the total, and the most seen within any one-second window."""
+
+    WINDOW_S = 1.0
+
+    def __init__(self) -> None:
+        self.total = 0
+        self.peak = 0
+        self._recent: deque[float] = deque()
+
+    def record(self, now: float) -> None:
+        self.total += 1
+        recent = self._recent
+        while recent and recent[0] <= now - self.WINDOW_S:
+            recent.popleft()
+        recent.append(now)
+        self.peak = max(self.peak, len(recent))
+
+    def as_json(self) -> dict[str, float | int]:
+        return {"peak_per_s": self.peak, "requests": self.total, "window_s": self.WINDOW_S}
 
 
 class ApiError(Exception):
@@ -35,10 +58,12 @@ class World:
         self.cp_ids = CheckpointIds()
         self.tasks: dict[str, dict[str, Task]] = defaultdict(dict)
         self.flr: dict[str, flrmod.FlrState] = defaultdict(flrmod.FlrState)
-        self.tokens = Tokens(config.token_ttl)
+        self.variants = VariantTable(config.variants)
+        self.tokens = Tokens()
         self.faults = Faults()
         self.latency_ms: dict[str | None, float] = {}
         self.calls: dict[str, Counter[str]] = defaultdict(Counter)
+        self.rates: dict[str, RateMeter] = defaultdict(RateMeter)
 
     @staticmethod
     def now() -> float:
@@ -80,6 +105,18 @@ class World:
 
     def record_call(self, slug: str, key: str) -> None:
         self.calls[slug][key] += 1
+        self.rates[slug].record(self.now())
+
+    def variant(self, slug: str) -> Variants:
+        return self.variants.of(slug)
+
+    def site_time(self, slug: str, true_time: float) -> float:
+        """A moment as this site's ZVM shows it (its clock may be off)."""
+        return true_time + self.variants.of(slug).clock_offset_s
+
+    def true_time(self, slug: str, site_time: float) -> float:
+        """A moment this site's ZVM was given (a filter date), on the true clock."""
+        return site_time - self.variants.of(slug).clock_offset_s
 
     # ---- checkpoints and tasks ------------------------------------------------------------
     def journal(self, vpg: Vpg) -> Journal:
@@ -141,7 +178,8 @@ class World:
     # ---- FLR ------------------------------------------------------------------------------
     def sessions(self, slug: str) -> flrmod.FlrState:
         state = self.flr[slug]
-        state.prune(self.now())
+        variant = self.variant(slug)
+        state.prune(self.now(), variant.unmounted_linger_s if variant.unmounted_state else 0.0)
         return state
 
     def _mount_target(self, site: Site, vpg_id: str, vm_id: str,
@@ -210,23 +248,24 @@ class World:
         view = session.view
         if path.strip("/") == "":
             return None, view.roots()
-        entry = _entry(view, path)
+        entry = self._entry(site, view, path)
         return entry, view.children(entry)
 
     def flr_download(self, site: Site, session_id: str, paths: list[str]) -> flrmod.Download:
         session = self._mounted(site, session_id)
+        variant = self.variant(site.slug)
         files = []
         for path in paths:
             if "\\" in path:
                 raise ApiError(400, "Paths use '/' only; backslash is not supported")
-            entry = _entry(session.view, path)
+            entry = self._entry(site, session.view, path)
             if entry.kind != "File" or entry.node is None:
                 raise ApiError(400, f"'{path}' is a {entry.kind.lower()}; only files can be downloaded")
-            files.append((entry.path.partition("/")[2], entry.node))
-        fmt = self.faults.take("download_format", site.slug)
-        zipped = (fmt is not None and fmt.params["format"] == "zip") or len(files) > 1
+            files.append((_member_name(entry.path, variant.zip_member), entry.node))
+        zipped = variant.download_format == "zip" or len(files) > 1
         download = flrmod.Download(f"{random_guid()}.{site.identifier}", site.slug,
-                                   session.identifier, files, zipped)
+                                   session.identifier, files, zipped,
+                                   ready_at=self.now() + variant.download_ready_after_s)
         self.flr[site.slug].downloads[download.identifier.lower()] = download
         return download
 
@@ -235,6 +274,9 @@ class World:
         found = self.flr[slug].downloads.get(download_id.lower())
         if found is None:
             raise ApiError(404, f"Download '{download_id}' was not found or has expired")
+        if self.now() < found.ready_at:
+            raise ApiError(self.variant(slug).download_pending_status,
+                           f"Download '{download_id}' is being prepared; try again later")
         return found
 
     def flr_unmount(self, site: Site, session_id: str) -> Task:
@@ -255,6 +297,15 @@ class World:
             if slug is None or site.slug == slug:
                 self.flr[site.slug].clear()
         self.tokens.drop(slug)
+
+    def _entry(self, site: Site, view: FsView, path: str) -> Entry:
+        """The entry at an FLR path, matched as this ZVM matches names; a missing one is the
+        variant's status with the message an independent ZVM gave."""
+        variant = self.variant(site.slug)
+        try:
+            return view.entry(path, fold_ntfs=variant.ntfs_case == "insensitive")
+        except FsPathError as exc:
+            raise ApiError(variant.browse_missing_status, f"Path '{path}' was not found") from exc
 
     # ---- guest files (control API) --------------------------------------------------------
     def live_fs(self, vm: Vm) -> GuestFs:
@@ -283,8 +334,9 @@ class World:
         return entry
 
 
-def _entry(view: FsView, path: str) -> Entry:
-    try:
-        return view.entry(path)
-    except FsPathError as exc:
-        raise ApiError(404, f"The path '{path}' was not found") from exc
+def _member_name(flr_path: str, naming: str) -> str:
+    if naming == "flr_path":
+        return flr_path
+    if naming == "basename":
+        return flr_path.rpartition("/")[2]
+    return flr_path.partition("/")[2]

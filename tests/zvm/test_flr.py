@@ -85,7 +85,7 @@ def test_it_mounts_and_reads_the_session(sim: SimHandle, flr: Flr) -> None:
 @pytest.mark.parametrize("shape", ["object", "array"])
 def test_it_reads_a_session_in_either_shape(sim: SimHandle, flr: Flr, shape: str) -> None:
     session_id = flr.mounted()
-    sim.add_fault("flr_get_shape", site="site-b", shape=shape)
+    sim.set_variants("site-b", flr_get_shape=shape)
     session = flr.client.get_flr_session(session_id)
     assert session.identifier == session_id and session.is_mounted
 
@@ -114,8 +114,7 @@ def test_it_browses_partitions_folders_and_files(flr: Flr) -> None:
 def test_it_downloads_a_file_raw_or_zipped_by_any_link(sim: SimHandle, flr: Flr, fmt: str, form: str) -> None:
     expected = sim.read_file("web01", "/etc/nginx/nginx.conf")
     session_id = flr.mounted()
-    sim.add_fault("download_format", site="site-b", format=fmt)
-    sim.add_fault("download_url", site="site-b", form=form)
+    sim.set_variants("site-b", download_format=fmt, download_url=form)
     sink = io.BytesIO()
     result = flr.client.flr_download(session_id, NGINX, sink)
     assert sink.getvalue() == expected
@@ -127,7 +126,7 @@ def test_it_downloads_a_file_raw_or_zipped_by_any_link(sim: SimHandle, flr: Flr,
 def test_the_download_link_is_absolute_under_the_site_prefix(sim: SimHandle, flr: Flr) -> None:
     session_id = flr.mounted()
     for form in ("relative", "absolute"):
-        sim.add_fault("download_url", site="site-b", form=form)
+        sim.set_variants("site-b", download_url=form)
         url = flr.client.flr_download_url(session_id, [NGINX])
         assert url.startswith(sim.site_url("site-b") + "/v1/downloads/")
 
@@ -148,7 +147,7 @@ def test_a_large_file_streams_in_bounded_memory(sim: SimHandle, flr: Flr, fmt: s
     sim.set_file("web01", "/var/www/html/big.bin", size=size, seed=7)
     expected = hashlib.sha256(sim.read_file("web01", "/var/www/html/big.bin")).hexdigest()
     session_id = flr.mounted(flr.tagged_checkpoint(f"big-{fmt}"))
-    sim.add_fault("download_format", site="site-b", format=fmt)
+    sim.set_variants("site-b", download_format=fmt)
     digest = hashlib.sha256()
 
     class HashingSink(io.RawIOBase):

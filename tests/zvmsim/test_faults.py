@@ -154,24 +154,11 @@ def test_restart_drops_sessions_and_tokens(sim: SimHandle, zvm_a: Zvm, zvm_b: Zv
     assert sim.sessions("site-b") == []
 
 
-def test_download_format_and_url_back_to_the_defaults(sim: SimHandle, zvm_b: Zvm) -> None:
-    sim.add_fault("download_format", format="zip")
-    sim.add_fault("download_format", format="raw")  # the newest fault wins
-    sim.add_fault("download_url", form="relative")
-    sim.add_fault("flr_get_shape", shape="array")
-    session = zvm_b.mount("vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
-    assert isinstance(zvm_b.get(f"v1/flrs/{session}"), list)
-    zvm_b.wait_mounted(session)
-    url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": ["partition#2 Ext4/etc/hostname"]})
-    assert url.startswith("v1/downloads/")
-    assert zvm_b.request("GET", url).content == b"web01\n"
-
-
 def test_faults_are_listed_validated_and_cleared(sim: SimHandle) -> None:
     added = sim.add_fault("mount_delay", site="site-b", seconds=2, count=3)
     assert (added["kind"], added["site"], added["count"], added["seconds"]) == ("mount_delay", "site-b", 3, 2)
     assert [f["kind"] for f in sim.control("GET", "faults")] == ["mount_delay"]
-    for bad in ({"kind": "nope"}, {"kind": "mount_delay"}, {"kind": "download_format", "format": "tar"},
+    for bad in ({"kind": "nope"}, {"kind": "mount_delay"}, {"kind": "task_delay", "seconds": "soon"},
                 {"kind": "http_error", "status": 503, "path_regex": "("},
                 {"kind": "mount_fail", "site": "site-zz"}):
         with pytest.raises(SimError, match="400"):

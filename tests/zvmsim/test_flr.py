@@ -109,9 +109,8 @@ def test_raw_download_with_a_relative_url_is_the_default(zvm_b: Zvm) -> None:
     assert zvm_b.http.get(f"{zvm_b.base}/{url}", timeout=30).status_code == 401
 
 
-def test_zip_and_absolute_downloads_by_fault(sim: SimHandle, zvm_b: Zvm) -> None:
-    sim.add_fault("download_format", format="zip")
-    sim.add_fault("download_url", form="absolute")
+def test_zip_and_absolute_downloads_by_variant(sim: SimHandle, zvm_b: Zvm) -> None:
+    sim.set_variants(download_format="zip", download_url="absolute")
     session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     assert url.startswith(f"{zvm_b.base}/v1/downloads/")
@@ -134,7 +133,7 @@ def test_a_large_generated_file_streams_raw_and_zipped(sim: SimHandle, zvm_a: Zv
     session = _mounted(zvm_b, "vpg-db", "db01", cp)
     raw = _download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
     assert hashlib.sha256(raw).digest() == hashlib.sha256(live).digest()
-    sim.add_fault("download_format", format="zip")
+    sim.set_variants("site-b", download_format="zip")
     zipped = _download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
     with zipfile.ZipFile(io.BytesIO(zipped)) as zf:
         assert zf.read("var/lib/mysql/big.ibd") == live
@@ -164,7 +163,7 @@ def test_session_listing_and_both_get_shapes(sim: SimHandle, zvm_b: Zvm) -> None
     assert zvm_b.get("v1/flrs", params={"VMIDENTIFIER": zvm_b.vm_id("web01")}) == listed
     as_array = zvm_b.get(f"v1/flrs/{session}")
     assert isinstance(as_array, list) and as_array[0] == info
-    sim.add_fault("flr_get_shape", shape="object")
+    sim.set_variants("site-b", flr_get_shape="object")
     assert zvm_b.get(f"v1/flrs/{session}") == info
 
 
