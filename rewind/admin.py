@@ -37,7 +37,8 @@ class SiteForm(forms.ModelForm):
 
     class Meta:
         model = Site
-        fields = ["name", "base_url", "username", "password", "client_id", "client_secret", "verify_tls", "ca_bundle", "enabled"]
+        fields = ["name", "base_url", "username", "password", "client_id", "client_secret", "verify_tls", "ca_bundle", "enabled",
+                  "max_requests_per_s"]
 
 
 @admin.register(Site)
@@ -51,7 +52,8 @@ class SiteAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in ("name", "base_url", "username", "client_id", "verify_tls", "ca_bundle", "enabled")}
+        fields = {k: data[k] for k in ("name", "base_url", "username", "client_id", "verify_tls", "ca_bundle", "enabled",
+                                       "max_requests_per_s")}
         if change:
             site = Site.objects.get(pk=obj.pk)
             site_update(

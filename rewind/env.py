@@ -6,6 +6,7 @@ typo in a deployment never turns into a silently different configuration.
 
 from __future__ import annotations
 
+import math
 import os
 from pathlib import Path
 from urllib.parse import unquote, urlsplit
@@ -51,7 +52,11 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
     return value
 
 
-def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+def env_float(
+    name: str, default: float, *, minimum: float | None = None, above: float | None = None,
+    maximum: float | None = None,
+) -> float:
+    """A number; ``minimum``/``maximum`` are inclusive bounds, ``above`` an exclusive one."""
     raw = _raw(name)
     if raw is None:
         return default
@@ -59,8 +64,14 @@ def env_float(name: str, default: float, *, minimum: float | None = None) -> flo
         value = float(raw)
     except ValueError:
         raise ImproperlyConfigured(f"{name} must be a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ImproperlyConfigured(f"{name} must be a finite number, got {raw!r}")
     if minimum is not None and value < minimum:
         raise ImproperlyConfigured(f"{name} must be at least {minimum}, got {value}")
+    if above is not None and value <= above:
+        raise ImproperlyConfigured(f"{name} must be above {above:g}, got {value:g}")
+    if maximum is not None and value > maximum:
+        raise ImproperlyConfigured(f"{name} must be at most {maximum:g}, got {value:g}")
     return value
 
 

@@ -174,6 +174,11 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # --- ZVM -----------------------------------------------------------------------------
 ZVM_CONNECT_TIMEOUT_S = env_float("ZVM_CONNECT_TIMEOUT_S", 5.0, minimum=0.1)
 ZVM_READ_TIMEOUT_S = env_float("ZVM_READ_TIMEOUT_S", 30.0, minimum=0.1)
+# Requests per second to one ZVM from all our processes together (a site may override it);
+# counted in Redis when there is one, else in the database. At most 1000: see rewind/zvm/pacing.py.
+ZVM_MAX_REQUESTS_PER_S = env_float("ZVM_MAX_REQUESTS_PER_S", 10.0, above=0, maximum=1000)
+# Where the request cap is counted and Keycloak tokens are shared (None: the database).
+ZVM_SHARED_REDIS_URL = _redis_url or None
 # Per-site cache of VM/VPG look-ups, so find_protection does not hit the ZVM for every call.
 REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
 

@@ -17,11 +17,12 @@ from rewind.audit import Actor, audit_record
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
+from rewind.models.sites import MAX_REQUESTS_PER_S
 from rewind.requestid import current_request_id
 from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
 from rewind.zvm.client import shared_client
 
-_AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled")
+_AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled", "max_requests_per_s")
 
 
 def _site_snapshot(site: Site) -> dict[str, object]:
@@ -30,7 +31,9 @@ def _site_snapshot(site: Site) -> dict[str, object]:
     return snap
 
 
-def _validate(name: str, base_url: str) -> None:
+def _validate(name: str, base_url: str, max_requests_per_s: float | None = None) -> None:
+    if max_requests_per_s is not None and not 0 < max_requests_per_s <= MAX_REQUESTS_PER_S:
+        raise ApplicationError(f"the request cap must be above 0 and at most {MAX_REQUESTS_PER_S:g} per second")
     if not name.strip():
         raise ApplicationError("a site needs a name")
     if not base_url.startswith(("https://", "http://")):
@@ -52,8 +55,9 @@ def site_create(
     verify_tls: bool = False,
     ca_bundle: str = "",
     enabled: bool = True,
+    max_requests_per_s: float | None = None,
 ) -> Site:
-    _validate(name, base_url)
+    _validate(name, base_url, max_requests_per_s)
     if Site.objects.filter(name=name).exists():
         raise ApplicationError(f"a site named {name!r} already exists")
     site = Site(
@@ -66,6 +70,7 @@ def site_create(
         verify_tls=verify_tls,
         ca_bundle=ca_bundle.strip(),
         enabled=enabled,
+        max_requests_per_s=max_requests_per_s,
     )
     site.save()
     audit_record(actor=actor, action="site.created", target=site, data={"after": _site_snapshot(site)})
@@ -82,7 +87,7 @@ def site_update(
         if key not in _AUDITED_FIELDS + ("ca_bundle",):
             raise ApplicationError(f"unknown site field {key!r}")
         setattr(site, key, value)
-    _validate(site.name, site.base_url)
+    _validate(site.name, site.base_url, site.max_requests_per_s)
     site.base_url = site.base_url.rstrip("/")
     changed_secrets = []
     if password is not None:
@@ -127,14 +132,16 @@ def site_connection(site: Site) -> ZvmConnection:
         ca_bundle=_ca_bundle_path(site),
         connect_timeout=settings.ZVM_CONNECT_TIMEOUT_S,
         read_timeout=settings.ZVM_READ_TIMEOUT_S,
+        max_requests_per_s=site.max_requests_per_s or settings.ZVM_MAX_REQUESTS_PER_S,
     )
 
 
 def site_client(site: Site, *, request_id: str | None = None) -> ZvmClient:
     """The ZVM client for ``site``, carrying the current request id.
 
-    Clients of one site share the HTTP pool and the Keycloak token within a process, so
-    a call does not log in again.
+    Clients of one site share the HTTP pool within a process, and the Keycloak token and
+    the site's request cap with every process (``rewind.zvm_shared``), so a call does not
+    log in again and all of them together stay under the cap.
     """
     return shared_client(site_connection(site), request_id=request_id or current_request_id())
 

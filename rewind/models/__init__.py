@@ -2,5 +2,7 @@ from rewind.models.agents import Agent, AgentToken
 from rewind.models.audit import AuditChainHead, AuditEvent
 from rewind.models.checkpoints import ChangeGuard, ChangeGuardVpg
 from rewind.models.sites import Site
+from rewind.models.zvm_shared import ZvmRateWindow, ZvmToken
 
-__all__ = ["Agent", "AgentToken", "AuditChainHead", "AuditEvent", "ChangeGuard", "ChangeGuardVpg", "Site"]
+__all__ = ["Agent", "AgentToken", "AuditChainHead", "AuditEvent", "ChangeGuard", "ChangeGuardVpg", "Site", "ZvmRateWindow",
+           "ZvmToken"]

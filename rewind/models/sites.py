@@ -1,6 +1,14 @@
 from __future__ import annotations
 
+from django.core.exceptions import ValidationError
 from django.db import models
+
+from rewind.zvm.pacing import MAX_PER_S as MAX_REQUESTS_PER_S
+
+
+def validate_requests_per_s(value: float) -> None:
+    if not 0 < value <= MAX_REQUESTS_PER_S:
+        raise ValidationError(f"give a number of requests per second above 0 and at most {MAX_REQUESTS_PER_S:g}")
 
 
 class Site(models.Model):
@@ -19,6 +27,10 @@ class Site(models.Model):
     verify_tls = models.BooleanField(default=False, help_text="ZVM appliances ship self-signed certificates.")
     ca_bundle = models.TextField(blank=True, help_text="PEM certificate(s) to pin instead of the system store.")
     enabled = models.BooleanField(default=True)
+    max_requests_per_s = models.FloatField(
+        null=True, blank=True, validators=[validate_requests_per_s],
+        help_text="Most requests per second to this ZVM from all our processes; empty: ZVM_MAX_REQUESTS_PER_S.",
+    )
 
     identifier = models.CharField(max_length=64, blank=True, db_index=True, editable=False)
     site_type = models.CharField(max_length=50, blank=True, editable=False)

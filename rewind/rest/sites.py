@@ -18,6 +18,7 @@ from rest_framework.views import APIView
 
 from rewind.errors import ApplicationError
 from rewind.models import Site
+from rewind.models.sites import MAX_REQUESTS_PER_S
 from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 from rewind.rest.selectors import site_get, site_list
@@ -32,7 +33,7 @@ class SiteOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = Site
         fields = ["id", "name", "base_url", "username", "client_id", "verify_tls", "ca_bundle_pinned", "enabled",
-                  "identifier", "site_type", "version", "identity_checked_at", "last_error", "created_at", "updated_at"]
+                  "max_requests_per_s", "identifier", "site_type", "version", "identity_checked_at", "last_error", "created_at", "updated_at"]
 
     def get_ca_bundle_pinned(self, site: Site) -> bool:
         return bool(site.ca_bundle)
@@ -58,6 +59,13 @@ class SiteInputSerializer(serializers.Serializer):
     verify_tls = serializers.BooleanField(required=False, default=False)
     ca_bundle = serializers.CharField(required=False, allow_blank=True, max_length=100_000)
     enabled = serializers.BooleanField(required=False, default=True)
+    # Empty (null): the ZVM_MAX_REQUESTS_PER_S default.
+    max_requests_per_s = serializers.FloatField(required=False, allow_null=True, default=None)
+
+    def validate_max_requests_per_s(self, value: float | None) -> float | None:
+        if value is not None and not 0 < value <= MAX_REQUESTS_PER_S:
+            raise serializers.ValidationError(f"give a number above 0 and at most {MAX_REQUESTS_PER_S:g}")
+        return value
 
     def validate_base_url(self, value: str) -> str:
         return _clean_base_url(value)

@@ -5,7 +5,7 @@ Standalone (no Django): build a ``ZvmConnection`` per site and a ``ZvmClient`` o
 
 from __future__ import annotations
 
-from .client import ZvmClient, shared_client
+from .client import Stores, ZvmClient, shared_client, use_shared_stores
 from .connection import ZvmConnection
 from .errors import (
     ZvmAuthError,
@@ -16,6 +16,8 @@ from .errors import (
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
+from .pacing import LocalPacer, Pacer
+from .tokenstore import MemoryTokenStore, StoredToken, TokenStore
 from .types import (
     FLR_MOUNTED,
     TASK_COMPLETED,
@@ -45,11 +47,17 @@ __all__ = [
     "CheckpointStats",
     "DownloadResult",
     "FlrSession",
+    "LocalPacer",
     "LocalSite",
+    "MemoryTokenStore",
+    "Pacer",
     "PeerSite",
     "PointInTime",
     "SiteLink",
+    "StoredToken",
+    "Stores",
     "Task",
+    "TokenStore",
     "VmRow",
     "Vpg",
     "ZvmAuthError",
@@ -62,4 +70,5 @@ __all__ = [
     "ZvmTransientError",
     "ZvmUnparseableResponse",
     "shared_client",
+    "use_shared_stores",
 ]

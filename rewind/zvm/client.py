@@ -19,6 +19,7 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, BinaryIO
 from urllib.parse import quote, urlsplit
@@ -37,6 +38,8 @@ from .errors import (
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
+from .pacing import Pacer
+from .tokenstore import MemoryTokenStore, TokenStore
 from .transport import Transport
 from .types import (
     BrowseResult,
@@ -56,6 +59,17 @@ MIB = 1024 * 1024
 When = datetime | str | None
 
 
+@dataclass(frozen=True)
+class Stores:
+    """Where a client counts its ZVM's request cap and keeps its tokens.
+
+    The defaults: the cap counted in this process, tokens kept by this client alone.
+    """
+
+    pacer: Pacer | None = None  # None: the process-wide in-memory pacer
+    tokens: TokenStore = field(default_factory=MemoryTokenStore)
+
+
 def _seg(identifier: str) -> str:
     """One URL path segment: ids are quoted so a stray '/' or '?' cannot change the path."""
     return quote(str(identifier), safe="")
@@ -64,9 +78,10 @@ def _seg(identifier: str) -> str:
 class _Shared:
     """What a client and its ``with_request_id`` copies share: one ZVM's session state."""
 
-    def __init__(self, conn: ZvmConnection) -> None:
-        self.transport = Transport(conn)
-        self.tokens = TokenKeeper(self.transport)
+    def __init__(self, conn: ZvmConnection, stores: Stores | None = None) -> None:
+        stores = stores or Stores()
+        self.transport = Transport(conn, pacer=stores.pacer)
+        self.tokens = TokenKeeper(self.transport, stores.tokens)
         self.names: dict[str, list[str]] = {}
         self.names_lock = threading.Lock()
 
@@ -81,12 +96,14 @@ class ZvmClient:
         conn: ZvmConnection,
         *,
         request_id: str | None = None,
+        stores: Stores | None = None,
         _shared: _Shared | None = None,
         _sleep: Callable[[float], None] = time.sleep,
     ) -> None:
+        """``stores``: where the cap is counted and tokens are kept (default: this client / process)."""
         self.conn = conn
         self.request_id = request_id
-        self._shared = _shared or _Shared(conn)
+        self._shared = _shared or _Shared(conn, stores)
         self._sleep = _sleep
 
     def __repr__(self) -> str:
@@ -389,17 +406,31 @@ class ZvmClient:
 
 _SHARED: dict[tuple[int, ZvmConnection], _Shared] = {}
 _SHARED_LOCK = threading.Lock()
+_shared_stores: Callable[[], Stores] = Stores
+
+
+def use_shared_stores(factory: Callable[[], Stores]) -> None:
+    """Make ``shared_client`` count caps and keep tokens in what ``factory`` returns.
+
+    The application calls this once at start-up (Redis or database stores shared by its
+    processes); without it, ``shared_client`` counts and keeps them in this process.
+    """
+    global _shared_stores
+    with _SHARED_LOCK:
+        _shared_stores = factory
+        _SHARED.clear()
 
 
 def shared_client(conn: ZvmConnection, *, request_id: str | None = None) -> ZvmClient:
     """A client reusing one HTTP pool and one token per connection settings in this process.
 
     Building a fresh ``ZvmClient`` per call logs in every time; this does not. Keyed by
-    process id as well, so a forked worker never shares sockets with its parent.
+    process id as well, so a forked worker never shares sockets with its parent. Caps and
+    tokens go through the stores set with ``use_shared_stores``.
     """
     key = (os.getpid(), conn)
     with _SHARED_LOCK:
         shared = _SHARED.get(key)
         if shared is None:
-            shared = _SHARED[key] = _Shared(conn)
+            shared = _SHARED[key] = _Shared(conn, _shared_stores())
     return ZvmClient(conn, request_id=request_id, _shared=shared)

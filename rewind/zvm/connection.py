@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
@@ -15,7 +16,8 @@ class ZvmConnection:
     otherwise the password grant. ``ca_bundle`` pins the ZVM's certificate (verification
     is then on whatever ``verify_tls`` says). GETs are retried on transient errors up to
     ``get_attempts`` times in all, sleeping ``backoff_initial`` doubling up to
-    ``backoff_max`` seconds, with jitter.
+    ``backoff_max`` seconds, with jitter. ``max_requests_per_s`` caps the requests sent to
+    this ZVM (see ``pacing``; None: no cap), counted per ``zvm_key`` by the client's pacer.
     """
 
     site_name: str
@@ -31,13 +33,14 @@ class ZvmConnection:
     get_attempts: int = 3
     backoff_initial: float = 0.2
     backoff_max: float = 1.0
+    max_requests_per_s: float | None = None
 
     def __repr__(self) -> str:
         # Spelled out (not just field(repr=False)) so a future field cannot leak by default.
         return (
             f"ZvmConnection(site_name={self.site_name!r}, base_url={self.display_url!r}, "
             f"username={self.username!r}, client_id={self.client_id!r}, "
-            f"grant={self.grant_type!r}, verify={self.verify!r})"
+            f"grant={self.grant_type!r}, verify={self.verify!r}, max_requests_per_s={self.max_requests_per_s!r})"
         )
 
     @property
@@ -64,3 +67,20 @@ class ZvmConnection:
     @property
     def token_url(self) -> str:
         return f"{self.root}/auth/realms/zerto/protocol/openid-connect/token"
+
+    @property
+    def zvm_key(self) -> str:
+        """Names this ZVM in shared counters: the same address counts as one ZVM, whoever logs in."""
+        return hashlib.sha256(self._address.encode()).hexdigest()[:32]
+
+    @property
+    def login_key(self) -> str:
+        """Names this login in shared token stores: address, grant and account, never the secret."""
+        who = "\n".join((self._address, self.grant_type, self.client_id, self.username))
+        return hashlib.sha256(who.encode()).hexdigest()[:32]
+
+    @property
+    def _address(self) -> str:
+        # Scheme and host name are case-insensitive; a path prefix (a proxy's site) is not.
+        parts = urlsplit(self.display_url)
+        return urlunsplit((parts.scheme.lower(), parts.netloc.lower(), parts.path, "", ""))

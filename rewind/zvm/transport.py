@@ -13,7 +13,7 @@ import logging
 import socket
 import ssl
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +30,7 @@ from .errors import (
     ZvmTlsError,
     ZvmTransientError,
 )
+from .pacing import LOCAL_PACER, Pacer
 
 logger = logging.getLogger("rewind.zvm")
 
@@ -140,9 +141,18 @@ def one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
 class Transport:
     """Sends one HTTP request to one ZVM and maps failures to ``ZvmError``s."""
 
-    def __init__(self, conn: ZvmConnection, session: requests.Session | None = None) -> None:
+    def __init__(
+        self,
+        conn: ZvmConnection,
+        session: requests.Session | None = None,
+        pacer: Pacer | None = None,
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
         self.conn = conn
         self.session = session or build_session(conn.verify)
+        # Without a shared pacer the cap is counted in this process (one count per ZVM for all clients).
+        self.pacer: Pacer = pacer if pacer is not None else LOCAL_PACER
+        self._sleep = sleep
         self._secrets: set[str] = {s for s in (conn.password, conn.client_secret) if s}
 
     # -- secrets -------------------------------------------------------------------
@@ -197,6 +207,17 @@ class Transport:
         return self.error(ZvmRejectedError, f"unexpected HTTP {status} answer to {what}", **kw)
 
     # -- the one network call ------------------------------------------------------
+    def _pace(self, method: str, path: str, request_id: str) -> None:
+        """Wait for this request's slot under the site's cap (it is counted even if it then fails)."""
+        per_s = self.conn.max_requests_per_s
+        if per_s is None:
+            return
+        wait = self.pacer.reserve(self.conn.zvm_key, per_s)
+        if wait > 0:
+            logger.debug("%s %s waits %.0f ms for the cap of %g requests/s request_id=%s",
+                         method, path, wait * 1000, per_s, request_id)
+            self._sleep(wait)
+
     def send(
         self,
         method: str,
@@ -217,6 +238,7 @@ class Transport:
             "zerto-triggered-by": TRIGGERED_BY,
             **(headers or {}),
         }
+        self._pace(method, path, request_id)
         started = time.monotonic()
         try:
             resp = self.session.request(
