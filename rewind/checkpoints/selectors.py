@@ -24,6 +24,7 @@ class VpgReport:
     error: str | None = None
     waited_ms: int | None = None
     recovery_site: str | None = None
+    listed_late_at: str | None = None  # timed out, then listed: recoverable, yet the guard stays not ok
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,7 @@ def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
             error=r.error or None,
             waited_ms=r.waited_ms,
             recovery_site=r.recovery_site_name or None,
+            listed_late_at=_iso(r.listed_late_at),
         )
         for r in ChangeGuardVpg.objects.filter(guard=guard).order_by("vpg_name")
     ]
@@ -90,3 +92,22 @@ def guard_report(guard: ChangeGuard) -> GuardReport:
         tool=guard.tool, action=guard.action, agent=guard.agent_name, listed=len(landed), total=len(vpgs),
         vpgs=vpgs, landed=landed,
     )
+
+
+def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]:
+    """How long the site's ZVM took to list our recent checkpoints (insert start → seen listed), newest first.
+
+    What the wait's pacing learns from; only listed rows count (a failure or timeout says
+    nothing about the usual time).
+    """
+    if site_id is None:
+        return []
+    waited = (
+        ChangeGuardVpg.objects.filter(
+            site_id=site_id, status=ChangeGuardVpg.Status.LISTED, insert_started_at__isnull=False,
+            waited_ms__isnull=False,
+        )
+        .order_by("-insert_started_at")
+        .values_list("waited_ms", flat=True)[:limit]
+    )
+    return [ms / 1000 for ms in waited if ms is not None]

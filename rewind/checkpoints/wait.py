@@ -16,9 +16,11 @@ Repeat safety (a redelivered or re-queued task):
   adopted); only when neither exists ``SETTLE_S`` later is it inserted again, once per run;
 - a row with a task id resumes polling that task.
 
-Polling is adaptive: the next poll comes after 3% of the time waited so far, between
-0.05 s and 2 s, so the answer is seen at most ~3% late while a long wait stays cheap
-(a 5-minute wait costs about 270 calls per VPG, half of them in the first minute).
+Polling is paced by ``pacing``: the wait learns from the site's recent guards how long its
+ZVM takes to list a checkpoint, sleeps until shortly before then, asks often around that
+moment and less often past it (without history: small gaps growing with the time waited).
+The deadline runs from the guard's request (the caller's ``timeout_s``), not from when a
+worker picked it up.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
+from rewind.checkpoints import pacing
+from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
 from rewind.checkpoints.zvmtasks import insert_tasks_since
 from rewind.models import ChangeGuard, ChangeGuardVpg
@@ -47,15 +51,10 @@ logger = logging.getLogger(__name__)
 Row = ChangeGuardVpg
 FINAL = (Row.Status.LISTED, Row.Status.FAILED, Row.Status.TIMED_OUT)
 NOT_FINAL = (Row.Status.PENDING, Row.Status.INSERTING, Row.Status.WAITING)
-POLL_MIN_S, POLL_MAX_S, POLL_FRACTION = 0.05, 2.0, 0.03
 LIST_LOOKBACK = timedelta(minutes=1)
 # An insert whose outcome is unknown is repeated only when, this long after we started
 # wondering, the ZVM lists neither the tag nor an insert task for the VPG.
 SETTLE_S = 5.0
-
-
-def poll_interval(waited_s: float) -> float:
-    return max(POLL_MIN_S, min(POLL_MAX_S, POLL_FRACTION * waited_s))
 
 
 def guard_wait(guard_id: int, lease_token: str | None = None) -> str:
@@ -64,8 +63,8 @@ def guard_wait(guard_id: int, lease_token: str | None = None) -> str:
     if not _claim(guard_id, lease_token, run_id):
         return "skipped: finished, or another run holds the lease"
     guard = ChangeGuard.objects.get(pk=guard_id)
-    assert guard.started_at is not None
-    remaining = (guard.started_at + timedelta(seconds=guard.timeout_s) - timezone.now()).total_seconds()
+    # From the request, not the task start: time spent queued counts against the caller's timeout_s.
+    remaining = (guard.requested_at + timedelta(seconds=guard.timeout_s) - timezone.now()).total_seconds()
     deadline = time.monotonic() + max(0.0, remaining)
     stop, lost = threading.Event(), threading.Event()
     beat = _start_thread(_heartbeat, guard_id, run_id, stop, lost)
@@ -152,11 +151,13 @@ class _VpgWait:
         # Its own client object; ``site_client`` shares the site's token and connection pool
         # within this process, so three VPGs on one ZVM cost one login, and later guards none.
         client = site_client(site, request_id=self.guard.request_id)
-        if self.row.status == Row.Status.PENDING and not self.insert(client):
+        # A row an earlier run left behind may be listed already: look at once.
+        resumed = self.row.status != Row.Status.PENDING
+        if not resumed and not self.insert(client):
             return
         if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
             self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
-        self.poll(client)
+        self.poll(client, look_now=resumed)
 
     # -- insert ------------------------------------------------------------------------
     def insert(self, client: ZvmClient) -> bool:
@@ -240,11 +241,18 @@ class _VpgWait:
         return self._call_insert(client)
 
     # -- wait --------------------------------------------------------------------------
-    def poll(self, client: ZvmClient) -> None:
+    def poll(self, client: ZvmClient, *, look_now: bool) -> None:
         start = self.row.insert_started_at or self.guard.started_at or timezone.now()
         since = start - LIST_LOOKBACK
+        fc = pacing.forecast(site_listing_times_s(self.row.site_id, limit=pacing.HISTORY))
         task_done = False
         while not self.lost.is_set():
+            if not look_now:
+                started = self.row.insert_started_at or start
+                elapsed = (timezone.now() - started).total_seconds()
+                if self.lost.wait(pacing.next_gap(elapsed, self.deadline - time.monotonic(), fc)):
+                    return
+            look_now = False
             self.row.refresh_from_db(fields=["status", "task_id", "insert_started_at"])
             if self.row.status in FINAL:
                 return
@@ -264,8 +272,6 @@ class _VpgWait:
             if time.monotonic() >= self.deadline:
                 self.finish(Row.Status.TIMED_OUT, error=self._timeout_reason(task_done))
                 return
-            waited = (timezone.now() - start).total_seconds()
-            self.lost.wait(min(poll_interval(waited), max(0.0, self.deadline - time.monotonic())))
 
     def _task_done(self, client: ZvmClient) -> bool:
         if not self.row.task_id:

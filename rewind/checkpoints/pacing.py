@@ -1,0 +1,105 @@
+"""When to ask a ZVM again whether a tagged checkpoint is listed: plain numbers in, seconds out.
+
+A site's ZVM takes about the same time to list a checkpoint guard after guard, so the wait
+learns that time from the site's recent guards and spends its calls around it:
+
+- **before** the expected moment it sleeps (one call at most every ``LONG_SLEEP_S``, so a
+  failed task or a deadline is still noticed);
+- **near** it (``expected - early`` to ``expected + early``) it asks often, so the answer is
+  seen only a little late;
+- **past** it the gaps grow again with the time overdue (a slow ZVM costs few calls).
+
+Without enough history the gaps start small and grow with the time waited, so a fast ZVM is
+still seen quickly and a slow one costs few calls.
+
+Pure: no clock, no database, no ZVM. The wait task (and a future poller that holds no
+worker) feeds it seconds and gets seconds back.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+HISTORY = 20  # recent listed guards per site that the forecast looks at
+MIN_SAMPLES = 3  # fewer: no forecast, the cold schedule applies
+MIN_GAP_S = 0.05  # never ask more often than this
+LONG_SLEEP_S = 10.0  # longest sleep before the expected moment
+MAX_GAP_S = 5.0  # longest gap once the expected moment is past, or without history
+COLD_FIRST_S = 0.5  # without history: the first gap; each next one is a share of the time waited
+COLD_FRACTION = 0.2
+NEAR_FRACTION = 0.03  # near the expected moment: gap = this share of it (at least MIN_GAP_S)
+LATE_FRACTION = 0.5  # past the window: gap = this share of the time overdue
+
+
+@dataclass(frozen=True)
+class Forecast:
+    """When a site's ZVM usually lists a checkpoint, in seconds after the insert started."""
+
+    expected_s: float  # the median of the recent guards
+    early_s: float  # half-width of the window around it where the wait asks often
+
+    @property
+    def window_start_s(self) -> float:
+        return max(0.0, self.expected_s - self.early_s)
+
+    @property
+    def window_end_s(self) -> float:
+        return self.expected_s + self.early_s
+
+
+def forecast(samples_s: Sequence[float]) -> Forecast | None:
+    """The forecast from recent times-to-listed (seconds, newest first), or None if too few.
+
+    Median and median absolute deviation: one guard that hit a ZVM hiccup (or a poll that
+    saw the listing late) moves neither. The window is at least 5% of the expectation and
+    0.15 s wide on each side, so a steady ZVM is still polled a few times around the moment.
+    """
+    recent = [s for s in samples_s[:HISTORY] if s >= 0]
+    if len(recent) < MIN_SAMPLES:
+        return None
+    expected = statistics.median(recent)
+    mad = statistics.median(abs(s - expected) for s in recent)
+    early = max(0.15, 0.05 * expected, 2.0 * mad)
+    return Forecast(expected_s=expected, early_s=early)
+
+
+def next_gap(elapsed_s: float, remaining_s: float, fc: Forecast | None) -> float:
+    """Seconds to sleep before the next call, ``elapsed_s`` after the insert started.
+
+    Never past the deadline (``remaining_s``), so a timeout is honoured to the poll.
+    """
+    gap = _cold_gap(elapsed_s) if fc is None else _forecast_gap(elapsed_s, fc)
+    return max(0.0, min(gap, remaining_s))
+
+
+def _cold_gap(elapsed_s: float) -> float:
+    return min(MAX_GAP_S, max(COLD_FIRST_S, COLD_FRACTION * elapsed_s))
+
+
+def _forecast_gap(elapsed_s: float, fc: Forecast) -> float:
+    near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s)
+    if elapsed_s < fc.window_start_s:
+        # Wake at the window's start (not a fixed share of it): the first look lands just before
+        # the moment the ZVM usually lists, whatever the expectation.
+        return min(LONG_SLEEP_S, max(MIN_GAP_S, fc.window_start_s - elapsed_s))
+    if elapsed_s <= fc.window_end_s:
+        return near
+    overdue = elapsed_s - fc.window_end_s
+    return min(MAX_GAP_S, max(near, LATE_FRACTION * overdue))
+
+
+def calls_bound(timeout_s: float, fc: Forecast | None) -> int:
+    """An upper bound of the sleeps ``next_gap`` hands out over a wait of ``timeout_s``.
+
+    For tests and budgets: simulate the schedule with the listing never arriving.
+    """
+    elapsed, count = 0.0, 0
+    while elapsed < timeout_s:
+        gap = next_gap(elapsed, timeout_s - elapsed, fc)
+        if gap <= 0:
+            break
+        elapsed += gap
+        count += 1
+    return count

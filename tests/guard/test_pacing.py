@@ -1,0 +1,92 @@
+"""The polling budget of the checkpoint wait, with plain numbers (no clock, no ZVM)."""
+
+from __future__ import annotations
+
+from rewind.checkpoints.pacing import (
+    LONG_SLEEP_S,
+    MAX_GAP_S,
+    MIN_GAP_S,
+    Forecast,
+    calls_bound,
+    forecast,
+    next_gap,
+)
+
+
+def _schedule(listed_at: float, fc: Forecast | None, timeout: float = 300.0) -> list[float]:
+    """The moments the wait looks, until the first look at or after ``listed_at``."""
+    t, looks = 0.0, []
+    while t < timeout:
+        t += next_gap(t, timeout - t, fc)
+        looks.append(t)
+        if t >= listed_at:
+            break
+    return looks
+
+
+def test_too_little_history_gives_no_forecast() -> None:
+    assert forecast([]) is None
+    assert forecast([3.0, 3.1]) is None
+
+
+def test_the_forecast_is_the_median_and_ignores_an_outlier() -> None:
+    fc = forecast([3.3, 3.2, 3.4, 60.0, 3.3])
+    assert fc is not None
+    assert fc.expected_s == 3.3
+    assert fc.window_start_s < 3.3 < fc.window_end_s
+    assert fc.early_s < 1.0  # one slow guard does not widen the window much
+
+
+def test_only_the_newest_samples_count() -> None:
+    fc = forecast([1.0] * 20 + [50.0] * 30)
+    assert fc is not None and fc.expected_s == 1.0
+
+
+def test_with_history_a_3_s_listing_is_seen_in_a_few_looks_and_little_late() -> None:
+    fc = forecast([3.3] * 20)
+    looks = _schedule(3.3, fc)
+    assert len(looks) <= 5
+    assert looks[-1] - 3.3 <= 0.15
+
+
+def test_a_listing_later_than_usual_backs_off() -> None:
+    fc = forecast([3.0] * 20)
+    looks = _schedule(60.0, fc)
+    assert len(looks) <= 30
+    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    assert max(gaps) <= MAX_GAP_S + 1e-9
+    assert gaps[-1] > gaps[3]  # the gaps grew again past the window
+
+
+def test_without_history_it_starts_modest_and_grows() -> None:
+    looks = _schedule(3.3, None)
+    assert len(looks) <= 9
+    assert looks[0] >= 0.25
+    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    assert gaps == sorted(gaps)
+    assert looks[-1] - 3.3 <= 0.2 * 3.3 + 0.5
+
+
+def test_a_long_expectation_still_looks_now_and_then() -> None:
+    fc = forecast([120.0] * 10)
+    assert fc is not None
+    assert next_gap(0.0, 300.0, fc) == LONG_SLEEP_S
+
+
+def test_the_deadline_caps_every_sleep() -> None:
+    fc = forecast([30.0] * 10)
+    assert next_gap(0.0, 2.0, fc) == 2.0
+    assert next_gap(5.0, 0.0, None) == 0.0
+    assert next_gap(100.0, -1.0, fc) == 0.0
+
+
+def test_never_faster_than_the_minimum_gap() -> None:
+    fc = Forecast(expected_s=0.2, early_s=0.15)
+    assert next_gap(0.1, 10.0, fc) >= MIN_GAP_S
+    assert next_gap(0.01, 10.0, fc) >= MIN_GAP_S
+
+
+def test_calls_bound_counts_a_whole_timeout() -> None:
+    assert calls_bound(40.0, None) <= 25
+    assert calls_bound(40.0, forecast([3.0] * 20)) <= 25
+    assert calls_bound(0.0, None) == 0
