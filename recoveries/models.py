@@ -48,6 +48,10 @@ class RecoveryRequest(models.Model):
     checkpoint_tag = models.CharField(max_length=255, blank=True)
     change_id = models.CharField(max_length=100, blank=True)
     checkpoint_source = models.CharField(max_length=20, choices=CheckpointSource.choices)
+    checkpoint_listed_late_at = models.DateTimeField(
+        null=True, blank=True,
+        help_text="Set when the checkpoint was listed only after its guard had timed out (the guard stayed not ok).",
+    )
     vpg_identifier = models.CharField(max_length=64)
     vpg_name = models.CharField(max_length=255)
     recovery_site_identifier = models.CharField(max_length=64)

@@ -15,6 +15,11 @@ Among several qualifying VPGs ("prefer a local one") the choice is, in this orde
    few seconds apart, so they tie and the choice does not hang on which insert landed last;
 3. the VPG name, so the choice is stable.
 A site with a recent error is only a worse choice, never refused: it may have recovered.
+
+A VPG row that timed out but whose checkpoint Zerto listed later (``listed_late_at``, see
+``rewind.checkpoints.late``) counts like a listed one; the binding says it was listed late.
+Before choosing, the rows in question that timed out recently are looked for once more
+(one checkpoint listing per VPG), so a recovery does not wait for the next sweep.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from datetime import datetime, timedelta
 from django.db.models import QuerySet
 
 from recoveries.models import RecoveryRequest
+from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import Protection, VpgProtection, find_protection
@@ -48,6 +54,7 @@ class BoundCheckpoint:
     tag: str
     change_id: str
     source: str
+    listed_late_at: datetime | None = None  # the guard timed out; Zerto listed the checkpoint after
 
 
 def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | None = None) -> BoundCheckpoint:
@@ -64,14 +71,31 @@ def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | 
         guard = ChangeGuard.objects.filter(vm_identifier=protection.vm_identifier, change_id=change_id).first()
         if guard is None:
             raise NotFoundError(f"no guarded change {change_id!r} is recorded for VM {protection.vm_name}")
+        _look_again_for_late(guard.vpgs.all())
         return _from_guard_rows(protection, usable, guard.vpgs.all(), Source.CHANGE_ID, f"change {change_id!r}")
     if checkpoint:
         rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier, guard__tag=checkpoint)
         if rows.exists():
+            _look_again_for_late(rows)
             return _from_guard_rows(protection, usable, rows, Source.TAG, f"tag {checkpoint!r}")
         return _from_checkpoint_id(protection, usable, checkpoint)
     rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by("-checkpoint_timestamp")
+    _look_again_for_late(rows)
     return _from_guard_rows(protection, usable, rows, Source.LATEST_TAGGED, "any tagged checkpoint made by this service")
+
+
+def _look_again_for_late(rows: QuerySet[ChangeGuardVpg]) -> None:
+    """Record the late listings among ``rows`` now (one listing per VPG; errors only logged)."""
+    candidates = late_candidates().filter(pk__in=rows.values("pk")).select_related("guard", "site")
+    if candidates.exists():
+        late_listings_check(candidates)
+
+
+def _usable_row(row: ChangeGuardVpg) -> bool:
+    """The row names a checkpoint Zerto listed: in time, or after the guard timed out."""
+    if not row.checkpoint_identifier:
+        return False
+    return row.status == ChangeGuardVpg.Status.LISTED or row.listed_late_at is not None
 
 
 def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
@@ -103,7 +127,8 @@ def _preference(vpg: VpgProtection, healthy: set[int], requested_at: datetime | 
 
 
 def _bound(
-    protection: Protection, vpg: VpgProtection, cp_id: str, when: datetime | None, tag: str, change_id: str, source: str
+    protection: Protection, vpg: VpgProtection, cp_id: str, when: datetime | None, tag: str, change_id: str, source: str,
+    listed_late_at: datetime | None = None,
 ) -> BoundCheckpoint:
     return BoundCheckpoint(
         vm_identifier=protection.vm_identifier,
@@ -117,16 +142,14 @@ def _bound(
         tag=tag,
         change_id=change_id,
         source=source,
+        listed_late_at=listed_late_at,
     )
 
 
 def _from_guard_rows(
     protection: Protection, usable: dict[str, VpgProtection], rows: QuerySet[ChangeGuardVpg], source: str, what: str
 ) -> BoundCheckpoint:
-    listed = [
-        r for r in rows.select_related("guard")
-        if r.status == ChangeGuardVpg.Status.LISTED and r.checkpoint_identifier
-    ]
+    listed = [r for r in rows.select_related("guard") if _usable_row(r)]
     if not listed:
         raise NotFoundError(f"no listed tagged checkpoint matches {what} for VM {protection.vm_name}")
     here = [r for r in listed if r.vpg_identifier in usable]
@@ -140,7 +163,7 @@ def _from_guard_rows(
     row = min(here, key=lambda r: _preference(usable[r.vpg_identifier], healthy, r.guard.requested_at))
     return _bound(
         protection, usable[row.vpg_identifier], row.checkpoint_identifier, row.checkpoint_timestamp,
-        row.guard.tag, row.guard.change_id, source,
+        row.guard.tag, row.guard.change_id, source, row.listed_late_at,
     )
 
 

@@ -43,6 +43,7 @@ def checkpoint_dict(r: RecoveryRequest) -> dict[str, Any]:
         "vpg_identifier": r.vpg_identifier,
         "vpg_name": r.vpg_name,
         "recovery_site": r.recovery_site_name or r.recovery_site_identifier,
+        "listed_late_at": r.checkpoint_listed_late_at.isoformat() if r.checkpoint_listed_late_at else None,
     }
 
 

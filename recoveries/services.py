@@ -74,6 +74,7 @@ def recovery_request_create(
             checkpoint_tag=bound.tag,
             change_id=bound.change_id,
             checkpoint_source=bound.source,
+            checkpoint_listed_late_at=bound.listed_late_at,
             vpg_identifier=bound.vpg_identifier,
             vpg_name=bound.vpg_name,
             recovery_site_identifier=bound.recovery_site_identifier,
@@ -116,6 +117,7 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "tag": recovery.checkpoint_tag,
         "change_id": recovery.change_id,
         "source": recovery.checkpoint_source,
+        "checkpoint_listed_late": recovery.checkpoint_listed_late_at is not None,
         "reason": recovery.reason,
         "expires_at": recovery.expires_at.isoformat(),
     }

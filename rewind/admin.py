@@ -174,7 +174,7 @@ class ChangeGuardVpgInline(admin.TabularInline):
     can_delete = False
     fields = readonly_fields = (
         "vpg_name", "status", "site", "recovery_site_name", "task_id", "checkpoint_identifier",
-        "checkpoint_timestamp", "waited_ms", "error",
+        "checkpoint_timestamp", "listed_late_at", "waited_ms", "error",
     )
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:

@@ -30,4 +30,10 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.checkpoints.resume_stale",
             "schedule": 30.0,
         },
+        # Record the checkpoints that Zerto listed only after their guard timed out, so a
+        # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
+        "checkpoints-listed-late": {
+            "task": "rewind.checkpoints.listed_late",
+            "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),
+        },
     }

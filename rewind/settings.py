@@ -185,6 +185,10 @@ REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
 # --- Guard and checkpoints -------------------------------------------------------------
 REWIND_CHECKPOINT_TIMEOUT_S = env_int("REWIND_CHECKPOINT_TIMEOUT_S", 300, minimum=1)
 REWIND_TAG_MAX_LENGTH = env_int("REWIND_TAG_MAX_LENGTH", 255, minimum=64)
+# A timed-out VPG checkpoint still listed within this long after its insert is recorded as
+# listed late (a recovery may use it); the sweep looks this far back, every interval.
+REWIND_LATE_LISTING_HORIZON_S = env_int("REWIND_LATE_LISTING_HORIZON_S", 86400, minimum=60)
+REWIND_LATE_LISTING_INTERVAL_S = env_int("REWIND_LATE_LISTING_INTERVAL_S", 120, minimum=5)
 
 # --- Recoveries --------------------------------------------------------------------------
 REWIND_RECOVERY_EXPIRY_S = env_int("REWIND_RECOVERY_EXPIRY_S", 3600, minimum=60)

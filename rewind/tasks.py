@@ -29,3 +29,14 @@ def checkpoints_resume_stale() -> int:
     from rewind.checkpoints.services import guards_resume_stale
 
     return guards_resume_stale()
+
+
+@shared_task(name="rewind.checkpoints.listed_late")
+def checkpoints_listed_late() -> dict[str, object]:
+    """Record the checkpoints listed only after their guard timed out (see rewind.checkpoints.late).
+
+    Safe to overlap: each record is a compare-and-swap.
+    """
+    from rewind.checkpoints.late import checkpoints_listed_late_sweep
+
+    return checkpoints_listed_late_sweep().as_dict()

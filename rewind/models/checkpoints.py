@@ -76,12 +76,18 @@ class ChangeGuardVpg(models.Model):
     error = models.TextField(blank=True)
     insert_started_at = models.DateTimeField(null=True, blank=True)
     waited_ms = models.PositiveIntegerField(null=True, blank=True)
+    # Set when a later sweep (rewind.checkpoints.late) found the checkpoint listed after this
+    # row had timed out: the row stays timed_out, and its guard not ok (the agent was told not
+    # to proceed), but a recovery may use the checkpoint, saying it was listed late.
+    listed_late_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["guard_id", "vpg_name"]
         constraints = [
             models.UniqueConstraint(fields=["guard", "vpg_identifier"], name="guard_vpg_unique"),
         ]
+        # The wait's pacing reads each site's newest listed rows (``site_listing_times_s``).
+        indexes = [models.Index(fields=["site", "status", "-insert_started_at"], name="guard_vpg_site_history")]
 
     def __str__(self) -> str:
         return f"{self.vpg_name}: {self.status}"

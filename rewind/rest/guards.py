@@ -25,7 +25,7 @@ class GuardVpgOutputSerializer(serializers.ModelSerializer):
         model = ChangeGuardVpg
         fields = ["vpg_name", "vpg_identifier", "status", "site", "protected_site_identifier",
                   "recovery_site_identifier", "recovery_site_name", "task_id", "checkpoint_identifier",
-                  "checkpoint_timestamp", "error", "insert_started_at", "waited_ms"]
+                  "checkpoint_timestamp", "listed_late_at", "error", "insert_started_at", "waited_ms"]
 
 
 class GuardOutputSerializer(serializers.ModelSerializer):

@@ -44,6 +44,10 @@ class VpgCheckpointOut(BaseModel):
     error: str | None = None
     waited_ms: int | None = None
     recovery_site: str | None = None
+    listed_late_at: str | None = Field(
+        default=None, description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
+                                  "from, but the guard stays not ok",
+    )
 
 
 class GuardOut(BaseModel):

@@ -35,6 +35,10 @@ class CheckpointOut(BaseModel):
     vpg_identifier: str
     vpg_name: str
     recovery_site: str
+    listed_late_at: str | None = Field(
+        None, description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
+                          "said not to proceed); the checkpoint is still a valid point to recover from",
+    )
 
 
 class UnmountOut(BaseModel):

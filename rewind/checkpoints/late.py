@@ -1,0 +1,131 @@
+"""Checkpoints that Zerto listed only after their guard had timed out.
+
+A VPG row ends ``timed_out`` when the tag is not listed within the guard's timeout; the
+insert may still land a while later (a busy journal, a slow ZVM). The guard stays not ok:
+the agent was told not to proceed, and that answer must not change under it. But the
+checkpoint is a good point to recover from, so this sweep looks for it and records it on
+the row with ``listed_late_at`` (audited ``checkpoint.listed_late``); a recovery may then
+pick it, saying it was listed late.
+
+Which rows: ``timed_out`` ones whose insert was attempted (``insert_started_at`` set: a task
+was issued, or the call's outcome is unknown) within ``REWIND_LATE_LISTING_HORIZON_S`` and
+whose checkpoint is not recorded yet. A row never inserted (the guard timed out first) has
+nothing to find.
+
+Cost: one checkpoint listing per VPG per sweep, from the oldest candidate insert of that VPG
+(less a minute for clock skew) on, so the window is bounded by the horizon. A listing that
+fails records nothing: an error is never read as "absent", and the next sweep tries again.
+No transaction is held across a ZVM call; the record is a compare-and-swap, so sweeps (the
+beat, a recovery resolving a change) may overlap.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.models import ChangeGuardVpg
+from rewind.sites import site_client
+from rewind.zvm import Checkpoint, ZvmError
+
+logger = logging.getLogger(__name__)
+Row = ChangeGuardVpg
+# Site clocks and our clock disagree a little; the insert's own listing looks back as far.
+LOOKBACK = timedelta(minutes=1)
+# Rows looked at per sweep: a backlog is worked off over a few sweeps, never in one long one.
+SWEEP_MAX_ROWS = 2000
+
+
+@dataclass
+class LateReport:
+    vpgs_listed: int = 0
+    recorded: int = 0
+    errors: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+def late_candidates(*, now: datetime | None = None) -> QuerySet[ChangeGuardVpg]:
+    """Timed-out rows whose insert was attempted within the horizon and whose checkpoint is not known."""
+    now = now or timezone.now()
+    horizon = now - timedelta(seconds=settings.REWIND_LATE_LISTING_HORIZON_S)
+    return Row.objects.filter(
+        status=Row.Status.TIMED_OUT, insert_started_at__gte=horizon, checkpoint_identifier="",
+        listed_late_at__isnull=True, site__enabled=True,
+    )
+
+
+def checkpoints_listed_late_sweep(*, now: datetime | None = None) -> LateReport:
+    """The beat's sweep over every candidate row. Safe to overlap."""
+    rows = late_candidates(now=now).select_related("guard", "site").order_by("-insert_started_at")[:SWEEP_MAX_ROWS]
+    return late_listings_check(rows)
+
+
+def late_listings_check(rows: Iterable[ChangeGuardVpg]) -> LateReport:
+    """Look for the tags of ``rows`` (candidates, with guard and site loaded): one listing per VPG.
+
+    Records each one found (CAS + audit); returns what it did. ZVM errors are reported per
+    VPG, never raised.
+    """
+    report = LateReport()
+    by_vpg: dict[tuple[int, str], list[ChangeGuardVpg]] = defaultdict(list)
+    for row in rows:
+        if row.site_id is not None and row.insert_started_at is not None:
+            by_vpg[(row.site_id, row.vpg_identifier)].append(row)
+    for group in by_vpg.values():
+        listed = _list(group, report)
+        if listed is None:
+            continue
+        by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.identifier and cp.tag}
+        for row in group:
+            found = by_tag.get(row.guard.tag.strip())
+            if found is not None and _record(row, found):
+                report.recorded += 1
+    return report
+
+
+def _list(group: list[ChangeGuardVpg], report: LateReport) -> list[Checkpoint] | None:
+    first = group[0]
+    assert first.site is not None
+    since = min(r.insert_started_at for r in group if r.insert_started_at is not None) - LOOKBACK
+    try:
+        listed = site_client(first.site).list_checkpoints(first.vpg_identifier, start=since)
+    except ZvmError as exc:
+        report.errors[f"{first.site.name}/{first.vpg_name}"] = str(exc)
+        logger.warning("late listings: VPG %s on %s: %s", first.vpg_name, first.site.name, exc)
+        return None
+    report.vpgs_listed += 1
+    return listed
+
+
+def _record(row: ChangeGuardVpg, checkpoint: Checkpoint) -> bool:
+    """CAS the checkpoint onto the still-timed-out row, audited in the same transaction."""
+    now = timezone.now()
+    with transaction.atomic():
+        won = Row.objects.filter(
+            pk=row.pk, status=Row.Status.TIMED_OUT, checkpoint_identifier="", listed_late_at__isnull=True
+        ).update(checkpoint_identifier=checkpoint.identifier, checkpoint_timestamp=checkpoint.timestamp,
+                 listed_late_at=now)
+        if not won:
+            return False
+        late_by = (now - row.insert_started_at).total_seconds() if row.insert_started_at else None
+        audit_record(
+            actor=Actor.system(), action="checkpoint.listed_late", target=row.guard, request_id=row.guard.request_id,
+            data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "tag": row.guard.tag,
+                  "checkpoint_identifier": checkpoint.identifier,
+                  "checkpoint_timestamp": checkpoint.timestamp.isoformat() if checkpoint.timestamp else None,
+                  "seen_s_after_insert": round(late_by, 1) if late_by is not None else None,
+                  "guard_status": row.guard.status},
+        )
+    logger.info("guard %s: VPG %s lists checkpoint %s late", row.guard_id, row.vpg_name, checkpoint.identifier)
+    return True
