@@ -290,7 +290,8 @@ _LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
-def _redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore]:
+def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore]:
+    """The pacer and token store on the Redis at ``url``, one pair (and one client) per URL."""
     link = _RedisLink(url)
     return RedisPacer(link), RedisTokenStore(link)
 
@@ -300,6 +301,6 @@ def shared_stores() -> Stores:
     url = settings.ZVM_SHARED_REDIS_URL
     if url:
         with _LOCK:
-            pacer, tokens = _redis_stores(url)
+            pacer, tokens = redis_stores(url)
         return Stores(pacer=pacer, tokens=tokens)
     return Stores(pacer=DbPacer(), tokens=DbTokenStore())

@@ -73,7 +73,15 @@ class TokenKeeper:
                 self._transport.remember_secret(stored.token)
                 return stored
             # One process logs in; the others poll the store for its token.
-            if self._store.claim_login(self._key, LOGIN_CLAIM_S) or self._clock() >= give_up_waiting:
+            if self._store.claim_login(self._key, LOGIN_CLAIM_S):
+                # Another process may have stored its token and ended its claim since we looked.
+                stored = self._store.get(self._key)
+                if stored is not None and not self._due(stored):
+                    self._store.release_login(self._key)
+                    self._transport.remember_secret(stored.token)
+                    return stored
+                return self._login_and_share(request_id)
+            if self._clock() >= give_up_waiting:
                 return self._login_and_share(request_id)
             self._sleep(_CLAIM_POLL_S)
 

@@ -116,3 +116,38 @@ def test_site_update_says_which_credentials_were_rotated(sim) -> None:  # type: 
     site_update(actor=ADMIN, site=site, password="zerto")
     event = AuditEvent.objects.get(action="site.changed")
     assert event.data["rotated"] == ["password"]
+
+
+def test_a_site_caps_its_zvm_at_the_default_or_its_own_rate(sim, settings) -> None:  # type: ignore[no-untyped-def]
+    from rewind.sites import site_connection
+
+    settings.ZVM_MAX_REQUESTS_PER_S = 7.0
+    site = _site(sim)
+    assert site_connection(site).max_requests_per_s == 7.0
+    site_update(actor=ADMIN, site=site, max_requests_per_s=2.5)
+    assert site_connection(site).max_requests_per_s == 2.5
+    event = AuditEvent.objects.get(action="site.changed")
+    assert event.data["before"]["max_requests_per_s"] is None and event.data["after"]["max_requests_per_s"] == 2.5
+    for bad in (0, -1, 1001):
+        with pytest.raises(ApplicationError, match="request cap"):
+            site_update(actor=ADMIN, site=site, max_requests_per_s=bad)
+
+
+def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:  # type: ignore[no-untyped-def]
+    site = _site(sim)
+    User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    assert "id_max_requests_per_s" in client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
+    form = {"name": "Site A", "base_url": site.base_url, "username": "admin", "password": "",
+            "client_id": "zerto-client", "client_secret": "", "ca_bundle": "", "enabled": "on"}
+    refused = client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "0"})
+    assert refused.status_code == 200 and "above 0" in refused.content.decode()
+    assert client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "3"}).status_code == 302
+    assert Site.objects.get(pk=site.pk).max_requests_per_s == 3.0
+    api = client.get(f"/api/sites/{site.pk}/")
+    assert api.status_code == 200 and api.json()["max_requests_per_s"] == 3.0
+    bad = client.patch(f"/api/sites/{site.pk}/", {"max_requests_per_s": 0}, content_type="application/json")
+    assert bad.status_code == 400 and "max_requests_per_s" in bad.json()
+    ok = client.patch(f"/api/sites/{site.pk}/", {"max_requests_per_s": None}, content_type="application/json")
+    assert ok.status_code == 200 and ok.json()["max_requests_per_s"] is None

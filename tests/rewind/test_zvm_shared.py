@@ -1,0 +1,176 @@
+"""The shared ZVM stores (Redis and database), each tested directly whatever the settings say.
+
+The simulator counts what it got: ``/_sim/sites/{slug}/rate`` (the most requests in any one
+second, and the total) and ``/_sim/sites/{slug}/calls`` (per route). Redis is the machine's
+own, on a database of these tests (7), whose keys they delete before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from rewind.zvm import Stores, ZvmClient
+from rewind.zvm_shared import (
+    CLAIM_PREFIX,
+    RATE_PREFIX,
+    TOKEN_PREFIX,
+    DbPacer,
+    DbTokenStore,
+    RedisPacer,
+    RedisTokenStore,
+    _RedisLink,
+    redis_stores,
+)
+from tests.conftest import test_database_url as database_url_for_processes
+from tests.mcpfixtures import free_port
+from tests.simfixtures import PYTHON, REPO, SimHandle
+from tests.zvm.conftest import TOKEN_CALL, calls, connection, site_name
+
+REDIS_URL = "redis://127.0.0.1:6379/7"
+STORES = ["redis", "db"]
+
+
+def _flush_ours(client: redis.Redis) -> None:
+    for prefix in (RATE_PREFIX, TOKEN_PREFIX, CLAIM_PREFIX):
+        for key in client.scan_iter(match=prefix + "*"):
+            client.delete(key)
+
+
+@pytest.fixture
+def redis_db() -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+    try:
+        client.ping()
+    except redis.RedisError:
+        pytest.skip("no Redis server answers at 127.0.0.1:6379: the Redis stores need one")
+    _flush_ours(client)
+    yield client
+    _flush_ours(client)
+    client.close()
+
+
+@pytest.fixture(params=STORES)
+def store(request: pytest.FixtureRequest, transactional_db: None) -> str:
+    """``redis`` or ``db``: which shared store a test runs on (the database committed, for other processes)."""
+    if request.param == "redis":
+        request.getfixturevalue("redis_db")
+    return str(request.param)
+
+
+def _stores(store: str) -> Stores:
+    if store == "redis":
+        pacer, tokens = redis_stores(REDIS_URL)
+        return Stores(pacer=pacer, tokens=tokens)
+    return Stores(pacer=DbPacer(), tokens=DbTokenStore())
+
+
+def _rate(sim: SimHandle, slug: str) -> dict[str, Any]:
+    return sim.control("GET", f"sites/{slug}/rate")
+
+
+def _hammer(sim: SimHandle, store: str, *, processes: int, per_s: float, each: int) -> list[dict[str, Any]]:
+    """Start ``processes`` worker processes on site-a at the same moment; their reports."""
+    target = "db" if store == "db" else REDIS_URL
+    go_at = time.time() + 4.0  # enough for each to set Django up first; a late one only starts late
+    env = {"DATABASE_URL": database_url_for_processes(), "PYTHONUNBUFFERED": "1"}
+    cmd = [PYTHON, "-m", "tests.rewind.zvm_cap_worker", target, sim.site_url("site-a"), site_name(sim, "site-a"),
+           str(per_s), str(each), str(go_at)]
+    procs = [subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+    reports = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=240)
+        assert proc.returncode == 0, err[-2000:]
+        reports.append(json.loads(out.strip().splitlines()[-1]))
+    return reports
+
+
+def test_the_cap_holds_across_processes_and_they_log_in_once(sim: SimHandle, store: str) -> None:
+    reports = _hammer(sim, store, processes=3, per_s=5, each=8)
+    assert [r["errors"] for r in reports] == [[], [], []]
+    assert [r["ok"] for r in reports] == [8, 8, 8]  # nothing dropped: over the cap a call waits
+    rate = _rate(sim, "site-a")
+    assert rate["requests"] == 3 * 8 + 1  # every call and the one login reached the ZVM
+    assert rate["peak_per_s"] <= 5
+    assert calls(sim, "site-a", TOKEN_CALL) == 1
+    assert calls(sim, "site-a", "GET /v1/localsite") == 24
+
+
+def test_the_stored_token_is_encrypted(sim: SimHandle, store: str, redis_db: redis.Redis) -> None:
+    stores = _stores(store)
+    conn = connection(sim)
+    ZvmClient(conn, stores=stores).local_site()
+    held = stores.tokens.get(conn.login_key)
+    assert held is not None and len(held.token) > 8
+    if store == "redis":
+        raw = redis_db.get(TOKEN_PREFIX + conn.login_key)
+        assert raw is not None
+        text = raw.decode()
+    else:
+        from rewind.models import ZvmToken
+
+        text = json.dumps(list(ZvmToken.objects.filter(key=conn.login_key).values().get().values()))
+    assert held.token not in text and conn.password not in text
+    assert conn.username not in text.replace(conn.login_key, "")  # the key is a digest, not the name
+
+
+def test_a_revoked_token_is_replaced_once_for_every_process(sim: SimHandle, store: str,
+                                                            caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    caplog.set_level(logging.DEBUG, logger="rewind")
+    stores = _stores(store)
+    # Two clients with nothing in common but the store: as two processes would be.
+    first, second = (ZvmClient(connection(sim), stores=stores) for _ in range(2))
+    first.local_site()
+    second.local_site()
+    assert calls(sim, "site-a", TOKEN_CALL) == 1
+    old = stores.tokens.get(connection(sim).login_key)
+    sim.add_fault("expire_tokens")
+    first.local_site()
+    second.local_site()
+    assert calls(sim, "site-a", TOKEN_CALL) == 2
+    # Each client's own copy is refused once; the second then finds the first one's new token.
+    assert calls(sim, "site-a", "GET /v1/localsite") == 2 + 2 + 2
+    new = stores.tokens.get(connection(sim).login_key)
+    assert old is not None and new is not None and new.token != old.token
+    assert old.token not in caplog.text and new.token not in caplog.text
+
+
+def test_a_refused_token_is_dropped_only_if_it_is_still_the_stored_one(store: str) -> None:
+    from rewind.zvm import StoredToken
+
+    tokens = _stores(store).tokens
+    key = "test-discard"
+    tokens.put(key, StoredToken("token-one", time.time() + 60, 60))
+    tokens.discard(key, "token-zero")  # an older token: someone already replaced it
+    assert (held := tokens.get(key)) is not None and held.token == "token-one"
+    tokens.discard(key, "token-one")
+    assert tokens.get(key) is None
+
+
+def test_one_process_at_a_time_may_log_in(store: str) -> None:
+    tokens = _stores(store).tokens
+    assert tokens.claim_login("test-claim", 30)
+    assert not tokens.claim_login("test-claim", 30)
+    tokens.release_login("test-claim")
+    assert tokens.claim_login("test-claim", 30)
+
+
+def test_a_redis_that_does_not_answer_does_not_stop_zvm_calls(sim: SimHandle, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING)
+    link = _RedisLink(f"redis://127.0.0.1:{free_port()}/7")  # nothing listens there
+    stores = Stores(pacer=RedisPacer(link), tokens=RedisTokenStore(link))
+    client = ZvmClient(connection(sim, max_requests_per_s=50.0), stores=stores)
+    assert [client.local_site().name for _ in range(3)] == ["Site A"] * 3
+    assert calls(sim, "site-a", TOKEN_CALL) == 1
+    assert "Redis did not answer (ConnectionError)" in caplog.text
+    assert "redis://" not in caplog.text

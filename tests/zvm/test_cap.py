@@ -1,0 +1,74 @@
+"""The per-site request cap of the client library, counted in this process (no Django)."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from rewind.zvm import LocalPacer, Stores, ZvmClient, ZvmError
+from rewind.zvm.pacing import ARRIVAL_SLACK_S, next_slot, window_shape
+from tests.simfixtures import SimHandle
+
+from .conftest import TOKEN_CALL, calls, connection
+
+
+def test_the_window_takes_a_burst_of_the_cap_then_one_per_window() -> None:
+    n, window = window_shape(3)
+    assert (n, window) == (3, 1.0 + ARRIVAL_SLACK_S)
+    slots: list[float] = []
+    for _ in range(7):
+        slots.append(next_slot(slots, 100.0, n, window))
+    assert slots == [100.0] * 3 + [100.0 + window] * 3 + [100.0 + 2 * window]
+
+
+def test_fractional_caps_count_whole_requests_and_slow_caps_widen_the_window() -> None:
+    assert window_shape(2.5) == (2, 1.0 + ARRIVAL_SLACK_S)
+    assert window_shape(0.5) == (1, 2.0 + ARRIVAL_SLACK_S)
+    for bad in (0, -1, 1001):
+        with pytest.raises(ValueError):
+            window_shape(bad)
+
+
+def test_a_local_pacer_tells_each_request_how_long_to_wait() -> None:
+    now = [50.0]
+    pacer = LocalPacer(clock=lambda: now[0])
+    waits = [pacer.reserve("zvm", 2) for _ in range(5)]
+    window = 1.0 + ARRIVAL_SLACK_S
+    assert waits == pytest.approx([0.0, 0.0, window, window, 2 * window])
+    now[0] += 10  # long idle: a burst again
+    assert pacer.reserve("zvm", 2) == 0.0
+
+
+def test_threads_with_their_own_clients_stay_under_the_cap_and_all_succeed(sim: SimHandle) -> None:
+    """Three clients of one ZVM in one process share its count; every call waits its turn."""
+    pacer = LocalPacer()
+    clients = [ZvmClient(connection(sim, max_requests_per_s=4.0), stores=Stores(pacer=pacer)) for _ in range(3)]
+    errors: list[ZvmError] = []
+
+    def work(client: ZvmClient) -> None:
+        for _ in range(4):
+            try:
+                client.local_site()
+            except ZvmError as exc:
+                errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(c,)) for c in clients]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert errors == []
+    rate = sim.control("GET", "sites/site-a/rate")
+    assert rate["requests"] == 3 * 4 + 3  # the logins count too (three clients, three tokens)
+    assert calls(sim, "site-a", TOKEN_CALL) == 3
+    assert rate["peak_per_s"] <= 4
+
+
+def test_a_connection_without_a_cap_never_waits(sim: SimHandle) -> None:
+    class Refuse:
+        def reserve(self, key: str, per_s: float) -> float:
+            raise AssertionError("an uncapped connection asked the pacer")
+
+    client = ZvmClient(connection(sim), stores=Stores(pacer=Refuse()))
+    assert client.local_site().name == "Site A"
