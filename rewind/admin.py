@@ -11,7 +11,7 @@ from rewind.admin_base import ReadOnlyAdmin
 from rewind.agents import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.audit import Actor
 from rewind.models import Agent, AgentToken, AuditEvent, ChangeGuard, ChangeGuardVpg, Site
-from rewind.sites import site_check, site_create, site_update
+from rewind.sites import clock_skew_warning, site_check, site_create, site_update
 
 admin.site.site_header = "zerto-rewind"
 admin.site.site_title = "zerto-rewind"
@@ -44,11 +44,20 @@ class SiteForm(forms.ModelForm):
 @admin.register(Site)
 class SiteAdmin(admin.ModelAdmin):
     form = SiteForm
-    list_display = ["name", "base_url", "site_type", "version", "identifier", "enabled", "identity_checked_at", "last_error"]
+    list_display = ["name", "base_url", "site_type", "version", "identifier", "enabled", "identity_checked_at", "clock",
+                    "last_error"]
     list_filter = ["enabled", "site_type"]
     search_fields = ["name", "base_url", "identifier"]
-    readonly_fields = ["identifier", "site_type", "version", "identity_checked_at", "last_error"]
+    readonly_fields = ["identifier", "site_type", "version", "identity_checked_at", "clock", "clock_checked_at",
+                       "last_error"]
     actions = ["test_connection"]
+
+    @admin.display(description="ZVM clock vs ours", ordering="clock_offset_s")
+    def clock(self, obj: Site) -> str:
+        if obj.clock_offset_s is None:
+            return "not measured"
+        warning = clock_skew_warning(obj.clock_offset_s)
+        return f"{obj.clock_offset_s:+.1f} s" + (f" ⚠ {warning}" if warning else "")
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         data = form.cleaned_data
@@ -78,6 +87,8 @@ class SiteAdmin(admin.ModelAdmin):
                     f"{result.vpg_count} VPGs",
                     messages.SUCCESS,
                 )
+                if warning := clock_skew_warning(result.site.clock_offset_s):
+                    self.message_user(request, f"{site.name}: {warning}", messages.WARNING)
             else:
                 self.message_user(request, f"{site.name}: {result.error}", messages.ERROR)
 

@@ -185,6 +185,8 @@ REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
 # --- Guard and checkpoints -------------------------------------------------------------
 REWIND_CHECKPOINT_TIMEOUT_S = env_int("REWIND_CHECKPOINT_TIMEOUT_S", 300, minimum=1)
 REWIND_TAG_MAX_LENGTH = env_int("REWIND_TAG_MAX_LENGTH", 255, minimum=64)
+# A ZVM whose clock is further than this from ours is shown and logged with a warning.
+REWIND_CLOCK_SKEW_WARN_S = env_float("REWIND_CLOCK_SKEW_WARN_S", 30.0, minimum=1)
 # A timed-out VPG checkpoint still listed within this long after its insert is recorded as
 # listed late (a recovery may use it); the sweep looks this far back, every interval.
 REWIND_LATE_LISTING_HORIZON_S = env_int("REWIND_LATE_LISTING_HORIZON_S", 86400, minimum=60)

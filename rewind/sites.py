@@ -7,7 +7,9 @@ only way the rest of the product gets a ZVM client.
 from __future__ import annotations
 
 import hashlib
+import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import transaction
@@ -21,6 +23,13 @@ from rewind.models.sites import MAX_REQUESTS_PER_S
 from rewind.requestid import current_request_id
 from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
 from rewind.zvm.client import shared_client
+from rewind.zvm.clock import ClockOffset
+
+logger = logging.getLogger(__name__)
+# The stored offset is rewritten only when it moved this much or is this old: a guard
+# measures it on every run, and a write per guard would be noise.
+_CLOCK_MOVED_S = 0.5
+_CLOCK_REFRESH = timedelta(minutes=5)
 
 _AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled", "max_requests_per_s")
 
@@ -176,6 +185,7 @@ def site_check(*, site: Site, actor: Actor = Actor.system()) -> SiteCheck:
         Site.objects.filter(pk=site.pk).update(last_error=str(exc)[:2000], identity_checked_at=timezone.now())
         site.refresh_from_db()
         return SiteCheck(site, False, None, None, str(exc))
+    site_record_clock(site=site, measured=client.clock_offset(), force=True)
     try:
         site_record_identity(site=site, local=local, actor=actor)
     except ApplicationError as exc:
@@ -208,3 +218,42 @@ def site_record_identity(*, site: Site, local: LocalSite, actor: Actor) -> Site:
             data={"identifier": local.identifier, "type": local.type, "version": local.version, "zvm_name": local.name},
         )
     return site
+
+
+def site_clock_offset_s(site: Site | None) -> float:
+    """The site's ZVM clock minus ours as last measured; 0 when never measured."""
+    if site is None or site.clock_offset_s is None:
+        return 0.0
+    return site.clock_offset_s
+
+
+def clock_skew_warning(offset_s: float | None) -> str:
+    """A warning for an offset past ``REWIND_CLOCK_SKEW_WARN_S``, or ""."""
+    limit = settings.REWIND_CLOCK_SKEW_WARN_S
+    if offset_s is None or abs(offset_s) <= limit:
+        return ""
+    side = "ahead of" if offset_s > 0 else "behind"
+    return f"the ZVM's clock is {abs(offset_s):.1f} s {side} ours (more than {limit:g} s; check its NTP)"
+
+
+def site_record_clock(*, site: Site, measured: ClockOffset | None, force: bool = False) -> bool:
+    """Store the offset measured from the site's ZVM answers; True when it was written.
+
+    Skipped when nothing was measured, or (unless ``force``) when the stored value is fresh
+    and within ``_CLOCK_MOVED_S`` of it. Logs a warning past ``REWIND_CLOCK_SKEW_WARN_S``.
+    Not audited: a measurement, not a change anyone made.
+    """
+    if measured is None:
+        return False
+    now = timezone.now()
+    offset = round(measured.offset_s, 3)
+    fresh = site.clock_checked_at is not None and now - site.clock_checked_at < _CLOCK_REFRESH
+    if not force and fresh and site.clock_offset_s is not None and abs(site.clock_offset_s - offset) < _CLOCK_MOVED_S:
+        return False
+    Site.objects.filter(pk=site.pk).update(clock_offset_s=offset, clock_checked_at=now)
+    moved = site.clock_offset_s is None or abs(site.clock_offset_s - offset) >= _CLOCK_MOVED_S
+    site.clock_offset_s, site.clock_checked_at = offset, now
+    warning = clock_skew_warning(offset)
+    if warning and moved:
+        logger.warning("site %s: %s", site.name, warning)
+    return True

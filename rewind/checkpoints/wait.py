@@ -21,6 +21,11 @@ ZVM takes to list a checkpoint, sleeps until shortly before then, asks often aro
 moment and less often past it (without history: small gaps growing with the time waited).
 The deadline runs from the guard's request (the caller's ``timeout_s``), not from when a
 worker picked it up.
+
+A ZVM's clock may be minutes off ours, so every time sent to it is in its time: the
+checkpoint list's ``startDate`` comes from the insert task's own ``Started`` once known,
+before that from our insert time converted through the offset measured from the ``Date`` of
+its answers (``rewind.zvm.clock``); the offset is stored on the site afterwards.
 """
 
 from __future__ import annotations
@@ -43,8 +48,9 @@ from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
 from rewind.checkpoints.zvmtasks import insert_tasks_since
 from rewind.models import ChangeGuard, ChangeGuardVpg
-from rewind.sites import site_client
+from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
+from rewind.zvm.clock import from_zvm, to_zvm
 
 logger = logging.getLogger(__name__)
 
@@ -142,6 +148,8 @@ class _VpgWait:
         # Set while the row is "inserting" with no task id: the insert call's outcome is unknown.
         self.unknown_since: float | None = None
         self.reinserted = False
+        self.task_started: datetime | None = None  # the insert task's start, on the ZVM's clock
+        self.client: ZvmClient | None = None
 
     def run(self) -> None:
         site = self.row.site
@@ -150,14 +158,17 @@ class _VpgWait:
             return
         # Its own client object; ``site_client`` shares the site's token and connection pool
         # within this process, so three VPGs on one ZVM cost one login, and later guards none.
-        client = site_client(site, request_id=self.guard.request_id)
+        client = self.client = site_client(site, request_id=self.guard.request_id)
         # A row an earlier run left behind may be listed already: look at once.
         resumed = self.row.status != Row.Status.PENDING
         if not resumed and not self.insert(client):
             return
         if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
             self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
-        self.poll(client, look_now=resumed)
+        try:
+            self.poll(client, look_now=resumed)
+        finally:
+            site_record_clock(site=site, measured=client.clock_offset())
 
     # -- insert ------------------------------------------------------------------------
     def insert(self, client: ZvmClient) -> bool:
@@ -241,9 +252,19 @@ class _VpgWait:
         return self._call_insert(client)
 
     # -- wait --------------------------------------------------------------------------
+    def offset_s(self) -> float:
+        """The ZVM's clock minus ours: measured from its answers in this run, else as stored."""
+        measured = self.client.clock_offset() if self.client is not None else None
+        return measured.offset_s if measured is not None else site_clock_offset_s(self.row.site)
+
+    def since(self, start: datetime) -> datetime:
+        """The earliest time (on the ZVM's clock) our checkpoint or insert task can carry."""
+        if self.task_started is not None:
+            return self.task_started - LIST_LOOKBACK
+        return to_zvm(start, self.offset_s()) - LIST_LOOKBACK
+
     def poll(self, client: ZvmClient, *, look_now: bool) -> None:
         start = self.row.insert_started_at or self.guard.started_at or timezone.now()
-        since = start - LIST_LOOKBACK
         fc = pacing.forecast(site_listing_times_s(self.row.site_id, limit=pacing.HISTORY))
         task_done = False
         while not self.lost.is_set():
@@ -258,6 +279,7 @@ class _VpgWait:
                 return
             try:
                 task_done = task_done or self._task_done(client)
+                since = self.since(self.row.insert_started_at or start)
                 if task_done or not self.row.task_id:
                     found = self._find_tag(client, since)
                     if found is not None:
@@ -288,6 +310,7 @@ class _VpgWait:
         except ZvmError as exc:
             self.last_error = str(exc)
             return False
+        self.task_started = task.started or self.task_started
         if task.failed:
             reason = task.complete_reason or "no reason given"
             raise _RowFailed(f"the ZVM's insert task ended in state {task.state}: {reason}")
@@ -315,7 +338,7 @@ class _VpgWait:
         return f"{reason} (last error: {self.last_error})" if self.last_error else reason
 
     def finish(self, status: str, *, error: str = "", checkpoint: Checkpoint | None = None) -> None:
-        _row_finish(self.row.pk, self.guard, status, error=error, checkpoint=checkpoint)
+        _row_finish(self.row.pk, self.guard, status, error=error, checkpoint=checkpoint, offset_s=self.offset_s())
 
 
 class _RowFailed(Exception):
@@ -323,7 +346,8 @@ class _RowFailed(Exception):
 
 
 def _row_finish(
-    row_id: int, guard: ChangeGuard, status: str, *, error: str = "", checkpoint: Checkpoint | None = None
+    row_id: int, guard: ChangeGuard, status: str, *, error: str = "", checkpoint: Checkpoint | None = None,
+    offset_s: float = 0.0,
 ) -> None:
     row = Row.objects.get(pk=row_id)
     start = row.insert_started_at or guard.started_at or timezone.now()
@@ -344,8 +368,17 @@ def _row_finish(
                 request_id=guard.request_id,
                 data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "status": status, "error": error,
                       "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
-                      "waited_ms": waited_ms, "tag": guard.tag},
+                      "waited_ms": waited_ms, "tag": guard.tag, **_clock_data(checkpoint, offset_s)},
             )
+
+
+def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, object]:
+    """The checkpoint's time as the ZVM shows it and on our clock (the audit's), and the offset."""
+    if checkpoint is None or checkpoint.timestamp is None:
+        return {"clock_offset_s": round(offset_s, 3)}
+    return {"checkpoint_timestamp": checkpoint.timestamp.isoformat(),
+            "checkpoint_time_ours": from_zvm(checkpoint.timestamp, offset_s).isoformat(),
+            "clock_offset_s": round(offset_s, 3)}
 
 
 def _guard_finish(guard: ChangeGuard) -> str:

@@ -37,6 +37,10 @@ class Site(models.Model):
     version = models.CharField(max_length=50, blank=True, editable=False)
     identity_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
+    # The ZVM's clock minus ours (seconds), measured from the Date of its answers; every time
+    # window sent to it and every time it shows is converted through this.
+    clock_offset_s = models.FloatField(null=True, blank=True, editable=False)
+    clock_checked_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

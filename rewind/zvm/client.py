@@ -28,6 +28,7 @@ import requests
 
 from ._fields import Fields, format_datetime
 from .auth import TokenKeeper
+from .clock import ClockOffset, ZvmClock
 from .connection import ZvmConnection
 from .download import NotOneFile, clean_link, resolve_link, same_origin, stream_to_sink
 from .errors import (
@@ -84,6 +85,7 @@ class _Shared:
         self.tokens = TokenKeeper(self.transport, stores.tokens)
         self.names: dict[str, list[str]] = {}
         self.names_lock = threading.Lock()
+        self.clock = ZvmClock()  # the ZVM's clock beside ours, from the Date of its answers
 
 
 class ZvmClient:
@@ -121,6 +123,10 @@ class ZvmClient:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    def clock_offset(self) -> ClockOffset | None:
+        """The ZVM's clock minus ours, from its recent answers; None before any dated answer."""
+        return self._shared.clock.offset()
 
     # -- sites ---------------------------------------------------------------------
     def local_site(self) -> LocalSite:
@@ -318,6 +324,7 @@ class ZvmClient:
                           status=401)
 
     def _checked(self, resp: requests.Response, what: str) -> requests.Response:
+        self._shared.clock.observe(resp.headers.get("Date"), time.time(), resp.elapsed.total_seconds())
         if 200 <= resp.status_code < 300:
             return resp
         raise self._shared.transport.error_for_status(resp, what)

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.models import Site
-from rewind.sites import site_check
+from rewind.sites import clock_skew_warning, site_check
 
 
 class Command(BaseCommand):
@@ -29,10 +29,18 @@ class Command(BaseCommand):
                 local = result.local
                 self.stdout.write(
                     f"{site.name}: OK  {local.name} | type {local.type} | version {local.version} | "
-                    f"identifier {local.identifier} | {result.vpg_count} VPGs"
+                    f"identifier {local.identifier} | {result.vpg_count} VPGs | {_clock(site.clock_offset_s)}"
                 )
             else:
                 failures += 1
                 self.stdout.write(f"{site.name}: FAILED  {result.error}")
         if failures:
             raise CommandError(f"{failures} of {sites.count()} sites failed")
+
+
+def _clock(offset_s: float | None) -> str:
+    if offset_s is None:
+        return "clock not measured"
+    text = f"clock {offset_s:+.1f} s from ours"
+    warning = clock_skew_warning(offset_s)
+    return f"{text} (WARNING: {warning})" if warning else text

@@ -1,0 +1,81 @@
+"""Guards against ZVMs whose clocks run minutes off ours: windows in the ZVM's time, offsets shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.management import call_command
+
+from rewind.checkpoints import pacing
+from rewind.checkpoints.services import checkpoint_request_create
+from rewind.models import AuditEvent, ChangeGuard, ChangeGuardVpg, Site
+from tests.guard.conftest import tagged, wait_finished
+
+Row = ChangeGuardVpg
+FIVE_MINUTES = 300.0
+
+
+def _clock(sim: Any, slug: str | None, offset_s: float) -> None:
+    sim.control("POST", "variants", {"site": slug, "clock_offset_s": offset_s})
+
+
+def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
+    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit", **kw)
+    assert outcome.guard is not None, outcome.refusal
+    return outcome.guard
+
+
+def _calls(sim: Any, slug: str) -> int:
+    return sum(sim.calls(slug).values())
+
+
+@pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
+def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
+    sim: Any, sites: Any, agent: Any, worker: Any, offset_s: float
+) -> None:
+    _clock(sim, "site-a", offset_s)
+    guard = wait_finished(_request(agent, "app01", timeout_s=40))
+    assert guard.status == ChangeGuard.Status.OK, guard.error
+    for vpg in ("vpg-app-1", "vpg-app-2", "vpg-app-3"):
+        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
+    # The wait measured the ZVM's clock and stored it on the site.
+    site = Site.objects.get(name="Site A")
+    assert site.clock_offset_s is not None and abs(site.clock_offset_s - offset_s) < 2
+    # The audit shows the checkpoint's time as the ZVM shows it and on our clock.
+    listed = AuditEvent.objects.filter(action="checkpoint.listed", target_id=str(guard.pk))
+    assert listed.count() == 3
+    for event in listed:
+        assert abs(event.data["clock_offset_s"] - offset_s) < 2
+        assert event.data["checkpoint_timestamp"] != event.data["checkpoint_time_ours"]
+
+
+@pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
+def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
+    sim: Any, sites: Any, agent: Any, worker: Any, offset_s: float
+) -> None:
+    _clock(sim, "site-a", offset_s)
+    sim.add_fault("checkpoint_never_listed", site="site-a")
+    before = _calls(sim, "site-a")
+    guard = wait_finished(_request(agent, "db01", timeout_s=4))
+    assert guard.status == ChangeGuard.Status.FAILED
+    row = guard.vpgs.get()
+    assert row.status == Row.Status.TIMED_OUT and "within 4 s" in row.error
+    # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
+    budget = 10 + 2 * pacing.calls_bound(4.0, None)
+    assert _calls(sim, "site-a") - before <= budget
+
+
+def test_the_offset_is_measured_and_shown_by_zvm_check_and_the_admin(
+    sim: Any, sites: Any, admin_client: Any, capsys: Any
+) -> None:
+    _clock(sim, "site-b", FIVE_MINUTES)
+    call_command("zvm_check")
+    out = capsys.readouterr().out
+    line_b = next(line for line in out.splitlines() if line.startswith("Site B:"))
+    line_a = next(line for line in out.splitlines() if line.startswith("Site A:"))
+    assert "clock +300" in line_b or "clock +299" in line_b, line_b
+    assert "WARNING" in line_b and "ahead of ours" in line_b
+    assert "clock +0.0 s" in line_a and "WARNING" not in line_a
+    page = admin_client.get("/admin/rewind/site/").content.decode()
+    assert "ahead of ours" in page
