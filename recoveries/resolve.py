@@ -20,6 +20,10 @@ A VPG row that timed out but whose checkpoint Zerto listed later (``listed_late_
 ``rewind.checkpoints.late``) counts like a listed one; the binding says it was listed late.
 Before choosing, the rows in question that timed out recently are looked for once more
 (one checkpoint listing per VPG), so a recovery does not wait for the next sweep.
+
+The bound checkpoint time is the one the recovery site's ZVM shows (the runner looks the
+checkpoint up there): a time the protected site listed is converted through both sites'
+clock offsets (``rewind.zvm.clock``), since either ZVM's clock may run minutes off ours.
 """
 
 from __future__ import annotations
@@ -35,8 +39,9 @@ from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import Protection, VpgProtection, find_protection
-from rewind.sites import site_client
+from rewind.sites import site_client, site_clock_offset_s
 from rewind.zvm import ZvmError
+from rewind.zvm.clock import from_zvm, to_zvm
 
 Source = RecoveryRequest.CheckpointSource
 
@@ -149,7 +154,7 @@ def _bound(
 def _from_guard_rows(
     protection: Protection, usable: dict[str, VpgProtection], rows: QuerySet[ChangeGuardVpg], source: str, what: str
 ) -> BoundCheckpoint:
-    listed = [r for r in rows.select_related("guard") if _usable_row(r)]
+    listed = [r for r in rows.select_related("guard", "site") if _usable_row(r)]
     if not listed:
         raise NotFoundError(f"no listed tagged checkpoint matches {what} for VM {protection.vm_name}")
     here = [r for r in listed if r.vpg_identifier in usable]
@@ -161,10 +166,23 @@ def _from_guard_rows(
         )
     healthy = _healthy_site_pks(usable.values())
     row = min(here, key=lambda r: _preference(usable[r.vpg_identifier], healthy, r.guard.requested_at))
-    return _bound(
-        protection, usable[row.vpg_identifier], row.checkpoint_identifier, row.checkpoint_timestamp,
-        row.guard.tag, row.guard.change_id, source, row.listed_late_at,
-    )
+    vpg = usable[row.vpg_identifier]
+    when = _on_recovery_clock(row.checkpoint_timestamp, row.site, vpg)
+    return _bound(protection, vpg, row.checkpoint_identifier, when, row.guard.tag, row.guard.change_id, source,
+                  row.listed_late_at)
+
+
+def _on_recovery_clock(when: datetime | None, protected: Site | None, vpg: VpgProtection) -> datetime | None:
+    """A checkpoint time as the protected site's ZVM listed it, as the recovery site's ZVM shows it.
+
+    The request is carried out at the recovery site, which looks the checkpoint up by a window
+    around this time; the two ZVMs' clocks may differ from ours, and from each other.
+    """
+    if when is None:
+        return None
+    pk = vpg.recovery_site.site_pk
+    recovery = Site.objects.filter(pk=pk).first() if pk is not None else None
+    return to_zvm(from_zvm(when, site_clock_offset_s(protected)), site_clock_offset_s(recovery))
 
 
 def _from_checkpoint_id(protection: Protection, usable: dict[str, VpgProtection], checkpoint_id: str) -> BoundCheckpoint:

@@ -221,10 +221,15 @@ def site_record_identity(*, site: Site, local: LocalSite, actor: Actor) -> Site:
 
 
 def site_clock_offset_s(site: Site | None) -> float:
-    """The site's ZVM clock minus ours as last measured; 0 when never measured."""
-    if site is None or site.clock_offset_s is None:
+    """The site's ZVM clock minus ours: from its answers to this process in the last minutes
+    (e.g. the lookup that just ran), else as last stored; 0 when never measured.
+    """
+    if site is None:
         return 0.0
-    return site.clock_offset_s
+    measured = site_client(site).clock_offset()
+    if measured is not None:
+        return measured.offset_s
+    return site.clock_offset_s if site.clock_offset_s is not None else 0.0
 
 
 def clock_skew_warning(offset_s: float | None) -> str:

@@ -34,8 +34,9 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.models import ChangeGuardVpg
-from rewind.sites import site_client
+from rewind.sites import site_client, site_clock_offset_s
 from rewind.zvm import Checkpoint, ZvmError
+from rewind.zvm.clock import to_zvm
 
 logger = logging.getLogger(__name__)
 Row = ChangeGuardVpg
@@ -99,7 +100,10 @@ def _list(group: list[ChangeGuardVpg], report: LateReport) -> list[Checkpoint] |
     assert first.site is not None
     since = min(r.insert_started_at for r in group if r.insert_started_at is not None) - LOOKBACK
     try:
-        listed = site_client(first.site).list_checkpoints(first.vpg_identifier, start=since)
+        # startDate on the ZVM's clock, which may run minutes off ours.
+        listed = site_client(first.site).list_checkpoints(
+            first.vpg_identifier, start=to_zvm(since, site_clock_offset_s(first.site))
+        )
     except ZvmError as exc:
         report.errors[f"{first.site.name}/{first.vpg_name}"] = str(exc)
         logger.warning("late listings: VPG %s on %s: %s", first.vpg_name, first.site.name, exc)
