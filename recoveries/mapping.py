@@ -1,25 +1,54 @@
-"""Map a guest path to the one FLR path that holds it, by browsing the mounted checkpoint.
+"""Map a guest path to the one FLR path that holds it, using only what the ZVM lists.
 
-FLR shows partitions (``partition#2 Ext4``), not mount points or drive letters, so:
+FLR shows partitions (``partition#2 Ext4``), not mount points or drive letters, and the API
+documents neither the status of a browse of a missing folder nor how names compare. So the
+mapping never guesses a path and never reads an error as "absent": it starts at each
+partition's root and walks down one level at a time, browsing only folders that appeared in
+the parent's listing, and uses the ZVM's own spelling of every name for the next browse and
+for the download. Names compare without regard to case on Windows file systems (NTFS, FAT,
+ReFS) and exactly on Linux ones.
 
-- Linux: ``/a/b/c`` is tried as ``<partition>/a/b/c`` on every partition, and as
-  ``<partition>/b/c`` and ``<partition>/c`` for the candidate mount points ``/a`` and
-  ``/a/b`` (a separate ``/boot`` partition holds ``grub/grub.cfg``, not ``boot/grub/grub.cfg``).
-- Windows: ``C:\\a\\b`` is tried as ``<partition>/a/b`` on every partition except System
-  Reserved; when several hold it, the one with the ``Windows`` folder is C:.
+Which partition holds the path is decided from what is there:
 
-Exactly one match is used; none or several is an error naming what was looked at. Each
-folder is listed at most once per mapping (parents are browsed, so files need not be browsable).
+- Linux: a root partition is one whose top level lists ``etc``. ``/a/b/c`` is looked for
+  as ``a/b/c`` on the root partitions, and as ``b/c`` (``c``) on another partition when a
+  root partition lists ``/a`` (``/a/b``) as an empty folder: a mount point, such as the
+  empty ``/boot`` a separate boot partition is mounted on.
+- Windows: System Reserved, EFI and recovery partitions are skipped. ``C:`` is the
+  partition holding the ``Windows`` folder; another letter is a partition without it, the
+  data partitions taking ``D:``, ``E:``, ... in their order when several hold the path.
+
+Exactly one match is used; none, several or a folder is an error naming what was looked at.
+Each folder is listed at most once per mapping.
 """
 
 from __future__ import annotations
 
+import io
+import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from recoveries.paths import GuestPath
 from recoveries.sessions import session_lookup
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.zvm import BrowseItem, ZvmClient, ZvmNotFoundError
+from rewind.zvm import BrowseItem, ZvmClient, ZvmError, ZvmNotFoundError
+
+# File systems whose names compare without regard to case.
+_CASELESS_FS = re.compile(r"ntfs|fat|refs", re.IGNORECASE)
+_CASED_FS = re.compile(r"ext\d|xfs|btrfs|zfs|jfs|reiser|ufs|hfs", re.IGNORECASE)
+_WINDOWS_SYSTEM = "windows"
+_FSTAB_MAX_BYTES = 64 * 1024
+_UNREAD = object()
+
+
+def _fstab_mount_points(raw: bytes) -> set[str]:
+    points = set()
+    for line in raw.decode("utf-8", "replace").splitlines():
+        fields = line.split("#", 1)[0].split()
+        if len(fields) >= 2 and fields[1].startswith("/"):
+            points.add(fields[1].replace("\\040", " ").rstrip("/") or "/")
+    return points
 
 
 class SessionVanished(Exception):
@@ -32,58 +61,145 @@ class Match:
     item: BrowseItem
 
 
+@dataclass(frozen=True)
+class _Partition:
+    path: str  # as the ZVM spells it, e.g. "partition#2 Ext4"
+    caseless: bool
+
+
 class _Browser:
+    """Browses one mounted session, each folder at most once."""
+
     def __init__(self, client: ZvmClient, session_id: str, vm_identifier: str) -> None:
         self.client = client
         self.session_id = session_id
         self.vm_identifier = vm_identifier
-        self.cache: dict[str, dict[str, BrowseItem] | None] = {}
-        self.session_checked = False
+        self._listings: dict[str, list[BrowseItem]] = {}
+        self._fstab: set[str] | None | object = _UNREAD
 
-    def listing(self, folder: str) -> dict[str, BrowseItem] | None:
-        """Children of ``folder`` by name; None when the folder does not exist."""
-        if folder not in self.cache:
+    def listing(self, folder: str) -> list[BrowseItem]:
+        """The children of ``folder`` (an FLR path the ZVM listed; "" for the partitions).
+
+        A failure is never read as an empty or missing folder: the folder was listed by its
+        parent, so it exists, and the caller learns what the ZVM answered.
+        """
+        if folder not in self._listings:
             try:
                 result = self.client.flr_browse(self.session_id, folder)
-                self.cache[folder] = {item.name: item for item in result.items}
-            except ZvmNotFoundError:
+            except ZvmError as exc:
                 self._check_session()
-                self.cache[folder] = None
-        return self.cache[folder]
+                where = f"the folder {folder}" if folder else "the partitions"
+                raise ApplicationError(f"{self.client.conn.site_name} could not list {where}: {exc}") from exc
+            self._listings[folder] = [_with_full_path(folder, item) for item in result.items]
+        return self._listings[folder]
 
     def _check_session(self) -> None:
-        # A 404 means "no such folder" or "no such session": tell them apart once.
-        if self.session_checked:
-            return
+        """Raise SessionVanished when the session itself is gone (the usual reason a browse fails)."""
         try:
             session = session_lookup(self.client, self.session_id, self.vm_identifier)
         except ZvmNotFoundError:
             raise SessionVanished(self.session_id) from None
+        except ZvmError:
+            return  # cannot tell; the browse error is reported as it is
         if session.is_terminal:
             raise SessionVanished(self.session_id)
-        self.session_checked = True
 
-    def lookup(self, flr_path: str, case_insensitive: bool) -> BrowseItem | None:
-        parent, _, name = flr_path.rpartition("/")
-        children = self.listing(parent)
-        if not children:
-            return None
-        if name in children:
-            return children[name]
-        if case_insensitive:
-            for key, item in children.items():
-                if key.lower() == name.lower():
-                    return item
-        return None
+    def child(self, folder: str, name: str, caseless: bool) -> BrowseItem | None:
+        """The entry called ``name`` in ``folder``'s listing, or None when it lists none."""
+        items = self.listing(folder)
+        exact = [item for item in items if item.name == name]
+        if exact or not caseless:
+            return exact[0] if exact else None
+        folded = [item for item in items if item.name.casefold() == name.casefold()]
+        if len(folded) > 1:
+            spelled = ", ".join(item.name for item in folded)
+            raise ApplicationError(f"{folder or 'the mount'} lists several entries named {name!r} in different case: {spelled}")
+        return folded[0] if folded else None
+
+    def walk(self, part: _Partition, segments: Iterable[str]) -> BrowseItem | None:
+        """Follow ``segments`` down from ``part``'s root through the listings; None if absent."""
+        folder = part.path
+        item: BrowseItem | None = None
+        for name in segments:
+            if item is not None:
+                if not _is_folder(item):
+                    return None  # a file where the path needs a folder
+                folder = item.path
+            item = self.child(folder, name, part.caseless)
+            if item is None:
+                return None
+        return item
+
+    def fstab_mounts(self, roots: list[_Partition]) -> set[str] | None:
+        """The mount points /etc/fstab lists on the root partitions; None when none is readable."""
+        if self._fstab is _UNREAD:
+            self._fstab = None
+            for root in roots:
+                item = self.walk(root, ("etc", "fstab"))
+                if item is None or not _is_file(item) or (item.size_in_bytes or 0) > _FSTAB_MAX_BYTES:
+                    continue
+                sink = io.BytesIO()
+                try:
+                    self.client.flr_download(self.session_id, item.path, sink)
+                except ZvmError:
+                    continue  # an unreadable fstab decides nothing
+                self._fstab = (self._fstab or set()) | _fstab_mount_points(sink.getvalue())
+        return self._fstab if isinstance(self._fstab, set) else None
+
+    def is_empty_folder(self, part: _Partition, segments: tuple[str, ...]) -> bool:
+        item = self.walk(part, segments)
+        return item is not None and _is_folder(item) and not self.listing(item.path)
+
+
+def _with_full_path(folder: str, item: BrowseItem) -> BrowseItem:
+    """The item with its path from the mount root, however the ZVM spelled it.
+
+    Item paths appear to be full paths (fact sheet, INFERRED); a ZVM that gives only the
+    name still gets browsed correctly: the name is joined to the parent's own path.
+    """
+    path = item.path.strip("/")
+    if folder and not path.lower().startswith(folder.lower() + "/"):
+        path = f"{folder}/{item.name}" if path else folder
+    if path == item.path:
+        return item
+    return BrowseItem(
+        path=path, type=item.type, is_browsable=item.is_browsable, is_downloadable=item.is_downloadable,
+        size_in_bytes=item.size_in_bytes, not_downloadable_reason=item.not_downloadable_reason,
+        creation_time=item.creation_time, last_access_time=item.last_access_time,
+        last_write_time=item.last_write_time,
+    )
+
+
+def _is_folder(item: BrowseItem) -> bool:
+    kind = (item.type or "").lower()
+    if kind in ("folder", "directory", "partition", "disk"):
+        return True
+    return kind == "" and item.is_browsable
+
+
+def _is_file(item: BrowseItem) -> bool:
+    kind = (item.type or "").lower()
+    return kind == "file" or (kind == "" and item.is_downloadable and not item.is_browsable)
+
+
+def _caseless(partition_name: str, guest: GuestPath) -> bool:
+    if _CASELESS_FS.search(partition_name):
+        return True
+    if _CASED_FS.search(partition_name):
+        return False
+    return guest.os == "windows"  # a file system the name does not tell: the guest's own rule
 
 
 def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_identifier: str) -> Match:
-    """The single file ``guest`` names in the mounted session. Raises ``ApplicationError``."""
+    """The single file ``guest`` names in the mounted session.
+
+    Raises ``NotFoundError`` (no partition holds it), ``ApplicationError`` (several do, it
+    is a folder, or the ZVM could not list a folder on the way) or ``SessionVanished``.
+    """
     browser = _Browser(client, session_id, vm_identifier)
-    partitions = browser.listing("")
-    if partitions is None:
-        raise SessionVanished(session_id)
-    parts = [item.path.strip("/") for item in partitions.values()]
+    parts = [_Partition(item.path, _caseless(item.path, guest)) for item in _partitions(browser)]
+    if not parts:
+        raise NotFoundError(f"the mounted checkpoint of this VM shows no partitions, so {guest.original} cannot be found")
     if guest.os == "windows":
         matches = _windows(browser, parts, guest)
     else:
@@ -91,66 +207,108 @@ def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_i
     return _one_file(matches, parts, guest)
 
 
-def _candidates_linux(parts: list[str], guest: GuestPath) -> list[str]:
-    segs = guest.segments
-    out = []
-    for part in parts:
-        for k in range(len(segs)):  # k segments form the partition's mount point
-            out.append(f"{part}/{'/'.join(segs[k:])}")
+def _partitions(browser: _Browser) -> list[BrowseItem]:
+    """The partitions of the mount; a multi-disk mount may list disks first (INFERRED)."""
+    out: list[BrowseItem] = []
+    for item in browser.listing(""):
+        if (item.type or "").lower() == "disk":
+            out.extend(child for child in browser.listing(item.path) if _is_folder(child))
+        else:
+            out.append(item)
     return out
 
 
-def _linux(browser: _Browser, parts: list[str], guest: GuestPath) -> list[Match]:
-    found = []
-    for candidate in _candidates_linux(parts, guest):
-        item = browser.lookup(candidate, case_insensitive=False)
-        if item is not None:
-            found.append(Match(candidate, item))
-    return found
+# -- Linux ----------------------------------------------------------------------------------------
 
 
-def _spelled(candidate: str, item: BrowseItem) -> str:
-    """The path as the ZVM spells it (NTFS matched case-insensitively), when it gives one."""
-    real = item.path.strip("/")
-    if real.lower() == candidate.lower():
-        return real
-    parent = candidate.rpartition("/")[0]
-    return f"{parent}/{item.name}"
+def _root_partitions(browser: _Browser, parts: list[_Partition]) -> list[_Partition]:
+    roots = [p for p in parts if (etc := browser.child(p.path, "etc", p.caseless)) is not None and _is_folder(etc)]
+    return roots or parts  # no partition looks like "/": any of them may be
 
 
-def _is_system_reserved(browser: _Browser, part: str) -> bool:
-    if "reserved" in part.lower():
-        return True
-    children = browser.listing(part) or {}
-    names = {n.lower() for n in children}
-    return "bootmgr" in names and "windows" not in names
-
-
-def _windows(browser: _Browser, parts: list[str], guest: GuestPath) -> list[Match]:
-    found = []
-    for part in parts:
-        if _is_system_reserved(browser, part):
+def _linux(browser: _Browser, parts: list[_Partition], guest: GuestPath) -> list[Match]:
+    segs = guest.segments
+    roots = _root_partitions(browser, parts)
+    on_root = [Match(item.path, item) for part in roots if (item := browser.walk(part, segs)) is not None]
+    others = [p for p in parts if p not in roots]
+    mounted: list[Match] = []
+    certain = True  # every partition match sits under a folder "/" shows as a mount point
+    for k in range(1, len(segs)):  # segs[:k] as the mount point of another partition
+        holders = [r for r in roots if (f := browser.walk(r, segs[:k])) is not None and _is_folder(f)]
+        if not holders:
+            continue  # no such folder on "/": nothing can be mounted there
+        found = [Match(item.path, item) for part in others if (item := browser.walk(part, segs[k:])) is not None]
+        if not found:
             continue
-        candidate = f"{part}/{guest.relative}"
-        item = browser.lookup(candidate, case_insensitive=True)
-        if item is not None:
-            found.append(Match(_spelled(candidate, item), item))
-    if len(found) > 1 and guest.drive == "C:":
-        system = [m for m in found if "windows" in {n.lower() for n in (browser.listing(m.flr_path.split("/")[0]) or {})}]
-        if len(system) == 1:
-            return system
-    return found
+        verdict = _is_mount_point(browser, holders, segs[:k]) if on_root else True
+        if verdict is False:
+            continue  # fstab mounts nothing there: "/" holds the file
+        certain = certain and verdict is True
+        mounted.extend(found)
+    if mounted and certain:
+        return mounted  # a mount hides what "/" has under its mount point, as in the guest
+    return on_root + mounted  # more than one: refused as ambiguous, naming each
 
 
-def _is_file(item: BrowseItem) -> bool:
-    kind = (item.type or "").lower()
-    return kind == "file" or (kind == "" and item.is_downloadable)
+def _is_mount_point(browser: _Browser, roots: list[_Partition], folder: tuple[str, ...]) -> bool | None:
+    """True when "/" shows ``folder`` as a mount point: an empty folder, or a line of
+    /etc/fstab. None when that cannot be told (no fstab to read)."""
+    if any(browser.is_empty_folder(root, folder) for root in roots):
+        return True
+    mounts = browser.fstab_mounts(roots)
+    if mounts is None:
+        return None
+    return "/" + "/".join(folder) in mounts
 
 
-def _one_file(matches: list[Match], parts: list[str], guest: GuestPath) -> Match:
+# -- Windows --------------------------------------------------------------------------------------
+
+
+def _skipped(browser: _Browser, part: _Partition) -> bool:
+    """System Reserved, EFI and recovery partitions: never a drive an agent means."""
+    label = part.path.lower()
+    if "reserved" in label or "efi" in label or "recovery" in label:
+        return True
+    names = {item.name.casefold() for item in browser.listing(part.path)}
+    if _WINDOWS_SYSTEM in names:
+        return False
+    if "bootmgr" in names or names == {"efi"} or names <= {"efi", "boot", "recovery", "system volume information"}:
+        return bool(names)
+    return False
+
+
+def _windows(browser: _Browser, parts: list[_Partition], guest: GuestPath) -> list[Match]:
+    usable = [p for p in parts if not _skipped(browser, p)]
+    system = [p for p in usable if _has_windows_folder(browser, p)]
+    if guest.drive == "C:":
+        candidates = system or usable
+    else:
+        candidates = [p for p in usable if p not in system] or usable
+    found = [(p, item) for p in candidates if (item := browser.walk(p, guest.segments)) is not None]
+    if len(found) > 1 and guest.drive != "C:":
+        # Data partitions take D:, E:, ... in their order; use that only to break a tie.
+        data = [p for p in usable if p not in system]
+        index = ord((guest.drive or "D:")[0].upper()) - ord("D")
+        if 0 <= index < len(data):
+            by_letter = [(p, item) for p, item in found if p == data[index]]
+            if by_letter:
+                found = by_letter
+    return [Match(item.path, item) for _, item in found]
+
+
+def _has_windows_folder(browser: _Browser, part: _Partition) -> bool:
+    item = browser.child(part.path, "Windows", caseless=True)
+    return item is not None and _is_folder(item)
+
+
+# -- the answer -----------------------------------------------------------------------------------
+
+
+def _one_file(matches: list[Match], parts: list[_Partition], guest: GuestPath) -> Match:
     if not matches:
         raise NotFoundError(
-            f"{guest.original} does not exist in this checkpoint (looked on partitions: {', '.join(parts) or 'none'})"
+            f"{guest.original} does not exist in this checkpoint "
+            f"(looked on partitions: {', '.join(p.path for p in parts)})"
         )
     if len(matches) > 1:
         raise ApplicationError(

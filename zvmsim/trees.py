@@ -58,6 +58,14 @@ WEB_CONFIG = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
+FSTAB_WITH_BOOT = """# /etc/fstab: static file system information.
+# <file system>                           <mount point> <type> <options>         <dump> <pass>
+UUID=4f1c2a8e-58f3-4c1e-9d2b-6a1f0e9b7c11 /             ext4   errors=remount-ro 0      1
+UUID=0b9e3d27-1f4a-4e55-8c7a-2d6f5a3e9c40 /boot         ext4   defaults          0      2
+/swapfile                                 none          swap   sw                0      0
+"""
+
+
 def _hosts(name: str, ip: str) -> str:
     return f"127.0.0.1 localhost\n{ip} {name}.corp.example {name}\n"
 
@@ -77,6 +85,7 @@ def web01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
     }, t)
     root = build_partition("partition#2 Ext4", "/", {
         "etc/nginx/nginx.conf": NGINX_CONF,
+        "etc/fstab": FSTAB_WITH_BOOT,
         "etc/hostname": f"{name}\n",
         "etc/hosts": _hosts(name, ip),
         "var/www/html/index.html": f"<!doctype html>\n<html><body><h1>{name}</h1></body></html>\n",
@@ -110,6 +119,7 @@ def win01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
     c_drive = build_partition("partition#2 NTFS", "C:", {
         "inetpub/web.config": WEB_CONFIG,
         "inetpub/wwwroot/index.html": f"<html><body>{name}</body></html>\r\n",
+        "inetpub/wwwroot/Web.config": WEB_CONFIG,
         "Windows/System32/drivers/etc/hosts": _win_hosts(name, ip),
     }, t, empty_dirs=["Users", "Program Files"])
     d_drive = build_partition("partition#3 NTFS", "D:", {
@@ -123,6 +133,7 @@ def generic_linux(name: str, ip: str, seed: int, t: float) -> list[Partition]:
     root = build_partition("partition#2 Ext4", "/", {
         "etc/hostname": f"{name}\n",
         "etc/hosts": _hosts(name, ip),
+        "etc/fstab": FSTAB_WITH_BOOT,
         "etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n',
         "opt/app/config.yaml": f"service: {name}\nreplicas: {1 + seed % 3}\nlisten: 0.0.0.0:8080\n",
     }, t, empty_dirs=["boot", "tmp"])

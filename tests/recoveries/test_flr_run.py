@@ -116,7 +116,21 @@ def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people,
     assert not FlrSession.objects.filter(recovery=recovery).exists()
 
 
-def test_a_path_found_on_two_partitions_is_refused_naming_both(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+    sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
+    sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
+    tagged("web01")
+    recovery = _request(agent, "web01", "/boot/extra.cfg")
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    recovery = wait_finished(recovery)
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
+    # /etc/fstab mounts the boot partition on /boot, so the guest sees its copy.
+    assert recovery.flr_path == "partition#1 Ext4/extra.cfg"
+    assert Path(recovery.stored_path).read_bytes() == b"on the boot partition"
+
+
+def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+    sim.delete_file("web01", "/etc/fstab")
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
     tagged("web01")
