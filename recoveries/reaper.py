@@ -110,7 +110,7 @@ def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
                 to_unmount.append(row)
             continue
         current = live.get(row.session_id.lower())
-        if current is None:
+        if current is None or current.is_unmounted:  # some ZVMs list ended sessions for a while
             if session_mark_vanished(row=row, actor=SYSTEM):
                 report.vanished += 1
             continue

@@ -141,6 +141,10 @@ def _confirm_gone(
             return UnmountReport(True, row.session_id)
         except ZvmError as exc:
             last = str(exc)
+        else:
+            if current.is_unmounted:  # some ZVMs list ended sessions for a while
+                _ended(row, actor, f"{reason} (the ZVM lists it as {current.status})", request_id)
+                return UnmountReport(True, row.session_id)
         if time.monotonic() >= deadline:
             return UnmountReport(
                 False, row.session_id,

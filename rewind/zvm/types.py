@@ -313,6 +313,12 @@ class FlrSession:
         status = (self.status or "").lower()
         return "failed" in status or "unmount" in status or status in _FLR_GONE
 
+    @property
+    def is_unmounted(self) -> bool:
+        """Still listed, but the unmount is over (some ZVMs list ended sessions for a while)."""
+        status = (self.status or "").lower()
+        return status in _FLR_GONE or ("unmount" in status and ("complet" in status or "success" in status))
+
     @classmethod
     def from_json(cls, raw: object) -> FlrSession:
         f = Fields(raw)
