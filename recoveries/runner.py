@@ -226,9 +226,11 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
         with partial.open("wb") as sink:
             result = run.client.flr_download(row.session_id, match.flr_path, sink)
         os.replace(partial, final)
-    except ZvmNotFoundError:
+    except ZvmNotFoundError as exc:
         partial.unlink(missing_ok=True)
-        raise SessionVanished(row.session_id) from None
+        # A 404 may mean the session went, or only the link (undocumented): look, never assume.
+        _raise_if_vanished(run, row)
+        raise RunFailed(f"{run.site.name} would not serve {match.flr_path}: {exc}") from exc
     except BaseException:
         partial.unlink(missing_ok=True)
         raise
@@ -237,6 +239,17 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
                      data={"flr_path": match.flr_path, "sha256": result.sha256, "size": result.size,
                            "zipped": result.zipped, "session_id": row.session_id}, request_id=run.request_id)
     return final, result
+
+
+def _raise_if_vanished(run: Run, row: FlrSession) -> None:
+    try:
+        session = session_lookup(run.client, row.session_id, row.vm_identifier)
+    except ZvmNotFoundError:
+        raise SessionVanished(row.session_id) from None
+    except ZvmError:
+        return  # cannot tell: the caller reports what the ZVM said
+    if session.is_terminal:
+        raise SessionVanished(row.session_id)
 
 
 def _vanished(row: FlrSession, reason: str) -> None:

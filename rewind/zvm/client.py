@@ -90,8 +90,10 @@ class _Shared:
 
 class ZvmClient:
     # While a download link is being prepared the ZVM may answer 404/409 (fact sheet §8).
-    download_ready_attempts = 6
-    download_ready_delay = 0.5  # seconds, doubling, capped at 2 s
+    # How long a link may answer 404/409 before it serves the bytes (undocumented: a ZVM may
+    # prepare a large zip first). Asked again after 0.5 s, doubling up to every 2 s.
+    download_ready_timeout_s = 60.0
+    download_ready_delay = 0.5
 
     def __init__(
         self,
@@ -335,15 +337,15 @@ class ZvmClient:
 
     def _fetch_when_ready(self, url: str) -> requests.Response:
         delay = self.download_ready_delay
-        for attempt in range(1, self.download_ready_attempts + 1):
+        deadline = time.monotonic() + self.download_ready_timeout_s
+        while True:
             try:
                 return self._request("GET", "", url=url, stream=True)
             except ZvmRejectedError as exc:
-                if exc.status not in (404, 409) or attempt == self.download_ready_attempts:
+                if exc.status not in (404, 409) or time.monotonic() + delay > deadline:
                     raise
             self._sleep(delay)
             delay = min(2.0, delay * 2)
-        raise AssertionError("unreachable")
 
     # -- small helpers -------------------------------------------------------------
     def _get(self, path: str, params: Mapping[str, Any] | None = None) -> Any:

@@ -14,6 +14,7 @@ from rewind.zvm import (
     FlrSession,
     ZvmClient,
     ZvmNotFoundError,
+    ZvmRejectedError,
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
@@ -139,6 +140,28 @@ def test_it_waits_briefly_for_a_download_that_is_not_ready(sim: SimHandle, flr: 
     flr.client.flr_download(session_id, NGINX, sink)
     assert sink.getvalue() == sim.read_file("web01", "/etc/nginx/nginx.conf")
     assert calls(sim, "site-b", "GET /v1/downloads/{download_id}") == 3
+
+
+@pytest.mark.parametrize("pending", [404, 409])
+def test_it_waits_for_a_download_the_zvm_prepares_for_a_while(sim: SimHandle, flr: Flr, pending: int) -> None:
+    # Six quick retries (about 5 s here) were once the whole budget; a ZVM preparing a large
+    # zip may take longer, and answers 404 or 409 meanwhile (both undocumented).
+    session_id = flr.mounted()
+    flr.client.download_ready_delay = 0.2
+    sim.set_variants("site-b", download_ready_after_s=7.0, download_pending_status=pending)
+    sink = io.BytesIO()
+    flr.client.flr_download(session_id, NGINX, sink)
+    assert sink.getvalue() == sim.read_file("web01", "/etc/nginx/nginx.conf")
+    assert calls(sim, "site-b", "GET /v1/downloads/{download_id}") > 6
+
+
+def test_a_download_that_never_becomes_ready_fails_after_the_budget(sim: SimHandle, flr: Flr) -> None:
+    session_id = flr.mounted()
+    flr.client.download_ready_delay = 0.05
+    flr.client.download_ready_timeout_s = 1.0
+    sim.set_variants("site-b", download_ready_after_s=120.0, download_pending_status=409)
+    with pytest.raises(ZvmRejectedError, match="409"):
+        flr.client.flr_download(session_id, NGINX, io.BytesIO())
 
 
 @pytest.mark.parametrize("fmt", ["raw", "zip"])
