@@ -4,7 +4,12 @@ On every enabled site holding live sessions of ours, one ``GET /v1/flrs`` tells 
 still there. Ours that vanished are marked ended; ours whose recovery finished, failed or
 ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
 found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
-not recorded by us) and unmounted. A session this service did not record is never touched.
+not recorded by us) and unmounted. A mount without an id (its answer was a 5xx, a timeout or
+unreadable) that no session fits is ended once it has settled: the mount call may take up to
+the ZVM read timeout, and the ZVM may still be creating the session after it answered, so
+only a listing read successfully ``UNKNOWN_SETTLE`` past that says "no session appeared". A
+listing that fails says nothing (the site is skipped), and when several sessions fit, none is
+touched and the row is not ended. A session this service did not record is never touched.
 Stale pending requests are expired, and the recovered files of requests finished more than
 REWIND_RECOVERED_RETENTION_DAYS ago are deleted. Every step is a compare-and-swap: sweeps
 may overlap.
@@ -23,7 +28,7 @@ from django.utils import timezone
 
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
-from recoveries.sessions import session_mark_vanished, session_transition, session_unmount
+from recoveries.sessions import session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.models import Site
 from rewind.requestid import current_request_id
@@ -36,6 +41,9 @@ S = FlrSession.Status
 UNMOUNT_THREADS = 8
 # A row still "mounting" without an id this long after it was recorded lost its runner.
 MOUNT_CALL_GRACE = timedelta(minutes=2)
+# How long after the mount call's answer (at most the read timeout after the row was
+# recorded) a session the ZVM was still creating may take to be listed.
+UNKNOWN_SETTLE = timedelta(minutes=2)
 
 
 @dataclass
@@ -46,6 +54,7 @@ class ReapReport:
     unmount_failed: int = 0
     vanished: int = 0
     found_unknown: int = 0
+    unknown_ended: int = 0
     purged_results: int = 0
     purge_failed: int = 0
     site_errors: dict[str, str] = field(default_factory=dict)
@@ -158,14 +167,14 @@ def _adopt_unknown(
     """Learn the id of a mount whose answer was lost. True when the row now names a live session."""
     if row.status == S.MOUNTING and now - row.created_at < MOUNT_CALL_GRACE:
         return False  # the runner may still be waiting for the mount answer
-    found = _match_unknown(row, live.values())
-    if found is None:
-        if row.recovery is None or row.recovery.status in RecoveryRequest.FINISHED:
-            if now - row.created_at > MOUNT_CALL_GRACE:
-                session_transition(row=row, to=S.ENDED, actor=SYSTEM, action="recoveries.session.vanished",
-                                   from_statuses=(S.MOUNTING, S.UNKNOWN), data={"reason": "no session appeared"},
-                                   end_reason="no session appeared for this mount")
+    fits = _fitting_sessions(row, live.values())
+    if len(fits) > 1:
+        return False  # which one is ours cannot be told: touch none, and do not call it absent
+    if not fits:
+        if _settled(row, now) and session_end_unseen(row=row, actor=SYSTEM, settled_s=_settle_time().total_seconds()):
+            report.unknown_ended += 1
         return False
+    found = fits[0]
     adopted = FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found, status=S.UNKNOWN)
     if not adopted:
         return False
@@ -174,8 +183,24 @@ def _adopt_unknown(
     return True
 
 
+def _settle_time() -> timedelta:
+    return timedelta(seconds=float(settings.ZVM_READ_TIMEOUT_S)) + UNKNOWN_SETTLE
+
+
+def _settled(row: FlrSession, now: datetime) -> bool:
+    """No run is still making this mount, and a session it started would be listed by now."""
+    finished = row.recovery is None or row.recovery.status in RecoveryRequest.FINISHED
+    return finished and now - row.created_at > _settle_time()
+
+
 def _match_unknown(row: FlrSession, sessions: object) -> str | None:
     """The one live session a lost mount answer named, or None when none or several fit."""
+    fits = _fitting_sessions(row, sessions)
+    return fits[0] if len(fits) == 1 else None
+
+
+def _fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
+    """Live sessions a lost mount answer may have named: same VM, VPG and checkpoint, new, not ours."""
     snapshot = {s.lower() for s in row.snapshot_ids}
     known = {s.lower() for s in FlrSession.objects.filter(site_id=row.site_id).exclude(session_id="")
              .values_list("session_id", flat=True)}
@@ -188,7 +213,7 @@ def _match_unknown(row: FlrSession, sessions: object) -> str | None:
         and (s.vpg_identifier or "").lower() == row.vpg_identifier.lower()
         and (s.checkpoint_identifier or "") == row.checkpoint_identifier
     ]
-    return fits[0] if len(fits) == 1 else None
+    return fits
 
 
 def find_unknown_session(client: ZvmClient, row: FlrSession) -> str | None:

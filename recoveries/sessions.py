@@ -169,6 +169,26 @@ def session_mark_vanished(*, row: FlrSession, actor: Actor, reason: str = "vanis
     )
 
 
+def session_end_unseen(*, row: FlrSession, actor: Actor, settled_s: float) -> bool:
+    """End a mount whose id was never learned and for which the ZVM lists no session.
+
+    The caller has read the site's session list successfully, after the settle time. The
+    compare-and-swap also requires the id to be still unknown, so a concurrent sweep that
+    just found the session keeps it (and unmounts it).
+    """
+    reason = "no session appeared for this mount"
+    with transaction.atomic():
+        won = FlrSession.objects.filter(pk=row.pk, status__in=(S.MOUNTING, S.UNKNOWN), session_id="").update(
+            status=S.ENDED, ended_at=timezone.now(), end_reason=reason
+        )
+        if not won:
+            return False
+        row.status, row.end_reason = S.ENDED, reason
+        audit_record(actor=actor, action="recoveries.session.vanished", target=row,
+                     data={**_describe(row), "reason": reason, "settled_s": settled_s, "last_error": row.last_error})
+    return True
+
+
 def ours(site: Site, session_id: str) -> FlrSession | None:
     return FlrSession.objects.filter(site=site, session_id__iexact=session_id).select_related("site").first()
 
