@@ -134,9 +134,9 @@ def start_sim(work: Path, *args: str, name: str = "zvmsim") -> tuple[Proc, str]:
     return proc, content.split(SIM_READY, 1)[1].split()[0]
 
 
-def start_worker(work: Path, *, concurrency: int, name: str) -> Proc:
-    """A prefork Celery worker on this process's settings; returns once it is ready."""
-    cmd = [PYTHON, "-m", "celery", "-A", "rewind", "worker", "-P", "prefork", "-c", str(concurrency),
+def start_worker(work: Path, *, concurrency: int, name: str, pool: str = "prefork") -> Proc:
+    """A Celery worker (``pool``: prefork or threads) on this process's settings; returns once it is ready."""
+    cmd = [PYTHON, "-m", "celery", "-A", "rewind", "worker", "-P", pool, "-c", str(concurrency),
            "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", f"{name}@%h"]
     proc = Proc(name, cmd, work / "worker.log")
     try:
