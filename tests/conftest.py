@@ -129,3 +129,39 @@ def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> Iter
     if celery_worker_process.proc is None or celery_worker_process.proc.poll() is not None:
         celery_worker_process.start()
     yield celery_worker_process
+
+
+@pytest.fixture(autouse=True)
+def _zvm_cap_out_of_the_way(settings: Any) -> None:
+    """The suite's own processes send up to 1000 requests/s per simulated ZVM, not the 10 of production.
+
+    Tests that time their own waits (caches, polling) were written without a cap; the cap's
+    own tests (tests/zvm/test_cap.py, tests/rewind/test_zvm_shared.py) set theirs. Processes
+    the tests start (a Celery worker) read the environment and so run at the default.
+    """
+    settings.ZVM_MAX_REQUESTS_PER_S = 1000.0
+
+
+@pytest.fixture(autouse=True)
+def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Outside transactional tests, ZVM caps and tokens are kept per process, as without Django.
+
+    A test whose database is one open transaction holds SQLite's write lock from start to
+    end, so the database stores, which write on every ZVM call, would make a call from any
+    other thread (MCP worker threads, a guard's VPG threads) wait 20 s for it. Transactional
+    tests, and the Celery worker and servers they start, use the stores the settings choose.
+    """
+    from rewind.zvm import Stores, use_shared_stores
+    from rewind.zvm_shared import shared_stores
+
+    marker = request.node.get_closest_marker("django_db")
+    transactional = bool(marker and marker.kwargs.get("transaction")) or any(
+        name in request.fixturenames for name in ("transactional_db", "live_server", "django_db_serialized_rollback"))
+    if transactional:
+        yield
+        return
+    use_shared_stores(Stores)
+    try:
+        yield
+    finally:
+        use_shared_stores(shared_stores)

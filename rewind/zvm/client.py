@@ -413,7 +413,7 @@ class ZvmClient:
         return names[code]
 
 
-_SHARED: dict[tuple[int, ZvmConnection], _Shared] = {}
+_SHARED: dict[tuple[int, ZvmConnection, Callable[[], Stores]], _Shared] = {}
 _SHARED_LOCK = threading.Lock()
 _shared_stores: Callable[[], Stores] = Stores
 
@@ -427,7 +427,6 @@ def use_shared_stores(factory: Callable[[], Stores]) -> None:
     global _shared_stores
     with _SHARED_LOCK:
         _shared_stores = factory
-        _SHARED.clear()
 
 
 def shared_client(conn: ZvmConnection, *, request_id: str | None = None) -> ZvmClient:
@@ -437,8 +436,8 @@ def shared_client(conn: ZvmConnection, *, request_id: str | None = None) -> ZvmC
     process id as well, so a forked worker never shares sockets with its parent. Caps and
     tokens go through the stores set with ``use_shared_stores``.
     """
-    key = (os.getpid(), conn)
     with _SHARED_LOCK:
+        key = (os.getpid(), conn, _shared_stores)  # clients made before a switch of stores keep theirs
         shared = _SHARED.get(key)
         if shared is None:
             shared = _SHARED[key] = _Shared(conn, _shared_stores())
