@@ -25,7 +25,7 @@ from functools import lru_cache
 
 import redis
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
 
 from rewind.crypto import DecryptionError, decrypt, encrypt
@@ -118,6 +118,11 @@ class DbPacer:
     """
 
     def reserve(self, key: str, per_s: float) -> float:
+        if connection.in_atomic_block:
+            # Counted here, the row lock would last until the caller's transaction ends and
+            # hold up every other process's calls to this ZVM meanwhile. ZVM calls are not
+            # made inside transactions by design; one that is counts in this process.
+            return LOCAL_PACER.reserve(key, per_s)
         n, window = window_shape(per_s)
         try:
             with transaction.atomic():

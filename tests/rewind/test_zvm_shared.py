@@ -174,3 +174,20 @@ def test_a_redis_that_does_not_answer_does_not_stop_zvm_calls(sim: SimHandle, ca
     assert calls(sim, "site-a", TOKEN_CALL) == 1
     assert "Redis did not answer (ConnectionError)" in caplog.text
     assert "redis://" not in caplog.text
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_call_inside_a_transaction_holds_no_lock_on_the_shared_cap() -> None:
+    from django.db import transaction
+
+    from rewind.models import ZvmRateWindow
+
+    pacer = DbPacer()
+    pacer.reserve("zvm-in-tx", 5.0)
+    before = ZvmRateWindow.objects.get(key="zvm-in-tx").recent
+    with transaction.atomic():
+        # Counted in this process: a row lock taken here would last until this block ends.
+        pacer.reserve("zvm-in-tx", 5.0)
+    assert ZvmRateWindow.objects.get(key="zvm-in-tx").recent == before
+    pacer.reserve("zvm-in-tx", 5.0)
+    assert len(ZvmRateWindow.objects.get(key="zvm-in-tx").recent.split()) == 2
