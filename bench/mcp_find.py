@@ -66,9 +66,9 @@ async def echo(text: str) -> str:
 
 
 def echo_app() -> Any:
-    from rewind.mcp import nodelay
+    from rewind import startup
 
-    nodelay.enable()  # the same TCP fix as the app, so the comparison is about the app, not sockets
+    startup.enable_tcp_nodelay()  # the same TCP fix as the app, so the comparison is about the app, not sockets
     server = MCPServer(name="echo")
     server.tool()(echo)
     return server.streamable_http_app(

@@ -20,6 +20,7 @@ from django.utils import timezone
 
 from catalog.models import MutatingTool, ToolSighting
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import CatalogAction
 from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.models import AuditEvent
 
@@ -103,7 +104,7 @@ def mutating_tool_add(
                 added_by_kind=actor.type,
             )
             audit_record(
-                actor=actor, action="catalog.tool.added", target=tool, data={"before": None, "after": _snapshot(tool)}
+                actor=actor, action=CatalogAction.TOOL_ADDED, target=tool, data={"before": None, "after": _snapshot(tool)}
             )
     except IntegrityError:
         raise ApplicationError(f"the catalog already has an entry {value!r}") from None
@@ -125,7 +126,7 @@ def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> 
     locked.save()
     after = _snapshot(locked)
     if after != before:
-        audit_record(actor=actor, action="catalog.tool.changed", target=locked, data={"before": before, "after": after})
+        audit_record(actor=actor, action=CatalogAction.TOOL_CHANGED, target=locked, data={"before": before, "after": after})
     return locked
 
 
@@ -143,7 +144,7 @@ def mutating_tool_remove(*, actor: Actor, tool: MutatingTool) -> None:
         return
     before = _snapshot(locked)
     audit_record(
-        actor=actor, action="catalog.tool.removed", target=("catalog.mutatingtool", str(locked.pk)),
+        actor=actor, action=CatalogAction.TOOL_REMOVED, target=("catalog.mutatingtool", str(locked.pk)),
         data={"before": before, "after": None},
     )
     locked.delete()
@@ -213,7 +214,7 @@ def tool_sighting_classify_mutating(
     )
     _sighting_classified(locked, ToolSighting.Status.ADDED, actor)
     audit_record(
-        actor=actor, action="catalog.sighting.classified_mutating", target=locked,
+        actor=actor, action=CatalogAction.SIGHTING_CLASSIFIED_MUTATING, target=locked,
         data={"before": before, "after": _sighting_snapshot(locked), "entry": entry.pattern, "vm_arg": entry.vm_arg},
     )
     return entry
@@ -227,7 +228,7 @@ def tool_sighting_classify_readonly(*, actor: Actor, sighting: ToolSighting) -> 
     before = _sighting_snapshot(locked)
     _sighting_classified(locked, ToolSighting.Status.IGNORED, actor)
     audit_record(
-        actor=actor, action="catalog.sighting.classified_readonly", target=locked,
+        actor=actor, action=CatalogAction.SIGHTING_CLASSIFIED_READONLY, target=locked,
         data={"before": before, "after": _sighting_snapshot(locked)},
     )
     return locked

@@ -27,6 +27,7 @@ from django.db.models import Q
 from recoveries.models import RecoveryRequest
 from recoveries.selectors import approval_url
 from rewind.audit import SYSTEM, audit_record
+from rewind.audit.actions import RecoveryAction
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -117,7 +118,7 @@ def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None
     if not sent:
         return "not sent"  # the backend said why (no mail configured)
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action="recoveries.request.notified", target=recovery,
+        audit_record(actor=SYSTEM, action=RecoveryAction.NOTIFIED, target=recovery,
                      data={"recipients": recipients, "count": len(recipients)}, request_id=request_id)
     return "sent"
 
@@ -130,5 +131,5 @@ def recovery_notify_failed(*, recovery_id: int, error: BaseException, attempts: 
     if recovery is None:
         return
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action="recoveries.request.notify_failed", target=recovery,
+        audit_record(actor=SYSTEM, action=RecoveryAction.NOTIFY_FAILED, target=recovery,
                      data={"error": message, "attempts": attempts}, request_id=request_id)

@@ -30,6 +30,7 @@ from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
 from recoveries.sessions import session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
+from rewind.audit.actions import RecoveryAction
 from rewind.models import Site
 from rewind.requestid import current_request_id
 from rewind.sites import site_connection
@@ -90,7 +91,7 @@ def _fail_overdue(now: datetime) -> int:
                 status=RecoveryRequest.Status.FAILED, ok=False, error=message, finished_at=now
             )
             if won:
-                audit_record(actor=SYSTEM, action="recoveries.request.failed", target=recovery,
+                audit_record(actor=SYSTEM, action=RecoveryAction.FAILED, target=recovery,
                              data={"error": message, "by": "reaper"})
                 count += 1
     return count
@@ -149,7 +150,7 @@ def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) 
 def _unmount_batch(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
     out: list[bool | None] = []
     for row in rows:
-        result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped", audit_action="recoveries.session.reaped")
+        result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped", audit_action=RecoveryAction.SESSION_REAPED)
         out.append(None if result is None else result.ok)
     return out
 

@@ -28,6 +28,7 @@ from recoveries.paths import parse_guest_path
 from recoveries.resolve import checkpoint_window
 from recoveries.sessions import UnmountReport, session_lookup, session_transition, session_unmount
 from rewind.audit import SYSTEM, audit_record
+from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError
 from rewind.models import Site
 from rewind.sites import site_client
@@ -71,7 +72,7 @@ def recovery_run(*, recovery_id: int, request_id: str) -> str:
             logger.info("recovery %s is %s; nothing to run", recovery_id, current)
             return str(current)
         recovery = RecoveryRequest.objects.get(pk=recovery_id)
-        audit_record(actor=SYSTEM, action="recoveries.request.started", target=recovery,
+        audit_record(actor=SYSTEM, action=RecoveryAction.STARTED, target=recovery,
                      data={"vm": recovery.vm_name, "path": recovery.normalized_path}, request_id=request_id)
     try:
         run = _prepare(recovery, request_id)
@@ -160,14 +161,14 @@ def _mount(run: Run, attempt: int) -> FlrSession:
             site=run.site, recovery=r, vm_identifier=r.vm_identifier, vpg_identifier=r.vpg_identifier,
             checkpoint_identifier=r.checkpoint_identifier, snapshot_ids=snapshot, attempt=attempt,
         )
-        audit_record(actor=SYSTEM, action="recoveries.session.mount_requested", target=row,
+        audit_record(actor=SYSTEM, action=RecoveryAction.SESSION_MOUNT_REQUESTED, target=row,
                      data={"site": run.site.name, "vm": r.vm_name, "vpg": r.vpg_name,
                            "checkpoint": r.checkpoint_identifier, "attempt": attempt}, request_id=run.request_id)
     row.site = run.site
     try:
         session_id = run.client.flr_mount(vpg_id=r.vpg_identifier, vm_id=r.vm_identifier, checkpoint_id=r.checkpoint_identifier)
     except ZvmRejectedError as exc:  # a 4xx: the mount did not start
-        session_transition(row=row, to=S.ENDED, actor=SYSTEM, action="recoveries.session.mount_failed",
+        session_transition(row=row, to=S.ENDED, actor=SYSTEM, action=RecoveryAction.SESSION_MOUNT_FAILED,
                            data={"error": str(exc)}, end_reason="mount refused", last_error=str(exc)[:2000],
                            request_id=run.request_id)
         raise RunFailed(f"{run.site.name} refused the mount: {exc}") from exc
@@ -202,7 +203,7 @@ def _wait_mounted(run: Run, row: FlrSession) -> None:
         except ZvmNotFoundError:
             raise SessionVanished(row.session_id) from None
         if session.is_mounted:
-            session_transition(row=row, to=S.MOUNTED, actor=SYSTEM, action="recoveries.session.mounted",
+            session_transition(row=row, to=S.MOUNTED, actor=SYSTEM, action=RecoveryAction.SESSION_MOUNTED,
                                data={"status": session.status}, request_id=run.request_id)
             return
         if session.is_terminal:
@@ -235,7 +236,7 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
         partial.unlink(missing_ok=True)
         raise
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action="recoveries.file.downloaded", target=run.recovery,
+        audit_record(actor=SYSTEM, action=RecoveryAction.FILE_DOWNLOADED, target=run.recovery,
                      data={"flr_path": match.flr_path, "sha256": result.sha256, "size": result.size,
                            "zipped": result.zipped, "session_id": row.session_id}, request_id=run.request_id)
     return final, result
@@ -283,7 +284,7 @@ def _finish_succeeded(run: Run, stored: Path, result: DownloadResult, match: Mat
             unmount_warning=report.warning, finished_at=timezone.now(), error="",
         )
         if won:
-            audit_record(actor=SYSTEM, action="recoveries.request.succeeded", target=r,
+            audit_record(actor=SYSTEM, action=RecoveryAction.SUCCEEDED, target=r,
                          data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict()},
                          request_id=run.request_id)
         else:
@@ -297,5 +298,5 @@ def _finish_failed(recovery: RecoveryRequest, message: str, request_id: str) -> 
             status=Status.FAILED, ok=False, error=message[:4000], finished_at=timezone.now()
         )
         if won:
-            audit_record(actor=SYSTEM, action="recoveries.request.failed", target=recovery,
+            audit_record(actor=SYSTEM, action=RecoveryAction.FAILED, target=recovery,
                          data={"error": message[:4000]}, request_id=request_id)

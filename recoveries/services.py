@@ -21,6 +21,7 @@ from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
 from rewind.audit import SYSTEM, Actor, audit_record
+from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.models import Agent
 from rewind.requestid import current_request_id
@@ -85,7 +86,7 @@ def recovery_request_create(
         )
         audit_record(
             actor=Actor.agent(agent.name),
-            action="recoveries.request.requested",
+            action=RecoveryAction.REQUESTED,
             target=recovery,
             data=_describe(recovery),
             request_id=rid,
@@ -181,7 +182,7 @@ def recovery_request_approve(
             _queue_run(locked.pk, rid)
         audit_record(
             actor=Actor.user(approver.get_username()),
-            action="recoveries.request.approved",
+            action=RecoveryAction.APPROVED,
             target=locked,
             data={"approvals": count, "required": locked.approvals_required, "complete": complete, **_describe(locked)},
             request_id=rid,
@@ -214,7 +215,7 @@ def recovery_request_deny(
             raise ApplicationError(f"recovery #{recovery.pk} is {recovery.status}; only a pending request can be denied")
         audit_record(
             actor=Actor.user(approver.get_username()),
-            action="recoveries.request.denied",
+            action=RecoveryAction.DENIED,
             target=recovery,
             data={"note": note.strip()[:500], **_describe(recovery)},
             request_id=request_id,
@@ -234,7 +235,7 @@ def recovery_request_expire(*, recovery_id: int, now: datetime | None = None, re
             recovery = RecoveryRequest.objects.get(pk=recovery_id)
             audit_record(
                 actor=SYSTEM,
-                action="recoveries.request.expired",
+                action=RecoveryAction.EXPIRED,
                 target=recovery,
                 data={"expires_at": recovery.expires_at.isoformat(), "vm": recovery.vm_name, "path": recovery.normalized_path},
                 request_id=request_id,
@@ -259,7 +260,7 @@ def recovery_result_purge(*, recovery_id: int, now: datetime | None = None, requ
         recovery = RecoveryRequest.objects.get(pk=recovery_id)
         audit_record(
             actor=SYSTEM,
-            action="recoveries.result.purged",
+            action=RecoveryAction.RESULT_PURGED,
             target=recovery,
             data={"vm": recovery.vm_name, "path": recovery.normalized_path, "sha256": recovery.sha256,
                   "size": recovery.size, "finished_at": recovery.finished_at.isoformat() if recovery.finished_at else None,

@@ -18,6 +18,7 @@ from django.utils import timezone
 
 from recoveries.models import FlrSession
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession
@@ -99,7 +100,7 @@ def _claim_unmount(row: FlrSession, actor: Actor, action: str, reason: str, requ
 
 def session_unmount(
     *, client: ZvmClient, row: FlrSession, actor: Actor, reason: str, wait_gone_s: float = 0.0,
-    audit_action: str = "recoveries.session.unmount_requested", request_id: str | None = None,
+    audit_action: str = RecoveryAction.SESSION_UNMOUNT_REQUESTED, request_id: str | None = None,
 ) -> UnmountReport | None:
     """Unmount one of our sessions. None when another actor already took it over.
 
@@ -117,7 +118,7 @@ def session_unmount(
         return UnmountReport(True, row.session_id)
     except ZvmError as exc:
         session_transition(
-            row=row, to=S.UNMOUNT_FAILED, actor=actor, action="recoveries.session.unmount_failed",
+            row=row, to=S.UNMOUNT_FAILED, actor=actor, action=RecoveryAction.SESSION_UNMOUNT_FAILED,
             data={"error": str(exc)}, last_error=str(exc)[:2000], request_id=request_id,
         )
         return UnmountReport(False, row.session_id, f"the unmount failed: {exc}; the reaper will try again")
@@ -156,7 +157,7 @@ def _confirm_gone(
 
 def _ended(row: FlrSession, actor: Actor, reason: str, request_id: str | None) -> None:
     session_transition(
-        row=row, to=S.ENDED, actor=actor, action="recoveries.session.unmounted", from_statuses=FlrSession.LIVE,
+        row=row, to=S.ENDED, actor=actor, action=RecoveryAction.SESSION_UNMOUNTED, from_statuses=FlrSession.LIVE,
         data={"reason": reason}, end_reason=reason[:500], request_id=request_id,
     )
 
@@ -164,7 +165,7 @@ def _ended(row: FlrSession, actor: Actor, reason: str, request_id: str | None) -
 def session_mark_vanished(*, row: FlrSession, actor: Actor, reason: str = "vanished from the ZVM") -> bool:
     """The ZVM no longer lists the session (unmounted, restarted, expired): record it ended."""
     return session_transition(
-        row=row, to=S.ENDED, actor=actor, action="recoveries.session.vanished", from_statuses=FlrSession.LIVE,
+        row=row, to=S.ENDED, actor=actor, action=RecoveryAction.SESSION_VANISHED, from_statuses=FlrSession.LIVE,
         data={"reason": reason}, end_reason=reason[:500],
     )
 
@@ -184,7 +185,7 @@ def session_end_unseen(*, row: FlrSession, actor: Actor, settled_s: float) -> bo
         if not won:
             return False
         row.status, row.end_reason = S.ENDED, reason
-        audit_record(actor=actor, action="recoveries.session.vanished", target=row,
+        audit_record(actor=actor, action=RecoveryAction.SESSION_VANISHED, target=row,
                      data={**_describe(row), "reason": reason, "settled_s": settled_s, "last_error": row.last_error})
     return True
 
@@ -201,12 +202,12 @@ def session_end_by_hand(*, client: ZvmClient, site: Site, session_id: str, actor
     row = ours(site, session_id)
     if row is not None and row.status in FlrSession.LIVE:
         report = session_unmount(
-            client=client, row=row, actor=actor, reason="ended by hand", audit_action="recoveries.session.ended_by_hand",
+            client=client, row=row, actor=actor, reason="ended by hand", audit_action=RecoveryAction.SESSION_ENDED_BY_HAND,
         )
         return report or UnmountReport(True, session_id, "another task was already ending it")
     with transaction.atomic():
         audit_record(
-            actor=actor, action="recoveries.session.ended_by_hand", target=("flr_session", session_id),
+            actor=actor, action=RecoveryAction.SESSION_ENDED_BY_HAND, target=("flr_session", session_id),
             data={"site": site.name, "session_id": session_id, "opened_by_this_service": row is not None},
         )
     try:
@@ -216,7 +217,7 @@ def session_end_by_hand(*, client: ZvmClient, site: Site, session_id: str, actor
     except ZvmError as exc:
         with transaction.atomic():
             audit_record(
-                actor=actor, action="recoveries.session.unmount_failed", target=("flr_session", session_id),
+                actor=actor, action=RecoveryAction.SESSION_UNMOUNT_FAILED, target=("flr_session", session_id),
                 data={"site": site.name, "session_id": session_id, "error": str(exc)},
             )
         return UnmountReport(False, session_id, f"the unmount failed: {exc}")

@@ -19,6 +19,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Agent, AgentToken
 
@@ -57,7 +58,7 @@ def agent_create(
     agent = Agent.objects.create(name=name, owner=owner, description=description)
     audit_record(
         actor=actor,
-        action="agent.created",
+        action=AgentAction.CREATED,
         target=agent,
         data={"name": name, "owner": owner.get_username(), "description": description},
         request_id=request_id,
@@ -88,7 +89,7 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
     agent.save(update_fields=list(fields) or None)
     after = _agent_snapshot(agent)
     if after != before:
-        audit_record(actor=actor, action="agent.changed", target=agent, data={"before": before, "after": after},
+        audit_record(actor=actor, action=AgentAction.CHANGED, target=agent, data={"before": before, "after": after},
                      request_id=request_id)
     return agent
 
@@ -125,7 +126,7 @@ def agent_token_issue(
         created_by=actor.name[:150],
         expires_at=expires_at,
     )
-    audit_record(actor=actor, action="agent.token.issued", target=row, data=_token_snapshot(row), request_id=request_id)
+    audit_record(actor=actor, action=AgentAction.TOKEN_ISSUED, target=row, data=_token_snapshot(row), request_id=request_id)
     return IssuedToken(row=row, token=token)
 
 
@@ -140,7 +141,7 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
     if not changed:
         return False
     token.revoked_at = now
-    audit_record(actor=actor, action="agent.token.revoked", target=token, data=_token_snapshot(token), request_id=request_id)
+    audit_record(actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id)
     return True
 
 

@@ -22,10 +22,10 @@ if settings.REWIND_SERVE_STATIC:
     django_app = ASGIStaticFilesHandler(django_app)
 
 
-from rewind.mcp import nodelay  # noqa: E402
+from rewind import startup  # noqa: E402
 from rewind.mcp.server import MCP_PATH, METADATA_PATH, build_asgi_app  # noqa: E402
 
-nodelay.enable()  # uvicorn --workers N would otherwise leave Nagle on (40 ms stalls per response)
+startup.enable_tcp_nodelay()  # uvicorn --workers N would otherwise leave Nagle on (44 ms per response)
 
 mcp_app: Any = build_asgi_app()
 _MCP_PATHS = frozenset({MCP_PATH, METADATA_PATH})
@@ -34,6 +34,10 @@ _MCP_PATHS = frozenset({MCP_PATH, METADATA_PATH})
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # Django's handler refuses the lifespan scope, and the MCP app needs it: its session
     # manager only runs inside the lifespan.
+    if scope["type"] == "lifespan":
+        # The worker has imported and built everything it serves with by now: freeze it, so
+        # full collections stop walking it (55-90 ms stalls of every call in flight).
+        startup.freeze_startup_heap()
     if scope["type"] == "lifespan" or (scope["type"] == "http" and scope["path"] in _MCP_PATHS):
         await mcp_app(scope, receive, send)
         return

@@ -16,6 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import SiteAction
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import Site
@@ -82,7 +83,7 @@ def site_create(
         max_requests_per_s=max_requests_per_s,
     )
     site.save()
-    audit_record(actor=actor, action="site.created", target=site, data={"after": _site_snapshot(site)})
+    audit_record(actor=actor, action=SiteAction.CREATED, target=site, data={"after": _site_snapshot(site)})
     return site
 
 
@@ -108,7 +109,7 @@ def site_update(
     site.save()
     audit_record(
         actor=actor,
-        action="site.changed",
+        action=SiteAction.CHANGED,
         target=site,
         # Not "secrets_changed": the masker would hide a key that says "secret".
         data={"before": before, "after": _site_snapshot(site), "rotated": changed_secrets},
@@ -213,7 +214,7 @@ def site_record_identity(*, site: Site, local: LocalSite, actor: Actor) -> Site:
     if changed:
         audit_record(
             actor=actor,
-            action="site.identity_learned",
+            action=SiteAction.IDENTITY_LEARNED,
             target=site,
             data={"identifier": local.identifier, "type": local.type, "version": local.version, "zvm_name": local.name},
         )

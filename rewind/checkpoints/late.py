@@ -33,6 +33,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import GuardAction
 from rewind.models import ChangeGuardVpg
 from rewind.sites import site_client, site_clock_offset_s
 from rewind.zvm import Checkpoint, ZvmError
@@ -124,7 +125,7 @@ def _record(row: ChangeGuardVpg, checkpoint: Checkpoint) -> bool:
             return False
         late_by = (now - row.insert_started_at).total_seconds() if row.insert_started_at else None
         audit_record(
-            actor=Actor.system(), action="checkpoint.listed_late", target=row.guard, request_id=row.guard.request_id,
+            actor=Actor.system(), action=GuardAction.CHECKPOINT_LISTED_LATE, target=row.guard, request_id=row.guard.request_id,
             data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "tag": row.guard.tag,
                   "checkpoint_identifier": checkpoint.identifier,
                   "checkpoint_timestamp": checkpoint.timestamp.isoformat() if checkpoint.timestamp else None,

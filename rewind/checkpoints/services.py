@@ -27,6 +27,7 @@ from django.utils import timezone
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import GuardAction
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.models import ChangeGuard, ChangeGuardVpg
@@ -132,7 +133,7 @@ def checkpoint_request_create(
             )
             ChangeGuardVpg.objects.bulk_create([_vpg_row(guard, v) for v in protection.vpgs])
             audit_record(
-                actor=Actor.agent(agent_name), action="guard.created", target=guard, request_id=rid,
+                actor=Actor.agent(agent_name), action=GuardAction.CREATED, target=guard, request_id=rid,
                 data={"vm": protection.vm_name, "vm_identifier": protection.vm_identifier, "change_id": change,
                       "tag": tag, "tool": tool, "timeout_s": timeout, "vpgs": [v.name for v in protection.vpgs]},
             )
@@ -171,7 +172,7 @@ def _refuse(
         reason = f"{protection.vm_name} is not protected by any VPG, so no checkpoint can be taken"
     with transaction.atomic():
         audit_record(
-            actor=Actor.agent(agent_name), action="guard.refused", target=("vm", protection.vm_identifier),
+            actor=Actor.agent(agent_name), action=GuardAction.REFUSED, target=("vm", protection.vm_identifier),
             request_id=rid,
             data={"vm": protection.vm_name, "change_id": change, "action": action, "tool": tool, "reason": reason,
                   "vpgs": [{"name": r.name, "identifier": r.identifier, "reason": r.reason} for r in refused]},
@@ -212,7 +213,7 @@ def guard_resume_if_stale(guard: ChangeGuard) -> bool:
         if not won:
             return False
         audit_record(
-            actor=Actor.system(), action="guard.resumed", target=guard, request_id=guard.request_id,
+            actor=Actor.system(), action=GuardAction.RESUMED, target=guard, request_id=guard.request_id,
             data={"status": guard.status, "attempts": guard.attempts, "previous_lease": guard.lease_owner},
         )
         queue_wait(guard, token)
@@ -300,7 +301,7 @@ def guard_before_mutate(
         with transaction.atomic():
             tool_sighting_record(tool=name, agent_name=agent_name, argument_names=[str(k) for k in arguments])
             audit_record(
-                actor=Actor.agent(agent_name), action="guard.pass_through", target=("tool", name), request_id=rid,
+                actor=Actor.agent(agent_name), action=GuardAction.PASS_THROUGH, target=("tool", name), request_id=rid,
                 data={"tool": name, "action": cleaned_action, "argument_names": sorted(str(k) for k in arguments)},
             )
         return GuardOutcome(guarded=False)

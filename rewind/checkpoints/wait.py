@@ -43,6 +43,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
+from rewind.audit.actions import GuardAction
 from rewind.checkpoints import pacing
 from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.checkpoints.services import LEASE_S, UNFINISHED
@@ -210,7 +211,7 @@ class _VpgWait:
             won = rows.update(status=Row.Status.INSERTING, insert_started_at=timezone.now())
             if won:
                 audit_record(
-                    actor=Actor.agent(self.guard.agent_name), action="checkpoint.requested", target=self.guard,
+                    actor=Actor.agent(self.guard.agent_name), action=GuardAction.CHECKPOINT_REQUESTED, target=self.guard,
                     request_id=self.guard.request_id,
                     data={"vpg": self.row.vpg_name, "vpg_identifier": self.row.vpg_identifier, "retry": retry,
                           "site": self.row.site.name if self.row.site else "", "tag": self.guard.tag},
@@ -363,7 +364,7 @@ def _row_finish(
         if won:
             audit_record(
                 actor=Actor.system(),
-                action="checkpoint.listed" if status == Row.Status.LISTED else "checkpoint.failed",
+                action=GuardAction.CHECKPOINT_LISTED if status == Row.Status.LISTED else GuardAction.CHECKPOINT_FAILED,
                 target=guard,
                 request_id=guard.request_id,
                 data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "status": status, "error": error,
@@ -394,7 +395,7 @@ def _guard_finish(guard: ChangeGuard) -> str:
         )
         if won:
             audit_record(
-                actor=Actor.system(), action=f"guard.{status}", target=guard, request_id=guard.request_id,
+                actor=Actor.system(), action=GuardAction.OK if ok else GuardAction.FAILED, target=guard, request_id=guard.request_id,
                 data={"status": status, "error": error,
                       "listed": [r.vpg_name for r in rows if r.status == Row.Status.LISTED],
                       "not_listed": [r.vpg_name for r in rows if r.status != Row.Status.LISTED]},

@@ -18,7 +18,6 @@ from typing import Any
 
 from mcp.server.auth.provider import TokenVerifier
 
-from rewind.mcp.gcfreeze import freeze_startup_heap
 from rewind.mcp.ratelimit import RateLimiter
 
 Scope = MutableMapping[str, Any]
@@ -63,9 +62,6 @@ class McpHttpGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "lifespan":
-            # The worker has imported and built everything it needs by now.
-            freeze_startup_heap()
         if scope["type"] != "http" or scope.get("method") != "POST":
             await self.app(scope, receive, send)
             return

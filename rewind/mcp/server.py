@@ -1,4 +1,4 @@
-"""The MCP server: tools from ``rewind/mcp/tools/``, agent-token auth, one audit row per call.
+"""The MCP server: each part's tools (its ``mcp_tools`` module), agent-token auth, one audit row per call.
 
 ``build_server()`` gives the ``MCPServer``; ``build_asgi_app()`` gives the ASGI app that
 ``rewind.asgi`` sends /mcp (and its protected-resource metadata, and the lifespan) to.
@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import hashlib
 import importlib
+import importlib.util
 import json
 import logging
+import pkgutil
 import re
 import time
 from typing import Any
 from urllib.parse import urlsplit
 
 import anyio
+from django.apps import apps
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 from mcp.server import MCPServer
@@ -36,6 +39,7 @@ from mcp_types import CallToolResult
 from pydantic import AnyHttpUrl
 
 from rewind.audit import Actor, mask_secrets
+from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import AgentTokenVerifier
@@ -49,12 +53,9 @@ logger = logging.getLogger(__name__)
 SERVER_NAME = "zerto-rewind"
 MCP_PATH = "/mcp"
 METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
-# Each module defines register(server). One line per module; owners add theirs.
-TOOL_MODULES = (
-    "rewind.mcp.tools.protection",
-    "rewind.mcp.tools.checkpoints",
-    "rewind.mcp.tools.recoveries",
-)
+# Each part keeps its tools in a module of this name defining register(server); the server
+# finds them the way the admin finds admin.py, so this framework names no part.
+TOOLS_MODULE = "mcp_tools"
 
 INSTRUCTIONS = """\
 zerto-rewind pins Zerto tagged checkpoints before you change a protected VM, and gets files back from them.
@@ -139,7 +140,7 @@ class RewindMCPServer(MCPServer):
             }
             try:
                 with anyio.CancelScope(shield=True):
-                    await audit_writer.record(actor=_caller(), action="mcp.tool.called",
+                    await audit_writer.record(actor=_caller(), action=McpAction.TOOL_CALLED,
                                               target=("mcp.tool", name), data=data, request_id=rid)
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
@@ -183,16 +184,23 @@ def _request_state_security() -> RequestStateSecurity:
     return RequestStateSecurity(keys=[key])
 
 
+def tool_modules() -> list[str]:
+    """``<app>.mcp_tools`` and ``<app>.<package>.mcp_tools`` of every installed app, in app order."""
+    found = []
+    for app in apps.get_app_configs():
+        packages = [app.name] + sorted(
+            f"{app.name}.{info.name}" for info in pkgutil.iter_modules(app.module.__path__) if info.ispkg  # type: ignore[union-attr]
+        )
+        for package in packages:
+            name = f"{package}.{TOOLS_MODULE}"
+            if importlib.util.find_spec(name) is not None:
+                found.append(name)
+    return found
+
+
 def _register_tools(server: MCPServer) -> None:
-    for module_name in TOOL_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            logger.warning("MCP tool module %s is not there; its tools are not served", module_name)
-            continue
-        module.register(server)
+    for module_name in tool_modules():
+        importlib.import_module(module_name).register(server)
 
 
 def build_server(*, verifier: AgentTokenVerifier | None = None) -> RewindMCPServer:

@@ -43,7 +43,7 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites
     assert rows[2].site is not None and rows[2].site.name == "Site A"
     assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1
     actions = list(AuditEvent.objects.filter(target_id=str(guard.pk)).values_list("action", flat=True))
-    assert actions.count("checkpoint.requested") == 3 and actions.count("checkpoint.listed") == 3
+    assert actions.count("guard.checkpoint.requested") == 3 and actions.count("guard.checkpoint.listed") == 3
     assert "guard.created" in actions and "guard.ok" in actions
 
 
@@ -68,7 +68,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(sim: Any, sites: Any, agen
     statuses = sorted(r.status for r in guard.vpgs.all())
     assert statuses == [Row.Status.LISTED, Row.Status.TIMED_OUT]
     assert "not listed within 3 s" in guard.error
-    assert AuditEvent.objects.filter(action="checkpoint.failed", target_id=str(guard.pk)).count() == 1
+    assert AuditEvent.objects.filter(action="guard.checkpoint.failed", target_id=str(guard.pk)).count() == 1
     assert AuditEvent.objects.filter(action="guard.failed", target_id=str(guard.pk)).exists()
 
 
@@ -175,7 +175,7 @@ def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
     assert guard.attempts >= 2
     for vpg in ("vpg-web", "vpg-web-dr"):
         assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
-    assert AuditEvent.objects.filter(action="checkpoint.requested", target_id=str(guard.pk)).count() == 2
+    assert AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk)).count() == 2
 
 
 def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
@@ -217,6 +217,6 @@ def test_an_insert_that_never_reached_the_zvm_is_made_once_more(sim: Any, sites:
     sim.add_fault("http_error", site="site-a", status=502, path_regex="/checkpoints$", method="POST", count=1)
     guard = wait_finished(_request(agent, "db01", timeout_s=60))
     assert guard.status == ChangeGuard.Status.OK, guard.error
-    requested = AuditEvent.objects.filter(action="checkpoint.requested", target_id=str(guard.pk))
+    requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk))
     assert [e.data["retry"] for e in requested.order_by("seq")] == [False, True]
     assert len(tagged(sim, "site-a", "vpg-db", guard.tag)) == 1

@@ -43,7 +43,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
     site = Site.objects.get(name="Site A")
     assert site.clock_offset_s is not None and abs(site.clock_offset_s - offset_s) < 2
     # The audit shows the checkpoint's time as the ZVM shows it and on our clock.
-    listed = AuditEvent.objects.filter(action="checkpoint.listed", target_id=str(guard.pk))
+    listed = AuditEvent.objects.filter(action="guard.checkpoint.listed", target_id=str(guard.pk))
     assert listed.count() == 3
     for event in listed:
         assert abs(event.data["clock_offset_s"] - offset_s) < 2

@@ -50,7 +50,7 @@ def _wait_listed_on_zvm(sim: Any, guard: ChangeGuard) -> dict[str, Any]:
 
 
 def _late_events(guard: ChangeGuard) -> list[AuditEvent]:
-    return list(AuditEvent.objects.filter(action="checkpoint.listed_late", target_id=str(guard.pk)))
+    return list(AuditEvent.objects.filter(action="guard.checkpoint.listed_late", target_id=str(guard.pk)))
 
 
 def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(

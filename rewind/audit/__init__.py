@@ -149,6 +149,11 @@ class AuditEntry:
     data: dict[str, Any] | None = None
     request_id: str | None = None
 
+    def __post_init__(self) -> None:
+        # A code from ``rewind.audit.actions`` is a StrEnum: store and hash its plain text,
+        # whatever a database driver would make of an enum.
+        object.__setattr__(self, "action", str(self.action))
+
 
 def audit_record(
     *,

@@ -1,0 +1,75 @@
+"""Every audit action code, in one place, one prefix per part.
+
+The codes are stored in the hash-chained log and filtered on by operators (``/api/audit/?action=``),
+so they are written out in full here and never assembled at run time. Each part's codes are a
+``StrEnum``: a member is its code wherever a string is expected (it is hashed and stored as
+that string).
+
+Rows written before this module existed used ``checkpoint.*`` for what is now
+``guard.checkpoint.*``; the chain keeps them as written.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AgentAction(StrEnum):
+    CREATED = "agent.created"
+    CHANGED = "agent.changed"
+    TOKEN_ISSUED = "agent.token.issued"
+    TOKEN_REVOKED = "agent.token.revoked"
+
+
+class SiteAction(StrEnum):
+    CREATED = "site.created"
+    CHANGED = "site.changed"
+    IDENTITY_LEARNED = "site.identity_learned"
+
+
+class CatalogAction(StrEnum):
+    TOOL_ADDED = "catalog.tool.added"
+    TOOL_CHANGED = "catalog.tool.changed"
+    TOOL_REMOVED = "catalog.tool.removed"
+    SIGHTING_CLASSIFIED_MUTATING = "catalog.sighting.classified_mutating"
+    SIGHTING_CLASSIFIED_READONLY = "catalog.sighting.classified_readonly"
+
+
+class GuardAction(StrEnum):
+    CREATED = "guard.created"
+    PASS_THROUGH = "guard.pass_through"
+    REFUSED = "guard.refused"
+    RESUMED = "guard.resumed"
+    OK = "guard.ok"
+    FAILED = "guard.failed"
+    CHECKPOINT_REQUESTED = "guard.checkpoint.requested"
+    CHECKPOINT_LISTED = "guard.checkpoint.listed"
+    CHECKPOINT_FAILED = "guard.checkpoint.failed"
+    CHECKPOINT_LISTED_LATE = "guard.checkpoint.listed_late"
+
+
+class RecoveryAction(StrEnum):
+    REQUESTED = "recoveries.request.requested"
+    APPROVED = "recoveries.request.approved"
+    DENIED = "recoveries.request.denied"
+    EXPIRED = "recoveries.request.expired"
+    STARTED = "recoveries.request.started"
+    SUCCEEDED = "recoveries.request.succeeded"
+    FAILED = "recoveries.request.failed"
+    NOTIFIED = "recoveries.request.notified"
+    NOTIFY_FAILED = "recoveries.request.notify_failed"
+    FILE_DOWNLOADED = "recoveries.file.downloaded"
+    RESULT_PURGED = "recoveries.result.purged"
+    SESSION_MOUNT_REQUESTED = "recoveries.session.mount_requested"
+    SESSION_MOUNT_FAILED = "recoveries.session.mount_failed"
+    SESSION_MOUNTED = "recoveries.session.mounted"
+    SESSION_UNMOUNT_REQUESTED = "recoveries.session.unmount_requested"
+    SESSION_UNMOUNT_FAILED = "recoveries.session.unmount_failed"
+    SESSION_UNMOUNTED = "recoveries.session.unmounted"
+    SESSION_VANISHED = "recoveries.session.vanished"
+    SESSION_REAPED = "recoveries.session.reaped"
+    SESSION_ENDED_BY_HAND = "recoveries.session.ended_by_hand"
+
+
+class McpAction(StrEnum):
+    TOOL_CALLED = "mcp.tool.called"

@@ -1,1 +1,0 @@
-"""MCP tools. Each module here has ``register(server)``; ``rewind.mcp.server`` calls it."""

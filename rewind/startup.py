@@ -1,0 +1,73 @@
+"""Process start-up tuning for the ASGI app, each with the reason it was measured for.
+
+Both run from ``rewind/asgi.py`` and nowhere else: they are about the process serving
+requests, not about any one part of the product.
+
+1. TCP_NODELAY on every accepted connection (``enable_tcp_nodelay``):
+   TCP_NODELAY on every accepted connection, also under ``uvicorn --workers N``.
+
+   With several workers uvicorn binds the listening socket itself as ``socket.socket(AF_INET)``,
+   whose ``proto`` is 0. asyncio sets TCP_NODELAY on a new connection only when ``proto`` is
+   ``IPPROTO_TCP``, so every connection of a multi-worker uvicorn runs with Nagle's algorithm:
+   a response written in two pieces (headers, then body) waits for the client's delayed ACK.
+   Measured here: 44 ms per sequential request with 2 workers against 1.2 ms with one.
+
+   ``enable_tcp_nodelay()`` widens asyncio's check to ``proto`` 0 on TCP stream sockets (which is TCP).
+   It changes nothing else and is harmless where the check already passes.
+
+2. Freezing the start-up heap (``freeze_startup_heap``):
+   Move what a worker built at start-up out of the garbage collector's sight.
+
+   A uvicorn worker of this app holds a few hundred thousand long-lived objects (Django, the
+   models, pydantic schemas, the MCP SDK). Every full collection walks all of them: measured
+   here 55–90 ms per collection, a few times per thousand tool calls, and every call in flight
+   waits for it; that was most of the /mcp latency tail (p99). ``gc.freeze()`` once the app is
+   built puts those objects in the permanent generation, so a full collection only walks what
+   was made since (measured: about 10 ms). Nothing is leaked: frozen objects are only those alive
+   at start-up, and cycles made later are still collected.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+import threading
+from asyncio import base_events
+from typing import Any
+
+# -- TCP_NODELAY -------------------------------------------------------------------------------
+
+_original_set_nodelay = base_events._set_nodelay  # type: ignore[attr-defined]
+
+
+def _set_nodelay(sock: Any) -> None:
+    if (sock.family in {socket.AF_INET, socket.AF_INET6} and sock.type == socket.SOCK_STREAM
+            and sock.proto in (0, socket.IPPROTO_TCP)):
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError:
+            pass  # e.g. the peer already closed; nothing to tune
+        return
+    _original_set_nodelay(sock)
+
+
+def enable_tcp_nodelay() -> None:
+    """Widen asyncio's TCP_NODELAY check to ``proto`` 0 stream sockets (idempotent)."""
+    base_events._set_nodelay = _set_nodelay  # type: ignore[attr-defined]
+
+
+# -- the start-up heap ------------------------------------------------------------------------
+
+_frozen = False
+_freeze_lock = threading.Lock()
+
+
+def freeze_startup_heap() -> None:
+    """Collect once, then freeze what is left; later calls do nothing (one freeze per process)."""
+    global _frozen
+    with _freeze_lock:
+        if _frozen:
+            return
+        _frozen = True
+    gc.collect()
+    gc.freeze()
