@@ -1,0 +1,66 @@
+"""Client configurations: each is what its client accepts, and the generic one really connects."""
+
+from __future__ import annotations
+
+import json
+import shlex
+
+import pytest
+
+from rewind.mcp.clientconfig import CLIENTS, client_config
+
+URL = "https://rewind.example.com/mcp"
+TOKEN = "rwd_example-token"
+
+
+def _config_json(client: str) -> dict[str, object]:
+    return json.loads(client_config(client, url=URL, token=TOKEN).config)
+
+
+@pytest.mark.parametrize(("client", "servers_key"), [("claude-desktop", "mcpServers"), ("vscode", "servers"),
+                                                     ("cursor", "mcpServers"), ("opencode", "mcp"),
+                                                     ("json", "mcpServers")])
+def test_each_json_configuration_parses_and_names_the_server(client: str, servers_key: str) -> None:
+    data = _config_json(client)
+    entry = data[servers_key]["zerto-rewind"]  # type: ignore[index]
+    assert isinstance(entry, dict)
+
+
+@pytest.mark.parametrize("client", ["vscode", "cursor", "opencode", "json"])
+def test_remote_clients_get_the_url_and_the_bearer_header(client: str) -> None:
+    data = _config_json(client)
+    entry = next(iter(next(v for k, v in data.items() if k != "$schema").values()))  # type: ignore[attr-defined]
+    assert entry["url"] == URL
+    assert entry["headers"] == {"Authorization": f"Bearer {TOKEN}"}
+    if client in ("vscode", "json"):
+        assert entry["type"] == "http"
+    if client == "opencode":
+        assert (entry["type"], entry["enabled"]) == ("remote", True)
+
+
+def test_claude_desktop_bridges_stdio_to_the_remote_server() -> None:
+    entry = _config_json("claude-desktop")["mcpServers"]["zerto-rewind"]  # type: ignore[index]
+    assert entry["command"] == "npx"
+    assert entry["args"][:3] == ["-y", "mcp-remote", URL]
+    # The header goes through the environment, so no argument carries a space.
+    assert entry["args"][3:] == ["--header", "Authorization:${ZERTO_REWIND_AUTH}"]
+    assert entry["env"] == {"ZERTO_REWIND_AUTH": f"Bearer {TOKEN}"}
+
+
+def test_claude_code_gets_a_command_line_that_splits_into_the_right_arguments() -> None:
+    config = client_config("claude-code", url=URL, token=TOKEN)
+    assert shlex.split(config.config) == ["claude", "mcp", "add", "--transport", "http", "zerto-rewind", URL,
+                                          "--header", f"Authorization: Bearer {TOKEN}"]
+    assert "~/.claude/skills/" in config.as_text()
+
+
+def test_every_client_says_where_its_configuration_and_skill_go() -> None:
+    for client in CLIENTS:
+        text = client_config(client, url=URL, token=TOKEN).as_text()
+        assert "Put this in" in text and "kill" in text  # Skills / skill
+        assert "out of version control" in text
+
+
+def test_an_unknown_client_is_refused_by_name() -> None:
+    with pytest.raises(ValueError, match="unknown client 'emacs'; choose one of claude-code"):
+        client_config("emacs", url=URL, token=TOKEN)
