@@ -259,9 +259,9 @@ def concurrent(bench: Bench, args: argparse.Namespace, cap: float) -> None:
             status = bench.wait_done(pk, poll=0.2) if pk is not None else f"refused: {refusal}"
             vpgs = 0
             if pk is not None:
-                from rewind.models import ChangeGuardVpg
+                from rewind.models import TaggedCheckpoint
 
-                vpgs = ChangeGuardVpg.objects.filter(guard_id=pk).count()
+                vpgs = TaggedCheckpoint.objects.filter(guard_id=pk).count()
             with lock:
                 results.append((vm, status, vpgs))
         finally:

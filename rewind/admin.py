@@ -10,7 +10,8 @@ from django.http import HttpRequest
 from rewind.admin_base import ReadOnlyAdmin
 from rewind.agents import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.audit import Actor
-from rewind.models import Agent, AgentToken, AuditEvent, ChangeGuard, ChangeGuardVpg, Site
+from rewind.checkpoints import admin as checkpoints_admin  # noqa: F401  (registers guards)
+from rewind.models import Agent, AgentToken, AuditEvent, Site
 from rewind.sites import clock_skew_warning, site_check, site_create, site_update
 
 admin.site.site_header = "zerto-rewind"
@@ -177,35 +178,3 @@ class AgentTokenAdmin(admin.ModelAdmin):
         revoked = sum(agent_token_revoke(actor=actor_for(request), token=t) for t in queryset.select_related("agent"))
         self.message_user(request, f"{revoked} token(s) revoked; running servers refuse them within the token cache time.",
                           messages.SUCCESS)
-
-
-class ChangeGuardVpgInline(admin.TabularInline):
-    model = ChangeGuardVpg
-    extra = 0
-    can_delete = False
-    fields = readonly_fields = (
-        "vpg_name", "status", "site", "recovery_site_name", "task_id", "checkpoint_identifier",
-        "checkpoint_timestamp", "listed_late_at", "waited_ms", "error",
-    )
-
-    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-    def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False
-
-
-@admin.register(ChangeGuard)
-class ChangeGuardAdmin(ReadOnlyAdmin):
-    """Guards and tagged checkpoints: a read-only record; the wait task is their only writer."""
-
-    list_display = ["id", "requested_at", "agent_name", "vm_name", "tool", "change_id", "status", "finished_at"]
-    list_filter = ["status", "agent_name", "vm_name"]
-    search_fields = ["vm_name", "vm_identifier", "change_id", "tag", "agent_name", "request_id"]
-    date_hierarchy = "requested_at"
-    inlines = [ChangeGuardVpgInline]
-    fields = readonly_fields = (
-        "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag", "status",
-        "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "attempts",
-    )
-

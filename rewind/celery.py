@@ -11,6 +11,8 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
 app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# Parts inside the rewind app keep their tasks in their own package.
+app.autodiscover_tasks(["rewind.checkpoints"])
 
 
 @app.on_after_finalize.connect

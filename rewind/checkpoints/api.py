@@ -1,4 +1,4 @@
-"""Guards (tagged checkpoints taken before a change) over REST: read-only list and detail."""
+"""Guards and their tagged checkpoints over REST: read-only list and detail (/api/guards/)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.selectors import guard_get, guard_list
 from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission
-from rewind.rest.selectors import guard_get, guard_list
 
 VIEW = {"GET": "rewind.view_changeguard"}
 _GUARD_FIELDS = ["id", "status", "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag",
@@ -18,11 +18,11 @@ _GUARD_FIELDS = ["id", "status", "agent_name", "tool", "action", "vm_name", "vm_
                  "vpgs_listed"]
 
 
-class GuardVpgOutputSerializer(serializers.ModelSerializer):
+class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
     site = serializers.CharField(source="site.name", default=None)
 
     class Meta:
-        model = ChangeGuardVpg
+        model = TaggedCheckpoint
         fields = ["vpg_name", "vpg_identifier", "status", "site", "protected_site_identifier",
                   "recovery_site_identifier", "recovery_site_name", "task_id", "checkpoint_identifier",
                   "checkpoint_timestamp", "listed_late_at", "error", "insert_started_at", "waited_ms"]
@@ -38,7 +38,7 @@ class GuardOutputSerializer(serializers.ModelSerializer):
 
 
 class GuardDetailOutputSerializer(GuardOutputSerializer):
-    vpgs = GuardVpgOutputSerializer(many=True, read_only=True)
+    vpgs = TaggedCheckpointOutputSerializer(many=True, read_only=True)
 
     class Meta:
         model = ChangeGuard

@@ -34,13 +34,12 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
-from rewind.models import ChangeGuardVpg
+from rewind.checkpoints.models import TaggedCheckpoint
 from rewind.sites import site_client, site_clock_offset_s
 from rewind.zvm import Checkpoint, ZvmError
 from rewind.zvm.clock import to_zvm
 
 logger = logging.getLogger(__name__)
-Row = ChangeGuardVpg
 # Site clocks and our clock disagree a little; the insert's own listing looks back as far.
 LOOKBACK = timedelta(minutes=1)
 # Rows looked at per sweep: a backlog is worked off over a few sweeps, never in one long one.
@@ -57,12 +56,12 @@ class LateReport:
         return self.__dict__.copy()
 
 
-def late_candidates(*, now: datetime | None = None) -> QuerySet[ChangeGuardVpg]:
+def late_candidates(*, now: datetime | None = None) -> QuerySet[TaggedCheckpoint]:
     """Timed-out rows whose insert was attempted within the horizon and whose checkpoint is not known."""
     now = now or timezone.now()
     horizon = now - timedelta(seconds=settings.REWIND_LATE_LISTING_HORIZON_S)
-    return Row.objects.filter(
-        status=Row.Status.TIMED_OUT, insert_started_at__gte=horizon, checkpoint_identifier="",
+    return TaggedCheckpoint.objects.filter(
+        status=TaggedCheckpoint.Status.TIMED_OUT, insert_started_at__gte=horizon, checkpoint_identifier="",
         listed_late_at__isnull=True, site__enabled=True,
     )
 
@@ -73,14 +72,14 @@ def checkpoints_listed_late_sweep(*, now: datetime | None = None) -> LateReport:
     return late_listings_check(rows)
 
 
-def late_listings_check(rows: Iterable[ChangeGuardVpg]) -> LateReport:
+def late_listings_check(rows: Iterable[TaggedCheckpoint]) -> LateReport:
     """Look for the tags of ``rows`` (candidates, with guard and site loaded): one listing per VPG.
 
     Records each one found (CAS + audit); returns what it did. ZVM errors are reported per
     VPG, never raised.
     """
     report = LateReport()
-    by_vpg: dict[tuple[int, str], list[ChangeGuardVpg]] = defaultdict(list)
+    by_vpg: dict[tuple[int, str], list[TaggedCheckpoint]] = defaultdict(list)
     for row in rows:
         if row.site_id is not None and row.insert_started_at is not None:
             by_vpg[(row.site_id, row.vpg_identifier)].append(row)
@@ -96,7 +95,7 @@ def late_listings_check(rows: Iterable[ChangeGuardVpg]) -> LateReport:
     return report
 
 
-def _list(group: list[ChangeGuardVpg], report: LateReport) -> list[Checkpoint] | None:
+def _list(group: list[TaggedCheckpoint], report: LateReport) -> list[Checkpoint] | None:
     first = group[0]
     assert first.site is not None
     since = min(r.insert_started_at for r in group if r.insert_started_at is not None) - LOOKBACK
@@ -113,12 +112,12 @@ def _list(group: list[ChangeGuardVpg], report: LateReport) -> list[Checkpoint] |
     return listed
 
 
-def _record(row: ChangeGuardVpg, checkpoint: Checkpoint) -> bool:
+def _record(row: TaggedCheckpoint, checkpoint: Checkpoint) -> bool:
     """CAS the checkpoint onto the still-timed-out row, audited in the same transaction."""
     now = timezone.now()
     with transaction.atomic():
-        won = Row.objects.filter(
-            pk=row.pk, status=Row.Status.TIMED_OUT, checkpoint_identifier="", listed_late_at__isnull=True
+        won = TaggedCheckpoint.objects.filter(
+            pk=row.pk, status=TaggedCheckpoint.Status.TIMED_OUT, checkpoint_identifier="", listed_late_at__isnull=True
         ).update(checkpoint_identifier=checkpoint.identifier, checkpoint_timestamp=checkpoint.timestamp,
                  listed_late_at=now)
         if not won:

@@ -18,12 +18,20 @@ from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, StrictFloat
 
 from catalog.models import MutatingTool
-from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
-from rewind.checkpoints.services import TIMEOUT_MAX_S, GuardOutcome, guard_get
+from catalog.services import mutating_tool_add, mutating_tool_list
+from rewind.audit import Actor
+from rewind.checkpoints.models import ChangeGuard
+from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report, guard_timeout_s
+from rewind.checkpoints.services import (
+    TIMEOUT_MAX_S,
+    GuardOutcome,
+    checkpoint_request_create,
+    guard_before_mutate,
+    guard_read_and_resume,
+)
 from rewind.errors import NotFoundError
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
-from rewind.models import ChangeGuard
 
 # How long past the guard's own timeout a waiting call keeps polling before it answers
 # "not finished" (e.g. no worker is running); the guard itself ends at its timeout.
@@ -124,7 +132,7 @@ def _outcome_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
 
 
 def _own_guard(guard_id: int) -> ChangeGuard:
-    guard = guard_get(guard_id)
+    guard = guard_read_and_resume(guard_id)
     if guard.agent_name != current_agent_name():
         raise NotFoundError(f"you have no checkpoint request #{guard_id}")
     return guard
@@ -139,7 +147,7 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
     if out.id is None or out.finished:
         return out
     guard_id, started = out.id, time.monotonic()
-    timeout = await run_db(lambda: ChangeGuard.objects.values_list("timeout_s", flat=True).get(pk=guard_id))
+    timeout = await run_db(guard_timeout_s, guard_id)
     deadline = started + timeout + WAIT_GRACE_S
     last: tuple[str, int] | None = None
     last_resume = started
@@ -152,7 +160,7 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
         if status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
             break
         if time.monotonic() - last_resume >= RESUME_EVERY_S:
-            await run_db(guard_get, guard_id)  # re-queues the wait if its worker died
+            await run_db(guard_read_and_resume, guard_id)  # re-queues the wait if its worker died
             last_resume = time.monotonic()
         waited = time.monotonic() - started
         await asyncio.sleep(max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited)))
@@ -161,8 +169,6 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
 
 
 def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
-    from rewind.checkpoints.services import checkpoint_request_create
-
     outcome = checkpoint_request_create(
         agent_name=current_agent_name(), agent_id=current_agent_id(), vm=vm, action=action, change_id=change_id,
         timeout_s=timeout_s,
@@ -173,8 +179,6 @@ def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None
 def _guard(
     tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None
 ) -> GuardOut:
-    from rewind.checkpoints.services import guard_before_mutate
-
     outcome = guard_before_mutate(
         agent_name=current_agent_name(), agent_id=current_agent_id(), tool=tool, arguments=arguments, action=action,
         change_id=change_id, timeout_s=timeout_s,
@@ -238,17 +242,12 @@ def _tool_out(t: MutatingTool) -> MutatingToolOut:
 
 
 def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
-    from catalog.services import mutating_tool_add
-    from rewind.audit import Actor
-
     entry = mutating_tool_add(actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg,
                               platform=platform, description=description)
     return _tool_out(entry)
 
 
 def _list() -> MutatingToolListOut:
-    from catalog.services import mutating_tool_list
-
     return MutatingToolListOut(tools=[_tool_out(t) for t in mutating_tool_list(include_disabled=True)])
 
 

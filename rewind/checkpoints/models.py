@@ -4,7 +4,7 @@ from django.db import models
 
 
 class ChangeGuard(models.Model):
-    """One guarded change: the same tagged checkpoint requested on every VPG protecting a VM.
+    """A guard, one guarded change: the same tagged checkpoint requested on every VPG protecting a VM.
 
     Created by ``zerto_guard_before_mutate`` (``tool`` set) or
     ``zerto_create_tagged_checkpoint`` (``tool`` empty). ``(vm_identifier, change_id)`` is
@@ -50,7 +50,13 @@ class ChangeGuard(models.Model):
 
 
 class ChangeGuardVpg(models.Model):
-    """The tagged checkpoint of one guard on one VPG: the attempt, then its outcome."""
+    """The tagged checkpoint of one guard on one VPG: the attempt, then its outcome.
+
+    Code calls it ``TaggedCheckpoint`` (below). The class keeps its first name because Django
+    derives the model name from it: the migrations, the permission codenames
+    (``view_changeguardvpg``) and the admin URLs name ``changeguardvpg``, and renaming the
+    class would take a migration.
+    """
 
     class Status(models.TextChoices):
         PENDING = "pending"
@@ -91,3 +97,7 @@ class ChangeGuardVpg(models.Model):
 
     def __str__(self) -> str:
         return f"{self.vpg_name}: {self.status}"
+
+
+# The name code uses for a guard's per-VPG row (see the class's docstring).
+TaggedCheckpoint = ChangeGuardVpg

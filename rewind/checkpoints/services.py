@@ -2,8 +2,8 @@
 
 Flow: ``guard_before_mutate`` looks the tool up in the catalog (unlisted: audited pass
 through + sighting), finds the VM in the arguments and calls ``checkpoint_request_create``,
-which finds the protection, refuses per the insert rules, records a ``ChangeGuard`` with one
-row per VPG and queues the wait task (``rewind.checkpoints.wait``) after commit. The task
+which finds the protection, refuses per the insert rules, records a guard with one tagged
+checkpoint per VPG and queues the wait task (``rewind.checkpoints.wait``) after commit. The task
 inserts and waits (``rewind.checkpoints.wait``); callers poll the record.
 
 Refusal is all or nothing: when any VPG protecting the VM cannot take a checkpoint, nothing
@@ -28,21 +28,16 @@ from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
+from rewind.checkpoints.lease import QUEUE_GRACE_S, UNFINISHED, queue_wait
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.protection import find_protection
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 
-# A queued wait task that has not started after this long is queued again (its message may
-# be lost); a running task renews its lease every LEASE_S / 3 from a heartbeat thread.
-QUEUE_GRACE_S = 60
-LEASE_S = 15
-# The wait task's hard time limit is the guard's timeout plus this margin.
-TASK_MARGIN_S = 120
 TIMEOUT_MAX_S = 3600
-UNFINISHED = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
 
 
 @dataclass(frozen=True)
@@ -97,8 +92,6 @@ def checkpoint_request_create(
     when several callers race (the unique constraint decides, the losers read the winner).
     Opens its own transactions; makes ZVM calls (the protection lookup) outside them.
     """
-    from rewind.protection import find_protection  # the lookup module imports the ORM setup late
-
     action = clean_action(action)
     change = clean_change_id(change_id)
     timeout = clean_timeout(timeout_s)
@@ -131,7 +124,7 @@ def checkpoint_request_create(
                 request_id=rid, timeout_s=timeout, lease_owner=f"queued:{token}",
                 lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
             )
-            ChangeGuardVpg.objects.bulk_create([_vpg_row(guard, v) for v in protection.vpgs])
+            TaggedCheckpoint.objects.bulk_create([_tagged_checkpoint(guard, v) for v in protection.vpgs])
             audit_record(
                 actor=Actor.agent(agent_name), action=GuardAction.CREATED, target=guard, request_id=rid,
                 data={"vm": protection.vm_name, "vm_identifier": protection.vm_identifier, "change_id": change,
@@ -149,8 +142,8 @@ def checkpoint_request_create(
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
 
 
-def _vpg_row(guard: ChangeGuard, vpg: Any) -> ChangeGuardVpg:
-    return ChangeGuardVpg(
+def _tagged_checkpoint(guard: ChangeGuard, vpg: Any) -> TaggedCheckpoint:
+    return TaggedCheckpoint(
         guard=guard,
         vpg_identifier=vpg.identifier,
         vpg_name=vpg.name,
@@ -178,21 +171,6 @@ def _refuse(
                   "vpgs": [{"name": r.name, "identifier": r.identifier, "reason": r.reason} for r in refused]},
         )
     return GuardOutcome(guarded=True, refusal=reason, refused=refused, vm=vm, change_id=change)
-
-
-def queue_wait(guard: ChangeGuard, token: str) -> None:
-    """Queue the wait task once the current transaction commits.
-
-    ``robust``: if the broker is down the record stays queued-but-unstarted and is queued
-    again once its lease runs out (``guard_resume_if_stale``), so the caller still gets it.
-    """
-    from rewind.tasks import checkpoint_wait
-
-    guard_id, rid, limit = guard.pk, guard.request_id, guard.timeout_s + TASK_MARGIN_S
-    transaction.on_commit(
-        lambda: checkpoint_wait.apply_async(args=[guard_id, rid], kwargs={"lease_token": token}, time_limit=limit),
-        robust=True,
-    )
 
 
 def guard_resume_if_stale(guard: ChangeGuard) -> bool:
@@ -227,8 +205,11 @@ def guards_resume_stale() -> int:
     return sum(guard_resume_if_stale(g) for g in stale[:500])
 
 
-def guard_get(guard_id: int | str) -> ChangeGuard:
-    """A guard by id (resuming it when its task died). Raises NotFoundError."""
+def guard_read_and_resume(guard_id: int | str) -> ChangeGuard:
+    """A guard by id, queued again first when its task died. Raises NotFoundError.
+
+    Writes (the resume); a plain read is ``selectors.guard_get``.
+    """
     try:
         guard = ChangeGuard.objects.get(pk=int(guard_id))
     except (ValueError, TypeError, ChangeGuard.DoesNotExist):

@@ -1,13 +1,21 @@
-"""Celery tasks of the rewind app: thin wrappers that take ids and call services."""
+"""Celery tasks of guards and tagged checkpoints: thin wrappers that take ids and call services.
+
+The task names (``rewind.checkpoints.*``) are in queued messages and the beat schedule: keep
+them. The services queue the wait by its name (``lease.queue_wait``), never through this module.
+"""
 
 from __future__ import annotations
 
 from celery import shared_task
 
+from rewind.checkpoints.late import checkpoints_listed_late_sweep
+from rewind.checkpoints.lease import WAIT_TASK
+from rewind.checkpoints.services import guards_resume_stale
+from rewind.checkpoints.wait import guard_wait
 from rewind.requestid import bound_request_id
 
 
-@shared_task(name="rewind.checkpoints.wait", acks_late=True, ignore_result=False)
+@shared_task(name=WAIT_TASK, acks_late=True, ignore_result=False)
 def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: str | None = None) -> str:
     """Insert and wait for the tagged checkpoints of one guard (see rewind.checkpoints.wait).
 
@@ -15,10 +23,8 @@ def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: s
     compare-and-swap. ZVM errors that may pass are retried inside the wait until the
     guard's deadline, not by re-running the task; if the task dies, the lease expires and
     the guard is queued again (``rewind.checkpoints.resume_stale`` or a status read).
-    The hard time limit is set per call (guard timeout + margin) by the service.
+    The hard time limit is set per call (guard timeout + margin) by ``queue_wait``.
     """
-    from rewind.checkpoints.wait import guard_wait
-
     with bound_request_id(request_id):
         return guard_wait(guard_id, lease_token)
 
@@ -26,8 +32,6 @@ def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: s
 @shared_task(name="rewind.checkpoints.resume_stale")
 def checkpoints_resume_stale() -> int:
     """Queue again every unfinished guard whose wait task died. Safe to overlap."""
-    from rewind.checkpoints.services import guards_resume_stale
-
     return guards_resume_stale()
 
 
@@ -37,6 +41,4 @@ def checkpoints_listed_late() -> dict[str, object]:
 
     Safe to overlap: each record is a compare-and-swap.
     """
-    from rewind.checkpoints.late import checkpoints_listed_late_sweep
-
     return checkpoints_listed_late_sweep().as_dict()

@@ -45,19 +45,18 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints import pacing
+from rewind.checkpoints.lease import LEASE_S, UNFINISHED
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.selectors import site_listing_times_s
-from rewind.checkpoints.services import LEASE_S, UNFINISHED
 from rewind.checkpoints.zvmtasks import insert_tasks_since
-from rewind.models import ChangeGuard, ChangeGuardVpg
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 from rewind.zvm.clock import from_zvm, to_zvm
 
 logger = logging.getLogger(__name__)
 
-Row = ChangeGuardVpg
-FINAL = (Row.Status.LISTED, Row.Status.FAILED, Row.Status.TIMED_OUT)
-NOT_FINAL = (Row.Status.PENDING, Row.Status.INSERTING, Row.Status.WAITING)
+FINAL = (TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.FAILED, TaggedCheckpoint.Status.TIMED_OUT)
+NOT_FINAL = (TaggedCheckpoint.Status.PENDING, TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
 LIST_LOOKBACK = timedelta(minutes=1)
 # An insert whose outcome is unknown is repeated only when, this long after we started
 # wondering, the ZVM lists neither the tag nor an insert task for the VPG.
@@ -134,14 +133,15 @@ def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.E
         _VpgWait(row_id, guard, deadline, lost).run()
     except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
         logger.exception("guard %s: the wait of VPG row %s failed", guard.pk, row_id)
-        _row_finish(row_id, guard, Row.Status.FAILED, error=f"internal error while waiting ({type(exc).__name__})")
+        _row_finish(row_id, guard, TaggedCheckpoint.Status.FAILED,
+                    error=f"internal error while waiting ({type(exc).__name__})")
     finally:
         connection.close()
 
 
 class _VpgWait:
     def __init__(self, row_id: int, guard: ChangeGuard, deadline: float, lost: threading.Event) -> None:
-        self.row = Row.objects.select_related("site").get(pk=row_id)
+        self.row = TaggedCheckpoint.objects.select_related("site").get(pk=row_id)
         self.guard = guard
         self.deadline = deadline
         self.lost = lost
@@ -155,16 +155,17 @@ class _VpgWait:
     def run(self) -> None:
         site = self.row.site
         if site is None or not site.enabled:
-            self.finish(Row.Status.FAILED, error="the protected site's ZVM is not configured (or is disabled) here")
+            self.finish(TaggedCheckpoint.Status.FAILED,
+                        error="the protected site's ZVM is not configured (or is disabled) here")
             return
         # Its own client object; ``site_client`` shares the site's token and connection pool
         # within this process, so three VPGs on one ZVM cost one login, and later guards none.
         client = self.client = site_client(site, request_id=self.guard.request_id)
         # A row an earlier run left behind may be listed already: look at once.
-        resumed = self.row.status != Row.Status.PENDING
+        resumed = self.row.status != TaggedCheckpoint.Status.PENDING
         if not resumed and not self.insert(client):
             return
-        if self.row.status == Row.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
+        if self.row.status == TaggedCheckpoint.Status.INSERTING and not self.row.task_id and self.unknown_since is None:
             self.unknown_since = time.monotonic()  # left so by a run that died mid-insert
         try:
             self.poll(client, look_now=resumed)
@@ -175,9 +176,10 @@ class _VpgWait:
     def insert(self, client: ZvmClient) -> bool:
         """Record the attempt, insert, record the task id. False when the row is finished."""
         if time.monotonic() >= self.deadline:
-            self.finish(Row.Status.TIMED_OUT, error="not inserted: the guard had already timed out")
+            self.finish(TaggedCheckpoint.Status.TIMED_OUT, error="not inserted: the guard had already timed out")
             return False
-        if not self._mark_attempt(Row.objects.filter(pk=self.row.pk, status=Row.Status.PENDING), retry=False):
+        pending = TaggedCheckpoint.objects.filter(pk=self.row.pk, status=TaggedCheckpoint.Status.PENDING)
+        if not self._mark_attempt(pending, retry=False):
             self.row.refresh_from_db()  # another run took it; follow what it recorded
             return self.row.status not in FINAL
         return self._call_insert(client)
@@ -186,29 +188,29 @@ class _VpgWait:
         try:
             task_id = client.insert_tagged_checkpoint(self.row.vpg_identifier, self.guard.tag)
         except (ZvmAuthError, ZvmNotFoundError) as exc:
-            self.finish(Row.Status.FAILED, error=str(exc))
+            self.finish(TaggedCheckpoint.Status.FAILED, error=str(exc))
             return False
         except ZvmRejectedError as exc:
-            self.finish(Row.Status.FAILED, error=f"the ZVM refused the checkpoint: {exc}")
+            self.finish(TaggedCheckpoint.Status.FAILED, error=f"the ZVM refused the checkpoint: {exc}")
             return False
         except ZvmError as exc:
             # The ZVM may have acted before the answer was lost: do not repeat the call;
             # resolve it by the tag and the ZVM's task list (``_resolve_unknown``).
             self.last_error = f"the insert call's outcome is unknown ({exc})"
             self.unknown_since = time.monotonic()
-            Row.objects.filter(pk=self.row.pk).update(error=self.last_error[:2000])
+            TaggedCheckpoint.objects.filter(pk=self.row.pk).update(error=self.last_error[:2000])
             return True
-        Row.objects.filter(pk=self.row.pk, status=Row.Status.INSERTING, task_id="").update(
-            task_id=task_id, status=Row.Status.WAITING, error=""
+        TaggedCheckpoint.objects.filter(pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
+            task_id=task_id, status=TaggedCheckpoint.Status.WAITING, error=""
         )
         self.row.refresh_from_db()
         self.unknown_since = None
         return True
 
-    def _mark_attempt(self, rows: QuerySet[ChangeGuardVpg], *, retry: bool) -> bool:
+    def _mark_attempt(self, rows: QuerySet[TaggedCheckpoint], *, retry: bool) -> bool:
         """CAS the row to "inserting" and audit the attempt, before the call (fail-closed)."""
         with transaction.atomic():
-            won = rows.update(status=Row.Status.INSERTING, insert_started_at=timezone.now())
+            won = rows.update(status=TaggedCheckpoint.Status.INSERTING, insert_started_at=timezone.now())
             if won:
                 audit_record(
                     actor=Actor.agent(self.guard.agent_name), action=GuardAction.CHECKPOINT_REQUESTED, target=self.guard,
@@ -228,13 +230,13 @@ class _VpgWait:
         if tasks is None:
             return True  # cannot tell; keep looking for the tag
         claimed = set(
-            Row.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks)
+            TaggedCheckpoint.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks)
             .values_list("task_id", flat=True)
         )
         free = [t for t in tasks if t not in claimed]
         if free:
-            Row.objects.filter(pk=self.row.pk, status=Row.Status.INSERTING, task_id="").update(
-                task_id=free[0], status=Row.Status.WAITING
+            TaggedCheckpoint.objects.filter(pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
+                task_id=free[0], status=TaggedCheckpoint.Status.WAITING
             )
             self.row.refresh_from_db()
             self.unknown_since = None
@@ -244,8 +246,9 @@ class _VpgWait:
             return True
         # No tag and no insert task: the call never reached the ZVM. Insert once more.
         self.reinserted = True
-        rows = Row.objects.filter(
-            pk=self.row.pk, status=Row.Status.INSERTING, task_id="", insert_started_at=self.row.insert_started_at
+        rows = TaggedCheckpoint.objects.filter(
+            pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="",
+            insert_started_at=self.row.insert_started_at,
         )
         if not self._mark_attempt(rows, retry=True):
             self.row.refresh_from_db()
@@ -284,16 +287,16 @@ class _VpgWait:
                 if task_done or not self.row.task_id:
                     found = self._find_tag(client, since)
                     if found is not None:
-                        self.finish(Row.Status.LISTED, checkpoint=found)
+                        self.finish(TaggedCheckpoint.Status.LISTED, checkpoint=found)
                         return
                     if not self.row.task_id and self.unknown_since is not None:
                         if not self._resolve_unknown(client, since):
                             return
             except _RowFailed as exc:
-                self.finish(Row.Status.FAILED, error=str(exc))
+                self.finish(TaggedCheckpoint.Status.FAILED, error=str(exc))
                 return
             if time.monotonic() >= self.deadline:
-                self.finish(Row.Status.TIMED_OUT, error=self._timeout_reason(task_done))
+                self.finish(TaggedCheckpoint.Status.TIMED_OUT, error=self._timeout_reason(task_done))
                 return
 
     def _task_done(self, client: ZvmClient) -> bool:
@@ -350,11 +353,11 @@ def _row_finish(
     row_id: int, guard: ChangeGuard, status: str, *, error: str = "", checkpoint: Checkpoint | None = None,
     offset_s: float = 0.0,
 ) -> None:
-    row = Row.objects.get(pk=row_id)
+    row = TaggedCheckpoint.objects.get(pk=row_id)
     start = row.insert_started_at or guard.started_at or timezone.now()
     waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
     with transaction.atomic():
-        won = Row.objects.filter(pk=row_id, status__in=NOT_FINAL).update(
+        won = TaggedCheckpoint.objects.filter(pk=row_id, status__in=NOT_FINAL).update(
             status=status,
             error=error[:2000],
             checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
@@ -364,7 +367,8 @@ def _row_finish(
         if won:
             audit_record(
                 actor=Actor.system(),
-                action=GuardAction.CHECKPOINT_LISTED if status == Row.Status.LISTED else GuardAction.CHECKPOINT_FAILED,
+                action=(GuardAction.CHECKPOINT_LISTED if status == TaggedCheckpoint.Status.LISTED
+                        else GuardAction.CHECKPOINT_FAILED),
                 target=guard,
                 request_id=guard.request_id,
                 data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "status": status, "error": error,
@@ -383,12 +387,13 @@ def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, obj
 
 
 def _guard_finish(guard: ChangeGuard) -> str:
-    rows = list(Row.objects.filter(guard=guard))
+    rows = list(TaggedCheckpoint.objects.filter(guard=guard))
     if any(r.status not in FINAL for r in rows):
         return "unfinished rows remain"
-    ok = all(r.status == Row.Status.LISTED for r in rows)
+    ok = all(r.status == TaggedCheckpoint.Status.LISTED for r in rows)
     status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
-    error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != Row.Status.LISTED)
+    listed = TaggedCheckpoint.Status.LISTED
+    error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != listed)
     with transaction.atomic():
         won = ChangeGuard.objects.filter(pk=guard.pk, status=ChangeGuard.Status.RUNNING).update(
             status=status, error=error[:4000], finished_at=timezone.now(), lease_owner="", lease_expires_at=None
@@ -397,7 +402,7 @@ def _guard_finish(guard: ChangeGuard) -> str:
             audit_record(
                 actor=Actor.system(), action=GuardAction.OK if ok else GuardAction.FAILED, target=guard, request_id=guard.request_id,
                 data={"status": status, "error": error,
-                      "listed": [r.vpg_name for r in rows if r.status == Row.Status.LISTED],
-                      "not_listed": [r.vpg_name for r in rows if r.status != Row.Status.LISTED]},
+                      "listed": [r.vpg_name for r in rows if r.status == TaggedCheckpoint.Status.LISTED],
+                      "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED]},
             )
     return status

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from rewind.errors import NotFoundError
-from rewind.models import Agent, AgentToken, AuditEvent, ChangeGuard, ChangeGuardVpg, Site
+from rewind.models import Agent, AgentToken, AuditEvent, Site
 
 
 def audit_event_list(
@@ -49,37 +49,6 @@ def site_get(pk: int) -> Site:
     if site is None:
         raise NotFoundError(f"there is no site #{pk}")
     return site
-
-
-def guard_list(
-    *, agent: str | None = None, vm: str | None = None, status: str | None = None, change_id: str | None = None
-) -> QuerySet[ChangeGuard]:
-    """Guards newest first with VPG counts; ``vm`` matches the VM's name or its identifier."""
-    qs = ChangeGuard.objects.annotate(
-        vpgs_total=Count("vpgs"),
-        vpgs_listed=Count("vpgs", filter=Q(vpgs__status=ChangeGuardVpg.Status.LISTED)),
-    )
-    if agent:
-        qs = qs.filter(agent_name=agent)
-    if vm:
-        qs = qs.filter(Q(vm_name=vm) | Q(vm_identifier=vm))
-    if status:
-        qs = qs.filter(status=status)
-    if change_id:
-        qs = qs.filter(change_id=change_id)
-    return qs.order_by("-requested_at", "-pk")
-
-
-def guard_get(pk: int) -> ChangeGuard:
-    guard = (
-        guard_list()
-        .prefetch_related(Prefetch("vpgs", queryset=ChangeGuardVpg.objects.select_related("site").order_by("vpg_name")))
-        .filter(pk=pk)
-        .first()
-    )
-    if guard is None:
-        raise NotFoundError(f"there is no guard #{pk}")
-    return guard
 
 
 def agent_list() -> QuerySet[Agent]:

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import include, path
 
-from rewind.rest import agents, audit, guards, sites
+from rewind.rest import agents, audit, sites
 
 app_name = "rewind-api"
 
@@ -15,8 +15,7 @@ urlpatterns = [
     path("sites/", sites.SiteListApi.as_view(), name="site-list"),
     path("sites/<int:pk>/", sites.SiteDetailApi.as_view(), name="site-detail"),
     path("sites/<int:pk>/check/", sites.SiteCheckApi.as_view(), name="site-check"),
-    path("guards/", guards.GuardListApi.as_view(), name="guard-list"),
-    path("guards/<int:pk>/", guards.GuardDetailApi.as_view(), name="guard-detail"),
+    path("", include("rewind.checkpoints.urls")),
     path("agents/", agents.AgentListApi.as_view(), name="agent-list"),
     path("agents/<int:pk>/", agents.AgentDetailApi.as_view(), name="agent-detail"),
     path("agents/<int:pk>/tokens/", agents.AgentTokenIssueApi.as_view(), name="agent-token-issue"),

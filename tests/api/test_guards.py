@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from rewind.models import ChangeGuard, ChangeGuardVpg
+from rewind.models import ChangeGuard, TaggedCheckpoint
 
 
 def _guard(agent: str, vm: str, change_id: str, status: str, vpgs: dict[str, str]) -> ChangeGuard:
@@ -16,8 +16,8 @@ def _guard(agent: str, vm: str, change_id: str, status: str, vpgs: dict[str, str
         change_id=change_id, tag=f"ai:{agent} | edit | vm={vm} | change={change_id}", status=status, timeout_s=60,
     )
     for name, row_status in vpgs.items():
-        listed = row_status == ChangeGuardVpg.Status.LISTED
-        ChangeGuardVpg.objects.create(
+        listed = row_status == TaggedCheckpoint.Status.LISTED
+        TaggedCheckpoint.objects.create(
             guard=guard, vpg_name=name, vpg_identifier=f"{name}-guid", status=row_status,
             recovery_site_name="Site B", checkpoint_identifier=f"cp-{name}" if listed else "",
             checkpoint_timestamp=timezone.now() if listed else None, error="" if listed else "timed out",

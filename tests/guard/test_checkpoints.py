@@ -9,12 +9,10 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from rewind.checkpoints.services import checkpoint_request_create, guard_get
+from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume
 from rewind.errors import ApplicationError
-from rewind.models import AuditEvent, ChangeGuard, ChangeGuardVpg
+from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
 from tests.guard.conftest import tagged, wait_finished
-
-Row = ChangeGuardVpg
 
 
 def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
@@ -38,7 +36,7 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
-    assert all(r.status == Row.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows)
+    assert all(r.status == TaggedCheckpoint.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows)
     # vpg-app-3 replicates to site-c; the insert still goes through the protected site (site-a).
     assert rows[2].site is not None and rows[2].site.name == "Site A"
     assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1
@@ -66,7 +64,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(sim: Any, sites: Any, agen
     guard = wait_finished(_request(agent, "web01", timeout_s=3))
     assert guard.status == ChangeGuard.Status.FAILED
     statuses = sorted(r.status for r in guard.vpgs.all())
-    assert statuses == [Row.Status.LISTED, Row.Status.TIMED_OUT]
+    assert statuses == [TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.TIMED_OUT]
     assert "not listed within 3 s" in guard.error
     assert AuditEvent.objects.filter(action="guard.checkpoint.failed", target_id=str(guard.pk)).count() == 1
     assert AuditEvent.objects.filter(action="guard.failed", target_id=str(guard.pk)).exists()
@@ -77,13 +75,13 @@ def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, worke
     guard = wait_finished(_request(agent, "db01"))
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == Row.Status.FAILED and "Journal is full" in row.error
+    assert row.status == TaggedCheckpoint.Status.FAILED and "Journal is full" in row.error
 
 
 def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=2)
     guard = _request(agent, "app01")
-    _wait_rows(guard, Row.Status.WAITING)
+    _wait_rows(guard, TaggedCheckpoint.Status.WAITING)
     sim.add_fault("expire_tokens")
     guard = wait_finished(guard)
     assert guard.status == ChangeGuard.Status.OK, guard.error
@@ -167,7 +165,7 @@ def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
 ) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=3)
     guard = _request(agent, "web01", timeout_s=120)
-    _wait_rows(guard, Row.Status.WAITING)
+    _wait_rows(guard, TaggedCheckpoint.Status.WAITING)
     worker.kill()
     worker.start()
     guard = _wait_via_status(guard.pk, timeout=90)
@@ -186,13 +184,13 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
     # exactly one checkpoint (found by its tag, its task adopted, or inserted once more).
     sim.add_fault("hang", seconds=2, path_regex="/checkpoints$", method="POST", count=1)
     guard = _request(agent, "db01", timeout_s=120)
-    _wait_rows(guard, Row.Status.INSERTING)
+    _wait_rows(guard, TaggedCheckpoint.Status.INSERTING)
     time.sleep(0.5)
     worker.kill()
     worker.start()
     guard = _wait_via_status(guard.pk, timeout=90)
     assert guard.status == ChangeGuard.Status.OK, guard.error
-    assert guard.vpgs.get().status == Row.Status.LISTED
+    assert guard.vpgs.get().status == TaggedCheckpoint.Status.LISTED
     assert len(tagged(sim, "site-a", "vpg-db", guard.tag)) == 1
 
 
@@ -200,7 +198,7 @@ def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
     """Poll like an agent does: a status read re-queues a guard whose task died."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        guard = guard_get(guard_id)
+        guard = guard_read_and_resume(guard_id)
         if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
             return guard
         time.sleep(0.5)

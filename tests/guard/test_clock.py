@@ -9,10 +9,9 @@ from django.core.management import call_command
 
 from rewind.checkpoints import pacing
 from rewind.checkpoints.services import checkpoint_request_create
-from rewind.models import AuditEvent, ChangeGuard, ChangeGuardVpg, Site
+from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
 from tests.guard.conftest import tagged, wait_finished
 
-Row = ChangeGuardVpg
 FIVE_MINUTES = 300.0
 
 
@@ -60,7 +59,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
     guard = wait_finished(_request(agent, "db01", timeout_s=4))
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == Row.Status.TIMED_OUT and "within 4 s" in row.error
+    assert row.status == TaggedCheckpoint.Status.TIMED_OUT and "within 4 s" in row.error
     # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
     budget = 10 + 2 * pacing.calls_bound(4.0, None)
     assert _calls(sim, "site-a") - before <= budget

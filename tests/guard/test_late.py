@@ -18,12 +18,11 @@ from recoveries.services import recovery_request_create
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.selectors import guard_report
 from rewind.checkpoints.services import checkpoint_request_create
-from rewind.models import AuditEvent, ChangeGuard, ChangeGuardVpg
+from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
 from tests.guard.conftest import tagged, wait_finished
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
-Row = ChangeGuardVpg
 DELAY_S = 6.0
 
 
@@ -35,7 +34,7 @@ def _timed_out_guard(sim: Any, agent: Any, change_id: str) -> ChangeGuard:
     guard = wait_finished(outcome.guard)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == Row.Status.TIMED_OUT and not row.checkpoint_identifier and row.insert_started_at
+    assert row.status == TaggedCheckpoint.Status.TIMED_OUT and not row.checkpoint_identifier and row.insert_started_at
     return guard
 
 
@@ -67,7 +66,7 @@ def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(
 
     assert report.recorded == 1 and not report.errors
     row = guard.vpgs.get()
-    assert row.status == Row.Status.TIMED_OUT  # what the agent was told does not change
+    assert row.status == TaggedCheckpoint.Status.TIMED_OUT  # what the agent was told does not change
     assert row.listed_late_at is not None and row.checkpoint_identifier == listed["CheckpointIdentifier"]
     assert row.checkpoint_timestamp is not None
     guard.refresh_from_db()
@@ -111,7 +110,7 @@ def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, worke
 def test_a_guard_past_the_horizon_is_not_looked_at(sim: Any, sites: Any, agent: Any, worker: Any, settings: Any) -> None:
     guard = _timed_out_guard(sim, agent, "chg-late-3")
     _wait_listed_on_zvm(sim, guard)
-    Row.objects.filter(guard=guard).update(insert_started_at=guard.requested_at.replace(year=2020))
+    TaggedCheckpoint.objects.filter(guard=guard).update(insert_started_at=guard.requested_at.replace(year=2020))
 
     report = checkpoints_listed_late_sweep()
 

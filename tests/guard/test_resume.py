@@ -10,7 +10,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from rewind.checkpoints.services import checkpoint_request_create, guard_get, guards_resume_stale
+from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume, guards_resume_stale
 from rewind.models import AuditEvent, ChangeGuard
 
 
@@ -44,7 +44,7 @@ def test_the_sweep_queues_a_stale_guard_once(guard: ChangeGuard, django_capture_
 def test_a_status_read_resumes_a_stale_guard(guard: ChangeGuard, django_capture_on_commit_callbacks: Any) -> None:
     _expire(guard)
     with django_capture_on_commit_callbacks() as queued:
-        guard_get(guard.pk)
+        guard_read_and_resume(guard.pk)
     assert len(queued) == 1
 
 
