@@ -52,7 +52,7 @@ def _redis_url(configured: str | None) -> str | None:
 def _flush_redis(url: str) -> None:
     import redis
 
-    from rewind.zvm_shared import CLAIM_PREFIX, RATE_PREFIX, TOKEN_PREFIX
+    from rewind.sites.zvm_shared import CLAIM_PREFIX, RATE_PREFIX, TOKEN_PREFIX
 
     client = redis.Redis.from_url(url)
     for prefix in (RATE_PREFIX, TOKEN_PREFIX, CLAIM_PREFIX):
@@ -84,8 +84,8 @@ class Bench:
         return dict(resp.json())
 
     def stores(self, store: str) -> Any:
+        from rewind.sites.zvm_shared import DbPacer, DbTokenStore, redis_stores
         from rewind.zvm import Stores
-        from rewind.zvm_shared import DbPacer, DbTokenStore, redis_stores
 
         if store == "db":
             return Stores(pacer=DbPacer(), tokens=DbTokenStore())

@@ -5,6 +5,13 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from rewind.audit import Actor
+
+
+def actor_for(request: HttpRequest) -> Actor:
+    """The signed-in person, as the actor of what an admin action changes."""
+    return Actor.user(request.user.get_username())
+
 
 class ReadOnlyAdmin(admin.ModelAdmin):
     """Records of what happened (audit, guards, sightings, sessions): shown, never edited by hand.

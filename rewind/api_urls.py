@@ -7,5 +7,11 @@ from django.urls import URLPattern, URLResolver, include, path
 urlpatterns: list[URLPattern | URLResolver] = [
     path("recoveries/", include("recoveries.urls")),
     path("catalog/", include("catalog.urls")),
-    path("", include("rewind.rest.urls")),
+    # The rewind parts' routes share one URL namespace, rewind-api (e.g. rewind-api:site-list).
+    path("", include(([
+        path("", include("rewind.audit.urls")),
+        path("", include("rewind.sites.urls")),
+        path("", include("rewind.agents.urls")),
+        path("", include("rewind.rest.urls")),
+    ], "rewind-api"))),
 ]

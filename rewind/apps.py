@@ -9,8 +9,8 @@ class RewindConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
+        from rewind.sites.zvm_shared import shared_stores
         from rewind.zvm import use_shared_stores
-        from rewind.zvm_shared import shared_stores
 
         # Every process (web, worker, beat, commands) counts ZVM caps and shares tokens with the others.
         use_shared_stores(shared_stores)

@@ -151,8 +151,8 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
     other thread (MCP worker threads, a guard's VPG threads) wait 20 s for it. Transactional
     tests, and the Celery worker and servers they start, use the stores the settings choose.
     """
+    from rewind.sites.zvm_shared import shared_stores
     from rewind.zvm import Stores, use_shared_stores
-    from rewind.zvm_shared import shared_stores
 
     marker = request.node.get_closest_marker("django_db")
     transactional = bool(marker and marker.kwargs.get("transaction")) or any(

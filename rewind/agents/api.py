@@ -14,11 +14,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.agents import agent_create, agent_token_issue, agent_token_revoke, agent_update
-from rewind.models import Agent, AgentToken
+from rewind.agents.models import Agent, AgentToken
+from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
+from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
-from rewind.rest.selectors import agent_get, agent_list, agent_token_get
 
 
 class AgentTokenOutputSerializer(serializers.ModelSerializer):
@@ -52,12 +52,12 @@ class AgentListApi(APIView):
         description = serializers.CharField(required=False, allow_blank=True, max_length=255, default="")
 
         def validate_name(self, value: str) -> str:
-            if Agent.objects.filter(name=value).exists():
+            if agent_name_taken(value):
                 raise serializers.ValidationError(f"an agent named {value!r} already exists")
             return value
 
         def validate_owner(self, value: str) -> User:
-            owner = User.objects.filter(username=value, is_active=True).first()
+            owner = agent_owner_candidate(value)
             if owner is None:
                 raise serializers.ValidationError(f"there is no active user {value!r}")
             return owner

@@ -16,16 +16,19 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
+from rewind.agents.models import Agent, AgentToken
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import Agent, AgentToken
 
 TOKEN_PREFIX = "rwd_"
 # Enough of the token to tell tokens apart in the admin, far too little to guess the rest.
 DISPLAY_PREFIX_LENGTH = 10
+# last_used_at is for people ("is this token still in use?"); a minute's precision will do.
+LAST_USED_PRECISION = timedelta(minutes=1)
 
 
 def hash_token(token: str) -> str:
@@ -143,6 +146,17 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
     token.revoked_at = now
     audit_record(actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id)
     return True
+
+
+def agent_token_touch(*, token_pk: int) -> None:
+    """Note that the token was used now, unless that was noted less than ``LAST_USED_PRECISION`` ago.
+
+    ``last_used_at`` is for people ("is this token still in use?"): not audited.
+    """
+    now = timezone.now()
+    AgentToken.objects.filter(pk=token_pk).filter(
+        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION)
+    ).update(last_used_at=now)
 
 
 def default_owner() -> User:

@@ -20,7 +20,7 @@ from typing import Any
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
-from rewind.models.audit import AuditChainHead, AuditEvent
+from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.requestid import current_request_id
 
 GENESIS_HASH = "0" * 64

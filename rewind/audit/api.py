@@ -8,10 +8,10 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rewind.audit import verify_chain
-from rewind.models import AuditEvent
+from rewind.audit.models import AuditEvent
+from rewind.audit.selectors import audit_event_get, audit_event_list
 from rewind.rest.pagination import AuditCursorPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission
-from rewind.rest.selectors import audit_event_get, audit_event_list
 
 VIEW = {"GET": "rewind.view_auditevent"}
 

@@ -1,9 +1,11 @@
-"""Bearer-token verification for /mcp, backed by ``AgentToken`` with a short per-process cache.
+"""Bearer-token verification for /mcp over a token store, with a short per-process cache.
 
 The SDK calls ``verify_token`` on every HTTP POST. A cache hit costs a dict lookup; a miss
-costs one indexed query. The trade-off: a revoked or deactivated token keeps working in a
-process for up to MCP_TOKEN_CACHE_S seconds (a token never seen by that process is
-refused at once). Expiry is checked on every call, cached or not.
+costs one look-up in the store (one indexed query). The trade-off: a revoked or deactivated
+token keeps working in a process for up to MCP_TOKEN_CACHE_S seconds (a token never seen by
+that process is refused at once). Expiry is checked on every call, cached or not.
+
+The store is handed in (``rewind.asgi`` gives the agents' one), so this framework names no part.
 """
 
 from __future__ import annotations
@@ -11,20 +13,41 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
+from typing import Any, Protocol
 
 from django.conf import settings
-from django.db.models import Q
 from django.utils import timezone
 from mcp.server.auth.provider import AccessToken
 
-from rewind.agents import TOKEN_PREFIX, hash_token
 from rewind.mcp.context import run_db
-from rewind.models import AgentToken
 
-# last_used_at is for humans ("is this token still in use?"); a minute's precision will do.
-LAST_USED_PRECISION = timedelta(minutes=1)
 _MAX_ENTRIES = 10_000
+
+
+@dataclass(frozen=True)
+class TokenGrant:
+    """What a store knows of a valid token: who holds it and until when."""
+
+    token_pk: int
+    client_id: str
+    subject: str
+    expires_at: datetime | None
+    claims: dict[str, Any]
+
+
+class TokenStore(Protocol):
+    # How often, at most, a process tells the store that a cached token was used.
+    touch_interval_s: float
+
+    def key(self, token: str) -> str | None:
+        """The look-up key of ``token`` (never the token itself); None when it cannot be one of ours."""
+
+    def find(self, key: str) -> TokenGrant | None:
+        """The valid token with this key (blocking, database); None when unknown, revoked or expired."""
+
+    def touch(self, token_pk: int) -> None:
+        """Note that the token was used (blocking, database)."""
 
 
 @dataclass
@@ -36,61 +59,46 @@ class _Entry:
     last_used_written: float  # monotonic
 
 
-def _lookup(token_hash: str) -> tuple[AccessToken | None, int | None, datetime | None]:
-    now = timezone.now()
-    row = (
-        AgentToken.objects.select_related("agent")
-        .filter(token_hash=token_hash, revoked_at__isnull=True, agent__is_active=True)
-        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=now))
-        .first()
-    )
-    if row is None:
-        return None, None, None
-    if row.last_used_at is None or row.last_used_at < now - LAST_USED_PRECISION:
-        _touch(row.pk)
-    access = AccessToken(
+def _access(grant: TokenGrant) -> AccessToken:
+    return AccessToken(
         token="",  # the SDK does not need the token back; keep it out of memory dumps
-        client_id=row.agent.name,
-        subject=str(row.agent_id),
+        client_id=grant.client_id,
+        subject=grant.subject,
         scopes=[],
-        expires_at=int(row.expires_at.timestamp()) if row.expires_at else None,
-        claims={"agent_id": row.agent_id, "token_prefix": row.prefix},
+        expires_at=int(grant.expires_at.timestamp()) if grant.expires_at else None,
+        claims=grant.claims,
     )
-    return access, row.pk, row.expires_at
 
 
-def _touch(token_pk: int) -> None:
-    now = timezone.now()
-    AgentToken.objects.filter(pk=token_pk).filter(
-        Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION)
-    ).update(last_used_at=now)
+class CachedTokenVerifier:
+    """``mcp.server.auth.provider.TokenVerifier`` over a ``TokenStore``."""
 
-
-class AgentTokenVerifier:
-    """``mcp.server.auth.provider.TokenVerifier`` over the ``AgentToken`` table."""
-
-    def __init__(self, cache_seconds: float | None = None) -> None:
+    def __init__(self, store: TokenStore, cache_seconds: float | None = None) -> None:
+        self._store = store
         self._cache_seconds = settings.MCP_TOKEN_CACHE_S if cache_seconds is None else cache_seconds
         self._cache: dict[str, _Entry] = {}
         self._lock = threading.Lock()
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        if not token.startswith(TOKEN_PREFIX) or len(token) > 200:
+        key = self._store.key(token)
+        if key is None:
             return None
-        key = hash_token(token)
         now = time.monotonic()
         entry = self._cache.get(key)
         if entry is None or entry.fresh_until <= now:
-            access, token_pk, expires_at = await run_db(_lookup, key)
-            entry = _Entry(access, token_pk, expires_at, now + self._cache_seconds, now)
+            grant = await run_db(self._store.find, key)
+            if grant is None:
+                entry = _Entry(None, None, None, now + self._cache_seconds, now)
+            else:
+                entry = _Entry(_access(grant), grant.token_pk, grant.expires_at, now + self._cache_seconds, now)
             self._remember(key, entry)
         if entry.access is None:
             return None
         if entry.expires_at is not None and entry.expires_at <= timezone.now():
             return None
-        if now - entry.last_used_written >= LAST_USED_PRECISION.total_seconds() and entry.token_pk is not None:
+        if now - entry.last_used_written >= self._store.touch_interval_s and entry.token_pk is not None:
             entry.last_used_written = now
-            await run_db(_touch, entry.token_pk)
+            await run_db(self._store.touch, entry.token_pk)
         return entry.access
 
     def _remember(self, key: str, entry: _Entry) -> None:

@@ -1,6 +1,6 @@
-"""The MCP server: each part's tools (its ``mcp_tools`` module), agent-token auth, one audit row per call.
+"""The MCP server: each part's tools (its ``mcp_tools`` module), bearer-token auth, one audit row per call.
 
-``build_server()`` gives the ``MCPServer``; ``build_asgi_app()`` gives the ASGI app that
+``build_server(token_store=...)`` gives the ``MCPServer``; ``build_asgi_app(server)`` gives the ASGI app that
 ``rewind.asgi`` sends /mcp (and its protected-resource metadata, and the lifespan) to.
 
 Framework duties, so tools do not repeat them:
@@ -42,7 +42,7 @@ from rewind.audit import Actor, mask_secrets
 from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
-from rewind.mcp.auth import AgentTokenVerifier
+from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.ratelimit import rate_limiter
 from rewind.requestid import bound_request_id
@@ -203,12 +203,13 @@ def _register_tools(server: MCPServer) -> None:
         importlib.import_module(module_name).register(server)
 
 
-def build_server(*, verifier: AgentTokenVerifier | None = None) -> RewindMCPServer:
+def build_server(*, token_store: TokenStore) -> RewindMCPServer:
+    """The server, taking bearer tokens that ``token_store`` knows (the project hands it the agents' store)."""
     public = settings.REWIND_PUBLIC_URL
     server = RewindMCPServer(
         name=SERVER_NAME,
         instructions=INSTRUCTIONS,
-        token_verifier=verifier or AgentTokenVerifier(),
+        token_verifier=CachedTokenVerifier(token_store),
         auth=AuthSettings(
             # There is no OAuth authorization server: tokens are issued in the admin or by
             # manage.py createagent. The metadata still names this service as the issuer.
@@ -222,13 +223,12 @@ def build_server(*, verifier: AgentTokenVerifier | None = None) -> RewindMCPServ
     return server
 
 
-def build_asgi_app(server: RewindMCPServer | None = None) -> Any:
+def build_asgi_app(server: RewindMCPServer) -> Any:
     """The SDK's streamable-HTTP app (stateless: any worker serves any request) behind the guard.
 
     The guard passes non-HTTP scopes through, so the lifespan reaches the SDK app, whose
     session manager must run for /mcp to answer at all.
     """
-    server = server or build_server()
     sdk_app = server.streamable_http_app(
         streamable_http_path=MCP_PATH,
         stateless_http=True,

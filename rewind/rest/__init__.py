@@ -1,5 +1,5 @@
-"""REST API of the rewind app for people (session login + CSRF): audit, sites, guards, agents.
+"""The REST framework shared by every part: pagination and permissions.
 
-Each module holds the small views of one resource; querysets come from ``selectors`` and
-every write calls the existing services, so it is audited with the person as the actor.
+Each part keeps its views in its own ``api`` module, reading through its selectors and
+writing through its services, so every write is audited with the person as the actor.
 """

@@ -8,7 +8,6 @@ stored one, and an omitted ``ca_bundle`` keeps the pinned certificate ("" unpins
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlsplit
 
 from django.db import IntegrityError
 from rest_framework import serializers, status
@@ -17,12 +16,11 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rewind.errors import ApplicationError
-from rewind.models import Site
-from rewind.models.sites import MAX_REQUESTS_PER_S
 from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
-from rewind.rest.selectors import site_get, site_list
-from rewind.sites import SiteCheck, site_check, site_create, site_update
+from rewind.sites.models import MAX_REQUESTS_PER_S, Site
+from rewind.sites.selectors import site_get, site_list, site_name_taken
+from rewind.sites.services import SiteCheck, site_base_url_clean, site_check, site_create, site_update
 
 _SECRETS = ("password", "client_secret")
 
@@ -37,16 +35,6 @@ class SiteOutputSerializer(serializers.ModelSerializer):
 
     def get_ca_bundle_pinned(self, site: Site) -> bool:
         return bool(site.ca_bundle)
-
-
-def _clean_base_url(value: str) -> str:
-    value = value.strip().rstrip("/")
-    parts = urlsplit(value)
-    if parts.scheme not in ("https", "http") or not parts.netloc:
-        raise serializers.ValidationError("give the ZVM's base URL, starting with https:// (or http://)")
-    if value.rsplit("/", 1)[-1].lower() == "v1":
-        raise serializers.ValidationError("give the ZVM's base URL without /v1")
-    return value
 
 
 class SiteInputSerializer(serializers.Serializer):
@@ -68,13 +56,13 @@ class SiteInputSerializer(serializers.Serializer):
         return value
 
     def validate_base_url(self, value: str) -> str:
-        return _clean_base_url(value)
+        try:
+            return site_base_url_clean(value)
+        except ApplicationError as exc:
+            raise serializers.ValidationError(exc.message) from None
 
     def validate_name(self, value: str) -> str:
-        others = Site.objects.filter(name=value.strip())
-        if self.instance is not None:
-            others = others.exclude(pk=self.instance.pk)
-        if others.exists():
+        if site_name_taken(value, other_than=self.instance):
             raise serializers.ValidationError(f"a site named {value.strip()!r} already exists")
         return value.strip()
 

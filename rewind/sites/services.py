@@ -10,6 +10,7 @@ import hashlib
 import logging
 from dataclasses import dataclass
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import transaction
@@ -18,10 +19,9 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import SiteAction
 from rewind.crypto import decrypt, encrypt
-from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import Site
-from rewind.models.sites import MAX_REQUESTS_PER_S
+from rewind.errors import ApplicationError
 from rewind.requestid import current_request_id
+from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
 from rewind.zvm.client import shared_client
 from rewind.zvm.clock import ClockOffset
@@ -41,15 +41,28 @@ def _site_snapshot(site: Site) -> dict[str, object]:
     return snap
 
 
+def site_base_url_clean(base_url: str) -> str:
+    """``base_url`` as stored: trimmed, without a trailing ``/``.
+
+    Raises ``ApplicationError`` unless it is ``https://`` (or ``http://``) and a host, or
+    when it ends in ``/v1`` (the client adds ``/v1`` itself). The admin form, the REST API
+    and the services all check a base URL here.
+    """
+    value = base_url.strip().rstrip("/")
+    parts = urlsplit(value)
+    if parts.scheme not in ("https", "http") or not parts.netloc:
+        raise ApplicationError("give the ZVM's base URL, starting with https:// (or http://)")
+    if value.rsplit("/", 1)[-1].lower() == "v1":
+        raise ApplicationError("give the ZVM's base URL without /v1")
+    return value
+
+
 def _validate(name: str, base_url: str, max_requests_per_s: float | None = None) -> None:
     if max_requests_per_s is not None and not 0 < max_requests_per_s <= MAX_REQUESTS_PER_S:
         raise ApplicationError(f"the request cap must be above 0 and at most {MAX_REQUESTS_PER_S:g} per second")
     if not name.strip():
         raise ApplicationError("a site needs a name")
-    if not base_url.startswith(("https://", "http://")):
-        raise ApplicationError("the base URL must start with https:// (or http://)")
-    if "/v1" in base_url.rstrip("/").rsplit("/", 1)[-1:]:
-        raise ApplicationError("give the ZVM's base URL without /v1")
+    site_base_url_clean(base_url)
 
 
 @transaction.atomic
@@ -72,7 +85,7 @@ def site_create(
         raise ApplicationError(f"a site named {name!r} already exists")
     site = Site(
         name=name.strip(),
-        base_url=base_url.rstrip("/"),
+        base_url=site_base_url_clean(base_url),
         username=username,
         password_encrypted=encrypt(password),
         client_id=client_id or "zerto-client",
@@ -98,7 +111,7 @@ def site_update(
             raise ApplicationError(f"unknown site field {key!r}")
         setattr(site, key, value)
     _validate(site.name, site.base_url, site.max_requests_per_s)
-    site.base_url = site.base_url.rstrip("/")
+    site.base_url = site_base_url_clean(site.base_url)
     changed_secrets = []
     if password is not None:
         site.password_encrypted = encrypt(password)
@@ -150,18 +163,10 @@ def site_client(site: Site, *, request_id: str | None = None) -> ZvmClient:
     """The ZVM client for ``site``, carrying the current request id.
 
     Clients of one site share the HTTP pool within a process, and the Keycloak token and
-    the site's request cap with every process (``rewind.zvm_shared``), so a call does not
+    the site's request cap with every process (``rewind.sites.zvm_shared``), so a call does not
     log in again and all of them together stay under the cap.
     """
     return shared_client(site_connection(site), request_id=request_id or current_request_id())
-
-
-def site_by_identifier(identifier: str) -> Site:
-    """The enabled site whose learned ZVM identifier is ``identifier``."""
-    site = Site.objects.filter(identifier=identifier, enabled=True).first()
-    if site is None:
-        raise NotFoundError(f"no ZVM is configured here for site {identifier}")
-    return site
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
 
 from rewind.crypto import DecryptionError, decrypt, encrypt
-from rewind.models import ZvmRateWindow, ZvmToken
+from rewind.sites.models import ZvmRateWindow, ZvmToken
 from rewind.zvm import StoredToken, Stores
 from rewind.zvm.pacing import LOCAL_PACER, next_slot, window_shape
 

@@ -9,8 +9,8 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
 from rewind.audit import Actor, AuditChainError, audit_record, mask_secrets, verify_chain
+from rewind.audit.models import AppendOnlyError
 from rewind.models import AuditChainHead, AuditEvent, Site
-from rewind.models.audit import AppendOnlyError
 
 append_only = importlib.import_module("rewind.migrations.0002_audit_append_only")
 

@@ -151,3 +151,19 @@ def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:  # type: ign
     assert bad.status_code == 400 and "max_requests_per_s" in bad.json()
     ok = client.patch(f"/api/sites/{site.pk}/", {"max_requests_per_s": None}, content_type="application/json")
     assert ok.status_code == 200 and ok.json()["max_requests_per_s"] is None
+
+
+@pytest.mark.parametrize("base_url", ["https://zvm.example.com/v1", "https://zvm.example.com/V1/"])
+def test_the_admin_the_api_and_the_services_refuse_a_base_url_ending_in_v1(base_url: str) -> None:
+    User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
+    client = Client()
+    client.force_login(User.objects.get(username="alice"))
+    form = {"name": "Site V", "base_url": base_url, "username": "admin", "password": "pw-v-1",
+            "client_id": "zerto-client", "client_secret": "", "ca_bundle": "", "enabled": "on"}
+    refused = client.post("/admin/rewind/site/add/", form)
+    assert refused.status_code == 200 and "without /v1" in refused.content.decode()
+    api = client.post("/api/sites/", {"name": "Site V", "base_url": base_url}, content_type="application/json")
+    assert api.status_code == 400 and "without /v1" in api.json()["base_url"][0]
+    with pytest.raises(ApplicationError, match="without /v1"):
+        site_create(actor=ADMIN, name="Site V", base_url=base_url)
+    assert not Site.objects.exists() and not AuditEvent.objects.exists()

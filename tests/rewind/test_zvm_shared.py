@@ -18,8 +18,7 @@ from typing import Any
 import pytest
 import redis
 
-from rewind.zvm import Stores, ZvmClient
-from rewind.zvm_shared import (
+from rewind.sites.zvm_shared import (
     CLAIM_PREFIX,
     RATE_PREFIX,
     TOKEN_PREFIX,
@@ -30,6 +29,7 @@ from rewind.zvm_shared import (
     _RedisLink,
     redis_stores,
 )
+from rewind.zvm import Stores, ZvmClient
 from tests.conftest import test_database_url as database_url_for_processes
 from tests.mcpfixtures import free_port
 from tests.simfixtures import PYTHON, REPO, SimHandle

@@ -21,8 +21,8 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
+    from rewind.sites.zvm_shared import DbPacer, DbTokenStore, redis_stores
     from rewind.zvm import Stores, ZvmClient, ZvmConnection, ZvmError
-    from rewind.zvm_shared import DbPacer, DbTokenStore, redis_stores
     from tests.simfixtures import CLIENT_ID, PASSWORD, USERNAME
 
     stores = Stores(pacer=DbPacer(), tokens=DbTokenStore()) if store == "db" else Stores(*redis_stores(store))

@@ -4,8 +4,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.models import Site
+from rewind.errors import NotFoundError
 from rewind.sites import clock_skew_warning, site_check
+from rewind.sites.selectors import site_enabled_list, site_get_by_name
 
 
 class Command(BaseCommand):
@@ -15,12 +16,14 @@ class Command(BaseCommand):
         parser.add_argument("--site", help="check only the site with this name")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        sites = Site.objects.filter(enabled=True)
         if options["site"]:
-            sites = Site.objects.filter(name=options["site"])
-            if not sites.exists():
-                raise CommandError(f"no site named {options['site']!r}")
-        if not sites.exists():
+            try:
+                sites = [site_get_by_name(options["site"])]
+            except NotFoundError as exc:
+                raise CommandError(exc.message) from None
+        else:
+            sites = list(site_enabled_list())
+        if not sites:
             raise CommandError("no enabled sites are configured (add one in the admin under Sites)")
         failures = 0
         for site in sites:
@@ -35,7 +38,7 @@ class Command(BaseCommand):
                 failures += 1
                 self.stdout.write(f"{site.name}: FAILED  {result.error}")
         if failures:
-            raise CommandError(f"{failures} of {sites.count()} sites failed")
+            raise CommandError(f"{failures} of {len(sites)} sites failed")
 
 
 def _clock(offset_s: float | None) -> str:

@@ -1,13 +1,13 @@
-"""Querysets behind the rewind REST API (reads only; no state changes here)."""
+"""Reads of the audit log (database only)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
-from django.db.models import Prefetch, QuerySet
+from django.db.models import QuerySet
 
+from rewind.audit.models import AuditEvent
 from rewind.errors import NotFoundError
-from rewind.models import Agent, AgentToken, AuditEvent, Site
 
 
 def audit_event_list(
@@ -38,36 +38,3 @@ def audit_event_get(seq: int) -> AuditEvent:
     if event is None:
         raise NotFoundError(f"there is no audit event #{seq}")
     return event
-
-
-def site_list() -> QuerySet[Site]:
-    return Site.objects.order_by("name")
-
-
-def site_get(pk: int) -> Site:
-    site = Site.objects.filter(pk=pk).first()
-    if site is None:
-        raise NotFoundError(f"there is no site #{pk}")
-    return site
-
-
-def agent_list() -> QuerySet[Agent]:
-    return (
-        Agent.objects.select_related("owner")
-        .prefetch_related(Prefetch("tokens", queryset=AgentToken.objects.order_by("-created_at", "-pk")))
-        .order_by("name")
-    )
-
-
-def agent_get(pk: int) -> Agent:
-    agent = agent_list().filter(pk=pk).first()
-    if agent is None:
-        raise NotFoundError(f"there is no agent #{pk}")
-    return agent
-
-
-def agent_token_get(*, agent: Agent, token_id: int) -> AgentToken:
-    token = AgentToken.objects.select_related("agent").filter(agent=agent, pk=token_id).first()
-    if token is None:
-        raise NotFoundError(f"agent {agent.name} has no token #{token_id}")
-    return token

@@ -1,0 +1,29 @@
+"""Agents: the AI agents allowed to call the MCP endpoint, and their bearer tokens.
+
+The services below are the only code that creates or changes an agent or a token; reads are
+in ``rewind.agents.selectors``.
+"""
+
+from rewind.agents.services import (
+    TOKEN_PREFIX,
+    IssuedToken,
+    agent_create,
+    agent_token_issue,
+    agent_token_revoke,
+    agent_update,
+    default_owner,
+    expiry_in_days,
+    hash_token,
+)
+
+__all__ = [
+    "TOKEN_PREFIX",
+    "IssuedToken",
+    "agent_create",
+    "agent_token_issue",
+    "agent_token_revoke",
+    "agent_update",
+    "default_owner",
+    "expiry_in_days",
+    "hash_token",
+]

@@ -1,0 +1,42 @@
+"""Agents' bearer tokens as the MCP endpoint's token store (``rewind.mcp.auth.TokenStore``).
+
+``rewind.asgi`` hands an ``AgentTokenStore`` to the MCP server, so the MCP framework
+names no part.
+"""
+
+from __future__ import annotations
+
+from django.utils import timezone
+
+from rewind.agents.selectors import agent_token_active
+from rewind.agents.services import LAST_USED_PRECISION, TOKEN_PREFIX, agent_token_touch, hash_token
+from rewind.mcp.auth import TokenGrant
+
+# Longer than any token we issue; a longer bearer is refused without a hash or a query.
+_MAX_TOKEN_LENGTH = 200
+
+
+class AgentTokenStore:
+    touch_interval_s = LAST_USED_PRECISION.total_seconds()
+
+    def key(self, token: str) -> str | None:
+        if not token.startswith(TOKEN_PREFIX) or len(token) > _MAX_TOKEN_LENGTH:
+            return None
+        return hash_token(token)
+
+    def find(self, key: str) -> TokenGrant | None:
+        row = agent_token_active(token_hash=key)
+        if row is None:
+            return None
+        if row.last_used_at is None or row.last_used_at < timezone.now() - LAST_USED_PRECISION:
+            agent_token_touch(token_pk=row.pk)
+        return TokenGrant(
+            token_pk=row.pk,
+            client_id=row.agent.name,
+            subject=str(row.agent_id),
+            expires_at=row.expires_at,
+            claims={"agent_id": row.agent_id, "token_prefix": row.prefix},
+        )
+
+    def touch(self, token_pk: int) -> None:
+        agent_token_touch(token_pk=token_pk)

@@ -1,0 +1,52 @@
+"""Reads of agents and their tokens (database only)."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import User
+from django.db.models import Prefetch, Q, QuerySet
+from django.utils import timezone
+
+from rewind.agents.models import Agent, AgentToken
+from rewind.errors import NotFoundError
+
+
+def agent_list() -> QuerySet[Agent]:
+    return (
+        Agent.objects.select_related("owner")
+        .prefetch_related(Prefetch("tokens", queryset=AgentToken.objects.order_by("-created_at", "-pk")))
+        .order_by("name")
+    )
+
+
+def agent_get(pk: int) -> Agent:
+    agent = agent_list().filter(pk=pk).first()
+    if agent is None:
+        raise NotFoundError(f"there is no agent #{pk}")
+    return agent
+
+
+def agent_name_taken(name: str) -> bool:
+    return Agent.objects.filter(name=name).exists()
+
+
+def agent_owner_candidate(username: str) -> User | None:
+    """The active user ``username``, who may own an agent; None when there is none."""
+    return User.objects.filter(username=username, is_active=True).first()
+
+
+def agent_token_get(*, agent: Agent, token_id: int) -> AgentToken:
+    token = AgentToken.objects.select_related("agent").filter(agent=agent, pk=token_id).first()
+    if token is None:
+        raise NotFoundError(f"agent {agent.name} has no token #{token_id}")
+    return token
+
+
+def agent_token_active(*, token_hash: str) -> AgentToken | None:
+    """The row of the token hashing to ``token_hash`` (``hash_token``), with its agent, if the
+    token is unrevoked and unexpired and its agent active; None otherwise."""
+    return (
+        AgentToken.objects.select_related("agent")
+        .filter(token_hash=token_hash, revoked_at__isnull=True, agent__is_active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .first()
+    )

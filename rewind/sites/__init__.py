@@ -1,0 +1,31 @@
+"""Sites: the ZVMs this service is configured to talk to.
+
+``site_client`` is the one way every other part gets a ZVM client. The services below are
+the only code that creates or changes a ``Site``; reads are in ``rewind.sites.selectors``.
+"""
+
+from rewind.sites.services import (
+    SiteCheck,
+    clock_skew_warning,
+    site_base_url_clean,
+    site_check,
+    site_client,
+    site_clock_offset_s,
+    site_connection,
+    site_create,
+    site_record_clock,
+    site_update,
+)
+
+__all__ = [
+    "SiteCheck",
+    "clock_skew_warning",
+    "site_base_url_clean",
+    "site_check",
+    "site_client",
+    "site_clock_offset_s",
+    "site_connection",
+    "site_create",
+    "site_record_clock",
+    "site_update",
+]

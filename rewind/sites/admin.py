@@ -1,0 +1,92 @@
+"""Sites in the admin: edited through the sites services, with a "Test connection" action."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from rewind.admin_base import actor_for
+from rewind.errors import ApplicationError
+from rewind.sites.models import Site
+from rewind.sites.selectors import site_get
+from rewind.sites.services import clock_skew_warning, site_base_url_clean, site_check, site_create, site_update
+
+
+class SiteForm(forms.ModelForm):
+    # Write-only: the stored value is never sent back to the browser.
+    password = forms.CharField(
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        help_text="Leave empty to keep the stored password.",
+    )
+    client_secret = forms.CharField(
+        widget=forms.PasswordInput(render_value=False),
+        required=False,
+        help_text="Only for a custom Keycloak client (client-credentials grant). Leave empty to keep.",
+    )
+
+    class Meta:
+        model = Site
+        fields = ["name", "base_url", "username", "password", "client_id", "client_secret", "verify_tls", "ca_bundle", "enabled",
+                  "max_requests_per_s"]
+
+    def clean_base_url(self) -> str:
+        try:
+            return site_base_url_clean(self.cleaned_data["base_url"])
+        except ApplicationError as exc:
+            raise forms.ValidationError(exc.message) from None
+
+
+@admin.register(Site)
+class SiteAdmin(admin.ModelAdmin):
+    form = SiteForm
+    list_display = ["name", "base_url", "site_type", "version", "identifier", "enabled", "identity_checked_at", "clock",
+                    "last_error"]
+    list_filter = ["enabled", "site_type"]
+    search_fields = ["name", "base_url", "identifier"]
+    readonly_fields = ["identifier", "site_type", "version", "identity_checked_at", "clock", "clock_checked_at",
+                       "last_error"]
+    actions = ["test_connection"]
+
+    @admin.display(description="ZVM clock vs ours", ordering="clock_offset_s")
+    def clock(self, obj: Site) -> str:
+        if obj.clock_offset_s is None:
+            return "not measured"
+        warning = clock_skew_warning(obj.clock_offset_s)
+        return f"{obj.clock_offset_s:+.1f} s" + (f" ⚠ {warning}" if warning else "")
+
+    def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        fields = {k: data[k] for k in ("name", "base_url", "username", "client_id", "verify_tls", "ca_bundle", "enabled",
+                                       "max_requests_per_s")}
+        if change:
+            site = site_update(
+                actor=actor_for(request),
+                site=site_get(obj.pk),
+                password=data["password"] or None,
+                client_secret=data["client_secret"] or None,
+                **fields,
+            )
+        else:
+            site = site_create(actor=actor_for(request), password=data["password"], client_secret=data["client_secret"], **fields)
+        obj.pk = site.pk
+
+    @admin.action(description="Test connection (log in, read identity, count VPGs)")
+    def test_connection(self, request: HttpRequest, queryset: QuerySet[Site]) -> None:
+        for site in queryset:
+            result = site_check(site=site, actor=actor_for(request))
+            if result.ok and result.local is not None:
+                self.message_user(
+                    request,
+                    f"{site.name}: OK — {result.local.name} ({result.local.type} {result.local.version}), "
+                    f"{result.vpg_count} VPGs",
+                    messages.SUCCESS,
+                )
+                if warning := clock_skew_warning(result.site.clock_offset_s):
+                    self.message_user(request, f"{site.name}: {warning}", messages.WARNING)
+            else:
+                self.message_user(request, f"{site.name}: {result.error}", messages.ERROR)
