@@ -22,7 +22,9 @@ lookup fail with an error naming it: a partial answer could miss a protecting VP
 
 ``find_protection_cached`` answers from those caches alone (no database, no ZVM, no DNS),
 given the enabled sites' fingerprint read since the call began (``sites_fingerprint``), so
-an async caller can skip the thread hand-off when everything is cached.
+an async caller can skip the thread hand-off when everything is cached. The caches and the
+site clients live in ``rewind.protection.state``; whether a VPG can take a tagged checkpoint
+is ``rewind.protection.eligibility``.
 """
 
 from __future__ import annotations
@@ -31,22 +33,19 @@ import ipaddress
 import logging
 import re
 import socket
-import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from django.conf import settings
-from django.db import connection
-
-from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import Site
-from rewind.requestid import current_request_id
-from rewind.sites import site_connection
-from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmConnection, ZvmError, shared_client
+from rewind.errors import ApplicationError
+from rewind.protection import state
+from rewind.protection.cache import Miss, cache_only
+from rewind.protection.eligibility import insert_refusal
+from rewind.protection.fingerprint import SitesFingerprint
+from rewind.protection.results import Candidate, Protection, SiteRef, VmAmbiguousError, VmNotFoundError, VpgProtection
+from rewind.sites.models import Site
+from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -57,209 +56,6 @@ Resolver = Callable[[str], Iterable[str]]
 DNS_TIMEOUT_S = 2.0
 _VM_IDENTIFIER = re.compile(r"^[A-Za-z0-9-]+\.vm-\d+$")
 _HOSTNAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9-]{0,62})(?:\.[A-Za-z0-9-]{1,63})*\.?$")
-_CLOUD_SITE_TYPES = {"aws", "azure", "publiccloud", "gcp"}
-_INITIAL_SYNC_SUBSTATUSES = {1: "InitialSync", 3: "VolumeInitialSync"}
-
-
-# --- results -----------------------------------------------------------------------------
-@dataclass(frozen=True)
-class SiteRef:
-    identifier: str | None
-    name: str | None
-    type: str | None
-    configured: bool
-    site_pk: int | None
-
-
-@dataclass(frozen=True)
-class VpgProtection:
-    identifier: str
-    name: str | None
-    protected_site: SiteRef
-    recovery_site: SiteRef
-    status: int | None
-    status_name: str | None
-    sub_status: int | None
-    sub_status_name: str | None
-    is_flr_enabled: bool
-    can_insert_checkpoint: bool
-    cannot_insert_reason: str | None
-
-
-@dataclass(frozen=True)
-class Protection:
-    vm_identifier: str
-    vm_name: str | None
-    vpgs: tuple[VpgProtection, ...]
-
-
-@dataclass(frozen=True)
-class Candidate:
-    name: str | None
-    identifier: str
-    sites: tuple[str, ...]
-
-    def describe(self) -> str:
-        return f"{self.name} ({self.identifier}) on {', '.join(self.sites)}"
-
-
-class VmNotFoundError(NotFoundError):
-    pass
-
-
-class VmAmbiguousError(ApplicationError):
-    def __init__(self, query: str, candidates: Sequence[Candidate]) -> None:
-        listing = "; ".join(c.describe() for c in candidates)
-        super().__init__(
-            f"{query!r} matches {len(candidates)} VMs: {listing}. Ask again with the vmIdentifier.",
-            extra={"candidates": [c.__dict__ for c in candidates]},
-        )
-        self.candidates = tuple(candidates)
-
-
-# --- per-process caches ------------------------------------------------------------------
-SitesFingerprint = tuple[tuple[Any, ...], ...]
-
-
-class _Miss(Exception):
-    """Raised by ``_TtlCache.get`` in cache-only mode when a value would have to be loaded."""
-
-
-class _CacheOnly(threading.local):
-    """Per thread: whether loads are forbidden (a miss raises ``_Miss``), and the earliest
-    expiry among the entries read meanwhile."""
-
-    on = False
-    fresh_until = float("inf")
-
-
-_cache_only = _CacheOnly()
-
-
-class _TtlCache:
-    """Values kept ``ttl`` seconds; one loader at a time per key (the others wait for it)."""
-
-    _MAX = 5000
-
-    def __init__(self) -> None:
-        self._values: dict[Any, tuple[float, Any]] = {}
-        self._locks: dict[Any, threading.Lock] = {}
-        self._guard = threading.Lock()
-
-    def get(self, key: Any, ttl: float, load: Callable[[], T]) -> T:
-        if ttl <= 0:
-            if _cache_only.on:
-                raise _Miss
-            return load()
-        hit = self._values.get(key)
-        if hit is not None and hit[0] > time.monotonic():
-            if _cache_only.on:
-                _cache_only.fresh_until = min(_cache_only.fresh_until, hit[0])
-            return hit[1]  # type: ignore[no-any-return]
-        if _cache_only.on:
-            raise _Miss
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            hit = self._values.get(key)
-            if hit is not None and hit[0] > time.monotonic():
-                return hit[1]  # type: ignore[no-any-return]
-            value = load()
-            with self._guard:
-                if len(self._values) >= self._MAX:
-                    self._prune()
-                self._values[key] = (time.monotonic() + ttl, value)
-            return value
-
-    def _prune(self) -> None:
-        now = time.monotonic()
-        for key in [k for k, (exp, _) in self._values.items() if exp <= now]:
-            self._values.pop(key, None)
-            self._locks.pop(key, None)
-        if len(self._values) >= self._MAX:
-            self._values.clear()
-            self._locks.clear()
-
-    def clear(self) -> None:
-        with self._guard:
-            self._values.clear()
-            self._locks.clear()
-
-
-_cache = _TtlCache()
-# Whole answers of find_protection_cached, by (query, sites fingerprint): under load the same
-# VMs are asked for again and again, and rebuilding an answer from the caches costs more
-# than the rest of the call. Each expires with the first cache entry it was built from.
-_answers: dict[tuple[str, SitesFingerprint], tuple[float, Protection]] = {}
-_clients: dict[int, tuple[tuple[Any, ...], ZvmConnection]] = {}
-_clients_lock = threading.Lock()
-# Site fan-out and DNS: I/O-bound work off the caller's thread (no ORM in these threads).
-_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
-
-
-def protection_cache_clear() -> None:
-    """Forget cached look-ups, directories and clients (tests, or after changing sites)."""
-    global _sites_cache
-    _cache.clear()
-    _answers.clear()
-    _sites_cache = None
-    with _clients_lock:
-        _clients.clear()
-
-
-def _cache_only_on() -> bool:
-    return _cache_only.on
-
-
-def _client_for(site: Site) -> ZvmClient:
-    """The process-wide shared client of the site (one token and pool), carrying the request id.
-
-    The connection (a decrypted password) is kept per site while the row is unchanged, so a
-    hot lookup does not decrypt on every call.
-    """
-    key = (site.updated_at, site.base_url, site.username, site.client_id, site.password_encrypted,
-           site.client_secret_encrypted, site.verify_tls, site.ca_bundle)
-    with _clients_lock:
-        cached = _clients.get(site.pk)
-    if cached is None or cached[0] != key:
-        if _cache_only_on():
-            raise _Miss
-        cached = (key, site_connection(site))
-        with _clients_lock:
-            _clients[site.pk] = cached
-    return shared_client(cached[1], request_id=current_request_id())
-
-
-_sites_cache: tuple[tuple[Any, ...], list[Site]] | None = None
-
-
-def sites_fingerprint() -> SitesFingerprint:
-    """(id, updated_at, identifier) of every enabled site: changes when a site is added, changed,
-    disabled or removed. One small query (database access: call it off the event loop)."""
-    table = connection.ops.quote_name(Site._meta.db_table)
-    with connection.cursor() as cursor:
-        cursor.execute(f"SELECT id, updated_at, identifier FROM {table} WHERE enabled = %s ORDER BY id", [True])
-        return tuple(map(tuple, cursor.fetchall()))
-
-
-def _enabled_sites() -> list[Site]:
-    """Enabled sites; the rows are reused while a cheap fingerprint (ids, updated_at, identifier) is unchanged.
-
-    Every call still reads the fingerprint, so a site added, changed, disabled or removed is
-    seen at once (the ORM query it saves costs ~20 times more).
-    """
-    global _sites_cache
-    fingerprint = sites_fingerprint()
-    cached = _sites_cache
-    if cached is not None and cached[0] == fingerprint:
-        return cached[1]
-    sites = list(Site.objects.filter(enabled=True).order_by("name"))
-    _sites_cache = (fingerprint, sites)
-    return sites
-
-
-def _ttl() -> float:
-    return float(settings.REWIND_LOOKUP_CACHE_S)
 
 
 # --- per-site work -----------------------------------------------------------------------
@@ -279,18 +75,18 @@ def _directory(h: _Handle) -> _Directory:
     def load() -> _Directory:
         return _Directory(h.client.local_site(), tuple(h.client.peer_sites()))
 
-    return _cache.get(("dir", h.site.pk), _ttl(), load)
+    return state.cache.get(("dir", h.site.pk), state.ttl(), load)
 
 
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
     wanted = name.casefold()
-    rows = _cache.get(("name", h.site.pk, wanted), _ttl(), lambda: h.client.list_vms(vm_name=name))
+    rows = state.cache.get(("name", h.site.pk, wanted), state.ttl(), lambda: h.client.list_vms(vm_name=name))
     return [r for r in rows if (r.vm_name or "").casefold() == wanted]
 
 
 def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
     wanted = identifier.casefold()
-    rows = _cache.get(("id", h.site.pk, wanted), _ttl(), lambda: h.client.list_vms(vm_identifier=identifier))
+    rows = state.cache.get(("id", h.site.pk, wanted), state.ttl(), lambda: h.client.list_vms(vm_identifier=identifier))
     return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
 
 
@@ -302,7 +98,7 @@ def _ip_index(h: _Handle) -> dict[str, tuple[VmRow, ...]]:
                 index.setdefault(_normal_ip(ip), []).append(row)
         return {ip: tuple(rows) for ip, rows in index.items()}
 
-    return _cache.get(("ips", h.site.pk), _ttl(), load)
+    return state.cache.get(("ips", h.site.pk), state.ttl(), load)
 
 
 def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
@@ -315,15 +111,15 @@ def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> lis
 
     Inside ``find_protection_cached`` (cache-only already on) a miss propagates instead.
     """
-    if _cache_only_on():
+    if cache_only.on:
         return [(h, work(h)) for h in handles]
-    _cache_only.on = True
+    cache_only.on = True
     try:
         return [(h, work(h)) for h in handles]
-    except _Miss:
+    except Miss:
         return None
     finally:
-        _cache_only.on = False
+        cache_only.on = False
 
 
 def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]]:
@@ -336,7 +132,7 @@ def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[t
             return [(handles[0], work(handles[0]))]
         except ZvmError as exc:
             raise ApplicationError(f"could not look the VM up: {exc}") from exc
-    futures = [(h, _pool.submit(work, h)) for h in handles]
+    futures = [(h, state.pool.submit(work, h)) for h in handles]
     results: list[tuple[_Handle, T]] = []
     errors: list[str] = []
     for h, future in futures:
@@ -368,7 +164,7 @@ def _is_ip(value: str) -> bool:
 
 def dns_resolver(host: str) -> list[str]:
     """The default resolver: ``getaddrinfo`` with a DNS_TIMEOUT_S bound (it has no timeout of its own)."""
-    future = _pool.submit(socket.getaddrinfo, host, None, 0, socket.SOCK_STREAM)
+    future = state.pool.submit(socket.getaddrinfo, host, None, 0, socket.SOCK_STREAM)
     try:
         infos = future.result(timeout=DNS_TIMEOUT_S)
     except (OSError, UnicodeError, FutureTimeout):
@@ -404,8 +200,8 @@ def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver) -
         found = collect(lambda h: _rows_by_name(h, short))
         if found:
             return found
-    if _cache_only_on() and not _is_ip(query):
-        raise _Miss  # DNS is I/O
+    if cache_only.on and not _is_ip(query):
+        raise Miss  # DNS is I/O
     ips = _resolve(query, resolver)
     if ips:
         return collect(lambda h: _rows_by_ips(h, ips))
@@ -457,27 +253,13 @@ class _Sites:
         )
 
 
-def _insert_refusal(vpg_name: str | None, protected: SiteRef, status_name: str | None, status: int | None,
-                    sub_status: int | None, sub_status_name: str | None) -> str | None:
-    site = protected.name or protected.identifier or "unknown"
-    if (protected.type or "").casefold() in _CLOUD_SITE_TYPES:
-        return (f"VPG {vpg_name} is protected in {protected.type} site {site}; Zerto cannot insert "
-                "tagged checkpoints for it from here")
-    if sub_status in _INITIAL_SYNC_SUBSTATUSES or (sub_status_name or "").casefold() in {"initialsync", "volumeinitialsync"} \
-            or (status_name or "").casefold() == "initializing" or (status == 0 and status_name is None):
-        return f"VPG {vpg_name} is in initial sync; Zerto adds no checkpoints until it finishes"
-    if not protected.configured:
-        return f"the ZVM of protected site {site} is not configured here"
-    return None
-
-
 def _status_names(h: _Handle, status: int | None, sub_status: int | None) -> tuple[str | None, str | None]:
     def load() -> tuple[list[str], list[str]]:
         # The client keeps the lists too; this copy only tells a cache-only lookup they are here.
         return h.client.vpg_status_names(), h.client.vpg_substatus_names()
 
     try:
-        statuses, sub_statuses = _cache.get(("names", h.site.pk), _ttl(), load)
+        statuses, sub_statuses = state.cache.get(("names", h.site.pk), state.ttl(), load)
     except ZvmError as exc:
         logger.warning("could not read VPG status names from %s: %s", h.site.name, exc)
         return None, None
@@ -492,7 +274,7 @@ def _vpg_protection(h: _Handle, row: VmRow, sites: _Sites) -> VpgProtection:
     protected = sites.ref(row.protected_site.identifier, row.protected_site_name)
     recovery = sites.ref(row.recovery_site.identifier, row.recovery_site_name)
     status_name, sub_status_name = _status_names(h, row.status, row.sub_status)
-    reason = _insert_refusal(row.vpg_name, protected, status_name, row.status, row.sub_status, sub_status_name)
+    reason = insert_refusal(row.vpg_name, protected, status_name, row.status, row.sub_status, sub_status_name)
     assert row.vpg_identifier is not None
     return VpgProtection(
         identifier=row.vpg_identifier,
@@ -528,7 +310,7 @@ def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
     the message lists name, identifier and sites of each), ``ApplicationError`` (empty
     query, no site configured, a site's ZVM could not be asked). Read-only; safe to repeat.
     """
-    return _lookup(vm, _enabled_sites(), resolver or dns_resolver)
+    return _lookup(vm, state.enabled_sites(), resolver or dns_resolver)
 
 
 def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection | None:
@@ -538,25 +320,22 @@ def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection
     so a site change committed before it is seen. Never touches the database, a ZVM or DNS
     (safe on an event loop); raises what ``find_protection`` raises.
     """
-    cached = _sites_cache
-    if cached is None or cached[0] != fingerprint:
+    sites = state.sites_cached(fingerprint)
+    if sites is None:
         return None
     key = (vm, fingerprint)
-    now = time.monotonic()
-    answer = _answers.get(key)
-    if answer is not None and answer[0] > now:
+    answer = state.answers.get(key)
+    if answer is not None and answer[0] > state.cache.clock():
         return answer[1]
-    _cache_only.on, _cache_only.fresh_until = True, float("inf")
+    cache_only.on, cache_only.fresh_until = True, float("inf")
     try:
-        found = _lookup(vm, cached[1], dns_resolver)
-    except _Miss:
+        found = _lookup(vm, sites, dns_resolver)
+    except Miss:
         return None
     finally:
-        _cache_only.on = False
+        cache_only.on = False
     # The answer is as fresh as the oldest cached entry it was built from, not fresher.
-    if len(_answers) >= _TtlCache._MAX:
-        _answers.clear()
-    _answers[key] = (_cache_only.fresh_until, found)
+    state.answer_keep(key, cache_only.fresh_until, found)
     return found
 
 
@@ -568,7 +347,7 @@ def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
         raise ApplicationError("that VM name is too long")
     if not site_rows:
         raise ApplicationError("no ZVM site is configured here")
-    handles = [_Handle(site, _client_for(site)) for site in site_rows]
+    handles = [_Handle(site, state.client_for(site)) for site in site_rows]
     rows = _matching_rows(query, handles, resolver)
     candidates = _candidates(rows)
     if not candidates:

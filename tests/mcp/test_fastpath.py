@@ -7,7 +7,6 @@ import asyncio
 import subprocess
 import textwrap
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from rewind.protection import (
     protection_cache_clear,
     sites_fingerprint,
 )
+from rewind.protection import state as protection_state
 from tests.mcp.test_transport import _find, run
 from tests.mcpfixtures import register_sites
 from tests.simfixtures import PYTHON, REPO
@@ -62,7 +62,7 @@ def _all_calls(sim: Any) -> dict[str, dict[str, int]]:
 def test_cached_lookup_answers_nothing_before_warming(sim: Any, two_sites: Any, monkeypatch: Any,
                                                      django_assert_num_queries: Any) -> None:
     resolver = RecordingResolver()
-    monkeypatch.setattr("rewind.protection.dns_resolver", resolver)
+    monkeypatch.setattr("rewind.protection.lookup.dns_resolver", resolver)
     fingerprint = sites_fingerprint()
     before = _all_calls(sim)
     with django_assert_num_queries(0):
@@ -75,7 +75,7 @@ def test_cached_lookup_returns_what_find_protection_returned(sim: Any, two_sites
     queries = ["web01", "db01", sim.vm("web01")["identifier"], sim.vm("db01")["identifier"], "DB01"]
     expected = {q: find_protection(q, resolver=RecordingResolver()) for q in queries}
     resolver = RecordingResolver()
-    monkeypatch.setattr("rewind.protection.dns_resolver", resolver)
+    monkeypatch.setattr("rewind.protection.lookup.dns_resolver", resolver)
     fingerprint = sites_fingerprint()
     before = _all_calls(sim)
     with django_assert_num_queries(0):
@@ -90,7 +90,7 @@ def test_cached_lookup_never_resolves_a_hostname(sim: Any, two_sites: Any, monke
     warm = RecordingResolver({"fileserver.corp.example": ["10.0.0.21"]})
     assert find_protection("fileserver.corp.example", resolver=warm).vm_name == "win01"
     resolver = RecordingResolver({"fileserver.corp.example": ["10.0.0.21"]})
-    monkeypatch.setattr("rewind.protection.dns_resolver", resolver)
+    monkeypatch.setattr("rewind.protection.lookup.dns_resolver", resolver)
     before = _all_calls(sim)
     # The IP index is warm, but the name → IP step is DNS (I/O): the cached path gives up.
     assert find_protection_cached("fileserver.corp.example", sites_fingerprint()) is None
@@ -104,17 +104,18 @@ def test_cached_lookup_never_resolves_a_hostname(sim: Any, two_sites: Any, monke
 
 
 def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expires(
-        sim: Any, two_sites: Any, settings: Any) -> None:
+        sim: Any, two_sites: Any, settings: Any, monkeypatch: Any) -> None:
     settings.REWIND_LOOKUP_CACHE_S = 1.0
-    started = time.monotonic()
+    now = [1000.0]
+    monkeypatch.setattr(protection_state.cache, "clock", lambda: now[0])
     find_protection("web01")  # caches both sites' directories and web01's rows
-    time.sleep(0.5)
+    now[0] += 0.5
     find_protection("db01")  # db01's rows are younger than the directories it is answered with
     fingerprint = sites_fingerprint()
     first = find_protection_cached("db01", fingerprint)
     assert first is not None and find_protection_cached("db01", fingerprint) is first
     # Past the directories' expiry (but not the db01 rows'), the kept answer must not be served.
-    time.sleep(max(0.0, started + 1.1 - time.monotonic()))
+    now[0] += 0.6
     assert find_protection_cached("db01", fingerprint) is None
     assert find_protection("db01") == first
 

@@ -1,0 +1,96 @@
+"""The look-up's per-process state: its caches, the enabled sites, each site's client, its thread pool.
+
+- ``cache``: directories, filtered look-ups, IP indexes, status names (``TtlCache``; tests
+  may set ``cache.clock``);
+- ``answers``: whole answers of ``find_protection_cached``, by (query, sites fingerprint):
+  under load the same VMs are asked for again and again, and rebuilding an answer from the
+  caches costs more than the rest of the call. Each expires with the first cache entry it was
+  built from;
+- the enabled sites, reused while their fingerprint is unchanged;
+- one client per site, from ``rewind.sites.site_client``, kept while the site's row is
+  unchanged (so a hot look-up does not decrypt the password on every call);
+- ``pool``: site fan-out and DNS, I/O-bound work off the caller's thread (no ORM there).
+"""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+from django.conf import settings
+
+from rewind.protection.cache import MAX_ENTRIES, Miss, TtlCache, cache_only
+from rewind.protection.fingerprint import SitesFingerprint, sites_fingerprint
+from rewind.protection.results import Protection
+from rewind.requestid import current_request_id
+from rewind.sites import site_client
+from rewind.sites.models import Site
+from rewind.zvm import ZvmClient
+
+cache = TtlCache()
+answers: dict[tuple[str, SitesFingerprint], tuple[float, Protection]] = {}
+_clients: dict[int, tuple[tuple[Any, ...], ZvmClient]] = {}
+_clients_lock = threading.Lock()
+_sites: tuple[SitesFingerprint, list[Site]] | None = None
+pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
+
+
+def protection_cache_clear() -> None:
+    """Forget cached look-ups, directories, sites and clients (tests, or after changing sites)."""
+    global _sites
+    cache.clear()
+    answers.clear()
+    _sites = None
+    with _clients_lock:
+        _clients.clear()
+
+
+def ttl() -> float:
+    return float(settings.REWIND_LOOKUP_CACHE_S)
+
+
+def answer_keep(key: tuple[str, SitesFingerprint], fresh_until: float, found: Protection) -> None:
+    if len(answers) >= MAX_ENTRIES:
+        answers.clear()
+    answers[key] = (fresh_until, found)
+
+
+def client_for(site: Site) -> ZvmClient:
+    """The site's client (``site_client``: one token and pool per site), carrying the request id.
+
+    Kept per site while the row is unchanged; in cache-only mode a site without one raises ``Miss``.
+    """
+    key = (site.updated_at, site.base_url, site.username, site.client_id, site.password_encrypted,
+           site.client_secret_encrypted, site.verify_tls, site.ca_bundle)
+    with _clients_lock:
+        cached = _clients.get(site.pk)
+    if cached is None or cached[0] != key:
+        if cache_only.on:
+            raise Miss
+        cached = (key, site_client(site))
+        with _clients_lock:
+            _clients[site.pk] = cached
+    return cached[1].with_request_id(current_request_id())
+
+
+def enabled_sites() -> list[Site]:
+    """Enabled sites; the rows are reused while their fingerprint (ids, updated_at, identifier) is unchanged.
+
+    Every call still reads the fingerprint, so a site added, changed, disabled or removed is
+    seen at once.
+    """
+    global _sites
+    fingerprint = sites_fingerprint()
+    cached = _sites
+    if cached is not None and cached[0] == fingerprint:
+        return cached[1]
+    sites = list(Site.objects.filter(enabled=True).order_by("name"))
+    _sites = (fingerprint, sites)
+    return sites
+
+
+def sites_cached(fingerprint: SitesFingerprint) -> list[Site] | None:
+    """The enabled sites as last read, if ``fingerprint`` is still theirs (no database access)."""
+    cached = _sites
+    return cached[1] if cached is not None and cached[0] == fingerprint else None
