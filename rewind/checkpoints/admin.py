@@ -11,8 +11,6 @@ from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 
 class TaggedCheckpointInline(admin.TabularInline):
     model = TaggedCheckpoint
-    verbose_name = "tagged checkpoint"
-    verbose_name_plural = "tagged checkpoints"
     extra = 0
     can_delete = False
     fields = readonly_fields = (

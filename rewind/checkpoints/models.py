@@ -40,6 +40,8 @@ class ChangeGuard(models.Model):
     attempts = models.PositiveSmallIntegerField(default=0, editable=False, help_text="Wait tasks started so far.")
 
     class Meta:
+        verbose_name = "guard"
+        verbose_name_plural = "guards"
         ordering = ["-requested_at"]
         constraints = [
             models.UniqueConstraint(fields=["vm_identifier", "change_id"], name="guard_vm_change_unique"),
@@ -88,6 +90,8 @@ class ChangeGuardVpg(models.Model):
     listed_late_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = "tagged checkpoint"
+        verbose_name_plural = "tagged checkpoints"
         ordering = ["guard_id", "vpg_name"]
         constraints = [
             models.UniqueConstraint(fields=["guard", "vpg_identifier"], name="guard_vpg_unique"),
