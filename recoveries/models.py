@@ -156,6 +156,8 @@ class FlrSession(models.Model):
 
     class Meta:
         ordering = ["-created_at"]
+        verbose_name = "FLR session"
+        verbose_name_plural = "FLR sessions"
         constraints = [
             models.UniqueConstraint(
                 fields=["site", "session_id"], condition=~models.Q(session_id=""), name="flr_session_unique_per_site"
