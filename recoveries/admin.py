@@ -17,14 +17,19 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
-from recoveries.selectors import flr_sessions_everywhere, result_dict
+from recoveries.selectors import (
+    flr_session_recorded,
+    recovery_approved_by,
+    recovery_for_review,
+    recovery_site,
+    result_dict,
+    site_enabled_get,
+)
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
-from recoveries.sessions import session_end_by_hand
+from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
-from rewind.models import Site
-from rewind.sites import site_client
 from rewind.zvm import ZvmError
 
 END_PERMISSION = "recoveries.end_flr_session"
@@ -78,7 +83,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
     def _recovery(self, request: HttpRequest, pk: int) -> RecoveryRequest:
         if not request.user.has_perm(APPROVE_PERMISSION):
             raise PermissionDenied
-        recovery = RecoveryRequest.objects.select_related("agent__owner").prefetch_related("approvals").filter(pk=pk).first()
+        recovery = recovery_for_review(recovery_id=pk)
         if recovery is None:
             raise Http404(f"there is no recovery #{pk}")
         return recovery
@@ -86,7 +91,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
     def review_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         recovery = self._recovery(request, pk)
         own_agent = recovery.agent is not None and recovery.agent.owner_id == request.user.pk
-        already = recovery.approvals.filter(approver_id=request.user.pk).exists()
+        already = recovery_approved_by(recovery=recovery, user_id=request.user.pk)
         context = {
             **self.admin_site.each_context(request),
             "title": f"Recovery #{recovery.pk}: {recovery.vm_name} {recovery.path}",
@@ -96,7 +101,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "own_agent": own_agent,
             "already_approved": already,
             "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
-            "site": Site.objects.filter(identifier=recovery.recovery_site_identifier).first(),
+            "site": recovery_site(recovery),
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 
@@ -163,13 +168,13 @@ class FlrSessionAdmin(ReadOnlyAdmin):
     def end_view(self, request: HttpRequest, site_pk: int, session_id: str) -> HttpResponse:
         if not request.user.has_perm(END_PERMISSION):
             raise PermissionDenied
-        site = Site.objects.filter(pk=site_pk, enabled=True).first()
+        site = site_enabled_get(site_pk=site_pk)
         if site is None:
             raise Http404("no such site")
         live = reverse("admin:recoveries_flrsession_live")
         if request.method == "POST":
             try:
-                report = session_end_by_hand(client=site_client(site), site=site, session_id=session_id,
+                report = session_end_by_hand(site=site, session_id=session_id,
                                              actor=Actor.user(request.user.get_username()))
             except (ApplicationError, ZvmError) as exc:
                 self.message_user(request, getattr(exc, "message", str(exc)), messages.ERROR)
@@ -178,7 +183,7 @@ class FlrSessionAdmin(ReadOnlyAdmin):
                 self.message_user(request, f"Session {session_id} on {site.name}: "
                                   + ("unmount sent" if report.ok else report.warning), level)
             return HttpResponseRedirect(live)
-        ours = FlrSession.objects.filter(site=site, session_id=session_id).first()
+        ours = flr_session_recorded(site=site, session_id=session_id)
         context: dict[str, Any] = {
             **self.admin_site.each_context(request),
             "title": f"End FLR session {session_id}?",

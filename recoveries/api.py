@@ -19,11 +19,18 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recoveries.models import RecoveryRequest
-from recoveries.selectors import purged_message, recovery_dict, recovery_list, stored_file
+from recoveries.selectors import (
+    purged_message,
+    recovery_dict,
+    recovery_get,
+    recovery_list,
+    stored_file,
+)
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from rewind.agents import hash_token
+from rewind.agents.models import Agent
+from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
-from rewind.models import Agent, AgentToken
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
 
@@ -58,28 +65,13 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         scheme, _, token = header.partition(" ")
         if scheme.lower() != "bearer" or not token.strip():
             return None
-        from django.db.models import Q
-        from django.utils import timezone
-
-        row = (
-            AgentToken.objects.select_related("agent")
-            .filter(token_hash=hash_token(token.strip()), revoked_at__isnull=True, agent__is_active=True)
-            .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
-            .first()
-        )
+        row = agent_token_active(token_hash=hash_token(token.strip()))
         if row is None:
             raise exceptions.AuthenticationFailed("unknown, revoked or expired token")
         return AgentPrincipal(row.agent), None
 
     def authenticate_header(self, request: Request) -> str:
         return 'Bearer realm="zerto-rewind"'
-
-
-def _get(pk: int) -> RecoveryRequest:
-    recovery = recovery_list().filter(pk=pk).first()
-    if recovery is None:
-        raise NotFoundError(f"there is no recovery #{pk}")
-    return recovery
 
 
 class RecoveryListApi(APIView):
@@ -97,7 +89,7 @@ class RecoveryDetailApi(APIView):
     permission_classes = [CanReview]
 
     def get(self, request: Request, pk: int) -> Response:
-        return Response(recovery_dict(_get(pk)))
+        return Response(recovery_dict(recovery_get(recovery_id=pk)))
 
 
 class RecoveryApproveApi(APIView):
@@ -105,7 +97,7 @@ class RecoveryApproveApi(APIView):
 
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None))
-        return Response(recovery_dict(_get(recovery.pk)))
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 
 class RecoveryDenyApi(APIView):
@@ -119,7 +111,7 @@ class RecoveryDenyApi(APIView):
         data.is_valid(raise_exception=True)
         recovery = recovery_request_deny(recovery_id=pk, user=request.user, note=data.validated_data.get("note", ""),
                                          request_id=getattr(request._request, "id", None))
-        return Response(recovery_dict(_get(recovery.pk)))
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 
 class RecoveryDownloadApi(APIView):
@@ -127,7 +119,7 @@ class RecoveryDownloadApi(APIView):
     permission_classes = [permissions.IsAuthenticated]
 
     def get(self, request: Request, pk: int) -> FileResponse:
-        recovery = _get(pk)
+        recovery = recovery_get(recovery_id=pk)
         user = request.user
         if isinstance(user, AgentPrincipal):
             if recovery.agent_id != user.agent.pk:

@@ -9,17 +9,17 @@ import asyncio
 import time
 from typing import Any
 
-from django.conf import settings
-from django.urls import reverse
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field
 
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from recoveries.selectors import calling_agent, recovery_dict, recovery_get_for_agent
+from recoveries.services import recovery_request_create
+from recoveries.sessions import flr_session_end_for_agent, flr_sessions_everywhere
+from rewind.errors import ApplicationError
 from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
-from rewind.models import Agent
 
 # How long ``wait=true`` keeps the call open before answering with the status so far.
 WAIT_MAX_S = 600.0
@@ -96,16 +96,7 @@ class EndSessionOut(BaseModel):
     warning: str | None = None
 
 
-def _agent() -> Agent:
-    agent = Agent.objects.filter(pk=current_agent_id(), is_active=True).first()
-    if agent is None:
-        raise PermissionDeniedError("this agent is disabled")
-    return agent
-
-
 def _out(recovery: Any) -> RecoveryOut:
-    from recoveries.selectors import recovery_dict
-
     data = recovery_dict(recovery, inline=True)
     return RecoveryOut(
         id=data["id"], status=data["status"], vm=data["vm"], vm_identifier=data["vm_identifier"], path=data["path"],
@@ -116,20 +107,13 @@ def _out(recovery: Any) -> RecoveryOut:
 
 
 def _create(vm: str, path: str, reason: str, checkpoint: str | None, change_id: str | None) -> RecoveryOut:
-    from recoveries.services import recovery_request_create
-
-    recovery = recovery_request_create(agent=_agent(), vm=vm, path=path, reason=reason, checkpoint=checkpoint,
-                                       change_id=change_id)
+    recovery = recovery_request_create(agent=calling_agent(agent_id=current_agent_id()), vm=vm, path=path,
+                                       reason=reason, checkpoint=checkpoint, change_id=change_id)
     return _out(recovery)
 
 
 def _status(recovery_id: int) -> RecoveryOut:
-    from recoveries.models import RecoveryRequest
-
-    recovery = RecoveryRequest.objects.prefetch_related("approvals").filter(pk=recovery_id, agent_id=current_agent_id()).first()
-    if recovery is None:
-        raise NotFoundError(f"you have no recovery #{recovery_id}")
-    return _out(recovery)
+    return _out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
 
 
 _PROGRESS = {"pending": (0, "waiting for a human to approve"), "approved": (1, "approved; queued"),
@@ -185,8 +169,6 @@ async def zerto_recovery_status(id: RecordId) -> RecoveryOut:  # noqa: A002 - th
 
 
 def _list_sessions(live_only: bool) -> FlrSessionListOut:
-    from recoveries.selectors import flr_sessions_everywhere
-
     listing = flr_sessions_everywhere(live_only=live_only)
     return FlrSessionListOut(
         sessions=[
@@ -210,29 +192,8 @@ async def zerto_list_flr_sessions(live_only: Flag = True) -> FlrSessionListOut:
 
 
 def _end(session_id: str) -> EndSessionOut:
-    from recoveries.models import FlrSession, RecoveryRequest
-    from recoveries.sessions import session_unmount
-    from rewind.audit import Actor
-    from rewind.sites import site_client
-
-    session_id = session_id.strip()
-    row = (FlrSession.objects.select_related("site", "recovery")
-           .filter(session_id__iexact=session_id, status__in=FlrSession.LIVE).first())
-    if row is None:
-        live_page = settings.REWIND_PUBLIC_URL + reverse("admin:recoveries_flrsession_live")
-        raise PermissionDeniedError(
-            f"FLR session {session_id} was not opened by this service (or is already ended); only a person may end "
-            f"another operator's session, in the admin: {live_page}"
-        )
-    if row.recovery is not None and row.recovery.status == RecoveryRequest.Status.RUNNING:
-        raise ApplicationError(f"session {session_id} belongs to recovery #{row.recovery_id}, which is still running; "
-                               "it is unmounted when the run ends")
-    agent = _agent()
-    report = session_unmount(client=site_client(row.site), row=row, actor=Actor.agent(agent.name),
-                             reason=f"ended by agent {agent.name}", wait_gone_s=10.0)
-    if report is None:
-        return EndSessionOut(ok=True, session_id=session_id, site=row.site.name, warning="it was already being ended")
-    return EndSessionOut(ok=report.ok, session_id=session_id, site=row.site.name, warning=report.warning or None)
+    report = flr_session_end_for_agent(agent_id=current_agent_id(), session_id=session_id)
+    return EndSessionOut(ok=report.ok, session_id=report.session_id, site=report.site, warning=report.warning or None)
 
 
 async def zerto_end_flr_session(session_id: Selector, confirmed: Confirmed = False) -> EndSessionOut:

@@ -28,14 +28,13 @@ from django.utils import timezone
 
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
-from recoveries.sessions import session_end_unseen, session_mark_vanished, session_unmount
+from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.models import Site
-from rewind.requestid import current_request_id
-from rewind.sites import site_connection
+from rewind.sites import site_client
+from rewind.sites.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession
-from rewind.zvm import ZvmClient, ZvmError, shared_client
+from rewind.zvm import ZvmClient, ZvmError
 
 logger = logging.getLogger(__name__)
 S = FlrSession.Status
@@ -110,7 +109,7 @@ def _reapable(row: FlrSession, now: datetime) -> bool:
 
 def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
     # One HTTP pool and token per site for the process: beat runs this every few minutes.
-    client = shared_client(site_connection(site), request_id=current_request_id())
+    client = site_client(site)
     live = {s.identifier.lower(): s for s in client.list_flr_sessions() if s.identifier}
     rows = list(FlrSession.objects.filter(site=site, status__in=FlrSession.LIVE).select_related("recovery", "site"))
     to_unmount: list[FlrSession] = []
@@ -168,7 +167,7 @@ def _adopt_unknown(
     """Learn the id of a mount whose answer was lost. True when the row now names a live session."""
     if row.status == S.MOUNTING and now - row.created_at < MOUNT_CALL_GRACE:
         return False  # the runner may still be waiting for the mount answer
-    fits = _fitting_sessions(row, live.values())
+    fits = fitting_sessions(row, live.values())
     if len(fits) > 1:
         return False  # which one is ours cannot be told: touch none, and do not call it absent
     if not fits:
@@ -192,38 +191,3 @@ def _settled(row: FlrSession, now: datetime) -> bool:
     """No run is still making this mount, and a session it started would be listed by now."""
     finished = row.recovery is None or row.recovery.status in RecoveryRequest.FINISHED
     return finished and now - row.created_at > _settle_time()
-
-
-def _match_unknown(row: FlrSession, sessions: object) -> str | None:
-    """The one live session a lost mount answer named, or None when none or several fit."""
-    fits = _fitting_sessions(row, sessions)
-    return fits[0] if len(fits) == 1 else None
-
-
-def _fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
-    """Live sessions a lost mount answer may have named: same VM, VPG and checkpoint, new, not ours."""
-    snapshot = {s.lower() for s in row.snapshot_ids}
-    known = {s.lower() for s in FlrSession.objects.filter(site_id=row.site_id).exclude(session_id="")
-             .values_list("session_id", flat=True)}
-    fits = [
-        s.identifier for s in sessions  # type: ignore[attr-defined]
-        if s.identifier
-        and s.identifier.lower() not in snapshot
-        and s.identifier.lower() not in known
-        and (s.vm_identifier or "").lower() == row.vm_identifier.lower()
-        and (s.vpg_identifier or "").lower() == row.vpg_identifier.lower()
-        and (s.checkpoint_identifier or "") == row.checkpoint_identifier
-    ]
-    return fits
-
-
-def find_unknown_session(client: ZvmClient, row: FlrSession) -> str | None:
-    """For the runner: list the VM's sessions and adopt the one the lost answer named."""
-    sessions = client.list_flr_sessions(vm_id=row.vm_identifier)
-    found = _match_unknown(row, sessions)
-    if found is None:
-        return None
-    if not FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found):
-        return None
-    row.refresh_from_db()
-    return found

@@ -26,12 +26,19 @@ from recoveries.mapping import Match, SessionVanished, map_guest_path
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import checkpoint_window
-from recoveries.sessions import UnmountReport, session_lookup, session_transition, session_unmount
+from recoveries.sessions import (
+    UnmountReport,
+    find_unknown_session,
+    session_lookup,
+    session_mark_vanished,
+    session_transition,
+    session_unmount,
+)
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError
-from rewind.models import Site
 from rewind.sites import site_client
+from rewind.sites.models import Site
 from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
 logger = logging.getLogger(__name__)
@@ -180,8 +187,6 @@ def _mount(run: Run, attempt: int) -> FlrSession:
 
 def _mount_unknown(run: Run, row: FlrSession, exc: ZvmError) -> None:
     """Find the session the lost answer would have named; unmount it now or leave it to the reaper."""
-    from recoveries.reaper import find_unknown_session
-
     session_transition(row=row, to=S.UNKNOWN, actor=SYSTEM, last_error=str(exc)[:2000])
     try:
         found = find_unknown_session(run.client, row)
@@ -254,8 +259,6 @@ def _raise_if_vanished(run: Run, row: FlrSession) -> None:
 
 
 def _vanished(row: FlrSession, reason: str) -> None:
-    from recoveries.sessions import session_mark_vanished
-
     row.refresh_from_db()
     session_mark_vanished(row=row, actor=SYSTEM, reason=reason)
 

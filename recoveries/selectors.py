@@ -1,9 +1,9 @@
-"""Reads: what a recovery looks like to an approver, an agent and the REST API."""
+"""Reads (database only, never a ZVM call): what a recovery looks like to an approver, an agent
+and the REST API, and the rows the adapters look up."""
 
 from __future__ import annotations
 
 import base64
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,15 +12,65 @@ from django.db.models import QuerySet
 from django.urls import reverse
 
 from recoveries.models import FlrSession, RecoveryRequest
-from rewind.models import Site
-from rewind.requestid import current_request_id
-from rewind.sites import site_connection
-from rewind.zvm import ZvmError, shared_client
+from rewind.agents.models import Agent
+from rewind.errors import NotFoundError, PermissionDeniedError
+from rewind.sites.models import Site
 
 
 def recovery_list(*, status: str | None = None) -> QuerySet[RecoveryRequest]:
     qs = RecoveryRequest.objects.select_related("agent").prefetch_related("approvals")
     return qs.filter(status=status) if status else qs
+
+
+def recovery_get(*, recovery_id: int) -> RecoveryRequest:
+    recovery = recovery_list().filter(pk=recovery_id).first()
+    if recovery is None:
+        raise NotFoundError(f"there is no recovery #{recovery_id}")
+    return recovery
+
+
+def recovery_get_for_agent(*, recovery_id: int, agent_id: int) -> RecoveryRequest:
+    """One recovery of this agent; ``NotFoundError`` for another agent's (its existence is not told)."""
+    recovery = RecoveryRequest.objects.prefetch_related("approvals").filter(pk=recovery_id, agent_id=agent_id).first()
+    if recovery is None:
+        raise NotFoundError(f"you have no recovery #{recovery_id}")
+    return recovery
+
+
+def recovery_for_review(*, recovery_id: int) -> RecoveryRequest | None:
+    return (RecoveryRequest.objects.select_related("agent__owner").prefetch_related("approvals")
+            .filter(pk=recovery_id).first())
+
+
+def recovery_approved_by(*, recovery: RecoveryRequest, user_id: int | None) -> bool:
+    return recovery.approvals.filter(approver_id=user_id).exists()
+
+
+def recovery_site(recovery: RecoveryRequest) -> Site | None:
+    """The configured site where the recovery runs (the VPG's recovery site), enabled or not."""
+    return Site.objects.filter(identifier=recovery.recovery_site_identifier).first()
+
+
+def site_enabled_get(*, site_pk: int) -> Site | None:
+    return Site.objects.filter(pk=site_pk, enabled=True).first()
+
+
+def flr_session_recorded(*, site: Site, session_id: str) -> FlrSession | None:
+    """Our record of a session the ZVM lists, when this service opened it."""
+    return FlrSession.objects.filter(site=site, session_id=session_id).first()
+
+
+def calling_agent(*, agent_id: int) -> Agent:
+    """The active agent of a verified token, or ``PermissionDeniedError``."""
+    agent = Agent.objects.filter(pk=agent_id, is_active=True).first()
+    if agent is None:
+        raise PermissionDeniedError("this agent is disabled")
+    return agent
+
+
+def live_sessions_url() -> str:
+    """The admin page listing every live FLR session, where a person may end any of them."""
+    return settings.REWIND_PUBLIC_URL + reverse("admin:recoveries_flrsession_live")
 
 
 def approval_url(recovery: RecoveryRequest) -> str:
@@ -122,45 +172,3 @@ def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]
         "approval_url": approval_url(r),
         "result": result_dict(r, inline=inline),
     }
-
-
-@dataclass(frozen=True)
-class LiveSession:
-    site: Site
-    session_id: str
-    status: str | None
-    vm_identifier: str | None
-    vpg_identifier: str | None
-    checkpoint_identifier: str | None
-    mount_time: str | None
-    ours: FlrSession | None
-
-
-@dataclass(frozen=True)
-class SessionListing:
-    sessions: list[LiveSession]
-    errors: dict[str, str]
-
-
-def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
-    """Every FLR session every enabled site's ZVM lists, with ours marked (one call per site)."""
-    sessions: list[LiveSession] = []
-    errors: dict[str, str] = {}
-    for site in Site.objects.filter(enabled=True):
-        try:
-            listed = shared_client(site_connection(site), request_id=current_request_id()).list_flr_sessions()
-        except ZvmError as exc:
-            errors[site.name] = str(exc)
-            continue
-        ids = [s.identifier for s in listed if s.identifier]
-        ours = {row.session_id.lower(): row for row in FlrSession.objects.filter(site=site, session_id__in=ids)}
-        for s in listed:
-            if live_only and s.is_terminal:
-                continue
-            sessions.append(LiveSession(
-                site=site, session_id=s.identifier or "", status=s.status, vm_identifier=s.vm_identifier,
-                vpg_identifier=s.vpg_identifier, checkpoint_identifier=s.checkpoint_identifier,
-                mount_time=s.mount_time.isoformat() if s.mount_time else None,
-                ours=ours.get((s.identifier or "").lower()),
-            ))
-    return SessionListing(sessions, errors)

@@ -12,6 +12,7 @@ import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
@@ -20,10 +21,10 @@ from django.utils import timezone
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
+from rewind.agents.models import Agent
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
-from rewind.models import Agent
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -97,12 +98,18 @@ def recovery_request_create(
     return recovery
 
 
-def _queue_notify(recovery_id: int, request_id: str) -> None:
-    from recoveries.tasks import recoveries_notify_approvers
+def _queue(task_name: str, *args: object) -> None:
+    """Queue a task of ``recoveries.tasks`` by its name, as ``task.delay`` would (eager mode included).
 
+    By name, so this module does not import the tasks, which import it.
+    """
+    current_app.signature(task_name, args=args).delay()
+
+
+def _queue_notify(recovery_id: int, request_id: str) -> None:
     # robust: the request is committed and waits in the admin queue; a broker that cannot take
     # the mail task is logged, never turned into a failure of the request the agent just made.
-    transaction.on_commit(lambda: recoveries_notify_approvers.delay(recovery_id, request_id), robust=True)
+    transaction.on_commit(lambda: _queue("recoveries.notify_approvers", recovery_id, request_id), robust=True)
 
 
 def _describe(recovery: RecoveryRequest) -> dict[str, object]:
@@ -192,9 +199,7 @@ def recovery_request_approve(
 
 
 def _queue_run(recovery_id: int, request_id: str) -> None:
-    from recoveries.tasks import recoveries_run
-
-    transaction.on_commit(lambda: recoveries_run.delay(recovery_id, request_id))
+    transaction.on_commit(lambda: _queue("recoveries.run", recovery_id, request_id))
 
 
 def recovery_request_deny(

@@ -1,4 +1,5 @@
-"""FLR sessions this service opened: recording them and ending them.
+"""FLR sessions: recording the ones this service opened, finding them again, listing every
+site's, and ending them.
 
 Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after.
 Row status changes are compare-and-swap updates, so the runner, the reaper, an agent and
@@ -16,11 +17,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from recoveries.models import FlrSession
+from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.selectors import calling_agent, live_sessions_url
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import Site
+from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.sites import site_client
+from rewind.sites.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession
 from rewind.zvm import ZvmClient, ZvmError, ZvmNotFoundError
 
@@ -194,11 +197,12 @@ def ours(site: Site, session_id: str) -> FlrSession | None:
     return FlrSession.objects.filter(site=site, session_id__iexact=session_id).select_related("site").first()
 
 
-def session_end_by_hand(*, client: ZvmClient, site: Site, session_id: str, actor: Actor) -> UnmountReport:
+def session_end_by_hand(*, site: Site, session_id: str, actor: Actor) -> UnmountReport:
     """A person ends any live session (ours or another operator's) after a confirmation page.
 
     Audited as ``recoveries.session.ended_by_hand`` before the DELETE is sent.
     """
+    client = site_client(site)
     row = ours(site, session_id)
     if row is not None and row.status in FlrSession.LIVE:
         report = session_unmount(
@@ -234,3 +238,110 @@ def session_lookup(client: ZvmClient, session_id: str, vm_identifier: str) -> Zv
         if (session.identifier or "").lower() == session_id.lower():
             return session
     raise ZvmNotFoundError(client.conn.site_name, f"FLR session {session_id} is not listed", status=404)
+
+
+@dataclass(frozen=True)
+class AgentEndReport:
+    ok: bool
+    session_id: str
+    site: str
+    warning: str = ""
+
+
+def flr_session_end_for_agent(*, agent_id: int, session_id: str) -> AgentEndReport:
+    """An agent ends one live session this service opened, once its recovery no longer runs.
+
+    Raises ``PermissionDeniedError`` for any other session (only a person may end those, in
+    the admin) and ``ApplicationError`` while the recovery that mounted it still runs.
+    """
+    session_id = session_id.strip()
+    row = (FlrSession.objects.select_related("site", "recovery")
+           .filter(session_id__iexact=session_id, status__in=FlrSession.LIVE).first())
+    if row is None:
+        raise PermissionDeniedError(
+            f"FLR session {session_id} was not opened by this service (or is already ended); only a person may end "
+            f"another operator's session, in the admin: {live_sessions_url()}"
+        )
+    if row.recovery is not None and row.recovery.status == RecoveryRequest.Status.RUNNING:
+        raise ApplicationError(f"session {session_id} belongs to recovery #{row.recovery_id}, which is still running; "
+                               "it is unmounted when the run ends")
+    agent = calling_agent(agent_id=agent_id)
+    report = session_unmount(client=site_client(row.site), row=row, actor=Actor.agent(agent.name),
+                             reason=f"ended by agent {agent.name}", wait_gone_s=10.0)
+    if report is None:
+        return AgentEndReport(True, session_id, row.site.name, "it was already being ended")
+    return AgentEndReport(report.ok, session_id, row.site.name, report.warning)
+
+
+@dataclass(frozen=True)
+class LiveSession:
+    site: Site
+    session_id: str
+    status: str | None
+    vm_identifier: str | None
+    vpg_identifier: str | None
+    checkpoint_identifier: str | None
+    mount_time: str | None
+    ours: FlrSession | None
+
+
+@dataclass(frozen=True)
+class SessionListing:
+    sessions: list[LiveSession]
+    errors: dict[str, str]
+
+
+def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
+    """Every FLR session every enabled site's ZVM lists, with ours marked (one call per site)."""
+    sessions: list[LiveSession] = []
+    errors: dict[str, str] = {}
+    for site in Site.objects.filter(enabled=True):
+        try:
+            listed = site_client(site).list_flr_sessions()
+        except ZvmError as exc:
+            errors[site.name] = str(exc)
+            continue
+        ids = [s.identifier for s in listed if s.identifier]
+        recorded = {row.session_id.lower(): row for row in FlrSession.objects.filter(site=site, session_id__in=ids)}
+        for s in listed:
+            if live_only and s.is_terminal:
+                continue
+            sessions.append(LiveSession(
+                site=site, session_id=s.identifier or "", status=s.status, vm_identifier=s.vm_identifier,
+                vpg_identifier=s.vpg_identifier, checkpoint_identifier=s.checkpoint_identifier,
+                mount_time=s.mount_time.isoformat() if s.mount_time else None,
+                ours=recorded.get((s.identifier or "").lower()),
+            ))
+    return SessionListing(sessions, errors)
+
+
+def fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
+    """Live sessions a lost mount answer may have named: same VM, VPG and checkpoint, new, not ours."""
+    snapshot = {s.lower() for s in row.snapshot_ids}
+    known = {s.lower() for s in FlrSession.objects.filter(site_id=row.site_id).exclude(session_id="")
+             .values_list("session_id", flat=True)}
+    fits = [
+        s.identifier for s in sessions  # type: ignore[attr-defined]
+        if s.identifier
+        and s.identifier.lower() not in snapshot
+        and s.identifier.lower() not in known
+        and (s.vm_identifier or "").lower() == row.vm_identifier.lower()
+        and (s.vpg_identifier or "").lower() == row.vpg_identifier.lower()
+        and (s.checkpoint_identifier or "") == row.checkpoint_identifier
+    ]
+    return fits
+
+
+def find_unknown_session(client: ZvmClient, row: FlrSession) -> str | None:
+    """For the runner: list the VM's sessions and adopt the one the lost answer named.
+
+    None when no session or several fit (which one is ours cannot be told).
+    """
+    fits = fitting_sessions(row, client.list_flr_sessions(vm_id=row.vm_identifier))
+    if len(fits) != 1:
+        return None
+    found = fits[0]
+    if not FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found):
+        return None
+    row.refresh_from_db()
+    return found

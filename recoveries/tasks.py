@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from celery import Task, shared_task
 
+from recoveries.notify import recovery_notify_approvers, recovery_notify_failed
+from recoveries.reaper import recoveries_reap
+from recoveries.runner import recovery_run
 from rewind.requestid import bound_request_id
 
 
 @shared_task(name="recoveries.run", acks_late=True)
 def recoveries_run(recovery_id: int, request_id: str | None = None) -> str:
     """Run one approved recovery. A repeat (redelivery) finds it no longer approved and returns."""
-    from recoveries.runner import recovery_run
-
     with bound_request_id(request_id) as rid:
         return recovery_run(recovery_id=recovery_id, request_id=rid)
 
@@ -19,8 +20,6 @@ def recoveries_run(recovery_id: int, request_id: str | None = None) -> str:
 @shared_task(name="recoveries.reap")
 def recoveries_reap_task(request_id: str | None = None) -> dict[str, object]:
     """One reaper sweep (beat runs it every REWIND_REAPER_INTERVAL_S); safe to overlap."""
-    from recoveries.reaper import recoveries_reap
-
     with bound_request_id(request_id):
         return recoveries_reap().as_dict()
 
@@ -33,8 +32,6 @@ NOTIFY_MAX_RETRIES = 5
 @shared_task(name="recoveries.notify_approvers", bind=True, max_retries=NOTIFY_MAX_RETRIES)
 def recoveries_notify_approvers(self: Task, recovery_id: int, request_id: str | None = None) -> str:
     """Mail the approvers of a new request; retried on SMTP and network errors, a bounded number of times."""
-    from recoveries.notify import recovery_notify_approvers, recovery_notify_failed
-
     with bound_request_id(request_id) as rid:
         try:
             return recovery_notify_approvers(recovery_id=recovery_id, request_id=rid)
