@@ -249,6 +249,27 @@ def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmat
     assert pending.status == RecoveryRequest.Status.APPROVED and pending.decided_by == "alice"
 
 
+def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_confirmation(sim, sites, people) -> None:  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import Permission
+
+    from rewind.audit.actions import RecoveryAction
+
+    people.approver.user_permissions.add(Permission.objects.get(codename="end_flr_session"))
+    foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
+    client = Client()
+    client.force_login(people.approver)
+    live = client.get(reverse("admin:recoveries_flrsession_live")).content.decode()
+    assert foreign in live and "someone else" in live
+    end = reverse("admin:recoveries_flrsession_end", args=[sites["site-b"].pk, foreign])
+    assert "did not open this session" in client.get(end).content.decode()
+    assert any(s["session_id"] == foreign and s["status"] != "UnmountInProgress" for s in sim.sessions("site-b"))
+    done = client.post(end, follow=True).content.decode()
+    assert "unmount sent" in done
+    assert all(s["session_id"] != foreign or s["status"] == "UnmountInProgress" for s in sim.sessions("site-b"))
+    event = AuditEvent.objects.get(action=RecoveryAction.SESSION_ENDED_BY_HAND)
+    assert event.actor == "alice" and event.data["session_id"] == foreign
+
+
 def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, people) -> None:  # type: ignore[no-untyped-def]
     review = reverse("admin:recoveries_recoveryrequest_review", args=[pending.pk])
     owner = Client()
