@@ -21,10 +21,11 @@ migrate: $(STAMP)
 run: migrate
 	$(PY) manage.py runstack
 
-# Lint and type-check; the suite runs only on a clean tree.
+# Lint, type-check and the import rules (pyproject.toml); the suite runs only on a clean tree.
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 # Tests keep their own state folder, so they never touch the running demo's database or queue.
 test: check

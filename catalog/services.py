@@ -21,8 +21,8 @@ from django.utils import timezone
 from catalog.models import MutatingTool, ToolSighting
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import CatalogAction
+from rewind.audit.models import AuditEvent
 from rewind.errors import ApplicationError, PermissionDeniedError
-from rewind.models import AuditEvent
 
 _PART = r"[a-z0-9_.-]+"
 PATTERN_RE = re.compile(rf"^{_PART}/({_PART}|\*)$", re.IGNORECASE)

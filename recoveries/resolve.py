@@ -36,10 +36,11 @@ from django.db.models import QuerySet
 
 from recoveries.models import RecoveryRequest
 from rewind.checkpoints.late import late_candidates, late_listings_check
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import Protection, VpgProtection, find_protection
 from rewind.sites import site_client, site_clock_offset_s
+from rewind.sites.models import Site
 from rewind.zvm import ZvmError
 from rewind.zvm.clock import from_zvm, to_zvm
 
@@ -79,28 +80,28 @@ def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | 
         _look_again_for_late(guard.vpgs.all())
         return _from_guard_rows(protection, usable, guard.vpgs.all(), Source.CHANGE_ID, f"change {change_id!r}")
     if checkpoint:
-        rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier, guard__tag=checkpoint)
+        rows = TaggedCheckpoint.objects.filter(guard__vm_identifier=protection.vm_identifier, guard__tag=checkpoint)
         if rows.exists():
             _look_again_for_late(rows)
             return _from_guard_rows(protection, usable, rows, Source.TAG, f"tag {checkpoint!r}")
         return _from_checkpoint_id(protection, usable, checkpoint)
-    rows = ChangeGuardVpg.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by("-checkpoint_timestamp")
+    rows = TaggedCheckpoint.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by("-checkpoint_timestamp")
     _look_again_for_late(rows)
     return _from_guard_rows(protection, usable, rows, Source.LATEST_TAGGED, "any tagged checkpoint made by this service")
 
 
-def _look_again_for_late(rows: QuerySet[ChangeGuardVpg]) -> None:
+def _look_again_for_late(rows: QuerySet[TaggedCheckpoint]) -> None:
     """Record the late listings among ``rows`` now (one listing per VPG; errors only logged)."""
     candidates = late_candidates().filter(pk__in=rows.values("pk")).select_related("guard", "site")
     if candidates.exists():
         late_listings_check(candidates)
 
 
-def _usable_row(row: ChangeGuardVpg) -> bool:
+def _usable_row(row: TaggedCheckpoint) -> bool:
     """The row names a checkpoint Zerto listed: in time, or after the guard timed out."""
     if not row.checkpoint_identifier:
         return False
-    return row.status == ChangeGuardVpg.Status.LISTED or row.listed_late_at is not None
+    return row.status == TaggedCheckpoint.Status.LISTED or row.listed_late_at is not None
 
 
 def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
@@ -152,7 +153,7 @@ def _bound(
 
 
 def _from_guard_rows(
-    protection: Protection, usable: dict[str, VpgProtection], rows: QuerySet[ChangeGuardVpg], source: str, what: str
+    protection: Protection, usable: dict[str, VpgProtection], rows: QuerySet[TaggedCheckpoint], source: str, what: str
 ) -> BoundCheckpoint:
     listed = [r for r in rows.select_related("guard", "site") if _usable_row(r)]
     if not listed:

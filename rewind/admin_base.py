@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from rewind.audit import Actor
+from rewind.actors import Actor
 
 
 def actor_for(request: HttpRequest) -> Actor:

@@ -20,6 +20,7 @@ from typing import Any
 from django.db import IntegrityError, connection, models, transaction
 from django.utils import timezone
 
+from rewind.actors import SYSTEM, Actor  # noqa: F401  (re-exported: callers name actors with the log)
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.requestid import current_request_id
 
@@ -31,25 +32,6 @@ _SECRET_KEY = re.compile(r"pass(word|wd|phrase)?|secret|token|authorization|api[
 _SECRET_VALUE = re.compile(r"(?i)^(bearer\s+\S+|rwd_[A-Za-z0-9_-]{20,})$")
 
 
-@dataclass(frozen=True)
-class Actor:
-    type: str
-    name: str
-
-    @classmethod
-    def agent(cls, name: str) -> Actor:
-        return cls(AuditEvent.ActorType.AGENT, name)
-
-    @classmethod
-    def user(cls, name: str) -> Actor:
-        return cls(AuditEvent.ActorType.USER, name)
-
-    @classmethod
-    def system(cls, name: str = "system") -> Actor:
-        return cls(AuditEvent.ActorType.SYSTEM, name)
-
-
-SYSTEM = Actor.system()
 
 
 @functools.lru_cache(maxsize=4096)

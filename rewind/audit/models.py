@@ -26,7 +26,7 @@ class AuditEvent(models.Model):
     DELETE on PostgreSQL); the ORM refuses both.
     """
 
-    class ActorType(models.TextChoices):
+    class ActorType(models.TextChoices):  # the types of rewind.actors.Actor
         AGENT = "agent"
         USER = "user"
         SYSTEM = "system"

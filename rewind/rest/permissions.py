@@ -12,7 +12,7 @@ from typing import Any
 from rest_framework import permissions
 from rest_framework.request import Request
 
-from rewind.audit import Actor
+from rewind.actors import Actor
 
 
 class HasModelPermission(permissions.BasePermission):

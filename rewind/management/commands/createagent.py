@@ -7,9 +7,9 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
 from rewind.agents import agent_create, agent_token_issue, default_owner, expiry_in_days
+from rewind.agents.models import Agent
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
-from rewind.models import Agent
 
 
 class Command(BaseCommand):

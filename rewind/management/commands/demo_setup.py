@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandParser
 
 from rewind.audit import Actor
-from rewind.models import Site
 from rewind.sites import site_check, site_create, site_update
+from rewind.sites.models import Site
 
 DEMO_SITES = (("Site A", "site-a"), ("Site B", "site-b"))
 DEMO_ZVM_USER = "admin"
