@@ -3,7 +3,7 @@
 Every error names the site and says what went wrong in plain words, so its ``str()`` can
 be shown to an operator, stored in an audit row or returned to an agent as is. No error
 ever carries a password, a client secret or a token: the client builds every message
-itself and redacts anything it did not write (see ``client._redact``).
+itself and redacts anything it did not write (see ``Transport.redact``).
 
 Callers decide on retries by class: ``ZvmTransientError`` may succeed later (timeouts,
 refused connections, 5xx, 429); everything else will fail the same way again.
