@@ -133,6 +133,29 @@ def agent_token_issue(
     return IssuedToken(row=row, token=token)
 
 
+@dataclass(frozen=True)
+class AgentWithToken:
+    agent: Agent
+    issued: IssuedToken
+    created: bool
+
+
+@transaction.atomic
+def agent_token_issue_by_name(
+    *, actor: Actor, name: str, owner: User | None = None, label: str = "", expires_at: datetime | None = None,
+) -> AgentWithToken:
+    """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
+    default owner) when there is none. An inactive agent gets no token."""
+    agent = Agent.objects.filter(name=name).first()
+    created = agent is None
+    if agent is None:
+        agent = agent_create(actor=actor, name=name, owner=owner or default_owner())
+    elif not agent.is_active:
+        raise ApplicationError(f"agent {agent.name} is inactive; activate it in the admin first")
+    issued = agent_token_issue(actor=actor, agent=agent, label=label, expires_at=expires_at)
+    return AgentWithToken(agent=agent, issued=issued, created=created)
+
+
 @transaction.atomic
 def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | None = None) -> bool:
     """Revoke ``token``. Returns False (and records nothing) when it was already revoked.

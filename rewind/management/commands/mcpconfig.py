@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from rewind.agents import agent_token_issue_by_name, expiry_in_days
+from rewind.agents.selectors import agent_owner_candidate
+from rewind.audit import Actor
+from rewind.errors import ApplicationError
+from rewind.mcp.clientconfig import CLIENTS, client_config
+from rewind.mcp.server import MCP_PATH
+
+
+class Command(BaseCommand):
+    help = (
+        "Issue a token for an agent (creating the agent if needed) and print the configuration an MCP "
+        "client accepts as it is, with where that client keeps it and where it loads the skill from."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("agent", help="agent name: letters, digits, - and _ (it appears in checkpoint tags)")
+        parser.add_argument("--client", choices=list(CLIENTS), default="json", help="the MCP client (default: json)")
+        parser.add_argument("--url", default=None,
+                            help=f"the MCP endpoint (default: REWIND_PUBLIC_URL + {MCP_PATH})")
+        parser.add_argument("--owner", help="username answerable for a new agent (default: the first superuser)")
+        parser.add_argument("--expires-days", type=int, default=None, help="token lifetime in days (default: none)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        url = options["url"] or f"{settings.REWIND_PUBLIC_URL}{MCP_PATH}"
+        if not url.startswith(("https://", "http://")):
+            raise CommandError(f"--url must be an http(s) URL, not {url!r}")
+        owner = None
+        if options["owner"]:
+            owner = agent_owner_candidate(options["owner"])
+            if owner is None:
+                raise CommandError(f"no user named {options['owner']!r}")
+        try:
+            made = agent_token_issue_by_name(
+                actor=Actor.system("manage.py mcpconfig"), name=options["agent"], owner=owner,
+                label=f"mcpconfig {options['client']}", expires_at=expiry_in_days(options["expires_days"]),
+            )
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        if made.created:
+            self.stderr.write(f"created agent {made.agent.name} (owner {made.agent.owner.get_username()})")
+        self.stderr.write(f"issued token {made.issued.row.prefix}… for agent {made.agent.name}; it is shown once, below")
+        self.stdout.write(client_config(options["client"], url=url, token=made.issued.token).as_text())
