@@ -141,11 +141,17 @@ class Breaker(Protocol):
 class MemoryBreaker:
     """The rule counted in this process only: without Django, and while a shared store is down."""
 
-    def __init__(self, policy: CircuitPolicy | None = None, clock: Callable[[], float] = time.time) -> None:
-        self.policy = policy or CircuitPolicy()
+    def __init__(self, policy: CircuitPolicy | Callable[[], CircuitPolicy] | None = None,
+                 clock: Callable[[], float] = time.time) -> None:
+        """``policy``: the rule's numbers, or a callable read on every use (settings that may change)."""
+        self._policy = policy or CircuitPolicy()
         self._clock = clock
         self._lock = threading.Lock()
         self._states: dict[str, CircuitState] = {}
+
+    @property
+    def policy(self) -> CircuitPolicy:
+        return self._policy() if callable(self._policy) else self._policy
 
     def state(self, key: str) -> CircuitState:
         with self._lock:
@@ -178,3 +184,7 @@ class MemoryBreaker:
     def clear(self) -> None:
         with self._lock:
             self._states.clear()
+
+
+# The breaker of clients handed no other: one per process, like ``pacing.LOCAL_PACER``.
+LOCAL_BREAKER = MemoryBreaker()

@@ -30,7 +30,7 @@ import requests
 
 from ._fields import Fields, format_datetime
 from .auth import TokenKeeper
-from .breaker import Breaker, MemoryBreaker, counts_against_site, opens_at_once, refusal
+from .breaker import LOCAL_BREAKER, Breaker, counts_against_site, opens_at_once, refusal
 from .clock import ClockOffset, ZvmClock
 from .connection import ZvmConnection
 from .download import NotOneFile, clean_link, resolve_link, same_origin, stream_to_sink
@@ -72,12 +72,12 @@ _IN_CALL: ContextVar[bool] = ContextVar("zvm_in_call", default=False)
 class Stores:
     """Where a client counts its ZVM's request cap and keeps its tokens.
 
-    The defaults: the cap counted in this process, tokens kept by this client alone.
+    The defaults: the cap counted and circuits kept in this process, tokens kept by this client alone.
     """
 
     pacer: Pacer | None = None  # None: the process-wide in-memory pacer
     tokens: TokenStore = field(default_factory=MemoryTokenStore)
-    breaker: Breaker = field(default_factory=MemoryBreaker)
+    breaker: Breaker = LOCAL_BREAKER  # the process-wide in-memory circuits
 
 
 def _seg(identifier: str) -> str:
