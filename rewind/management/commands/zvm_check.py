@@ -35,11 +35,12 @@ class Command(BaseCommand):
                 local = result.local
                 self.stdout.write(
                     f"{site.name}: OK  {local.name} | type {local.type} | version {local.version} | "
-                    f"identifier {local.identifier} | {result.vpg_count} VPGs | {_clock(site.clock_offset_s)}"
+                    f"identifier {local.identifier} | {result.vpg_count} VPGs | {_clock(site.clock_offset_s)} | "
+                    f"{site_availability_text(result.site)}"
                 )
             else:
                 failures += 1
-                self.stdout.write(f"{site.name}: FAILED  {result.error}")
+                self.stdout.write(f"{site.name}: FAILED  {result.error} | {site_availability_text(result.site)}")
         if failures:
             raise CommandError(f"{failures} of {len(sites)} sites failed")
 
