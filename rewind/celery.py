@@ -12,7 +12,7 @@ app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Parts inside the rewind app keep their tasks in their own package.
-app.autodiscover_tasks(["rewind.checkpoints"])
+app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites"])
 
 
 @app.on_after_finalize.connect
@@ -34,6 +34,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
         },
         # Record the checkpoints that Zerto listed only after their guard timed out, so a
         # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
+        # Give each site whose circuit is open (its ZVM stopped answering) its one trial call
+        # when due, so it is used again as soon as it answers. Safe to overlap: trials are claimed.
+        "sites-probe": {
+            "task": "rewind.sites.probe",
+            "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
+        },
         "checkpoints-listed-late": {
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),

@@ -177,6 +177,15 @@ ZVM_READ_TIMEOUT_S = env_float("ZVM_READ_TIMEOUT_S", 30.0, minimum=0.1)
 # Requests per second to one ZVM from all our processes together (a site may override it);
 # counted in Redis when there is one, else in the database. At most 1000: see rewind/zvm/pacing.py.
 ZVM_MAX_REQUESTS_PER_S = env_float("ZVM_MAX_REQUESTS_PER_S", 10.0, above=0, maximum=1000)
+# A site's circuit opens after this many consecutive failed calls (one timeout is enough);
+# then calls to it fail at once, and one trial call per probe period (doubling up to the
+# maximum while trials fail) is let through, across every process. See rewind/zvm/breaker.py.
+ZVM_CIRCUIT_FAILURES = env_int("ZVM_CIRCUIT_FAILURES", 3, minimum=1)
+ZVM_CIRCUIT_PROBE_S = env_float("ZVM_CIRCUIT_PROBE_S", 30.0, minimum=0.1)
+ZVM_CIRCUIT_PROBE_MAX_S = env_float("ZVM_CIRCUIT_PROBE_MAX_S", 300.0, minimum=0.1)
+# Opens and closes of one site's circuit within this many seconds of the last audited one are
+# only counted; the next audited one (or the probe's summary) carries the count of flaps.
+ZVM_CIRCUIT_AUDIT_QUIET_S = env_float("ZVM_CIRCUIT_AUDIT_QUIET_S", 600.0, minimum=0)
 # Where the request cap is counted and Keycloak tokens are shared (None: the database).
 ZVM_SHARED_REDIS_URL = _redis_url or None
 # Per-site cache of VM/VPG look-ups, so find_protection does not hit the ZVM for every call.

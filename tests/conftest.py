@@ -165,3 +165,19 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
         yield
     finally:
         use_shared_stores(shared_stores)
+
+
+@pytest.fixture(autouse=True)
+def _site_circuits_closed() -> Iterator[None]:
+    """Every test starts with each site's circuit closed in this process (rewind.zvm.breaker).
+
+    Circuits kept per process outlive a test: one whose ZVM hung would refuse the next
+    test's calls to the same simulated address. Shared ones live in the test's database, or
+    in Redis for the tests that point at it (they clear their own keys).
+    """
+    from rewind.sites.circuit import clear_local_circuits
+    from rewind.zvm.breaker import LOCAL_BREAKER
+
+    LOCAL_BREAKER.clear()
+    clear_local_circuits()
+    yield

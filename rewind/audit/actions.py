@@ -25,6 +25,8 @@ class SiteAction(StrEnum):
     CREATED = "site.created"
     CHANGED = "site.changed"
     IDENTITY_LEARNED = "site.identity_learned"
+    UNAVAILABLE = "site.unavailable"
+    AVAILABLE = "site.available"
 
 
 class CatalogAction(StrEnum):

@@ -1,7 +1,7 @@
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, TaggedCheckpoint
-from rewind.sites.models import Site, ZvmRateWindow, ZvmToken
+from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmToken
 
-__all__ = ["Agent", "AgentToken", "AuditChainHead", "AuditEvent", "ChangeGuard", "ChangeGuardVpg", "Site", "TaggedCheckpoint",
+__all__ = ["Agent", "AgentToken", "AuditChainHead", "AuditEvent", "ChangeGuard", "ChangeGuardVpg", "Site", "SiteCircuit", "TaggedCheckpoint",
            "ZvmRateWindow", "ZvmToken"]

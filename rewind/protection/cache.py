@@ -68,6 +68,18 @@ class TtlCache:
                 self._values[key] = (self.clock() + ttl, value)
             return value
 
+    def put(self, key: Any, ttl: float, value: Any) -> None:
+        if ttl <= 0:
+            return
+        with self._guard:
+            if len(self._values) >= MAX_ENTRIES:
+                self._prune()
+            self._values[key] = (self.clock() + ttl, value)
+
+    def forget(self, key: Any) -> None:
+        with self._guard:
+            self._values.pop(key, None)
+
     def _prune(self) -> None:
         now = self.clock()
         for key in [k for k, (exp, _) in self._values.items() if exp <= now]:

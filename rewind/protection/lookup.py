@@ -17,8 +17,22 @@ time per site; concurrent callers wait for it). So the full listing runs at most
 site per cache period, and only when a name did not match.
 
 Site directory (local and peer sites: names and types) and filtered look-ups are also
-cached per site for REWIND_LOOKUP_CACHE_S. A site whose ZVM cannot be asked makes the
-lookup fail with an error naming it: a partial answer could miss a protecting VPG.
+cached per site for REWIND_LOOKUP_CACHE_S.
+
+Sites that cannot be asked (the rule; see ``_complete_or_refuse``). Every VPG of a VM has the
+VM's own site as its protected site (fact sheet: a VPG replicates VMs from its protected site
+to its recovery site), and the ZVM of a site lists every VM protected there with every VPG
+that protects it (``GET /v1/vms`` gives one row per VM and VPG; a row whose ProtectedSite is
+the ``LocalSiteApi`` link is the answering ZVM's own). So:
+- when the VM's protected site answered, the look-up is complete whatever other sites did:
+  it is returned, with a note naming the sites that could not be asked;
+- when the VM's protected site is configured here but could not be asked, the look-up is
+  refused at once, naming it: the VPGs listed by its peers may not be all of them;
+- when no site that answered knows the VM, the error names the sites that could not be asked
+  instead of saying "not found".
+A site whose circuit is open (``rewind.zvm.breaker``) fails at once, so a stuck ZVM costs one
+timeout per probe period, not one per look-up. It is remembered per process as "could not be
+asked" for REWIND_LOOKUP_CACHE_S, so cached look-ups stay cached while it is down.
 
 ``find_protection_cached`` answers from those caches alone (no database, no ZVM, no DNS),
 given the enabled sites' fingerprint read since the call began (``sites_fingerprint``), so
@@ -34,6 +48,7 @@ import logging
 import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TypeVar
@@ -43,7 +58,15 @@ from rewind.protection import state
 from rewind.protection.cache import Miss, cache_only
 from rewind.protection.eligibility import insert_refusal
 from rewind.protection.fingerprint import SitesFingerprint
-from rewind.protection.results import Candidate, Protection, SiteRef, VmAmbiguousError, VmNotFoundError, VpgProtection
+from rewind.protection.results import (
+    Candidate,
+    Protection,
+    SiteRef,
+    SitesUnavailableError,
+    VmAmbiguousError,
+    VmNotFoundError,
+    VpgProtection,
+)
 from rewind.sites.models import Site
 from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmError
 
@@ -106,43 +129,84 @@ def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
     return [row for ip in ips for row in index.get(ip, ())]
 
 
-def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]] | None:
-    """``work`` for every site if it needs no ZVM call (all cached), else None.
+Failed = dict[int, tuple["_Handle", ZvmError]]
+"""Sites that could not be asked during one look-up: site id → (handle, why)."""
+
+
+def _down_key(h: _Handle) -> tuple[str, int]:
+    return ("down", h.site.pk)
+
+
+def _asked(work: Callable[[_Handle], T]) -> Callable[[_Handle], T]:
+    """``work``, except that in cache-only mode a site remembered as down fails instead of missing."""
+
+    def run(h: _Handle) -> T:
+        try:
+            return work(h)
+        except Miss:
+            if not cache_only.on:
+                raise
+            down: ZvmError = state.cache.get(_down_key(h), state.ttl(), _no_load)  # Miss when not down
+            raise down from None
+
+    return run
+
+
+def _no_load() -> ZvmError:
+    raise Miss
+
+
+def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T],
+                failed: Failed) -> list[tuple[_Handle, T]] | None:
+    """``work`` for every site if it needs no ZVM call (all cached, or known down), else None.
 
     Inside ``find_protection_cached`` (cache-only already on) a miss propagates instead.
     """
+    def all_of() -> list[tuple[_Handle, T]]:
+        results = []
+        for h in handles:
+            if h.site.pk in failed:
+                continue
+            try:
+                results.append((h, _asked(work)(h)))
+            except ZvmError as exc:
+                failed[h.site.pk] = (h, exc)
+        return results
+
     if cache_only.on:
-        return [(h, work(h)) for h in handles]
+        return all_of()
     cache_only.on = True
+    before = dict(failed)
     try:
-        return [(h, work(h)) for h in handles]
+        return all_of()
     except Miss:
+        failed.clear()
+        failed.update(before)
         return None
     finally:
         cache_only.on = False
 
 
-def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T]) -> list[tuple[_Handle, T]]:
-    """Run ``work`` on every site at once; any ZVM failure fails the lookup, naming the sites."""
-    cached = _from_cache(handles, work)
+def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: Failed) -> list[tuple[_Handle, T]]:
+    """Run ``work`` on every site not yet in ``failed`` at once; the sites that fail are added to it.
+
+    Never raises a ZVM error: what to make of a missing site is ``_complete_or_refuse``'s rule.
+    """
+    cached = _from_cache(handles, work, failed)
     if cached is not None:
         return cached  # the common case under load: no thread hand-off at all
-    if len(handles) == 1:
-        try:
-            return [(handles[0], work(handles[0]))]
-        except ZvmError as exc:
-            raise ApplicationError(f"could not look the VM up: {exc}") from exc
-    futures = [(h, state.pool.submit(work, h)) for h in handles]
+    todo = [h for h in handles if h.site.pk not in failed]
+    futures: list[tuple[_Handle, Future[T] | None]] = (
+        [(todo[0], None)] if len(todo) == 1 else [(h, state.pool.submit(work, h)) for h in todo])
     results: list[tuple[_Handle, T]] = []
-    errors: list[str] = []
     for h, future in futures:
         try:
-            results.append((h, future.result()))
+            results.append((h, work(h) if future is None else future.result()))
         except ZvmError as exc:
-            errors.append(str(exc))
-    if errors:
-        raise ApplicationError("could not look the VM up on every site, so its VPGs may be incomplete: "
-                               + "; ".join(errors))
+            failed[h.site.pk] = (h, exc)
+            state.cache.put(_down_key(h), state.ttl(), exc)
+        else:
+            state.cache.forget(_down_key(h))
     return results
 
 
@@ -184,9 +248,10 @@ def _resolve(query: str, resolver: Resolver) -> frozenset[str]:
 
 
 # --- the lookup --------------------------------------------------------------------------
-def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver) -> list[tuple[_Handle, VmRow]]:
+def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver,
+                   failed: Failed) -> list[tuple[_Handle, VmRow]]:
     def collect(work: Callable[[_Handle], list[VmRow]]) -> list[tuple[_Handle, VmRow]]:
-        return [(h, row) for h, rows in _fan_out(handles, work) for row in rows if row.vm_identifier]
+        return [(h, row) for h, rows in _fan_out(handles, work, failed) for row in rows if row.vm_identifier]
 
     if _VM_IDENTIFIER.match(query):
         found = collect(lambda h: _rows_by_identifier(h, query))
@@ -307,8 +372,9 @@ def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
     """The one VM ``vm`` names and every VPG protecting it, across all enabled sites.
 
     Raises ``VmNotFoundError`` (nothing matches), ``VmAmbiguousError`` (several VMs match;
-    the message lists name, identifier and sites of each), ``ApplicationError`` (empty
-    query, no site configured, a site's ZVM could not be asked). Read-only; safe to repeat.
+    the message lists name, identifier and sites of each), ``SitesUnavailableError`` (the VM's
+    own site, or every site that might know it, could not be asked; see the module docstring),
+    ``ApplicationError`` (empty query, no site configured). Read-only; safe to repeat.
     """
     return _lookup(vm, state.enabled_sites(), resolver or dns_resolver)
 
@@ -339,6 +405,38 @@ def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection
     return found
 
 
+def _unasked(failed: Failed) -> str:
+    return "; ".join(str(exc) for _h, exc in sorted(failed.values(), key=lambda he: he[0].site.name))
+
+
+def _complete_or_refuse(query: str, rows: Sequence[tuple[_Handle, VmRow]], handles: Sequence[_Handle],
+                        failed: Failed) -> str | None:
+    """Whether the rows of the one VM found are all its VPGs although ``failed`` sites were not asked.
+
+    The rule (module docstring): every VPG of a VM is listed by the ZVM of the VM's protected
+    site. Complete when that ZVM answered (a row it marks as its own), or when the protected site
+    is not configured here (nothing more can be learned). Refused (``SitesUnavailableError``)
+    when the protected site, or a site whose identity is not known yet, could not be asked.
+    Returns the note for the answer (None when every site answered).
+    """
+    if not failed:
+        return None
+    names = ", ".join(h.site.name for h, _exc in sorted(failed.values(), key=lambda he: he[0].site.name))
+    note = f"sites not asked (unavailable): {names}; the VM's own site answered, so its VPGs are complete"
+    if any(row.protected_site.is_local for _h, row in rows):
+        return note
+    protected = {row.protected_site.identifier for _h, row in rows if row.protected_site.identifier}
+    suspects = [(h, exc) for h, exc in failed.values() if not h.site.identifier or h.site.identifier in protected]
+    if suspects:
+        vm = rows[0][1].vm_name or query
+        where = "; ".join(str(exc) for _h, exc in suspects)
+        raise SitesUnavailableError(
+            f"VM {vm!r} is protected at a site whose ZVM could not be asked, so its VPGs cannot be listed "
+            f"completely: {where}", sites=[h.site.name for h, _exc in suspects])
+    return (f"sites not asked (unavailable): {names}; the VM's protected site is not configured here, "
+            "so its VPGs are those its peers list")
+
+
 def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
     query = vm.strip()
     if not query:
@@ -348,9 +446,14 @@ def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
     if not site_rows:
         raise ApplicationError("no ZVM site is configured here")
     handles = [_Handle(site, state.client_for(site)) for site in site_rows]
-    rows = _matching_rows(query, handles, resolver)
+    failed: Failed = {}
+    rows = _matching_rows(query, handles, resolver, failed)
     candidates = _candidates(rows)
     if not candidates:
+        if failed:
+            raise SitesUnavailableError(
+                f"no site that answered knows a VM matching {query!r}, and these could not be asked: "
+                f"{_unasked(failed)}", sites=[h.site.name for h, _exc in failed.values()])
         names = ", ".join(h.site.name for h in handles)
         raise VmNotFoundError(
             f"no protected VM matches {query!r} on sites {names} (tried vmIdentifier, VM name, the short name "
@@ -358,6 +461,11 @@ def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
         )
     if len(candidates) > 1:
         raise VmAmbiguousError(query, candidates)
-    sites = _Sites(handles, _fan_out(handles, _directory))
+    note = _complete_or_refuse(query, rows, handles, failed)
+    answering = [h for h in handles if h.site.pk not in failed]
+    sites = _Sites(handles, _fan_out(answering, _directory, failed))
     vpgs = tuple(_vpg_protection(h, row, sites) for h, row in _one_row_per_vpg(rows))
-    return Protection(vm_identifier=candidates[0].identifier, vm_name=candidates[0].name, vpgs=vpgs)
+    if failed and note is None:  # a site failed only while reading its directory
+        note = f"sites not asked (unavailable): {_unasked(failed)}"
+    return Protection(vm_identifier=candidates[0].identifier, vm_name=candidates[0].name, vpgs=vpgs,
+                      unavailable_sites=tuple(sorted(h.site.name for h, _exc in failed.values())), note=note)

@@ -46,6 +46,9 @@ class ProtectionOut(BaseModel):
     vm_identifier: str
     vm_name: str | None
     vpgs: list[VpgOut]
+    unavailable_sites: list[str] = Field(
+        default_factory=list, description="Configured sites whose ZVM could not be asked; the VPGs are complete anyway")
+    note: str | None = Field(default=None, description="Why the answer is complete although some sites were not asked")
 
 
 def _site(ref: SiteRef) -> SiteOut:
@@ -73,7 +76,8 @@ _fingerprint = SharedRead(sites_fingerprint)
 
 
 def protection_out(p: Protection) -> ProtectionOut:
-    return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs])
+    return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs],
+                         unavailable_sites=list(p.unavailable_sites), note=p.note)
 
 
 def protection_result(p: Protection) -> CallToolResult:

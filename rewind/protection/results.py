@@ -37,6 +37,9 @@ class Protection:
     vm_identifier: str
     vm_name: str | None
     vpgs: tuple[VpgProtection, ...]
+    # Sites that could not be asked; the answer is complete anyway (see rewind.protection.lookup).
+    unavailable_sites: tuple[str, ...] = ()
+    note: str | None = None
 
 
 @dataclass(frozen=True)
@@ -61,3 +64,11 @@ class VmAmbiguousError(ApplicationError):
             extra={"candidates": [c.__dict__ for c in candidates]},
         )
         self.candidates = tuple(candidates)
+
+
+class SitesUnavailableError(ApplicationError):
+    """The look-up cannot be answered because sites that might know the VM could not be asked."""
+
+    def __init__(self, message: str, *, sites: Sequence[str]) -> None:
+        super().__init__(message, extra={"unavailable_sites": sorted(sites)})
+        self.sites = tuple(sorted(sites))

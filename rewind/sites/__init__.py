@@ -5,27 +5,37 @@ the only code that creates or changes a ``Site``; reads are in ``rewind.sites.se
 """
 
 from rewind.sites.services import (
+    ProbeReport,
     SiteCheck,
     clock_skew_warning,
+    site_availability,
+    site_availability_text,
     site_base_url_clean,
     site_check,
+    site_circuit,
     site_client,
     site_clock_offset_s,
     site_connection,
     site_create,
     site_record_clock,
     site_update,
+    sites_probe,
 )
 
 __all__ = [
+    "ProbeReport",
     "SiteCheck",
     "clock_skew_warning",
+    "site_availability",
+    "site_availability_text",
     "site_base_url_clean",
     "site_check",
+    "site_circuit",
     "site_client",
     "site_clock_offset_s",
     "site_connection",
     "site_create",
     "site_record_clock",
     "site_update",
+    "sites_probe",
 ]

@@ -13,7 +13,14 @@ from rewind.admin_base import actor_for
 from rewind.errors import ApplicationError
 from rewind.sites.models import Site
 from rewind.sites.selectors import site_get
-from rewind.sites.services import clock_skew_warning, site_base_url_clean, site_check, site_create, site_update
+from rewind.sites.services import (
+    clock_skew_warning,
+    site_availability_text,
+    site_base_url_clean,
+    site_check,
+    site_create,
+    site_update,
+)
 
 
 class SiteForm(forms.ModelForm):
@@ -44,11 +51,11 @@ class SiteForm(forms.ModelForm):
 @admin.register(Site)
 class SiteAdmin(admin.ModelAdmin):
     form = SiteForm
-    list_display = ["name", "base_url", "site_type", "version", "identifier", "enabled", "identity_checked_at", "clock",
-                    "last_error"]
+    list_display = ["name", "base_url", "status", "site_type", "version", "identifier", "enabled", "identity_checked_at",
+                    "clock", "last_error"]
     list_filter = ["enabled", "site_type"]
     search_fields = ["name", "base_url", "identifier"]
-    readonly_fields = ["identifier", "site_type", "version", "identity_checked_at", "clock", "clock_checked_at",
+    readonly_fields = ["status", "identifier", "site_type", "version", "identity_checked_at", "clock", "clock_checked_at",
                        "last_error"]
     actions = ["test_connection"]
 
@@ -58,6 +65,13 @@ class SiteAdmin(admin.ModelAdmin):
             return "not measured"
         warning = clock_skew_warning(obj.clock_offset_s)
         return f"{obj.clock_offset_s:+.1f} s" + (f" ⚠ {warning}" if warning else "")
+
+    @admin.display(description="Status")
+    def status(self, obj: Site) -> str:
+        """available / unavailable since T: reason (the site's circuit, shared by every process)."""
+        if obj.pk is None:
+            return "-"
+        return site_availability_text(obj)
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         data = form.cleaned_data

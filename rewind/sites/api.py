@@ -20,18 +20,32 @@ from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.selectors import site_get, site_list, site_name_taken
-from rewind.sites.services import SiteCheck, site_base_url_clean, site_check, site_create, site_update
+from rewind.sites.services import (
+    SiteCheck,
+    site_availability,
+    site_base_url_clean,
+    site_check,
+    site_create,
+    site_update,
+)
 
 _SECRETS = ("password", "client_secret")
 
 
 class SiteOutputSerializer(serializers.ModelSerializer):
     ca_bundle_pinned = serializers.SerializerMethodField()
+    availability = serializers.SerializerMethodField()
 
     class Meta:
         model = Site
         fields = ["id", "name", "base_url", "username", "client_id", "verify_tls", "ca_bundle_pinned", "enabled",
-                  "max_requests_per_s", "identifier", "site_type", "version", "identity_checked_at", "last_error", "created_at", "updated_at"]
+                  "max_requests_per_s", "identifier", "site_type", "version", "identity_checked_at", "last_error", "availability", "created_at", "updated_at"]
+
+    def get_availability(self, site: Site) -> dict[str, Any]:
+        """``{available, since, reason, failures}``: whether its ZVM's circuit is closed."""
+        info = site_availability(site)
+        since = info["since"]
+        return {**info, "since": since.isoformat() if since is not None else None}  # type: ignore[attr-defined]
 
     def get_ca_bundle_pinned(self, site: Site) -> bool:
         return bool(site.ca_bundle)

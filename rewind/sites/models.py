@@ -96,3 +96,29 @@ class ZvmToken(models.Model):
 
     def __str__(self) -> str:
         return self.key
+
+
+class SiteCircuit(models.Model):
+    """One site's circuit breaker (``rewind.zvm.breaker``), when it is kept in the database.
+
+    Written only through ``rewind.sites.circuit``; never by the site's own form (a separate row,
+    so saving a site cannot overwrite it). Times are wall-clock seconds.
+    """
+
+    site = models.OneToOneField(Site, on_delete=models.CASCADE, primary_key=True, related_name="circuit")
+    state = models.CharField(max_length=10, default="closed")
+    failures = models.PositiveIntegerField(default=0)
+    opened_at = models.FloatField(default=0.0)
+    reason = models.TextField(blank=True, default="")
+    next_trial_at = models.FloatField(default=0.0)
+    opens = models.PositiveIntegerField(default=0)
+    # The audit log's view: the last state it recorded, when, and the flaps not recorded since.
+    audited_state = models.CharField(max_length=10, default="closed")
+    audited_at = models.FloatField(default=0.0)
+    flaps = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "site circuit"
+
+    def __str__(self) -> str:
+        return f"{self.site_id}: {self.state}"

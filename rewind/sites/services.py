@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
+import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
 
 from django.conf import settings
@@ -21,8 +23,10 @@ from rewind.audit.actions import SiteAction
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
 from rewind.requestid import current_request_id
+from rewind.sites.circuit import circuit_audit_catch_up
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
-from rewind.zvm import LocalSite, ZvmClient, ZvmConnection, ZvmError
+from rewind.sites.zvm_shared import shared_breaker
+from rewind.zvm import CircuitState, LocalSite, ZvmClient, ZvmConnection, ZvmError
 from rewind.zvm.client import shared_client
 from rewind.zvm.clock import ClockOffset
 
@@ -106,6 +110,7 @@ def site_update(
 ) -> Site:
     """Change a site. ``password``/``client_secret`` of None keep the stored value."""
     before = _site_snapshot(site)
+    was_enabled = site.enabled
     for key, value in fields.items():
         if key not in _AUDITED_FIELDS + ("ca_bundle",):
             raise ApplicationError(f"unknown site field {key!r}")
@@ -120,6 +125,9 @@ def site_update(
         site.client_secret_encrypted = encrypt(client_secret)
         changed_secrets.append("client_secret")
     site.save()
+    if site.enabled != was_enabled:
+        # Every process's next call to it is refused (or allowed) at once, not when its cache expires.
+        shared_breaker().set_disabled(str(site.pk), not site.enabled)
     audit_record(
         actor=actor,
         action=SiteAction.CHANGED,
@@ -156,6 +164,7 @@ def site_connection(site: Site) -> ZvmConnection:
         connect_timeout=settings.ZVM_CONNECT_TIMEOUT_S,
         read_timeout=settings.ZVM_READ_TIMEOUT_S,
         max_requests_per_s=site.max_requests_per_s or settings.ZVM_MAX_REQUESTS_PER_S,
+        circuit_key=str(site.pk) if site.pk else "",
     )
 
 
@@ -181,10 +190,12 @@ class SiteCheck:
 def site_check(*, site: Site, actor: Actor = Actor.system()) -> SiteCheck:
     """Log in, read ``/v1/localsite`` and count VPGs; record the identity or the error.
 
+    Asks even while the site's circuit is open; an answer closes it.
+
     No transaction is held across the ZVM calls; the outcome is saved afterwards.
     """
     try:
-        client = site_client(site)
+        client = site_client(site).ungated()  # a person asks: even a site marked unavailable is tried
         local = client.local_site()
         vpg_count = len(client.list_vpgs())
     except ZvmError as exc:
@@ -268,3 +279,72 @@ def site_record_clock(*, site: Site, measured: ClockOffset | None, force: bool =
     if warning and moved:
         logger.warning("site %s: %s", site.name, warning)
     return True
+
+
+# --- availability (the circuit breaker) -------------------------------------------------------
+def site_circuit(site: Site) -> CircuitState:
+    """The site's circuit as every process sees it (``rewind.sites.circuit``)."""
+    return shared_breaker().state(str(site.pk))
+
+
+def site_availability(site: Site) -> dict[str, object]:
+    """``{available, since, reason, failures}`` for the admin, the REST API and ``zvm_check``."""
+    state = site_circuit(site)
+    since = datetime.fromtimestamp(state.opened_at, UTC) if state.is_open else None
+    return {"available": not state.is_open and site.enabled, "since": since,
+            "reason": state.reason if state.is_open else "", "failures": state.failures}
+
+
+def site_availability_text(site: Site) -> str:
+    info = site_availability(site)
+    if not site.enabled:
+        return "disabled"
+    if info["since"] is None:
+        return "available"
+    since = info["since"]
+    assert isinstance(since, datetime)
+    return f"unavailable since {since:%Y-%m-%d %H:%M:%S} UTC: {info['reason']}"
+
+
+@dataclass
+class ProbeReport:
+    probed: dict[str, str]  # site name → "available", or why not
+    skipped: list[str]  # open circuits whose next trial is not due, or whose trial another process holds
+    audited: list[str]
+
+
+def _probe_one(site: Site, out: dict[str, str]) -> None:
+    try:
+        site_client(site).ungated().local_site()
+        out[site.name] = "available"
+    except ZvmError as exc:
+        out[site.name] = str(exc)
+
+
+def sites_probe() -> ProbeReport:
+    """The beat's probe: one trial call (``GET /v1/localsite``) to each site whose circuit is open
+    and whose next trial is due; its answer closes the circuit, its failure keeps it open for a
+    longer period. Sites are asked in parallel, each bounded by the ZVM timeouts, so a stuck one
+    delays no other. Safe to overlap: each trial is claimed once across processes.
+    """
+    report = ProbeReport({}, [], [])
+    breaker = shared_breaker()
+    threads: list[tuple[Site, threading.Thread]] = []
+    for site in Site.objects.filter(enabled=True).order_by("name"):
+        state = breaker.state(str(site.pk))
+        if state.is_open:
+            if time.time() < state.next_trial_at or breaker.admit(str(site.pk)) is not None:
+                report.skipped.append(site.name)
+            else:
+                thread = threading.Thread(target=_probe_one, args=(site, report.probed), daemon=True,
+                                          name=f"probe-{site.pk}")
+                thread.start()
+                threads.append((site, thread))
+        if circuit_audit_catch_up(breaker, site):
+            report.audited.append(site.name)
+    limit = time.monotonic() + settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S + 5
+    for site, thread in threads:
+        thread.join(max(0.0, limit - time.monotonic()))
+        if thread.is_alive():
+            report.probed.setdefault(site.name, "no answer within the probe's time limit")
+    return report

@@ -1,4 +1,5 @@
-"""The ZVM client's shared stores: one request cap per ZVM and one token per login for all our processes.
+"""The ZVM client's shared stores: one request cap per ZVM, one token per login and one circuit
+per site (``rewind.sites.circuit``) for all our processes.
 
 ``rewind.zvm`` counts its cap and keeps its tokens per process unless it is handed stores;
 this module holds the two kinds the service uses, picked by ``shared_stores``:
@@ -29,6 +30,7 @@ from django.db import DatabaseError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError
 
 from rewind.crypto import DecryptionError, decrypt, encrypt
+from rewind.sites.circuit import DbBreaker, RedisBreaker, SharedBreaker
 from rewind.sites.models import ZvmRateWindow, ZvmToken
 from rewind.zvm import StoredToken, Stores
 from rewind.zvm.pacing import LOCAL_PACER, next_slot, window_shape
@@ -295,10 +297,22 @@ _LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
-def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore]:
-    """The pacer and token store on the Redis at ``url``, one pair (and one client) per URL."""
+def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker]:
+    """The pacer, token store and circuits on the Redis at ``url``, one set (and one client) per URL."""
     link = _RedisLink(url)
-    return RedisPacer(link), RedisTokenStore(link)
+    return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link)
+
+
+_DB_BREAKER = DbBreaker()
+
+
+def shared_breaker() -> SharedBreaker:
+    """The site circuits every process shares (``rewind.sites.circuit``)."""
+    url = settings.ZVM_SHARED_REDIS_URL
+    if url:
+        with _LOCK:
+            return redis_stores(url)[2]
+    return _DB_BREAKER
 
 
 def shared_stores() -> Stores:
@@ -306,6 +320,6 @@ def shared_stores() -> Stores:
     url = settings.ZVM_SHARED_REDIS_URL
     if url:
         with _LOCK:
-            pacer, tokens = redis_stores(url)
-        return Stores(pacer=pacer, tokens=tokens)
-    return Stores(pacer=DbPacer(), tokens=DbTokenStore())
+            pacer, tokens, breaker = redis_stores(url)
+        return Stores(pacer=pacer, tokens=tokens, breaker=breaker)
+    return Stores(pacer=DbPacer(), tokens=DbTokenStore(), breaker=_DB_BREAKER)

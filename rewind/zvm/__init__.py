@@ -5,6 +5,7 @@ Standalone (no Django): build a ``ZvmConnection`` per site and a ``ZvmClient`` o
 
 from __future__ import annotations
 
+from .breaker import Breaker, CircuitPolicy, CircuitState, MemoryBreaker
 from .client import Stores, ZvmClient, shared_client, use_shared_stores
 from .connection import ZvmConnection
 from .errors import (
@@ -12,6 +13,7 @@ from .errors import (
     ZvmError,
     ZvmNotFoundError,
     ZvmRejectedError,
+    ZvmSiteUnavailable,
     ZvmTlsError,
     ZvmTransientError,
     ZvmUnparseableResponse,
@@ -38,6 +40,10 @@ from .types import (
 )
 
 __all__ = [
+    "Breaker",
+    "CircuitPolicy",
+    "CircuitState",
+    "MemoryBreaker",
     "FLR_MOUNTED",
     "TASK_COMPLETED",
     "TASK_IN_PROGRESS",
@@ -66,6 +72,7 @@ __all__ = [
     "ZvmError",
     "ZvmNotFoundError",
     "ZvmRejectedError",
+    "ZvmSiteUnavailable",
     "ZvmTlsError",
     "ZvmTransientError",
     "ZvmUnparseableResponse",

@@ -19,15 +19,18 @@ import time
 import uuid
 import zipfile
 from collections.abc import Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, BinaryIO
+from functools import wraps
+from typing import Any, BinaryIO, ParamSpec, TypeVar
 from urllib.parse import quote, urlsplit
 
 import requests
 
 from ._fields import Fields, format_datetime
 from .auth import TokenKeeper
+from .breaker import LOCAL_BREAKER, Breaker, counts_against_site, opens_at_once, refusal
 from .clock import ClockOffset, ZvmClock
 from .connection import ZvmConnection
 from .download import NotOneFile, clean_link, resolve_link, same_origin, stream_to_sink
@@ -36,6 +39,7 @@ from .errors import (
     ZvmError,
     ZvmNotFoundError,
     ZvmRejectedError,
+    ZvmSiteUnavailable,
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
@@ -58,17 +62,22 @@ from .types import (
 
 MIB = 1024 * 1024
 When = datetime | str | None
+P = ParamSpec("P")
+R = TypeVar("R")
+# Set while a public call runs, so the calls it makes itself are not counted twice.
+_IN_CALL: ContextVar[bool] = ContextVar("zvm_in_call", default=False)
 
 
 @dataclass(frozen=True)
 class Stores:
     """Where a client counts its ZVM's request cap and keeps its tokens.
 
-    The defaults: the cap counted in this process, tokens kept by this client alone.
+    The defaults: the cap counted and circuits kept in this process, tokens kept by this client alone.
     """
 
     pacer: Pacer | None = None  # None: the process-wide in-memory pacer
     tokens: TokenStore = field(default_factory=MemoryTokenStore)
+    breaker: Breaker = LOCAL_BREAKER  # the process-wide in-memory circuits
 
 
 def _seg(identifier: str) -> str:
@@ -82,10 +91,44 @@ class _Shared:
     def __init__(self, conn: ZvmConnection, stores: Stores | None = None) -> None:
         stores = stores or Stores()
         self.transport = Transport(conn, pacer=stores.pacer)
+        self.breaker = stores.breaker
         self.tokens = TokenKeeper(self.transport, stores.tokens)
         self.names: dict[str, list[str]] = {}
         self.names_lock = threading.Lock()
         self.clock = ZvmClock()  # the ZVM's clock beside ours, from the Date of its answers
+
+
+def _call(method: Callable[P, R]) -> Callable[P, R]:
+    """One public call as the site's circuit sees it (``rewind.zvm.breaker``).
+
+    Refused at once while the circuit is open; a usable answer (404 and other 4xx included)
+    closes it; a call that ends without one (after its retries) counts one failure. A timeout
+    is counted by ``_request`` right away, so that it is not retried once it opened the circuit.
+    """
+
+    @wraps(method)
+    def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
+        self = args[0]
+        assert isinstance(self, ZvmClient)
+        if _IN_CALL.get():
+            return method(*args, **kwargs)
+        self._admit()
+        token = _IN_CALL.set(True)
+        try:
+            result = method(*args, **kwargs)
+        except ZvmError as exc:
+            if counts_against_site(exc):
+                if not exc.circuit_counted:
+                    self._site_failed(exc)
+            elif not isinstance(exc, ZvmSiteUnavailable):
+                self._site_answered()
+            raise
+        finally:
+            _IN_CALL.reset(token)
+        self._site_answered()
+        return result
+
+    return wrapper
 
 
 class ZvmClient:
@@ -103,19 +146,49 @@ class ZvmClient:
         stores: Stores | None = None,
         _shared: _Shared | None = None,
         _sleep: Callable[[float], None] = time.sleep,
+        _gated: bool = True,
     ) -> None:
-        """``stores``: where the cap is counted and tokens are kept (default: this client / process)."""
+        """``stores``: where the cap is counted, tokens are kept and the circuit is tracked
+        (default: this client / process)."""
         self.conn = conn
         self.request_id = request_id
         self._shared = _shared or _Shared(conn, stores)
         self._sleep = _sleep
+        self._gated = _gated
 
     def __repr__(self) -> str:
         return f"ZvmClient({self.conn!r}, request_id={self.request_id!r})"
 
     def with_request_id(self, request_id: str | None) -> ZvmClient:
         """A client for the same ZVM whose calls carry ``request_id`` (shares token and pool)."""
-        return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep)
+        return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep,
+                         _gated=self._gated)
+
+    def ungated(self) -> ZvmClient:
+        """A copy whose calls go even while the site's circuit is open (probes, a person's check).
+
+        Their outcome still counts: an answer closes the circuit, a failure keeps it open.
+        """
+        return ZvmClient(self.conn, request_id=self.request_id, _shared=self._shared, _sleep=self._sleep,
+                         _gated=False)
+
+    # -- the site's circuit --------------------------------------------------------
+    def _admit(self) -> None:
+        if not self._gated:
+            return
+        refused = self._shared.breaker.admit(self.conn.circuit_id)
+        if refused is not None:
+            raise refusal(self.conn.site_name, refused, base_url=self.conn.display_url)
+
+    def _site_failed(self, exc: ZvmError) -> bool:
+        """Count ``exc`` against the site; True when its circuit is open now."""
+        exc.circuit_counted = True
+        state = self._shared.breaker.failed(self.conn.circuit_id, self.conn.site_name, exc.message,
+                                            at_once=opens_at_once(exc))
+        return state.is_open
+
+    def _site_answered(self) -> None:
+        self._shared.breaker.answered(self.conn.circuit_id, self.conn.site_name)
 
     def close(self) -> None:
         self._shared.transport.session.close()
@@ -131,31 +204,38 @@ class ZvmClient:
         return self._shared.clock.offset()
 
     # -- sites ---------------------------------------------------------------------
+    @_call
     def local_site(self) -> LocalSite:
         """The site of the ZVM called (``GET /v1/localsite``)."""
         return LocalSite.from_json(self._one(self._get("/v1/localsite"), "the local site"))
 
+    @_call
     def peer_sites(self) -> list[PeerSite]:
         """Paired sites (``GET /v1/peersites``)."""
         return [PeerSite.from_json(row) for row in self._list(self._get("/v1/peersites"))]
 
     # -- VMs and VPGs --------------------------------------------------------------
+    @_call
     def list_vms(self, *, vm_name: str | None = None, vm_identifier: str | None = None) -> list[VmRow]:
         """One row per (VM, VPG) pair; filters are the ZVM's own (case-insensitive)."""
         params = {"vmName": vm_name, "vmIdentifier": vm_identifier}
         return [VmRow.from_json(row) for row in self._list(self._get("/v1/vms", params))]
 
+    @_call
     def list_vpgs(self, *, name: str | None = None) -> list[Vpg]:
         return [Vpg.from_json(row) for row in self._list(self._get("/v1/vpgs", {"name": name}))]
 
+    @_call
     def get_vpg(self, vpg_id: str) -> Vpg:
         """Raises ``ZvmNotFoundError`` for an unknown VPG."""
         return Vpg.from_json(self._one(self._get(f"/v1/vpgs/{_seg(vpg_id)}"), f"VPG {vpg_id}"))
 
+    @_call
     def vpg_status_names(self) -> list[str]:
         """``GET /v1/vpgs/statuses``: names in enum order (cached per client)."""
         return self._names("/v1/vpgs/statuses")
 
+    @_call
     def vpg_substatus_names(self) -> list[str]:
         """``GET /v1/vpgs/substatuses``: names in enum order (cached per client)."""
         return self._names("/v1/vpgs/substatuses")
@@ -168,6 +248,7 @@ class ZvmClient:
         return self._name_at(self.vpg_substatus_names(), code)
 
     # -- checkpoints and tasks -----------------------------------------------------
+    @_call
     def insert_tagged_checkpoint(self, vpg_id: str, tag: str) -> str:
         """Ask the ZVM to add a tagged checkpoint; returns the task id.
 
@@ -176,9 +257,11 @@ class ZvmClient:
         resp = self._request("POST", f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", json_body={"checkpointName": tag})
         return self._string(resp, "the checkpoint request")
 
+    @_call
     def get_task(self, task_id: str) -> Task:
         return Task.from_json(self._one(self._get(f"/v1/tasks/{_seg(task_id)}"), f"task {task_id}"))
 
+    @_call
     def list_tasks(self, *, task_type: str | None = None, started_after: When = None) -> list[Task]:
         """Tasks, filtered by the ZVM on type (e.g. ``InsertTaggedCP``) and start time."""
         params: dict[str, str] = {}
@@ -188,16 +271,19 @@ class ZvmClient:
             params["startedAfterDate"] = format_datetime(started_after)
         return [Task.from_json(row) for row in self._list(self._get("/v1/tasks", params))]
 
+    @_call
     def list_checkpoints(self, vpg_id: str, *, start: When = None, end: When = None) -> list[Checkpoint]:
         """Journal checkpoints; pass ``start``: an unfiltered list can hold days of them."""
         params = self._window(start, end)
         rows = self._list(self._get(f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", params))
         return [Checkpoint.from_json(row) for row in rows]
 
+    @_call
     def checkpoint_stats(self, vpg_id: str) -> CheckpointStats:
         resp = self._get(f"/v1/vpgs/{_seg(vpg_id)}/checkpoints/stats")
         return CheckpointStats.from_json(self._one(resp, "the checkpoint stats"))
 
+    @_call
     def points_in_time(self, vm_id: str, *, vpg_id: str, start: When = None, end: When = None) -> list[PointInTime]:
         """Checkpoints of one VM in one VPG, each with ``can_mount`` (FLR eligibility)."""
         params = {"vpgIdentifier": vpg_id, **self._window(start, end)}
@@ -205,6 +291,7 @@ class ZvmClient:
         return [PointInTime.from_json(row) for row in rows]
 
     # -- file level recovery -------------------------------------------------------
+    @_call
     def flr_mount(self, *, vpg_id: str, vm_id: str, checkpoint_id: str) -> str:
         """Start an FLR mount; returns the session id. Changes the ZVM; never retried.
 
@@ -215,10 +302,12 @@ class ZvmClient:
         resp = self._request("POST", "/v1/flrs", json_body=body)
         return self._string(resp, "the mount request", note=" (the mount may have started anyway)")
 
+    @_call
     def list_flr_sessions(self, *, vm_id: str | None = None) -> list[FlrSession]:
         rows = self._list(self._get("/v1/flrs", {"vmIdentifier": vm_id}))
         return [FlrSession.from_json(row) for row in rows]
 
+    @_call
     def get_flr_session(self, session_id: str) -> FlrSession:
         """One session; the ZVM may answer an object or a one-element array (both accepted)."""
         data = self._get(f"/v1/flrs/{_seg(session_id)}")
@@ -229,12 +318,14 @@ class ZvmClient:
                 raise self._error(ZvmNotFoundError, f"FLR session {session_id} is not listed", status=404)
         return FlrSession.from_json(self._one(data, f"FLR session {session_id}"))
 
+    @_call
     def flr_browse(self, session_id: str, path: str = "") -> BrowseResult:
         """List one folder of a mounted session; ``""`` lists the partitions. Paths use '/'."""
         body = {"path": path, "pageNumber": None, "pageSize": None}
         resp = self._request("POST", f"/v1/flrs/{_seg(session_id)}/browse", json_body=body)
         return BrowseResult.from_json(self._one(self._json(resp), f"the listing of {path or '/'}"))
 
+    @_call
     def flr_download_url(self, session_id: str, paths: list[str]) -> str:
         """Ask for a download link of ``paths``; returns it absolute, quotes stripped."""
         resp = self._request("POST", f"/v1/flrs/{_seg(session_id)}/download", json_body={"pathList": paths})
@@ -243,6 +334,7 @@ class ZvmClient:
             raise self._error(ZvmUnparseableResponse, "the download answer holds no link")
         return resolve_link(self.conn.root, link)
 
+    @_call
     def flr_download(self, session_id: str, path: str, sink: BinaryIO, *, chunk_size: int = MIB) -> DownloadResult:
         """Stream the file at ``path`` into ``sink``; returns its size and sha256.
 
@@ -262,6 +354,7 @@ class ZvmClient:
         finally:
             resp.close()
 
+    @_call
     def flr_unmount(self, session_id: str) -> str:
         """End an FLR session (``DELETE /v1/flrs/{id}``); returns the ZVM's answer (a task id).
 
@@ -293,10 +386,16 @@ class ZvmClient:
         rid = self.request_id or str(uuid.uuid4())  # one id per call, kept across its retries
         attempts = max(1, self.conn.get_attempts) if method == "GET" else 1
         for attempt in range(1, attempts + 1):
+            if attempt > 1:
+                self._admit()  # another caller may have found the site stuck meanwhile
             try:
                 return self._authorized(method, target, rid, params, json_body, stream)
-            except ZvmTransientError:
-                if attempt == attempts:
+            except ZvmError as exc:
+                # A timeout opens the circuit at once and is not retried: a stuck ZVM costs one
+                # timeout, not one per attempt. Other failures count once per call (``_call``).
+                if opens_at_once(exc) and self._site_failed(exc):
+                    raise
+                if not isinstance(exc, ZvmTransientError) or attempt == attempts:
                     raise
                 self._sleep(self._backoff(attempt))
         raise AssertionError("unreachable")

@@ -34,6 +34,8 @@ class ZvmConnection:
     backoff_initial: float = 0.2
     backoff_max: float = 1.0
     max_requests_per_s: float | None = None
+    # Names this site in the circuit breaker (``breaker``); empty: the ZVM's address (``zvm_key``).
+    circuit_key: str = ""
 
     def __repr__(self) -> str:
         # Spelled out (not just field(repr=False)) so a future field cannot leak by default.
@@ -72,6 +74,10 @@ class ZvmConnection:
     def zvm_key(self) -> str:
         """Names this ZVM in shared counters: the same address counts as one ZVM, whoever logs in."""
         return hashlib.sha256(self._address.encode()).hexdigest()[:32]
+
+    @property
+    def circuit_id(self) -> str:
+        return self.circuit_key or self.zvm_key
 
     @property
     def login_key(self) -> str:

@@ -15,7 +15,13 @@ from typing import Any
 
 
 class ZvmError(Exception):
-    """Base of every ZVM client error: ``site_name`` plus a plain-words ``message``."""
+    """Base of every ZVM client error: ``site_name`` plus a plain-words ``message``.
+
+    ``timed_out``: no answer within the connect or read timeout.
+    """
+
+    timed_out = False
+    circuit_counted = False  # already counted against the site's circuit (rewind.zvm.breaker)
 
     def __init__(
         self,
@@ -54,6 +60,18 @@ class ZvmTransientError(ZvmError):
 
     Trying again later may work. GETs were already retried a few times by the client.
     """
+
+
+class ZvmSiteUnavailable(ZvmTransientError):
+    """The site's circuit is open (see ``rewind.zvm.breaker``): the call was not sent.
+
+    Its ZVM failed lately (the message says since when and why); a background probe closes
+    the circuit when it answers again. Also raised for a site disabled here. ``since`` is the
+    wall-clock time it opened (None when disabled), ``reason`` the last failure.
+    """
+
+    since: float | None = None
+    reason: str = ""
 
 
 class ZvmRejectedError(ZvmError):

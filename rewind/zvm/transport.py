@@ -176,9 +176,9 @@ class Transport:
         if isinstance(exc, requests.exceptions.SSLError):
             return self.error(ZvmTlsError, _tls_reason(exc))
         if isinstance(exc, requests.exceptions.ConnectTimeout):
-            return self.error(ZvmTransientError, f"cannot connect (no answer within {c:g} s)")
+            return self._timed_out(f"cannot connect (no answer within {c:g} s)")
         if isinstance(exc, requests.exceptions.ReadTimeout):
-            return self.error(ZvmTransientError, f"the ZVM did not answer {what} within {r:g} s")
+            return self._timed_out(f"the ZVM did not answer {what} within {r:g} s")
         if isinstance(exc, requests.exceptions.ChunkedEncodingError):
             return self.error(ZvmTransientError, f"the answer to {what} was cut off")
         if isinstance(exc, requests.exceptions.ConnectionError):
@@ -189,6 +189,11 @@ class Transport:
             return self.error(ZvmTransientError, f"cannot connect ({_connect_reason(exc)})")
         # InvalidURL, MissingSchema and friends: the configured address is unusable.
         return self.error(ZvmRejectedError, f"cannot send {what}: {type(exc).__name__}")
+
+    def _timed_out(self, message: str) -> ZvmError:
+        error = self.error(ZvmTransientError, message)
+        error.timed_out = True  # one is enough to open the site's circuit (rewind.zvm.breaker)
+        return error
 
     def error_for_status(self, resp: requests.Response, what: str) -> ZvmError:
         status = resp.status_code

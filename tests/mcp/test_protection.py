@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from rewind.errors import ApplicationError
-from rewind.protection import VmAmbiguousError, VmNotFoundError, find_protection, protection_cache_clear
+from rewind.protection import (
+    SitesUnavailableError,
+    VmAmbiguousError,
+    VmNotFoundError,
+    find_protection,
+    protection_cache_clear,
+)
 from rewind.requestid import bound_request_id
 from tests.mcpfixtures import register_sites
 from tests.zvm.localzvm import serve
@@ -119,10 +125,26 @@ def test_it_marks_a_recovery_site_that_is_not_configured(two_sites: Any) -> None
     assert app3.can_insert_checkpoint  # the protected site's ZVM is what inserts
 
 
-def test_it_fails_naming_a_site_it_could_not_ask(sim: Any, two_sites: Any) -> None:
+def test_a_vm_whose_own_site_answered_is_complete_and_names_the_site_it_could_not_ask(
+        sim: Any, two_sites: Any) -> None:
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
-    with pytest.raises(ApplicationError, match="Site B"):
-        find_protection("db01")
+    found = find_protection("db01")  # protected at Site A, which answered
+    assert [v.name for v in found.vpgs] == ["vpg-db"]
+    assert found.unavailable_sites == ("Site B",) and "Site B" in (found.note or "")
+
+
+def test_a_vm_whose_own_site_could_not_be_asked_is_refused_naming_it(sim: Any, two_sites: Any) -> None:
+    sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
+    with pytest.raises(SitesUnavailableError, match="Site B") as caught:
+        find_protection("win01")  # protected at Site B; Site A lists it as the recovery site only
+    assert caught.value.sites == ("Site B",)
+
+
+def test_a_vm_no_answering_site_knows_names_the_sites_not_asked_instead_of_not_found(
+        sim: Any, two_sites: Any) -> None:
+    sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
+    with pytest.raises(SitesUnavailableError, match="could not be asked.*Site B"):
+        find_protection("no-such-vm", resolver=lambda host: [])
 
 
 def test_it_refuses_an_empty_query(two_sites: Any) -> None:
@@ -163,5 +185,4 @@ def test_it_asks_every_time_with_the_cache_off(sim: Any, two_sites: Any, setting
     find_protection("db01")
     assert sim.calls("site-a").get("GET /v1/vms", 0) == before + 1
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
-    with pytest.raises(ApplicationError, match="Site B"):
-        find_protection("db01")
+    assert find_protection("db01").unavailable_sites == ("Site B",)  # asked again, not a cached answer

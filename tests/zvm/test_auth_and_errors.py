@@ -17,6 +17,7 @@ from rewind.zvm import (
     ZvmAuthError,
     ZvmClient,
     ZvmRejectedError,
+    ZvmSiteUnavailable,
     ZvmTlsError,
     ZvmTransientError,
 )
@@ -143,14 +144,22 @@ def test_a_rejected_request_carries_the_zvm_message(sim: SimHandle, make_client:
     assert "initial sync" in str(caught.value)
 
 
-def test_a_read_timeout_is_transient_and_a_get_is_retried(sim: SimHandle, make_client: MakeClient) -> None:
-    sim.add_fault("hang", site="site-a", seconds=3, path_regex=r"/v1/localsite$", count=1)
-    assert make_client(read_timeout=0.5, get_attempts=2).local_site().name == "Site A"
-    sim.add_fault("hang", site="site-a", seconds=3, path_regex=r"/v1/localsite$", count=1)
+def test_a_read_timeout_is_transient_not_retried_and_opens_the_site_s_circuit(
+        sim: SimHandle, make_client: MakeClient) -> None:
+    client = make_client(read_timeout=0.5, get_attempts=3)
+    client.list_vpgs()  # logged in
+    sim.add_fault("hang", site="site-a", seconds=3, path_regex=r"/v1/localsite$")
     with pytest.raises(ZvmTransientError) as caught:
-        make_client(read_timeout=0.5, get_attempts=1).local_site()
+        client.local_site()
+    assert not isinstance(caught.value, ZvmSiteUnavailable)
     assert str(caught.value) == (f"Site A ({sim.site_url('site-a')}): the ZVM did not answer "
                                  "GET /site-a/v1/localsite within 0.5 s")
+    assert calls(sim, "site-a", "GET /v1/localsite") == 1  # one timeout, not one per attempt
+    before = sum(sim.calls("site-a").values())
+    with pytest.raises(ZvmSiteUnavailable) as refused:
+        client.list_vpgs()
+    assert sum(sim.calls("site-a").values()) == before  # refused without asking the ZVM
+    assert "unavailable since" in str(refused.value) and "did not answer" in str(refused.value)
 
 
 def _closed_port() -> int:

@@ -5,7 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.errors import NotFoundError
-from rewind.sites import clock_skew_warning, site_check
+from rewind.sites import clock_skew_warning, site_availability_text, site_check
 from rewind.sites.selectors import site_enabled_list, site_get_by_name
 
 
@@ -27,16 +27,20 @@ class Command(BaseCommand):
             raise CommandError("no enabled sites are configured (add one in the admin under Sites)")
         failures = 0
         for site in sites:
+            before = site_availability_text(site)
             result = site_check(site=site)
+            if before.startswith("unavailable"):
+                self.stdout.write(f"{site.name}: was {before}")
             if result.ok and result.local is not None:
                 local = result.local
                 self.stdout.write(
                     f"{site.name}: OK  {local.name} | type {local.type} | version {local.version} | "
-                    f"identifier {local.identifier} | {result.vpg_count} VPGs | {_clock(site.clock_offset_s)}"
+                    f"identifier {local.identifier} | {result.vpg_count} VPGs | {_clock(site.clock_offset_s)} | "
+                    f"{site_availability_text(result.site)}"
                 )
             else:
                 failures += 1
-                self.stdout.write(f"{site.name}: FAILED  {result.error}")
+                self.stdout.write(f"{site.name}: FAILED  {result.error} | {site_availability_text(result.site)}")
         if failures:
             raise CommandError(f"{failures} of {len(sites)} sites failed")
 

@@ -1,0 +1,14 @@
+"""Celery tasks of sites: thin wrappers around the services. The names are in the beat schedule: keep them."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from rewind.sites.services import sites_probe
+
+
+@shared_task(name="rewind.sites.probe", ignore_result=True)
+def sites_probe_task() -> dict[str, object]:
+    """Give each site whose circuit is open and due its one trial call (``sites_probe``). Safe to overlap."""
+    report = sites_probe()
+    return {"probed": report.probed, "skipped": report.skipped, "audited": report.audited}

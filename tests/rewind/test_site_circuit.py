@@ -1,0 +1,224 @@
+"""One stuck ZVM must not stop the rest: per-site circuits against the simulator, on both shared stores.
+
+Behaviour only (which requests the simulator saw, what was refused, what was audited), never timings.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+import redis
+
+from rewind.audit import Actor
+from rewind.audit.actions import SiteAction
+from rewind.audit.models import AuditEvent
+from rewind.protection import SitesUnavailableError, find_protection, protection_cache_clear
+from rewind.sites import site_availability, site_check, site_circuit, site_client, site_create, site_update, sites_probe
+from rewind.sites.api import SiteOutputSerializer
+from rewind.sites.circuit import CIRCUIT_PREFIX, circuit_audit_catch_up
+from rewind.sites.models import Site
+from rewind.sites.zvm_shared import shared_breaker
+from rewind.zvm import ZvmAuthError, ZvmNotFoundError, ZvmSiteUnavailable, ZvmTransientError, ZvmUnparseableResponse
+
+REDIS_URL = "redis://127.0.0.1:6379/8"
+ADMIN = Actor.user("alice")
+SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
+
+
+def _flush(client: redis.Redis) -> None:
+    for key in client.scan_iter(match="rewind:zvm:*"):
+        client.delete(key)
+
+
+@pytest.fixture(params=["db", "redis"])
+def store(request: pytest.FixtureRequest, transactional_db: None, settings: Any) -> Iterator[str]:
+    """The shared store the circuits live in: the database, or Redis (db 8)."""
+    settings.ZVM_CONNECT_TIMEOUT_S = 0.5
+    settings.ZVM_READ_TIMEOUT_S = 0.5
+    settings.ZVM_CIRCUIT_PROBE_S = 0.2
+    settings.ZVM_CIRCUIT_PROBE_MAX_S = 0.4
+    settings.ZVM_CIRCUIT_AUDIT_QUIET_S = 0
+    settings.REWIND_LOOKUP_CACHE_S = 0
+    client = None
+    if request.param == "redis":
+        client = redis.Redis.from_url(REDIS_URL, socket_connect_timeout=1)
+        try:
+            client.ping()
+        except redis.RedisError:
+            pytest.skip("no Redis server answers at 127.0.0.1:6379")
+        _flush(client)
+        settings.ZVM_SHARED_REDIS_URL = REDIS_URL
+    else:
+        settings.ZVM_SHARED_REDIS_URL = None
+    protection_cache_clear()
+    yield str(request.param)
+    protection_cache_clear()
+    if client is not None:
+        _flush(client)
+        client.close()
+
+
+@pytest.fixture
+def sites(sim: Any, store: str) -> dict[str, Site]:
+    out = {}
+    for slug, name in SLUGS.items():
+        site = site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
+        assert site_check(site=site).ok
+        out[slug] = site
+    return out
+
+
+def _seen(sim: Any, slug: str) -> int:
+    return sum(sim.calls(slug).values())
+
+
+def _audits(site: Site, action: str) -> list[AuditEvent]:
+    return list(AuditEvent.objects.filter(action=action, target_id=str(site.pk)).order_by("seq"))
+
+
+def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_probe_closes_it(
+        sim: Any, sites: dict[str, Site]) -> None:
+    c = sites["site-c"]
+    sim.add_fault("hang", site="site-c", seconds=5, path_regex=".*")
+
+    first = find_protection("web01")  # protected at Site A: complete although Site C hangs
+    assert [v.name for v in first.vpgs] == ["vpg-web", "vpg-web-dr"]
+    assert first.unavailable_sites == ("Site C",)
+    state = site_circuit(c)
+    assert state.is_open and "did not answer" in state.reason
+    [opened] = _audits(c, SiteAction.UNAVAILABLE)
+    assert "did not answer" in opened.data["reason"]
+
+    seen = _seen(sim, "site-c")
+    again = find_protection("app01")
+    assert again.unavailable_sites == ("Site C",) and len(again.vpgs) == 3
+    with pytest.raises(SitesUnavailableError, match="Site C") as refused:
+        find_protection("edge01")  # protected at Site C itself
+    assert refused.value.sites == ("Site C",)
+    with pytest.raises(ZvmSiteUnavailable, match="unavailable since .* did not answer"):
+        site_client(c).list_vpgs()
+    assert _seen(sim, "site-c") == seen  # none of these reached the hung site
+
+    availability = site_availability(c)
+    assert availability["available"] is False and "did not answer" in str(availability["reason"])
+    assert SiteOutputSerializer(c).data["availability"]["available"] is False
+
+    sim.clear_faults()
+    deadline = time.monotonic() + 20
+    report = sites_probe()
+    while "Site C" not in report.probed and time.monotonic() < deadline:
+        time.sleep(0.1)  # the first trial is due one probe period after it opened
+        report = sites_probe()
+    assert report.probed == {"Site C": "available"}
+    assert not site_circuit(c).is_open
+    assert len(_audits(c, SiteAction.AVAILABLE)) == 1
+    assert find_protection("edge01").unavailable_sites == ()
+
+
+def test_a_probe_that_fails_keeps_it_open_and_one_trial_per_period_is_let_through(
+        sim: Any, sites: dict[str, Site]) -> None:
+    c = sites["site-c"]
+    sim.add_fault("hang", site="site-c", seconds=5, path_regex=".*")
+    with pytest.raises(ZvmTransientError):
+        site_client(c).list_vpgs()
+    time.sleep(0.25)  # past the first period: one trial is due
+    trial = site_client(c)
+    with pytest.raises(ZvmTransientError) as caught:
+        trial.list_vpgs()  # this caller is the trial: it waits for the stuck ZVM once
+    assert not isinstance(caught.value, ZvmSiteUnavailable)
+    seen = _seen(sim, "site-c")
+    with pytest.raises(ZvmSiteUnavailable):
+        trial.list_vpgs()  # the next period is longer: refused at once
+    assert _seen(sim, "site-c") == seen
+    assert site_circuit(c).is_open
+
+
+def test_rejected_stored_credentials_open_the_circuit_and_say_so(sim: Any, store: str) -> None:
+    site = site_create(actor=ADMIN, name="Site A", base_url=sim.site_url("site-a"), username="admin",
+                       password="not-the-password")
+    client = site_client(site)
+    for _ in range(3):  # ZVM_CIRCUIT_FAILURES
+        with pytest.raises(ZvmAuthError, match="rejected the credentials"):
+            client.list_vpgs()
+    seen = _seen(sim, "site-a")
+    with pytest.raises(ZvmSiteUnavailable, match="rejected the credentials"):
+        client.list_vpgs()
+    assert _seen(sim, "site-a") == seen
+
+
+@pytest.mark.parametrize("status", [500, 502])
+def test_5xx_answers_open_the_circuit(sim: Any, sites: dict[str, Site], status: int) -> None:
+    sim.add_fault("http_error", site="site-b", status=status, path_regex="/v1/vpgs$")
+    client = site_client(sites["site-b"])
+    for _ in range(3):
+        with pytest.raises(ZvmTransientError, match=f"HTTP {status}"):
+            client.list_vpgs()
+    with pytest.raises(ZvmSiteUnavailable, match=f"HTTP {status}"):
+        client.list_vpgs()
+
+
+def test_an_answer_that_is_not_json_opens_the_circuit(sim: Any, sites: dict[str, Site]) -> None:
+    # A 2xx whose body is an object where the API documents a JSON string (the task id).
+    sim.add_fault("http_error", site="site-b", status=200, path_regex="/checkpoints$", message="garbage")
+    client = site_client(sites["site-b"])
+    for _ in range(3):
+        with pytest.raises(ZvmUnparseableResponse, match="not a JSON string"):
+            client.insert_tagged_checkpoint("any-vpg", "tag")
+    with pytest.raises(ZvmSiteUnavailable, match="not a JSON string"):
+        client.list_vpgs()
+
+
+def test_404_and_400_answers_do_not_count(sim: Any, sites: dict[str, Site]) -> None:
+    client = site_client(sites["site-a"])
+    for _ in range(5):
+        with pytest.raises(ZvmNotFoundError):
+            client.get_vpg("no-such-vpg")
+    sim.add_fault("http_error", site="site-a", status=400, path_regex="/v1/vpgs$", count=5)
+    for _ in range(5):
+        with pytest.raises(Exception, match="HTTP 400"):
+            client.list_vpgs()
+    assert not site_circuit(sites["site-a"]).is_open
+    assert client.list_vpgs()
+
+
+def test_disabling_a_site_refuses_every_client_of_it_at_once(sim: Any, sites: dict[str, Site]) -> None:
+    a = sites["site-a"]
+    client = site_client(a)  # made before the change, as another process's would be
+    client.list_vpgs()
+    site_update(actor=ADMIN, site=Site.objects.get(pk=a.pk), enabled=False)
+    seen = _seen(sim, "site-a")
+    with pytest.raises(ZvmSiteUnavailable, match="disabled"):
+        client.list_vpgs()
+    assert _seen(sim, "site-a") == seen
+    site_update(actor=ADMIN, site=Site.objects.get(pk=a.pk), enabled=True)
+    assert client.list_vpgs()
+
+
+def test_a_flapping_site_is_audited_once_then_summarised(sim: Any, sites: dict[str, Site], settings: Any) -> None:
+    settings.ZVM_CIRCUIT_AUDIT_QUIET_S = 3600
+    b = sites["site-b"]
+    breaker, key = shared_breaker(), str(b.pk)
+    for _ in range(5):
+        breaker.failed(key, b.name, "the ZVM did not answer", at_once=True)
+        breaker.answered(key, b.name)
+    breaker.failed(key, b.name, "the ZVM did not answer", at_once=True)
+    assert len(_audits(b, SiteAction.UNAVAILABLE)) == 1  # the first open only
+    assert _audits(b, SiteAction.AVAILABLE) == []
+    settings.ZVM_CIRCUIT_AUDIT_QUIET_S = 0
+    assert circuit_audit_catch_up(breaker, b)
+    summary = _audits(b, SiteAction.UNAVAILABLE)[-1]
+    assert summary.data["summary"] is True and summary.data["flaps_since_last"] == 10
+
+
+def test_the_redis_circuit_is_what_other_processes_see(sim: Any, sites: dict[str, Site], store: str) -> None:
+    if store != "redis":
+        pytest.skip("Redis only")
+    c = sites["site-c"]
+    sim.add_fault("hang", site="site-c", seconds=5, path_regex=".*")
+    with pytest.raises(ZvmTransientError):
+        site_client(c).list_vpgs()
+    raw = redis.Redis.from_url(REDIS_URL).hgetall(CIRCUIT_PREFIX + str(c.pk))
+    assert raw[b"state"] == b"open"
