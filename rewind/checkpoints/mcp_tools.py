@@ -311,7 +311,8 @@ async def zerto_add_mutating_tool(
     description: Annotated[StrictStr, Field(description="What the tool changes, for the people who review the "
                                                         "catalog, e.g. \"runs Docker commands on a host\"")],
     platform: Annotated[Literal["linux", "windows", "any"],
-                        Field(description="The guests it changes: \"linux\", \"windows\" or \"any\" (default)")] = "any",
+                        Field(description="The guests it changes, a JSON string: \"linux\", \"windows\" or \"any\" "
+                                          "(default), e.g. \"linux\"")] = "any",
 ) -> MutatingToolOut:
     """Add a tool that changes VMs to the catalog, so zerto_guard_before_mutate checkpoints before it runs.
 

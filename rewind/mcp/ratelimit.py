@@ -143,6 +143,10 @@ _GCRA_SQL = (
 )
 
 
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
 class DbRateLimiter:
     """The same limit counted in the database for every process; see the module docstring."""
 
@@ -176,7 +180,7 @@ class DbRateLimiter:
             # up every other process meanwhile; only a test calls from inside one.
             return self._local.take_now(key)
         recycle_connections()
-        now = int(time.time() * 1_000_000)
+        now = _now_us()
         interval, tolerance = self._interval_us, self._tolerance_us
         params: list[int | str] = [key, now + interval, now, now, now, tolerance, now, now, now, tolerance, now, now, interval]
         try:
