@@ -7,12 +7,12 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
+from typing import Annotated, Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictStr
 
 from recoveries.selectors import calling_agent, recovery_dict, recovery_get_for_agent
 from recoveries.services import recovery_request_create
@@ -24,6 +24,21 @@ from rewind.mcp.context import current_agent_id, run_db
 # How long ``wait=true`` keeps the call open before answering with the status so far.
 WAIT_MAX_S = 600.0
 POLL_S = 1.0
+
+Vm = Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, or the Zerto "
+                                            "vmIdentifier, e.g. \"web01\"")]
+GuestPath = Annotated[StrictStr, Field(description="The file's absolute path in the guest, e.g. "
+                                                   "\"/etc/nginx/nginx.conf\" or \"C:\\\\inetpub\\\\web.config\"")]
+Reason = Annotated[StrictStr, Field(description="Why you need the file back, shown to the person who approves, e.g. "
+                                                "\"nginx fails to start after my edit\"")]
+CheckpointChoice = Annotated[Selector | None, Field(
+    description="A tag this service put on a checkpoint, or a Zerto checkpoint identifier, e.g. "
+                "\"ai:bot | edit nginx.conf | vm=web01 | change=CHG-2291 | 2026-01-05T10:00:00Z\"; omit to use "
+                "change_id or the newest tagged checkpoint")]
+ChangeIdChoice = Annotated[Selector | None, Field(
+    description="The change_id you guarded the change with, e.g. \"CHG-2291\": its checkpoint is used")]
+RecoveryId = Annotated[RecordId, Field(description="The recovery request's id from zerto_recover_file: a JSON "
+                                                   "integer, e.g. 17")]
 
 
 class CheckpointOut(BaseModel):
@@ -123,12 +138,12 @@ _DONE = ("denied", "expired", "succeeded", "failed")
 
 async def _wait(out: RecoveryOut, ctx: Context | None) -> RecoveryOut:
     deadline = time.monotonic() + WAIT_MAX_S
-    last = None
+    reported = -1  # each progress notification must be higher than the last (the spec says so)
     while out.status not in _DONE and time.monotonic() < deadline:
-        if ctx is not None and out.status != last:
-            step, words = _PROGRESS.get(out.status, (0, out.status))
+        step, words = _PROGRESS.get(out.status, (0, out.status))
+        if ctx is not None and step > reported:
             await ctx.report_progress(step, 3, f"recovery #{out.id}: {words}")
-            last = out.status
+            reported = step
         await asyncio.sleep(POLL_S)
         out = await run_db(_status, out.id)
     if ctx is not None and out.status in _DONE:
@@ -137,12 +152,14 @@ async def _wait(out: RecoveryOut, ctx: Context | None) -> RecoveryOut:
 
 
 async def zerto_recover_file(
-    vm: str,
-    path: str,
-    reason: str,
-    checkpoint: Selector | None = None,
-    change_id: Selector | None = None,
-    wait: Flag = False,
+    vm: Vm,
+    path: GuestPath,
+    reason: Reason,
+    checkpoint: CheckpointChoice = None,
+    change_id: ChangeIdChoice = None,
+    wait: Annotated[Flag, Field(description="JSON true: stay open (up to 10 minutes, with progress) until the "
+                                            "recovery ends; false (default): answer at once and poll "
+                                            "zerto_recovery_status")] = False,
     ctx: Context | None = None,
 ) -> RecoveryOut:
     """Ask for one guest file back from a Zerto checkpoint. A human must approve before anything is mounted.
@@ -158,7 +175,7 @@ async def zerto_recover_file(
     return await _wait(out, ctx) if wait else out
 
 
-async def zerto_recovery_status(id: RecordId) -> RecoveryOut:  # noqa: A002 - the tool's argument name
+async def zerto_recovery_status(id: RecoveryId) -> RecoveryOut:  # noqa: A002 - the tool's argument name
     """Status of one of your recovery requests; once done, its result.
 
     A succeeded recovery carries sha256 and size, and the file inline (`content`, text when it is UTF-8,
@@ -182,7 +199,10 @@ def _list_sessions(live_only: bool) -> FlrSessionListOut:
     )
 
 
-async def zerto_list_flr_sessions(live_only: Flag = True) -> FlrSessionListOut:
+async def zerto_list_flr_sessions(
+    live_only: Annotated[Flag, Field(description="JSON true (default): only sessions still holding a mount; false: "
+                                                 "also those ending or ended")] = True,
+) -> FlrSessionListOut:
     """Every FLR session the configured ZVMs know, on every site, with the ones this service opened marked.
 
     `live_only` (default true) keeps the sessions still holding a mount. A site whose ZVM cannot be asked is
@@ -196,7 +216,11 @@ def _end(session_id: str) -> EndSessionOut:
     return EndSessionOut(ok=report.ok, session_id=report.session_id, site=report.site, warning=report.warning or None)
 
 
-async def zerto_end_flr_session(session_id: Selector, confirmed: Confirmed = False) -> EndSessionOut:
+async def zerto_end_flr_session(
+    session_id: Annotated[Selector, Field(description="The FLR session's id from zerto_list_flr_sessions (one with "
+                                                      "ours true), e.g. \"a1b2c3d4-flr\"")],
+    confirmed: Confirmed = False,
+) -> EndSessionOut:
     """Unmount one FLR session that this service opened. `confirmed` must be true.
 
     Sessions of other operators are never ended by an agent: the error names the admin page where a
@@ -208,18 +232,26 @@ async def zerto_end_flr_session(session_id: Selector, confirmed: Confirmed = Fal
 
 
 def register(server: MCPServer) -> None:
-    read_only = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
+    def read_only(title: str) -> ToolAnnotations:
+        return ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
+                               open_world_hint=False)
+
+    # Not idempotent: each call makes a new request for a person to approve.
+    title = "Ask for a file back from a checkpoint (human-approved)"
     server.tool(
-        name="zerto_recover_file", title="Ask for a file back from a checkpoint (human-approved)",
-        annotations=ToolAnnotations(title="Ask for a file back", read_only_hint=False, destructive_hint=False,
+        name="zerto_recover_file", title=title,
+        annotations=ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False,
                                     idempotent_hint=False, open_world_hint=False),
     )(zerto_recover_file)
-    server.tool(name="zerto_recovery_status", title="Status and result of a file recovery",
-                annotations=read_only)(zerto_recovery_status)
-    server.tool(name="zerto_list_flr_sessions", title="List FLR sessions on every site",
-                annotations=read_only)(zerto_list_flr_sessions)
+    title = "Status and result of a file recovery"
+    server.tool(name="zerto_recovery_status", title=title, annotations=read_only(title))(zerto_recovery_status)
+    title = "List FLR sessions on every site"
+    server.tool(name="zerto_list_flr_sessions", title=title, annotations=read_only(title))(zerto_list_flr_sessions)
+    # Destructive: it unmounts (a reader of that mount loses it). Idempotent: ending an ended
+    # session changes nothing more.
+    title = "Unmount an FLR session this service opened"
     server.tool(
-        name="zerto_end_flr_session", title="Unmount an FLR session this service opened",
-        annotations=ToolAnnotations(title="End an FLR session", read_only_hint=False, destructive_hint=True,
+        name="zerto_end_flr_session", title=title,
+        annotations=ToolAnnotations(title=title, read_only_hint=False, destructive_hint=True,
                                     idempotent_hint=True, open_world_hint=False),
     )(zerto_end_flr_session)

@@ -24,13 +24,13 @@ if settings.REWIND_SERVE_STATIC:
 
 from rewind import startup  # noqa: E402
 from rewind.agents.mcp_auth import AgentTokenStore  # noqa: E402
-from rewind.mcp.server import MCP_PATH, METADATA_PATH, build_asgi_app, build_server  # noqa: E402
+from rewind.mcp.server import MCP_PATH, build_asgi_app, build_server  # noqa: E402
 
 startup.enable_tcp_nodelay()  # uvicorn --workers N would otherwise leave Nagle on (44 ms per response)
 
 # The MCP framework names no part: the agents' tokens are the bearer tokens it takes.
 mcp_app: Any = build_asgi_app(build_server(token_store=AgentTokenStore()))
-_MCP_PATHS = frozenset({MCP_PATH, METADATA_PATH})
+_MCP_PATHS = frozenset({MCP_PATH})
 
 
 async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:

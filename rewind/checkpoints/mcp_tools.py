@@ -1,9 +1,14 @@
 """Guard and checkpoint tools, and the mutating-tool catalog tools.
 
 The slow part (insert + wait until listed) runs in the Celery task; with ``wait`` a tool
-polls the record and streams progress ("VPGs listed so far / total") until the guard is
-finished, then answers with the per-VPG outcome. ``wait=false`` answers at once with the id
-to poll with ``zerto_checkpoint_status``.
+polls the record and streams progress ("VPGs listed so far / total", each notification higher
+than the one before) until the guard is finished, then answers with the per-VPG outcome.
+``wait=false`` answers at once with the id to poll with ``zerto_checkpoint_status``.
+
+An answer that says not to proceed is a tool error (``isError``) whose text starts with
+"DO NOT PROCEED" and why, with the structured answer still attached: an agent that reads only
+the error flag or only the text cannot miss it. A request still running (``wait=false``) is
+not an error; its text says not to proceed yet.
 """
 
 from __future__ import annotations
@@ -14,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, StrictFloat
+from mcp_types import CallToolResult, TextContent, ToolAnnotations
+from pydantic import BaseModel, Field, StrictFloat, StrictStr
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_add, mutating_tool_list
@@ -38,9 +43,27 @@ from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 WAIT_GRACE_S = 30.0
 POLL_MIN_S, POLL_MAX_S = 0.05, 1.0
 RESUME_EVERY_S = 5.0
-TimeoutSeconds = Annotated[
-    StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S, description=f"Seconds from 1 to {TIMEOUT_MAX_S}: a JSON number")
+TimeoutSeconds = Annotated[StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S)]
+# The description sits outside the optional type, or the schema would bury it in anyOf.
+Timeout = Annotated[
+    TimeoutSeconds | None,
+    Field(description=f"How long each VPG may take to list the checkpoint: seconds from 1 to {TIMEOUT_MAX_S:g}, "
+                      "a JSON number, e.g. 300; omit for the service's default"),
 ]
+Vm = Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, or the Zerto "
+                                            "vmIdentifier, e.g. \"web01\"")]
+Action = Annotated[StrictStr, Field(description="In a few words, what you are about to change; it goes into the "
+                                                "checkpoint tag, e.g. \"edit nginx.conf\"")]
+ChangeId = Annotated[Selector | None, Field(description="Your id for this change, a non-blank string, e.g. "
+                                                        "\"CHG-2291\"; the same id for the same VM returns the same "
+                                                        "request instead of a second checkpoint. Omit to get a new one")]
+Wait = Annotated[Flag, Field(description="JSON true (default): stream progress and answer once the guard has "
+                                         "finished; false: answer at once with an id for zerto_checkpoint_status")]
+ToolName = Annotated[StrictStr, Field(description="The tool you are about to call, as server/tool, e.g. "
+                                                  "\"ssh/exec\"")]
+ToolArguments = Annotated[dict[str, Any], Field(description="That call's exact arguments, a JSON object, e.g. "
+                                                            "{\"host\": \"web01\", \"command\": \"systemctl "
+                                                            "restart nginx\"}: the VM is read from them")]
 
 
 class VpgCheckpointOut(BaseModel):
@@ -131,6 +154,32 @@ def _outcome_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
     return _report_out(guard_report(outcome.guard), catalog_entry=outcome.entry, reused=not outcome.created)
 
 
+def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolResult:
+    """The answer as a tool result: an error, whose text starts by saying not to proceed, unless ``ok``.
+
+    A request still running is an error too, unless ``pending_is_error`` is off (``wait=false``,
+    or polling the status: the agent was told to come back, and the text says not to proceed yet).
+    """
+    structured = out.model_dump(mode="json")
+    if out.ok:
+        return CallToolResult(content=[TextContent(type="text", text=out.model_dump_json(indent=2))],
+                              structured_content=structured)
+    if not out.finished and not pending_is_error:
+        head = (f"Do not proceed yet: checkpoint request #{out.id} is not finished "
+                f"({out.listed}/{out.total} VPGs list the checkpoint). Call zerto_checkpoint_status with id "
+                f"{out.id} until finished is true, and proceed only if ok is true.")
+        return CallToolResult(content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
+                              structured_content=structured)
+    why = out.must_not_proceed or f"the guard ended {out.status}"
+    head = (f"DO NOT PROCEED: do not make the change to {out.vm or 'the VM'}. {why.rstrip('.')}. "
+            "Report this to the user; do not retry in a loop.")
+    if out.landed:
+        head += " Checkpoints that did land: " + ", ".join(f"{v.name} ({v.checkpoint_identifier})" for v in out.landed)
+        head += "."
+    return CallToolResult(content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
+                          structured_content=structured, is_error=True)
+
+
 def _own_guard(guard_id: int) -> ChangeGuard:
     guard = guard_read_and_resume(guard_id)
     if guard.agent_name != current_agent_name():
@@ -149,14 +198,14 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
     guard_id, started = out.id, time.monotonic()
     timeout = await run_db(guard_timeout_s, guard_id)
     deadline = started + timeout + WAIT_GRACE_S
-    last: tuple[str, int] | None = None
+    reported = -1  # each progress notification must be higher than the last (the spec says so)
     last_resume = started
     while time.monotonic() < deadline:
         status, listed, total = await run_db(guard_progress, guard_id)
-        if ctx is not None and (status, listed) != last:
+        if ctx is not None and listed > reported:
             words = f"checkpoint request #{guard_id}: {listed}/{total} VPGs list the checkpoint"
             await ctx.report_progress(listed, total, words)
-            last = (status, listed)
+            reported = listed
         if status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
             break
         if time.monotonic() - last_resume >= RESUME_EVERY_S:
@@ -187,13 +236,13 @@ def _guard(
 
 
 async def zerto_create_tagged_checkpoint(
-    vm: str,
-    action: str,
-    change_id: Selector | None = None,
-    wait: Flag = True,
-    timeout_s: TimeoutSeconds | None = None,
+    vm: Vm,
+    action: Action,
+    change_id: ChangeId = None,
+    wait: Wait = True,
+    timeout_s: Timeout = None,
     ctx: Context | None = None,
-) -> GuardOut:
+) -> Annotated[CallToolResult, GuardOut]:
     """Put the same tagged checkpoint on every Zerto VPG protecting a VM and wait until Zerto lists it.
 
     `vm`: VM name, hostname or vmIdentifier. `action`: what you are about to change (goes into the tag
@@ -204,17 +253,17 @@ async def zerto_create_tagged_checkpoint(
     make the change; `landed` says which checkpoints did land. `wait=false` answers at once with `id`.
     """
     out = await run_db(_create, vm, action, change_id, timeout_s)
-    return await _wait(out, ctx) if wait else out
+    return guard_result(await _wait(out, ctx) if wait else out, pending_is_error=wait)
 
 
 async def zerto_guard_before_mutate(
-    tool: str,
-    arguments: dict[str, Any],
-    action: str,
-    change_id: Selector | None = None,
-    wait: Flag = True,
+    tool: ToolName,
+    arguments: ToolArguments,
+    action: Action,
+    change_id: ChangeId = None,
+    wait: Wait = True,
     ctx: Context | None = None,
-) -> GuardOut:
+) -> Annotated[CallToolResult, GuardOut]:
     """Call this before ANY tool call that may change a VM; proceed only if the answer is `ok`.
 
     `tool`: the tool you are about to call as server/tool (e.g. ssh/exec); `arguments`: its exact arguments;
@@ -225,15 +274,18 @@ async def zerto_guard_before_mutate(
     is missing is an error. `ok` false: do not make the change (`must_not_proceed` says why).
     """
     out = await run_db(_guard, tool, arguments, action, change_id, None)
-    return await _wait(out, ctx) if wait else out
+    return guard_result(await _wait(out, ctx) if wait else out, pending_is_error=wait)
 
 
-async def zerto_checkpoint_status(id: RecordId) -> GuardOut:  # noqa: A002 - the tool's argument name
+async def zerto_checkpoint_status(
+    id: Annotated[RecordId, Field(description="The checkpoint request's id from the guard's answer: a JSON "  # noqa: A002
+                                              "integer, e.g. 42")],
+) -> Annotated[CallToolResult, GuardOut]:
     """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
 
     `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.
     """
-    return await run_db(_status, id)
+    return guard_result(await run_db(_status, id), pending_is_error=False)
 
 
 def _tool_out(t: MutatingTool) -> MutatingToolOut:
@@ -252,7 +304,15 @@ def _list() -> MutatingToolListOut:
 
 
 async def zerto_add_mutating_tool(
-    tool: str, vm_arg: str, description: str, platform: Literal["linux", "windows", "any"] = "any"
+    tool: Annotated[StrictStr, Field(description="The tool as server/tool, or server/* for every tool of that "
+                                                 "server, e.g. \"docker/exec\" or \"docker/*\"")],
+    vm_arg: Annotated[StrictStr, Field(description="The name of that tool's argument holding the VM (host name, VM "
+                                                   "name or IP), e.g. \"host\"")],
+    description: Annotated[StrictStr, Field(description="What the tool changes, for the people who review the "
+                                                        "catalog, e.g. \"runs Docker commands on a host\"")],
+    platform: Annotated[Literal["linux", "windows", "any"],
+                        Field(description="The guests it changes, a JSON string: \"linux\", \"windows\" or \"any\" "
+                                          "(default), e.g. \"linux\"")] = "any",
 ) -> MutatingToolOut:
     """Add a tool that changes VMs to the catalog, so zerto_guard_before_mutate checkpoints before it runs.
 
@@ -270,8 +330,9 @@ async def zerto_list_mutating_tools() -> MutatingToolListOut:
 
 def register(server: MCPServer) -> None:
     def changes(title: str) -> ToolAnnotations:
-        # Idempotent: the same change_id for the same VM returns the same request.
-        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=True,
+        # Not idempotent: only a repeated change_id returns the same request; two calls without one
+        # put two checkpoints on every VPG. Not destructive: a checkpoint only adds a point in time.
+        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False,
                                open_world_hint=False)
 
     def adds(title: str) -> ToolAnnotations:

@@ -28,7 +28,8 @@ RecordId = Annotated[StrictInt, Field(ge=1, description="The record's id: a JSON
 Flag = StrictBool
 Confirmed = Annotated[
     StrictBool,
-    Field(description="Must be JSON true (not the string \"true\", \"yes\" or 1) for the action to run"),
+    Field(description="JSON true to confirm the action, e.g. true (not the string \"true\", \"yes\" or 1); "
+                      "anything else and nothing is done"),
 ]
 
 # The pattern is a search: the value holds at least one character that is not white space.

@@ -1,11 +1,15 @@
-"""ASGI guard in front of the SDK's /mcp app: body size limit and per-agent rate limit.
+"""ASGI guard in front of the SDK's /mcp app: methods, body size, absurd method names, rate limit.
 
-Both answer with a JSON-RPC error body, so a client reports a readable reason:
+Each answers with a JSON-RPC error body, so a client reports a readable reason:
+- 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
+  stateless, so there is no stream to open with GET and no session to end with DELETE;
 - 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
+- -32601 (method not found) for a JSON-RPC method name longer than any MCP method, quoting a
+  short excerpt of it (the SDK would echo all of it);
 - 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
 
-The limit is counted in Redis for every worker and replica when REDIS_URL is set, else per
-process (``rewind.mcp.ratelimit``). Requests without a valid token pass through untouched:
+The limit is counted once for the whole deployment (``rewind.mcp.ratelimit``: in Redis when
+REDIS_URL is set, else in the database). Requests without a valid token pass through untouched:
 the SDK answers them 401.
 """
 
@@ -13,11 +17,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
 from mcp.server.auth.provider import TokenVerifier
 
+from rewind.mcp.errors import excerpt
 from rewind.mcp.ratelimit import RateLimiter
 
 Scope = MutableMapping[str, Any]
@@ -27,6 +33,11 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+ALLOWED_METHODS = "POST"
+# No MCP method name comes near this; a longer one is answered here, quoting an excerpt.
+METHOD_NAME_MAX_CHARS = 128
+_LONG_METHOD = re.compile(rb'"method"\s*:\s*"(?:[^"\\]|\\.){%d,}' % (METHOD_NAME_MAX_CHARS + 1))
 RATE_LIMITED = -32029  # server-defined range; the HTTP status says the rest
 
 
@@ -62,15 +73,37 @@ class McpHttpGuard:
         self.limiter = limiter
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope.get("method") != "POST":
+        if scope["type"] != "http":
             await self.app(scope, receive, send)
+            return
+        if scope.get("method") != "POST":
+            await _send_error(send, 405, INVALID_REQUEST,
+                              f"method {scope.get('method')} not allowed: this stateless MCP endpoint takes only "
+                              "POST (no stream to open with GET, no session to end with DELETE)",
+                              extra_headers=[(b"allow", ALLOWED_METHODS.encode())])
             return
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
+        if await self._absurd_method(body, send):
+            return
         if await self._over_rate(scope, body, send):
             return
         await self.app(scope, _replay(body, receive), send)
+
+    @staticmethod
+    async def _absurd_method(body: bytes, send: Send) -> bool:
+        if _LONG_METHOD.search(body) is None:  # cheap: most bodies are never parsed here
+            return False
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return False
+        method = message.get("method") if isinstance(message, dict) else None
+        if not isinstance(method, str) or len(method) <= METHOD_NAME_MAX_CHARS:
+            return False
+        await _send_error(send, 404, METHOD_NOT_FOUND, f"method not found: {excerpt(method)}", message.get("id"))
+        return True
 
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         too_large = f"request body too large (limit {self.max_body_bytes} bytes)"

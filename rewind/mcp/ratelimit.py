@@ -1,13 +1,20 @@
 """Per-agent rate limits for /mcp: ``per_minute`` calls, refilled continuously (burst up to the limit).
 
-Two counters with the same meaning:
-- ``LocalRateLimiter``: a token bucket in this process. With N uvicorn workers an agent
-  could make up to N times the limit, spread over N connections.
+The count is kept once for the whole deployment, so N uvicorn workers allow the limit, not N
+times it:
 - ``RedisRateLimiter`` (when REDIS_URL is set): one count per agent for every worker and
   replica, kept in Redis by a script (GCRA, the token bucket as one timestamp per agent,
-  on Redis's clock) in one round trip per request. While Redis cannot be reached it
-  counts in this process instead, says so in the log, and tries Redis again after
-  ``RETRY_AFTER_FAILURE_S``: a broken Redis must not take /mcp down with it.
+  on Redis's clock) in one round trip per request.
+- ``DbRateLimiter`` (no Redis, e.g. ``make run``'s embedded default): the same GCRA in the
+  database, ``McpRateCount``, one row per agent: one UPSERT statement per request, in its
+  own short transaction (autocommit, on a thread of its own, never inside another
+  transaction), so SQLite's write lock is held only for that statement. The clock is this
+  machine's (replicas on several machines need synchronized clocks, as NTP gives).
+- ``LocalRateLimiter``: a token bucket in this process; what the others fall back to.
+
+While Redis or the database cannot be reached, the limit is counted in this process
+instead, the log says so, and the shared count is tried again after
+``RETRY_AFTER_FAILURE_S``: a broken counter must not take /mcp down with it.
 
 ``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until
 the agent may call again.
@@ -19,11 +26,16 @@ import asyncio
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 import redis.asyncio as aioredis
+from django.db import DatabaseError, connection
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
+
+from rewind.mcp.context import recycle_connections
+from rewind.mcp.models import McpRateCount
 
 logger = logging.getLogger(__name__)
 
@@ -118,6 +130,72 @@ class RedisRateLimiter:
         return script
 
 
+# The GCRA of _GCRA above as one statement, the same in SQLite (3.35+) and PostgreSQL. Every
+# SET expression reads the row as it was, so ``allowed`` and ``tat`` are decided together.
+# Parameters: key, now + interval (a new row), then now, tolerance, now, now (allowed), then
+# now, tolerance, now, now, now, interval (tat).
+_LATER = "(CASE WHEN {t}.tat > %s THEN {t}.tat ELSE %s END)"
+_GCRA_SQL = (
+    "INSERT INTO {t} (\"key\", tat, allowed) VALUES (%s, %s, 1) ON CONFLICT (\"key\") DO UPDATE SET "
+    "allowed = CASE WHEN " + _LATER + " - %s <= %s THEN 1 ELSE 0 END, "
+    "tat = CASE WHEN " + _LATER + " - %s <= %s THEN " + _LATER + " + %s ELSE {t}.tat END "
+    "RETURNING tat, allowed"
+)
+
+
+def _now_us() -> int:
+    return int(time.time() * 1_000_000)
+
+
+class DbRateLimiter:
+    """The same limit counted in the database for every process; see the module docstring."""
+
+    def __init__(self, per_minute: int) -> None:
+        self.per_minute = per_minute
+        self._interval_us = 60_000_000 // per_minute
+        self._tolerance_us = self._interval_us * (per_minute - 1)
+        self._local = LocalRateLimiter(per_minute)
+        self._down_until = 0.0
+        self._sql = _GCRA_SQL.format(t=connection.ops.quote_name(McpRateCount._meta.db_table))
+        # A thread of its own: the tools' pool may be busy with ZVM calls, and the count must
+        # not wait for them. Each of its threads keeps one connection.
+        self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-rate")
+
+    async def take(self, key: str) -> float:
+        if time.monotonic() < self._down_until:
+            return self._local.take_now(key)
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._pool, self.take_now, key)
+        except DatabaseError as exc:
+            self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
+            logger.warning("rate limits are counted per process for %.0f s: the database did not answer (%s)",
+                           RETRY_AFTER_FAILURE_S, type(exc).__name__)
+            return self._local.take_now(key)
+
+    def take_now(self, key: str) -> float:
+        """Count one call of ``key`` in one statement (its own transaction); 0.0 or the seconds to wait."""
+        if connection.in_atomic_block:
+            # Counted here, the write would last until the caller's transaction ends and hold
+            # up every other process meanwhile; only a test calls from inside one.
+            return self._local.take_now(key)
+        recycle_connections()
+        now = _now_us()
+        interval, tolerance = self._interval_us, self._tolerance_us
+        params: list[int | str] = [key, now + interval, now, now, now, tolerance, now, now, now, tolerance, now, now, interval]
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute(self._sql, params)
+                tat, allowed = cursor.fetchone()
+        except DatabaseError:
+            if not connection.in_atomic_block:
+                connection.close_if_unusable_or_obsolete()
+            raise
+        if allowed:
+            return 0.0
+        return max(0.0, (int(tat) - tolerance - now) / 1_000_000)
+
+
 def rate_limiter(per_minute: int, redis_url: str | None) -> RateLimiter:
-    """Shared through Redis when there is one, else per process."""
-    return RedisRateLimiter(redis_url, per_minute) if redis_url else LocalRateLimiter(per_minute)
+    """Shared through Redis when there is one, else through the database."""
+    return RedisRateLimiter(redis_url, per_minute) if redis_url else DbRateLimiter(per_minute)

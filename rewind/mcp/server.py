@@ -1,14 +1,23 @@
 """The MCP server: each part's tools (its ``mcp_tools`` module), bearer-token auth, one audit row per call.
 
 ``build_server(token_store=...)`` gives the ``MCPServer``; ``build_asgi_app(server)`` gives the ASGI app that
-``rewind.asgi`` sends /mcp (and its protected-resource metadata, and the lifespan) to.
+``rewind.asgi`` sends /mcp (and the lifespan) to.
 
 Framework duties, so tools do not repeat them:
 - one request id per tool call, bound for services, tasks and ZVM calls;
 - ``ApplicationError`` and ``ZvmError`` become tool errors whose text is their message;
 - every call is audited (``mcp.tool.called``: agent, tool, masked arguments, outcome,
   duration, request id) after it ends. If that audit row cannot be written, the caller
-  gets an error instead of the result (fail-closed).
+  gets an error instead of the result (fail-closed);
+- arguments that fail validation give one plain sentence per bad argument (``rewind.mcp.errors``),
+  not pydantic's report; an unknown tool or prompt is a JSON-RPC error -32602 (invalid params),
+  naming it by a short excerpt only.
+
+What the server offers besides tools, the same in both protocol eras: the skill
+(skills/zerto-rewind/SKILL.md) as the prompt ``zerto-rewind`` and as a resource, and no
+subscriptions or list-changed notifications (the lists never change while a worker runs).
+There is no OAuth authorization server, so no OAuth metadata is published either: tokens are
+issued in the admin or by ``manage.py createagent``.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ import logging
 import pkgutil
 import re
 import time
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -33,16 +43,20 @@ from mcp.server.auth.middleware.auth_context import get_access_token
 from mcp.server.auth.settings import AuthSettings
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError, UnexpectedToolError
+from mcp.server.mcpserver.prompts.base import UserMessage
 from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
-from mcp_types import CallToolResult
-from pydantic import AnyHttpUrl
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
+from pydantic import AnyHttpUrl, ValidationError
 
+from rewind import __version__
 from rewind.audit import Actor, mask_secrets
 from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
+from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.ratelimit import rate_limiter
 from rewind.requestid import bound_request_id
@@ -52,7 +66,8 @@ logger = logging.getLogger(__name__)
 
 SERVER_NAME = "zerto-rewind"
 MCP_PATH = "/mcp"
-METADATA_PATH = "/.well-known/oauth-protected-resource/mcp"
+SKILL_PROMPT = "zerto-rewind"
+SKILL_URI = "zerto-rewind://skill/SKILL.md"
 # Each part keeps its tools in a module of this name defining register(server); the server
 # finds them the way the admin finds admin.py, so this framework names no part.
 TOOLS_MODULE = "mcp_tools"
@@ -107,6 +122,20 @@ def _audited_arguments(arguments: dict[str, Any]) -> Any:
 class RewindMCPServer(MCPServer):
     """``MCPServer`` with the framework duties above wrapped around every tool call."""
 
+    async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
+        tool = self._tool_manager.get_tool(name)
+        if tool is None:
+            raise MCPError(code=INVALID_PARAMS,
+                           message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server")
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
+                schema = tool.parameters.get("properties", {})
+                raise ToolError(validation_message(cause, schema)) from cause
+            raise
+
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         started = time.perf_counter()
         with bound_request_id(None) as rid:
@@ -114,7 +143,7 @@ class RewindMCPServer(MCPServer):
             outcome, message = "ok", ""
             try:
                 with audit_writer.call_running():
-                    result = await super().call_tool(name, arguments, context)
+                    result = await self._checked_call(name, arguments, context)
                 if isinstance(result, CallToolResult):
                     outcome = "error" if result.is_error else "ok"
                 else:
@@ -132,7 +161,7 @@ class RewindMCPServer(MCPServer):
             except BaseException as exc:  # the client went away: the call is still recorded
                 failure, outcome, message = exc, "cancelled", type(exc).__name__
             data = {
-                "tool": name,
+                "tool": name if len(name) <= 100 else excerpt(name, 100),
                 "arguments": _audited_arguments(arguments),
                 "outcome": outcome,
                 "error": _scrub(message)[:500],
@@ -141,7 +170,7 @@ class RewindMCPServer(MCPServer):
             try:
                 with anyio.CancelScope(shield=True):
                     await audit_writer.record(actor=_caller(), action=McpAction.TOOL_CALLED,
-                                              target=("mcp.tool", name), data=data, request_id=rid)
+                                              target=("mcp.tool", data["tool"]), data=data, request_id=rid)
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
                 if failure is None or outcome != "cancelled":
@@ -150,6 +179,39 @@ class RewindMCPServer(MCPServer):
             if failure is not None:
                 raise failure
             return result
+
+    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
+                         context: Context | None = None) -> GetPromptResult | InputRequiredResult:
+        # The SDK answers an unknown prompt with an internal error (-32603); the spec names -32602.
+        if self._prompt_manager.get_prompt(name) is None:
+            raise MCPError(code=INVALID_PARAMS,
+                           message=f"unknown prompt {excerpt(name)}: prompts/list names the prompts of this server")
+        return await super().get_prompt(name, arguments, context)
+
+
+def skill_path() -> Path:
+    return Path(settings.BASE_DIR) / "skills" / "zerto-rewind" / "SKILL.md"
+
+
+def skill_body() -> str:
+    """SKILL.md without its YAML front matter: the instructions an agent follows."""
+    text = skill_path().read_text(encoding="utf-8")
+    match = re.match(r"^---\n.*?\n---\n", text, re.DOTALL)
+    return text[match.end():].lstrip("\n") if match else text
+
+
+def _register_skill(server: MCPServer) -> None:
+    description = ("How to change Zerto-protected VMs safely with this server: guard first, proceed only on ok, "
+                   "ask for files back (the zerto-rewind skill)")
+
+    @server.prompt(name=SKILL_PROMPT, title="zerto-rewind: guard before you change a VM", description=description)
+    def zerto_rewind_prompt() -> list[UserMessage]:
+        return [UserMessage(skill_body())]
+
+    @server.resource(SKILL_URI, name="zerto-rewind skill", title="The zerto-rewind skill (SKILL.md)",
+                     description=description, mime_type="text/markdown")
+    def zerto_rewind_skill() -> str:
+        return skill_path().read_text(encoding="utf-8")
 
 
 def _host_variants(host: str) -> list[str]:
@@ -208,18 +270,24 @@ def build_server(*, token_store: TokenStore) -> RewindMCPServer:
     public = settings.REWIND_PUBLIC_URL
     server = RewindMCPServer(
         name=SERVER_NAME,
+        version=__version__,
         instructions=INSTRUCTIONS,
         token_verifier=CachedTokenVerifier(token_store),
         auth=AuthSettings(
             # There is no OAuth authorization server: tokens are issued in the admin or by
-            # manage.py createagent. The metadata still names this service as the issuer.
+            # manage.py createagent. Without a resource URL the SDK publishes no protected-resource
+            # metadata (which could only name an authorization server that does not exist), and
+            # its 401 carries no resource_metadata link. The issuer URL is required but unused.
             issuer_url=AnyHttpUrl(public),
-            resource_server_url=AnyHttpUrl(f"{public}{MCP_PATH}"),
-            validate_token_resource=False,
+            resource_server_url=None,
         ),
         request_state_security=_request_state_security(),
+        # Nothing here changes while a worker runs, and a stateless server has no stream to
+        # push on: without a bus, neither era advertises listChanged or subscribe.
+        subscriptions=False,
     )
     _register_tools(server)
+    _register_skill(server)
     return server
 
 

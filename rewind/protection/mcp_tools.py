@@ -8,7 +8,7 @@ import pydantic_core
 from django.db import DatabaseError
 from mcp.server import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, StrictStr
 
 from rewind.mcp.context import SharedRead, run_db
 from rewind.protection import (
@@ -104,7 +104,10 @@ def _rendered_result(p: Protection) -> CallToolResult:
     return result
 
 
-async def zerto_find_protection(vm: str) -> Annotated[CallToolResult, ProtectionOut]:
+async def zerto_find_protection(
+    vm: Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, an IP address, or "
+                                               "the Zerto vmIdentifier, e.g. \"web01\" or \"web01.corp.example\"")],
+) -> Annotated[CallToolResult, ProtectionOut]:
     """Find exactly one VM and every Zerto VPG protecting it, across all configured sites.
 
     `vm` may be the VM name, a host FQDN or short hostname, or the Zerto vmIdentifier. No match, or

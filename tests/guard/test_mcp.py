@@ -39,6 +39,8 @@ def test_it_guards_a_listed_tool_and_streams_progress(
     assert [v["status"] for v in out["vpgs"]] == ["listed", "listed"]
     assert all(v["checkpoint_identifier"] and v["checkpoint_timestamp"] for v in out["vpgs"])
     assert progress and progress[-1][:2] == (2, 2)
+    values = [p[0] for p in progress]
+    assert values == sorted(set(values)), f"progress must increase with every notification: {values}"
     assert len(tagged(sim, "site-a", "vpg-web", out["tag"])) == 1
 
 
@@ -69,8 +71,11 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
 ) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1)
     token = agent_token[1]
-    out = _call(mcp_client, token, "zerto_create_tagged_checkpoint",
-                {"vm": "db01", "action": "edit my.cnf", "wait": False}).structured_content
+    pending = _call(mcp_client, token, "zerto_create_tagged_checkpoint",
+                    {"vm": "db01", "action": "edit my.cnf", "wait": False})
+    out = pending.structured_content
+    # Not finished is not an error (the agent was told to poll), but it says not to proceed yet.
+    assert not pending.is_error and pending.content[0].text.startswith("Do not proceed yet:")
     assert out["ok"] is False and out["finished"] is False and out["id"]
     assert "do not make the change" in out["must_not_proceed"]
     for _ in range(100):
@@ -81,10 +86,24 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
 
 
 def test_it_refuses_a_vm_protected_from_aws(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
-    out = _call(mcp_client, agent_token[1], "zerto_create_tagged_checkpoint",
-                {"vm": "cloud01", "action": "edit"}).structured_content
+    result = _call(mcp_client, agent_token[1], "zerto_create_tagged_checkpoint", {"vm": "cloud01", "action": "edit"})
+    assert result.is_error
+    out = result.structured_content
     assert out["ok"] is False and out["status"] == "refused" and "AWS" in out["must_not_proceed"]
     assert out["vpgs"][0]["status"] == "refused"
+
+
+def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(mcp_sites: Any, agent_token: Any,
+                                                                      mcp_client: Any) -> None:
+    result = _call(mcp_client, agent_token[1], "zerto_guard_before_mutate",
+                   {"tool": "ssh/exec", "arguments": {"host": "cloud01", "command": "rm -rf /srv/cache"},
+                    "action": "clear the cache"})
+    assert result.is_error
+    text = result.content[0].text
+    assert text.startswith("DO NOT PROCEED: do not make the change to cloud01.") and "AWS" in text.splitlines()[0]
+    # The structured answer stays attached, for clients that read it.
+    out = result.structured_content
+    assert out["ok"] is False and out["finished"] is True and "AWS" in out["must_not_proceed"]
 
 
 def test_an_agent_grows_and_reads_the_catalog(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 import redis
 
-from rewind.mcp.ratelimit import KEY_PREFIX, LocalRateLimiter, RedisRateLimiter, rate_limiter
+from rewind.mcp.models import McpRateCount
+from rewind.mcp.ratelimit import KEY_PREFIX, DbRateLimiter, LocalRateLimiter, RedisRateLimiter, rate_limiter
 from tests.mcp.test_security import _call_body, post
 from tests.mcp.test_transport import run
 from tests.mcpfixtures import free_port, make_agent_token, run_uvicorn
@@ -72,8 +73,68 @@ def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptu
 
 
 def test_the_setting_picks_the_counter() -> None:
-    assert isinstance(rate_limiter(10, None), LocalRateLimiter)
+    assert isinstance(rate_limiter(10, None), DbRateLimiter)
     assert isinstance(rate_limiter(10, "redis://127.0.0.1:6379/15"), RedisRateLimiter)
+
+
+def test_two_workers_share_one_count_in_the_database(transactional_db: None) -> None:
+    agent = f"bot-{uuid.uuid4().hex}"
+    workers = [DbRateLimiter(per_minute=5), DbRateLimiter(per_minute=5)]
+
+    async def alternate() -> list[float]:
+        return [await workers[i % 2].take(agent) for i in range(7)]
+
+    waits = run(alternate())
+    assert waits[:5] == [0.0] * 5
+    assert all(0 < w <= 12 for w in waits[5:]), waits  # one call comes back every 60/5 s
+    assert McpRateCount.objects.filter(key=agent).count() == 1
+    assert run(workers[0].take("other-bot")) == 0.0, "each agent has its own count"
+
+
+def test_a_database_count_gives_a_call_back_after_the_interval(transactional_db: None, monkeypatch: Any) -> None:
+    limiter = DbRateLimiter(per_minute=2)
+    now = [1_800_000_000_000_000]
+    monkeypatch.setattr("rewind.mcp.ratelimit._now_us", lambda: now[0])
+    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, pytest.approx(30.0)]
+    assert limiter.take_now("bot") == pytest.approx(30.0)  # still refused: refusals do not count
+    now[0] += 30_000_000
+    assert limiter.take_now("bot") == 0.0
+    assert limiter.take_now("bot") == pytest.approx(30.0)
+
+
+def test_without_the_database_it_counts_per_process_and_says_so(transactional_db: None, monkeypatch: Any,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from django.db import OperationalError
+
+    limiter = DbRateLimiter(per_minute=2)
+
+    def broken(key: str) -> float:
+        raise OperationalError("database is locked")
+
+    monkeypatch.setattr(limiter, "take_now", broken)
+    with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
+        waits = _takes(limiter, "bot", 3)
+    assert waits[:2] == [0.0, 0.0] and waits[2] > 0
+    assert [r.getMessage() for r in caplog.records][0].startswith("rate limits are counted per process")
+
+
+def test_the_endpoint_counts_once_for_two_workers_without_redis(tmp_path: Any, transactional_db: None,
+                                                                 sim: Any) -> None:
+    from tests.conftest import test_database_url
+    from tests.mcpfixtures import register_sites
+
+    register_sites(sim, {"Site A": "site-a"})
+    agent, token = make_agent_token()
+    limit = 4
+    env = {"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": ""}
+    with run_uvicorn(tmp_path, database_url=test_database_url(), workers=2, env=env) as server:
+        # New connections, which either worker may take; with per-process counts two workers
+        # would let through up to twice the limit.
+        statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(2 * limit + 2)]
+        log = server.log.read_text()
+    assert statuses == [200] * limit + [429] * (limit + 2)
+    assert McpRateCount.objects.filter(key=agent.name).exists()
+    assert "counted per process" not in log
 
 
 def test_the_endpoint_counts_in_redis_when_it_is_configured(tmp_path: Any, transactional_db: None, sim: Any,

@@ -51,7 +51,8 @@ def _assert_401(resp: httpx2.Response) -> None:
     assert resp.status_code == 401
     challenge = resp.headers["www-authenticate"]
     assert challenge.startswith("Bearer") and "invalid_token" in challenge
-    assert "/.well-known/oauth-protected-resource/mcp" in challenge
+    # No OAuth authorization server exists, so the challenge points at no metadata.
+    assert "resource_metadata" not in challenge
 
 
 def test_it_refuses_a_missing_token(mcp_server: Any, transactional_db: None) -> None:
@@ -88,10 +89,9 @@ def test_it_records_when_a_token_was_last_used(mcp_server: Any, mcp_sites: Any, 
     assert AgentToken.objects.get().last_used_at is not None
 
 
-def test_it_serves_protected_resource_metadata(mcp_server: Any) -> None:
-    resp = httpx2.get(mcp_server.url + "/.well-known/oauth-protected-resource/mcp", timeout=10)
-    assert resp.status_code == 200
-    assert resp.json()["resource"].endswith("/mcp")
+def test_it_publishes_no_oauth_metadata_that_would_point_nowhere(mcp_server: Any) -> None:
+    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"):
+        assert httpx2.get(mcp_server.url + path, timeout=10).status_code == 404
 
 
 def test_it_refuses_a_foreign_host_header(mcp_server: Any, agent_token: Any) -> None:

@@ -31,7 +31,9 @@ def _parts() -> tuple[dict[str, Any], str]:
 
 @pytest.fixture(scope="module")
 def schemas() -> dict[str, dict[str, Any]]:
-    tools = asyncio.run(build_server().list_tools())
+    from rewind.agents.mcp_auth import AgentTokenStore
+
+    tools = asyncio.run(build_server(token_store=AgentTokenStore()).list_tools())
     return {tool.name: tool.input_schema for tool in tools}
 
 
