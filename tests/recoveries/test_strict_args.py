@@ -87,7 +87,8 @@ def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(  # typ
 
     assert result.is_error
     text = result.content[0].text
-    assert f"\n{argument}\n" in text, text  # the SDK's validation error names the argument on a line of its own
+    # One plain sentence per bad argument, starting with its name.
+    assert text.startswith(f"{argument}: ") or f". {argument}: " in text, text
     assert _snapshot(sim) == before
 
 
