@@ -5,7 +5,6 @@ Behaviour only (which requests the simulator saw, what was refused, what was aud
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -129,12 +128,14 @@ def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_prob
 
 
 def test_a_probe_that_fails_keeps_it_open_and_one_trial_per_period_is_let_through(
-        sim: Any, sites: dict[str, Site]) -> None:
+        sim: Any, sites: dict[str, Site], store: str, settings: Any) -> None:
+    settings.ZVM_CIRCUIT_PROBE_S = 600  # periods far longer than the test: trials come only when brought forward
+    settings.ZVM_CIRCUIT_PROBE_MAX_S = 1200
     c = sites["site-c"]
     sim.add_fault("hang", site="site-c", seconds=5, path_regex=".*")
     with pytest.raises(ZvmTransientError):
         site_client(c).list_vpgs()
-    time.sleep(0.25)  # past the first period: one trial is due
+    _trial_due_now(store, c)  # as if the first period had passed: one trial is due
     trial = site_client(c)
     with pytest.raises(ZvmTransientError) as caught:
         trial.list_vpgs()  # this caller is the trial: it waits for the stuck ZVM once
