@@ -16,8 +16,9 @@ into an IP index kept per process for REWIND_LOOKUP_CACHE_S seconds (one refresh
 time per site; concurrent callers wait for it). So the full listing runs at most once per
 site per cache period, and only when a name did not match.
 
-Site directory (local and peer sites: names and types) and filtered look-ups are also
-cached per site for REWIND_LOOKUP_CACHE_S.
+Filtered look-ups are also cached per site for REWIND_LOOKUP_CACHE_S; the site directory (local
+and peer sites: names and types), which changes only when sites are paired or renamed, for at
+least a minute (``state.DIRECTORY_MIN_TTL_S``).
 
 Sites that cannot be asked (the rule; see ``_complete_or_refuse``). Every VPG of a VM has the
 VM's own site as its protected site (fact sheet: a VPG replicates VMs from its protected site
@@ -98,7 +99,8 @@ def _directory(h: _Handle) -> _Directory:
     def load() -> _Directory:
         return _Directory(h.client.local_site(), tuple(h.client.peer_sites()))
 
-    return state.cache.get(("dir", h.site.pk), state.ttl(), load)
+    # Keyed by the address too: a site row pointed at another ZVM is another directory.
+    return state.cache.get(("dir", h.site.pk, h.site.base_url), state.directory_ttl(), load)
 
 
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:

@@ -50,6 +50,16 @@ def ttl() -> float:
     return float(settings.REWIND_LOOKUP_CACHE_S)
 
 
+# Which site a ZVM is and which peers it has changes only when sites are paired or renamed,
+# so that directory is kept at least this long even when look-ups themselves are not cached:
+# otherwise every look-up pays two extra calls per site (localsite, peersites).
+DIRECTORY_MIN_TTL_S = 60.0
+
+
+def directory_ttl() -> float:
+    return max(ttl(), DIRECTORY_MIN_TTL_S)
+
+
 def answer_keep(key: tuple[str, SitesFingerprint], fresh_until: float, found: Protection) -> None:
     if len(answers) >= MAX_ENTRIES:
         answers.clear()
