@@ -2,12 +2,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandParser
 
-from rewind.agents import agent_token_issue_by_name, expiry_in_days
-from rewind.agents.selectors import agent_owner_candidate
-from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.management.commands._agent_token import issue_agent_token
 
 
 class Command(BaseCommand):
@@ -23,19 +20,9 @@ class Command(BaseCommand):
         parser.add_argument("--label", default="", help="a note to tell this token apart in the admin")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        owner = None
-        if options["owner"]:
-            owner = agent_owner_candidate(options["owner"])
-            if owner is None:
-                raise CommandError(f"no user named {options['owner']!r}")
-        try:
-            expires_at = expiry_in_days(options["expires_days"])
-            made = agent_token_issue_by_name(actor=Actor.system("manage.py createagent"), name=options["name"],
-                                             owner=owner, label=options["label"], expires_at=expires_at)
-        except ApplicationError as exc:
-            raise CommandError(exc.message) from None
-        if made.created:
-            self.stderr.write(f"created agent {made.agent.name} (owner {made.agent.owner.get_username()})")
+        made = issue_agent_token(command="createagent", name=options["name"], owner_name=options["owner"],
+                                 label=options["label"], expires_days=options["expires_days"], stderr=self.stderr)
+        expires_at = made.issued.row.expires_at
         expiry = f"expires {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else "never expires"
         self.stderr.write(f"token {made.issued.row.prefix}… for agent {made.agent.name} ({expiry}); it is shown once:")
         self.stdout.write(made.issued.token)

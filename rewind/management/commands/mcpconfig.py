@@ -5,10 +5,7 @@ from typing import Any
 from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.agents import agent_token_issue_by_name, expiry_in_days
-from rewind.agents.selectors import agent_owner_candidate
-from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.management.commands._agent_token import issue_agent_token
 from rewind.mcp.clientconfig import CLIENTS, client_config
 from rewind.mcp.server import MCP_PATH
 
@@ -31,19 +28,8 @@ class Command(BaseCommand):
         url = options["url"] or f"{settings.REWIND_PUBLIC_URL}{MCP_PATH}"
         if not url.startswith(("https://", "http://")):
             raise CommandError(f"--url must be an http(s) URL, not {url!r}")
-        owner = None
-        if options["owner"]:
-            owner = agent_owner_candidate(options["owner"])
-            if owner is None:
-                raise CommandError(f"no user named {options['owner']!r}")
-        try:
-            made = agent_token_issue_by_name(
-                actor=Actor.system("manage.py mcpconfig"), name=options["agent"], owner=owner,
-                label=f"mcpconfig {options['client']}", expires_at=expiry_in_days(options["expires_days"]),
-            )
-        except ApplicationError as exc:
-            raise CommandError(exc.message) from None
-        if made.created:
-            self.stderr.write(f"created agent {made.agent.name} (owner {made.agent.owner.get_username()})")
+        made = issue_agent_token(command="mcpconfig", name=options["agent"], owner_name=options["owner"],
+                                 label=f"mcpconfig {options['client']}", expires_days=options["expires_days"],
+                                 stderr=self.stderr)
         self.stderr.write(f"issued token {made.issued.row.prefix}… for agent {made.agent.name}; it is shown once, below")
         self.stdout.write(client_config(options["client"], url=url, token=made.issued.token).as_text())
