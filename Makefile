@@ -24,6 +24,7 @@ run: migrate
 # Lint, type-check and the import rules (pyproject.toml); the suite runs only on a clean tree.
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 

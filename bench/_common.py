@@ -38,8 +38,14 @@ class Proc:
     def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
         self.name, self.log = name, log
         with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(cmd, cwd=REPO, env=env if env is not None else {**os.environ},
-                                         stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+            self.proc = subprocess.Popen(
+                cmd,
+                cwd=REPO,
+                env=env if env is not None else {**os.environ},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     @property
     def pid(self) -> int:
@@ -136,8 +142,24 @@ def start_sim(work: Path, *args: str, name: str = "zvmsim") -> tuple[Proc, str]:
 
 def start_worker(work: Path, *, concurrency: int, name: str, pool: str = "prefork") -> Proc:
     """A Celery worker (``pool``: prefork or threads) on this process's settings; returns once it is ready."""
-    cmd = [PYTHON, "-m", "celery", "-A", "rewind", "worker", "-P", pool, "-c", str(concurrency),
-           "--loglevel", "INFO", "--without-gossip", "--without-mingle", "-n", f"{name}@%h"]
+    cmd = [
+        PYTHON,
+        "-m",
+        "celery",
+        "-A",
+        "rewind",
+        "worker",
+        "-P",
+        pool,
+        "-c",
+        str(concurrency),
+        "--loglevel",
+        "INFO",
+        "--without-gossip",
+        "--without-mingle",
+        "-n",
+        f"{name}@%h",
+    ]
     proc = Proc(name, cmd, work / "worker.log")
     try:
         proc.wait_for("ready.")

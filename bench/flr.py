@@ -68,7 +68,9 @@ def run(url: str, size: int, worker: Proc) -> None:
     approver = User.objects.get(pk=approver.pk)
     agent = Agent.objects.create(name="bench", owner=owner)
 
-    control.put(f"{url}/_sim/vms/db01/files", json={"path": PATH, "size": size, "seed": 11}, timeout=60).raise_for_status()
+    control.put(
+        f"{url}/_sim/vms/db01/files", json={"path": PATH, "size": size, "seed": 11}, timeout=60
+    ).raise_for_status()
     info = control.get(f"{url}/_sim/vms/db01", timeout=30).json()
     vpg = info["vpgs"][0]
     tag = f"ai:bench | edit | vm=db01 | change=bench | {timezone.now():%Y-%m-%dT%H:%M:%SZ}"
@@ -77,19 +79,35 @@ def run(url: str, size: int, worker: Proc) -> None:
     while not client.get_task(task).completed:
         time.sleep(0.1)
     cp = next(c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag)
-    guard = ChangeGuard.objects.create(agent_name="bench", action="edit", vm_identifier=info["identifier"], vm_name="db01",
-                                       change_id="bench", tag=tag, status="ok", timeout_s=60)
-    ChangeGuardVpg.objects.create(guard=guard, vpg_identifier=vpg["identifier"], vpg_name=vpg["name"],
-                                  recovery_site_identifier=sites[vpg["recovery"]].identifier,
-                                  recovery_site_name=sites[vpg["recovery"]].name,
-                                  checkpoint_identifier=cp.identifier, checkpoint_timestamp=cp.timestamp, status="listed")
+    guard = ChangeGuard.objects.create(
+        agent_name="bench",
+        action="edit",
+        vm_identifier=info["identifier"],
+        vm_name="db01",
+        change_id="bench",
+        tag=tag,
+        status="ok",
+        timeout_s=60,
+    )
+    ChangeGuardVpg.objects.create(
+        guard=guard,
+        vpg_identifier=vpg["identifier"],
+        vpg_name=vpg["name"],
+        recovery_site_identifier=sites[vpg["recovery"]].identifier,
+        recovery_site_name=sites[vpg["recovery"]].name,
+        checkpoint_identifier=cp.identifier,
+        checkpoint_timestamp=cp.timestamp,
+        status="listed",
+    )
 
     # Baseline: the same bytes over plain HTTPS from the simulator, hashed and written to disk.
     baseline_file = STATE / "baseline.bin"
     started = time.perf_counter()
     digest = hashlib.sha256()
-    with control.get(f"{url}/_sim/vms/db01/files", params={"path": PATH}, stream=True, timeout=600) as resp, \
-            baseline_file.open("wb") as out:
+    with (
+        control.get(f"{url}/_sim/vms/db01/files", params={"path": PATH}, stream=True, timeout=600) as resp,
+        baseline_file.open("wb") as out,
+    ):
         resp.raise_for_status()
         for chunk in resp.iter_content(MIB):
             digest.update(chunk)
@@ -109,12 +127,18 @@ def run(url: str, size: int, worker: Proc) -> None:
         time.sleep(0.2)
     wall = time.perf_counter() - started
     peak_mib = worker.children_peak_rss_kib() / 1024
-    runner = (recovery.finished_at - recovery.started_at).total_seconds() if recovery.finished_at and recovery.started_at else float("nan")
+    runner = (
+        (recovery.finished_at - recovery.started_at).total_seconds()
+        if recovery.finished_at and recovery.started_at
+        else float("nan")
+    )
 
     print(f"file: {size / MIB:.0f} MiB generated on db01, recovered from checkpoint {cp.identifier} via Site B")
     print(f"status: {recovery.status}{' — ' + recovery.error if recovery.error else ''}")
-    print(f"sha256 matches the live bytes before the overwrite: {recovery.sha256 == digest.hexdigest()}; "
-          f"size {recovery.size}; unmount ok: {recovery.unmount_ok}")
+    print(
+        f"sha256 matches the live bytes before the overwrite: {recovery.sha256 == digest.hexdigest()}; "
+        f"size {recovery.size}; unmount ok: {recovery.unmount_ok}"
+    )
     print(f"plain HTTPS download (+ sha256 + write): {baseline:.2f} s ({size / MIB / baseline:.0f} MiB/s)")
     print(f"recovery, approval -> succeeded: {wall:.2f} s; runner alone: {runner:.2f} s")
     print(f"ratio recovery/plain: {wall / baseline:.2f} (runner alone {runner / baseline:.2f})")

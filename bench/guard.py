@@ -97,8 +97,11 @@ class Bench:
     def set_delay(self, seconds: float) -> None:
         self.control.delete(f"{self.url}/_sim/faults", timeout=30).raise_for_status()
         if seconds > 0:
-            self.control.post(f"{self.url}/_sim/faults", json={"kind": "checkpoint_listing_delay", "site": None,
-                                                               "seconds": seconds}, timeout=30).raise_for_status()
+            self.control.post(
+                f"{self.url}/_sim/faults",
+                json={"kind": "checkpoint_listing_delay", "site": None, "seconds": seconds},
+                timeout=30,
+            ).raise_for_status()
 
     def calls(self) -> dict[str, int]:
         return {slug: sum(self.get(f"sites/{slug}/calls").values()) for slug in SLUGS}
@@ -146,8 +149,16 @@ class Bench:
         queued = (guard.started_at - guard.requested_at).total_seconds()
         to_insert = max((r.insert_started_at - guard.started_at).total_seconds() for r in rows if r.insert_started_at)
         by_call = {k: n - before_a.get(k, 0) for k, n in after_a.items() if n - before_a.get(k, 0)}
-        return Sample(vm, len(rows), wall, wait, sum(after.values()) - sum(before.values()),
-                      after[CAP_SITE] - before[CAP_SITE], (created, queued, to_insert), by_call)
+        return Sample(
+            vm,
+            len(rows),
+            wall,
+            wait,
+            sum(after.values()) - sum(before.values()),
+            after[CAP_SITE] - before[CAP_SITE],
+            (created, queued, to_insert),
+            by_call,
+        )
 
     def filler_vms_at(self, slug: str, count: int) -> list[str]:
         """Filler VMs whose every VPG is protected at ``slug`` (so every insert goes to its ZVM)
@@ -156,8 +167,11 @@ class Bench:
         from rewind.sites import site_client
 
         site = Site.objects.get(name=SITE_NAMES[slug])
-        busy = {v.identifier for v in site_client(site).list_vpgs()
-                if v.status == 0 or v.sub_status == 1 or v.failover_test_running}
+        busy = {
+            v.identifier
+            for v in site_client(site).list_vpgs()
+            if v.status == 0 or v.sub_status == 1 or v.failover_test_running
+        }
         width = max(5, len(str(self.get("state")["vms"])))
         found, number = [], 1
         while len(found) < count:
@@ -207,13 +221,19 @@ def report(bench: Bench, args: argparse.Namespace) -> None:
     site_a = Site.objects.get(name="Site A")
     fc = pacing.forecast(site_listing_times_s(site_a.pk))
     learned = f"expected {fc.expected_s:.3f} s, window ±{fc.early_s:.3f} s" if fc else "nothing (too few guards)"
-    print(f"warm-up: {args.warmup} guards of db01 (the first {pacing.MIN_SAMPLES} without history); "
-          f"site A's time to list learned: {learned}")
-    for i, w in enumerate(warm[:pacing.MIN_SAMPLES + 1]):
-        print(f"  warm-up guard {i + 1}: wait {w.wait_s:.3f} s = {w.wait_s / floor:.3f} x floor, "
-              f"{w.calls_protected} requests at the protected site, {w.calls} in all")
-    print(f"checkpoint listing delay {args.delay:.1f} s + {SIM_TASK_SECONDS} s insert task = the simulator's "
-          f"insert + listing time {floor:.2f} s; median of {args.runs} guards each:")
+    print(
+        f"warm-up: {args.warmup} guards of db01 (the first {pacing.MIN_SAMPLES} without history); "
+        f"site A's time to list learned: {learned}"
+    )
+    for i, w in enumerate(warm[: pacing.MIN_SAMPLES + 1]):
+        print(
+            f"  warm-up guard {i + 1}: wait {w.wait_s:.3f} s = {w.wait_s / floor:.3f} x floor, "
+            f"{w.calls_protected} requests at the protected site, {w.calls} in all"
+        )
+    print(
+        f"checkpoint listing delay {args.delay:.1f} s + {SIM_TASK_SECONDS} s insert task = the simulator's "
+        f"insert + listing time {floor:.2f} s; median of {args.runs} guards each:"
+    )
     for vm in ("db01", "app01"):
         samples = []
         for _ in range(args.runs):
@@ -225,17 +245,25 @@ def report(bench: Bench, args: argparse.Namespace) -> None:
         wait = statistics.median(s.wait_s for s in samples)
         calls = statistics.median(s.calls for s in samples)
         calls_a = statistics.median(s.calls_protected for s in samples)
-        print(f"  {vm} ({vpgs} VPG{'s' if vpgs > 1 else ''}): wall {wall:.3f} s = {wall / floor:.3f} x floor "
-              f"(target <= 1.10); wait alone {wait:.3f} s = {wait / floor:.3f} x floor")
-        print(f"      ZVM requests per guard {calls:.0f} (all sites, lookup included) = {calls / vpgs:.1f} per guarded "
-              f"VPG (target <= 12); at the protected site {calls_a:.0f} = {calls_a / vpgs:.1f} per VPG, of which the "
-              f"wait's own (insert, task, list) {own:.0f} = {own / vpgs:.1f} per VPG")
+        print(
+            f"  {vm} ({vpgs} VPG{'s' if vpgs > 1 else ''}): wall {wall:.3f} s = {wall / floor:.3f} x floor "
+            f"(target <= 1.10); wait alone {wait:.3f} s = {wait / floor:.3f} x floor"
+        )
+        print(
+            f"      ZVM requests per guard {calls:.0f} (all sites, lookup included) = {calls / vpgs:.1f} per guarded "
+            f"VPG (target <= 12); at the protected site {calls_a:.0f} = {calls_a / vpgs:.1f} per VPG, of which the "
+            f"wait's own (insert, task, list) {own:.0f} = {own / vpgs:.1f} per VPG"
+        )
         parts = [statistics.median(s.parts[i] for s in samples) for i in range(3)]
-        print(f"      before the wait: lookup + record {parts[0]:.3f} s, queued -> task start {parts[1]:.3f} s, "
-              f"task start -> last insert start {parts[2]:.3f} s")
+        print(
+            f"      before the wait: lookup + record {parts[0]:.3f} s, queued -> task start {parts[1]:.3f} s, "
+            f"task start -> last insert start {parts[2]:.3f} s"
+        )
         last = samples[-1].by_call
-        print("      requests at the protected site, last guard: "
-              + ", ".join(f"{k} {n}" for k, n in sorted(last.items())))
+        print(
+            "      requests at the protected site, last guard: "
+            + ", ".join(f"{k} {n}" for k, n in sorted(last.items()))
+        )
     concurrent(bench, args, settings.ZVM_MAX_REQUESTS_PER_S)
 
 
@@ -281,11 +309,15 @@ def concurrent(bench: Bench, args: argparse.Namespace, cap: float) -> None:
     vpgs = sum(n for _, status, n in results if status == "ok")
     others = sorted({status for _, status, _ in results if status != "ok"})
     calls = sum(after.values()) - sum(before.values())
-    print(f"{len(vms)} concurrent guards of distinct VMs protected at {CAP_SITE} ({vpgs} VPGs), "
-          f"listing delay {args.delay:.1f} s:")
+    print(
+        f"{len(vms)} concurrent guards of distinct VMs protected at {CAP_SITE} ({vpgs} VPGs), "
+        f"listing delay {args.delay:.1f} s:"
+    )
     print(f"  ok {ok}/{len(vms)}{' (others: ' + '; '.join(others) + ')' if others else ''}; all done in {wall:.1f} s")
-    print(f"  peak requests in any 1 s at {CAP_SITE}: {rate.get('peak_per_s')} vs cap {cap:g} "
-          f"(ZVM_MAX_REQUESTS_PER_S); {rate.get('requests')} requests there in all")
+    print(
+        f"  peak requests in any 1 s at {CAP_SITE}: {rate.get('peak_per_s')} vs cap {cap:g} "
+        f"(ZVM_MAX_REQUESTS_PER_S); {rate.get('requests')} requests there in all"
+    )
     if vpgs:
         print(f"  ZVM requests {calls} (all sites) = {calls / vpgs:.1f} per guarded VPG")
 

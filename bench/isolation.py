@@ -50,7 +50,10 @@ def guard_s(n: int) -> float:
     outcome = checkpoint_request_create(agent_name="bench", vm="web01", action="bench", change_id=f"iso-{n}")
     if outcome.guard is None:
         raise SystemExit(f"guard refused: {outcome.refusal}")
-    while (status := ChangeGuard.objects.values_list("status", flat=True).get(pk=outcome.guard.pk)) not in ("ok", "failed"):
+    while (status := ChangeGuard.objects.values_list("status", flat=True).get(pk=outcome.guard.pk)) not in (
+        "ok",
+        "failed",
+    ):
         time.sleep(0.01)
     if status != "ok":
         raise SystemExit(f"guard failed: {ChangeGuard.objects.get(pk=outcome.guard.pk).error}")
@@ -68,8 +71,14 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=2.0, help="ZVM connect and read timeout, s (default 2)")
     args = parser.parse_args()
     t = f"{args.timeout:g}"
-    django_setup(fresh_dir(STATE), REWIND_LOOKUP_CACHE_S="0", ZVM_CONNECT_TIMEOUT_S=t, ZVM_READ_TIMEOUT_S=t,
-                 ZVM_CIRCUIT_PROBE_S="600", ZVM_MAX_REQUESTS_PER_S="1000")
+    django_setup(
+        fresh_dir(STATE),
+        REWIND_LOOKUP_CACHE_S="0",
+        ZVM_CONNECT_TIMEOUT_S=t,
+        ZVM_READ_TIMEOUT_S=t,
+        ZVM_CIRCUIT_PROBE_S="600",
+        ZVM_MAX_REQUESTS_PER_S="1000",
+    )
     sim, url = start_sim(STATE)
     worker: Proc | None = None
     control = sim_control()
@@ -81,8 +90,9 @@ def main() -> None:
         up = statistics.median(lookups(args.runs))
         guard_up = statistics.median(guard_s(n) for n in range(1, args.guards + 1))
 
-        control.post(f"{url}/_sim/faults", json={"kind": "hang", "site": HUNG, "seconds": 3600,
-                                                 "path_regex": ".*"}, timeout=30).raise_for_status()
+        control.post(
+            f"{url}/_sim/faults", json={"kind": "hang", "site": HUNG, "seconds": 3600, "path_regex": ".*"}, timeout=30
+        ).raise_for_status()
         seen_before = sum(control.get(f"{url}/_sim/sites/{HUNG}/calls", timeout=30).json().values())
         first = lookups(1)[0]
         hung = statistics.median(lookups(args.runs))
@@ -92,13 +102,19 @@ def main() -> None:
         print(f"ZVM timeouts: connect {t} s, read {t} s; look-up cache off; circuits in the database")
         print(f"find_protection(web01), all sites up:           median {ms(up)} of {args.runs}")
         print(f"first look-up after Site C hangs:               {ms(first)} (the read timeout once: {t} s)")
-        print(f"find_protection(web01), Site C hung, afterwards: median {ms(hung)} of {args.runs}"
-              f"  -> ratio {hung / up:.2f} (target <= 1.2)")
+        print(
+            f"find_protection(web01), Site C hung, afterwards: median {ms(hung)} of {args.runs}"
+            f"  -> ratio {hung / up:.2f} (target <= 1.2)"
+        )
         print(f"guard of web01, all sites up:                   median {ms(guard_up)} of {args.guards}")
-        print(f"guard of web01, Site C hung:                    median {ms(guard_hung)} of {args.guards}"
-              f"  -> ratio {guard_hung / guard_up:.2f} (target <= 1.2)")
-        print(f"requests that reached hung Site C after the hang: {seen_after - seen_before} "
-              f"(for {args.runs + 1} look-ups and {args.guards} guards)")
+        print(
+            f"guard of web01, Site C hung:                    median {ms(guard_hung)} of {args.guards}"
+            f"  -> ratio {guard_hung / guard_up:.2f} (target <= 1.2)"
+        )
+        print(
+            f"requests that reached hung Site C after the hang: {seen_after - seen_before} "
+            f"(for {args.runs + 1} look-ups and {args.guards} guards)"
+        )
     finally:
         control.delete(f"{url}/_sim/faults", timeout=30)
         if worker is not None:

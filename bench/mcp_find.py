@@ -72,7 +72,8 @@ def echo_app() -> Any:
     server = MCPServer(name="echo")
     server.tool()(echo)
     return server.streamable_http_app(
-        stateless_http=True, json_response=False,
+        stateless_http=True,
+        json_response=False,
         transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
     )
 
@@ -84,11 +85,27 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_uvicorn(name: str, target: str, env: dict[str, str], work: Path, workers: int,
-                  factory: bool = False) -> tuple[Proc, str]:
+def start_uvicorn(
+    name: str, target: str, env: dict[str, str], work: Path, workers: int, factory: bool = False
+) -> tuple[Proc, str]:
     port = free_port()
-    cmd = [PYTHON, "-m", "uvicorn", target, "--host", "127.0.0.1", "--port", str(port), "--workers", str(workers),
-           "--no-access-log", "--log-level", "warning", "--timeout-graceful-shutdown", "3"]
+    cmd = [
+        PYTHON,
+        "-m",
+        "uvicorn",
+        target,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--log-level",
+        "warning",
+        "--timeout-graceful-shutdown",
+        "3",
+    ]
     if factory:
         cmd.append("--factory")
     proc = Proc(name, cmd, work / f"{name}.log", env)
@@ -143,8 +160,10 @@ class Result:
     def line(self) -> str:
         zvm = f", {self.zvm_calls / self.sent:.2f} ZVM calls per lookup" if self.zvm_calls is not None else ""
         cpu = f", server CPU {self.cpu_ms_per_call:.2f} ms/call" if self.server_cpu_s is not None else ""
-        return (f"{self.label:<44} {self.rps:8.1f} req/s   p50 {self.pct(0.50):7.1f} ms   "
-                f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors{cpu}{zvm})")
+        return (
+            f"{self.label:<44} {self.rps:8.1f} req/s   p50 {self.pct(0.50):7.1f} ms   "
+            f"p99 {self.pct(0.99):7.1f} ms   ({self.calls} calls, {self.errors} errors{cpu}{zvm})"
+        )
 
     @property
     def cpu_ms_per_call(self) -> float:
@@ -153,8 +172,14 @@ class Result:
 
 def call_body(rpc_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
     meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
-    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
-                       "params": {"name": tool, "arguments": arguments, "_meta": meta}}).encode()
+    return json.dumps(
+        {
+            "jsonrpc": "2.0",
+            "id": rpc_id,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": arguments, "_meta": meta},
+        }
+    ).encode()
 
 
 def call_ok(status: int, text: str) -> bool:
@@ -166,12 +191,25 @@ def call_ok(status: int, text: str) -> bool:
     return "result" in answer and not answer["result"].get("isError", False)
 
 
-async def load(label: str, url: str, token: str | None, tool: str, arguments: Callable[[int], dict[str, Any]],
-               clients: int, seconds: float, warmup: float) -> Result:
+async def load(
+    label: str,
+    url: str,
+    token: str | None,
+    tool: str,
+    arguments: Callable[[int], dict[str, Any]],
+    clients: int,
+    seconds: float,
+    warmup: float,
+) -> Result:
     import httpx2
 
-    headers = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-               "MCP-Protocol-Version": PROTOCOL, "Mcp-Method": "tools/call", "Mcp-Name": tool}
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+    }
     if token:
         headers["Authorization"] = f"Bearer {token}"
     counter = itertools.count(1)
@@ -218,21 +256,35 @@ def zvm_calls(sim_url: str) -> int:
 # --- the run ------------------------------------------------------------------------------------------
 def merged(label: str, parts: list[Result]) -> Result:
     """The rounds of one phase as one result: calls and seconds summed, latencies pooled."""
-    return Result(label, sum(r.calls for r in parts), sum(r.errors for r in parts), sum(r.seconds for r in parts),
-                  [ms for r in parts for ms in r.latencies_ms], sent=sum(r.sent for r in parts),
-                  zvm_calls=None if parts[0].zvm_calls is None else sum(r.zvm_calls or 0 for r in parts),
-                  server_cpu_s=sum(r.server_cpu_s or 0.0 for r in parts))
+    return Result(
+        label,
+        sum(r.calls for r in parts),
+        sum(r.errors for r in parts),
+        sum(r.seconds for r in parts),
+        [ms for r in parts for ms in r.latencies_ms],
+        sent=sum(r.sent for r in parts),
+        zvm_calls=None if parts[0].zvm_calls is None else sum(r.zvm_calls or 0 for r in parts),
+        server_cpu_s=sum(r.server_cpu_s or 0.0 for r in parts),
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=16)
     parser.add_argument("--seconds", type=float, default=4.0, help="measured time per phase and round")
-    parser.add_argument("--rounds", type=int, default=3,
-                        help="rounds of echo, find with the cache on and find with it off, per inventory size")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="rounds of echo, find with the cache on and find with it off, per inventory size",
+    )
     parser.add_argument("--warmup", type=float, default=1.5)
-    parser.add_argument("--workers", type=int, default=1,
-                        help="uvicorn workers for the app and for echo (1: no accept imbalance between workers)")
+    parser.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="uvicorn workers for the app and for echo (1: no accept imbalance between workers)",
+    )
     parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
     args = parser.parse_args()
@@ -241,13 +293,24 @@ def main() -> None:
     django_setup(work / "state")
     token = make_agent()
     # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
-    env = {**os.environ, "REWIND_VAR_DIR": str(work / "state"), "PYTHONUNBUFFERED": "1",
-           "MCP_RATE_LIMIT_PER_MINUTE": "100000000"}
+    env = {
+        **os.environ,
+        "REWIND_VAR_DIR": str(work / "state"),
+        "PYTHONUNBUFFERED": "1",
+        "MCP_RATE_LIMIT_PER_MINUTE": "100000000",
+    }
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
     names = [f"vm-{i:05d}" for i in range(1, args.names + 1)]
 
-    def run(label: str, server: Proc, url: str, tok: str | None, tool: str,
-            arguments: Callable[[int], dict[str, Any]], sim_url: str | None = None) -> Result:
+    def run(
+        label: str,
+        server: Proc,
+        url: str,
+        tok: str | None,
+        tool: str,
+        arguments: Callable[[int], dict[str, Any]],
+        sim_url: str | None = None,
+    ) -> Result:
         before = zvm_calls(sim_url) if sim_url else 0
         cpu_before = server.cpu_seconds()
         result = asyncio.run(load(label, url, tok, tool, arguments, args.clients, args.seconds, args.warmup))
@@ -257,8 +320,11 @@ def main() -> None:
         print(result.line(), flush=True)
         return result
 
-    print(f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
-          f"cores={os.cpu_count()}", flush=True)
+    print(
+        f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
+        f"cores={os.cpu_count()}",
+        flush=True,
+    )
     # Echo is the yardstick: each round measures echo, then find with the cache on and off, so a
     # slow spell of the shared machine hits both sides of a ratio; ratios are medians of rounds.
     echo_proc, echo_url = start_uvicorn("echo", "bench.mcp_find:echo_app", env, work, args.workers, factory=True)
@@ -272,16 +338,32 @@ def main() -> None:
                 register_sites(sim_url, ("site-a", "site-b"))
                 for cache, cache_s in (("on", None), ("off", "0")):
                     app_env = dict(env) if cache_s is None else {**env, "REWIND_LOOKUP_CACHE_S": cache_s}
-                    apps[cache] = start_uvicorn(f"app-{vms}-cache-{cache}", "rewind.asgi:application",
-                                                app_env, work, args.workers)
+                    apps[cache] = start_uvicorn(
+                        f"app-{vms}-cache-{cache}", "rewind.asgi:application", app_env, work, args.workers
+                    )
                 for n in range(1, args.rounds + 1):
                     parts.setdefault((vms, "echo"), []).append(
-                        run(f"echo (bare SDK, no auth, no DB) #{n}", echo_proc, echo_url, None, "echo",
-                            lambda i: {"text": f"hello {i}"}))
+                        run(
+                            f"echo (bare SDK, no auth, no DB) #{n}",
+                            echo_proc,
+                            echo_url,
+                            None,
+                            "echo",
+                            lambda i: {"text": f"hello {i}"},
+                        )
+                    )
                     for cache, (app, app_url) in apps.items():
                         parts.setdefault((vms, cache), []).append(
-                            run(f"find_protection {vms} VMs, cache {cache} #{n}", app, app_url, token,
-                                "zerto_find_protection", lambda i: {"vm": names[i % len(names)]}, sim_url))
+                            run(
+                                f"find_protection {vms} VMs, cache {cache} #{n}",
+                                app,
+                                app_url,
+                                token,
+                                "zerto_find_protection",
+                                lambda i: {"vm": names[i % len(names)]},
+                                sim_url,
+                            )
+                        )
             finally:
                 for app, _ in apps.values():
                     app.stop()
@@ -305,9 +387,11 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]]) -> None
     for vms in sizes:
         find, echo = merged("", parts[(vms, "on")]), merged("", parts[(vms, "echo")])
         ratios = to_echo(vms, "on")
-        print(f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios):.2f} "
-              f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}); server CPU per call "
-              f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms")
+        print(
+            f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios):.2f} "
+            f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}); server CPU per call "
+            f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms"
+        )
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)
         for cache in ("on", "off"):
@@ -315,9 +399,11 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]]) -> None
             # between the two sizes' runs cancels out.
             cost = statistics.median(to_echo(small, cache)) / statistics.median(to_echo(large, cache))
             a, b = merged("", parts[(small, cache)]), merged("", parts[(large, cache)])
-            print(f"cost per call {large} vs {small} VMs (cache {cache}): {cost:.2f}x against echo "
-                  f"(raw throughput {a.rps / b.rps:.2f}x, p50 {b.pct(0.5) / a.pct(0.5):.2f}x, "
-                  f"server CPU per call {b.cpu_ms_per_call / a.cpu_ms_per_call:.2f}x)")
+            print(
+                f"cost per call {large} vs {small} VMs (cache {cache}): {cost:.2f}x against echo "
+                f"(raw throughput {a.rps / b.rps:.2f}x, p50 {b.pct(0.5) / a.pct(0.5):.2f}x, "
+                f"server CPU per call {b.cpu_ms_per_call / a.cpu_ms_per_call:.2f}x)"
+            )
 
 
 if __name__ == "__main__":

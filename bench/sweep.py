@@ -62,9 +62,14 @@ def run(url: str, count: int, foreign_count: int) -> None:
         client = clients[slug]
         checkpoint = client.list_checkpoints(vpg["identifier"])[-1].identifier
         session_id = client.flr_mount(vpg_id=vpg["identifier"], vm_id=info["identifier"], checkpoint_id=checkpoint)
-        return FlrSession(site=sites[slug], session_id=session_id, vm_identifier=info["identifier"],
-                          vpg_identifier=vpg["identifier"], checkpoint_identifier=checkpoint,
-                          status=FlrSession.Status.MOUNTED)
+        return FlrSession(
+            site=sites[slug],
+            session_id=session_id,
+            vm_identifier=info["identifier"],
+            vpg_identifier=vpg["identifier"],
+            checkpoint_identifier=checkpoint,
+            status=FlrSession.Status.MOUNTED,
+        )
 
     clients = {slug: site_client(site) for slug, site in sites.items()}
     started = time.perf_counter()
@@ -74,9 +79,13 @@ def run(url: str, count: int, foreign_count: int) -> None:
     foreign = []
     for i in range(foreign_count):
         slug, vm, vpg = TARGETS[i % len(TARGETS)]
-        foreign.append(control.post(f"{url}/_sim/sites/{slug}/flrs", json={"vm": vm, "vpg": vpg}, timeout=30).json()["session_id"])
-    print(f"set-up: {count} sessions of ours + {foreign_count} of another operator on 3 sites "
-          f"in {time.perf_counter() - started:.1f} s")
+        foreign.append(
+            control.post(f"{url}/_sim/sites/{slug}/flrs", json={"vm": vm, "vpg": vpg}, timeout=30).json()["session_id"]
+        )
+    print(
+        f"set-up: {count} sessions of ours + {foreign_count} of another operator on 3 sites "
+        f"in {time.perf_counter() - started:.1f} s"
+    )
 
     started = time.perf_counter()
     first = recoveries_reap()
@@ -87,13 +96,19 @@ def run(url: str, count: int, foreign_count: int) -> None:
     confirm = time.perf_counter() - started
 
     still = {s["session_id"] for slug in sites for s in control.get(f"{url}/_sim/sites/{slug}/flrs", timeout=30).json()}
-    print(f"sweep 1 (unmount): {sweep:.2f} s for {first.unmounted} unmounted, {first.unmount_failed} failed "
-          f"({first.unmounted / sweep:.0f} sessions/s); target <= 10 s")
+    print(
+        f"sweep 1 (unmount): {sweep:.2f} s for {first.unmounted} unmounted, {first.unmount_failed} failed "
+        f"({first.unmounted / sweep:.0f} sessions/s); target <= 10 s"
+    )
     print(f"sweep 2 (confirm gone): {confirm:.2f} s, {second.vanished} marked ended")
-    print(f"other operator's sessions untouched: {sum(f in still for f in foreign)}/{len(foreign)}; "
-          f"ours still live on the ZVMs: {len(still - set(foreign))}")
-    print(f"rows ended: {FlrSession.objects.filter(status=FlrSession.Status.ENDED).count()}/{count}; "
-          f"site errors: {first.site_errors or second.site_errors or 'none'}")
+    print(
+        f"other operator's sessions untouched: {sum(f in still for f in foreign)}/{len(foreign)}; "
+        f"ours still live on the ZVMs: {len(still - set(foreign))}"
+    )
+    print(
+        f"rows ended: {FlrSession.objects.filter(status=FlrSession.Status.ENDED).count()}/{count}; "
+        f"site errors: {first.site_errors or second.site_errors or 'none'}"
+    )
 
 
 if __name__ == "__main__":

@@ -97,8 +97,13 @@ class Bench:
         from rewind.zvm import ZvmClient, ZvmConnection
 
         self.reset(store)
-        conn = ZvmConnection(site_name=self.site_name, base_url=f"{self.sim_url}/{SLUG}", username="admin",
-                             password="zerto", max_requests_per_s=cap)
+        conn = ZvmConnection(
+            site_name=self.site_name,
+            base_url=f"{self.sim_url}/{SLUG}",
+            username="admin",
+            password="zerto",
+            max_requests_per_s=cap,
+        )
         client = ZvmClient(conn, stores=self.stores(store))
         client.local_site()  # the login, out of the timing
         if cap is not None and cap < calls:
@@ -116,10 +121,23 @@ class Bench:
         self.reset(store)
         go_at = time.time() + 3.0 + processes  # every process has set Django up by then
         target = "db" if store == "db" else store
-        cmd = [PYTHON, "-m", "tests.rewind.zvm_cap_worker", target, f"{self.sim_url}/{SLUG}", self.site_name,
-               str(DEFAULT_CAP), str(each), str(go_at)]
-        procs = [subprocess.Popen(cmd, cwd=REPO, env={**os.environ}, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+        cmd = [
+            PYTHON,
+            "-m",
+            "tests.rewind.zvm_cap_worker",
+            target,
+            f"{self.sim_url}/{SLUG}",
+            self.site_name,
+            str(DEFAULT_CAP),
+            str(each),
+            str(go_at),
+        ]
+        procs = [
+            subprocess.Popen(
+                cmd, cwd=REPO, env={**os.environ}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+            )
+            for _ in range(processes)
+        ]
         reports = []
         for proc in procs:
             out, err = proc.communicate(timeout=600)
@@ -127,10 +145,14 @@ class Bench:
                 raise SystemExit(f"a worker failed: {err[-2000:]}")
             reports.append(json.loads(out.strip().splitlines()[-1]))
         rate = self.sim_get("rate")
-        return {"peak": rate["peak_per_s"], "requests": rate["requests"],
-                "logins": int(self.sim_get("calls").get(TOKEN_CALL, 0)),
-                "ok": sum(r["ok"] for r in reports), "errors": sum(len(r["errors"]) for r in reports),
-                "seconds": max(r["seconds"] for r in reports)}
+        return {
+            "peak": rate["peak_per_s"],
+            "requests": rate["requests"],
+            "logins": int(self.sim_get("calls").get(TOKEN_CALL, 0)),
+            "ok": sum(r["ok"] for r in reports),
+            "errors": sum(len(r["errors"]) for r in reports),
+            "seconds": max(r["seconds"] for r in reports),
+        }
 
 
 def main() -> None:
@@ -149,8 +171,16 @@ def main() -> None:
         bench = Bench(sim_url, redis_url)
         stores = ["db"] + ([redis_url] if redis_url else [])
         print(f"ZVM request cap, one site of the simulator ({sim_url}); default cap {DEFAULT_CAP:g}/s")
-        print("Redis: " + ("database 7 of the local server" if redis_url and not os.environ.get("REDIS_URL")
-                           else "REDIS_URL" if redis_url else "none answers: database only"))
+        print(
+            "Redis: "
+            + (
+                "database 7 of the local server"
+                if redis_url and not os.environ.get("REDIS_URL")
+                else "REDIS_URL"
+                if redis_url
+                else "none answers: database only"
+            )
+        )
         print("\n1 process, back-to-back GET /v1/localsite (requests/s)")
         print(f"  {'store':<8} {'no cap':>9} {'cap 1000':>9} {'cap 10':>9}")
         for store in stores:
@@ -160,13 +190,17 @@ def main() -> None:
             default = bench.single(store, DEFAULT_CAP, args.capped_calls)
             print(f"  {name:<8} {off:>9.1f} {high:>9.1f} {default:>9.2f}")
         print(f"\n{args.processes} processes x {args.each} calls at the default cap (each its own client)")
-        print(f"  {'store':<8} {'peak in 1 s':>11} {'cap':>5} {'requests':>9} {'ok':>5} {'errors':>6} "
-              f"{'logins':>6} {'seconds':>8}")
+        print(
+            f"  {'store':<8} {'peak in 1 s':>11} {'cap':>5} {'requests':>9} {'ok':>5} {'errors':>6} "
+            f"{'logins':>6} {'seconds':>8}"
+        )
         for store in stores:
             name = "database" if store == "db" else "redis"
             r = bench.many(store, args.processes, args.each)
-            print(f"  {name:<8} {r['peak']:>11} {DEFAULT_CAP:>5g} {r['requests']:>9} {r['ok']:>5} "
-                  f"{r['errors']:>6} {r['logins']:>6} {r['seconds']:>8.2f}")
+            print(
+                f"  {name:<8} {r['peak']:>11} {DEFAULT_CAP:>5g} {r['requests']:>9} {r['ok']:>5} "
+                f"{r['errors']:>6} {r['logins']:>6} {r['seconds']:>8.2f}"
+            )
     finally:
         sim.stop()
 

@@ -46,8 +46,11 @@ class MutatingToolForm(forms.ModelForm):
         data = super().clean() or {}
         if not self.errors:
             try:
-                validate_entry_fields(vm_arg=(data.get("vm_arg") or "").strip(), platform=data.get("platform") or "",
-                                      description=data.get("description") or "")
+                validate_entry_fields(
+                    vm_arg=(data.get("vm_arg") or "").strip(),
+                    platform=data.get("platform") or "",
+                    description=data.get("description") or "",
+                )
             except ApplicationError as exc:
                 raise forms.ValidationError(exc.message) from None
         return data
@@ -73,8 +76,13 @@ class MutatingToolAdmin(admin.ModelAdmin):
             if change:
                 saved = mutating_tool_update(actor=_actor(request), tool=MutatingTool.objects.get(pk=obj.pk), **fields)
             else:
-                saved = mutating_tool_add(actor=_actor(request), pattern=data["pattern"], vm_arg=fields["vm_arg"],
-                                          platform=fields["platform"], description=fields["description"])
+                saved = mutating_tool_add(
+                    actor=_actor(request),
+                    pattern=data["pattern"],
+                    vm_arg=fields["vm_arg"],
+                    platform=fields["platform"],
+                    description=fields["description"],
+                )
                 if not fields.get("enabled", True):
                     saved = mutating_tool_update(actor=_actor(request), tool=saved, enabled=False)
         except ApplicationError as exc:
@@ -132,8 +140,17 @@ class ToolSightingAdmin(ReadOnlyAdmin):
     list_display = ["tool", "status", "count", "first_seen_at", "last_seen_at", "agent_list", "argument_list"]
     list_filter = ["status"]
     search_fields = ["tool"]
-    readonly_fields = ["tool", "count", "first_seen_at", "last_seen_at", "agents", "argument_names", "status",
-                       "classified_by", "classified_at"]
+    readonly_fields = [
+        "tool",
+        "count",
+        "first_seen_at",
+        "last_seen_at",
+        "agents",
+        "argument_names",
+        "status",
+        "classified_by",
+        "classified_at",
+    ]
     actions = ["classify_mutating", "classify_readonly"]
 
     @admin.display(description="agents")
@@ -144,7 +161,6 @@ class ToolSightingAdmin(ReadOnlyAdmin):
     def argument_list(self, obj: ToolSighting) -> str:
         return ", ".join(str(a) for a in obj.argument_names)
 
-
     def has_classify_permission(self, request: HttpRequest) -> bool:
         # Classifying a sighting as mutating adds a catalog entry.
         return bool(request.user.has_perm("catalog.add_mutatingtool"))
@@ -152,15 +168,20 @@ class ToolSightingAdmin(ReadOnlyAdmin):
     @admin.action(description="Mutating → add to the catalog…", permissions=["classify"])
     def classify_mutating(self, request: HttpRequest, queryset: QuerySet[ToolSighting]) -> HttpResponse | None:
         sightings = list(queryset.exclude(status=ToolSighting.Status.ADDED))
-        forms_by = [(s, ClassifyMutatingForm(request.POST if "apply" in request.POST else None, sighting=s,
-                                              prefix=f"s{s.pk}")) for s in sightings]
+        forms_by = [
+            (s, ClassifyMutatingForm(request.POST if "apply" in request.POST else None, sighting=s, prefix=f"s{s.pk}"))
+            for s in sightings
+        ]
         if "apply" in request.POST and all(f.is_valid() for _, f in forms_by):
             added = 0
             for sighting, form in forms_by:
                 try:
                     tool_sighting_classify_mutating(
-                        actor=_actor(request), sighting=sighting, vm_arg=form.cleaned_data["chosen_vm_arg"],
-                        platform=form.cleaned_data["platform"], description=form.cleaned_data["description"],
+                        actor=_actor(request),
+                        sighting=sighting,
+                        vm_arg=form.cleaned_data["chosen_vm_arg"],
+                        platform=form.cleaned_data["platform"],
+                        description=form.cleaned_data["description"],
                     )
                     added += 1
                 except ApplicationError as exc:

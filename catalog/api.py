@@ -43,15 +43,36 @@ def _vm_arg(value: str) -> str:
 class MutatingToolOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = MutatingTool
-        fields = ["id", "pattern", "is_pattern", "vm_arg", "platform", "description", "enabled", "added_by",
-                  "added_by_kind", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "pattern",
+            "is_pattern",
+            "vm_arg",
+            "platform",
+            "description",
+            "enabled",
+            "added_by",
+            "added_by_kind",
+            "created_at",
+            "updated_at",
+        ]
 
 
 class ToolSightingOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = ToolSighting
-        fields = ["id", "tool", "status", "count", "first_seen_at", "last_seen_at", "agents", "argument_names",
-                  "classified_by", "classified_at"]
+        fields = [
+            "id",
+            "tool",
+            "status",
+            "count",
+            "first_seen_at",
+            "last_seen_at",
+            "agents",
+            "argument_names",
+            "classified_by",
+            "classified_at",
+        ]
 
 
 class MutatingToolListApi(APIView):
@@ -84,8 +105,12 @@ class MutatingToolListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        return paginated_response(queryset=mutating_tool_queryset(**filters.validated_data),
-                                  serializer_class=MutatingToolOutputSerializer, request=request, view=self)
+        return paginated_response(
+            queryset=mutating_tool_queryset(**filters.validated_data),
+            serializer_class=MutatingToolOutputSerializer,
+            request=request,
+            view=self,
+        )
 
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
@@ -150,8 +175,12 @@ class ToolSightingListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        return paginated_response(queryset=tool_sighting_queryset(**filters.validated_data),
-                                  serializer_class=ToolSightingOutputSerializer, request=request, view=self)
+        return paginated_response(
+            queryset=tool_sighting_queryset(**filters.validated_data),
+            serializer_class=ToolSightingOutputSerializer,
+            request=request,
+            view=self,
+        )
 
 
 class ToolSightingClassifyApi(APIView):
@@ -182,13 +211,18 @@ class ToolSightingClassifyApi(APIView):
         entry = None
         if args["kind"] == "mutating":
             entry = tool_sighting_classify_mutating(
-                actor=actor_of(request), sighting=sighting, vm_arg=args["vm_arg"], platform=args["platform"],
+                actor=actor_of(request),
+                sighting=sighting,
+                vm_arg=args["vm_arg"],
+                platform=args["platform"],
                 description=args["description"],
             )
         else:
             tool_sighting_classify_readonly(actor=actor_of(request), sighting=sighting)
         sighting.refresh_from_db()
-        return Response({
-            "sighting": ToolSightingOutputSerializer(sighting).data,
-            "entry": MutatingToolOutputSerializer(entry).data if entry is not None else None,
-        })
+        return Response(
+            {
+                "sighting": ToolSightingOutputSerializer(sighting).data,
+                "entry": MutatingToolOutputSerializer(entry).data if entry is not None else None,
+            }
+        )

@@ -62,8 +62,7 @@ def normalize_tool_name(tool: str) -> str:
     value = (tool or "").strip().lower()
     if not TOOL_RE.match(value):
         raise ApplicationError(
-            f"{tool!r} is not a tool name: give it as server/tool, e.g. ssh/exec "
-            "(letters, digits, '_', '.', '-')"
+            f"{tool!r} is not a tool name: give it as server/tool, e.g. ssh/exec (letters, digits, '_', '.', '-')"
         )
     return value
 
@@ -72,8 +71,7 @@ def validate_entry_fields(*, vm_arg: str, platform: str, description: str) -> No
     """Raises ApplicationError when an entry's fields are unusable."""
     if not VM_ARG_RE.match(vm_arg or ""):
         raise ApplicationError(
-            f"vm_arg {vm_arg!r} is not an argument name: it names the tool argument that holds the VM "
-            "(e.g. host)"
+            f"vm_arg {vm_arg!r} is not an argument name: it names the tool argument that holds the VM (e.g. host)"
         )
     if platform not in MutatingTool.Platform.values:
         raise ApplicationError(f"platform must be one of {', '.join(MutatingTool.Platform.values)}, not {platform!r}")
@@ -104,7 +102,10 @@ def mutating_tool_add(
                 added_by_kind=actor.type,
             )
             audit_record(
-                actor=actor, action=CatalogAction.TOOL_ADDED, target=tool, data={"before": None, "after": _snapshot(tool)}
+                actor=actor,
+                action=CatalogAction.TOOL_ADDED,
+                target=tool,
+                data={"before": None, "after": _snapshot(tool)},
             )
     except IntegrityError:
         raise ApplicationError(f"the catalog already has an entry {value!r}") from None
@@ -126,7 +127,9 @@ def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> 
     locked.save()
     after = _snapshot(locked)
     if after != before:
-        audit_record(actor=actor, action=CatalogAction.TOOL_CHANGED, target=locked, data={"before": before, "after": after})
+        audit_record(
+            actor=actor, action=CatalogAction.TOOL_CHANGED, target=locked, data={"before": before, "after": after}
+        )
     return locked
 
 
@@ -144,7 +147,9 @@ def mutating_tool_remove(*, actor: Actor, tool: MutatingTool) -> None:
         return
     before = _snapshot(locked)
     audit_record(
-        actor=actor, action=CatalogAction.TOOL_REMOVED, target=("catalog.mutatingtool", str(locked.pk)),
+        actor=actor,
+        action=CatalogAction.TOOL_REMOVED,
+        target=("catalog.mutatingtool", str(locked.pk)),
         data={"before": before, "after": None},
     )
     locked.delete()
@@ -201,7 +206,11 @@ def _sighting_snapshot(s: ToolSighting) -> dict[str, Any]:
 
 @transaction.atomic
 def tool_sighting_classify_mutating(
-    *, actor: Actor, sighting: ToolSighting, vm_arg: str, platform: str = MutatingTool.Platform.ANY,
+    *,
+    actor: Actor,
+    sighting: ToolSighting,
+    vm_arg: str,
+    platform: str = MutatingTool.Platform.ANY,
     description: str = "",
 ) -> MutatingTool:
     """A human judged the tool mutating: add it to the catalog and mark the sighting added."""
@@ -209,12 +218,17 @@ def tool_sighting_classify_mutating(
     locked = ToolSighting.objects.select_for_update().get(pk=sighting.pk)
     before = _sighting_snapshot(locked)
     entry = mutating_tool_add(
-        actor=actor, pattern=locked.tool, vm_arg=vm_arg, platform=platform,
+        actor=actor,
+        pattern=locked.tool,
+        vm_arg=vm_arg,
+        platform=platform,
         description=description or f"Added from a sighting of {locked.tool}",
     )
     _sighting_classified(locked, ToolSighting.Status.ADDED, actor)
     audit_record(
-        actor=actor, action=CatalogAction.SIGHTING_CLASSIFIED_MUTATING, target=locked,
+        actor=actor,
+        action=CatalogAction.SIGHTING_CLASSIFIED_MUTATING,
+        target=locked,
         data={"before": before, "after": _sighting_snapshot(locked), "entry": entry.pattern, "vm_arg": entry.vm_arg},
     )
     return entry
@@ -228,7 +242,9 @@ def tool_sighting_classify_readonly(*, actor: Actor, sighting: ToolSighting) -> 
     before = _sighting_snapshot(locked)
     _sighting_classified(locked, ToolSighting.Status.IGNORED, actor)
     audit_record(
-        actor=actor, action=CatalogAction.SIGHTING_CLASSIFIED_READONLY, target=locked,
+        actor=actor,
+        action=CatalogAction.SIGHTING_CLASSIFIED_READONLY,
+        target=locked,
         data={"before": before, "after": _sighting_snapshot(locked)},
     )
     return locked

@@ -74,9 +74,16 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
 
     def get_urls(self) -> list[URLPattern]:
         own = [
-            path("<int:pk>/review/", self.admin_site.admin_view(self.review_view), name="recoveries_recoveryrequest_review"),
-            path("<int:pk>/decide/<str:decision>/", self.admin_site.admin_view(self.decide_view),
-                 name="recoveries_recoveryrequest_decide"),
+            path(
+                "<int:pk>/review/",
+                self.admin_site.admin_view(self.review_view),
+                name="recoveries_recoveryrequest_review",
+            ),
+            path(
+                "<int:pk>/decide/<str:decision>/",
+                self.admin_site.admin_view(self.decide_view),
+                name="recoveries_recoveryrequest_decide",
+            ),
         ]
         return own + super().get_urls()
 
@@ -113,12 +120,21 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         if request.method == "POST":
             try:
                 if decision == "approve":
-                    done = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
-                    text = ("Approved; the recovery is queued." if done.status == RecoveryRequest.Status.APPROVED
-                            else f"Your approval is recorded; {done.approvals_required} distinct approvers are needed.")
+                    done = recovery_request_approve(
+                        recovery_id=pk, user=request.user, request_id=getattr(request, "id", None)
+                    )
+                    text = (
+                        "Approved; the recovery is queued."
+                        if done.status == RecoveryRequest.Status.APPROVED
+                        else f"Your approval is recorded; {done.approvals_required} distinct approvers are needed."
+                    )
                 else:
-                    recovery_request_deny(recovery_id=pk, user=request.user, note=request.POST.get("note", ""),
-                                          request_id=getattr(request, "id", None))
+                    recovery_request_deny(
+                        recovery_id=pk,
+                        user=request.user,
+                        note=request.POST.get("note", ""),
+                        request_id=getattr(request, "id", None),
+                    )
                     text = "Denied."
                 self.message_user(request, text, messages.SUCCESS)
             except ApplicationError as exc:
@@ -137,8 +153,18 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
 
 @admin.register(FlrSession)
 class FlrSessionAdmin(ReadOnlyAdmin):
-    list_display = ["id", "site", "session_id", "status", "recovery", "attempt", "created_at", "mounted_at", "ended_at",
-                    "end_reason"]
+    list_display = [
+        "id",
+        "site",
+        "session_id",
+        "status",
+        "recovery",
+        "attempt",
+        "created_at",
+        "mounted_at",
+        "ended_at",
+        "end_reason",
+    ]
     list_filter = ["status", "site"]
     search_fields = ["session_id", "vm_identifier", "vpg_identifier"]
     list_select_related = ["site", "recovery"]
@@ -147,8 +173,11 @@ class FlrSessionAdmin(ReadOnlyAdmin):
     def get_urls(self) -> list[URLPattern]:
         own = [
             path("live/", self.admin_site.admin_view(self.live_view), name="recoveries_flrsession_live"),
-            path("live/<int:site_pk>/<str:session_id>/end/", self.admin_site.admin_view(self.end_view),
-                 name="recoveries_flrsession_end"),
+            path(
+                "live/<int:site_pk>/<str:session_id>/end/",
+                self.admin_site.admin_view(self.end_view),
+                name="recoveries_flrsession_end",
+            ),
         ]
         return own + super().get_urls()
 
@@ -174,14 +203,18 @@ class FlrSessionAdmin(ReadOnlyAdmin):
         live = reverse("admin:recoveries_flrsession_live")
         if request.method == "POST":
             try:
-                report = session_end_by_hand(site=site, session_id=session_id,
-                                             actor=Actor.user(request.user.get_username()))
+                report = session_end_by_hand(
+                    site=site, session_id=session_id, actor=Actor.user(request.user.get_username())
+                )
             except (ApplicationError, ZvmError) as exc:
                 self.message_user(request, getattr(exc, "message", str(exc)), messages.ERROR)
             else:
                 level = messages.SUCCESS if report.ok else messages.WARNING
-                self.message_user(request, f"Session {session_id} on {site.name}: "
-                                  + ("unmount sent" if report.ok else report.warning), level)
+                self.message_user(
+                    request,
+                    f"Session {session_id} on {site.name}: " + ("unmount sent" if report.ok else report.warning),
+                    level,
+                )
             return HttpResponseRedirect(live)
         ours = flr_session_recorded(site=site, session_id=session_id)
         context: dict[str, Any] = {

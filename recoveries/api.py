@@ -40,8 +40,13 @@ class CanReview(permissions.BasePermission):
 
     def has_permission(self, request: Request, view: Any) -> bool:
         user = request.user
-        return bool(user and user.is_authenticated and not isinstance(user, AgentPrincipal)
-                    and user.is_staff and any(user.has_perm(p) for p in REVIEW_PERMISSIONS))
+        return bool(
+            user
+            and user.is_authenticated
+            and not isinstance(user, AgentPrincipal)
+            and user.is_staff
+            and any(user.has_perm(p) for p in REVIEW_PERMISSIONS)
+        )
 
 
 class AgentPrincipal:
@@ -96,7 +101,9 @@ class RecoveryApproveApi(APIView):
     permission_classes = [CanReview]
 
     def post(self, request: Request, pk: int) -> Response:
-        recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None))
+        recovery = recovery_request_approve(
+            recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None)
+        )
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 
@@ -109,8 +116,12 @@ class RecoveryDenyApi(APIView):
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        recovery = recovery_request_deny(recovery_id=pk, user=request.user, note=data.validated_data.get("note", ""),
-                                         request_id=getattr(request._request, "id", None))
+        recovery = recovery_request_deny(
+            recovery_id=pk,
+            user=request.user,
+            note=data.validated_data.get("note", ""),
+            request_id=getattr(request._request, "id", None),
+        )
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 
@@ -131,7 +142,8 @@ class RecoveryDownloadApi(APIView):
         path = stored_file(recovery)
         if path is None:
             raise NotFoundError(f"recovery #{pk} has no recovered file to download ({recovery.status})")
-        response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name,
-                                content_type="application/octet-stream")
+        response = FileResponse(
+            path.open("rb"), as_attachment=True, filename=path.name, content_type="application/octet-stream"
+        )
         response["X-Content-SHA256"] = recovery.sha256
         return response

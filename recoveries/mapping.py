@@ -113,7 +113,9 @@ class _Browser:
         folded = [item for item in items if item.name.casefold() == name.casefold()]
         if len(folded) > 1:
             spelled = ", ".join(item.name for item in folded)
-            raise ApplicationError(f"{folder or 'the mount'} lists several entries named {name!r} in different case: {spelled}")
+            raise ApplicationError(
+                f"{folder or 'the mount'} lists several entries named {name!r} in different case: {spelled}"
+            )
         return folded[0] if folded else None
 
     def walk(self, part: _Partition, segments: Iterable[str]) -> BrowseItem | None:
@@ -163,9 +165,14 @@ def _with_full_path(folder: str, item: BrowseItem) -> BrowseItem:
     if path == item.path:
         return item
     return BrowseItem(
-        path=path, type=item.type, is_browsable=item.is_browsable, is_downloadable=item.is_downloadable,
-        size_in_bytes=item.size_in_bytes, not_downloadable_reason=item.not_downloadable_reason,
-        creation_time=item.creation_time, last_access_time=item.last_access_time,
+        path=path,
+        type=item.type,
+        is_browsable=item.is_browsable,
+        is_downloadable=item.is_downloadable,
+        size_in_bytes=item.size_in_bytes,
+        not_downloadable_reason=item.not_downloadable_reason,
+        creation_time=item.creation_time,
+        last_access_time=item.last_access_time,
         last_write_time=item.last_write_time,
     )
 
@@ -199,7 +206,9 @@ def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_i
     browser = _Browser(client, session_id, vm_identifier)
     parts = [_Partition(item.path, _caseless(item.path, guest)) for item in _partitions(browser)]
     if not parts:
-        raise NotFoundError(f"the mounted checkpoint of this VM shows no partitions, so {guest.original} cannot be found")
+        raise NotFoundError(
+            f"the mounted checkpoint of this VM shows no partitions, so {guest.original} cannot be found"
+        )
     if guest.os == "windows":
         matches = _windows(browser, parts, guest)
     else:
@@ -312,10 +321,11 @@ def _one_file(matches: list[Match], parts: list[_Partition], guest: GuestPath) -
         )
     if len(matches) > 1:
         raise ApplicationError(
-            f"{guest.original} is ambiguous in this checkpoint; it exists as "
-            f"{', '.join(m.flr_path for m in matches)}"
+            f"{guest.original} is ambiguous in this checkpoint; it exists as {', '.join(m.flr_path for m in matches)}"
         )
     match = matches[0]
     if not _is_file(match.item):
-        raise ApplicationError(f"{guest.original} is a {(match.item.type or 'folder').lower()}, not a file ({match.flr_path})")
+        raise ApplicationError(
+            f"{guest.original} is a {(match.item.type or 'folder').lower()}, not a file ({match.flr_path})"
+        )
     return match

@@ -25,20 +25,39 @@ from rewind.mcp.context import current_agent_id, run_db
 WAIT_MAX_S = 600.0
 POLL_S = 1.0
 
-Vm = Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, or the Zerto "
-                                            "vmIdentifier, e.g. \"web01\"")]
-GuestPath = Annotated[StrictStr, Field(description="The file's absolute path in the guest, e.g. "
-                                                   "\"/etc/nginx/nginx.conf\" or \"C:\\\\inetpub\\\\web.config\"")]
-Reason = Annotated[StrictStr, Field(description="Why you need the file back, shown to the person who approves, e.g. "
-                                                "\"nginx fails to start after my edit\"")]
-CheckpointChoice = Annotated[Selector | None, Field(
-    description="A tag this service put on a checkpoint, or a Zerto checkpoint identifier, e.g. "
-                "\"ai:bot | edit nginx.conf | vm=web01 | change=CHG-2291 | 2026-01-05T10:00:00Z\"; omit to use "
-                "change_id or the newest tagged checkpoint")]
-ChangeIdChoice = Annotated[Selector | None, Field(
-    description="The change_id you guarded the change with, e.g. \"CHG-2291\": its checkpoint is used")]
-RecoveryId = Annotated[RecordId, Field(description="The recovery request's id from zerto_recover_file: a JSON "
-                                                   "integer, e.g. 17")]
+Vm = Annotated[
+    StrictStr,
+    Field(description='The VM: its name, a host FQDN or short hostname, or the Zerto vmIdentifier, e.g. "web01"'),
+]
+GuestPath = Annotated[
+    StrictStr,
+    Field(
+        description="The file's absolute path in the guest, e.g. "
+        '"/etc/nginx/nginx.conf" or "C:\\\\inetpub\\\\web.config"'
+    ),
+]
+Reason = Annotated[
+    StrictStr,
+    Field(
+        description="Why you need the file back, shown to the person who approves, e.g. "
+        '"nginx fails to start after my edit"'
+    ),
+]
+CheckpointChoice = Annotated[
+    Selector | None,
+    Field(
+        description="A tag this service put on a checkpoint, or a Zerto checkpoint identifier, e.g. "
+        '"ai:bot | edit nginx.conf | vm=web01 | change=CHG-2291 | 2026-01-05T10:00:00Z"; omit to use '
+        "change_id or the newest tagged checkpoint"
+    ),
+]
+ChangeIdChoice = Annotated[
+    Selector | None,
+    Field(description='The change_id you guarded the change with, e.g. "CHG-2291": its checkpoint is used'),
+]
+RecoveryId = Annotated[
+    RecordId, Field(description="The recovery request's id from zerto_recover_file: a JSON integer, e.g. 17")
+]
 
 
 class CheckpointOut(BaseModel):
@@ -51,8 +70,9 @@ class CheckpointOut(BaseModel):
     vpg_name: str
     recovery_site: str
     listed_late_at: str | None = Field(
-        None, description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
-                          "said not to proceed); the checkpoint is still a valid point to recover from",
+        None,
+        description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
+        "said not to proceed); the checkpoint is still a valid point to recover from",
     )
 
 
@@ -114,16 +134,29 @@ class EndSessionOut(BaseModel):
 def _out(recovery: Any) -> RecoveryOut:
     data = recovery_dict(recovery, inline=True)
     return RecoveryOut(
-        id=data["id"], status=data["status"], vm=data["vm"], vm_identifier=data["vm_identifier"], path=data["path"],
-        checkpoint=CheckpointOut(**data["checkpoint"]), approval_url=data["approval_url"],
-        approvals_required=data["approvals_required"], expires_at=data["expires_at"], error=data["error"],
+        id=data["id"],
+        status=data["status"],
+        vm=data["vm"],
+        vm_identifier=data["vm_identifier"],
+        path=data["path"],
+        checkpoint=CheckpointOut(**data["checkpoint"]),
+        approval_url=data["approval_url"],
+        approvals_required=data["approvals_required"],
+        expires_at=data["expires_at"],
+        error=data["error"],
         result=ResultOut(**data["result"]) if data["result"] else None,
     )
 
 
 def _create(vm: str, path: str, reason: str, checkpoint: str | None, change_id: str | None) -> RecoveryOut:
-    recovery = recovery_request_create(agent=calling_agent(agent_id=current_agent_id()), vm=vm, path=path,
-                                       reason=reason, checkpoint=checkpoint, change_id=change_id)
+    recovery = recovery_request_create(
+        agent=calling_agent(agent_id=current_agent_id()),
+        vm=vm,
+        path=path,
+        reason=reason,
+        checkpoint=checkpoint,
+        change_id=change_id,
+    )
     return _out(recovery)
 
 
@@ -131,8 +164,11 @@ def _status(recovery_id: int) -> RecoveryOut:
     return _out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
 
 
-_PROGRESS = {"pending": (0, "waiting for a human to approve"), "approved": (1, "approved; queued"),
-             "running": (2, "mounting the checkpoint and copying the file")}
+_PROGRESS = {
+    "pending": (0, "waiting for a human to approve"),
+    "approved": (1, "approved; queued"),
+    "running": (2, "mounting the checkpoint and copying the file"),
+}
 _DONE = ("denied", "expired", "succeeded", "failed")
 
 
@@ -157,9 +193,14 @@ async def zerto_recover_file(
     reason: Reason,
     checkpoint: CheckpointChoice = None,
     change_id: ChangeIdChoice = None,
-    wait: Annotated[Flag, Field(description="JSON true: stay open (up to 10 minutes, with progress) until the "
-                                            "recovery ends; false (default): answer at once and poll "
-                                            "zerto_recovery_status")] = False,
+    wait: Annotated[
+        Flag,
+        Field(
+            description="JSON true: stay open (up to 10 minutes, with progress) until the "
+            "recovery ends; false (default): answer at once and poll "
+            "zerto_recovery_status"
+        ),
+    ] = False,
     ctx: Context | None = None,
 ) -> RecoveryOut:
     """Ask for one guest file back from a Zerto checkpoint. A human must approve before anything is mounted.
@@ -189,10 +230,17 @@ def _list_sessions(live_only: bool) -> FlrSessionListOut:
     listing = flr_sessions_everywhere(live_only=live_only)
     return FlrSessionListOut(
         sessions=[
-            FlrSessionOut(site=s.site.name, session_id=s.session_id, status=s.status, vm_identifier=s.vm_identifier,
-                          vpg_identifier=s.vpg_identifier, checkpoint_identifier=s.checkpoint_identifier,
-                          mount_time=s.mount_time, ours=s.ours is not None,
-                          recovery_id=s.ours.recovery_id if s.ours is not None else None)
+            FlrSessionOut(
+                site=s.site.name,
+                session_id=s.session_id,
+                status=s.status,
+                vm_identifier=s.vm_identifier,
+                vpg_identifier=s.vpg_identifier,
+                checkpoint_identifier=s.checkpoint_identifier,
+                mount_time=s.mount_time,
+                ours=s.ours is not None,
+                recovery_id=s.ours.recovery_id if s.ours is not None else None,
+            )
             for s in listing.sessions
         ],
         site_errors=listing.errors,
@@ -200,8 +248,12 @@ def _list_sessions(live_only: bool) -> FlrSessionListOut:
 
 
 async def zerto_list_flr_sessions(
-    live_only: Annotated[Flag, Field(description="JSON true (default): only sessions still holding a mount; false: "
-                                                 "also those ending or ended")] = True,
+    live_only: Annotated[
+        Flag,
+        Field(
+            description="JSON true (default): only sessions still holding a mount; false: also those ending or ended"
+        ),
+    ] = True,
 ) -> FlrSessionListOut:
     """Every FLR session the configured ZVMs know, on every site, with the ones this service opened marked.
 
@@ -217,8 +269,12 @@ def _end(session_id: str) -> EndSessionOut:
 
 
 async def zerto_end_flr_session(
-    session_id: Annotated[Selector, Field(description="The FLR session's id from zerto_list_flr_sessions (one with "
-                                                      "ours true), e.g. \"a1b2c3d4-flr\"")],
+    session_id: Annotated[
+        Selector,
+        Field(
+            description='The FLR session\'s id from zerto_list_flr_sessions (one with ours true), e.g. "a1b2c3d4-flr"'
+        ),
+    ],
     confirmed: Confirmed = False,
 ) -> EndSessionOut:
     """Unmount one FLR session that this service opened. `confirmed` must be true.
@@ -233,15 +289,18 @@ async def zerto_end_flr_session(
 
 def register(server: MCPServer) -> None:
     def read_only(title: str) -> ToolAnnotations:
-        return ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                               open_world_hint=False)
+        return ToolAnnotations(
+            title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        )
 
     # Not idempotent: each call makes a new request for a person to approve.
     title = "Ask for a file back from a checkpoint (human-approved)"
     server.tool(
-        name="zerto_recover_file", title=title,
-        annotations=ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False,
-                                    idempotent_hint=False, open_world_hint=False),
+        name="zerto_recover_file",
+        title=title,
+        annotations=ToolAnnotations(
+            title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        ),
     )(zerto_recover_file)
     title = "Status and result of a file recovery"
     server.tool(name="zerto_recovery_status", title=title, annotations=read_only(title))(zerto_recovery_status)
@@ -251,7 +310,9 @@ def register(server: MCPServer) -> None:
     # session changes nothing more.
     title = "Unmount an FLR session this service opened"
     server.tool(
-        name="zerto_end_flr_session", title=title,
-        annotations=ToolAnnotations(title=title, read_only_hint=False, destructive_hint=True,
-                                    idempotent_hint=True, open_world_hint=False),
+        name="zerto_end_flr_session",
+        title=title,
+        annotations=ToolAnnotations(
+            title=title, read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
+        ),
     )(zerto_end_flr_session)

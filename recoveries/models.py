@@ -34,7 +34,9 @@ class RecoveryRequest(models.Model):
 
     FINISHED = (Status.DENIED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED)
 
-    agent = models.ForeignKey("rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries")
+    agent = models.ForeignKey(
+        "rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries"
+    )
     agent_name = models.CharField(max_length=64, db_index=True)
     vm_identifier = models.CharField(max_length=255, db_index=True)
     vm_name = models.CharField(max_length=255)
@@ -49,7 +51,8 @@ class RecoveryRequest(models.Model):
     change_id = models.CharField(max_length=100, blank=True)
     checkpoint_source = models.CharField(max_length=20, choices=CheckpointSource.choices)
     checkpoint_listed_late_at = models.DateTimeField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="Set when the checkpoint was listed only after its guard had timed out (the guard stayed not ok).",
     )
     vpg_identifier = models.CharField(max_length=64)
@@ -73,7 +76,8 @@ class RecoveryRequest(models.Model):
     unmount_warning = models.TextField(blank=True)
     error = models.TextField(blank=True)
     purged_at = models.DateTimeField(
-        null=True, blank=True,
+        null=True,
+        blank=True,
         help_text="When the recovered bytes were deleted after REWIND_RECOVERED_RETENTION_DAYS; sha256 and size remain.",
     )
 
@@ -139,7 +143,9 @@ class FlrSession(models.Model):
     LIVE = (Status.MOUNTING, Status.UNKNOWN, Status.MOUNTED, Status.UNMOUNTING, Status.UNMOUNT_FAILED)
 
     site = models.ForeignKey("rewind.Site", on_delete=models.PROTECT, related_name="flr_sessions")
-    recovery = models.ForeignKey(RecoveryRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="sessions")
+    recovery = models.ForeignKey(
+        RecoveryRequest, null=True, blank=True, on_delete=models.SET_NULL, related_name="sessions"
+    )
     session_id = models.CharField(max_length=255, blank=True, db_index=True)
     vm_identifier = models.CharField(max_length=255)
     vpg_identifier = models.CharField(max_length=64)

@@ -69,29 +69,36 @@ def _one_line(text: str, limit: int) -> str:
 def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailMessage:
     """The mail itself: plain text, one message to every recipient (all are staff of this service)."""
     r = recovery
-    subject = _one_line(f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}", SUBJECT_MAX)
+    subject = _one_line(
+        f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}", SUBJECT_MAX
+    )
     reason = "\n".join("    " + line for line in (r.reason or "").splitlines()) or "    (none)"
     approvals = "two different people" if r.approvals_required > 1 else "one person"
-    body = "\n".join([
-        f"Agent {r.agent_name} asks for a file back from a checkpoint. It runs only after {approvals} approve.",
-        "",
-        f"VM:          {r.vm_name} ({r.vm_identifier})",
-        f"Path:        {r.path}",
-        f"Agent:       {r.agent_name}",
-        f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
-        f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",
-        f"             taken {_when(r.checkpoint_timestamp)} (id {r.checkpoint_identifier})",
-        f"Expires:     {_when(r.expires_at)}",
-        "Reason:",
-        reason,
-        "",
-        f"Review, then approve or deny: {approval_url(r)}",
-        "",
-        "You get this mail because you may approve file recoveries in zerto-rewind. The owner of the",
-        f"agent is not asked: they may not approve their own agent's request. Request id {r.request_id}.",
-    ])
+    body = "\n".join(
+        [
+            f"Agent {r.agent_name} asks for a file back from a checkpoint. It runs only after {approvals} approve.",
+            "",
+            f"VM:          {r.vm_name} ({r.vm_identifier})",
+            f"Path:        {r.path}",
+            f"Agent:       {r.agent_name}",
+            f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
+            f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",
+            f"             taken {_when(r.checkpoint_timestamp)} (id {r.checkpoint_identifier})",
+            f"Expires:     {_when(r.expires_at)}",
+            "Reason:",
+            reason,
+            "",
+            f"Review, then approve or deny: {approval_url(r)}",
+            "",
+            "You get this mail because you may approve file recoveries in zerto-rewind. The owner of the",
+            f"agent is not asked: they may not approve their own agent's request. Request id {r.request_id}.",
+        ]
+    )
     return EmailMessage(
-        subject=subject, body=body, from_email=settings.REWIND_MAIL_FROM, to=recipients,
+        subject=subject,
+        body=body,
+        from_email=settings.REWIND_MAIL_FROM,
+        to=recipients,
         headers={"Auto-Submitted": "auto-generated", "X-Rewind-Recovery": str(r.pk)},
     )
 
@@ -111,25 +118,42 @@ def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None
         return "not pending"
     recipients = approver_addresses(recovery)
     if not recipients:
-        logger.warning("recovery #%s waits for approval but no approver has an email address; "
-                       "give them one or set REWIND_APPROVER_EMAILS", recovery.pk)
+        logger.warning(
+            "recovery #%s waits for approval but no approver has an email address; "
+            "give them one or set REWIND_APPROVER_EMAILS",
+            recovery.pk,
+        )
         return "no recipients"
     sent = approval_message(recovery, recipients).send()
     if not sent:
         return "not sent"  # the backend said why (no mail configured)
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action=RecoveryAction.NOTIFIED, target=recovery,
-                     data={"recipients": recipients, "count": len(recipients)}, request_id=request_id)
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.NOTIFIED,
+            target=recovery,
+            data={"recipients": recipients, "count": len(recipients)},
+            request_id=request_id,
+        )
     return "sent"
 
 
-def recovery_notify_failed(*, recovery_id: int, error: BaseException, attempts: int, request_id: str | None = None) -> None:
+def recovery_notify_failed(
+    *, recovery_id: int, error: BaseException, attempts: int, request_id: str | None = None
+) -> None:
     """Record that no mail went out after every attempt; the request itself is unaffected."""
     message = _one_line(f"{type(error).__name__}: {error}", 500)
-    logger.warning("could not notify the approvers of recovery #%s after %d attempts: %s", recovery_id, attempts, message)
+    logger.warning(
+        "could not notify the approvers of recovery #%s after %d attempts: %s", recovery_id, attempts, message
+    )
     recovery = RecoveryRequest.objects.filter(pk=recovery_id).first()
     if recovery is None:
         return
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action=RecoveryAction.NOTIFY_FAILED, target=recovery,
-                     data={"error": message, "attempts": attempts}, request_id=request_id)
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.NOTIFY_FAILED,
+            target=recovery,
+            data={"error": message, "attempts": attempts},
+            request_id=request_id,
+        )

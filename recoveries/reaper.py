@@ -83,8 +83,15 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     # makes it fail at once after the first timeout). A site still running at the limit is
     # reported and left to finish: every step is a compare-and-swap.
     parts = {site.pk: ReapReport() for site in sites}
-    threads = [(site, threading.Thread(target=_reap_site_in_thread, args=(site, now, parts[site.pk]),
-                                       name=f"reap-{site.pk}", daemon=True)) for site in sites]
+    threads = [
+        (
+            site,
+            threading.Thread(
+                target=_reap_site_in_thread, args=(site, now, parts[site.pk]), name=f"reap-{site.pk}", daemon=True
+            ),
+        )
+        for site in sites
+    ]
     for _site, thread in threads:
         thread.start()
     limit = time.monotonic() + settings.REWIND_REAPER_INTERVAL_S
@@ -131,8 +138,9 @@ def _fail_overdue(now: datetime) -> int:
                 status=RecoveryRequest.Status.FAILED, ok=False, error=message, finished_at=now
             )
             if won:
-                audit_record(actor=SYSTEM, action=RecoveryAction.FAILED, target=recovery,
-                             data={"error": message, "by": "reaper"})
+                audit_record(
+                    actor=SYSTEM, action=RecoveryAction.FAILED, target=recovery, data={"error": message, "by": "reaper"}
+                )
                 count += 1
     return count
 
@@ -190,7 +198,9 @@ def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) 
 def _unmount_batch(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
     out: list[bool | None] = []
     for row in rows:
-        result = session_unmount(client=client, row=row, actor=SYSTEM, reason="reaped", audit_action=RecoveryAction.SESSION_REAPED)
+        result = session_unmount(
+            client=client, row=row, actor=SYSTEM, reason="reaped", audit_action=RecoveryAction.SESSION_REAPED
+        )
         out.append(None if result is None else result.ok)
     return out
 

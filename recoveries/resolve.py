@@ -85,9 +85,13 @@ def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | 
             _look_again_for_late(rows)
             return _from_guard_rows(protection, usable, rows, Source.TAG, f"tag {checkpoint!r}")
         return _from_checkpoint_id(protection, usable, checkpoint)
-    rows = TaggedCheckpoint.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by("-checkpoint_timestamp")
+    rows = TaggedCheckpoint.objects.filter(guard__vm_identifier=protection.vm_identifier).order_by(
+        "-checkpoint_timestamp"
+    )
     _look_again_for_late(rows)
-    return _from_guard_rows(protection, usable, rows, Source.LATEST_TAGGED, "any tagged checkpoint made by this service")
+    return _from_guard_rows(
+        protection, usable, rows, Source.LATEST_TAGGED, "any tagged checkpoint made by this service"
+    )
 
 
 def _look_again_for_late(rows: QuerySet[TaggedCheckpoint]) -> None:
@@ -108,7 +112,9 @@ def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
     """VPGs whose recovery site's ZVM is configured (and enabled) here, by identifier."""
     usable = {v.identifier: v for v in protection.vpgs if v.recovery_site.configured}
     if not usable:
-        names = ", ".join(f"{v.name} (recovery site {v.recovery_site.name or v.recovery_site.identifier})" for v in protection.vpgs)
+        names = ", ".join(
+            f"{v.name} (recovery site {v.recovery_site.name or v.recovery_site.identifier})" for v in protection.vpgs
+        )
         raise ApplicationError(
             f"VM {protection.vm_name} cannot be recovered here: no ZVM is configured for the recovery site of "
             f"any VPG protecting it: {names}"
@@ -133,7 +139,13 @@ def _preference(vpg: VpgProtection, healthy: set[int], requested_at: datetime | 
 
 
 def _bound(
-    protection: Protection, vpg: VpgProtection, cp_id: str, when: datetime | None, tag: str, change_id: str, source: str,
+    protection: Protection,
+    vpg: VpgProtection,
+    cp_id: str,
+    when: datetime | None,
+    tag: str,
+    change_id: str,
+    source: str,
     listed_late_at: datetime | None = None,
 ) -> BoundCheckpoint:
     return BoundCheckpoint(
@@ -160,7 +172,11 @@ def _from_guard_rows(
         raise NotFoundError(f"no listed tagged checkpoint matches {what} for VM {protection.vm_name}")
     here = [r for r in listed if r.vpg_identifier in usable]
     if not here:
-        vpgs = ", ".join(sorted({f"{r.vpg_name} (recovery site {r.recovery_site_name or r.recovery_site_identifier})" for r in listed}))
+        vpgs = ", ".join(
+            sorted(
+                {f"{r.vpg_name} (recovery site {r.recovery_site_name or r.recovery_site_identifier})" for r in listed}
+            )
+        )
         raise ApplicationError(
             f"the checkpoint of {what} for VM {protection.vm_name} lies only on VPGs whose recovery site's ZVM "
             f"is not configured here: {vpgs}"
@@ -169,8 +185,9 @@ def _from_guard_rows(
     row = min(here, key=lambda r: _preference(usable[r.vpg_identifier], healthy, r.guard.requested_at))
     vpg = usable[row.vpg_identifier]
     when = _on_recovery_clock(row.checkpoint_timestamp, row.site, vpg)
-    return _bound(protection, vpg, row.checkpoint_identifier, when, row.guard.tag, row.guard.change_id, source,
-                  row.listed_late_at)
+    return _bound(
+        protection, vpg, row.checkpoint_identifier, when, row.guard.tag, row.guard.change_id, source, row.listed_late_at
+    )
 
 
 def _on_recovery_clock(when: datetime | None, protected: Site | None, vpg: VpgProtection) -> datetime | None:
@@ -186,7 +203,9 @@ def _on_recovery_clock(when: datetime | None, protected: Site | None, vpg: VpgPr
     return to_zvm(from_zvm(when, site_clock_offset_s(protected)), site_clock_offset_s(recovery))
 
 
-def _from_checkpoint_id(protection: Protection, usable: dict[str, VpgProtection], checkpoint_id: str) -> BoundCheckpoint:
+def _from_checkpoint_id(
+    protection: Protection, usable: dict[str, VpgProtection], checkpoint_id: str
+) -> BoundCheckpoint:
     """A bare checkpoint identifier: ask each candidate VPG's recovery site for it."""
     problems: list[str] = []
     healthy = _healthy_site_pks(usable.values())

@@ -79,8 +79,13 @@ def recovery_run(*, recovery_id: int, request_id: str) -> str:
             logger.info("recovery %s is %s; nothing to run", recovery_id, current)
             return str(current)
         recovery = RecoveryRequest.objects.get(pk=recovery_id)
-        audit_record(actor=SYSTEM, action=RecoveryAction.STARTED, target=recovery,
-                     data={"vm": recovery.vm_name, "path": recovery.normalized_path}, request_id=request_id)
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.STARTED,
+            target=recovery,
+            data={"vm": recovery.vm_name, "path": recovery.normalized_path},
+            request_id=request_id,
+        )
     try:
         run = _prepare(recovery, request_id)
         _execute(run)
@@ -101,7 +106,9 @@ def _prepare(recovery: RecoveryRequest, request_id: str) -> Run:
     site = Site.objects.filter(identifier=recovery.recovery_site_identifier, enabled=True).first()
     if site is None:
         name = recovery.recovery_site_name or recovery.recovery_site_identifier
-        raise RunFailed(f"no ZVM is configured (and enabled) here for site {name}, the recovery site of VPG {recovery.vpg_name}")
+        raise RunFailed(
+            f"no ZVM is configured (and enabled) here for site {name}, the recovery site of VPG {recovery.vpg_name}"
+        )
     client = site_client(site, request_id=request_id)
     deadline = time.monotonic() + settings.REWIND_FLR_TIME_LIMIT_S
     return Run(recovery, site, client, deadline, request_id)
@@ -125,9 +132,13 @@ def _check_mountable(run: Run) -> None:
     points = run.client.points_in_time(r.vm_identifier, vpg_id=r.vpg_identifier, start=start, end=end)
     point = next((p for p in points if p.checkpoint and p.checkpoint.identifier == r.checkpoint_identifier), None)
     if point is None:
-        raise RunFailed(f"checkpoint {r.checkpoint_identifier} is not offered for {r.vm_name} on {run.site.name} any more")
+        raise RunFailed(
+            f"checkpoint {r.checkpoint_identifier} is not offered for {r.vm_name} on {run.site.name} any more"
+        )
     if point.can_mount is False:
-        raise RunFailed(f"{run.site.name} will not mount checkpoint {r.checkpoint_identifier}: {point.can_mount_reason or 'no reason given'}")
+        raise RunFailed(
+            f"{run.site.name} will not mount checkpoint {r.checkpoint_identifier}: {point.can_mount_reason or 'no reason given'}"
+        )
 
 
 def _execute(run: Run) -> None:
@@ -165,19 +176,43 @@ def _mount(run: Run, attempt: int) -> FlrSession:
     snapshot = _snapshot(run)
     with transaction.atomic():
         row = FlrSession.objects.create(
-            site=run.site, recovery=r, vm_identifier=r.vm_identifier, vpg_identifier=r.vpg_identifier,
-            checkpoint_identifier=r.checkpoint_identifier, snapshot_ids=snapshot, attempt=attempt,
+            site=run.site,
+            recovery=r,
+            vm_identifier=r.vm_identifier,
+            vpg_identifier=r.vpg_identifier,
+            checkpoint_identifier=r.checkpoint_identifier,
+            snapshot_ids=snapshot,
+            attempt=attempt,
         )
-        audit_record(actor=SYSTEM, action=RecoveryAction.SESSION_MOUNT_REQUESTED, target=row,
-                     data={"site": run.site.name, "vm": r.vm_name, "vpg": r.vpg_name,
-                           "checkpoint": r.checkpoint_identifier, "attempt": attempt}, request_id=run.request_id)
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.SESSION_MOUNT_REQUESTED,
+            target=row,
+            data={
+                "site": run.site.name,
+                "vm": r.vm_name,
+                "vpg": r.vpg_name,
+                "checkpoint": r.checkpoint_identifier,
+                "attempt": attempt,
+            },
+            request_id=run.request_id,
+        )
     row.site = run.site
     try:
-        session_id = run.client.flr_mount(vpg_id=r.vpg_identifier, vm_id=r.vm_identifier, checkpoint_id=r.checkpoint_identifier)
+        session_id = run.client.flr_mount(
+            vpg_id=r.vpg_identifier, vm_id=r.vm_identifier, checkpoint_id=r.checkpoint_identifier
+        )
     except ZvmRejectedError as exc:  # a 4xx: the mount did not start
-        session_transition(row=row, to=S.ENDED, actor=SYSTEM, action=RecoveryAction.SESSION_MOUNT_FAILED,
-                           data={"error": str(exc)}, end_reason="mount refused", last_error=str(exc)[:2000],
-                           request_id=run.request_id)
+        session_transition(
+            row=row,
+            to=S.ENDED,
+            actor=SYSTEM,
+            action=RecoveryAction.SESSION_MOUNT_FAILED,
+            data={"error": str(exc)},
+            end_reason="mount refused",
+            last_error=str(exc)[:2000],
+            request_id=run.request_id,
+        )
         raise RunFailed(f"{run.site.name} refused the mount: {exc}") from exc
     except ZvmError as exc:  # unreadable answer, timeout, 5xx: the mount may have started
         _mount_unknown(run, row, exc)
@@ -193,8 +228,15 @@ def _mount_unknown(run: Run, row: FlrSession, exc: ZvmError) -> None:
     except ZvmError:
         found = None
     if found is None:
-        _store_unmount(run.recovery, UnmountReport(False, "unknown", "the mount's session could not be identified yet; the reaper will find and unmount it"))
-        raise RunFailed(f"the mount answer from {run.site.name} was unusable ({exc}); the reaper will find and unmount the session")
+        _store_unmount(
+            run.recovery,
+            UnmountReport(
+                False, "unknown", "the mount's session could not be identified yet; the reaper will find and unmount it"
+            ),
+        )
+        raise RunFailed(
+            f"the mount answer from {run.site.name} was unusable ({exc}); the reaper will find and unmount the session"
+        )
     report = _unmount(run, row)
     _store_unmount(run.recovery, report)
     raise RunFailed(f"the mount answer from {run.site.name} was unusable ({exc}); its session {found} was unmounted")
@@ -208,13 +250,21 @@ def _wait_mounted(run: Run, row: FlrSession) -> None:
         except ZvmNotFoundError:
             raise SessionVanished(row.session_id) from None
         if session.is_mounted:
-            session_transition(row=row, to=S.MOUNTED, actor=SYSTEM, action=RecoveryAction.SESSION_MOUNTED,
-                               data={"status": session.status}, request_id=run.request_id)
+            session_transition(
+                row=row,
+                to=S.MOUNTED,
+                actor=SYSTEM,
+                action=RecoveryAction.SESSION_MOUNTED,
+                data={"status": session.status},
+                request_id=run.request_id,
+            )
             return
         if session.is_terminal:
             raise RunFailed(f"the mount failed on {run.site.name} (status {session.status})")
         if time.monotonic() >= run.deadline:
-            raise RunFailed(f"the mount did not complete within {settings.REWIND_FLR_TIME_LIMIT_S} s (status {session.status})")
+            raise RunFailed(
+                f"the mount did not complete within {settings.REWIND_FLR_TIME_LIMIT_S} s (status {session.status})"
+            )
         time.sleep(delay)
         delay = min(1.0, delay * 1.5)
 
@@ -241,9 +291,19 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
         partial.unlink(missing_ok=True)
         raise
     with transaction.atomic():
-        audit_record(actor=SYSTEM, action=RecoveryAction.FILE_DOWNLOADED, target=run.recovery,
-                     data={"flr_path": match.flr_path, "sha256": result.sha256, "size": result.size,
-                           "zipped": result.zipped, "session_id": row.session_id}, request_id=run.request_id)
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.FILE_DOWNLOADED,
+            target=run.recovery,
+            data={
+                "flr_path": match.flr_path,
+                "sha256": result.sha256,
+                "size": result.size,
+                "zipped": result.zipped,
+                "session_id": row.session_id,
+            },
+            request_id=run.request_id,
+        )
     return final, result
 
 
@@ -267,8 +327,14 @@ def _unmount(run: Run, row: FlrSession) -> UnmountReport:
     row.refresh_from_db()
     if not row.session_id:
         return UnmountReport(False, "unknown", "the session id is not known; the reaper will find and unmount it")
-    report = session_unmount(client=run.client, row=row, actor=SYSTEM, reason=f"recovery #{run.recovery.pk} finished",
-                             wait_gone_s=UNMOUNT_WAIT_S, request_id=run.request_id)
+    report = session_unmount(
+        client=run.client,
+        row=row,
+        actor=SYSTEM,
+        reason=f"recovery #{run.recovery.pk} finished",
+        wait_gone_s=UNMOUNT_WAIT_S,
+        request_id=run.request_id,
+    )
     return report or UnmountReport(True, row.session_id, "another task was already unmounting it")
 
 
@@ -282,14 +348,26 @@ def _finish_succeeded(run: Run, stored: Path, result: DownloadResult, match: Mat
     r = run.recovery
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=r.pk, status=Status.RUNNING).update(
-            status=Status.SUCCEEDED, ok=True, sha256=result.sha256, size=result.size, stored_path=str(stored),
-            flr_path=match.flr_path, unmount_ok=report.ok, unmount_session_id=report.session_id,
-            unmount_warning=report.warning, finished_at=timezone.now(), error="",
+            status=Status.SUCCEEDED,
+            ok=True,
+            sha256=result.sha256,
+            size=result.size,
+            stored_path=str(stored),
+            flr_path=match.flr_path,
+            unmount_ok=report.ok,
+            unmount_session_id=report.session_id,
+            unmount_warning=report.warning,
+            finished_at=timezone.now(),
+            error="",
         )
         if won:
-            audit_record(actor=SYSTEM, action=RecoveryAction.SUCCEEDED, target=r,
-                         data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict()},
-                         request_id=run.request_id)
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.SUCCEEDED,
+                target=r,
+                data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict()},
+                request_id=run.request_id,
+            )
         else:
             # The reaper gave up on it meanwhile (time limit); keep the bytes off the books.
             stored.unlink(missing_ok=True)
@@ -301,5 +379,10 @@ def _finish_failed(recovery: RecoveryRequest, message: str, request_id: str) -> 
             status=Status.FAILED, ok=False, error=message[:4000], finished_at=timezone.now()
         )
         if won:
-            audit_record(actor=SYSTEM, action=RecoveryAction.FAILED, target=recovery,
-                         data={"error": message[:4000]}, request_id=request_id)
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.FAILED,
+                target=recovery,
+                data={"error": message[:4000]},
+                request_id=request_id,
+            )

@@ -38,8 +38,12 @@ def recovery_get_for_agent(*, recovery_id: int, agent_id: int) -> RecoveryReques
 
 
 def recovery_for_review(*, recovery_id: int) -> RecoveryRequest | None:
-    return (RecoveryRequest.objects.select_related("agent__owner").prefetch_related("approvals")
-            .filter(pk=recovery_id).first())
+    return (
+        RecoveryRequest.objects.select_related("agent__owner")
+        .prefetch_related("approvals")
+        .filter(pk=recovery_id)
+        .first()
+    )
 
 
 def recovery_approved_by(*, recovery: RecoveryRequest, user_id: int | None) -> bool:
@@ -114,8 +118,10 @@ def stored_file(r: RecoveryRequest) -> Path | None:
 
 
 def purged_message(r: RecoveryRequest) -> str:
-    return (f"the recovered bytes were deleted on {r.purged_at:%Y-%m-%d %H:%M} UTC after the retention period "
-            "(REWIND_RECOVERED_RETENTION_DAYS); sha256 and size still say what they were")
+    return (
+        f"the recovered bytes were deleted on {r.purged_at:%Y-%m-%d %H:%M} UTC after the retention period "
+        "(REWIND_RECOVERED_RETENTION_DAYS); sha256 and size still say what they were"
+    )
 
 
 def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:

@@ -93,8 +93,13 @@ def recovery_request_create(
             request_id=rid,
         )
         _queue_notify(recovery.pk, rid)
-    logger.info("recovery #%s of %s:%s by agent %s waits for approval", recovery.pk, recovery.vm_name,
-                recovery.normalized_path, agent.name)
+    logger.info(
+        "recovery #%s of %s:%s by agent %s waits for approval",
+        recovery.pk,
+        recovery.vm_name,
+        recovery.normalized_path,
+        agent.name,
+    )
     return recovery
 
 
@@ -143,7 +148,9 @@ def _check_approver(user: User | AnonymousUser, recovery: RecoveryRequest) -> Us
 def _expire_if_due(recovery: RecoveryRequest, now: datetime) -> None:
     if recovery.status == Status.PENDING and recovery.expires_at <= now:
         recovery_request_expire(recovery_id=recovery.pk, now=now)
-        raise ApplicationError(f"recovery #{recovery.pk} expired at {recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC; ask again")
+        raise ApplicationError(
+            f"recovery #{recovery.pk} expired at {recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC; ask again"
+        )
 
 
 def _get(recovery_id: int) -> RecoveryRequest:
@@ -176,7 +183,9 @@ def recovery_request_approve(
         if locked.status != Status.PENDING:
             raise ApplicationError(f"recovery #{locked.pk} is {locked.status}; only a pending request can be approved")
         if locked.approvals.filter(approver_id=approver.pk).exists():
-            raise ApplicationError(f"you already approved recovery #{locked.pk}; a second approver must be someone else")
+            raise ApplicationError(
+                f"you already approved recovery #{locked.pk}; a second approver must be someone else"
+            )
         RecoveryApproval.objects.create(recovery=locked, approver=approver, approver_name=approver.get_username())
         count = locked.approvals.count()
         complete = count >= locked.approvals_required
@@ -212,12 +221,17 @@ def recovery_request_deny(
     _expire_if_due(recovery, now)
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.PENDING).update(
-            status=Status.DENIED, decided_at=now, decided_by=approver.get_username(), finished_at=now,
+            status=Status.DENIED,
+            decided_at=now,
+            decided_by=approver.get_username(),
+            finished_at=now,
             error=f"denied by {approver.get_username()}" + (f": {note.strip()[:500]}" if note.strip() else ""),
         )
         if not won:
             recovery.refresh_from_db()
-            raise ApplicationError(f"recovery #{recovery.pk} is {recovery.status}; only a pending request can be denied")
+            raise ApplicationError(
+                f"recovery #{recovery.pk} is {recovery.status}; only a pending request can be denied"
+            )
         audit_record(
             actor=Actor.user(approver.get_username()),
             action=RecoveryAction.DENIED,
@@ -242,7 +256,11 @@ def recovery_request_expire(*, recovery_id: int, now: datetime | None = None, re
                 actor=SYSTEM,
                 action=RecoveryAction.EXPIRED,
                 target=recovery,
-                data={"expires_at": recovery.expires_at.isoformat(), "vm": recovery.vm_name, "path": recovery.normalized_path},
+                data={
+                    "expires_at": recovery.expires_at.isoformat(),
+                    "vm": recovery.vm_name,
+                    "path": recovery.normalized_path,
+                },
                 request_id=request_id,
             )
     return bool(won)
@@ -258,8 +276,11 @@ def recovery_result_purge(*, recovery_id: int, now: datetime | None = None, requ
     """
     now = now or timezone.now()
     with transaction.atomic():
-        won = (RecoveryRequest.objects.filter(pk=recovery_id, purged_at__isnull=True).exclude(stored_path="")
-               .update(purged_at=now))
+        won = (
+            RecoveryRequest.objects.filter(pk=recovery_id, purged_at__isnull=True)
+            .exclude(stored_path="")
+            .update(purged_at=now)
+        )
         if not won:
             return False
         recovery = RecoveryRequest.objects.get(pk=recovery_id)
@@ -267,9 +288,14 @@ def recovery_result_purge(*, recovery_id: int, now: datetime | None = None, requ
             actor=SYSTEM,
             action=RecoveryAction.RESULT_PURGED,
             target=recovery,
-            data={"vm": recovery.vm_name, "path": recovery.normalized_path, "sha256": recovery.sha256,
-                  "size": recovery.size, "finished_at": recovery.finished_at.isoformat() if recovery.finished_at else None,
-                  "retention_days": settings.REWIND_RECOVERED_RETENTION_DAYS},
+            data={
+                "vm": recovery.vm_name,
+                "path": recovery.normalized_path,
+                "sha256": recovery.sha256,
+                "size": recovery.size,
+                "finished_at": recovery.finished_at.isoformat() if recovery.finished_at else None,
+                "retention_days": settings.REWIND_RECOVERED_RETENTION_DAYS,
+            },
             request_id=request_id,
         )
         _delete_stored(recovery)
@@ -297,9 +323,11 @@ def recovery_results_purge_expired(*, now: datetime | None = None) -> tuple[int,
         return 0, 0
     now = now or timezone.now()
     ids = list(
-        RecoveryRequest.objects.filter(status__in=RecoveryRequest.FINISHED, purged_at__isnull=True,
-                                       finished_at__lte=now - timedelta(days=days))
-        .exclude(stored_path="").values_list("pk", flat=True)
+        RecoveryRequest.objects.filter(
+            status__in=RecoveryRequest.FINISHED, purged_at__isnull=True, finished_at__lte=now - timedelta(days=days)
+        )
+        .exclude(stored_path="")
+        .values_list("pk", flat=True)
     )
     purged = failed = 0
     for pk in ids:

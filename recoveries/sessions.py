@@ -60,8 +60,15 @@ def _describe(row: FlrSession) -> dict[str, object]:
 
 
 def session_transition(
-    *, row: FlrSession, to: str, actor: Actor, action: str | None = None, data: dict[str, object] | None = None,
-    from_statuses: tuple[str, ...] | None = None, request_id: str | None = None, **fields: object,
+    *,
+    row: FlrSession,
+    to: str,
+    actor: Actor,
+    action: str | None = None,
+    data: dict[str, object] | None = None,
+    from_statuses: tuple[str, ...] | None = None,
+    request_id: str | None = None,
+    **fields: object,
 ) -> bool:
     """CAS ``row`` from its known status (or ``from_statuses``) to ``to``; audit when ``action``.
 
@@ -81,7 +88,9 @@ def session_transition(
         for name, value in fields.items():
             setattr(row, name, value)
         if action:
-            audit_record(actor=actor, action=action, target=row, data={**_describe(row), **(data or {})}, request_id=request_id)
+            audit_record(
+                actor=actor, action=action, target=row, data={**_describe(row), **(data or {})}, request_id=request_id
+            )
     return True
 
 
@@ -97,13 +106,21 @@ def _claim_unmount(row: FlrSession, actor: Actor, action: str, reason: str, requ
         if not FlrSession.objects.filter(claimable, pk=row.pk).update(status=S.UNMOUNTING, unmount_requested_at=now):
             return False
         row.status, row.unmount_requested_at = S.UNMOUNTING, now
-        audit_record(actor=actor, action=action, target=row, data={**_describe(row), "reason": reason}, request_id=request_id)
+        audit_record(
+            actor=actor, action=action, target=row, data={**_describe(row), "reason": reason}, request_id=request_id
+        )
     return True
 
 
 def session_unmount(
-    *, client: ZvmClient, row: FlrSession, actor: Actor, reason: str, wait_gone_s: float = 0.0,
-    audit_action: str = RecoveryAction.SESSION_UNMOUNT_REQUESTED, request_id: str | None = None,
+    *,
+    client: ZvmClient,
+    row: FlrSession,
+    actor: Actor,
+    reason: str,
+    wait_gone_s: float = 0.0,
+    audit_action: str = RecoveryAction.SESSION_UNMOUNT_REQUESTED,
+    request_id: str | None = None,
 ) -> UnmountReport | None:
     """Unmount one of our sessions. None when another actor already took it over.
 
@@ -121,8 +138,13 @@ def session_unmount(
         return UnmountReport(True, row.session_id)
     except ZvmError as exc:
         session_transition(
-            row=row, to=S.UNMOUNT_FAILED, actor=actor, action=RecoveryAction.SESSION_UNMOUNT_FAILED,
-            data={"error": str(exc)}, last_error=str(exc)[:2000], request_id=request_id,
+            row=row,
+            to=S.UNMOUNT_FAILED,
+            actor=actor,
+            action=RecoveryAction.SESSION_UNMOUNT_FAILED,
+            data={"error": str(exc)},
+            last_error=str(exc)[:2000],
+            request_id=request_id,
         )
         return UnmountReport(False, row.session_id, f"the unmount failed: {exc}; the reaper will try again")
     if wait_gone_s <= 0:
@@ -151,7 +173,8 @@ def _confirm_gone(
                 return UnmountReport(True, row.session_id)
         if time.monotonic() >= deadline:
             return UnmountReport(
-                False, row.session_id,
+                False,
+                row.session_id,
                 f"the unmount was accepted but the ZVM still lists the session ({last}); the reaper will check again",
             )
         time.sleep(delay)
@@ -160,16 +183,27 @@ def _confirm_gone(
 
 def _ended(row: FlrSession, actor: Actor, reason: str, request_id: str | None) -> None:
     session_transition(
-        row=row, to=S.ENDED, actor=actor, action=RecoveryAction.SESSION_UNMOUNTED, from_statuses=FlrSession.LIVE,
-        data={"reason": reason}, end_reason=reason[:500], request_id=request_id,
+        row=row,
+        to=S.ENDED,
+        actor=actor,
+        action=RecoveryAction.SESSION_UNMOUNTED,
+        from_statuses=FlrSession.LIVE,
+        data={"reason": reason},
+        end_reason=reason[:500],
+        request_id=request_id,
     )
 
 
 def session_mark_vanished(*, row: FlrSession, actor: Actor, reason: str = "vanished from the ZVM") -> bool:
     """The ZVM no longer lists the session (unmounted, restarted, expired): record it ended."""
     return session_transition(
-        row=row, to=S.ENDED, actor=actor, action=RecoveryAction.SESSION_VANISHED, from_statuses=FlrSession.LIVE,
-        data={"reason": reason}, end_reason=reason[:500],
+        row=row,
+        to=S.ENDED,
+        actor=actor,
+        action=RecoveryAction.SESSION_VANISHED,
+        from_statuses=FlrSession.LIVE,
+        data={"reason": reason},
+        end_reason=reason[:500],
     )
 
 
@@ -188,8 +222,12 @@ def session_end_unseen(*, row: FlrSession, actor: Actor, settled_s: float) -> bo
         if not won:
             return False
         row.status, row.end_reason = S.ENDED, reason
-        audit_record(actor=actor, action=RecoveryAction.SESSION_VANISHED, target=row,
-                     data={**_describe(row), "reason": reason, "settled_s": settled_s, "last_error": row.last_error})
+        audit_record(
+            actor=actor,
+            action=RecoveryAction.SESSION_VANISHED,
+            target=row,
+            data={**_describe(row), "reason": reason, "settled_s": settled_s, "last_error": row.last_error},
+        )
     return True
 
 
@@ -206,12 +244,18 @@ def session_end_by_hand(*, site: Site, session_id: str, actor: Actor) -> Unmount
     row = ours(site, session_id)
     if row is not None and row.status in FlrSession.LIVE:
         report = session_unmount(
-            client=client, row=row, actor=actor, reason="ended by hand", audit_action=RecoveryAction.SESSION_ENDED_BY_HAND,
+            client=client,
+            row=row,
+            actor=actor,
+            reason="ended by hand",
+            audit_action=RecoveryAction.SESSION_ENDED_BY_HAND,
         )
         return report or UnmountReport(True, session_id, "another task was already ending it")
     with transaction.atomic():
         audit_record(
-            actor=actor, action=RecoveryAction.SESSION_ENDED_BY_HAND, target=("flr_session", session_id),
+            actor=actor,
+            action=RecoveryAction.SESSION_ENDED_BY_HAND,
+            target=("flr_session", session_id),
             data={"site": site.name, "session_id": session_id, "opened_by_this_service": row is not None},
         )
     try:
@@ -221,7 +265,9 @@ def session_end_by_hand(*, site: Site, session_id: str, actor: Actor) -> Unmount
     except ZvmError as exc:
         with transaction.atomic():
             audit_record(
-                actor=actor, action=RecoveryAction.SESSION_UNMOUNT_FAILED, target=("flr_session", session_id),
+                actor=actor,
+                action=RecoveryAction.SESSION_UNMOUNT_FAILED,
+                target=("flr_session", session_id),
                 data={"site": site.name, "session_id": session_id, "error": str(exc)},
             )
         return UnmountReport(False, session_id, f"the unmount failed: {exc}")
@@ -255,19 +301,29 @@ def flr_session_end_for_agent(*, agent_id: int, session_id: str) -> AgentEndRepo
     the admin) and ``ApplicationError`` while the recovery that mounted it still runs.
     """
     session_id = session_id.strip()
-    row = (FlrSession.objects.select_related("site", "recovery")
-           .filter(session_id__iexact=session_id, status__in=FlrSession.LIVE).first())
+    row = (
+        FlrSession.objects.select_related("site", "recovery")
+        .filter(session_id__iexact=session_id, status__in=FlrSession.LIVE)
+        .first()
+    )
     if row is None:
         raise PermissionDeniedError(
             f"FLR session {session_id} was not opened by this service (or is already ended); only a person may end "
             f"another operator's session, in the admin: {live_sessions_url()}"
         )
     if row.recovery is not None and row.recovery.status == RecoveryRequest.Status.RUNNING:
-        raise ApplicationError(f"session {session_id} belongs to recovery #{row.recovery_id}, which is still running; "
-                               "it is unmounted when the run ends")
+        raise ApplicationError(
+            f"session {session_id} belongs to recovery #{row.recovery_id}, which is still running; "
+            "it is unmounted when the run ends"
+        )
     agent = calling_agent(agent_id=agent_id)
-    report = session_unmount(client=site_client(row.site), row=row, actor=Actor.agent(agent.name),
-                             reason=f"ended by agent {agent.name}", wait_gone_s=10.0)
+    report = session_unmount(
+        client=site_client(row.site),
+        row=row,
+        actor=Actor.agent(agent.name),
+        reason=f"ended by agent {agent.name}",
+        wait_gone_s=10.0,
+    )
     if report is None:
         return AgentEndReport(True, session_id, row.site.name, "it was already being ended")
     return AgentEndReport(report.ok, session_id, row.site.name, report.warning)
@@ -306,22 +362,33 @@ def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
         for s in listed:
             if live_only and s.is_terminal:
                 continue
-            sessions.append(LiveSession(
-                site=site, session_id=s.identifier or "", status=s.status, vm_identifier=s.vm_identifier,
-                vpg_identifier=s.vpg_identifier, checkpoint_identifier=s.checkpoint_identifier,
-                mount_time=s.mount_time.isoformat() if s.mount_time else None,
-                ours=recorded.get((s.identifier or "").lower()),
-            ))
+            sessions.append(
+                LiveSession(
+                    site=site,
+                    session_id=s.identifier or "",
+                    status=s.status,
+                    vm_identifier=s.vm_identifier,
+                    vpg_identifier=s.vpg_identifier,
+                    checkpoint_identifier=s.checkpoint_identifier,
+                    mount_time=s.mount_time.isoformat() if s.mount_time else None,
+                    ours=recorded.get((s.identifier or "").lower()),
+                )
+            )
     return SessionListing(sessions, errors)
 
 
 def fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
     """Live sessions a lost mount answer may have named: same VM, VPG and checkpoint, new, not ours."""
     snapshot = {s.lower() for s in row.snapshot_ids}
-    known = {s.lower() for s in FlrSession.objects.filter(site_id=row.site_id).exclude(session_id="")
-             .values_list("session_id", flat=True)}
+    known = {
+        s.lower()
+        for s in FlrSession.objects.filter(site_id=row.site_id)
+        .exclude(session_id="")
+        .values_list("session_id", flat=True)
+    }
     fits = [
-        s.identifier for s in sessions  # type: ignore[attr-defined]
+        s.identifier
+        for s in sessions  # type: ignore[attr-defined]
         if s.identifier
         and s.identifier.lower() not in snapshot
         and s.identifier.lower() not in known

@@ -37,7 +37,8 @@ def recoveries_notify_approvers(self: Task, recovery_id: int, request_id: str | 
             return recovery_notify_approvers(recovery_id=recovery_id, request_id=rid)
         except OSError as exc:  # smtplib.SMTPException, refused connections and timeouts are all OSError
             if self.request.retries >= NOTIFY_MAX_RETRIES:
-                recovery_notify_failed(recovery_id=recovery_id, error=exc, attempts=self.request.retries + 1,
-                                       request_id=rid)
+                recovery_notify_failed(
+                    recovery_id=recovery_id, error=exc, attempts=self.request.retries + 1, request_id=rid
+                )
                 return "failed"
-            raise self.retry(exc=exc, countdown=30 * 2 ** self.request.retries) from None
+            raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from None

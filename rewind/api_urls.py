@@ -8,10 +8,18 @@ urlpatterns: list[URLPattern | URLResolver] = [
     path("recoveries/", include("recoveries.urls")),
     path("catalog/", include("catalog.urls")),
     # The rewind parts' routes share one URL namespace, rewind-api (e.g. rewind-api:site-list).
-    path("", include(([
-        path("", include("rewind.audit.urls")),
-        path("", include("rewind.sites.urls")),
-        path("", include("rewind.agents.urls")),
-        path("", include("rewind.rest.urls")),
-    ], "rewind-api"))),
+    path(
+        "",
+        include(
+            (
+                [
+                    path("", include("rewind.audit.urls")),
+                    path("", include("rewind.sites.urls")),
+                    path("", include("rewind.agents.urls")),
+                    path("", include("rewind.rest.urls")),
+                ],
+                "rewind-api",
+            )
+        ),
+    ),
 ]

@@ -53,7 +53,11 @@ def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
 
 
 def env_float(
-    name: str, default: float, *, minimum: float | None = None, above: float | None = None,
+    name: str,
+    default: float,
+    *,
+    minimum: float | None = None,
+    above: float | None = None,
     maximum: float | None = None,
 ) -> float:
     """A number; ``minimum``/``maximum`` are inclusive bounds, ``above`` an exclusive one."""

@@ -228,7 +228,7 @@ REWIND_MAIL_FROM = env_str("REWIND_MAIL_FROM") or "zerto-rewind@localhost"
 DEFAULT_FROM_EMAIL = REWIND_MAIL_FROM
 REWIND_APPROVER_EMAILS = env_list("REWIND_APPROVER_EMAILS", [])
 for _address in REWIND_APPROVER_EMAILS:
-    if _address.count("@") != 1 or any(c.isspace() or c in "<>,;\"" for c in _address):
+    if _address.count("@") != 1 or any(c.isspace() or c in '<>,;"' for c in _address):
         raise ImproperlyConfigured(f"REWIND_APPROVER_EMAILS: {_address!r} is not a plain email address")
 
 # --- MCP -----------------------------------------------------------------------------------

@@ -41,8 +41,11 @@ _original_set_nodelay = base_events._set_nodelay  # type: ignore[attr-defined]
 
 
 def _set_nodelay(sock: Any) -> None:
-    if (sock.family in {socket.AF_INET, socket.AF_INET6} and sock.type == socket.SOCK_STREAM
-            and sock.proto in (0, socket.IPPROTO_TCP)):
+    if (
+        sock.family in {socket.AF_INET, socket.AF_INET6}
+        and sock.type == socket.SOCK_STREAM
+        and sock.proto in (0, socket.IPPROTO_TCP)
+    ):
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         except OSError:

@@ -47,9 +47,29 @@ class WorkerProcess:
         env = {**os.environ, "DATABASE_URL": test_database_url()}
         log = self.log_path.open("ab")
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "rewind", "worker", "-P", "prefork", "-c", "3",
-             "--loglevel", "INFO", "-n", f"tests-{os.getpid()}@%h", "--without-gossip", "--without-mingle"],
-            cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "rewind",
+                "worker",
+                "-P",
+                "prefork",
+                "-c",
+                "3",
+                "--loglevel",
+                "INFO",
+                "-n",
+                f"tests-{os.getpid()}@%h",
+                "--without-gossip",
+                "--without-mingle",
+            ],
+            cwd=settings.BASE_DIR,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
         )
         self._wait_ready()
 
@@ -115,7 +135,9 @@ def _purge_broker() -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker_process(django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory) -> Iterator[WorkerProcess]:
+def celery_worker_process(
+    django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[WorkerProcess]:
     _purge_broker()
     worker = WorkerProcess(tmp_path_factory.mktemp("celery") / "worker.log")
     worker.start()
@@ -156,7 +178,8 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
 
     marker = request.node.get_closest_marker("django_db")
     transactional = bool(marker and marker.kwargs.get("transaction")) or any(
-        name in request.fixturenames for name in ("transactional_db", "live_server", "django_db_serialized_rollback"))
+        name in request.fixturenames for name in ("transactional_db", "live_server", "django_db_serialized_rollback")
+    )
     if transactional:
         yield
         return

@@ -57,18 +57,38 @@ class UvicornServer:
         stop_process_group(self.proc, timeout=15)
 
 
-def start_uvicorn(work_dir: Path, *, database_url: str, workers: int = 2, env: dict[str, str] | None = None,
-                  app: str = "rewind.asgi:application") -> UvicornServer:
+def start_uvicorn(
+    work_dir: Path,
+    *,
+    database_url: str,
+    workers: int = 2,
+    env: dict[str, str] | None = None,
+    app: str = "rewind.asgi:application",
+) -> UvicornServer:
     """uvicorn on a free port; returns once every worker has finished its startup."""
     work_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
     log = work_dir / f"uvicorn-{port}.log"
     full_env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server must run as in production
-    cmd = [PYTHON, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port),
-           "--workers", str(workers), "--no-access-log", "--timeout-graceful-shutdown", "5"]
-    proc = subprocess.Popen(cmd, cwd=REPO, env=full_env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    cmd = [
+        PYTHON,
+        "-m",
+        "uvicorn",
+        app,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--workers",
+        str(workers),
+        "--no-access-log",
+        "--timeout-graceful-shutdown",
+        "5",
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=REPO, env=full_env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
+    )
     server = UvicornServer(proc, port, log)
     deadline = time.monotonic() + START_TIMEOUT
     while time.monotonic() < deadline:
@@ -171,12 +191,15 @@ def node_mcp_client() -> Path:
     if not package.exists():
         folder.mkdir(parents=True, exist_ok=True)
         try:
-            done = subprocess.run([npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund",
-                                   "@modelcontextprotocol/client@2"], capture_output=True, text=True, timeout=180)
+            done = subprocess.run(
+                [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "@modelcontextprotocol/client@2"],
+                capture_output=True,
+                text=True,
+                timeout=180,
+            )
         except subprocess.TimeoutExpired:
             pytest.skip("npm install of @modelcontextprotocol/client@2 timed out (registry unreachable?)")
         if done.returncode != 0 or not package.exists():
             pytest.skip(f"npm could not install @modelcontextprotocol/client@2: {done.stderr.strip()[-500:]}")
     shutil.copy(Path(__file__).parent / "mcp" / "client_v2.mjs", folder / "client_v2.mjs")
     return folder
-

@@ -11,6 +11,7 @@ or ``--token-ttl 2``) for the tests that need one.
 ``stop_process_group(proc)`` stops a process started in a session of its own (a Celery worker,
 uvicorn) and returns once none of its group is left.
 """
+
 from __future__ import annotations
 
 import base64
@@ -119,8 +120,14 @@ def start_sim(work_dir: Path, *args: str) -> SimServer:
     work_dir.mkdir(parents=True, exist_ok=True)
     log = work_dir / "zvmsim.log"
     cmd = [PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(work_dir / "certs"), *args]
-    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=log.open("w"), text=True,
-                            env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = subprocess.Popen(
+        cmd,
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=log.open("w"),
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
     lines: queue.Queue[str] = queue.Queue()
     threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
     deadline = time.monotonic() + START_TIMEOUT
@@ -135,7 +142,7 @@ def start_sim(work_dir: Path, *args: str) -> SimServer:
         if line.startswith("zvmsim CA bundle: "):
             ca_bundle = line.split(": ", 1)[1]
         if line.startswith(READY):
-            return SimServer(proc, line[len(READY):], ca_bundle, log)
+            return SimServer(proc, line[len(READY) :], ca_bundle, log)
     proc.kill()
     raise SimError(f"zvmsim not ready after {START_TIMEOUT:.0f} s: {log.read_text()[-2000:]}")
 
@@ -199,8 +206,15 @@ class SimHandle:
     def set_latency(self, ms: float, site: str | None = None) -> None:
         self.control("POST", "latency", {"site": site, "ms": ms})
 
-    def set_file(self, vm: str, path: str, text: str | None = None, content: bytes | None = None,
-                 size: int | None = None, seed: int | None = None) -> dict[str, Any]:
+    def set_file(
+        self,
+        vm: str,
+        path: str,
+        text: str | None = None,
+        content: bytes | None = None,
+        size: int | None = None,
+        seed: int | None = None,
+    ) -> dict[str, Any]:
         body: dict[str, Any] = {"path": path}
         if text is not None:
             body["text"] = text
@@ -242,9 +256,11 @@ class SimHandle:
 
     def token(self, slug: str) -> str:
         """An access token for a site (password grant as admin)."""
-        resp = self.http.post(f"{self.site_url(slug)}/auth/realms/zerto/protocol/openid-connect/token",
-                              data={"grant_type": "password", "client_id": CLIENT_ID,
-                                    "username": USERNAME, "password": PASSWORD}, timeout=30)
+        resp = self.http.post(
+            f"{self.site_url(slug)}/auth/realms/zerto/protocol/openid-connect/token",
+            data={"grant_type": "password", "client_id": CLIENT_ID, "username": USERNAME, "password": PASSWORD},
+            timeout=30,
+        )
         if resp.status_code != 200:
             raise SimError(f"token for {slug} -> {resp.status_code}: {resp.text}")
         return str(resp.json()["access_token"])

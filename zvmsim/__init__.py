@@ -2,6 +2,7 @@
 
 Run it with ``python -m zvmsim --help``.
 """
+
 from __future__ import annotations
 
 __all__ = ["__version__"]

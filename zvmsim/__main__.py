@@ -1,4 +1,5 @@
 """Command line: ``python -m zvmsim [options]``; prints one ready line once it listens."""
+
 from __future__ import annotations
 
 import argparse
@@ -22,40 +23,76 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(
         prog="python -m zvmsim",
         description="ZVM 10.x REST simulator: several sites (site-a, site-b, site-c, site-aws), each "
-                    "at https://HOST:PORT/<slug> with a Keycloak token endpoint and /v1; control API "
-                    "at /_sim/. Credentials: admin/zerto (client_id zerto-client), or client "
-                    "credentials rewind/rewind-secret.")
+        "at https://HOST:PORT/<slug> with a Keycloak token endpoint and /v1; control API "
+        "at /_sim/. Credentials: admin/zerto (client_id zerto-client), or client "
+        "credentials rewind/rewind-secret.",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8443,
-                   help="port to listen on (default 8443; 0 picks a free one, shown in the ready line)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=8443,
+        help="port to listen on (default 8443; 0 picks a free one, shown in the ready line)",
+    )
     p.add_argument("--http", action="store_true", help="serve plain HTTP instead of HTTPS")
-    p.add_argument("--vms", type=int, default=0,
-                   help="filler VMs vm-00001... added to the demo inventory (default 0)")
+    p.add_argument("--vms", type=int, default=0, help="filler VMs vm-00001... added to the demo inventory (default 0)")
     p.add_argument("--seed", type=int, default=42, help="seed of every identifier and filler VM (default 42)")
-    p.add_argument("--token-ttl", type=float, default=None,
-                   help="access token lifetime in seconds, returned as expires_in (default 300; "
-                        "same as --variant token_ttl_s=N)")
-    p.add_argument("--cert-dir", type=Path, default=None,
-                   help="where ca.pem, cert.pem and key.pem live; made when missing "
-                        "(default: a new temporary directory)")
-    p.add_argument("--task-seconds", type=float, default=0.3,
-                   help="how long a checkpoint insert task stays InProgress (default 0.3)")
-    p.add_argument("--mount-seconds", type=float, default=0.3,
-                   help="how long an FLR mount stays MountInProgress (default 0.3)")
-    p.add_argument("--unmount-seconds", type=float, default=0.3,
-                   help="how long an FLR session stays UnmountInProgress (default 0.3)")
+    p.add_argument(
+        "--token-ttl",
+        type=float,
+        default=None,
+        help="access token lifetime in seconds, returned as expires_in (default 300; same as --variant token_ttl_s=N)",
+    )
+    p.add_argument(
+        "--cert-dir",
+        type=Path,
+        default=None,
+        help="where ca.pem, cert.pem and key.pem live; made when missing (default: a new temporary directory)",
+    )
+    p.add_argument(
+        "--task-seconds",
+        type=float,
+        default=0.3,
+        help="how long a checkpoint insert task stays InProgress (default 0.3)",
+    )
+    p.add_argument(
+        "--mount-seconds", type=float, default=0.3, help="how long an FLR mount stays MountInProgress (default 0.3)"
+    )
+    p.add_argument(
+        "--unmount-seconds",
+        type=float,
+        default=0.3,
+        help="how long an FLR session stays UnmountInProgress (default 0.3)",
+    )
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     v = p.add_argument_group(
-        "variants", "behaviours the ZVM API leaves undocumented, for every site (change them at run time, "
-                    "per site, with POST /_sim/variants)")
-    v.add_argument("--preset", choices=list(PRESETS), default="default",
-                   help="a named set of variants (default: default); --variant options apply on top")
-    v.add_argument("--variant", action="append", default=[], metavar="NAME=VALUE", type=_variant_arg,
-                   help=f"set one variant; repeatable. Names: {', '.join(VARIANT_FIELDS)}. Choices: "
-                        + "; ".join(f"{k} {'|'.join(str(c) for c in vs)}" for k, vs in CHOICES.items()))
-    v.add_argument("--clock-offset", type=float, default=None, metavar="SECONDS",
-                   help="this ZVM's clock minus true time, e.g. -300 for 5 minutes behind "
-                        "(same as --variant clock_offset_s=SECONDS)")
+        "variants",
+        "behaviours the ZVM API leaves undocumented, for every site (change them at run time, "
+        "per site, with POST /_sim/variants)",
+    )
+    v.add_argument(
+        "--preset",
+        choices=list(PRESETS),
+        default="default",
+        help="a named set of variants (default: default); --variant options apply on top",
+    )
+    v.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        type=_variant_arg,
+        help=f"set one variant; repeatable. Names: {', '.join(VARIANT_FIELDS)}. Choices: "
+        + "; ".join(f"{k} {'|'.join(str(c) for c in vs)}" for k, vs in CHOICES.items()),
+    )
+    v.add_argument(
+        "--clock-offset",
+        type=float,
+        default=None,
+        metavar="SECONDS",
+        help="this ZVM's clock minus true time, e.g. -300 for 5 minutes behind "
+        "(same as --variant clock_offset_s=SECONDS)",
+    )
     return p.parse_args(argv)
 
 
@@ -119,9 +156,14 @@ class _Server(uvicorn.Server):
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(name)s %(levelname)s %(message)s")
-    config = SimConfig(seed=args.seed, vms=args.vms, variants=variants_from(args),
-                       task_seconds=args.task_seconds, mount_seconds=args.mount_seconds,
-                       unmount_seconds=args.unmount_seconds)
+    config = SimConfig(
+        seed=args.seed,
+        vms=args.vms,
+        variants=variants_from(args),
+        task_seconds=args.task_seconds,
+        mount_seconds=args.mount_seconds,
+        unmount_seconds=args.unmount_seconds,
+    )
     certfile: str | None = None
     keyfile: str | None = None
     ca_bundle = None
@@ -133,11 +175,21 @@ def main(argv: list[str] | None = None) -> int:
         print(f"zvmsim CA bundle: {ca_bundle}", flush=True)
     app = create_app(config, ca_bundle)
     level = "info" if args.access_log else "warning"
-    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level=level,
-                                    access_log=args.access_log, lifespan="off",
-                                    timeout_graceful_shutdown=2, ssl_certfile=certfile,
-                                    # The app sets Date itself, from each site's own clock.
-                                    ssl_keyfile=keyfile, date_header=False))
+    server = _Server(
+        uvicorn.Config(
+            app,
+            host=args.host,
+            port=args.port,
+            log_level=level,
+            access_log=args.access_log,
+            lifespan="off",
+            timeout_graceful_shutdown=2,
+            ssl_certfile=certfile,
+            # The app sets Date itself, from each site's own clock.
+            ssl_keyfile=keyfile,
+            date_header=False,
+        )
+    )
     server.scheme = "http" if args.http else "https"
     server.run()
     return 0

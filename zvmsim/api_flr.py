@@ -1,4 +1,5 @@
 """File Level Recovery: mount, list, get, browse, download links, the downloads, unmount."""
+
 from __future__ import annotations
 
 import asyncio
@@ -86,8 +87,12 @@ async def flr_browse(call: Call) -> Response:
         raise ApiError(400, "path must be a string")
     main, children = call.world.flr_browse(ctx.site, call.params["session_id"], path)
     items = _page([views.path_item(e) for e in children], body)
-    return ok({"MainPathItem": views.root_item(call.world.epoch) if main is None else views.path_item(main),
-               "PathItems": items})
+    return ok(
+        {
+            "MainPathItem": views.root_item(call.world.epoch) if main is None else views.path_item(main),
+            "PathItems": items,
+        }
+    )
 
 
 @SITE.route("POST", "/v1/flrs/{session_id}/download")
@@ -118,14 +123,21 @@ async def stream_download(found: Download) -> Response:
     if not found.zipped:
         name, node = found.files[0]
         return StreamingResponse(
-            node.content.chunks(CHUNK), media_type="application/octet-stream",
-            headers={"Content-Length": str(node.content.size),
-                     "Content-Disposition": f'attachment; filename="{name.rpartition("/")[2]}"'})
+            node.content.chunks(CHUNK),
+            media_type="application/octet-stream",
+            headers={
+                "Content-Length": str(node.content.size),
+                "Content-Disposition": f'attachment; filename="{name.rpartition("/")[2]}"',
+            },
+        )
     # CRCs go in the local headers, so compute them first, off the event loop.
     crcs = await asyncio.to_thread(lambda: [node.content.crc32() for _, node in found.files])
-    members = [Member(name, node.content, crc, node.mtime)
-               for (name, node), crc in zip(found.files, crcs, strict=True)]
+    members = [Member(name, node.content, crc, node.mtime) for (name, node), crc in zip(found.files, crcs, strict=True)]
     return StreamingResponse(
-        zip_chunks(members, CHUNK), media_type="application/zip",
-        headers={"Content-Length": str(zip_length(members)),
-                 "Content-Disposition": 'attachment; filename="download.zip"'})
+        zip_chunks(members, CHUNK),
+        media_type="application/zip",
+        headers={
+            "Content-Length": str(zip_length(members)),
+            "Content-Disposition": 'attachment; filename="download.zip"',
+        },
+    )

@@ -1,4 +1,5 @@
 """Checkpoints and tasks."""
+
 from __future__ import annotations
 
 from starlette.responses import Response
@@ -10,8 +11,15 @@ from .journal import Task
 from .routing import SITE, Call, ok
 from .world import ApiError
 
-TASK_STATES = {"inprogress": 1, "waitingforuserinput": 2, "paused": 3, "failed": 4,
-               "stopped": 5, "completed": 6, "cancelling": 7}
+TASK_STATES = {
+    "inprogress": 1,
+    "waitingforuserinput": 2,
+    "paused": 3,
+    "failed": 4,
+    "stopped": 5,
+    "completed": 6,
+    "cancelling": 7,
+}
 
 
 @SITE.route("GET", "/v1/vpgs/{vpg_id}/checkpoints")
@@ -27,8 +35,12 @@ async def checkpoint_stats(call: Call) -> Response:
     ctx = site_ctx(call)
     vpg = call.world.vpg_at(ctx.site, call.params["vpg_id"])
     listed = call.world.journal(vpg).listed(call.world.now())
-    return ok({"Earliest": views.checkpoint(ctx, listed[0] if listed else None),
-               "Latest": views.checkpoint(ctx, listed[-1] if listed else None)})
+    return ok(
+        {
+            "Earliest": views.checkpoint(ctx, listed[0] if listed else None),
+            "Latest": views.checkpoint(ctx, listed[-1] if listed else None),
+        }
+    )
 
 
 @SITE.route("POST", "/v1/vpgs/{vpg_id}/checkpoints")
@@ -54,8 +66,12 @@ def _task_filter(call: Call, task: Task) -> bool:
             return False
     if q.get("type") and task.type.lower() != q["type"].lower():
         return False
-    bounds = {"startedbeforedate": (task.started, 1), "startedafterdate": (task.started, -1),
-              "completedbeforedate": (completed, 1), "completedafterdate": (completed, -1)}
+    bounds = {
+        "startedbeforedate": (task.started, 1),
+        "startedafterdate": (task.started, -1),
+        "completedbeforedate": (completed, 1),
+        "completedafterdate": (completed, -1),
+    }
     for key, (value, sign) in bounds.items():
         raw = q.get(key)
         if not raw:
@@ -72,8 +88,7 @@ def _task_filter(call: Call, task: Task) -> bool:
 @SITE.route("GET", "/v1/tasks")
 async def tasks(call: Call) -> Response:
     ctx = site_ctx(call)
-    return ok([views.task(ctx, t) for t in call.world.tasks[ctx.site.slug].values()
-               if _task_filter(call, t)])
+    return ok([views.task(ctx, t) for t in call.world.tasks[ctx.site.slug].values() if _task_filter(call, t)])
 
 
 @SITE.route("GET", "/v1/tasks/types")

@@ -1,4 +1,5 @@
 """Token endpoint, sites, VMs and VPGs."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -45,8 +46,7 @@ async def localsite(call: Call) -> Response:
 async def peersites(call: Call) -> Response:
     ctx = site_ctx(call)
     name = call.query.get("peername")
-    peers = [s for s in call.world.inv.sites.values()
-             if s.slug != ctx.site.slug and (name is None or s.name == name)]
+    peers = [s for s in call.world.inv.sites.values() if s.slug != ctx.site.slug and (name is None or s.name == name)]
     return ok([views.peer_site(ctx, s) for s in peers])
 
 
@@ -61,10 +61,18 @@ async def peersite(call: Call) -> Response:
 
 @SITE.route("GET", "/v1/virtualizationsites")
 async def virtualizationsites(call: Call) -> Response:
-    return ok([{"SiteIdentifier": s.identifier, "VirtualizationSiteName": s.name,
-                "Link": site_ctx(call).link("VirtualizationSiteApi", f"virtualizationsites/{s.identifier}",
-                                        s.identifier)}
-               for s in call.world.inv.sites.values()])
+    return ok(
+        [
+            {
+                "SiteIdentifier": s.identifier,
+                "VirtualizationSiteName": s.name,
+                "Link": site_ctx(call).link(
+                    "VirtualizationSiteApi", f"virtualizationsites/{s.identifier}", s.identifier
+                ),
+            }
+            for s in call.world.inv.sites.values()
+        ]
+    )
 
 
 # ---- VMs --------------------------------------------------------------------------------
@@ -102,7 +110,7 @@ def _vm_pairs(call: Call) -> Iterable[tuple[Vm, Vpg]]:
     inv = call.world.inv
     vm_id, vm_name, vpg_name = q.get("vmidentifier"), q.get("vmname"), q.get("vpgname")
     if vm_id is not None or vm_name is not None:
-        vms = ([inv.vm(vm_id)] if vm_id is not None else inv.vms_named(vm_name or ""))
+        vms = [inv.vm(vm_id)] if vm_id is not None else inv.vms_named(vm_name or "")
         for vm in vms:
             if vm is None or (vm_name is not None and vm.name.lower() != vm_name.lower()):
                 continue
@@ -119,8 +127,11 @@ def _vm_pairs(call: Call) -> Iterable[tuple[Vm, Vpg]]:
 async def vms(call: Call) -> Response:
     ctx = site_ctx(call)
     vpg_name = call.query.get("vpgname")
-    rows = [views.vm_row(ctx, vm, vpg) for vm, vpg in _vm_pairs(call)
-            if _vpg_matches(call, vpg) and (vpg_name is None or vpg.name.lower() == vpg_name.lower())]
+    rows = [
+        views.vm_row(ctx, vm, vpg)
+        for vm, vpg in _vm_pairs(call)
+        if _vpg_matches(call, vpg) and (vpg_name is None or vpg.name.lower() == vpg_name.lower())
+    ]
     return ok(rows)
 
 
@@ -134,8 +145,7 @@ def _vm_vpg(call: Call) -> tuple[Vm, Vpg]:
         if not vpgs:
             raise ApiError(404, f"VM '{vm.identifier}' is not protected by VPG '{wanted}'")
     elif len(vpgs) > 1:
-        raise ApiError(400, f"VM '{vm.identifier}' is protected by {len(vpgs)} VPGs; "
-                            "vpgIdentifier is required")
+        raise ApiError(400, f"VM '{vm.identifier}' is protected by {len(vpgs)} VPGs; vpgIdentifier is required")
     return vm, vpgs[0]
 
 
@@ -167,11 +177,18 @@ async def points_in_time(call: Call) -> Response:
     if vpg.in_initial_sync:
         reason = f"VPG '{vpg.name}' is in initial sync"
     elif ctx.site.slug != vpg.recovery:
-        reason = (f"File level recovery runs on the recovery site "
-                  f"({call.world.inv.sites[vpg.recovery].name})")
+        reason = f"File level recovery runs on the recovery site ({call.world.inv.sites[vpg.recovery].name})"
     listed = call.world.journal(vpg).listed(call.world.now(), start, end)
-    return ok([{"Checkpoint": views.checkpoint(ctx, cp), "RetentionSet": None,
-                "CanMount": {"IsAllowed": reason is None, "Reason": reason}} for cp in listed])
+    return ok(
+        [
+            {
+                "Checkpoint": views.checkpoint(ctx, cp),
+                "RetentionSet": None,
+                "CanMount": {"IsAllowed": reason is None, "Reason": reason},
+            }
+            for cp in listed
+        ]
+    )
 
 
 # ---- VPGs -------------------------------------------------------------------------------
@@ -179,8 +196,7 @@ async def points_in_time(call: Call) -> Response:
 async def vpgs(call: Call) -> Response:
     ctx = site_ctx(call)
     name = call.query.get("name")
-    source = call.world.inv.vpgs_named(name) if name is not None else \
-        call.world.inv.vpgs_by_site[ctx.site.slug]
+    source = call.world.inv.vpgs_named(name) if name is not None else call.world.inv.vpgs_by_site[ctx.site.slug]
     return ok([views.vpg_row(ctx, v) for v in source if _vpg_matches(call, v)])
 
 

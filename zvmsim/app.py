@@ -4,6 +4,7 @@ Every request passes the same gate: route (case-insensitive) -> count the call -
 (asyncio.sleep, never blocking the loop) -> injected HTTP error -> Bearer check -> handler ->
 injected hang (the work is done, the answer is late). Handlers raise ApiError for {"Message": ...}.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -84,15 +85,17 @@ async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> 
     return response
 
 
-async def _answer(world: World, request: Request, route: SimRoute, params: dict[str, str], slug: str,
-                  paths: tuple[str, ...]) -> Response:
+async def _answer(
+    world: World, request: Request, route: SimRoute, params: dict[str, str], slug: str, paths: tuple[str, ...]
+) -> Response:
     failure = world.faults.take("http_error", slug, method=request.method, paths=paths)
     if failure:
         status = int(failure.params["status"])
         return error(status, str(failure.params.get("message") or f"Simulated HTTP {status} error"))
     if route.auth and not world.tokens.valid(slug, request.headers.get("authorization"), world.now()):
-        return error(401, "Authorization has been denied for this request.",
-                     {"WWW-Authenticate": 'Bearer realm="zerto"'})
+        return error(
+            401, "Authorization has been denied for this request.", {"WWW-Authenticate": 'Bearer realm="zerto"'}
+        )
     base = f"{str(request.base_url).rstrip('/')}/{slug}"
     call = Call(request, world, params, ctx=Ctx(world, world.inv.sites[slug], base))
     try:
@@ -113,8 +116,7 @@ async def _dispatch(holder: Holder, request: Request) -> Response:
     head, _, tail = path.strip("/").partition("/")
     head = head.lower()
     if head == "":
-        return JSONResponse({"zvmsim": __version__, "sites": sorted(holder.world.inv.sites),
-                             "control": "/_sim/state"})
+        return JSONResponse({"zvmsim": __version__, "sites": sorted(holder.world.inv.sites), "control": "/_sim/state"})
     if head == "_sim":
         return await _control(holder, request, path)
     if head == "v1":
@@ -141,8 +143,7 @@ def create_app(config: SimConfig, ca_bundle: str | None = None) -> Starlette:
     async def endpoint(request: Request) -> Response:
         return await dispatch(holder, request)
 
-    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)],
-                    exception_handlers={Exception: _crash})
+    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)], exception_handlers={Exception: _crash})
     app.state.holder = holder
     app.state.ca_bundle = ca_bundle
     return app

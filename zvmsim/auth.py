@@ -1,5 +1,6 @@
 """Keycloak stand-in: the realm 'zerto' token endpoint and Bearer checks, one realm per site
 (a token from one site's ZVM is no good at another's)."""
+
 from __future__ import annotations
 
 import base64
@@ -74,9 +75,16 @@ class Tokens:
             subject = _check_credentials(form)
         self._prune(now)
         session_state = secrets.token_hex(16)
-        claims = {"exp": int(now + ttl), "iat": int(now), "iss": f"/{site}/auth/realms/zerto",
-                  "sub": subject, "azp": form.get("client_id", ""), "session_state": session_state,
-                  "preferred_username": subject, "jti": secrets.token_hex(8)}
+        claims = {
+            "exp": int(now + ttl),
+            "iat": int(now),
+            "iss": f"/{site}/auth/realms/zerto",
+            "sub": subject,
+            "azp": form.get("client_id", ""),
+            "session_state": session_state,
+            "preferred_username": subject,
+            "jti": secrets.token_hex(8),
+        }
         access, refresh = _jwt(claims), _jwt({**claims, "typ": "Refresh"})
         self._access[access] = Grant(site, subject, now + ttl)
         self._refresh[refresh] = Grant(site, subject, now + 30 * 60)

@@ -1,4 +1,5 @@
 """Simulator settings (from the command line)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

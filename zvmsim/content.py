@@ -4,6 +4,7 @@ Generated content is never held whole in memory: it is produced chunk by chunk, 
 cached 1 MiB block for the seed with a per-chunk hash prefix, so every chunk differs (a sha256
 of the file is meaningful) while producing it costs little more than a memory copy.
 """
+
 from __future__ import annotations
 
 import functools

@@ -1,5 +1,6 @@
 """The /_sim control API: inventory facts for tests, guest file edits, faults, latency,
 foreign FLR sessions, call counters, resync/status changes, and reset. No auth."""
+
 from __future__ import annotations
 
 import base64
@@ -29,10 +30,25 @@ def site_base(call: Call, slug: str) -> str:
 @CONTROL.route("GET", "/_sim/state")
 async def state(call: Call) -> Response:
     inv = call.world.inv
-    sites = [{"slug": s.slug, "name": s.name, "identifier": s.identifier, "type": s.type,
-              "base_url": site_base(call, s.slug)} for s in inv.sites.values()]
-    return j({"sites": sites, "vms": len(inv.vms), "vpgs": len(inv.vpgs),
-              "seed": inv.seed, "ca_bundle": call.request.app.state.ca_bundle})
+    sites = [
+        {
+            "slug": s.slug,
+            "name": s.name,
+            "identifier": s.identifier,
+            "type": s.type,
+            "base_url": site_base(call, s.slug),
+        }
+        for s in inv.sites.values()
+    ]
+    return j(
+        {
+            "sites": sites,
+            "vms": len(inv.vms),
+            "vpgs": len(inv.vpgs),
+            "seed": inv.seed,
+            "ca_bundle": call.request.app.state.ca_bundle,
+        }
+    )
 
 
 @CONTROL.route("POST", "/_sim/reset")
@@ -44,9 +60,16 @@ async def reset(call: Call) -> Response:
 
 def _vm_json(world: World, ref: str) -> dict[str, Any]:
     vm = world.one_vm(ref)
-    return {"identifier": vm.identifier, "name": vm.name, "ip": vm.ip, "os": vm.os_type,
-            "vpgs": [{"identifier": v.identifier, "name": v.name, "protected": v.protected,
-                      "recovery": v.recovery} for v in world.inv.vpgs_of(vm)]}
+    return {
+        "identifier": vm.identifier,
+        "name": vm.name,
+        "ip": vm.ip,
+        "os": vm.os_type,
+        "vpgs": [
+            {"identifier": v.identifier, "name": v.name, "protected": v.protected, "recovery": v.recovery}
+            for v in world.inv.vpgs_of(vm)
+        ],
+    }
 
 
 @CONTROL.route("GET", "/_sim/vms/{vm}")
@@ -98,9 +121,11 @@ async def file_get(call: Call) -> Response:
     vm = call.world.one_vm(call.params["vm"])
     entry = call.world.read_file(vm, _path({"path": call.query.get("path")}))
     assert entry.node is not None
-    return StreamingResponse(entry.node.content.chunks(CHUNK), media_type="application/octet-stream",
-                             headers={"Content-Length": str(entry.node.content.size),
-                                      "X-Flr-Path": entry.path})
+    return StreamingResponse(
+        entry.node.content.chunks(CHUNK),
+        media_type="application/octet-stream",
+        headers={"Content-Length": str(entry.node.content.size), "X-Flr-Path": entry.path},
+    )
 
 
 @CONTROL.route("GET", "/_sim/faults")
@@ -168,8 +193,9 @@ async def foreign_mount(call: Call) -> Response:
     vm = world.one_vm(str(body.get("vm") or ""))
     vpg = world.one_vpg(str(body.get("vpg") or ""))
     checkpoint = body.get("checkpoint")
-    session = world.flr_mount(site, vpg.identifier, vm.identifier,
-                              None if checkpoint is None else str(checkpoint), foreign=True)
+    session = world.flr_mount(
+        site, vpg.identifier, vm.identifier, None if checkpoint is None else str(checkpoint), foreign=True
+    )
     return j({"session_id": session.identifier})
 
 
@@ -180,10 +206,19 @@ async def site_sessions(call: Call) -> Response:
     out = []
     for s in world.sessions(_site(call)).sessions.values():
         vm, vpg = world.inv.vm(s.vm_id), world.inv.vpg(s.vpg_id)
-        out.append({"session_id": s.identifier, "status": s.status(now), "foreign": s.foreign,
-                    "vm": vm.name if vm else None, "vm_identifier": s.vm_id,
-                    "vpg": vpg.name if vpg else None, "vpg_identifier": s.vpg_id,
-                    "checkpoint": s.checkpoint_id, "mount_time": iso(s.mount_time)})
+        out.append(
+            {
+                "session_id": s.identifier,
+                "status": s.status(now),
+                "foreign": s.foreign,
+                "vm": vm.name if vm else None,
+                "vm_identifier": s.vm_id,
+                "vpg": vpg.name if vpg else None,
+                "vpg_identifier": s.vpg_id,
+                "checkpoint": s.checkpoint_id,
+                "mount_time": iso(s.mount_time),
+            }
+        )
     return j(out)
 
 

@@ -3,6 +3,7 @@
 A fault with ``site`` None applies to every site; ``count`` None means until cleared, a number
 means it is used up after that many applications.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -90,8 +91,7 @@ class Faults:
     def all(self) -> list[Fault]:
         return list(self._faults)
 
-    def take(self, kind: str, site: str, *, method: str | None = None,
-             paths: tuple[str, ...] = ()) -> Fault | None:
+    def take(self, kind: str, site: str, *, method: str | None = None, paths: tuple[str, ...] = ()) -> Fault | None:
         """The newest matching fault, used once (its count drops; at zero it is removed)."""
         for fault in reversed(self._faults):
             if fault.kind != kind or not fault.applies(site):

@@ -1,4 +1,5 @@
 """FLR sessions and prepared downloads of one simulated ZVM."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field

@@ -5,6 +5,7 @@ empty folder (web01's ``boot/`` on the root partition) exists. A checkpoint capt
 :class:`FsView` that shares those dicts; the live :class:`GuestFs` copies them before its next
 change, so capturing costs O(partitions) and the captured tree never changes afterwards.
 """
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -137,9 +138,7 @@ class FsView:
         best: Partition | None = None
         for part in self._parts:
             mount = part.mount or ""
-            if mount.startswith("/") and (
-                mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")
-            ):
+            if mount.startswith("/") and (mount == "/" or path == mount or path.startswith(mount.rstrip("/") + "/")):
                 if best is None or len(mount) > len(best.mount or ""):
                     best = part
         if best is None:
@@ -204,8 +203,9 @@ def _add_parents(part: Partition, rel: str, now: float) -> None:
         part.dirs.setdefault("/".join(pieces[: i + 1]), now)
 
 
-def build_partition(name: str, mount: str | None, files: dict[str, Content | str],
-                    ctime: float, empty_dirs: Iterable[str] = ()) -> Partition:
+def build_partition(
+    name: str, mount: str | None, files: dict[str, Content | str], ctime: float, empty_dirs: Iterable[str] = ()
+) -> Partition:
     """A partition from a {rel path: content} template (str content is UTF-8 text)."""
     part = Partition(name, mount, dirs={"": ctime})
     for rel, content in files.items():

@@ -1,4 +1,5 @@
 """Deterministic identifiers and the ZVM date formats."""
+
 from __future__ import annotations
 
 import hashlib
@@ -54,8 +55,14 @@ def parse_date(text: str) -> float:
     try:
         frac = (g["f"] or "0").ljust(6, "0")[:6]
         dt = datetime(
-            int(g["y"]), int(g["mo"] or 1), int(g["d"] or 1),
-            int(g["h"] or 0), int(g["mi"] or 0), int(g["s"] or 0), int(frac), tzinfo=UTC,
+            int(g["y"]),
+            int(g["mo"] or 1),
+            int(g["d"] or 1),
+            int(g["h"] or 0),
+            int(g["mi"] or 0),
+            int(g["s"] or 0),
+            int(frac),
+            tzinfo=UTC,
         )
     except ValueError as exc:
         raise DateFormatError(f"'{text}' is not a valid date") from exc

@@ -1,6 +1,7 @@
 """Sites, VMs and VPGs: the deterministic demo inventory plus seeded filler VMs, with the
 indices every lookup goes through (by id, by lower-cased name, by site), so a filtered
 /v1/vms call costs the same at 10 VMs and at 10,000."""
+
 from __future__ import annotations
 
 import random
@@ -83,8 +84,14 @@ SITES = [
 # (vm name, moref number, ip, template, protected site, [(vpg name, recovery site)])
 DEMO_VMS = [
     ("web01", 101, "10.0.0.11", "web01", "site-a", [("vpg-web", "site-b"), ("vpg-web-dr", "site-b")]),
-    ("app01", 102, "10.0.0.12", "app01", "site-a",
-     [("vpg-app-1", "site-b"), ("vpg-app-2", "site-b"), ("vpg-app-3", "site-c")]),
+    (
+        "app01",
+        102,
+        "10.0.0.12",
+        "app01",
+        "site-a",
+        [("vpg-app-1", "site-b"), ("vpg-app-2", "site-b"), ("vpg-app-3", "site-c")],
+    ),
     ("db01", 103, "10.0.0.13", "db01", "site-a", [("vpg-db", "site-b")]),
     ("win01", 104, "10.0.0.21", "win01", "site-b", [("vpg-win", "site-a")]),
     ("newvm01", 105, "10.0.0.14", "linux", "site-a", [("vpg-new", "site-b")]),
@@ -110,8 +117,7 @@ class Inventory:
 
     # ---- building -------------------------------------------------------------------------
     def add_site(self, slug: str, name: str, type_: str, ip: str) -> Site:
-        site = Site(slug, name, guid(self.seed, f"site:{slug}"), type_,
-                    guid(self.seed, f"server:{slug}"), ip)
+        site = Site(slug, name, guid(self.seed, f"site:{slug}"), type_, guid(self.seed, f"server:{slug}"), ip)
         self.sites[slug] = site
         self.sites_by_id[site.identifier] = site
         return site

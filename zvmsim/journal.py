@@ -3,6 +3,7 @@
 Everything that "takes time" is a timestamp compared with now when read, so no background
 task runs: a task's State, a tagged checkpoint becoming listed, a mount completing.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -36,10 +37,9 @@ class Journal:
 
     def listed(self, now: float, start: float | None = None, end: float | None = None) -> list[Checkpoint]:
         return [
-            cp for cp in self.checkpoints
-            if cp.visible(now)
-            and (start is None or cp.timestamp >= start)
-            and (end is None or cp.timestamp <= end)
+            cp
+            for cp in self.checkpoints
+            if cp.visible(now) and (start is None or cp.timestamp >= start) and (end is None or cp.timestamp <= end)
         ]
 
     def get(self, identifier: str, now: float) -> Checkpoint | None:
@@ -51,10 +51,7 @@ class Journal:
 
 def journal_checkpoints(vpg_index: int, epoch: float) -> list[Checkpoint]:
     base = 100_000 + vpg_index * 10
-    return [
-        Checkpoint(str(base + i), epoch - age, None, 0)
-        for i, age in enumerate(JOURNAL_AGES)
-    ]
+    return [Checkpoint(str(base + i), epoch - age, None, 0) for i, age in enumerate(JOURNAL_AGES)]
 
 
 class CheckpointIds:

@@ -1,4 +1,5 @@
 """Case-insensitive routing, request parsing and the error shape shared by every endpoint."""
+
 from __future__ import annotations
 
 import functools
@@ -104,6 +105,7 @@ class Router:
         def register(handler: Handler) -> Handler:
             self.routes.append(Route(method, template, _compile(template), handler, auth))
             return handler
+
         return register
 
     def match(self, method: str, path: str) -> tuple[Route, dict[str, str]]:

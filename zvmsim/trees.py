@@ -1,4 +1,5 @@
 """Guest file tree templates: the demo VMs' trees and a generic Linux/Windows tree for the rest."""
+
 from __future__ import annotations
 
 from .content import GeneratedContent
@@ -79,75 +80,135 @@ def _seed(vm_seed: int, n: int) -> int:
 
 
 def web01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
-    boot = build_partition("partition#1 Ext4", "/boot", {
-        "grub/grub.cfg": GRUB_CFG,
-        "vmlinuz": GeneratedContent(7 * 1024 * 1024 + 4242, _seed(seed, 1)),
-    }, t)
-    root = build_partition("partition#2 Ext4", "/", {
-        "etc/nginx/nginx.conf": NGINX_CONF,
-        "etc/fstab": FSTAB_WITH_BOOT,
-        "etc/hostname": f"{name}\n",
-        "etc/hosts": _hosts(name, ip),
-        "var/www/html/index.html": f"<!doctype html>\n<html><body><h1>{name}</h1></body></html>\n",
-    }, t, empty_dirs=["boot"])
+    boot = build_partition(
+        "partition#1 Ext4",
+        "/boot",
+        {
+            "grub/grub.cfg": GRUB_CFG,
+            "vmlinuz": GeneratedContent(7 * 1024 * 1024 + 4242, _seed(seed, 1)),
+        },
+        t,
+    )
+    root = build_partition(
+        "partition#2 Ext4",
+        "/",
+        {
+            "etc/nginx/nginx.conf": NGINX_CONF,
+            "etc/fstab": FSTAB_WITH_BOOT,
+            "etc/hostname": f"{name}\n",
+            "etc/hosts": _hosts(name, ip),
+            "var/www/html/index.html": f"<!doctype html>\n<html><body><h1>{name}</h1></body></html>\n",
+        },
+        t,
+        empty_dirs=["boot"],
+    )
     return [boot, root]
 
 
 def app01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
-    return [build_partition("partition#1 XFS", "/", {
-        "etc/app/app.conf": "[server]\nport = 8080\nworkers = 4\n\n[database]\nhost = db01\nname = app\n",
-        "etc/hostname": f"{name}\n",
-        "etc/hosts": _hosts(name, ip),
-    }, t, empty_dirs=["boot", "tmp"])]
+    return [
+        build_partition(
+            "partition#1 XFS",
+            "/",
+            {
+                "etc/app/app.conf": "[server]\nport = 8080\nworkers = 4\n\n[database]\nhost = db01\nname = app\n",
+                "etc/hostname": f"{name}\n",
+                "etc/hosts": _hosts(name, ip),
+            },
+            t,
+            empty_dirs=["boot", "tmp"],
+        )
+    ]
 
 
 def db01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
-    return [build_partition("partition#1 Ext4", "/", {
-        "etc/my.cnf": "[mysqld]\ndatadir=/var/lib/mysql\nsocket=/var/lib/mysql/mysql.sock\n"
-                      "max_connections=200\ninnodb_buffer_pool_size=1G\n",
-        "etc/hostname": f"{name}\n",
-        "etc/hosts": _hosts(name, ip),
-        "var/lib/mysql/ibdata1": GeneratedContent(12 * 1024 * 1024, _seed(seed, 2)),
-    }, t, empty_dirs=["boot"])]
+    return [
+        build_partition(
+            "partition#1 Ext4",
+            "/",
+            {
+                "etc/my.cnf": "[mysqld]\ndatadir=/var/lib/mysql\nsocket=/var/lib/mysql/mysql.sock\n"
+                "max_connections=200\ninnodb_buffer_pool_size=1G\n",
+                "etc/hostname": f"{name}\n",
+                "etc/hosts": _hosts(name, ip),
+                "var/lib/mysql/ibdata1": GeneratedContent(12 * 1024 * 1024, _seed(seed, 2)),
+            },
+            t,
+            empty_dirs=["boot"],
+        )
+    ]
 
 
 def win01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
-    reserved = build_partition("partition#1 NTFS", None, {
-        "bootmgr": GeneratedContent(404_250, _seed(seed, 1)),
-        "Boot/BCD": GeneratedContent(32_768, _seed(seed, 2)),
-    }, t)
-    c_drive = build_partition("partition#2 NTFS", "C:", {
-        "inetpub/web.config": WEB_CONFIG,
-        "inetpub/wwwroot/index.html": f"<html><body>{name}</body></html>\r\n",
-        "inetpub/wwwroot/Web.config": WEB_CONFIG,
-        "Windows/System32/drivers/etc/hosts": _win_hosts(name, ip),
-    }, t, empty_dirs=["Users", "Program Files"])
-    d_drive = build_partition("partition#3 NTFS", "D:", {
-        "data/report.csv": "date,region,amount\r\n2025-01-01,emea,1200\r\n2025-01-02,amer,800\r\n",
-    }, t)
+    reserved = build_partition(
+        "partition#1 NTFS",
+        None,
+        {
+            "bootmgr": GeneratedContent(404_250, _seed(seed, 1)),
+            "Boot/BCD": GeneratedContent(32_768, _seed(seed, 2)),
+        },
+        t,
+    )
+    c_drive = build_partition(
+        "partition#2 NTFS",
+        "C:",
+        {
+            "inetpub/web.config": WEB_CONFIG,
+            "inetpub/wwwroot/index.html": f"<html><body>{name}</body></html>\r\n",
+            "inetpub/wwwroot/Web.config": WEB_CONFIG,
+            "Windows/System32/drivers/etc/hosts": _win_hosts(name, ip),
+        },
+        t,
+        empty_dirs=["Users", "Program Files"],
+    )
+    d_drive = build_partition(
+        "partition#3 NTFS",
+        "D:",
+        {
+            "data/report.csv": "date,region,amount\r\n2025-01-01,emea,1200\r\n2025-01-02,amer,800\r\n",
+        },
+        t,
+    )
     return [reserved, c_drive, d_drive]
 
 
 def generic_linux(name: str, ip: str, seed: int, t: float) -> list[Partition]:
     boot = build_partition("partition#1 Ext4", "/boot", {"grub/grub.cfg": GRUB_CFG}, t)
-    root = build_partition("partition#2 Ext4", "/", {
-        "etc/hostname": f"{name}\n",
-        "etc/hosts": _hosts(name, ip),
-        "etc/fstab": FSTAB_WITH_BOOT,
-        "etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n',
-        "opt/app/config.yaml": f"service: {name}\nreplicas: {1 + seed % 3}\nlisten: 0.0.0.0:8080\n",
-    }, t, empty_dirs=["boot", "tmp"])
+    root = build_partition(
+        "partition#2 Ext4",
+        "/",
+        {
+            "etc/hostname": f"{name}\n",
+            "etc/hosts": _hosts(name, ip),
+            "etc/fstab": FSTAB_WITH_BOOT,
+            "etc/os-release": 'PRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\nID=debian\n',
+            "opt/app/config.yaml": f"service: {name}\nreplicas: {1 + seed % 3}\nlisten: 0.0.0.0:8080\n",
+        },
+        t,
+        empty_dirs=["boot", "tmp"],
+    )
     return [boot, root]
 
 
 def generic_windows(name: str, ip: str, seed: int, t: float) -> list[Partition]:
-    reserved = build_partition("partition#1 NTFS", None, {
-        "bootmgr": GeneratedContent(404_250, _seed(seed, 1)),
-    }, t)
-    c_drive = build_partition("partition#2 NTFS", "C:", {
-        "Windows/System32/drivers/etc/hosts": _win_hosts(name, ip),
-        "ProgramData/App/app.ini": f"[service]\r\nname={name}\r\nport=8080\r\n",
-    }, t, empty_dirs=["Users"])
+    reserved = build_partition(
+        "partition#1 NTFS",
+        None,
+        {
+            "bootmgr": GeneratedContent(404_250, _seed(seed, 1)),
+        },
+        t,
+    )
+    c_drive = build_partition(
+        "partition#2 NTFS",
+        "C:",
+        {
+            "Windows/System32/drivers/etc/hosts": _win_hosts(name, ip),
+            "ProgramData/App/app.ini": f"[service]\r\nname={name}\r\nport=8080\r\n",
+        },
+        t,
+        empty_dirs=["Users"],
+    )
     return [reserved, c_drive]
 
 

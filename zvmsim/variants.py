@@ -9,6 +9,7 @@ command line (for every site) and changed at run time through ``POST /_sim/varia
 Unlike faults, which fire once or a counted number of times, a variant is how the ZVM is:
 it holds for every call until changed.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -89,10 +90,20 @@ PRESETS: dict[str, dict[str, Any]] = {
     "clock-ahead": {"clock_offset_s": 300.0},
     # Every non-default choice at once: what an independent implementation of the
     # documented API might well do.
-    "hostile": {"browse_missing_status": 400, "ntfs_case": "sensitive", "download_url": "absolute",
-                "download_format": "zip", "zip_member": "flr_path", "download_ready_after_s": 1.0,
-                "download_pending_status": 409, "flr_get_shape": "object", "mounted_state": "MountReady",
-                "unmounted_state": "NotMounted", "token_ttl_s": 20.0, "clock_offset_s": -300.0},
+    "hostile": {
+        "browse_missing_status": 400,
+        "ntfs_case": "sensitive",
+        "download_url": "absolute",
+        "download_format": "zip",
+        "zip_member": "flr_path",
+        "download_ready_after_s": 1.0,
+        "download_pending_status": 409,
+        "flr_get_shape": "object",
+        "mounted_state": "MountReady",
+        "unmounted_state": "NotMounted",
+        "token_ttl_s": 20.0,
+        "clock_offset_s": -300.0,
+    },
 }
 
 

@@ -1,4 +1,5 @@
 """PascalCase JSON shapes of the ZVM 10.x API (zvm-api.md §3-§8)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -12,18 +13,52 @@ from .inventory import Site, Vm, Vpg
 from .journal import Checkpoint, Task
 from .world import World
 
-VPG_STATUSES = ["Initializing", "MeetingSLA", "NotMeetingSLA", "HistoryNotMeetingSLA",
-                "RpoNotMeetingSLA", "FailingOver", "Moving", "Deleting", "Recovered"]
+VPG_STATUSES = [
+    "Initializing",
+    "MeetingSLA",
+    "NotMeetingSLA",
+    "HistoryNotMeetingSLA",
+    "RpoNotMeetingSLA",
+    "FailingOver",
+    "Moving",
+    "Deleting",
+    "Recovered",
+]
 
 VPG_SUBSTATUSES = [
-    "None", "InitialSync", "Creating", "VolumeInitialSync", "Sync", "RecoveryPossible",
-    "DeltaSync", "NeedsConfiguration", "Error", "EmptyProtectionGroup",
-    "DisconnectedFromPeerNoRecoveryPoints", "FullSync", "VolumeDeltaSync", "VolumeFullSync",
-    "FailingOverCommitting", "FailingOverBeforeCommit", "FailingOverRollingBack", "Promoting",
-    "MovingCommitting", "MovingBeforeCommit", "MovingRollingBack", "Deleting", "PendingRemove",
-    "BitmapSync", "DisconnectedFromPeer", "ReplicationPausedUserInitiated",
-    "ReplicationPausedSystemInitiated", "RecoveryStorageProfileError", "Backup", "RollingBack",
-    "RecoveryStorageError", "JournalStorageError", "VmNotProtectedError",
+    "None",
+    "InitialSync",
+    "Creating",
+    "VolumeInitialSync",
+    "Sync",
+    "RecoveryPossible",
+    "DeltaSync",
+    "NeedsConfiguration",
+    "Error",
+    "EmptyProtectionGroup",
+    "DisconnectedFromPeerNoRecoveryPoints",
+    "FullSync",
+    "VolumeDeltaSync",
+    "VolumeFullSync",
+    "FailingOverCommitting",
+    "FailingOverBeforeCommit",
+    "FailingOverRollingBack",
+    "Promoting",
+    "MovingCommitting",
+    "MovingBeforeCommit",
+    "MovingRollingBack",
+    "Deleting",
+    "PendingRemove",
+    "BitmapSync",
+    "DisconnectedFromPeer",
+    "ReplicationPausedUserInitiated",
+    "ReplicationPausedSystemInitiated",
+    "RecoveryStorageProfileError",
+    "Backup",
+    "RollingBack",
+    "RecoveryStorageError",
+    "JournalStorageError",
+    "VmNotProtectedError",
 ]
 
 ENTITY_TYPES = {"VCenter": 0, "AWS": 3, "Azure": 5}
@@ -58,23 +93,42 @@ class Ctx:
 def local_site(ctx: Ctx) -> dict[str, Any]:
     s = ctx.site
     return {
-        "SiteIdentifier": s.identifier, "SiteName": s.name, "Location": f"{s.name} datacenter",
-        "Version": __version__, "DisplayVersion": "10.0 U6", "ZvmApiVersion": "10.0",
-        "ContactEmail": "ops@example.com", "ContactName": "Operations", "ContactPhone": "",
-        "IsReplicationToSelfEnabled": True, "UtcOffsetInMinutes": 0, "SiteType": s.type,
-        "IpAddress": s.ip, "BandwidthThrottlingInMBs": -1, "SiteTypeVersion": "8.0",
+        "SiteIdentifier": s.identifier,
+        "SiteName": s.name,
+        "Location": f"{s.name} datacenter",
+        "Version": __version__,
+        "DisplayVersion": "10.0 U6",
+        "ZvmApiVersion": "10.0",
+        "ContactEmail": "ops@example.com",
+        "ContactName": "Operations",
+        "ContactPhone": "",
+        "IsReplicationToSelfEnabled": True,
+        "UtcOffsetInMinutes": 0,
+        "SiteType": s.type,
+        "IpAddress": s.ip,
+        "BandwidthThrottlingInMBs": -1,
+        "SiteTypeVersion": "8.0",
         "PlatformInformation": {"Azure": None, "VCenter": {"Ip": s.ip} if s.type == "VCenter" else None},
-        "IsLoginBannerEnabled": False, "LoginBanner": None,
+        "IsLoginBannerEnabled": False,
+        "LoginBanner": None,
         "Link": ctx.link("LocalSiteApi", "localsite", s.identifier),
     }
 
 
 def peer_site(ctx: Ctx, s: Site) -> dict[str, Any]:
     return {
-        "SiteIdentifier": s.identifier, "PeerSiteName": s.name, "PairingStatus": 0,
-        "Location": f"{s.name} datacenter", "HostName": f"zvm-{s.slug}.zvmsim.local", "Port": 9071,
-        "ProvisionedStorage": 0, "UsedStorage": 0, "IncomingThroughputInMb": 0.0,
-        "OutgoingBandWidth": 0.0, "Version": __version__, "SiteType": s.type,
+        "SiteIdentifier": s.identifier,
+        "PeerSiteName": s.name,
+        "PairingStatus": 0,
+        "Location": f"{s.name} datacenter",
+        "HostName": f"zvm-{s.slug}.zvmsim.local",
+        "Port": 9071,
+        "ProvisionedStorage": 0,
+        "UsedStorage": 0,
+        "IncomingThroughputInMb": 0.0,
+        "OutgoingBandWidth": 0.0,
+        "Version": __version__,
+        "SiteType": s.type,
         "RegionName": "us-east-1" if s.type == "AWS" else None,
         "Link": ctx.link("PeerSiteApi", f"peersites/{s.identifier}", s.identifier),
     }
@@ -83,43 +137,57 @@ def peer_site(ctx: Ctx, s: Site) -> dict[str, Any]:
 def checkpoint(ctx: Ctx, cp: Checkpoint | None) -> dict[str, Any] | None:
     if cp is None:
         return None
-    return {"CheckpointIdentifier": cp.identifier, "TimeStamp": ctx.iso(cp.timestamp),
-            "Tag": cp.tag, "Type": cp.type}
+    return {"CheckpointIdentifier": cp.identifier, "TimeStamp": ctx.iso(cp.timestamp), "Tag": cp.tag, "Type": cp.type}
 
 
 def _sites_part(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
     sites = ctx.world.inv.sites
     return {
-        "ProtectedSite": ctx.site_link(vpg.protected), "RecoverySite": ctx.site_link(vpg.recovery),
-        "ProtectedSiteName": sites[vpg.protected].name, "RecoverySiteName": sites[vpg.recovery].name,
-        "Entities": {"Protected": ENTITY_TYPES.get(sites[vpg.protected].type, 0),
-                     "Recovery": ENTITY_TYPES.get(sites[vpg.recovery].type, 0)},
+        "ProtectedSite": ctx.site_link(vpg.protected),
+        "RecoverySite": ctx.site_link(vpg.recovery),
+        "ProtectedSiteName": sites[vpg.protected].name,
+        "RecoverySiteName": sites[vpg.recovery].name,
+        "Entities": {
+            "Protected": ENTITY_TYPES.get(sites[vpg.protected].type, 0),
+            "Recovery": ENTITY_TYPES.get(sites[vpg.recovery].type, 0),
+        },
     }
 
 
 def vm_row(ctx: Ctx, vm: Vm, vpg: Vpg) -> dict[str, Any]:
     ident = f"{vm.identifier}?VpgIdentifier={vpg.identifier}"
-    adapter = {"DisplayName": "Network adapter 1", "NetworkIdentifier": "dvportgroup-21",
-               "IpAddresses": [vm.ip]}
+    adapter = {"DisplayName": "Network adapter 1", "NetworkIdentifier": "dvportgroup-21", "IpAddresses": [vm.ip]}
     return {
-        "VmIdentifier": vm.identifier, "VmName": vm.name,
-        "VpgIdentifier": vpg.identifier, "VpgName": vpg.name,
-        "Status": vpg.status, "SubStatus": vpg.sub_status, "Priority": 1,
+        "VmIdentifier": vm.identifier,
+        "VmName": vm.name,
+        "VpgIdentifier": vpg.identifier,
+        "VpgName": vpg.name,
+        "Status": vpg.status,
+        "SubStatus": vpg.sub_status,
+        "Priority": 1,
         "ActualRPO": None if vpg.in_initial_sync else 7,
         **_sites_part(ctx, vpg),
         "EnabledActions": {"IsFlrEnabled": not vpg.in_initial_sync},
-        "IsVmExists": True, "LastTest": None, "OrganizationName": None,
-        "GuestOs": "Microsoft Windows Server 2022 (64-bit)" if vm.os_type == "windows"
+        "IsVmExists": True,
+        "LastTest": None,
+        "OrganizationName": None,
+        "GuestOs": "Microsoft Windows Server 2022 (64-bit)"
+        if vm.os_type == "windows"
         else "Debian GNU/Linux 12 (64-bit)",
-        "CpuCoresNum": 2, "MemorySizeInMB": 4096, "HardwareVersion": "vmx-19",
-        "ProvisionedStorageInMB": 40960, "UsedStorageInMB": 12288, "JournalUsedStorageMb": 512,
-        "IOPs": 0, "ThroughputInMB": 0.0, "OutgoingBandWidthInMbps": 0.0,
+        "CpuCoresNum": 2,
+        "MemorySizeInMB": 4096,
+        "HardwareVersion": "vmx-19",
+        "ProvisionedStorageInMB": 40960,
+        "UsedStorageInMB": 12288,
+        "JournalUsedStorageMb": 512,
+        "IOPs": 0,
+        "ThroughputInMB": 0.0,
+        "OutgoingBandWidthInMbps": 0.0,
         "Volumes": [{"VmVolumeIdentifier": "scsi:0:0", "PublicCloudVolumeIdentifier": None}],
         "Nics": [{"NicIdentifier": "Network adapter 1"}],
         "VmNetworkInformation": {"NetworkAdapters": [adapter]},
         "IsAgentInstalled": False,
-        "Link": {"href": f"{ctx.base}/v1/vms/{ident}", "identifier": ident, "rel": None,
-                 "type": "VmApi"},
+        "Link": {"href": f"{ctx.base}/v1/vms/{ident}", "identifier": ident, "rel": None, "type": "VmApi"},
     }
 
 
@@ -128,20 +196,36 @@ def vpg_row(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
     history = 0 if earliest is None else int((ctx.world.now() - earliest.timestamp) // 60)
     test = {"Stage": "Testing", "StartTime": ctx.iso(ctx.world.epoch)} if vpg.failover_test else None
     return {
-        "VpgIdentifier": vpg.identifier, "VpgName": vpg.name, "VpgDescription": "",
-        "Status": vpg.status, "StatusDescription": _name(VPG_STATUSES, vpg.status),
-        "SubStatus": vpg.sub_status, "SubStatusDescription": _name(VPG_SUBSTATUSES, vpg.sub_status),
-        "AlertStatus": 0, **_sites_part(ctx, vpg),
+        "VpgIdentifier": vpg.identifier,
+        "VpgName": vpg.name,
+        "VpgDescription": "",
+        "Status": vpg.status,
+        "StatusDescription": _name(VPG_STATUSES, vpg.status),
+        "SubStatus": vpg.sub_status,
+        "SubStatusDescription": _name(VPG_SUBSTATUSES, vpg.sub_status),
+        "AlertStatus": 0,
+        **_sites_part(ctx, vpg),
         "ActiveProcessesApi": {"RunningFailOverTestApi": test},
-        "ProgressPercentage": vpg.progress, "Priority": 1, "VmsCount": len(vpg.vm_ids),
-        "ProvisionedStorageInMB": 40960 * len(vpg.vm_ids), "UsedStorageInMB": 12288 * len(vpg.vm_ids),
-        "IOPs": 0, "ThroughputInMB": 0.0, "ActualRPO": None if vpg.in_initial_sync else 7,
-        "ConfiguredRpoSeconds": 300, "BackupEnabled": False, "ServiceProfile": None,
-        "Zorg": None, "LastTest": None, "OrganizationName": None,
-        "FailSafeHistory": {"ActualFailSafeHistory": 0, "ConfiguredFailSafeHistory": 0,
-                            "FailSafeDescription": "Off"},
-        "HistoryStatusApi": {"ActualHistoryInMinutes": history, "ConfiguredHistoryInMinutes": 1440,
-                             "EarliestCheckpoint": checkpoint(ctx, earliest)},
+        "ProgressPercentage": vpg.progress,
+        "Priority": 1,
+        "VmsCount": len(vpg.vm_ids),
+        "ProvisionedStorageInMB": 40960 * len(vpg.vm_ids),
+        "UsedStorageInMB": 12288 * len(vpg.vm_ids),
+        "IOPs": 0,
+        "ThroughputInMB": 0.0,
+        "ActualRPO": None if vpg.in_initial_sync else 7,
+        "ConfiguredRpoSeconds": 300,
+        "BackupEnabled": False,
+        "ServiceProfile": None,
+        "Zorg": None,
+        "LastTest": None,
+        "OrganizationName": None,
+        "FailSafeHistory": {"ActualFailSafeHistory": 0, "ConfiguredFailSafeHistory": 0, "FailSafeDescription": "Off"},
+        "HistoryStatusApi": {
+            "ActualHistoryInMinutes": history,
+            "ConfiguredHistoryInMinutes": 1440,
+            "EarliestCheckpoint": checkpoint(ctx, earliest),
+        },
         "Link": ctx.link("VpgApi", f"vpgs/{vpg.identifier}", vpg.identifier),
     }
 
@@ -151,15 +235,18 @@ def task(ctx: Ctx, t: Task) -> dict[str, Any]:
     vpgs = []
     if t.vpg_id:
         vpgs.append(ctx.link("VpgApi", f"vpgs/{t.vpg_id}", t.vpg_id))
-    flrs = [ctx.link("FlrSessionApi", f"flrs/{t.flr_session_id}", t.flr_session_id)] \
-        if t.flr_session_id else []
+    flrs = [ctx.link("FlrSessionApi", f"flrs/{t.flr_session_id}", t.flr_session_id)] if t.flr_session_id else []
     reason = (t.fail_message or "") if state == 4 else ""
     return {
-        "TaskIdentifier": t.identifier, "Type": t.type, "InitiatedBy": "admin",
-        "IsCancellable": False, "Started": ctx.iso(t.started), "Completed": ctx.iso(completed),
-        "CompleteReason": reason, "Status": {"State": state, "Progress": progress},
-        "RelatedEntities": {"Vpgs": vpgs, "Sites": [ctx.site_link(ctx.site.slug)], "Hosts": [],
-                            "FlrSessions": flrs},
+        "TaskIdentifier": t.identifier,
+        "Type": t.type,
+        "InitiatedBy": "admin",
+        "IsCancellable": False,
+        "Started": ctx.iso(t.started),
+        "Completed": ctx.iso(completed),
+        "CompleteReason": reason,
+        "Status": {"State": state, "Progress": progress},
+        "RelatedEntities": {"Vpgs": vpgs, "Sites": [ctx.site_link(ctx.site.slug)], "Hosts": [], "FlrSessions": flrs},
         "Generation": t.generation,
         "Link": ctx.link("TaskApi", f"tasks/{t.identifier}", t.identifier),
     }
@@ -168,21 +255,31 @@ def task(ctx: Ctx, t: Task) -> dict[str, Any]:
 def flr_state_name(ctx: Ctx, status: str) -> str:
     """The name this ZVM gives an internal session state (the names are a variant)."""
     v = ctx.world.variant(ctx.site.slug)
-    names = {MOUNTING: v.mounting_state, MOUNTED: v.mounted_state, FAILED: v.mount_failed_state,
-             UNMOUNTING: v.unmounting_state, UNMOUNTED: v.unmounted_state or UNMOUNTED}
+    names = {
+        MOUNTING: v.mounting_state,
+        MOUNTED: v.mounted_state,
+        FAILED: v.mount_failed_state,
+        UNMOUNTING: v.unmounting_state,
+        UNMOUNTED: v.unmounted_state or UNMOUNTED,
+    }
     return names[status]
 
 
 def flr_session(ctx: Ctx, s: FlrSession) -> dict[str, Any]:
     status = s.status(ctx.world.now())
     return {
-        "FlrSessionIdentifier": s.identifier, "FlrSessionStatus": flr_state_name(ctx, status),
+        "FlrSessionIdentifier": s.identifier,
+        "FlrSessionStatus": flr_state_name(ctx, status),
         "FlrSessionType": "jflr",
-        "VmIdentifier": s.vm_id, "VmVolumeIdentifier": None, "VpgIdentifier": s.vpg_id,
-        "CheckpointIdentifier": s.checkpoint_id, "MountTime": ctx.iso(s.mount_time),
+        "VmIdentifier": s.vm_id,
+        "VmVolumeIdentifier": None,
+        "VpgIdentifier": s.vpg_id,
+        "CheckpointIdentifier": s.checkpoint_id,
+        "MountTime": ctx.iso(s.mount_time),
         "SelectedPath": s.initial_path,
         "NumberOfRelatedRunningTasks": 1 if status in (MOUNTING, UNMOUNTING) else 0,
-        "RepositoryIdentifier": None, "RetentionSetIdentifier": None,
+        "RepositoryIdentifier": None,
+        "RetentionSetIdentifier": None,
         "SiteIdentifier": ctx.world.site_guid(s.site),
     }
 
@@ -191,19 +288,28 @@ def path_item(entry: Entry) -> dict[str, Any]:
     is_file = entry.kind == "File"
     mtime = entry.node.mtime if entry.node else entry.ctime
     return {
-        "Path": entry.path, "Type": entry.kind, "IsBrowsable": not is_file,
+        "Path": entry.path,
+        "Type": entry.kind,
+        "IsBrowsable": not is_file,
         "SizeInBytes": entry.node.content.size if entry.node else None,
         "DownloadInformation": {
             "IsDownloadable": is_file,
             "AdditionalInformation": None if is_file else "Only files can be downloaded",
         },
-        "CreationTime": iso(entry.ctime), "LastAccessTime": iso(mtime), "LastWriteTime": iso(mtime),
+        "CreationTime": iso(entry.ctime),
+        "LastAccessTime": iso(mtime),
+        "LastWriteTime": iso(mtime),
     }
 
 
 def root_item(epoch: float) -> dict[str, Any]:
     return {
-        "Path": "", "Type": "Partition", "IsBrowsable": True, "SizeInBytes": None,
+        "Path": "",
+        "Type": "Partition",
+        "IsBrowsable": True,
+        "SizeInBytes": None,
         "DownloadInformation": {"IsDownloadable": False, "AdditionalInformation": None},
-        "CreationTime": iso(epoch), "LastAccessTime": iso(epoch), "LastWriteTime": iso(epoch),
+        "CreationTime": iso(epoch),
+        "LastAccessTime": iso(epoch),
+        "LastWriteTime": iso(epoch),
     }

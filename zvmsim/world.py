@@ -1,5 +1,6 @@
 """The simulator's whole state and the operations on it (the API and control layers only
 translate HTTP to these calls). One asyncio loop owns it: no method awaits, so no locks."""
+
 from __future__ import annotations
 
 import time
@@ -134,8 +135,11 @@ class World:
 
     def insert_checkpoint(self, site: Site, vpg: Vpg, tag: str) -> Task:
         if vpg.in_initial_sync:
-            raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; a checkpoint cannot be "
-                                "added until the synchronization completes")
+            raise ApiError(
+                400,
+                f"VPG '{vpg.name}' is in initial sync; a checkpoint cannot be "
+                "added until the synchronization completes",
+            )
         now = self.now()
         done_at = now + self.config.task_seconds
         delay = self.faults.take("task_delay", site.slug)
@@ -153,14 +157,11 @@ class World:
             slow = self.faults.take("checkpoint_listing_delay", site.slug)
             if slow:
                 visible_at = done_at + float(slow.params["seconds"])
-        captures = {vm.identifier.lower(): view
-                    for vm in self.inv.vms_of(vpg) if (view := vm.capture()) is not None}
-        self.journal(vpg).checkpoints.append(
-            Checkpoint(self.cp_ids.next(), now, tag, 1, captures, visible_at))
+        captures = {vm.identifier.lower(): view for vm in self.inv.vms_of(vpg) if (view := vm.capture()) is not None}
+        self.journal(vpg).checkpoints.append(Checkpoint(self.cp_ids.next(), now, tag, 1, captures, visible_at))
         return task
 
-    def _new_task(self, site: Site, type_: str, started: float, done_at: float | None,
-                  **links: Any) -> Task:
+    def _new_task(self, site: Site, type_: str, started: float, done_at: float | None, **links: Any) -> Task:
         task = Task(f"{random_guid()}.{site.identifier}", type_, site.slug, started, done_at, **links)
         task.generation = len(self.tasks[site.slug]) + 1
         self.tasks[site.slug][task.identifier.lower()] = task
@@ -182,8 +183,9 @@ class World:
         state.prune(self.now(), variant.unmounted_linger_s if variant.unmounted_state else 0.0)
         return state
 
-    def _mount_target(self, site: Site, vpg_id: str, vm_id: str,
-                      checkpoint_id: str | None) -> tuple[Vpg, Vm, Checkpoint]:
+    def _mount_target(
+        self, site: Site, vpg_id: str, vm_id: str, checkpoint_id: str | None
+    ) -> tuple[Vpg, Vm, Checkpoint]:
         """Validate a mount request (400 with a reason otherwise)."""
         vpg = self.inv.vpg(vpg_id or "")
         if vpg is None:
@@ -193,8 +195,10 @@ class World:
             raise ApiError(400, f"VM '{vm_id}' is not protected by VPG '{vpg.name}'")
         if site.slug != vpg.recovery:
             rec = self.inv.sites[vpg.recovery].name
-            raise ApiError(400, f"File level recovery of VPG '{vpg.name}' runs on its recovery "
-                                f"site ({rec}); this ZVM is {site.name}")
+            raise ApiError(
+                400,
+                f"File level recovery of VPG '{vpg.name}' runs on its recovery site ({rec}); this ZVM is {site.name}",
+            )
         if vpg.in_initial_sync:
             raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; no checkpoint can be mounted")
         journal = self.journal(vpg)
@@ -205,12 +209,22 @@ class World:
             return vpg, vm, listed[-1]
         found = journal.get(str(checkpoint_id), self.now())
         if found is None:
-            raise ApiError(400, f"failed parsing as a valid CheckPoint Identifier: "
-                                f"'{checkpoint_id}' is not a checkpoint of VPG '{vpg.name}'")
+            raise ApiError(
+                400,
+                f"failed parsing as a valid CheckPoint Identifier: "
+                f"'{checkpoint_id}' is not a checkpoint of VPG '{vpg.name}'",
+            )
         return vpg, vm, found
 
-    def flr_mount(self, site: Site, vpg_id: str, vm_id: str, checkpoint_id: str | None,
-                  initial_path: str | None = None, foreign: bool = False) -> flrmod.FlrSession:
+    def flr_mount(
+        self,
+        site: Site,
+        vpg_id: str,
+        vm_id: str,
+        checkpoint_id: str | None,
+        initial_path: str | None = None,
+        foreign: bool = False,
+    ) -> flrmod.FlrSession:
         """Open a session on the checkpoint's captured tree; faults apply to our own mounts only."""
         vpg, vm, checkpoint = self._mount_target(site, vpg_id, vm_id, checkpoint_id)
         now = self.now()
@@ -222,9 +236,19 @@ class World:
             if slow:
                 ready_at = now + float(slow.params["seconds"])
             fails = self.faults.take("mount_fail", site.slug) is not None
-        session = flrmod.FlrSession(f"{random_guid()}.{site.identifier}", site.slug, vm.identifier,
-                                    vpg.identifier, checkpoint.identifier, view, now, ready_at,
-                                    fails, initial_path, foreign)
+        session = flrmod.FlrSession(
+            f"{random_guid()}.{site.identifier}",
+            site.slug,
+            vm.identifier,
+            vpg.identifier,
+            checkpoint.identifier,
+            view,
+            now,
+            ready_at,
+            fails,
+            initial_path,
+            foreign,
+        )
         self.flr[site.slug].sessions[session.identifier.lower()] = session
         return session
 
@@ -263,9 +287,14 @@ class World:
                 raise ApiError(400, f"'{path}' is a {entry.kind.lower()}; only files can be downloaded")
             files.append((_member_name(entry.path, variant.zip_member), entry.node))
         zipped = variant.download_format == "zip" or len(files) > 1
-        download = flrmod.Download(f"{random_guid()}.{site.identifier}", site.slug,
-                                   session.identifier, files, zipped,
-                                   ready_at=self.now() + variant.download_ready_after_s)
+        download = flrmod.Download(
+            f"{random_guid()}.{site.identifier}",
+            site.slug,
+            session.identifier,
+            files,
+            zipped,
+            ready_at=self.now() + variant.download_ready_after_s,
+        )
         self.flr[site.slug].downloads[download.identifier.lower()] = download
         return download
 
@@ -275,8 +304,10 @@ class World:
         if found is None:
             raise ApiError(404, f"Download '{download_id}' was not found or has expired")
         if self.now() < found.ready_at:
-            raise ApiError(self.variant(slug).download_pending_status,
-                           f"Download '{download_id}' is being prepared; try again later")
+            raise ApiError(
+                self.variant(slug).download_pending_status,
+                f"Download '{download_id}' is being prepared; try again later",
+            )
         return found
 
     def flr_unmount(self, site: Site, session_id: str) -> Task:
@@ -287,8 +318,9 @@ class World:
             raise ApiError(500, f"Failed to unmount FLR session '{session_id}'")
         now = self.now()
         session.unmount_at = now + self.config.unmount_seconds
-        task = self._new_task(site, "FlrJournalUnmount", now, session.unmount_at,
-                              vpg_id=session.vpg_id, flr_session_id=session.identifier)
+        task = self._new_task(
+            site, "FlrJournalUnmount", now, session.unmount_at, vpg_id=session.vpg_id, flr_session_id=session.identifier
+        )
         session.unmount_task = task.identifier
         return task
 

@@ -4,49 +4,94 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='MutatingTool',
+            name="MutatingTool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('pattern', models.CharField(help_text='server/tool (e.g. ssh/exec) or server/* for every tool of a server; lower case.', max_length=200, unique=True)),
-                ('vm_arg', models.CharField(help_text='The argument of that tool whose value names the VM (host name, VM name or IP).', max_length=100)),
-                ('platform', models.CharField(choices=[('linux', 'Linux'), ('windows', 'Windows'), ('any', 'Any')], default='any', max_length=10)),
-                ('description', models.CharField(max_length=500)),
-                ('enabled', models.BooleanField(default=True, help_text='A disabled entry guards nothing.')),
-                ('added_by', models.CharField(editable=False, max_length=150)),
-                ('added_by_kind', models.CharField(choices=[('agent', 'Agent'), ('user', 'User'), ('system', 'System')], editable=False, max_length=10)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "pattern",
+                    models.CharField(
+                        help_text="server/tool (e.g. ssh/exec) or server/* for every tool of a server; lower case.",
+                        max_length=200,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "vm_arg",
+                    models.CharField(
+                        help_text="The argument of that tool whose value names the VM (host name, VM name or IP).",
+                        max_length=100,
+                    ),
+                ),
+                (
+                    "platform",
+                    models.CharField(
+                        choices=[("linux", "Linux"), ("windows", "Windows"), ("any", "Any")],
+                        default="any",
+                        max_length=10,
+                    ),
+                ),
+                ("description", models.CharField(max_length=500)),
+                ("enabled", models.BooleanField(default=True, help_text="A disabled entry guards nothing.")),
+                ("added_by", models.CharField(editable=False, max_length=150)),
+                (
+                    "added_by_kind",
+                    models.CharField(
+                        choices=[("agent", "Agent"), ("user", "User"), ("system", "System")],
+                        editable=False,
+                        max_length=10,
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['pattern'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('platform__in', ['linux', 'windows', 'any'])), name='tool_platform_valid'), models.CheckConstraint(condition=models.Q(('vm_arg', ''), _negated=True), name='tool_vm_arg_required')],
+                "ordering": ["pattern"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("platform__in", ["linux", "windows", "any"])), name="tool_platform_valid"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("vm_arg", ""), _negated=True), name="tool_vm_arg_required"
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='ToolSighting',
+            name="ToolSighting",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('tool', models.CharField(max_length=200, unique=True)),
-                ('count', models.PositiveIntegerField(default=0)),
-                ('first_seen_at', models.DateTimeField(auto_now_add=True)),
-                ('last_seen_at', models.DateTimeField()),
-                ('agents', models.JSONField(default=list, help_text='Names of the agents that asked about it.')),
-                ('argument_names', models.JSONField(default=list, help_text='Every argument name seen in its calls.')),
-                ('status', models.CharField(choices=[('unclassified', 'Unclassified'), ('ignored', 'Ignored'), ('added', 'Added')], db_index=True, default='unclassified', max_length=12)),
-                ('classified_by', models.CharField(blank=True, editable=False, max_length=150)),
-                ('classified_at', models.DateTimeField(blank=True, editable=False, null=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("tool", models.CharField(max_length=200, unique=True)),
+                ("count", models.PositiveIntegerField(default=0)),
+                ("first_seen_at", models.DateTimeField(auto_now_add=True)),
+                ("last_seen_at", models.DateTimeField()),
+                ("agents", models.JSONField(default=list, help_text="Names of the agents that asked about it.")),
+                ("argument_names", models.JSONField(default=list, help_text="Every argument name seen in its calls.")),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("unclassified", "Unclassified"), ("ignored", "Ignored"), ("added", "Added")],
+                        db_index=True,
+                        default="unclassified",
+                        max_length=12,
+                    ),
+                ),
+                ("classified_by", models.CharField(blank=True, editable=False, max_length=150)),
+                ("classified_at", models.DateTimeField(blank=True, editable=False, null=True)),
             ],
             options={
-                'ordering': ['-last_seen_at'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('status__in', ['unclassified', 'ignored', 'added'])), name='sighting_status_valid')],
+                "ordering": ["-last_seen_at"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("status__in", ["unclassified", "ignored", "added"])),
+                        name="sighting_status_valid",
+                    )
+                ],
             },
         ),
     ]

@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('recoveries', '0001_initial'),
+        ("recoveries", "0001_initial"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='flrsession',
-            name='unmount_requested_at',
+            model_name="flrsession",
+            name="unmount_requested_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

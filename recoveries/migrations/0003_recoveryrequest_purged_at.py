@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('recoveries', '0002_flr_session_unmount_requested_at'),
+        ("recoveries", "0002_flr_session_unmount_requested_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='recoveryrequest',
-            name='purged_at',
-            field=models.DateTimeField(blank=True, help_text='When the recovered bytes were deleted after REWIND_RECOVERED_RETENTION_DAYS; sha256 and size remain.', null=True),
+            model_name="recoveryrequest",
+            name="purged_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="When the recovered bytes were deleted after REWIND_RECOVERED_RETENTION_DAYS; sha256 and size remain.",
+                null=True,
+            ),
         ),
     ]

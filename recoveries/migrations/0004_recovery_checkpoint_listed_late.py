@@ -4,15 +4,18 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('recoveries', '0003_recoveryrequest_purged_at'),
+        ("recoveries", "0003_recoveryrequest_purged_at"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='recoveryrequest',
-            name='checkpoint_listed_late_at',
-            field=models.DateTimeField(blank=True, help_text='Set when the checkpoint was listed only after its guard had timed out (the guard stayed not ok).', null=True),
+            model_name="recoveryrequest",
+            name="checkpoint_listed_late_at",
+            field=models.DateTimeField(
+                blank=True,
+                help_text="Set when the checkpoint was listed only after its guard had timed out (the guard stayed not ok).",
+                null=True,
+            ),
         ),
     ]

@@ -4,14 +4,18 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('recoveries', '0004_recovery_checkpoint_listed_late'),
+        ("recoveries", "0004_recovery_checkpoint_listed_late"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='flrsession',
-            options={'ordering': ['-created_at'], 'permissions': [('end_flr_session', 'Can end any FLR session by hand')], 'verbose_name': 'FLR session', 'verbose_name_plural': 'FLR sessions'},
+            name="flrsession",
+            options={
+                "ordering": ["-created_at"],
+                "permissions": [("end_flr_session", "Can end any FLR session by hand")],
+                "verbose_name": "FLR session",
+                "verbose_name_plural": "FLR sessions",
+            },
         ),
     ]

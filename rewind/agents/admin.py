@@ -16,7 +16,13 @@ from rewind.agents.services import agent_create, agent_token_issue, agent_token_
 class AgentTokenInline(admin.TabularInline):
     model = AgentToken
     fields = readonly_fields = (
-        "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
+        "prefix",
+        "label",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
     )
     extra = 0
     can_delete = False
@@ -41,11 +47,17 @@ class AgentAdmin(admin.ModelAdmin):
     def save_model(self, request: HttpRequest, obj: Agent, form: Any, change: bool) -> None:
         data = form.cleaned_data
         if change:
-            agent = agent_update(actor=actor_for(request), agent=obj, owner=data["owner"],
-                                 is_active=data["is_active"], description=data["description"])
+            agent = agent_update(
+                actor=actor_for(request),
+                agent=obj,
+                owner=data["owner"],
+                is_active=data["is_active"],
+                description=data["description"],
+            )
         else:
-            agent = agent_create(actor=actor_for(request), name=data["name"], owner=data["owner"],
-                                 description=data["description"])
+            agent = agent_create(
+                actor=actor_for(request), name=data["name"], owner=data["owner"], description=data["description"]
+            )
             if not data["is_active"]:
                 agent = agent_update(actor=actor_for(request), agent=agent, is_active=False)
         obj.pk = agent.pk
@@ -72,7 +84,14 @@ class AgentTokenAdmin(admin.ModelAdmin):
     search_fields = ["agent__name", "prefix", "label"]
     list_select_related = ["agent"]
     fields = readonly_fields = (
-        "agent", "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
+        "agent",
+        "prefix",
+        "label",
+        "created_at",
+        "created_by",
+        "expires_at",
+        "last_used_at",
+        "revoked_at",
     )
     actions = ["revoke"]
 
@@ -85,5 +104,8 @@ class AgentTokenAdmin(admin.ModelAdmin):
     @admin.action(description="Revoke the selected tokens")
     def revoke(self, request: HttpRequest, queryset: QuerySet[AgentToken]) -> None:
         revoked = sum(agent_token_revoke(actor=actor_for(request), token=t) for t in queryset.select_related("agent"))
-        self.message_user(request, f"{revoked} token(s) revoked; running servers refuse them within the token cache time.",
-                          messages.SUCCESS)
+        self.message_user(
+            request,
+            f"{revoked} token(s) revoked; running servers refuse them within the token cache time.",
+            messages.SUCCESS,
+        )

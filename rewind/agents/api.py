@@ -26,8 +26,17 @@ class AgentTokenOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = AgentToken
-        fields = ["id", "prefix", "label", "created_at", "created_by", "expires_at", "last_used_at", "revoked_at",
-                  "active"]
+        fields = [
+            "id",
+            "prefix",
+            "label",
+            "created_at",
+            "created_by",
+            "expires_at",
+            "last_used_at",
+            "revoked_at",
+            "active",
+        ]
 
     def get_active(self, token: AgentToken) -> bool:
         return token.revoked_at is None and (token.expires_at is None or token.expires_at > timezone.now())
@@ -63,16 +72,19 @@ class AgentListApi(APIView):
             return owner
 
     def get(self, request: Request) -> Response:
-        return paginated_response(queryset=agent_list(), serializer_class=AgentOutputSerializer,
-                                  request=request, view=self)
+        return paginated_response(
+            queryset=agent_list(), serializer_class=AgentOutputSerializer, request=request, view=self
+        )
 
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         agent = agent_create(
-            actor=actor_of(request), name=data.validated_data["name"],
+            actor=actor_of(request),
+            name=data.validated_data["name"],
             owner=data.validated_data.get("owner") or cast(User, request.user),
-            description=data.validated_data["description"], request_id=request_id_of(request),
+            description=data.validated_data["description"],
+            request_id=request_id_of(request),
         )
         return Response(AgentOutputSerializer(agent_get(agent.pk)).data, status=status.HTTP_201_CREATED)
 
@@ -114,7 +126,8 @@ class AgentTokenIssueApi(APIView):
     class InputSerializer(serializers.Serializer):
         # The metaclass collects declared fields, so this does not clash with Field.label.
         label = serializers.CharField(  # type: ignore[assignment]
-            required=False, allow_blank=True, max_length=100, default="")
+            required=False, allow_blank=True, max_length=100, default=""
+        )
         expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
 
         def validate_expires_at(self, value: object) -> object:
@@ -126,8 +139,9 @@ class AgentTokenIssueApi(APIView):
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
-        issued = agent_token_issue(actor=actor_of(request), agent=agent, request_id=request_id_of(request),
-                                   **data.validated_data)
+        issued = agent_token_issue(
+            actor=actor_of(request), agent=agent, request_id=request_id_of(request), **data.validated_data
+        )
         body = {**AgentTokenOutputSerializer(issued.row).data, "token": issued.token}
         response = Response(body, status=status.HTTP_201_CREATED)
         response["Cache-Control"] = "no-store"

@@ -7,7 +7,9 @@ from django.db import models
 class Agent(models.Model):
     """An AI agent allowed to call the MCP endpoint. Its name is what tags and audit rows carry."""
 
-    name = models.SlugField(max_length=64, unique=True, help_text="Letters, digits, - and _; appears in checkpoint tags.")
+    name = models.SlugField(
+        max_length=64, unique=True, help_text="Letters, digits, - and _; appears in checkpoint tags."
+    )
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL,
         on_delete=models.PROTECT,
@@ -30,7 +32,9 @@ class AgentToken(models.Model):
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="tokens")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    prefix = models.CharField(max_length=16, editable=False, help_text="The token's first characters, to tell tokens apart.")
+    prefix = models.CharField(
+        max_length=16, editable=False, help_text="The token's first characters, to tell tokens apart."
+    )
     label = models.CharField(max_length=100, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True, editable=False)

@@ -92,8 +92,13 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
     agent.save(update_fields=list(fields) or None)
     after = _agent_snapshot(agent)
     if after != before:
-        audit_record(actor=actor, action=AgentAction.CHANGED, target=agent, data={"before": before, "after": after},
-                     request_id=request_id)
+        audit_record(
+            actor=actor,
+            action=AgentAction.CHANGED,
+            target=agent,
+            data={"before": before, "after": after},
+            request_id=request_id,
+        )
     return agent
 
 
@@ -129,7 +134,9 @@ def agent_token_issue(
         created_by=actor.name[:150],
         expires_at=expires_at,
     )
-    audit_record(actor=actor, action=AgentAction.TOKEN_ISSUED, target=row, data=_token_snapshot(row), request_id=request_id)
+    audit_record(
+        actor=actor, action=AgentAction.TOKEN_ISSUED, target=row, data=_token_snapshot(row), request_id=request_id
+    )
     return IssuedToken(row=row, token=token)
 
 
@@ -142,7 +149,12 @@ class AgentWithToken:
 
 @transaction.atomic
 def agent_token_issue_by_name(
-    *, actor: Actor, name: str, owner: User | None = None, label: str = "", expires_at: datetime | None = None,
+    *,
+    actor: Actor,
+    name: str,
+    owner: User | None = None,
+    label: str = "",
+    expires_at: datetime | None = None,
 ) -> AgentWithToken:
     """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
     default owner) when there is none. An inactive agent gets no token."""
@@ -167,7 +179,9 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
     if not changed:
         return False
     token.revoked_at = now
-    audit_record(actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id)
+    audit_record(
+        actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id
+    )
     return True
 
 
@@ -186,7 +200,9 @@ def default_owner() -> User:
     """The first superuser; agents created from the command line belong to them by default."""
     owner = User.objects.filter(is_superuser=True, is_active=True).order_by("pk").first()
     if owner is None:
-        raise NotFoundError("there is no superuser to own the agent; create one (manage.py createsuperuser) or pass --owner")
+        raise NotFoundError(
+            "there is no superuser to own the agent; create one (manage.py createsuperuser) or pass --owner"
+        )
     return owner
 
 

@@ -10,6 +10,5 @@ urlpatterns = [
     path("agents/", api.AgentListApi.as_view(), name="agent-list"),
     path("agents/<int:pk>/", api.AgentDetailApi.as_view(), name="agent-detail"),
     path("agents/<int:pk>/tokens/", api.AgentTokenIssueApi.as_view(), name="agent-token-issue"),
-    path("agents/<int:pk>/tokens/<int:token_id>/revoke/", api.AgentTokenRevokeApi.as_view(),
-         name="agent-token-revoke"),
+    path("agents/<int:pk>/tokens/<int:token_id>/revoke/", api.AgentTokenRevokeApi.as_view(), name="agent-token-revoke"),
 ]

@@ -32,8 +32,6 @@ _SECRET_KEY = re.compile(r"pass(word|wd|phrase)?|secret|token|authorization|api[
 _SECRET_VALUE = re.compile(r"(?i)^(bearer\s+\S+|rwd_[A-Za-z0-9_-]{20,})$")
 
 
-
-
 @functools.lru_cache(maxsize=4096)
 def _secret_key(key: str) -> bool:
     return _SECRET_KEY.search(key) is not None  # keys repeat endlessly: decide each once
@@ -48,8 +46,7 @@ def mask_secrets(value: Any) -> Any:
     """A JSON-ready copy of ``value`` with secret-looking keys and values replaced."""
     if isinstance(value, dict):
         return {
-            str(k): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
-            for k, v in value.items()
+            str(k): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v)) for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
         return [mask_secrets(v) for v in value]
@@ -205,8 +202,20 @@ def _new_row(entry: AuditEntry, *, seq: int, prev_hash: str) -> dict[str, Any]:
     return row
 
 
-_COLUMNS = ("seq", "time", "actor_type", "actor", "action", "target_type", "target_id", "target_repr",
-            "data", "request_id", "prev_hash", "hash")
+_COLUMNS = (
+    "seq",
+    "time",
+    "actor_type",
+    "actor",
+    "action",
+    "target_type",
+    "target_id",
+    "target_repr",
+    "data",
+    "request_id",
+    "prev_hash",
+    "hash",
+)
 
 
 @dataclass(frozen=True)
@@ -237,9 +246,14 @@ def _statements() -> _Sql:
 
 def _db_params(row: dict[str, Any]) -> list[Any]:
     ops = connection.ops
-    return [ops.adapt_datetimefield_value(row[c]) if c == "time"
-            else ops.adapt_json_value(row[c], None) if c == "data"
-            else row[c] for c in _COLUMNS]
+    return [
+        ops.adapt_datetimefield_value(row[c])
+        if c == "time"
+        else ops.adapt_json_value(row[c], None)
+        if c == "data"
+        else row[c]
+        for c in _COLUMNS
+    ]
 
 
 class AuditChainError(Exception):

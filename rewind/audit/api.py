@@ -19,8 +19,20 @@ VIEW = {"GET": "rewind.view_auditevent"}
 class AuditEventOutputSerializer(serializers.ModelSerializer):
     class Meta:
         model = AuditEvent
-        fields = ["seq", "time", "actor_type", "actor", "action", "target_type", "target_id", "target_repr",
-                  "data", "request_id", "prev_hash", "hash"]
+        fields = [
+            "seq",
+            "time",
+            "actor_type",
+            "actor",
+            "action",
+            "target_type",
+            "target_id",
+            "target_repr",
+            "data",
+            "request_id",
+            "prev_hash",
+            "hash",
+        ]
 
 
 class AuditEventListApi(APIView):
@@ -41,8 +53,11 @@ class AuditEventListApi(APIView):
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         return paginated_response(
-            queryset=audit_event_list(**filters.validated_data), serializer_class=AuditEventOutputSerializer,
-            request=request, view=self, pagination_class=AuditCursorPagination,
+            queryset=audit_event_list(**filters.validated_data),
+            serializer_class=AuditEventOutputSerializer,
+            request=request,
+            view=self,
+            pagination_class=AuditCursorPagination,
         )
 
 

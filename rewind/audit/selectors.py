@@ -23,8 +23,14 @@ def audit_event_list(
 ) -> QuerySet[AuditEvent]:
     """Audit events matching every given filter (exact matches; ``since`` inclusive, ``until`` exclusive)."""
     qs = AuditEvent.objects.all()
-    exact = {"request_id": request_id, "action": action, "actor": actor, "actor_type": actor_type,
-             "target_type": target_type, "target_id": target_id}
+    exact = {
+        "request_id": request_id,
+        "action": action,
+        "actor": actor,
+        "actor_type": actor_type,
+        "target_type": target_type,
+        "target_id": target_id,
+    }
     qs = qs.filter(**{k: v for k, v in exact.items() if v})
     if since is not None:
         qs = qs.filter(time__gte=since)

@@ -14,8 +14,16 @@ class TaggedCheckpointInline(admin.TabularInline):
     extra = 0
     can_delete = False
     fields = readonly_fields = (
-        "vpg_name", "status", "site", "recovery_site_name", "task_id", "checkpoint_identifier",
-        "checkpoint_timestamp", "listed_late_at", "waited_ms", "error",
+        "vpg_name",
+        "status",
+        "site",
+        "recovery_site_name",
+        "task_id",
+        "checkpoint_identifier",
+        "checkpoint_timestamp",
+        "listed_late_at",
+        "waited_ms",
+        "error",
     )
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -35,6 +43,19 @@ class GuardAdmin(ReadOnlyAdmin):
     date_hierarchy = "requested_at"
     inlines = [TaggedCheckpointInline]
     fields = readonly_fields = (
-        "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag", "status",
-        "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "attempts",
+        "agent_name",
+        "tool",
+        "action",
+        "vm_name",
+        "vm_identifier",
+        "change_id",
+        "tag",
+        "status",
+        "error",
+        "request_id",
+        "timeout_s",
+        "requested_at",
+        "started_at",
+        "finished_at",
+        "attempts",
     )

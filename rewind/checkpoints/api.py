@@ -13,9 +13,25 @@ from rewind.rest.pagination import paginated_response
 from rewind.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_changeguard"}
-_GUARD_FIELDS = ["id", "status", "agent_name", "tool", "action", "vm_name", "vm_identifier", "change_id", "tag",
-                 "error", "request_id", "timeout_s", "requested_at", "started_at", "finished_at", "vpgs_total",
-                 "vpgs_listed"]
+_GUARD_FIELDS = [
+    "id",
+    "status",
+    "agent_name",
+    "tool",
+    "action",
+    "vm_name",
+    "vm_identifier",
+    "change_id",
+    "tag",
+    "error",
+    "request_id",
+    "timeout_s",
+    "requested_at",
+    "started_at",
+    "finished_at",
+    "vpgs_total",
+    "vpgs_listed",
+]
 
 
 class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
@@ -23,9 +39,22 @@ class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TaggedCheckpoint
-        fields = ["vpg_name", "vpg_identifier", "status", "site", "protected_site_identifier",
-                  "recovery_site_identifier", "recovery_site_name", "task_id", "checkpoint_identifier",
-                  "checkpoint_timestamp", "listed_late_at", "error", "insert_started_at", "waited_ms"]
+        fields = [
+            "vpg_name",
+            "vpg_identifier",
+            "status",
+            "site",
+            "protected_site_identifier",
+            "recovery_site_identifier",
+            "recovery_site_name",
+            "task_id",
+            "checkpoint_identifier",
+            "checkpoint_timestamp",
+            "listed_late_at",
+            "error",
+            "insert_started_at",
+            "waited_ms",
+        ]
 
 
 class GuardOutputSerializer(serializers.ModelSerializer):
@@ -58,8 +87,12 @@ class GuardListApi(APIView):
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
-        return paginated_response(queryset=guard_list(**filters.validated_data),
-                                  serializer_class=GuardOutputSerializer, request=request, view=self)
+        return paginated_response(
+            queryset=guard_list(**filters.validated_data),
+            serializer_class=GuardOutputSerializer,
+            request=request,
+            view=self,
+        )
 
 
 class GuardDetailApi(APIView):

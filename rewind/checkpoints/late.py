@@ -61,8 +61,11 @@ def late_candidates(*, now: datetime | None = None) -> QuerySet[TaggedCheckpoint
     now = now or timezone.now()
     horizon = now - timedelta(seconds=settings.REWIND_LATE_LISTING_HORIZON_S)
     return TaggedCheckpoint.objects.filter(
-        status=TaggedCheckpoint.Status.TIMED_OUT, insert_started_at__gte=horizon, checkpoint_identifier="",
-        listed_late_at__isnull=True, site__enabled=True,
+        status=TaggedCheckpoint.Status.TIMED_OUT,
+        insert_started_at__gte=horizon,
+        checkpoint_identifier="",
+        listed_late_at__isnull=True,
+        site__enabled=True,
     )
 
 
@@ -118,18 +121,26 @@ def _record(row: TaggedCheckpoint, checkpoint: Checkpoint) -> bool:
     with transaction.atomic():
         won = TaggedCheckpoint.objects.filter(
             pk=row.pk, status=TaggedCheckpoint.Status.TIMED_OUT, checkpoint_identifier="", listed_late_at__isnull=True
-        ).update(checkpoint_identifier=checkpoint.identifier, checkpoint_timestamp=checkpoint.timestamp,
-                 listed_late_at=now)
+        ).update(
+            checkpoint_identifier=checkpoint.identifier, checkpoint_timestamp=checkpoint.timestamp, listed_late_at=now
+        )
         if not won:
             return False
         late_by = (now - row.insert_started_at).total_seconds() if row.insert_started_at else None
         audit_record(
-            actor=Actor.system(), action=GuardAction.CHECKPOINT_LISTED_LATE, target=row.guard, request_id=row.guard.request_id,
-            data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "tag": row.guard.tag,
-                  "checkpoint_identifier": checkpoint.identifier,
-                  "checkpoint_timestamp": checkpoint.timestamp.isoformat() if checkpoint.timestamp else None,
-                  "seen_s_after_insert": round(late_by, 1) if late_by is not None else None,
-                  "guard_status": row.guard.status},
+            actor=Actor.system(),
+            action=GuardAction.CHECKPOINT_LISTED_LATE,
+            target=row.guard,
+            request_id=row.guard.request_id,
+            data={
+                "vpg": row.vpg_name,
+                "vpg_identifier": row.vpg_identifier,
+                "tag": row.guard.tag,
+                "checkpoint_identifier": checkpoint.identifier,
+                "checkpoint_timestamp": checkpoint.timestamp.isoformat() if checkpoint.timestamp else None,
+                "seen_s_after_insert": round(late_by, 1) if late_by is not None else None,
+                "guard_status": row.guard.status,
+            },
         )
     logger.info("guard %s: VPG %s lists checkpoint %s late", row.guard_id, row.vpg_name, checkpoint.identifier)
     return True

@@ -33,8 +33,6 @@ def queue_wait(guard: ChangeGuard, token: str) -> None:
     """
     guard_id, rid, limit = guard.pk, guard.request_id, guard.timeout_s + TASK_MARGIN_S
     transaction.on_commit(
-        lambda: current_app.send_task(
-            WAIT_TASK, args=[guard_id, rid], kwargs={"lease_token": token}, time_limit=limit
-        ),
+        lambda: current_app.send_task(WAIT_TASK, args=[guard_id, rid], kwargs={"lease_token": token}, time_limit=limit),
         robust=True,
     )

@@ -47,23 +47,46 @@ TimeoutSeconds = Annotated[StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S)]
 # The description sits outside the optional type, or the schema would bury it in anyOf.
 Timeout = Annotated[
     TimeoutSeconds | None,
-    Field(description=f"How long each VPG may take to list the checkpoint: seconds from 1 to {TIMEOUT_MAX_S:g}, "
-                      "a JSON number, e.g. 300; omit for the service's default"),
+    Field(
+        description=f"How long each VPG may take to list the checkpoint: seconds from 1 to {TIMEOUT_MAX_S:g}, "
+        "a JSON number, e.g. 300; omit for the service's default"
+    ),
 ]
-Vm = Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, or the Zerto "
-                                            "vmIdentifier, e.g. \"web01\"")]
-Action = Annotated[StrictStr, Field(description="In a few words, what you are about to change; it goes into the "
-                                                "checkpoint tag, e.g. \"edit nginx.conf\"")]
-ChangeId = Annotated[Selector | None, Field(description="Your id for this change, a non-blank string, e.g. "
-                                                        "\"CHG-2291\"; the same id for the same VM returns the same "
-                                                        "request instead of a second checkpoint. Omit to get a new one")]
-Wait = Annotated[Flag, Field(description="JSON true (default): stream progress and answer once the guard has "
-                                         "finished; false: answer at once with an id for zerto_checkpoint_status")]
-ToolName = Annotated[StrictStr, Field(description="The tool you are about to call, as server/tool, e.g. "
-                                                  "\"ssh/exec\"")]
-ToolArguments = Annotated[dict[str, Any], Field(description="That call's exact arguments, a JSON object, e.g. "
-                                                            "{\"host\": \"web01\", \"command\": \"systemctl "
-                                                            "restart nginx\"}: the VM is read from them")]
+Vm = Annotated[
+    StrictStr,
+    Field(description='The VM: its name, a host FQDN or short hostname, or the Zerto vmIdentifier, e.g. "web01"'),
+]
+Action = Annotated[
+    StrictStr,
+    Field(
+        description="In a few words, what you are about to change; it goes into the "
+        'checkpoint tag, e.g. "edit nginx.conf"'
+    ),
+]
+ChangeId = Annotated[
+    Selector | None,
+    Field(
+        description="Your id for this change, a non-blank string, e.g. "
+        '"CHG-2291"; the same id for the same VM returns the same '
+        "request instead of a second checkpoint. Omit to get a new one"
+    ),
+]
+Wait = Annotated[
+    Flag,
+    Field(
+        description="JSON true (default): stream progress and answer once the guard has "
+        "finished; false: answer at once with an id for zerto_checkpoint_status"
+    ),
+]
+ToolName = Annotated[StrictStr, Field(description='The tool you are about to call, as server/tool, e.g. "ssh/exec"')]
+ToolArguments = Annotated[
+    dict[str, Any],
+    Field(
+        description="That call's exact arguments, a JSON object, e.g. "
+        '{"host": "web01", "command": "systemctl '
+        'restart nginx"}: the VM is read from them'
+    ),
+]
 
 
 class VpgCheckpointOut(BaseModel):
@@ -76,8 +99,9 @@ class VpgCheckpointOut(BaseModel):
     waited_ms: int | None = None
     recovery_site: str | None = None
     listed_late_at: str | None = Field(
-        default=None, description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
-                                  "from, but the guard stays not ok",
+        default=None,
+        description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
+        "from, but the guard stays not ok",
     )
 
 
@@ -128,28 +152,54 @@ def _vpg_out(v: VpgReport) -> VpgCheckpointOut:
 
 def _report_out(report: GuardReport, *, catalog_entry: str | None = None, reused: bool = False) -> GuardOut:
     return GuardOut(
-        ok=report.ok, guarded=True, finished=report.finished, status=report.status,
-        must_not_proceed=report.must_not_proceed, id=report.id, change_id=report.change_id, tag=report.tag,
-        vm=report.vm, vm_identifier=report.vm_identifier, tool=report.tool or None, catalog_entry=catalog_entry,
-        reused=reused, listed=report.listed, total=report.total,
-        vpgs=[_vpg_out(v) for v in report.vpgs], landed=[_vpg_out(v) for v in report.landed],
+        ok=report.ok,
+        guarded=True,
+        finished=report.finished,
+        status=report.status,
+        must_not_proceed=report.must_not_proceed,
+        id=report.id,
+        change_id=report.change_id,
+        tag=report.tag,
+        vm=report.vm,
+        vm_identifier=report.vm_identifier,
+        tool=report.tool or None,
+        catalog_entry=catalog_entry,
+        reused=reused,
+        listed=report.listed,
+        total=report.total,
+        vpgs=[_vpg_out(v) for v in report.vpgs],
+        landed=[_vpg_out(v) for v in report.landed],
     )
 
 
 def _outcome_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
     if not outcome.guarded:
         return GuardOut(
-            ok=True, guarded=False, finished=True, status="pass_through", tool=tool,
+            ok=True,
+            guarded=False,
+            finished=True,
+            status="pass_through",
+            tool=tool,
             note=f"{tool} is not in the mutating-tool catalog, so no checkpoint was taken. If it can change a VM, "
-                 "add it with zerto_add_mutating_tool and guard again.",
+            "add it with zerto_add_mutating_tool and guard again.",
         )
     if outcome.guard is None:
-        refused = [VpgCheckpointOut(name=r.name, identifier=r.identifier, status="refused", error=r.reason)
-                   for r in outcome.refused]
+        refused = [
+            VpgCheckpointOut(name=r.name, identifier=r.identifier, status="refused", error=r.reason)
+            for r in outcome.refused
+        ]
         return GuardOut(
-            ok=False, guarded=True, finished=True, status="refused", must_not_proceed=outcome.refusal,
-            change_id=outcome.change_id, vm=outcome.vm, tool=tool, catalog_entry=outcome.entry,
-            vpgs=refused, total=len(refused),
+            ok=False,
+            guarded=True,
+            finished=True,
+            status="refused",
+            must_not_proceed=outcome.refusal,
+            change_id=outcome.change_id,
+            vm=outcome.vm,
+            tool=tool,
+            catalog_entry=outcome.entry,
+            vpgs=refused,
+            total=len(refused),
         )
     return _report_out(guard_report(outcome.guard), catalog_entry=outcome.entry, reused=not outcome.created)
 
@@ -162,22 +212,32 @@ def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolRes
     """
     structured = out.model_dump(mode="json")
     if out.ok:
-        return CallToolResult(content=[TextContent(type="text", text=out.model_dump_json(indent=2))],
-                              structured_content=structured)
+        return CallToolResult(
+            content=[TextContent(type="text", text=out.model_dump_json(indent=2))], structured_content=structured
+        )
     if not out.finished and not pending_is_error:
-        head = (f"Do not proceed yet: checkpoint request #{out.id} is not finished "
-                f"({out.listed}/{out.total} VPGs list the checkpoint). Call zerto_checkpoint_status with id "
-                f"{out.id} until finished is true, and proceed only if ok is true.")
-        return CallToolResult(content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
-                              structured_content=structured)
+        head = (
+            f"Do not proceed yet: checkpoint request #{out.id} is not finished "
+            f"({out.listed}/{out.total} VPGs list the checkpoint). Call zerto_checkpoint_status with id "
+            f"{out.id} until finished is true, and proceed only if ok is true."
+        )
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
+            structured_content=structured,
+        )
     why = out.must_not_proceed or f"the guard ended {out.status}"
-    head = (f"DO NOT PROCEED: do not make the change to {out.vm or 'the VM'}. {why.rstrip('.')}. "
-            "Report this to the user; do not retry in a loop.")
+    head = (
+        f"DO NOT PROCEED: do not make the change to {out.vm or 'the VM'}. {why.rstrip('.')}. "
+        "Report this to the user; do not retry in a loop."
+    )
     if out.landed:
         head += " Checkpoints that did land: " + ", ".join(f"{v.name} ({v.checkpoint_identifier})" for v in out.landed)
         head += "."
-    return CallToolResult(content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
-                          structured_content=structured, is_error=True)
+    return CallToolResult(
+        content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
+        structured_content=structured,
+        is_error=True,
+    )
 
 
 def _own_guard(guard_id: int) -> ChangeGuard:
@@ -219,7 +279,11 @@ async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
 
 def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
     outcome = checkpoint_request_create(
-        agent_name=current_agent_name(), agent_id=current_agent_id(), vm=vm, action=action, change_id=change_id,
+        agent_name=current_agent_name(),
+        agent_id=current_agent_id(),
+        vm=vm,
+        action=action,
+        change_id=change_id,
         timeout_s=timeout_s,
     )
     return _outcome_out(outcome)
@@ -229,8 +293,13 @@ def _guard(
     tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None
 ) -> GuardOut:
     outcome = guard_before_mutate(
-        agent_name=current_agent_name(), agent_id=current_agent_id(), tool=tool, arguments=arguments, action=action,
-        change_id=change_id, timeout_s=timeout_s,
+        agent_name=current_agent_name(),
+        agent_id=current_agent_id(),
+        tool=tool,
+        arguments=arguments,
+        action=action,
+        change_id=change_id,
+        timeout_s=timeout_s,
     )
     return _outcome_out(outcome, tool=tool.strip().lower())
 
@@ -278,8 +347,13 @@ async def zerto_guard_before_mutate(
 
 
 async def zerto_checkpoint_status(
-    id: Annotated[RecordId, Field(description="The checkpoint request's id from the guard's answer: a JSON "  # noqa: A002
-                                              "integer, e.g. 42")],
+    id: Annotated[
+        RecordId,
+        Field(
+            description="The checkpoint request's id from the guard's answer: a JSON "  # noqa: A002
+            "integer, e.g. 42"
+        ),
+    ],
 ) -> Annotated[CallToolResult, GuardOut]:
     """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
 
@@ -289,13 +363,21 @@ async def zerto_checkpoint_status(
 
 
 def _tool_out(t: MutatingTool) -> MutatingToolOut:
-    return MutatingToolOut(tool=t.pattern, vm_arg=t.vm_arg, platform=t.platform, description=t.description,
-                           enabled=t.enabled, added_by=t.added_by, added_by_kind=t.added_by_kind)
+    return MutatingToolOut(
+        tool=t.pattern,
+        vm_arg=t.vm_arg,
+        platform=t.platform,
+        description=t.description,
+        enabled=t.enabled,
+        added_by=t.added_by,
+        added_by_kind=t.added_by_kind,
+    )
 
 
 def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
-    entry = mutating_tool_add(actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg,
-                              platform=platform, description=description)
+    entry = mutating_tool_add(
+        actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg, platform=platform, description=description
+    )
     return _tool_out(entry)
 
 
@@ -304,15 +386,28 @@ def _list() -> MutatingToolListOut:
 
 
 async def zerto_add_mutating_tool(
-    tool: Annotated[StrictStr, Field(description="The tool as server/tool, or server/* for every tool of that "
-                                                 "server, e.g. \"docker/exec\" or \"docker/*\"")],
-    vm_arg: Annotated[StrictStr, Field(description="The name of that tool's argument holding the VM (host name, VM "
-                                                   "name or IP), e.g. \"host\"")],
-    description: Annotated[StrictStr, Field(description="What the tool changes, for the people who review the "
-                                                        "catalog, e.g. \"runs Docker commands on a host\"")],
-    platform: Annotated[Literal["linux", "windows", "any"],
-                        Field(description="The guests it changes, a JSON string: \"linux\", \"windows\" or \"any\" "
-                                          "(default), e.g. \"linux\"")] = "any",
+    tool: Annotated[
+        StrictStr,
+        Field(
+            description="The tool as server/tool, or server/* for every tool of that "
+            'server, e.g. "docker/exec" or "docker/*"'
+        ),
+    ],
+    vm_arg: Annotated[
+        StrictStr,
+        Field(description='The name of that tool\'s argument holding the VM (host name, VM name or IP), e.g. "host"'),
+    ],
+    description: Annotated[
+        StrictStr,
+        Field(
+            description="What the tool changes, for the people who review the "
+            'catalog, e.g. "runs Docker commands on a host"'
+        ),
+    ],
+    platform: Annotated[
+        Literal["linux", "windows", "any"],
+        Field(description='The guests it changes, a JSON string: "linux", "windows" or "any" (default), e.g. "linux"'),
+    ] = "any",
 ) -> MutatingToolOut:
     """Add a tool that changes VMs to the catalog, so zerto_guard_before_mutate checkpoints before it runs.
 
@@ -332,16 +427,19 @@ def register(server: MCPServer) -> None:
     def changes(title: str) -> ToolAnnotations:
         # Not idempotent: only a repeated change_id returns the same request; two calls without one
         # put two checkpoints on every VPG. Not destructive: a checkpoint only adds a point in time.
-        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                               open_world_hint=False)
+        return ToolAnnotations(
+            title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        )
 
     def adds(title: str) -> ToolAnnotations:
-        return ToolAnnotations(title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False,
-                               open_world_hint=False)
+        return ToolAnnotations(
+            title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
+        )
 
     def reads(title: str) -> ToolAnnotations:
-        return ToolAnnotations(title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True,
-                               open_world_hint=False)
+        return ToolAnnotations(
+            title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
+        )
 
     for fn, title, hints in (
         (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),

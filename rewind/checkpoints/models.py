@@ -72,7 +72,11 @@ class ChangeGuardVpg(models.Model):
     vpg_identifier = models.CharField(max_length=64)
     vpg_name = models.CharField(max_length=255)
     site = models.ForeignKey(
-        "rewind.Site", null=True, blank=True, on_delete=models.SET_NULL, help_text="The protected site's ZVM used to insert."
+        "rewind.Site",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        help_text="The protected site's ZVM used to insert.",
     )
     protected_site_identifier = models.CharField(max_length=64, blank=True)
     recovery_site_identifier = models.CharField(max_length=64, blank=True)

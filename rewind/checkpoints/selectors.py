@@ -91,10 +91,22 @@ def guard_report(guard: ChangeGuard) -> GuardReport:
             f"do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
         )
     return GuardReport(
-        id=guard.pk, ok=ok, finished=finished, status=guard.status, must_not_proceed=reason,
-        vm=guard.vm_name, vm_identifier=guard.vm_identifier, change_id=guard.change_id, tag=guard.tag,
-        tool=guard.tool, action=guard.action, agent=guard.agent_name, listed=len(landed), total=len(vpgs),
-        vpgs=vpgs, landed=landed,
+        id=guard.pk,
+        ok=ok,
+        finished=finished,
+        status=guard.status,
+        must_not_proceed=reason,
+        vm=guard.vm_name,
+        vm_identifier=guard.vm_identifier,
+        change_id=guard.change_id,
+        tag=guard.tag,
+        tool=guard.tool,
+        action=guard.action,
+        agent=guard.agent_name,
+        listed=len(landed),
+        total=len(vpgs),
+        vpgs=vpgs,
+        landed=landed,
     )
 
 
@@ -108,7 +120,9 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
         return []
     waited = (
         TaggedCheckpoint.objects.filter(
-            site_id=site_id, status=TaggedCheckpoint.Status.LISTED, insert_started_at__isnull=False,
+            site_id=site_id,
+            status=TaggedCheckpoint.Status.LISTED,
+            insert_started_at__isnull=False,
             waited_ms__isnull=False,
         )
         .order_by("-insert_started_at")
@@ -141,7 +155,9 @@ def guard_get(pk: int) -> ChangeGuard:
     queued again here (``services.guard_read_and_resume`` does that). Raises NotFoundError."""
     guard = (
         guard_list()
-        .prefetch_related(Prefetch("vpgs", queryset=TaggedCheckpoint.objects.select_related("site").order_by("vpg_name")))
+        .prefetch_related(
+            Prefetch("vpgs", queryset=TaggedCheckpoint.objects.select_related("site").order_by("vpg_name"))
+        )
         .filter(pk=pk)
         .first()
     )

@@ -119,16 +119,34 @@ def checkpoint_request_create(
     try:
         with transaction.atomic():
             guard = ChangeGuard.objects.create(
-                agent_id=agent_id, agent_name=agent_name, tool=tool, action=action,
-                vm_identifier=protection.vm_identifier, vm_name=vm_name, change_id=change, tag=tag,
-                request_id=rid, timeout_s=timeout, lease_owner=f"queued:{token}",
+                agent_id=agent_id,
+                agent_name=agent_name,
+                tool=tool,
+                action=action,
+                vm_identifier=protection.vm_identifier,
+                vm_name=vm_name,
+                change_id=change,
+                tag=tag,
+                request_id=rid,
+                timeout_s=timeout,
+                lease_owner=f"queued:{token}",
                 lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
             )
             TaggedCheckpoint.objects.bulk_create([_tagged_checkpoint(guard, v) for v in protection.vpgs])
             audit_record(
-                actor=Actor.agent(agent_name), action=GuardAction.CREATED, target=guard, request_id=rid,
-                data={"vm": protection.vm_name, "vm_identifier": protection.vm_identifier, "change_id": change,
-                      "tag": tag, "tool": tool, "timeout_s": timeout, "vpgs": [v.name for v in protection.vpgs]},
+                actor=Actor.agent(agent_name),
+                action=GuardAction.CREATED,
+                target=guard,
+                request_id=rid,
+                data={
+                    "vm": protection.vm_name,
+                    "vm_identifier": protection.vm_identifier,
+                    "change_id": change,
+                    "tag": tag,
+                    "tool": tool,
+                    "timeout_s": timeout,
+                    "vpgs": [v.name for v in protection.vpgs],
+                },
             )
             queue_wait(guard, token)
     except IntegrityError:
@@ -155,8 +173,14 @@ def _tagged_checkpoint(guard: ChangeGuard, vpg: Any) -> TaggedCheckpoint:
 
 
 def _refuse(
-    agent_name: str, protection: Any, vm: str, change: str, action: str, tool: str,
-    refused: tuple[RefusedVpg, ...], rid: str,
+    agent_name: str,
+    protection: Any,
+    vm: str,
+    change: str,
+    action: str,
+    tool: str,
+    refused: tuple[RefusedVpg, ...],
+    rid: str,
 ) -> GuardOutcome:
     if refused:
         reasons = "; ".join(r.reason for r in refused)
@@ -165,10 +189,18 @@ def _refuse(
         reason = f"{protection.vm_name} is not protected by any VPG, so no checkpoint can be taken"
     with transaction.atomic():
         audit_record(
-            actor=Actor.agent(agent_name), action=GuardAction.REFUSED, target=("vm", protection.vm_identifier),
+            actor=Actor.agent(agent_name),
+            action=GuardAction.REFUSED,
+            target=("vm", protection.vm_identifier),
             request_id=rid,
-            data={"vm": protection.vm_name, "change_id": change, "action": action, "tool": tool, "reason": reason,
-                  "vpgs": [{"name": r.name, "identifier": r.identifier, "reason": r.reason} for r in refused]},
+            data={
+                "vm": protection.vm_name,
+                "change_id": change,
+                "action": action,
+                "tool": tool,
+                "reason": reason,
+                "vpgs": [{"name": r.name, "identifier": r.identifier, "reason": r.reason} for r in refused],
+            },
         )
     return GuardOutcome(guarded=True, refusal=reason, refused=refused, vm=vm, change_id=change)
 
@@ -191,7 +223,10 @@ def guard_resume_if_stale(guard: ChangeGuard) -> bool:
         if not won:
             return False
         audit_record(
-            actor=Actor.system(), action=GuardAction.RESUMED, target=guard, request_id=guard.request_id,
+            actor=Actor.system(),
+            action=GuardAction.RESUMED,
+            target=guard,
+            request_id=guard.request_id,
             data={"status": guard.status, "attempts": guard.attempts, "previous_lease": guard.lease_owner},
         )
         queue_wait(guard, token)
@@ -282,16 +317,31 @@ def guard_before_mutate(
         with transaction.atomic():
             tool_sighting_record(tool=name, agent_name=agent_name, argument_names=[str(k) for k in arguments])
             audit_record(
-                actor=Actor.agent(agent_name), action=GuardAction.PASS_THROUGH, target=("tool", name), request_id=rid,
+                actor=Actor.agent(agent_name),
+                action=GuardAction.PASS_THROUGH,
+                target=("tool", name),
+                request_id=rid,
                 data={"tool": name, "action": cleaned_action, "argument_names": sorted(str(k) for k in arguments)},
             )
         return GuardOutcome(guarded=False)
     vm = vm_from_arguments(entry, arguments)
     outcome = checkpoint_request_create(
-        agent_name=agent_name, agent_id=agent_id, vm=vm, action=cleaned_action, change_id=change_id,
-        tool=name, timeout_s=timeout_s, request_id=rid,
+        agent_name=agent_name,
+        agent_id=agent_id,
+        vm=vm,
+        action=cleaned_action,
+        change_id=change_id,
+        tool=name,
+        timeout_s=timeout_s,
+        request_id=rid,
     )
     return GuardOutcome(
-        guarded=True, guard=outcome.guard, created=outcome.created, refusal=outcome.refusal,
-        refused=outcome.refused, entry=entry.pattern, vm=vm, change_id=outcome.change_id,
+        guarded=True,
+        guard=outcome.guard,
+        created=outcome.created,
+        refusal=outcome.refusal,
+        refused=outcome.refused,
+        entry=entry.pattern,
+        vm=vm,
+        change_id=outcome.change_id,
     )

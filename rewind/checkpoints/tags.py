@@ -77,7 +77,6 @@ def build_tag(*, agent: str, action: str, vm: str, change_id: str, now: datetime
         return head + action + tail
     if room < 1 + len(ELLIPSIS):
         raise ApplicationError(
-            f"the tag would be longer than {limit} characters even with the action cut short; "
-            "use a shorter change_id"
+            f"the tag would be longer than {limit} characters even with the action cut short; use a shorter change_id"
         )
     return head + action[: room - len(ELLIPSIS)].rstrip() + ELLIPSIS + tail

@@ -133,8 +133,9 @@ def _vpg_run(row_id: int, guard: ChangeGuard, deadline: float, lost: threading.E
         _VpgWait(row_id, guard, deadline, lost).run()
     except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
         logger.exception("guard %s: the wait of VPG row %s failed", guard.pk, row_id)
-        _row_finish(row_id, guard, TaggedCheckpoint.Status.FAILED,
-                    error=f"internal error while waiting ({type(exc).__name__})")
+        _row_finish(
+            row_id, guard, TaggedCheckpoint.Status.FAILED, error=f"internal error while waiting ({type(exc).__name__})"
+        )
     finally:
         connection.close()
 
@@ -155,8 +156,9 @@ class _VpgWait:
     def run(self) -> None:
         site = self.row.site
         if site is None or not site.enabled:
-            self.finish(TaggedCheckpoint.Status.FAILED,
-                        error="the protected site's ZVM is not configured (or is disabled) here")
+            self.finish(
+                TaggedCheckpoint.Status.FAILED, error="the protected site's ZVM is not configured (or is disabled) here"
+            )
             return
         # Its own client object; ``site_client`` shares the site's token and connection pool
         # within this process, so three VPGs on one ZVM cost one login, and later guards none.
@@ -213,10 +215,17 @@ class _VpgWait:
             won = rows.update(status=TaggedCheckpoint.Status.INSERTING, insert_started_at=timezone.now())
             if won:
                 audit_record(
-                    actor=Actor.agent(self.guard.agent_name), action=GuardAction.CHECKPOINT_REQUESTED, target=self.guard,
+                    actor=Actor.agent(self.guard.agent_name),
+                    action=GuardAction.CHECKPOINT_REQUESTED,
+                    target=self.guard,
                     request_id=self.guard.request_id,
-                    data={"vpg": self.row.vpg_name, "vpg_identifier": self.row.vpg_identifier, "retry": retry,
-                          "site": self.row.site.name if self.row.site else "", "tag": self.guard.tag},
+                    data={
+                        "vpg": self.row.vpg_name,
+                        "vpg_identifier": self.row.vpg_identifier,
+                        "retry": retry,
+                        "site": self.row.site.name if self.row.site else "",
+                        "tag": self.guard.tag,
+                    },
                 )
         if won:
             self.row.refresh_from_db()
@@ -230,14 +239,15 @@ class _VpgWait:
         if tasks is None:
             return True  # cannot tell; keep looking for the tag
         claimed = set(
-            TaggedCheckpoint.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks)
-            .values_list("task_id", flat=True)
+            TaggedCheckpoint.objects.filter(vpg_identifier=self.row.vpg_identifier, task_id__in=tasks).values_list(
+                "task_id", flat=True
+            )
         )
         free = [t for t in tasks if t not in claimed]
         if free:
-            TaggedCheckpoint.objects.filter(pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
-                task_id=free[0], status=TaggedCheckpoint.Status.WAITING
-            )
+            TaggedCheckpoint.objects.filter(
+                pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id=""
+            ).update(task_id=free[0], status=TaggedCheckpoint.Status.WAITING)
             self.row.refresh_from_db()
             self.unknown_since = None
             return True
@@ -247,7 +257,9 @@ class _VpgWait:
         # No tag and no insert task: the call never reached the ZVM. Insert once more.
         self.reinserted = True
         rows = TaggedCheckpoint.objects.filter(
-            pk=self.row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="",
+            pk=self.row.pk,
+            status=TaggedCheckpoint.Status.INSERTING,
+            task_id="",
             insert_started_at=self.row.insert_started_at,
         )
         if not self._mark_attempt(rows, retry=True):
@@ -350,7 +362,12 @@ class _RowFailed(Exception):
 
 
 def _row_finish(
-    row_id: int, guard: ChangeGuard, status: str, *, error: str = "", checkpoint: Checkpoint | None = None,
+    row_id: int,
+    guard: ChangeGuard,
+    status: str,
+    *,
+    error: str = "",
+    checkpoint: Checkpoint | None = None,
     offset_s: float = 0.0,
 ) -> None:
     row = TaggedCheckpoint.objects.get(pk=row_id)
@@ -367,13 +384,23 @@ def _row_finish(
         if won:
             audit_record(
                 actor=Actor.system(),
-                action=(GuardAction.CHECKPOINT_LISTED if status == TaggedCheckpoint.Status.LISTED
-                        else GuardAction.CHECKPOINT_FAILED),
+                action=(
+                    GuardAction.CHECKPOINT_LISTED
+                    if status == TaggedCheckpoint.Status.LISTED
+                    else GuardAction.CHECKPOINT_FAILED
+                ),
                 target=guard,
                 request_id=guard.request_id,
-                data={"vpg": row.vpg_name, "vpg_identifier": row.vpg_identifier, "status": status, "error": error,
-                      "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
-                      "waited_ms": waited_ms, "tag": guard.tag, **_clock_data(checkpoint, offset_s)},
+                data={
+                    "vpg": row.vpg_name,
+                    "vpg_identifier": row.vpg_identifier,
+                    "status": status,
+                    "error": error,
+                    "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
+                    "waited_ms": waited_ms,
+                    "tag": guard.tag,
+                    **_clock_data(checkpoint, offset_s),
+                },
             )
 
 
@@ -381,9 +408,11 @@ def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, obj
     """The checkpoint's time as the ZVM shows it and on our clock (the audit's), and the offset."""
     if checkpoint is None or checkpoint.timestamp is None:
         return {"clock_offset_s": round(offset_s, 3)}
-    return {"checkpoint_timestamp": checkpoint.timestamp.isoformat(),
-            "checkpoint_time_ours": from_zvm(checkpoint.timestamp, offset_s).isoformat(),
-            "clock_offset_s": round(offset_s, 3)}
+    return {
+        "checkpoint_timestamp": checkpoint.timestamp.isoformat(),
+        "checkpoint_time_ours": from_zvm(checkpoint.timestamp, offset_s).isoformat(),
+        "clock_offset_s": round(offset_s, 3),
+    }
 
 
 def _guard_finish(guard: ChangeGuard) -> str:
@@ -400,9 +429,15 @@ def _guard_finish(guard: ChangeGuard) -> str:
         )
         if won:
             audit_record(
-                actor=Actor.system(), action=GuardAction.OK if ok else GuardAction.FAILED, target=guard, request_id=guard.request_id,
-                data={"status": status, "error": error,
-                      "listed": [r.vpg_name for r in rows if r.status == TaggedCheckpoint.Status.LISTED],
-                      "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED]},
+                actor=Actor.system(),
+                action=GuardAction.OK if ok else GuardAction.FAILED,
+                target=guard,
+                request_id=guard.request_id,
+                data={
+                    "status": status,
+                    "error": error,
+                    "listed": [r.vpg_name for r in rows if r.status == TaggedCheckpoint.Status.LISTED],
+                    "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED],
+                },
             )
     return status

@@ -28,8 +28,10 @@ RecordId = Annotated[StrictInt, Field(ge=1, description="The record's id: a JSON
 Flag = StrictBool
 Confirmed = Annotated[
     StrictBool,
-    Field(description="JSON true to confirm the action, e.g. true (not the string \"true\", \"yes\" or 1); "
-                      "anything else and nothing is done"),
+    Field(
+        description='JSON true to confirm the action, e.g. true (not the string "true", "yes" or 1); '
+        "anything else and nothing is done"
+    ),
 ]
 
 # The pattern is a search: the value holds at least one character that is not white space.

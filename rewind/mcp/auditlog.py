@@ -87,8 +87,9 @@ class AuditWriter:
             with self._running_lock:
                 self._running -= 1
 
-    async def record(self, *, actor: Actor, action: str, target: tuple[str, str], data: dict[str, Any],
-                     request_id: str) -> None:
+    async def record(
+        self, *, actor: Actor, action: str, target: tuple[str, str], data: dict[str, Any], request_id: str
+    ) -> None:
         """Return once the event is committed; raise what the database raised otherwise."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()

@@ -31,7 +31,9 @@ class ClientConfig:
     def as_text(self) -> str:
         lines = [f"# {self.title}", f"# Put this in {self.where}:", "", self.config, ""]
         if self.skill_dirs:
-            lines.append("# The skill (skills/zerto-rewind/SKILL.md of this service) goes in a folder zerto-rewind/ under:")
+            lines.append(
+                "# The skill (skills/zerto-rewind/SKILL.md of this service) goes in a folder zerto-rewind/ under:"
+            )
             lines += [f"#   {d}" for d in self.skill_dirs]
         lines += [f"# {note}" for note in self.notes]
         return "\n".join(lines).rstrip() + "\n"
@@ -47,11 +49,16 @@ def _secret_note() -> str:
 
 def claude_code(url: str, token: str) -> ClientConfig:
     command = f'claude mcp add --transport http {SERVER_KEY} {url} --header "Authorization: Bearer {token}"'
-    project_file = _json({"mcpServers": {SERVER_KEY: {"type": "http", "url": url,
-                                                      "headers": {"Authorization": f"Bearer {token}"}}}})
+    project_file = _json(
+        {"mcpServers": {SERVER_KEY: {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}
+    )
     return ClientConfig(
-        "claude-code", "Claude Code", command, "a shell (or, for one project, its .mcp.json:\n\n" + project_file + "\n)",
-        ["~/.claude/skills/ (every project)", ".claude/skills/ (one project)"], [_secret_note()],
+        "claude-code",
+        "Claude Code",
+        command,
+        "a shell (or, for one project, its .mcp.json:\n\n" + project_file + "\n)",
+        ["~/.claude/skills/ (every project)", ".claude/skills/ (one project)"],
+        [_secret_note()],
     )
 
 
@@ -59,53 +66,92 @@ def claude_desktop(url: str, token: str) -> ClientConfig:
     # Claude Desktop starts local commands only from its file; mcp-remote bridges stdio to
     # the remote server. The header comes from an environment variable: a space inside an
     # argument is split apart on some platforms.
-    config = _json({"mcpServers": {SERVER_KEY: {
-        "command": "npx",
-        "args": ["-y", "mcp-remote", url, "--header", "Authorization:${ZERTO_REWIND_AUTH}"],
-        "env": {"ZERTO_REWIND_AUTH": f"Bearer {token}"},
-    }}})
+    config = _json(
+        {
+            "mcpServers": {
+                SERVER_KEY: {
+                    "command": "npx",
+                    "args": ["-y", "mcp-remote", url, "--header", "Authorization:${ZERTO_REWIND_AUTH}"],
+                    "env": {"ZERTO_REWIND_AUTH": f"Bearer {token}"},
+                }
+            }
+        }
+    )
     return ClientConfig(
-        "claude-desktop", "Claude Desktop", config,
+        "claude-desktop",
+        "Claude Desktop",
+        config,
         "claude_desktop_config.json (macOS: ~/Library/Application Support/Claude/, Windows: %APPDATA%\\Claude\\)",
-        [], ["Skills: zip the folder skills/zerto-rewind and upload it in Settings > Capabilities > Skills.",
-             "Needs Node.js (npx) on that machine.", _secret_note()],
+        [],
+        [
+            "Skills: zip the folder skills/zerto-rewind and upload it in Settings > Capabilities > Skills.",
+            "Needs Node.js (npx) on that machine.",
+            _secret_note(),
+        ],
     )
 
 
 def vscode(url: str, token: str) -> ClientConfig:
-    config = _json({"servers": {SERVER_KEY: {"type": "http", "url": url,
-                                             "headers": {"Authorization": f"Bearer {token}"}}}})
+    config = _json(
+        {"servers": {SERVER_KEY: {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}
+    )
     return ClientConfig(
-        "vscode", "VS Code (GitHub Copilot agent mode)", config,
+        "vscode",
+        "VS Code (GitHub Copilot agent mode)",
+        config,
         ".vscode/mcp.json of a workspace, or the user configuration (command: MCP: Open User Configuration)",
-        [".github/skills/ (one repository)", "~/.copilot/skills/ (every workspace)"], [_secret_note()],
+        [".github/skills/ (one repository)", "~/.copilot/skills/ (every workspace)"],
+        [_secret_note()],
     )
 
 
 def cursor(url: str, token: str) -> ClientConfig:
     config = _json({"mcpServers": {SERVER_KEY: {"url": url, "headers": {"Authorization": f"Bearer {token}"}}}})
     return ClientConfig(
-        "cursor", "Cursor", config, "~/.cursor/mcp.json (every project) or .cursor/mcp.json (one project)",
-        [".cursor/skills/ (one project)", "~/.cursor/skills/ (every project)"], [_secret_note()],
+        "cursor",
+        "Cursor",
+        config,
+        "~/.cursor/mcp.json (every project) or .cursor/mcp.json (one project)",
+        [".cursor/skills/ (one project)", "~/.cursor/skills/ (every project)"],
+        [_secret_note()],
     )
 
 
 def opencode(url: str, token: str) -> ClientConfig:
-    config = _json({"$schema": "https://opencode.ai/config.json",
-                    "mcp": {SERVER_KEY: {"type": "remote", "url": url, "enabled": True,
-                                         "headers": {"Authorization": f"Bearer {token}"}}}})
+    config = _json(
+        {
+            "$schema": "https://opencode.ai/config.json",
+            "mcp": {
+                SERVER_KEY: {
+                    "type": "remote",
+                    "url": url,
+                    "enabled": True,
+                    "headers": {"Authorization": f"Bearer {token}"},
+                }
+            },
+        }
+    )
     return ClientConfig(
-        "opencode", "OpenCode", config, "opencode.json of a project, or ~/.config/opencode/opencode.json",
-        [".opencode/skills/ (one project)", "~/.config/opencode/skills/ (every project)"], [_secret_note()],
+        "opencode",
+        "OpenCode",
+        config,
+        "opencode.json of a project, or ~/.config/opencode/opencode.json",
+        [".opencode/skills/ (one project)", "~/.config/opencode/skills/ (every project)"],
+        [_secret_note()],
     )
 
 
 def generic_json(url: str, token: str) -> ClientConfig:
-    config = _json({"mcpServers": {SERVER_KEY: {"type": "http", "url": url,
-                                                "headers": {"Authorization": f"Bearer {token}"}}}})
+    config = _json(
+        {"mcpServers": {SERVER_KEY: {"type": "http", "url": url, "headers": {"Authorization": f"Bearer {token}"}}}}
+    )
     return ClientConfig(
-        "json", "Any MCP client with streamable HTTP", config, "the client's MCP server list",
-        [".agents/skills/ or ~/.agents/skills/ (clients that follow the Agent Skills standard)"], [_secret_note()],
+        "json",
+        "Any MCP client with streamable HTTP",
+        config,
+        "the client's MCP server list",
+        [".agents/skills/ or ~/.agents/skills/ (clients that follow the Agent Skills standard)"],
+        [_secret_note()],
     )
 
 

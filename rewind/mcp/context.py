@@ -97,8 +97,7 @@ class SharedRead[V]:
 
     def __init__(self, fn: Callable[[], V]) -> None:
         self._fn = fn
-        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ReadState[V]] = (
-            weakref.WeakKeyDictionary())
+        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ReadState[V]] = weakref.WeakKeyDictionary()
 
     async def __call__(self) -> V:
         loop = asyncio.get_running_loop()

@@ -108,6 +108,9 @@ def validation_message(exc: ValidationError, properties: Mapping[str, Any]) -> s
         name = str(loc[0])
         if name not in sentences:
             prop = properties.get(name)
-            sentences[name] = _sentence(excerpt(name)[1:-1] if len(name) > EXCERPT_CHARS else name, error,
-                                        prop if isinstance(prop, Mapping) else {})
+            sentences[name] = _sentence(
+                excerpt(name)[1:-1] if len(name) > EXCERPT_CHARS else name,
+                error,
+                prop if isinstance(prop, Mapping) else {},
+            )
     return " ".join(sentences.values())

@@ -57,8 +57,14 @@ def _rpc_id(body: bytes) -> Any:
     return message.get("id") if isinstance(message, dict) else None
 
 
-async def _send_error(send: Send, status: int, code: int, message: str, rpc_id: Any = None,
-                      extra_headers: list[tuple[bytes, bytes]] | None = None) -> None:
+async def _send_error(
+    send: Send,
+    status: int,
+    code: int,
+    message: str,
+    rpc_id: Any = None,
+    extra_headers: list[tuple[bytes, bytes]] | None = None,
+) -> None:
     body = json.dumps({"jsonrpc": "2.0", "id": rpc_id, "error": {"code": code, "message": message}}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers + (extra_headers or [])})
@@ -77,10 +83,14 @@ class McpHttpGuard:
             await self.app(scope, receive, send)
             return
         if scope.get("method") != "POST":
-            await _send_error(send, 405, INVALID_REQUEST,
-                              f"method {scope.get('method')} not allowed: this stateless MCP endpoint takes only "
-                              "POST (no stream to open with GET, no session to end with DELETE)",
-                              extra_headers=[(b"allow", ALLOWED_METHODS.encode())])
+            await _send_error(
+                send,
+                405,
+                INVALID_REQUEST,
+                f"method {scope.get('method')} not allowed: this stateless MCP endpoint takes only "
+                "POST (no stream to open with GET, no session to end with DELETE)",
+                extra_headers=[(b"allow", ALLOWED_METHODS.encode())],
+            )
             return
         body = await self._read_body(scope, receive, send)
         if body is None:
@@ -138,10 +148,13 @@ class McpHttpGuard:
         if wait <= 0:
             return False
         retry_after = max(1, math.ceil(wait))
-        message = (f"rate limit exceeded for agent {access.client_id}: at most {self.limiter.per_minute} requests "
-                   f"per minute; retry after {retry_after} s")
-        await _send_error(send, 429, RATE_LIMITED, message, _rpc_id(body),
-                          [(b"retry-after", str(retry_after).encode())])
+        message = (
+            f"rate limit exceeded for agent {access.client_id}: at most {self.limiter.per_minute} requests "
+            f"per minute; retry after {retry_after} s"
+        )
+        await _send_error(
+            send, 429, RATE_LIMITED, message, _rpc_id(body), [(b"retry-after", str(retry_after).encode())]
+        )
         return True
 
 

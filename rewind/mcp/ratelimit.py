@@ -108,12 +108,14 @@ class RedisRateLimiter:
         if time.monotonic() < self._down_until:
             return self._local.take_now(key)
         try:
-            wait_us = await self._script()(keys=[KEY_PREFIX + key],
-                                           args=[self._interval_us, self._tolerance_us])
+            wait_us = await self._script()(keys=[KEY_PREFIX + key], args=[self._interval_us, self._tolerance_us])
         except (RedisError, OSError, TimeoutError) as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-            logger.warning("rate limits are counted per process for %.0f s: Redis did not answer (%s)",
-                           RETRY_AFTER_FAILURE_S, type(exc).__name__)
+            logger.warning(
+                "rate limits are counted per process for %.0f s: Redis did not answer (%s)",
+                RETRY_AFTER_FAILURE_S,
+                type(exc).__name__,
+            )
             return self._local.take_now(key)
         return max(0.0, int(wait_us) / 1_000_000)
 
@@ -124,8 +126,9 @@ class RedisRateLimiter:
         if script is None:
             for closed in [other for other in self._scripts if other.is_closed()]:
                 del self._scripts[closed]
-            client = aioredis.Redis.from_url(self._url, socket_connect_timeout=_REDIS_TIMEOUT_S,
-                                             socket_timeout=_REDIS_TIMEOUT_S)
+            client = aioredis.Redis.from_url(
+                self._url, socket_connect_timeout=_REDIS_TIMEOUT_S, socket_timeout=_REDIS_TIMEOUT_S
+            )
             script = self._scripts[loop] = client.register_script(_GCRA)
         return script
 
@@ -136,7 +139,7 @@ class RedisRateLimiter:
 # now, tolerance, now, now, now, interval (tat).
 _LATER = "(CASE WHEN {t}.tat > %s THEN {t}.tat ELSE %s END)"
 _GCRA_SQL = (
-    "INSERT INTO {t} (\"key\", tat, allowed) VALUES (%s, %s, 1) ON CONFLICT (\"key\") DO UPDATE SET "
+    'INSERT INTO {t} ("key", tat, allowed) VALUES (%s, %s, 1) ON CONFLICT ("key") DO UPDATE SET '
     "allowed = CASE WHEN " + _LATER + " - %s <= %s THEN 1 ELSE 0 END, "
     "tat = CASE WHEN " + _LATER + " - %s <= %s THEN " + _LATER + " + %s ELSE {t}.tat END "
     "RETURNING tat, allowed"
@@ -169,8 +172,11 @@ class DbRateLimiter:
             return await loop.run_in_executor(self._pool, self.take_now, key)
         except DatabaseError as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-            logger.warning("rate limits are counted per process for %.0f s: the database did not answer (%s)",
-                           RETRY_AFTER_FAILURE_S, type(exc).__name__)
+            logger.warning(
+                "rate limits are counted per process for %.0f s: the database did not answer (%s)",
+                RETRY_AFTER_FAILURE_S,
+                type(exc).__name__,
+            )
             return self._local.take_now(key)
 
     def take_now(self, key: str) -> float:
@@ -182,7 +188,21 @@ class DbRateLimiter:
         recycle_connections()
         now = _now_us()
         interval, tolerance = self._interval_us, self._tolerance_us
-        params: list[int | str] = [key, now + interval, now, now, now, tolerance, now, now, now, tolerance, now, now, interval]
+        params: list[int | str] = [
+            key,
+            now + interval,
+            now,
+            now,
+            now,
+            tolerance,
+            now,
+            now,
+            now,
+            tolerance,
+            now,
+            now,
+            interval,
+        ]
         try:
             with connection.cursor() as cursor:
                 cursor.execute(self._sql, params)

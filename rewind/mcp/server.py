@@ -115,8 +115,12 @@ def _audited_arguments(arguments: dict[str, Any]) -> Any:
     text = json.dumps(masked, ensure_ascii=False, default=str)
     if len(text) <= AUDITED_ARGUMENTS_MAX_CHARS:
         return masked
-    return {"_summarized": True, "chars": len(text), "sha256": hashlib.sha256(text.encode()).hexdigest(),
-            "preview": text[:2000]}
+    return {
+        "_summarized": True,
+        "chars": len(text),
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+        "preview": text[:2000],
+    }
 
 
 class RewindMCPServer(MCPServer):
@@ -125,8 +129,9 @@ class RewindMCPServer(MCPServer):
     async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is None:
-            raise MCPError(code=INVALID_PARAMS,
-                           message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server")
+            raise MCPError(
+                code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
+            )
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -169,23 +174,32 @@ class RewindMCPServer(MCPServer):
             }
             try:
                 with anyio.CancelScope(shield=True):
-                    await audit_writer.record(actor=_caller(), action=McpAction.TOOL_CALLED,
-                                              target=("mcp.tool", data["tool"]), data=data, request_id=rid)
+                    await audit_writer.record(
+                        actor=_caller(),
+                        action=McpAction.TOOL_CALLED,
+                        target=("mcp.tool", data["tool"]),
+                        data=data,
+                        request_id=rid,
+                    )
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
                 if failure is None or outcome != "cancelled":
-                    raise ToolError(f"the call was not recorded in the audit log (request {rid}); "
-                                    "treat it as failed") from None
+                    raise ToolError(
+                        f"the call was not recorded in the audit log (request {rid}); treat it as failed"
+                    ) from None
             if failure is not None:
                 raise failure
             return result
 
-    async def get_prompt(self, name: str, arguments: dict[str, Any] | None = None,
-                         context: Context | None = None) -> GetPromptResult | InputRequiredResult:
+    async def get_prompt(
+        self, name: str, arguments: dict[str, Any] | None = None, context: Context | None = None
+    ) -> GetPromptResult | InputRequiredResult:
         # The SDK answers an unknown prompt with an internal error (-32603); the spec names -32602.
         if self._prompt_manager.get_prompt(name) is None:
-            raise MCPError(code=INVALID_PARAMS,
-                           message=f"unknown prompt {excerpt(name)}: prompts/list names the prompts of this server")
+            raise MCPError(
+                code=INVALID_PARAMS,
+                message=f"unknown prompt {excerpt(name)}: prompts/list names the prompts of this server",
+            )
         return await super().get_prompt(name, arguments, context)
 
 
@@ -197,19 +211,26 @@ def skill_body() -> str:
     """SKILL.md without its YAML front matter: the instructions an agent follows."""
     text = skill_path().read_text(encoding="utf-8")
     match = re.match(r"^---\n.*?\n---\n", text, re.DOTALL)
-    return text[match.end():].lstrip("\n") if match else text
+    return text[match.end() :].lstrip("\n") if match else text
 
 
 def _register_skill(server: MCPServer) -> None:
-    description = ("How to change Zerto-protected VMs safely with this server: guard first, proceed only on ok, "
-                   "ask for files back (the zerto-rewind skill)")
+    description = (
+        "How to change Zerto-protected VMs safely with this server: guard first, proceed only on ok, "
+        "ask for files back (the zerto-rewind skill)"
+    )
 
     @server.prompt(name=SKILL_PROMPT, title="zerto-rewind: guard before you change a VM", description=description)
     def zerto_rewind_prompt() -> list[UserMessage]:
         return [UserMessage(skill_body())]
 
-    @server.resource(SKILL_URI, name="zerto-rewind skill", title="The zerto-rewind skill (SKILL.md)",
-                     description=description, mime_type="text/markdown")
+    @server.resource(
+        SKILL_URI,
+        name="zerto-rewind skill",
+        title="The zerto-rewind skill (SKILL.md)",
+        description=description,
+        mime_type="text/markdown",
+    )
     def zerto_rewind_skill() -> str:
         return skill_path().read_text(encoding="utf-8")
 
@@ -251,7 +272,9 @@ def tool_modules() -> list[str]:
     found = []
     for app in apps.get_app_configs():
         packages = [app.name] + sorted(
-            f"{app.name}.{info.name}" for info in pkgutil.iter_modules(app.module.__path__) if info.ispkg  # type: ignore[union-attr]
+            f"{app.name}.{info.name}"
+            for info in pkgutil.iter_modules(app.module.__path__)
+            if info.ispkg  # type: ignore[union-attr]
         )
         for package in packages:
             name = f"{package}.{TOOLS_MODULE}"

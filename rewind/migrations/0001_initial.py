@@ -4,67 +4,87 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='AuditChainHead',
+            name="AuditChainHead",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('last_seq', models.PositiveBigIntegerField(default=0)),
-                ('last_hash', models.CharField(default='0000000000000000000000000000000000000000000000000000000000000000', max_length=64)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("last_seq", models.PositiveBigIntegerField(default=0)),
+                (
+                    "last_hash",
+                    models.CharField(
+                        default="0000000000000000000000000000000000000000000000000000000000000000", max_length=64
+                    ),
+                ),
             ],
         ),
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('seq', models.PositiveBigIntegerField(help_text='Position in the chain: 1, 2, 3, ...', unique=True)),
-                ('time', models.DateTimeField(db_index=True)),
-                ('actor_type', models.CharField(choices=[('agent', 'Agent'), ('user', 'User'), ('system', 'System')], max_length=10)),
-                ('actor', models.CharField(max_length=150)),
-                ('action', models.CharField(db_index=True, max_length=100)),
-                ('target_type', models.CharField(blank=True, max_length=50)),
-                ('target_id', models.CharField(blank=True, max_length=255)),
-                ('target_repr', models.CharField(blank=True, max_length=255)),
-                ('data', models.JSONField(default=dict)),
-                ('request_id', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('prev_hash', models.CharField(max_length=64)),
-                ('hash', models.CharField(max_length=64, unique=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("seq", models.PositiveBigIntegerField(help_text="Position in the chain: 1, 2, 3, ...", unique=True)),
+                ("time", models.DateTimeField(db_index=True)),
+                (
+                    "actor_type",
+                    models.CharField(
+                        choices=[("agent", "Agent"), ("user", "User"), ("system", "System")], max_length=10
+                    ),
+                ),
+                ("actor", models.CharField(max_length=150)),
+                ("action", models.CharField(db_index=True, max_length=100)),
+                ("target_type", models.CharField(blank=True, max_length=50)),
+                ("target_id", models.CharField(blank=True, max_length=255)),
+                ("target_repr", models.CharField(blank=True, max_length=255)),
+                ("data", models.JSONField(default=dict)),
+                ("request_id", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("prev_hash", models.CharField(max_length=64)),
+                ("hash", models.CharField(max_length=64, unique=True)),
             ],
             options={
-                'ordering': ['-seq'],
-                'indexes': [models.Index(fields=['target_type', 'target_id'], name='rewind_audi_target__5f23b0_idx')],
+                "ordering": ["-seq"],
+                "indexes": [models.Index(fields=["target_type", "target_id"], name="rewind_audi_target__5f23b0_idx")],
             },
         ),
         migrations.CreateModel(
-            name='Site',
+            name="Site",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100, unique=True)),
-                ('base_url', models.URLField(help_text='e.g. https://zvm.example.com (no /v1)')),
-                ('username', models.CharField(blank=True, max_length=150)),
-                ('password_encrypted', models.TextField(blank=True, editable=False)),
-                ('client_id', models.CharField(default='zerto-client', max_length=100)),
-                ('client_secret_encrypted', models.TextField(blank=True, editable=False)),
-                ('verify_tls', models.BooleanField(default=False, help_text='ZVM appliances ship self-signed certificates.')),
-                ('ca_bundle', models.TextField(blank=True, help_text='PEM certificate(s) to pin instead of the system store.')),
-                ('enabled', models.BooleanField(default=True)),
-                ('identifier', models.CharField(blank=True, db_index=True, editable=False, max_length=64)),
-                ('site_type', models.CharField(blank=True, editable=False, max_length=50)),
-                ('version', models.CharField(blank=True, editable=False, max_length=50)),
-                ('identity_checked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_error', models.TextField(blank=True, editable=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(max_length=100, unique=True)),
+                ("base_url", models.URLField(help_text="e.g. https://zvm.example.com (no /v1)")),
+                ("username", models.CharField(blank=True, max_length=150)),
+                ("password_encrypted", models.TextField(blank=True, editable=False)),
+                ("client_id", models.CharField(default="zerto-client", max_length=100)),
+                ("client_secret_encrypted", models.TextField(blank=True, editable=False)),
+                (
+                    "verify_tls",
+                    models.BooleanField(default=False, help_text="ZVM appliances ship self-signed certificates."),
+                ),
+                (
+                    "ca_bundle",
+                    models.TextField(blank=True, help_text="PEM certificate(s) to pin instead of the system store."),
+                ),
+                ("enabled", models.BooleanField(default=True)),
+                ("identifier", models.CharField(blank=True, db_index=True, editable=False, max_length=64)),
+                ("site_type", models.CharField(blank=True, editable=False, max_length=50)),
+                ("version", models.CharField(blank=True, editable=False, max_length=50)),
+                ("identity_checked_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_error", models.TextField(blank=True, editable=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('identifier', ''), _negated=True), fields=('identifier',), name='site_identifier_unique')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("identifier", ""), _negated=True),
+                        fields=("identifier",),
+                        name="site_identifier_unique",
+                    )
+                ],
             },
         ),
     ]

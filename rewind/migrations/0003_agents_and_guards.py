@@ -6,98 +6,168 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0002_audit_append_only'),
+        ("rewind", "0002_audit_append_only"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Agent',
+            name="Agent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.SlugField(help_text='Letters, digits, - and _; appears in checkpoint tags.', max_length=64, unique=True)),
-                ('is_active', models.BooleanField(default=True)),
-                ('description', models.CharField(blank=True, max_length=255)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('owner', models.ForeignKey(help_text='The person answerable for this agent; may not approve its recoveries.', on_delete=django.db.models.deletion.PROTECT, related_name='agents', to=settings.AUTH_USER_MODEL)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.SlugField(
+                        help_text="Letters, digits, - and _; appears in checkpoint tags.", max_length=64, unique=True
+                    ),
+                ),
+                ("is_active", models.BooleanField(default=True)),
+                ("description", models.CharField(blank=True, max_length=255)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        help_text="The person answerable for this agent; may not approve its recoveries.",
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="agents",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['name'],
+                "ordering": ["name"],
             },
         ),
         migrations.CreateModel(
-            name='AgentToken',
+            name="AgentToken",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('token_hash', models.CharField(editable=False, max_length=64, unique=True)),
-                ('prefix', models.CharField(editable=False, help_text="The token's first characters, to tell tokens apart.", max_length=16)),
-                ('label', models.CharField(blank=True, max_length=100)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('created_by', models.CharField(blank=True, editable=False, max_length=150)),
-                ('expires_at', models.DateTimeField(blank=True, null=True)),
-                ('last_used_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('revoked_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('agent', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tokens', to='rewind.agent')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("token_hash", models.CharField(editable=False, max_length=64, unique=True)),
+                (
+                    "prefix",
+                    models.CharField(
+                        editable=False, help_text="The token's first characters, to tell tokens apart.", max_length=16
+                    ),
+                ),
+                ("label", models.CharField(blank=True, max_length=100)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("created_by", models.CharField(blank=True, editable=False, max_length=150)),
+                ("expires_at", models.DateTimeField(blank=True, null=True)),
+                ("last_used_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("revoked_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="tokens", to="rewind.agent"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created_at'],
+                "ordering": ["-created_at"],
             },
         ),
         migrations.CreateModel(
-            name='ChangeGuard',
+            name="ChangeGuard",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('agent_name', models.CharField(db_index=True, max_length=64)),
-                ('tool', models.CharField(blank=True, help_text='server/tool the agent was about to call', max_length=200)),
-                ('action', models.CharField(max_length=200)),
-                ('vm_identifier', models.CharField(db_index=True, max_length=255)),
-                ('vm_name', models.CharField(db_index=True, max_length=255)),
-                ('change_id', models.CharField(max_length=100)),
-                ('tag', models.CharField(max_length=255)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('running', 'Running'), ('ok', 'Ok'), ('failed', 'Failed')], db_index=True, default='pending', max_length=10)),
-                ('error', models.TextField(blank=True)),
-                ('request_id', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('timeout_s', models.PositiveIntegerField()),
-                ('requested_at', models.DateTimeField(auto_now_add=True, db_index=True)),
-                ('started_at', models.DateTimeField(blank=True, null=True)),
-                ('finished_at', models.DateTimeField(blank=True, null=True)),
-                ('agent', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='guards', to='rewind.agent')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("agent_name", models.CharField(db_index=True, max_length=64)),
+                (
+                    "tool",
+                    models.CharField(blank=True, help_text="server/tool the agent was about to call", max_length=200),
+                ),
+                ("action", models.CharField(max_length=200)),
+                ("vm_identifier", models.CharField(db_index=True, max_length=255)),
+                ("vm_name", models.CharField(db_index=True, max_length=255)),
+                ("change_id", models.CharField(max_length=100)),
+                ("tag", models.CharField(max_length=255)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("pending", "Pending"), ("running", "Running"), ("ok", "Ok"), ("failed", "Failed")],
+                        db_index=True,
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("request_id", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("timeout_s", models.PositiveIntegerField()),
+                ("requested_at", models.DateTimeField(auto_now_add=True, db_index=True)),
+                ("started_at", models.DateTimeField(blank=True, null=True)),
+                ("finished_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "agent",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="guards",
+                        to="rewind.agent",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-requested_at'],
+                "ordering": ["-requested_at"],
             },
         ),
         migrations.CreateModel(
-            name='ChangeGuardVpg',
+            name="ChangeGuardVpg",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('vpg_identifier', models.CharField(max_length=64)),
-                ('vpg_name', models.CharField(max_length=255)),
-                ('protected_site_identifier', models.CharField(blank=True, max_length=64)),
-                ('recovery_site_identifier', models.CharField(blank=True, max_length=64)),
-                ('recovery_site_name', models.CharField(blank=True, max_length=255)),
-                ('task_id', models.CharField(blank=True, max_length=255)),
-                ('checkpoint_identifier', models.CharField(blank=True, db_index=True, max_length=64)),
-                ('checkpoint_timestamp', models.DateTimeField(blank=True, null=True)),
-                ('status', models.CharField(choices=[('pending', 'Pending'), ('inserting', 'Inserting'), ('waiting', 'Waiting'), ('listed', 'Listed'), ('failed', 'Failed'), ('timed_out', 'Timed Out')], default='pending', max_length=10)),
-                ('error', models.TextField(blank=True)),
-                ('insert_started_at', models.DateTimeField(blank=True, null=True)),
-                ('waited_ms', models.PositiveIntegerField(blank=True, null=True)),
-                ('guard', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='vpgs', to='rewind.changeguard')),
-                ('site', models.ForeignKey(blank=True, help_text="The protected site's ZVM used to insert.", null=True, on_delete=django.db.models.deletion.SET_NULL, to='rewind.site')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("vpg_identifier", models.CharField(max_length=64)),
+                ("vpg_name", models.CharField(max_length=255)),
+                ("protected_site_identifier", models.CharField(blank=True, max_length=64)),
+                ("recovery_site_identifier", models.CharField(blank=True, max_length=64)),
+                ("recovery_site_name", models.CharField(blank=True, max_length=255)),
+                ("task_id", models.CharField(blank=True, max_length=255)),
+                ("checkpoint_identifier", models.CharField(blank=True, db_index=True, max_length=64)),
+                ("checkpoint_timestamp", models.DateTimeField(blank=True, null=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("pending", "Pending"),
+                            ("inserting", "Inserting"),
+                            ("waiting", "Waiting"),
+                            ("listed", "Listed"),
+                            ("failed", "Failed"),
+                            ("timed_out", "Timed Out"),
+                        ],
+                        default="pending",
+                        max_length=10,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("insert_started_at", models.DateTimeField(blank=True, null=True)),
+                ("waited_ms", models.PositiveIntegerField(blank=True, null=True)),
+                (
+                    "guard",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="vpgs", to="rewind.changeguard"
+                    ),
+                ),
+                (
+                    "site",
+                    models.ForeignKey(
+                        blank=True,
+                        help_text="The protected site's ZVM used to insert.",
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        to="rewind.site",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['guard_id', 'vpg_name'],
+                "ordering": ["guard_id", "vpg_name"],
             },
         ),
         migrations.AddConstraint(
-            model_name='changeguard',
-            constraint=models.UniqueConstraint(fields=('vm_identifier', 'change_id'), name='guard_vm_change_unique'),
+            model_name="changeguard",
+            constraint=models.UniqueConstraint(fields=("vm_identifier", "change_id"), name="guard_vm_change_unique"),
         ),
         migrations.AddConstraint(
-            model_name='changeguardvpg',
-            constraint=models.UniqueConstraint(fields=('guard', 'vpg_identifier'), name='guard_vpg_unique'),
+            model_name="changeguardvpg",
+            constraint=models.UniqueConstraint(fields=("guard", "vpg_identifier"), name="guard_vpg_unique"),
         ),
     ]

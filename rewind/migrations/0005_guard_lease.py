@@ -4,25 +4,24 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0003_agents_and_guards'),
+        ("rewind", "0003_agents_and_guards"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='changeguard',
-            name='attempts',
-            field=models.PositiveSmallIntegerField(default=0, editable=False, help_text='Wait tasks started so far.'),
+            model_name="changeguard",
+            name="attempts",
+            field=models.PositiveSmallIntegerField(default=0, editable=False, help_text="Wait tasks started so far."),
         ),
         migrations.AddField(
-            model_name='changeguard',
-            name='lease_expires_at',
+            model_name="changeguard",
+            name="lease_expires_at",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='changeguard',
-            name='lease_owner',
+            model_name="changeguard",
+            name="lease_owner",
             field=models.CharField(blank=True, editable=False, max_length=80),
         ),
     ]

@@ -5,38 +5,42 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0005_guard_lease'),
+        ("rewind", "0005_guard_lease"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='ZvmRateWindow',
+            name="ZvmRateWindow",
             fields=[
-                ('key', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('recent', models.TextField(blank=True, default='')),
+                ("key", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("recent", models.TextField(blank=True, default="")),
             ],
             options={
-                'verbose_name': 'ZVM request window',
+                "verbose_name": "ZVM request window",
             },
         ),
         migrations.CreateModel(
-            name='ZvmToken',
+            name="ZvmToken",
             fields=[
-                ('key', models.CharField(max_length=64, primary_key=True, serialize=False)),
-                ('token_encrypted', models.TextField(blank=True, default='')),
-                ('expires_at', models.FloatField(default=0.0)),
-                ('lifetime', models.FloatField(default=0.0)),
-                ('login_claimed_until', models.FloatField(default=0.0)),
+                ("key", models.CharField(max_length=64, primary_key=True, serialize=False)),
+                ("token_encrypted", models.TextField(blank=True, default="")),
+                ("expires_at", models.FloatField(default=0.0)),
+                ("lifetime", models.FloatField(default=0.0)),
+                ("login_claimed_until", models.FloatField(default=0.0)),
             ],
             options={
-                'verbose_name': 'ZVM token',
+                "verbose_name": "ZVM token",
             },
         ),
         migrations.AddField(
-            model_name='site',
-            name='max_requests_per_s',
-            field=models.FloatField(blank=True, help_text='Most requests per second to this ZVM from all our processes; empty: ZVM_MAX_REQUESTS_PER_S.', null=True, validators=[rewind.models.sites.validate_requests_per_s]),
+            model_name="site",
+            name="max_requests_per_s",
+            field=models.FloatField(
+                blank=True,
+                help_text="Most requests per second to this ZVM from all our processes; empty: ZVM_MAX_REQUESTS_PER_S.",
+                null=True,
+                validators=[rewind.models.sites.validate_requests_per_s],
+            ),
         ),
     ]

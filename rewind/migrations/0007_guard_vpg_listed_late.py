@@ -4,15 +4,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0006_zvm_rate_and_tokens'),
+        ("rewind", "0006_zvm_rate_and_tokens"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='changeguardvpg',
-            name='listed_late_at',
+            model_name="changeguardvpg",
+            name="listed_late_at",
             field=models.DateTimeField(blank=True, null=True),
         ),
     ]

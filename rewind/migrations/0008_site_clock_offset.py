@@ -4,24 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0007_guard_vpg_listed_late'),
+        ("rewind", "0007_guard_vpg_listed_late"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='site',
-            name='clock_checked_at',
+            model_name="site",
+            name="clock_checked_at",
             field=models.DateTimeField(blank=True, editable=False, null=True),
         ),
         migrations.AddField(
-            model_name='site',
-            name='clock_offset_s',
+            model_name="site",
+            name="clock_offset_s",
             field=models.FloatField(blank=True, editable=False, null=True),
         ),
         migrations.AddIndex(
-            model_name='changeguardvpg',
-            index=models.Index(fields=['site', 'status', '-insert_started_at'], name='guard_vpg_site_history'),
+            model_name="changeguardvpg",
+            index=models.Index(fields=["site", "status", "-insert_started_at"], name="guard_vpg_site_history"),
         ),
     ]

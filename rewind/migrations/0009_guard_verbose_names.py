@@ -4,18 +4,21 @@ from django.db import migrations
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0008_site_clock_offset'),
+        ("rewind", "0008_site_clock_offset"),
     ]
 
     operations = [
         migrations.AlterModelOptions(
-            name='changeguard',
-            options={'ordering': ['-requested_at'], 'verbose_name': 'guard', 'verbose_name_plural': 'guards'},
+            name="changeguard",
+            options={"ordering": ["-requested_at"], "verbose_name": "guard", "verbose_name_plural": "guards"},
         ),
         migrations.AlterModelOptions(
-            name='changeguardvpg',
-            options={'ordering': ['guard_id', 'vpg_name'], 'verbose_name': 'tagged checkpoint', 'verbose_name_plural': 'tagged checkpoints'},
+            name="changeguardvpg",
+            options={
+                "ordering": ["guard_id", "vpg_name"],
+                "verbose_name": "tagged checkpoint",
+                "verbose_name_plural": "tagged checkpoints",
+            },
         ),
     ]

@@ -5,28 +5,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0009_guard_verbose_names'),
+        ("rewind", "0009_guard_verbose_names"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='SiteCircuit',
+            name="SiteCircuit",
             fields=[
-                ('site', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='circuit', serialize=False, to='rewind.site')),
-                ('state', models.CharField(default='closed', max_length=10)),
-                ('failures', models.PositiveIntegerField(default=0)),
-                ('opened_at', models.FloatField(default=0.0)),
-                ('reason', models.TextField(blank=True, default='')),
-                ('next_trial_at', models.FloatField(default=0.0)),
-                ('opens', models.PositiveIntegerField(default=0)),
-                ('audited_state', models.CharField(default='closed', max_length=10)),
-                ('audited_at', models.FloatField(default=0.0)),
-                ('flaps', models.PositiveIntegerField(default=0)),
+                (
+                    "site",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="circuit",
+                        serialize=False,
+                        to="rewind.site",
+                    ),
+                ),
+                ("state", models.CharField(default="closed", max_length=10)),
+                ("failures", models.PositiveIntegerField(default=0)),
+                ("opened_at", models.FloatField(default=0.0)),
+                ("reason", models.TextField(blank=True, default="")),
+                ("next_trial_at", models.FloatField(default=0.0)),
+                ("opens", models.PositiveIntegerField(default=0)),
+                ("audited_state", models.CharField(default="closed", max_length=10)),
+                ("audited_at", models.FloatField(default=0.0)),
+                ("flaps", models.PositiveIntegerField(default=0)),
             ],
             options={
-                'verbose_name': 'site circuit',
+                "verbose_name": "site circuit",
             },
         ),
     ]

@@ -4,21 +4,20 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0010_site_circuit'),
+        ("rewind", "0010_site_circuit"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='McpRateCount',
+            name="McpRateCount",
             fields=[
-                ('key', models.CharField(max_length=200, primary_key=True, serialize=False)),
-                ('tat', models.BigIntegerField(default=0)),
-                ('allowed', models.SmallIntegerField(default=1)),
+                ("key", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("tat", models.BigIntegerField(default=0)),
+                ("allowed", models.SmallIntegerField(default=1)),
             ],
             options={
-                'verbose_name': 'MCP rate count',
+                "verbose_name": "MCP rate count",
             },
         ),
     ]

@@ -4,5 +4,17 @@ from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, TaggedCheckpo
 from rewind.mcp.models import McpRateCount
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmToken
 
-__all__ = ["Agent", "AgentToken", "AuditChainHead", "AuditEvent", "ChangeGuard", "ChangeGuardVpg", "McpRateCount", "Site",
-           "SiteCircuit", "TaggedCheckpoint", "ZvmRateWindow", "ZvmToken"]
+__all__ = [
+    "Agent",
+    "AgentToken",
+    "AuditChainHead",
+    "AuditEvent",
+    "ChangeGuard",
+    "ChangeGuardVpg",
+    "McpRateCount",
+    "Site",
+    "SiteCircuit",
+    "TaggedCheckpoint",
+    "ZvmRateWindow",
+    "ZvmToken",
+]

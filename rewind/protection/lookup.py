@@ -158,12 +158,14 @@ def _no_load() -> ZvmError:
     raise Miss
 
 
-def _from_cache(handles: Sequence[_Handle], work: Callable[[_Handle], T],
-                failed: Failed) -> list[tuple[_Handle, T]] | None:
+def _from_cache(
+    handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: Failed
+) -> list[tuple[_Handle, T]] | None:
     """``work`` for every site if it needs no ZVM call (all cached, or known down), else None.
 
     Inside ``find_protection_cached`` (cache-only already on) a miss propagates instead.
     """
+
     def all_of() -> list[tuple[_Handle, T]]:
         results = []
         for h in handles:
@@ -199,7 +201,8 @@ def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: F
         return cached  # the common case under load: no thread hand-off at all
     todo = [h for h in handles if h.site.pk not in failed]
     futures: list[tuple[_Handle, Future[T] | None]] = (
-        [(todo[0], None)] if len(todo) == 1 else [(h, state.pool.submit(work, h)) for h in todo])
+        [(todo[0], None)] if len(todo) == 1 else [(h, state.pool.submit(work, h)) for h in todo]
+    )
     results: list[tuple[_Handle, T]] = []
     for h, future in futures:
         try:
@@ -250,8 +253,9 @@ def _resolve(query: str, resolver: Resolver) -> frozenset[str]:
 
 
 # --- the lookup --------------------------------------------------------------------------
-def _matching_rows(query: str, handles: Sequence[_Handle], resolver: Resolver,
-                   failed: Failed) -> list[tuple[_Handle, VmRow]]:
+def _matching_rows(
+    query: str, handles: Sequence[_Handle], resolver: Resolver, failed: Failed
+) -> list[tuple[_Handle, VmRow]]:
     def collect(work: Callable[[_Handle], list[VmRow]]) -> list[tuple[_Handle, VmRow]]:
         return [(h, row) for h, rows in _fan_out(handles, work, failed) for row in rows if row.vm_identifier]
 
@@ -411,8 +415,9 @@ def _unasked(failed: Failed) -> str:
     return "; ".join(str(exc) for _h, exc in sorted(failed.values(), key=lambda he: he[0].site.name))
 
 
-def _complete_or_refuse(query: str, rows: Sequence[tuple[_Handle, VmRow]], handles: Sequence[_Handle],
-                        failed: Failed) -> str | None:
+def _complete_or_refuse(
+    query: str, rows: Sequence[tuple[_Handle, VmRow]], handles: Sequence[_Handle], failed: Failed
+) -> str | None:
     """Whether the rows of the one VM found are all its VPGs although ``failed`` sites were not asked.
 
     The rule (module docstring): every VPG of a VM is listed by the ZVM of the VM's protected
@@ -434,9 +439,13 @@ def _complete_or_refuse(query: str, rows: Sequence[tuple[_Handle, VmRow]], handl
         where = "; ".join(str(exc) for _h, exc in suspects)
         raise SitesUnavailableError(
             f"VM {vm!r} is protected at a site whose ZVM could not be asked, so its VPGs cannot be listed "
-            f"completely: {where}", sites=[h.site.name for h, _exc in suspects])
-    return (f"sites not asked (unavailable): {names}; the VM's protected site is not configured here, "
-            "so its VPGs are those its peers list")
+            f"completely: {where}",
+            sites=[h.site.name for h, _exc in suspects],
+        )
+    return (
+        f"sites not asked (unavailable): {names}; the VM's protected site is not configured here, "
+        "so its VPGs are those its peers list"
+    )
 
 
 def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
@@ -455,7 +464,9 @@ def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
         if failed:
             raise SitesUnavailableError(
                 f"no site that answered knows a VM matching {query!r}, and these could not be asked: "
-                f"{_unasked(failed)}", sites=[h.site.name for h, _exc in failed.values()])
+                f"{_unasked(failed)}",
+                sites=[h.site.name for h, _exc in failed.values()],
+            )
         names = ", ".join(h.site.name for h in handles)
         raise VmNotFoundError(
             f"no protected VM matches {query!r} on sites {names} (tried vmIdentifier, VM name, the short name "
@@ -469,5 +480,10 @@ def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
     vpgs = tuple(_vpg_protection(h, row, sites) for h, row in _one_row_per_vpg(rows))
     if failed and note is None:  # a site failed only while reading its directory
         note = f"sites not asked (unavailable): {_unasked(failed)}"
-    return Protection(vm_identifier=candidates[0].identifier, vm_name=candidates[0].name, vpgs=vpgs,
-                      unavailable_sites=tuple(sorted(h.site.name for h, _exc in failed.values())), note=note)
+    return Protection(
+        vm_identifier=candidates[0].identifier,
+        vm_name=candidates[0].name,
+        vpgs=vpgs,
+        unavailable_sites=tuple(sorted(h.site.name for h, _exc in failed.values())),
+        note=note,
+    )

@@ -47,7 +47,8 @@ class ProtectionOut(BaseModel):
     vm_name: str | None
     vpgs: list[VpgOut]
     unavailable_sites: list[str] = Field(
-        default_factory=list, description="Configured sites whose ZVM could not be asked; the VPGs are complete anyway")
+        default_factory=list, description="Configured sites whose ZVM could not be asked; the VPGs are complete anyway"
+    )
     note: str | None = Field(default=None, description="Why the answer is complete although some sites were not asked")
 
 
@@ -76,8 +77,13 @@ _fingerprint = SharedRead(sites_fingerprint)
 
 
 def protection_out(p: Protection) -> ProtectionOut:
-    return ProtectionOut(vm_identifier=p.vm_identifier, vm_name=p.vm_name, vpgs=[_vpg(v) for v in p.vpgs],
-                         unavailable_sites=list(p.unavailable_sites), note=p.note)
+    return ProtectionOut(
+        vm_identifier=p.vm_identifier,
+        vm_name=p.vm_name,
+        vpgs=[_vpg(v) for v in p.vpgs],
+        unavailable_sites=list(p.unavailable_sites),
+        note=p.note,
+    )
 
 
 def protection_result(p: Protection) -> CallToolResult:
@@ -105,8 +111,13 @@ def _rendered_result(p: Protection) -> CallToolResult:
 
 
 async def zerto_find_protection(
-    vm: Annotated[StrictStr, Field(description="The VM: its name, a host FQDN or short hostname, an IP address, or "
-                                               "the Zerto vmIdentifier, e.g. \"web01\" or \"web01.corp.example\"")],
+    vm: Annotated[
+        StrictStr,
+        Field(
+            description="The VM: its name, a host FQDN or short hostname, an IP address, or "
+            'the Zerto vmIdentifier, e.g. "web01" or "web01.corp.example"'
+        ),
+    ],
 ) -> Annotated[CallToolResult, ProtectionOut]:
     """Find exactly one VM and every Zerto VPG protecting it, across all configured sites.
 

@@ -71,8 +71,16 @@ def client_for(site: Site) -> ZvmClient:
 
     Kept per site while the row is unchanged; in cache-only mode a site without one raises ``Miss``.
     """
-    key = (site.updated_at, site.base_url, site.username, site.client_id, site.password_encrypted,
-           site.client_secret_encrypted, site.verify_tls, site.ca_bundle)
+    key = (
+        site.updated_at,
+        site.base_url,
+        site.username,
+        site.client_id,
+        site.password_encrypted,
+        site.client_secret_encrypted,
+        site.verify_tls,
+        site.ca_bundle,
+    )
     with _clients_lock:
         cached = _clients.get(site.pk)
     if cached is None or cached[0] != key:

@@ -26,7 +26,11 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
 
 
 def paginated_response(
-    *, queryset: QuerySet[Any], serializer_class: type[Serializer], request: Request, view: Any,
+    *,
+    queryset: QuerySet[Any],
+    serializer_class: type[Serializer],
+    request: Request,
+    view: Any,
     pagination_class: type[BasePagination] = BoundedLimitOffsetPagination,
 ) -> Response:
     paginator = pagination_class()

@@ -38,8 +38,18 @@ class SiteForm(forms.ModelForm):
 
     class Meta:
         model = Site
-        fields = ["name", "base_url", "username", "password", "client_id", "client_secret", "verify_tls", "ca_bundle", "enabled",
-                  "max_requests_per_s"]
+        fields = [
+            "name",
+            "base_url",
+            "username",
+            "password",
+            "client_id",
+            "client_secret",
+            "verify_tls",
+            "ca_bundle",
+            "enabled",
+            "max_requests_per_s",
+        ]
 
     def clean_base_url(self) -> str:
         try:
@@ -51,12 +61,30 @@ class SiteForm(forms.ModelForm):
 @admin.register(Site)
 class SiteAdmin(admin.ModelAdmin):
     form = SiteForm
-    list_display = ["name", "base_url", "status", "site_type", "version", "identifier", "enabled", "identity_checked_at",
-                    "clock", "last_error"]
+    list_display = [
+        "name",
+        "base_url",
+        "status",
+        "site_type",
+        "version",
+        "identifier",
+        "enabled",
+        "identity_checked_at",
+        "clock",
+        "last_error",
+    ]
     list_filter = ["enabled", "site_type"]
     search_fields = ["name", "base_url", "identifier"]
-    readonly_fields = ["status", "identifier", "site_type", "version", "identity_checked_at", "clock", "clock_checked_at",
-                       "last_error"]
+    readonly_fields = [
+        "status",
+        "identifier",
+        "site_type",
+        "version",
+        "identity_checked_at",
+        "clock",
+        "clock_checked_at",
+        "last_error",
+    ]
     actions = ["test_connection"]
 
     @admin.display(description="ZVM clock vs ours", ordering="clock_offset_s")
@@ -75,8 +103,19 @@ class SiteAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in ("name", "base_url", "username", "client_id", "verify_tls", "ca_bundle", "enabled",
-                                       "max_requests_per_s")}
+        fields = {
+            k: data[k]
+            for k in (
+                "name",
+                "base_url",
+                "username",
+                "client_id",
+                "verify_tls",
+                "ca_bundle",
+                "enabled",
+                "max_requests_per_s",
+            )
+        }
         if change:
             site = site_update(
                 actor=actor_for(request),
@@ -86,7 +125,9 @@ class SiteAdmin(admin.ModelAdmin):
                 **fields,
             )
         else:
-            site = site_create(actor=actor_for(request), password=data["password"], client_secret=data["client_secret"], **fields)
+            site = site_create(
+                actor=actor_for(request), password=data["password"], client_secret=data["client_secret"], **fields
+            )
         obj.pk = site.pk
 
     @admin.action(description="Test connection (log in, read identity, count VPGs)")

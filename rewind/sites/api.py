@@ -38,8 +38,25 @@ class SiteOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Site
-        fields = ["id", "name", "base_url", "username", "client_id", "verify_tls", "ca_bundle_pinned", "enabled",
-                  "max_requests_per_s", "identifier", "site_type", "version", "identity_checked_at", "last_error", "availability", "created_at", "updated_at"]
+        fields = [
+            "id",
+            "name",
+            "base_url",
+            "username",
+            "client_id",
+            "verify_tls",
+            "ca_bundle_pinned",
+            "enabled",
+            "max_requests_per_s",
+            "identifier",
+            "site_type",
+            "version",
+            "identity_checked_at",
+            "last_error",
+            "availability",
+            "created_at",
+            "updated_at",
+        ]
 
     def get_availability(self, site: Site) -> dict[str, Any]:
         """``{available, since, reason, failures}``: whether its ZVM's circuit is closed."""
@@ -100,8 +117,9 @@ class SiteListApi(APIView):
     required_permissions = {"GET": "rewind.view_site", "POST": "rewind.add_site"}
 
     def get(self, request: Request) -> Response:
-        return paginated_response(queryset=site_list(), serializer_class=SiteOutputSerializer,
-                                  request=request, view=self)
+        return paginated_response(
+            queryset=site_list(), serializer_class=SiteOutputSerializer, request=request, view=self
+        )
 
     def post(self, request: Request) -> Response:
         data = SiteInputSerializer(data=request.data)
@@ -140,8 +158,9 @@ def _check_dict(result: SiteCheck) -> dict[str, Any]:
     local = result.local
     return {
         "ok": result.ok,
-        "identity": None if local is None else
-        {"identifier": local.identifier, "name": local.name, "type": local.type, "version": local.version},
+        "identity": None
+        if local is None
+        else {"identifier": local.identifier, "name": local.name, "type": local.type, "version": local.version},
         "vpg_count": result.vpg_count,
         "error": result.error or None,
         "site": SiteOutputSerializer(result.site).data,

@@ -36,8 +36,11 @@ CIRCUIT_PREFIX = "rewind:zvm:circuit:"
 
 
 def circuit_policy() -> CircuitPolicy:
-    return CircuitPolicy(failures=settings.ZVM_CIRCUIT_FAILURES, probe_s=settings.ZVM_CIRCUIT_PROBE_S,
-                         probe_max_s=max(settings.ZVM_CIRCUIT_PROBE_S, settings.ZVM_CIRCUIT_PROBE_MAX_S))
+    return CircuitPolicy(
+        failures=settings.ZVM_CIRCUIT_FAILURES,
+        probe_s=settings.ZVM_CIRCUIT_PROBE_S,
+        probe_max_s=max(settings.ZVM_CIRCUIT_PROBE_S, settings.ZVM_CIRCUIT_PROBE_MAX_S),
+    )
 
 
 # While the shared store does not answer, circuits are kept per process.
@@ -69,8 +72,9 @@ def _audit(site_pk: int, state: CircuitState, flaps: int, *, summary: bool = Fal
     data: dict[str, Any] = {"flaps_since_last": flaps}
     if state.is_open:
         action = SiteAction.UNAVAILABLE
-        data.update(since=datetime.fromtimestamp(state.opened_at, UTC).isoformat(), reason=state.reason,
-                    failures=state.failures)
+        data.update(
+            since=datetime.fromtimestamp(state.opened_at, UTC).isoformat(), reason=state.reason, failures=state.failures
+        )
     else:
         action = SiteAction.AVAILABLE
     if summary:
@@ -83,8 +87,9 @@ def _audit(site_pk: int, state: CircuitState, flaps: int, *, summary: bool = Fal
 
 def _log(site_name: str, t: Transition) -> None:
     if t.opened:
-        logger.warning("site %s is unavailable: %s (calls fail at once until a probe gets an answer)",
-                       site_name, t.state.reason)
+        logger.warning(
+            "site %s is unavailable: %s (calls fail at once until a probe gets an answer)", site_name, t.state.reason
+        )
     elif t.closed:
         logger.info("site %s answers again", site_name)
 
@@ -116,10 +121,15 @@ _FIELDS = ("state", "failures", "opened_at", "reason", "next_trial_at", "opens",
 
 def _state_of(raw: dict[bytes, bytes]) -> CircuitState:
     h = {k.decode(): v.decode() for k, v in raw.items()}
-    return CircuitState(state=h.get("state", "closed"), failures=int(h.get("failures", 0)),
-                        opened_at=float(h.get("opened_at", 0)), reason=h.get("reason", ""),
-                        next_trial_at=float(h.get("next_trial_at", 0)), opens=int(h.get("opens", 0)),
-                        disabled=h.get("disabled") == "1")
+    return CircuitState(
+        state=h.get("state", "closed"),
+        failures=int(h.get("failures", 0)),
+        opened_at=float(h.get("opened_at", 0)),
+        reason=h.get("reason", ""),
+        next_trial_at=float(h.get("next_trial_at", 0)),
+        opens=int(h.get("opens", 0)),
+        disabled=h.get("disabled") == "1",
+    )
 
 
 def _book_of(raw: dict[bytes, bytes]) -> AuditBook:
@@ -189,6 +199,7 @@ class RedisBreaker:
         if not self._link.up():
             return _LOCAL.failed(key, site_name, reason, at_once=at_once)
         try:
+
             def change(cur: CircuitState, book: AuditBook, now: float) -> Any:
                 t = failed_state(cur, circuit_policy(), reason, at_once, now)
                 new_book, audit = _book_after(book, t, now)
@@ -236,8 +247,10 @@ class RedisBreaker:
 
     def set_book(self, key: str, book: AuditBook) -> None:
         try:
-            self._link.client.hset(CIRCUIT_PREFIX + key, mapping={
-                "audited_state": book.state, "audited_at": str(book.at), "flaps": str(book.flaps)})
+            self._link.client.hset(
+                CIRCUIT_PREFIX + key,
+                mapping={"audited_state": book.state, "audited_at": str(book.at), "flaps": str(book.flaps)},
+            )
         except (RedisError, OSError) as exc:
             self._link.failed(exc, "site circuits are kept")
 
@@ -258,8 +271,15 @@ _COLUMNS = ("state", "failures", "opened_at", "reason", "next_trial_at", "opens"
 def _row_state(row: SiteCircuit | None, enabled: bool = True) -> CircuitState:
     if row is None:
         return CircuitState(disabled=not enabled)
-    return CircuitState(state=row.state, failures=row.failures, opened_at=row.opened_at, reason=row.reason,
-                        next_trial_at=row.next_trial_at, opens=row.opens, disabled=not enabled)
+    return CircuitState(
+        state=row.state,
+        failures=row.failures,
+        opened_at=row.opened_at,
+        reason=row.reason,
+        next_trial_at=row.next_trial_at,
+        opens=row.opens,
+        disabled=not enabled,
+    )
 
 
 class DbBreaker:
@@ -270,8 +290,11 @@ class DbBreaker:
         if pk is None:
             return _LOCAL.admit(key)
         try:
-            row = (Site.objects.filter(pk=pk)
-                   .values_list("enabled", "circuit__state", "circuit__next_trial_at", "circuit__opens").first())
+            row = (
+                Site.objects.filter(pk=pk)
+                .values_list("enabled", "circuit__state", "circuit__next_trial_at", "circuit__opens")
+                .first()
+            )
             if row is None:
                 return None
             enabled, state, next_trial_at, opens = row
@@ -284,11 +307,13 @@ class DbBreaker:
                 return self.state(key)
             # The period's one trial: whoever moves next_trial_at on first.
             won = SiteCircuit.objects.filter(site_id=pk, state=OPEN, next_trial_at=next_trial_at).update(
-                next_trial_at=now + circuit_policy().period(opens))
+                next_trial_at=now + circuit_policy().period(opens)
+            )
             return None if won else self.state(key)
         except DatabaseError as exc:
-            logger.warning("a site circuit is kept per process for this call: the database did not answer (%s)",
-                           type(exc).__name__)
+            logger.warning(
+                "a site circuit is kept per process for this call: the database did not answer (%s)", type(exc).__name__
+            )
             return _LOCAL.admit(key)
 
     def _change(self, pk: int, change: Any) -> Any:
@@ -305,7 +330,10 @@ class DbBreaker:
             if new is not None:
                 SiteCircuit.objects.filter(site_id=pk).update(
                     **{c: getattr(new, c) for c in _COLUMNS},
-                    audited_state=new_book.state, audited_at=new_book.at, flaps=new_book.flaps)
+                    audited_state=new_book.state,
+                    audited_at=new_book.at,
+                    flaps=new_book.flaps,
+                )
             return result
 
     def failed(self, key: str, site_name: str, reason: str, *, at_once: bool) -> CircuitState:
@@ -360,7 +388,8 @@ class DbBreaker:
 
     def set_book(self, key: str, book: AuditBook) -> None:
         SiteCircuit.objects.filter(site_id=_site_pk(key) or 0).update(
-            audited_state=book.state, audited_at=book.at, flaps=book.flaps)
+            audited_state=book.state, audited_at=book.at, flaps=book.flaps
+        )
 
     def set_disabled(self, key: str, disabled: bool) -> None:
         """Nothing to do: the admission reads ``Site.enabled`` itself."""

@@ -30,7 +30,9 @@ class Site(models.Model):
     ca_bundle = models.TextField(blank=True, help_text="PEM certificate(s) to pin instead of the system store.")
     enabled = models.BooleanField(default=True)
     max_requests_per_s = models.FloatField(
-        null=True, blank=True, validators=[validate_requests_per_s],
+        null=True,
+        blank=True,
+        validators=[validate_requests_per_s],
         help_text="Most requests per second to this ZVM from all our processes; empty: ZVM_MAX_REQUESTS_PER_S.",
     )
 
@@ -57,7 +59,6 @@ class Site(models.Model):
 
     def __str__(self) -> str:
         return self.name
-
 
 
 class ZvmRateWindow(models.Model):

@@ -291,8 +291,12 @@ def site_availability(site: Site) -> dict[str, object]:
     """``{available, since, reason, failures}`` for the admin, the REST API and ``zvm_check``."""
     state = site_circuit(site)
     since = datetime.fromtimestamp(state.opened_at, UTC) if state.is_open else None
-    return {"available": not state.is_open and site.enabled, "since": since,
-            "reason": state.reason if state.is_open else "", "failures": state.failures}
+    return {
+        "available": not state.is_open and site.enabled,
+        "since": since,
+        "reason": state.reason if state.is_open else "",
+        "failures": state.failures,
+    }
 
 
 def site_availability_text(site: Site) -> str:
@@ -336,8 +340,9 @@ def sites_probe() -> ProbeReport:
             if time.time() < state.next_trial_at or breaker.admit(str(site.pk)) is not None:
                 report.skipped.append(site.name)
             else:
-                thread = threading.Thread(target=_probe_one, args=(site, report.probed), daemon=True,
-                                          name=f"probe-{site.pk}")
+                thread = threading.Thread(
+                    target=_probe_one, args=(site, report.probed), daemon=True, name=f"probe-{site.pk}"
+                )
                 thread.start()
                 threads.append((site, thread))
         if circuit_audit_catch_up(breaker, site):

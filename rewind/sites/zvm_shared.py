@@ -79,8 +79,9 @@ class _RedisLink:
     """One Redis client for both stores, and the "Redis is down, count locally" switch."""
 
     def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(url, socket_connect_timeout=_REDIS_TIMEOUT_S,
-                                           socket_timeout=_REDIS_TIMEOUT_S)
+        self.client = redis.Redis.from_url(
+            url, socket_connect_timeout=_REDIS_TIMEOUT_S, socket_timeout=_REDIS_TIMEOUT_S
+        )
         self.reserve = self.client.register_script(_RESERVE)
         self.delete_if_same = self.client.register_script(_DELETE_IF_SAME)
         self._down_until = 0.0  # monotonic
@@ -90,8 +91,9 @@ class _RedisLink:
 
     def failed(self, exc: BaseException, what: str) -> None:
         self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-        logger.warning("%s per process for %.0f s: Redis did not answer (%s)",
-                       what, RETRY_AFTER_FAILURE_S, type(exc).__name__)
+        logger.warning(
+            "%s per process for %.0f s: Redis did not answer (%s)", what, RETRY_AFTER_FAILURE_S, type(exc).__name__
+        )
 
 
 class RedisPacer:
@@ -135,8 +137,10 @@ class DbPacer:
                 kept = (recent + [slot])[-n:]
                 ZvmRateWindow.objects.filter(key=key).update(recent=" ".join(f"{t:.6f}" for t in kept))
         except DatabaseError as exc:
-            logger.warning("a ZVM request cap is counted per process for this call: the database "
-                           "did not answer (%s)", type(exc).__name__)
+            logger.warning(
+                "a ZVM request cap is counted per process for this call: the database did not answer (%s)",
+                type(exc).__name__,
+            )
             return LOCAL_PACER.reserve(key, per_s)
         return max(0.0, slot - now)
 
@@ -162,8 +166,9 @@ def _opened(raw: bytes | str | None) -> StoredToken | None:
         return None
     try:
         data = json.loads(raw)
-        return StoredToken(token=decrypt(data["token"]), expires_at=float(data["expires_at"]),
-                           lifetime=float(data["lifetime"]))
+        return StoredToken(
+            token=decrypt(data["token"]), expires_at=float(data["expires_at"]), lifetime=float(data["lifetime"])
+        )
     except (ValueError, KeyError, TypeError, DecryptionError):
         return None
 
@@ -241,8 +246,12 @@ class DbTokenStore:
             return None  # sealed under an earlier key: log in again and overwrite it
 
     def put(self, key: str, token: StoredToken) -> None:
-        values = {"token_encrypted": encrypt(token.token), "expires_at": token.expires_at,
-                  "lifetime": token.lifetime, "login_claimed_until": 0.0}
+        values = {
+            "token_encrypted": encrypt(token.token),
+            "expires_at": token.expires_at,
+            "lifetime": token.lifetime,
+            "login_claimed_until": 0.0,
+        }
         try:
             stored = ZvmToken.objects.filter(key=key).update(**values) or self._create(key, **values)
             if not stored:  # another process created the row between the two statements
@@ -289,8 +298,9 @@ class DbTokenStore:
 
     @staticmethod
     def _failed(exc: BaseException) -> None:
-        logger.warning("a ZVM token is kept per process for this call: the database did not answer (%s)",
-                       type(exc).__name__)
+        logger.warning(
+            "a ZVM token is kept per process for this call: the database did not answer (%s)", type(exc).__name__
+        )
 
 
 _LOCK = threading.Lock()

@@ -120,8 +120,11 @@ class TokenKeeper:
         if resp.status_code == 404:
             resp.close()
             # Deliberately not ZvmNotFoundError: nothing is missing but the address is wrong.
-            raise t.error(ZvmRejectedError, "no Keycloak token endpoint at this address (HTTP 404); "
-                          "check the base URL", status=404)
+            raise t.error(
+                ZvmRejectedError,
+                "no Keycloak token endpoint at this address (HTTP 404); check the base URL",
+                status=404,
+            )
         if resp.status_code != 200:
             raise t.error_for_status(resp, "the login")
         return self._accept(resp.content, asked_at)

@@ -91,13 +91,25 @@ def failed_state(s: CircuitState, policy: CircuitPolicy, reason: str, at_once: b
     """The rule for one failure (shared by every store)."""
     if s.is_open:  # a failed trial: the next one waits longer
         opens = s.opens + 1
-        new = replace(s, reason=reason, opens=opens, failures=s.failures + 1,
-                      next_trial_at=max(s.next_trial_at, now + policy.period(opens)))
+        new = replace(
+            s,
+            reason=reason,
+            opens=opens,
+            failures=s.failures + 1,
+            next_trial_at=max(s.next_trial_at, now + policy.period(opens)),
+        )
         return Transition(new)
     failures = s.failures + 1
     if at_once or failures >= policy.failures:
-        new = replace(s, state=OPEN, failures=failures, opened_at=now, reason=reason, opens=1,
-                      next_trial_at=now + policy.period(1))
+        new = replace(
+            s,
+            state=OPEN,
+            failures=failures,
+            opened_at=now,
+            reason=reason,
+            opens=1,
+            next_trial_at=now + policy.period(1),
+        )
         return Transition(new, opened=True)
     return Transition(replace(s, failures=failures, reason=reason))
 
@@ -112,8 +124,10 @@ def refusal(site_name: str, s: CircuitState, *, base_url: str | None = None) -> 
     if s.disabled:
         return ZvmSiteUnavailable(site_name, "the site is disabled here", base_url=base_url)
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(s.opened_at))
-    message = (f"unavailable since {since} UTC after {s.failures} failed call(s); last: {s.reason}; "
-               "calls to it fail at once until a probe gets an answer")
+    message = (
+        f"unavailable since {since} UTC after {s.failures} failed call(s); last: {s.reason}; "
+        "calls to it fail at once until a probe gets an answer"
+    )
     error = ZvmSiteUnavailable(site_name, message, base_url=base_url)
     error.since = s.opened_at
     error.reason = s.reason
@@ -141,8 +155,9 @@ class Breaker(Protocol):
 class MemoryBreaker:
     """The rule counted in this process only: without Django, and while a shared store is down."""
 
-    def __init__(self, policy: CircuitPolicy | Callable[[], CircuitPolicy] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self, policy: CircuitPolicy | Callable[[], CircuitPolicy] | None = None, clock: Callable[[], float] = time.time
+    ) -> None:
         """``policy``: the rule's numbers, or a callable read on every use (settings that may change)."""
         self._policy = policy or CircuitPolicy()
         self._clock = clock

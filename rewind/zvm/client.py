@@ -161,16 +161,14 @@ class ZvmClient:
 
     def with_request_id(self, request_id: str | None) -> ZvmClient:
         """A client for the same ZVM whose calls carry ``request_id`` (shares token and pool)."""
-        return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep,
-                         _gated=self._gated)
+        return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep, _gated=self._gated)
 
     def ungated(self) -> ZvmClient:
         """A copy whose calls go even while the site's circuit is open (probes, a person's check).
 
         Their outcome still counts: an answer closes the circuit, a failure keeps it open.
         """
-        return ZvmClient(self.conn, request_id=self.request_id, _shared=self._shared, _sleep=self._sleep,
-                         _gated=False)
+        return ZvmClient(self.conn, request_id=self.request_id, _shared=self._shared, _sleep=self._sleep, _gated=False)
 
     # -- the site's circuit --------------------------------------------------------
     def _admit(self) -> None:
@@ -183,8 +181,9 @@ class ZvmClient:
     def _site_failed(self, exc: ZvmError) -> bool:
         """Count ``exc`` against the site; True when its circuit is open now."""
         exc.circuit_counted = True
-        state = self._shared.breaker.failed(self.conn.circuit_id, self.conn.site_name, exc.message,
-                                            at_once=opens_at_once(exc))
+        state = self._shared.breaker.failed(
+            self.conn.circuit_id, self.conn.site_name, exc.message, at_once=opens_at_once(exc)
+        )
         return state.is_open
 
     def _site_answered(self) -> None:
@@ -412,7 +411,12 @@ class ZvmClient:
         for fresh_login in (False, True):
             token = tokens.token(rid)
             resp = transport.send(
-                method, url, request_id=rid, params=params, json_body=json_body, stream=stream,
+                method,
+                url,
+                request_id=rid,
+                params=params,
+                json_body=json_body,
+                stream=stream,
                 headers={"Authorization": f"Bearer {token}"},
             )
             if resp.status_code != 401:
@@ -421,8 +425,9 @@ class ZvmClient:
             if fresh_login:
                 break
             tokens.discard(token)  # expired or revoked early: log in again, once
-        raise self._error(ZvmAuthError, f"the ZVM refused a freshly issued token ({what} answered HTTP 401)",
-                          status=401)
+        raise self._error(
+            ZvmAuthError, f"the ZVM refused a freshly issued token ({what} answered HTTP 401)", status=401
+        )
 
     def _checked(self, resp: requests.Response, what: str) -> requests.Response:
         self._shared.clock.observe(resp.headers.get("Date"), time.time(), resp.elapsed.total_seconds())

@@ -219,8 +219,14 @@ class Transport:
             return
         wait = self.pacer.reserve(self.conn.zvm_key, per_s)
         if wait > 0:
-            logger.debug("%s %s waits %.0f ms for the cap of %g requests/s request_id=%s",
-                         method, path, wait * 1000, per_s, request_id)
+            logger.debug(
+                "%s %s waits %.0f ms for the cap of %g requests/s request_id=%s",
+                method,
+                path,
+                wait * 1000,
+                per_s,
+                request_id,
+            )
             self._sleep(wait)
 
     def send(
@@ -262,8 +268,9 @@ class Transport:
             )
         except requests.RequestException as exc:
             ms = (time.monotonic() - started) * 1000
-            logger.debug("%s %s failed after %.0f ms (%s) request_id=%s",
-                         method, path, ms, type(exc).__name__, request_id)
+            logger.debug(
+                "%s %s failed after %.0f ms (%s) request_id=%s", method, path, ms, type(exc).__name__, request_id
+            )
             raise self.error_from_exception(exc, f"{method} {path}") from exc
         ms = (time.monotonic() - started) * 1000
         logger.debug("%s %s -> %s in %.0f ms request_id=%s", method, path, resp.status_code, ms, request_id)

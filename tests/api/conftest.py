@@ -14,8 +14,12 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 
 VIEW_PERMS = [
-    ("rewind", "view_auditevent"), ("rewind", "view_site"), ("rewind", "view_changeguard"), ("rewind", "view_agent"),
-    ("catalog", "view_mutatingtool"), ("catalog", "view_toolsighting"),
+    ("rewind", "view_auditevent"),
+    ("rewind", "view_site"),
+    ("rewind", "view_changeguard"),
+    ("rewind", "view_agent"),
+    ("catalog", "view_mutatingtool"),
+    ("catalog", "view_toolsighting"),
 ]
 
 
@@ -35,8 +39,9 @@ class Api:
     def _send(self, method: str, path: str, body: Any, *, csrf: bool) -> Any:
         headers = {"X-CSRFToken": self.csrf} if csrf else {}
         send = getattr(self.client, method)
-        return send(path, data=json.dumps(body if body is not None else {}), content_type="application/json",
-                    headers=headers)
+        return send(
+            path, data=json.dumps(body if body is not None else {}), content_type="application/json", headers=headers
+        )
 
     def post(self, path: str, body: Any = None, *, csrf: bool = True) -> Any:
         return self._send("post", path, body, csrf=csrf)
@@ -49,8 +54,9 @@ class Api:
 
 
 def _user(name: str, *, staff: bool = True, superuser: bool = False, perms: Sequence[tuple[str, str]] = ()) -> User:
-    user = User.objects.create_user(name, f"{name}@example.com", f"pw-{name}-123", is_staff=staff,
-                                    is_superuser=superuser)
+    user = User.objects.create_user(
+        name, f"{name}@example.com", f"pw-{name}-123", is_staff=staff, is_superuser=superuser
+    )
     for app, codename in perms:
         user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
     return User.objects.get(pk=user.pk)  # drop the permission cache

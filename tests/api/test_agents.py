@@ -49,8 +49,9 @@ def test_the_owner_can_be_someone_else(api: Any, superuser: Any, viewer: Any) ->
         ({"name": "ok", "owner": "nobody-here"}, {"owner"}),
     ],
 )
-def test_it_rejects_bad_agents_with_field_errors(api: Any, superuser: Any,
-                                                 body: dict[str, Any], fields: set[str]) -> None:
+def test_it_rejects_bad_agents_with_field_errors(
+    api: Any, superuser: Any, body: dict[str, Any], fields: set[str]
+) -> None:
     response = api(superuser).post("/api/agents/", body)
     assert response.status_code == 400 and set(response.json()) == fields
     assert not Agent.objects.exists()
@@ -73,8 +74,12 @@ def test_a_token_is_shown_once_and_its_hash_never(made: tuple[Any, dict[str, Any
     assert token.startswith("rwd_") and row.token_hash == hash_token(token) and token.startswith(issued["prefix"])
     assert response["Cache-Control"] == "no-store"
     assert row.token_hash not in response.content.decode() and "token_hash" not in response.content.decode()
-    for later in (client.get("/api/agents/"), client.get(f"/api/agents/{agent['id']}/"),
-                  api(viewer).get(f"/api/agents/{agent['id']}/"), client.get("/api/audit/")):
+    for later in (
+        client.get("/api/agents/"),
+        client.get(f"/api/agents/{agent['id']}/"),
+        api(viewer).get(f"/api/agents/{agent['id']}/"),
+        client.get("/api/audit/"),
+    ):
         text = later.content.decode()
         assert later.status_code in (200, 403)
         assert token not in text and row.token_hash not in text and "token_hash" not in text
@@ -153,8 +158,9 @@ def test_a_person_deactivates_an_agent(made: tuple[Any, dict[str, Any]], api: An
 
 
 @pytest.mark.django_db
-def test_the_list_takes_a_fixed_number_of_queries(made: tuple[Any, dict[str, Any]],
-                                                   django_assert_max_num_queries: Any) -> None:
+def test_the_list_takes_a_fixed_number_of_queries(
+    made: tuple[Any, dict[str, Any]], django_assert_max_num_queries: Any
+) -> None:
     client, _ = made
     for i in range(8):
         agent = client.post("/api/agents/", {"name": f"bot-{i}"}).json()

@@ -14,15 +14,31 @@ from tests.rewind.test_audit import _raw_update
 
 
 def _seed() -> list[AuditEvent]:
-    with_rid = [audit_record(actor=Actor.user("alice"), action="site.created", target=("rewind.site", "1"),
-                             data={"n": 1}, request_id="req-aaaa-1111")]
+    with_rid = [
+        audit_record(
+            actor=Actor.user("alice"),
+            action="site.created",
+            target=("rewind.site", "1"),
+            data={"n": 1},
+            request_id="req-aaaa-1111",
+        )
+    ]
     return with_rid + [
-        audit_record(actor=Actor.agent("fixer"), action="catalog.tool.added", target=("catalog.mutatingtool", "7"),
-                     data={"n": 2}, request_id="req-bbbb-2222"),
-        audit_record(actor=Actor.user("bob"), action="site.changed", target=("rewind.site", "1"), data={"n": 3},
-                     request_id="req-bbbb-2222"),
-        audit_record(actor=Actor.system(), action="site.identity_learned", target=("rewind.site", "2"),
-                     data={"n": 4}),
+        audit_record(
+            actor=Actor.agent("fixer"),
+            action="catalog.tool.added",
+            target=("catalog.mutatingtool", "7"),
+            data={"n": 2},
+            request_id="req-bbbb-2222",
+        ),
+        audit_record(
+            actor=Actor.user("bob"),
+            action="site.changed",
+            target=("rewind.site", "1"),
+            data={"n": 3},
+            request_id="req-bbbb-2222",
+        ),
+        audit_record(actor=Actor.system(), action="site.identity_learned", target=("rewind.site", "2"), data={"n": 4}),
     ]
 
 

@@ -45,8 +45,9 @@ def test_a_person_adds_an_entry_and_it_is_audited_as_them(entry: tuple[Any, dict
         ({"description": ""}, {"description"}),
     ],
 )
-def test_it_rejects_bad_entries_with_field_errors(api: Any, superuser: Any,
-                                                  change: dict[str, str], fields: set[str]) -> None:
+def test_it_rejects_bad_entries_with_field_errors(
+    api: Any, superuser: Any, change: dict[str, str], fields: set[str]
+) -> None:
     response = api(superuser).post("/api/catalog/tools/", {**NEW, **change})
     assert response.status_code == 400
     assert set(response.json()) == fields
@@ -92,8 +93,9 @@ def test_disabling_is_audited_and_harmless_to_repeat(entry: tuple[Any, dict[str,
 
 
 @pytest.mark.django_db
-def test_a_viewer_reads_but_may_not_change_the_catalog(entry: tuple[Any, dict[str,
-                                                       Any]], api: Any, viewer: Any) -> None:
+def test_a_viewer_reads_but_may_not_change_the_catalog(
+    entry: tuple[Any, dict[str, Any]], api: Any, viewer: Any
+) -> None:
     _, body = entry
     client = api(viewer)
     assert client.get(f"/api/catalog/tools/{body['id']}/").json()["pattern"] == "ansible/run"
@@ -132,8 +134,9 @@ def test_sightings_are_listed_and_filtered(api: Any, viewer: Any, sightings: dic
 @pytest.mark.django_db
 def test_classifying_as_mutating_adds_the_tool(api: Any, superuser: Any, sightings: dict[str, ToolSighting]) -> None:
     sighting = sightings["mutating"]
-    response = api(superuser).post(f"/api/catalog/sightings/{sighting.pk}/classify/",
-                                   {"kind": "mutating", "vm_arg": "host"})
+    response = api(superuser).post(
+        f"/api/catalog/sightings/{sighting.pk}/classify/", {"kind": "mutating", "vm_arg": "host"}
+    )
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["sighting"]["status"] == "added" and body["sighting"]["classified_by"] == "root"
@@ -164,8 +167,9 @@ def test_classifying_as_readonly_ignores_the_tool(api: Any, superuser: Any, sigh
         ({}, {"kind"}),
     ],
 )
-def test_classifying_rejects_bad_input(api: Any, superuser: Any, sightings: dict[str, ToolSighting],
-                                      body: dict[str, str], fields: set[str]) -> None:
+def test_classifying_rejects_bad_input(
+    api: Any, superuser: Any, sightings: dict[str, ToolSighting], body: dict[str, str], fields: set[str]
+) -> None:
     sighting = sightings["mutating"]
     response = api(superuser).post(f"/api/catalog/sightings/{sighting.pk}/classify/", body)
     assert response.status_code == 400 and set(response.json()) == fields

@@ -12,15 +12,27 @@ from rewind.models import ChangeGuard, TaggedCheckpoint
 
 def _guard(agent: str, vm: str, change_id: str, status: str, vpgs: dict[str, str]) -> ChangeGuard:
     guard = ChangeGuard.objects.create(
-        agent_name=agent, tool="ssh/exec", action="edit", vm_identifier=f"srv.{vm}-id", vm_name=vm,
-        change_id=change_id, tag=f"ai:{agent} | edit | vm={vm} | change={change_id}", status=status, timeout_s=60,
+        agent_name=agent,
+        tool="ssh/exec",
+        action="edit",
+        vm_identifier=f"srv.{vm}-id",
+        vm_name=vm,
+        change_id=change_id,
+        tag=f"ai:{agent} | edit | vm={vm} | change={change_id}",
+        status=status,
+        timeout_s=60,
     )
     for name, row_status in vpgs.items():
         listed = row_status == TaggedCheckpoint.Status.LISTED
         TaggedCheckpoint.objects.create(
-            guard=guard, vpg_name=name, vpg_identifier=f"{name}-guid", status=row_status,
-            recovery_site_name="Site B", checkpoint_identifier=f"cp-{name}" if listed else "",
-            checkpoint_timestamp=timezone.now() if listed else None, error="" if listed else "timed out",
+            guard=guard,
+            vpg_name=name,
+            vpg_identifier=f"{name}-guid",
+            status=row_status,
+            recovery_site_name="Site B",
+            checkpoint_identifier=f"cp-{name}" if listed else "",
+            checkpoint_timestamp=timezone.now() if listed else None,
+            error="" if listed else "timed out",
         )
     return guard
 
@@ -52,8 +64,9 @@ def _ids(response: Any) -> list[int]:
         ({"agent": "other", "status": "ok"}, []),
     ],
 )
-def test_it_filters(api: Any, viewer: Any, guards: list[ChangeGuard],
-                    params: dict[str, str], expected: list[int]) -> None:
+def test_it_filters(
+    api: Any, viewer: Any, guards: list[ChangeGuard], params: dict[str, str], expected: list[int]
+) -> None:
     assert _ids(api(viewer).get("/api/guards/", params)) == [guards[i].pk for i in expected]
 
 
@@ -93,8 +106,9 @@ def test_it_is_read_only(api: Any, superuser: Any, guards: list[ChangeGuard]) ->
 
 
 @pytest.mark.django_db
-def test_the_list_takes_a_fixed_number_of_queries(api: Any, viewer: Any, guards: list[ChangeGuard],
-                                                   django_assert_max_num_queries: Any) -> None:
+def test_the_list_takes_a_fixed_number_of_queries(
+    api: Any, viewer: Any, guards: list[ChangeGuard], django_assert_max_num_queries: Any
+) -> None:
     client = api(viewer)
     for i in range(10):
         _guard("fixer", f"vm{i}", f"more-{i}", "ok", {"vpg-a": "listed", "vpg-b": "listed"})

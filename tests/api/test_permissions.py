@@ -6,8 +6,15 @@ from typing import Any
 
 import pytest
 
-READS = ["/api/audit/", "/api/audit/verify/", "/api/sites/", "/api/guards/", "/api/agents/",
-         "/api/catalog/tools/", "/api/catalog/sightings/"]
+READS = [
+    "/api/audit/",
+    "/api/audit/verify/",
+    "/api/sites/",
+    "/api/guards/",
+    "/api/agents/",
+    "/api/catalog/tools/",
+    "/api/catalog/sightings/",
+]
 WRITES = [
     ("/api/sites/", {"name": "X", "base_url": "https://zvm.example.com"}),
     ("/api/agents/", {"name": "bot"}),
@@ -32,8 +39,9 @@ def test_it_serves_reads_to_a_viewer_and_a_superuser(api: Any, viewer: Any, supe
 
 @pytest.mark.django_db
 @pytest.mark.parametrize(("path", "body"), WRITES)
-def test_it_refuses_writes_to_a_viewer_and_changes_nothing(api: Any, viewer: Any,
-                                                           path: str, body: dict[str, Any]) -> None:
+def test_it_refuses_writes_to_a_viewer_and_changes_nothing(
+    api: Any, viewer: Any, path: str, body: dict[str, Any]
+) -> None:
     from rewind.models import AuditEvent
 
     before = AuditEvent.objects.count()
@@ -88,6 +96,7 @@ def test_an_agent_bearer_token_opens_nothing(superuser: Any) -> None:
         assert client.get(path).status_code == 403
     response = client.post(f"/api/agents/{agent.pk}/tokens/", {}, content_type="application/json")
     assert response.status_code == 403
-    response = client.post("/api/catalog/tools/", {"pattern": "x/y", "vm_arg": "host", "description": "d"},
-                           content_type="application/json")
+    response = client.post(
+        "/api/catalog/tools/", {"pattern": "x/y", "vm_arg": "host", "description": "d"}, content_type="application/json"
+    )
     assert response.status_code == 403

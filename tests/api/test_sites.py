@@ -29,10 +29,18 @@ def _assert_no_secrets(response: Any, site: Site) -> None:
 @pytest.fixture
 def created(api: Any, superuser: Any) -> tuple[Any, Any, Site]:
     client = api(superuser)
-    response = client.post("/api/sites/", {
-        "name": "Site Z", "base_url": "https://zvm.example.com/", "username": "admin", "password": PASSWORD,
-        "client_secret": CLIENT_SECRET, "ca_bundle": PEM, "verify_tls": True,
-    })
+    response = client.post(
+        "/api/sites/",
+        {
+            "name": "Site Z",
+            "base_url": "https://zvm.example.com/",
+            "username": "admin",
+            "password": PASSWORD,
+            "client_secret": CLIENT_SECRET,
+            "ca_bundle": PEM,
+            "verify_tls": True,
+        },
+    )
     assert response.status_code == 201, response.content
     return client, response, Site.objects.get(name="Site Z")
 
@@ -73,8 +81,10 @@ def test_an_empty_password_keeps_the_stored_one(created: tuple[Any, Any, Site]) 
 @pytest.mark.django_db
 def test_a_new_password_replaces_the_old_and_is_not_echoed(created: tuple[Any, Any, Site]) -> None:
     client, _, site = created
-    response = client.put(f"/api/sites/{site.pk}/", {"name": "Site Z", "base_url": "https://zvm2.example.com",
-                                                     "password": "Another-Pw-77", "ca_bundle": ""})
+    response = client.put(
+        f"/api/sites/{site.pk}/",
+        {"name": "Site Z", "base_url": "https://zvm2.example.com", "password": "Another-Pw-77", "ca_bundle": ""},
+    )
     assert response.status_code == 200, response.content
     assert "Another-Pw-77" not in response.content.decode()
     site.refresh_from_db()
@@ -96,8 +106,9 @@ def test_a_new_password_replaces_the_old_and_is_not_echoed(created: tuple[Any, A
         ({"base_url": "https://zvm.example.com"}, {"name"}),
     ],
 )
-def test_it_rejects_bad_input_with_field_errors(api: Any, superuser: Any,
-                                                body: dict[str, Any], fields: set[str]) -> None:
+def test_it_rejects_bad_input_with_field_errors(
+    api: Any, superuser: Any, body: dict[str, Any], fields: set[str]
+) -> None:
     response = api(superuser).post("/api/sites/", body)
     assert response.status_code == 400
     assert set(response.json()) == fields
@@ -133,8 +144,9 @@ def test_a_viewer_may_not_change_or_check_a_site(created: tuple[Any, Any, Site],
 @pytest.mark.django_db
 def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any, sim: Any) -> None:
     client = api(superuser)
-    created = client.post("/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin",
-                                          "password": "zerto"}).json()
+    created = client.post(
+        "/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "zerto"}
+    ).json()
     response = client.post(f"/api/sites/{created['id']}/check/")
     assert response.status_code == 200
     body = response.json()
@@ -151,8 +163,9 @@ def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any,
 @pytest.mark.django_db
 def test_the_check_reports_a_refused_login(api: Any, superuser: Any, sim: Any) -> None:
     client = api(superuser)
-    created = client.post("/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin",
-                                          "password": "wrong-pw-1"}).json()
+    created = client.post(
+        "/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "wrong-pw-1"}
+    ).json()
     body = client.post(f"/api/sites/{created['id']}/check/").json()
     assert body["ok"] is False and body["identity"] is None and body["vpg_count"] is None
     assert body["error"] and "wrong-pw-1" not in body["error"]

@@ -22,10 +22,16 @@ def admin_client() -> Client:
 
 
 def test_adding_an_entry_in_the_admin_is_audited_as_the_user(admin_client: Client) -> None:
-    resp = admin_client.post("/admin/catalog/mutatingtool/add/", {
-        "pattern": "Kubectl/*", "vm_arg": "node", "platform": "linux", "description": "kubectl on a node",
-        "enabled": "on",
-    })
+    resp = admin_client.post(
+        "/admin/catalog/mutatingtool/add/",
+        {
+            "pattern": "Kubectl/*",
+            "vm_arg": "node",
+            "platform": "linux",
+            "description": "kubectl on a node",
+            "enabled": "on",
+        },
+    )
     assert resp.status_code == 302, resp.content
     tool = MutatingTool.objects.get(pattern="kubectl/*")
     assert tool.added_by == "alice" and tool.added_by_kind == "user"
@@ -33,18 +39,30 @@ def test_adding_an_entry_in_the_admin_is_audited_as_the_user(admin_client: Clien
 
 
 def test_a_malformed_entry_is_shown_as_a_form_error(admin_client: Client) -> None:
-    resp = admin_client.post("/admin/catalog/mutatingtool/add/", {
-        "pattern": "not a tool", "vm_arg": "host", "platform": "any", "description": "x", "enabled": "on",
-    })
+    resp = admin_client.post(
+        "/admin/catalog/mutatingtool/add/",
+        {
+            "pattern": "not a tool",
+            "vm_arg": "host",
+            "platform": "any",
+            "description": "x",
+            "enabled": "on",
+        },
+    )
     assert resp.status_code == 200 and b"is not a catalog entry" in resp.content
     assert not AuditEvent.objects.exists()
 
 
 def test_changing_and_deleting_in_the_admin_go_through_the_services(admin_client: Client) -> None:
     tool = MutatingTool.objects.get(pattern="smb/write_file")
-    resp = admin_client.post(f"/admin/catalog/mutatingtool/{tool.pk}/change/", {
-        "vm_arg": "server", "platform": "windows", "description": tool.description,
-    })
+    resp = admin_client.post(
+        f"/admin/catalog/mutatingtool/{tool.pk}/change/",
+        {
+            "vm_arg": "server",
+            "platform": "windows",
+            "description": tool.description,
+        },
+    )
     assert resp.status_code == 302, resp.content
     tool.refresh_from_db()
     assert tool.vm_arg == "server" and not tool.enabled
@@ -61,12 +79,28 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
     first = admin_client.post(url, {"action": "classify_mutating", "_selected_action": [s.pk]})
     assert first.status_code == 200
     assert b"docker_host" in first.content and b"Add to the catalog" in first.content
-    missing = admin_client.post(url, {"action": "classify_mutating", "_selected_action": [s.pk], "apply": "1",
-                                      f"s{s.pk}-platform": "linux", f"s{s.pk}-description": "docker"})
+    missing = admin_client.post(
+        url,
+        {
+            "action": "classify_mutating",
+            "_selected_action": [s.pk],
+            "apply": "1",
+            f"s{s.pk}-platform": "linux",
+            f"s{s.pk}-description": "docker",
+        },
+    )
     assert missing.status_code == 200 and b"choose the argument" in missing.content
-    done = admin_client.post(url, {"action": "classify_mutating", "_selected_action": [s.pk], "apply": "1",
-                                   f"s{s.pk}-vm_arg": "docker_host", f"s{s.pk}-platform": "linux",
-                                   f"s{s.pk}-description": "docker exec on a host"})
+    done = admin_client.post(
+        url,
+        {
+            "action": "classify_mutating",
+            "_selected_action": [s.pk],
+            "apply": "1",
+            f"s{s.pk}-vm_arg": "docker_host",
+            f"s{s.pk}-platform": "linux",
+            f"s{s.pk}-description": "docker exec on a host",
+        },
+    )
     assert done.status_code == 302
     entry = MutatingTool.objects.get(pattern="docker/exec")
     assert entry.vm_arg == "docker_host" and entry.added_by == "alice"
@@ -89,8 +123,15 @@ def test_the_guard_admin_is_read_only_and_filterable(admin_client: Client) -> No
 
 
 def test_an_unusable_vm_argument_is_shown_as_a_form_error(admin_client: Client) -> None:
-    resp = admin_client.post("/admin/catalog/mutatingtool/add/", {
-        "pattern": "x/y", "vm_arg": "two words", "platform": "any", "description": "x", "enabled": "on",
-    })
+    resp = admin_client.post(
+        "/admin/catalog/mutatingtool/add/",
+        {
+            "pattern": "x/y",
+            "vm_arg": "two words",
+            "platform": "any",
+            "description": "x",
+            "enabled": "on",
+        },
+    )
     assert resp.status_code == 200 and b"is not an argument name" in resp.content
     assert not MutatingTool.objects.filter(pattern="x/y").exists()

@@ -59,8 +59,12 @@ def test_it_rejects_malformed_entries(pattern: str) -> None:
 
 @pytest.mark.parametrize(
     ("fields", "message"),
-    [({"vm_arg": ""}, "vm_arg"), ({"vm_arg": "a b"}, "vm_arg"), ({"platform": "mac"}, "platform"),
-     ({"description": " "}, "description")],
+    [
+        ({"vm_arg": ""}, "vm_arg"),
+        ({"vm_arg": "a b"}, "vm_arg"),
+        ({"platform": "mac"}, "platform"),
+        ({"description": " "}, "description"),
+    ],
 )
 def test_it_rejects_bad_fields(fields: dict[str, str], message: str) -> None:
     args = {"pattern": "x/y", "vm_arg": "host", "platform": "any", "description": "d", **fields}

@@ -36,7 +36,9 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
-    assert all(r.status == TaggedCheckpoint.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows)
+    assert all(
+        r.status == TaggedCheckpoint.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows
+    )
     # vpg-app-3 replicates to site-c; the insert still goes through the protected site (site-a).
     assert rows[2].site is not None and rows[2].site.name == "Site A"
     assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1

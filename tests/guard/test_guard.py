@@ -48,8 +48,13 @@ def test_change_ids_are_generated_or_checked() -> None:
 
 @pytest.mark.parametrize(
     ("arguments", "vm"),
-    [({"host": "web01"}, "web01"), ({"host": "root@web01:22"}, "web01"), ({"HOST": "web01.corp"}, "web01.corp"),
-     ({"host": ["db01"]}, "db01"), ({"host": "10.0.0.12"}, "10.0.0.12")],
+    [
+        ({"host": "web01"}, "web01"),
+        ({"host": "root@web01:22"}, "web01"),
+        ({"HOST": "web01.corp"}, "web01.corp"),
+        ({"host": ["db01"]}, "db01"),
+        ({"host": "10.0.0.12"}, "10.0.0.12"),
+    ],
 )
 def test_the_vm_is_read_from_the_entry_s_argument(db: None, arguments: dict[str, Any], vm: str) -> None:
     assert vm_from_arguments(MutatingTool.objects.get(pattern="ssh/exec"), arguments) == vm

@@ -28,8 +28,9 @@ DELAY_S = 6.0
 
 def _timed_out_guard(sim: Any, agent: Any, change_id: str) -> ChangeGuard:
     sim.add_fault("checkpoint_listing_delay", seconds=DELAY_S, count=1)
-    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm="db01", action="edit my.cnf",
-                                        change_id=change_id, timeout_s=1)
+    outcome = checkpoint_request_create(
+        agent_name=agent.name, agent_id=agent.pk, vm="db01", action="edit my.cnf", change_id=change_id, timeout_s=1
+    )
     assert outcome.guard is not None
     guard = wait_finished(outcome.guard)
     assert guard.status == ChangeGuard.Status.FAILED
@@ -82,8 +83,9 @@ def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(
     assert again.vpgs_listed == 0 and again.recorded == 0 and len(_late_events(guard)) == 1
 
     # A recovery by change id, and by default (the newest tagged checkpoint), uses it and says so.
-    by_change = recovery_request_create(agent=agent, vm="db01", path="/etc/my.cnf", reason="undo",
-                                        change_id="chg-late-1")
+    by_change = recovery_request_create(
+        agent=agent, vm="db01", path="/etc/my.cnf", reason="undo", change_id="chg-late-1"
+    )
     assert by_change.checkpoint_identifier == row.checkpoint_identifier
     assert by_change.checkpoint_listed_late_at == row.listed_late_at
     requested = AuditEvent.objects.get(action="recoveries.request.requested", target_id=str(by_change.pk))
@@ -107,7 +109,9 @@ def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, worke
     assert checkpoints_listed_late_sweep().recorded == 1
 
 
-def test_a_guard_past_the_horizon_is_not_looked_at(sim: Any, sites: Any, agent: Any, worker: Any, settings: Any) -> None:
+def test_a_guard_past_the_horizon_is_not_looked_at(
+    sim: Any, sites: Any, agent: Any, worker: Any, settings: Any
+) -> None:
     guard = _timed_out_guard(sim, agent, "chg-late-3")
     _wait_listed_on_zvm(sim, guard)
     TaggedCheckpoint.objects.filter(guard=guard).update(insert_started_at=guard.requested_at.replace(year=2020))
@@ -127,8 +131,9 @@ def test_a_recovery_over_mcp_finds_the_late_checkpoint_itself(
 
     async def ask() -> Any:
         async with mcp_client(token) as client:
-            return await client.call_tool("zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf",
-                                                                 "reason": "undo", "change_id": "chg-late-4"})
+            return await client.call_tool(
+                "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "undo", "change_id": "chg-late-4"}
+            )
 
     result = asyncio.run(ask())
 

@@ -28,9 +28,18 @@ def test_it_guards_a_listed_tool_and_streams_progress(
     sim.add_fault("checkpoint_listing_delay", seconds=1)
     agent, token = agent_token
     progress: list[Any] = []
-    result = _call(mcp_client, token, "zerto_guard_before_mutate",
-                   {"tool": "ssh/exec", "arguments": {"host": "root@web01", "command": "vi /etc/nginx/nginx.conf"},
-                    "action": "edit nginx.conf", "change_id": "CHG-7"}, progress)
+    result = _call(
+        mcp_client,
+        token,
+        "zerto_guard_before_mutate",
+        {
+            "tool": "ssh/exec",
+            "arguments": {"host": "root@web01", "command": "vi /etc/nginx/nginx.conf"},
+            "action": "edit nginx.conf",
+            "change_id": "CHG-7",
+        },
+        progress,
+    )
     assert not result.is_error, result.content
     out = result.structured_content
     assert out["ok"] is True and out["guarded"] is True and out["status"] == "ok"
@@ -48,8 +57,12 @@ def test_it_passes_an_unlisted_tool_through_and_records_the_sighting(
     mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
     agent, token = agent_token
-    result = _call(mcp_client, token, "zerto_guard_before_mutate",
-                   {"tool": "fs/read_file", "arguments": {"path": "/etc/hosts"}, "action": "read hosts"})
+    result = _call(
+        mcp_client,
+        token,
+        "zerto_guard_before_mutate",
+        {"tool": "fs/read_file", "arguments": {"path": "/etc/hosts"}, "action": "read hosts"},
+    )
     out = result.structured_content
     assert out["ok"] is True and out["guarded"] is False and out["status"] == "pass_through"
     sighting = ToolSighting.objects.get(tool="fs/read_file")
@@ -58,8 +71,12 @@ def test_it_passes_an_unlisted_tool_through_and_records_the_sighting(
 
 
 def test_a_listed_tool_without_its_vm_argument_is_an_error(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
-    result = _call(mcp_client, agent_token[1], "zerto_guard_before_mutate",
-                   {"tool": "winrm/run_ps", "arguments": {"script": "Set-Content ..."}, "action": "edit web.config"})
+    result = _call(
+        mcp_client,
+        agent_token[1],
+        "zerto_guard_before_mutate",
+        {"tool": "winrm/run_ps", "arguments": {"script": "Set-Content ..."}, "action": "edit web.config"},
+    )
     assert result.is_error
     text = result.content[0].text
     assert "winrm/run_ps" in text and "'host'" in text
@@ -71,8 +88,9 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
 ) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1)
     token = agent_token[1]
-    pending = _call(mcp_client, token, "zerto_create_tagged_checkpoint",
-                    {"vm": "db01", "action": "edit my.cnf", "wait": False})
+    pending = _call(
+        mcp_client, token, "zerto_create_tagged_checkpoint", {"vm": "db01", "action": "edit my.cnf", "wait": False}
+    )
     out = pending.structured_content
     # Not finished is not an error (the agent was told to poll), but it says not to proceed yet.
     assert not pending.is_error and pending.content[0].text.startswith("Do not proceed yet:")
@@ -93,11 +111,19 @@ def test_it_refuses_a_vm_protected_from_aws(mcp_sites: Any, agent_token: Any, mc
     assert out["vpgs"][0]["status"] == "refused"
 
 
-def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(mcp_sites: Any, agent_token: Any,
-                                                                      mcp_client: Any) -> None:
-    result = _call(mcp_client, agent_token[1], "zerto_guard_before_mutate",
-                   {"tool": "ssh/exec", "arguments": {"host": "cloud01", "command": "rm -rf /srv/cache"},
-                    "action": "clear the cache"})
+def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(
+    mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
+    result = _call(
+        mcp_client,
+        agent_token[1],
+        "zerto_guard_before_mutate",
+        {
+            "tool": "ssh/exec",
+            "arguments": {"host": "cloud01", "command": "rm -rf /srv/cache"},
+            "action": "clear the cache",
+        },
+    )
     assert result.is_error
     text = result.content[0].text
     assert text.startswith("DO NOT PROCEED: do not make the change to cloud01.") and "AWS" in text.splitlines()[0]
@@ -108,13 +134,17 @@ def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(mcp_sites: 
 
 def test_an_agent_grows_and_reads_the_catalog(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
     agent, token = agent_token
-    added = _call(mcp_client, token, "zerto_add_mutating_tool",
-                  {"tool": "Docker/*", "vm_arg": "host", "description": "Docker commands on a host",
-                   "platform": "linux"}).structured_content
+    added = _call(
+        mcp_client,
+        token,
+        "zerto_add_mutating_tool",
+        {"tool": "Docker/*", "vm_arg": "host", "description": "Docker commands on a host", "platform": "linux"},
+    ).structured_content
     assert added["tool"] == "docker/*" and added["added_by"] == agent.name and added["added_by_kind"] == "agent"
     listing = _call(mcp_client, token, "zerto_list_mutating_tools", {}).structured_content
     assert "docker/*" in [t["tool"] for t in listing["tools"]] and "ssh/exec" in [t["tool"] for t in listing["tools"]]
     assert MutatingTool.objects.get(pattern="docker/*").added_by == agent.name
-    again = _call(mcp_client, token, "zerto_add_mutating_tool",
-                  {"tool": "docker/*", "vm_arg": "host", "description": "again"})
+    again = _call(
+        mcp_client, token, "zerto_add_mutating_tool", {"tool": "docker/*", "vm_arg": "host", "description": "again"}
+    )
     assert again.is_error and "already has an entry" in again.content[0].text

@@ -32,8 +32,9 @@ def test_the_version_is_the_one_of_pyproject() -> None:
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])  # auto: server/discover, which carries serverInfo
-def test_both_eras_advertise_the_same_capabilities_and_the_version(mode: str, mcp_client: Any,
-                                                                  agent_token: Any) -> None:
+def test_both_eras_advertise_the_same_capabilities_and_the_version(
+    mode: str, mcp_client: Any, agent_token: Any
+) -> None:
     async def work(client: Any) -> Any:
         return client.protocol_version, client.server_info, client.server_capabilities
 
@@ -79,8 +80,13 @@ def test_every_tool_has_a_title_and_every_argument_a_description(mcp_client: Any
     hints = {t.name: t.annotations for t in tools}
     for name in ("zerto_guard_before_mutate", "zerto_create_tagged_checkpoint", "zerto_recover_file"):
         assert hints[name].idempotent_hint is False and hints[name].read_only_hint is False, name
-    for name in ("zerto_find_protection", "zerto_checkpoint_status", "zerto_recovery_status",
-                 "zerto_list_flr_sessions", "zerto_list_mutating_tools"):
+    for name in (
+        "zerto_find_protection",
+        "zerto_checkpoint_status",
+        "zerto_recovery_status",
+        "zerto_list_flr_sessions",
+        "zerto_list_mutating_tools",
+    ):
         assert hints[name].read_only_hint is True and hints[name].destructive_hint is False, name
     assert hints["zerto_end_flr_session"].destructive_hint is True
 
@@ -105,8 +111,9 @@ def test_a_wrong_argument_is_one_plain_sentence(mode: str, mcp_client: Any, agen
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
-def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(mode: str, mcp_client: Any,
-                                                                          agent_token: Any) -> None:
+def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(
+    mode: str, mcp_client: Any, agent_token: Any
+) -> None:
     from mcp.shared.exceptions import MCPError
 
     # At 2026-07-28 the tool's name also goes in the Mcp-Name header: uvicorn drops a 64 KiB one.
@@ -114,9 +121,11 @@ def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(mode: 
 
     async def work(client: Any) -> list[Any]:
         errors = []
-        for call in (lambda: client.call_tool("zerto_no_such_tool", {}),
-                     lambda: client.call_tool(huge_name, {}),
-                     lambda: client.get_prompt("no-such-prompt")):
+        for call in (
+            lambda: client.call_tool("zerto_no_such_tool", {}),
+            lambda: client.call_tool(huge_name, {}),
+            lambda: client.get_prompt("no-such-prompt"),
+        ):
             try:
                 await call()
             except MCPError as exc:
@@ -154,10 +163,16 @@ def test_a_huge_method_name_is_answered_with_an_excerpt(mcp_server: Any, agent_t
         assert resp.json()["id"] == 5
 
 
-def test_a_huge_argument_is_not_echoed_in_a_validation_error(mcp_server: Any, mcp_sites: Any,
-                                                              agent_token: Any) -> None:
-    body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-            "params": {"name": "zerto_end_flr_session", "arguments": {"session_id": "x" * 100_000, "confirmed": "y" * 100_000}}}
+def test_a_huge_argument_is_not_echoed_in_a_validation_error(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {
+            "name": "zerto_end_flr_session",
+            "arguments": {"session_id": "x" * 100_000, "confirmed": "y" * 100_000},
+        },
+    }
     resp = post(mcp_server.mcp_url, body, agent_token[1])
     result = _rpc_result(resp)["result"]
     assert result["isError"] is True

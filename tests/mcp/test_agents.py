@@ -90,9 +90,17 @@ def _admin(owner: Any) -> Client:
 
 def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> None:
     client = _admin(owner)
-    resp = client.post("/admin/rewind/agent/add/", {"name": "admin-bot", "owner": owner.pk, "is_active": "on",
-                                                    "description": "made in the admin",
-                                                    "tokens-TOTAL_FORMS": "0", "tokens-INITIAL_FORMS": "0"})
+    resp = client.post(
+        "/admin/rewind/agent/add/",
+        {
+            "name": "admin-bot",
+            "owner": owner.pk,
+            "is_active": "on",
+            "description": "made in the admin",
+            "tokens-TOTAL_FORMS": "0",
+            "tokens-INITIAL_FORMS": "0",
+        },
+    )
     assert resp.status_code == 302, resp.content[:2000]
     agent = Agent.objects.get(name="admin-bot")
     assert AuditEvent.objects.filter(action="agent.created", target_id=str(agent.pk)).exists()
@@ -102,8 +110,12 @@ def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> No
     token = page.split("will not be shown again: ", 1)[1].split("<", 1)[0].strip()
     assert hashlib.sha256(token.encode()).hexdigest() == row.token_hash
     # Shown once: neither the token nor its hash appears on any later page.
-    for url in ("/admin/rewind/agent/", f"/admin/rewind/agent/{agent.pk}/change/", "/admin/rewind/agenttoken/",
-                f"/admin/rewind/agenttoken/{row.pk}/change/"):
+    for url in (
+        "/admin/rewind/agent/",
+        f"/admin/rewind/agent/{agent.pk}/change/",
+        "/admin/rewind/agenttoken/",
+        f"/admin/rewind/agenttoken/{row.pk}/change/",
+    ):
         later = client.get(url).content.decode()
         assert token not in later and row.token_hash not in later
 
@@ -111,8 +123,9 @@ def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> No
 def test_the_admin_revokes_tokens(owner: Any) -> None:
     agent = agent_create(actor=ACTOR, name="bot", owner=owner)
     row = agent_token_issue(actor=ACTOR, agent=agent).row
-    resp = _admin(owner).post("/admin/rewind/agenttoken/", {"action": "revoke", "_selected_action": [row.pk]},
-                              follow=True)
+    resp = _admin(owner).post(
+        "/admin/rewind/agenttoken/", {"action": "revoke", "_selected_action": [row.pk]}, follow=True
+    )
     assert resp.status_code == 200
     row.refresh_from_db()
     assert row.revoked_at is not None

@@ -22,8 +22,15 @@ def _writer_lets_go_of_the_database() -> Any:
 
 def _pending(i: int) -> _Pending:
     loop = asyncio.new_event_loop()
-    return _Pending(Actor.agent("bot"), "mcp.tool.called", ("mcp.tool", "t"),
-                    {"tool": "t", "arguments": {"n": i, "password": "hunter2"}}, f"req-{i:08d}", loop, loop.create_future())
+    return _Pending(
+        Actor.agent("bot"),
+        "mcp.tool.called",
+        ("mcp.tool", "t"),
+        {"tool": "t", "arguments": {"n": i, "password": "hunter2"}},
+        f"req-{i:08d}",
+        loop,
+        loop.create_future(),
+    )
 
 
 def test_a_batch_continues_the_chain_in_order(db: None) -> None:
@@ -42,9 +49,18 @@ def test_a_batch_continues_the_chain_in_order(db: None) -> None:
 
 def test_the_writer_returns_once_every_row_is_committed(transactional_db: None) -> None:
     async def many() -> None:
-        await asyncio.gather(*(audit_writer.record(actor=Actor.agent("bot"), action="mcp.tool.called",
-                                                   target=("mcp.tool", "t"), data={"n": i}, request_id=f"req-{i:08d}")
-                               for i in range(30)))
+        await asyncio.gather(
+            *(
+                audit_writer.record(
+                    actor=Actor.agent("bot"),
+                    action="mcp.tool.called",
+                    target=("mcp.tool", "t"),
+                    data={"n": i},
+                    request_id=f"req-{i:08d}",
+                )
+                for i in range(30)
+            )
+        )
 
     run(many())
     assert AuditEvent.objects.filter(action="mcp.tool.called").count() == 30
@@ -57,9 +73,16 @@ def test_bad_rows_fail_alone(transactional_db: None) -> None:
             raise ValueError("no text")
 
     async def mixed() -> list[Any]:
-        calls = [audit_writer.record(actor=Actor.agent("bot"), action="mcp.tool.called", target=("mcp.tool", "t"),
-                                     data={"n": i, "bad": Unserializable() if i == 3 else 0}, request_id=f"req-{i:08d}")
-                 for i in range(6)]
+        calls = [
+            audit_writer.record(
+                actor=Actor.agent("bot"),
+                action="mcp.tool.called",
+                target=("mcp.tool", "t"),
+                data={"n": i, "bad": Unserializable() if i == 3 else 0},
+                request_id=f"req-{i:08d}",
+            )
+            for i in range(6)
+        ]
         return await asyncio.gather(*calls, return_exceptions=True)
 
     outcomes = run(mixed())

@@ -24,9 +24,16 @@ def _config_json(client: str) -> dict[str, object]:
     return json.loads(client_config(client, url=URL, token=TOKEN).config)
 
 
-@pytest.mark.parametrize(("client", "servers_key"), [("claude-desktop", "mcpServers"), ("vscode", "servers"),
-                                                     ("cursor", "mcpServers"), ("opencode", "mcp"),
-                                                     ("json", "mcpServers")])
+@pytest.mark.parametrize(
+    ("client", "servers_key"),
+    [
+        ("claude-desktop", "mcpServers"),
+        ("vscode", "servers"),
+        ("cursor", "mcpServers"),
+        ("opencode", "mcp"),
+        ("json", "mcpServers"),
+    ],
+)
 def test_each_json_configuration_parses_and_names_the_server(client: str, servers_key: str) -> None:
     data = _config_json(client)
     entry = data[servers_key]["zerto-rewind"]  # type: ignore[index]
@@ -56,8 +63,17 @@ def test_claude_desktop_bridges_stdio_to_the_remote_server() -> None:
 
 def test_claude_code_gets_a_command_line_that_splits_into_the_right_arguments() -> None:
     config = client_config("claude-code", url=URL, token=TOKEN)
-    assert shlex.split(config.config) == ["claude", "mcp", "add", "--transport", "http", "zerto-rewind", URL,
-                                          "--header", f"Authorization: Bearer {TOKEN}"]
+    assert shlex.split(config.config) == [
+        "claude",
+        "mcp",
+        "add",
+        "--transport",
+        "http",
+        "zerto-rewind",
+        URL,
+        "--header",
+        f"Authorization: Bearer {TOKEN}",
+    ]
     assert "~/.claude/skills/" in config.as_text()
 
 
@@ -96,8 +112,9 @@ def test_mcpconfig_issues_a_token_and_its_output_connects_a_client(
 
     assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= anyio.run(tool_names)
     # A second run for the same agent issues another token; the first one keeps working.
-    call_command("mcpconfig", "cfg-bot", "--client", "cursor", "--url", mcp_server.mcp_url,
-                 stdout=StringIO(), stderr=StringIO())
+    call_command(
+        "mcpconfig", "cfg-bot", "--client", "cursor", "--url", mcp_server.mcp_url, stdout=StringIO(), stderr=StringIO()
+    )
     assert AgentToken.objects.filter(agent__name="cfg-bot").count() == 2
 
 

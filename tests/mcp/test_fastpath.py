@@ -59,8 +59,9 @@ def _all_calls(sim: Any) -> dict[str, dict[str, int]]:
     return {slug: sim.calls(slug) for slug in ("site-a", "site-b", "site-c", "site-aws")}
 
 
-def test_cached_lookup_answers_nothing_before_warming(sim: Any, two_sites: Any, monkeypatch: Any,
-                                                     django_assert_num_queries: Any) -> None:
+def test_cached_lookup_answers_nothing_before_warming(
+    sim: Any, two_sites: Any, monkeypatch: Any, django_assert_num_queries: Any
+) -> None:
     resolver = RecordingResolver()
     monkeypatch.setattr("rewind.protection.lookup.dns_resolver", resolver)
     fingerprint = sites_fingerprint()
@@ -70,8 +71,9 @@ def test_cached_lookup_answers_nothing_before_warming(sim: Any, two_sites: Any, 
     assert _all_calls(sim) == before and resolver.asked == []
 
 
-def test_cached_lookup_returns_what_find_protection_returned(sim: Any, two_sites: Any, monkeypatch: Any,
-                                                            django_assert_num_queries: Any) -> None:
+def test_cached_lookup_returns_what_find_protection_returned(
+    sim: Any, two_sites: Any, monkeypatch: Any, django_assert_num_queries: Any
+) -> None:
     queries = ["web01", "db01", sim.vm("web01")["identifier"], sim.vm("db01")["identifier"], "DB01"]
     expected = {q: find_protection(q, resolver=RecordingResolver()) for q in queries}
     resolver = RecordingResolver()
@@ -104,7 +106,8 @@ def test_cached_lookup_never_resolves_a_hostname(sim: Any, two_sites: Any, monke
 
 
 def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expires(
-        sim: Any, two_sites: Any, settings: Any, monkeypatch: Any) -> None:
+    sim: Any, two_sites: Any, settings: Any, monkeypatch: Any
+) -> None:
     settings.REWIND_LOOKUP_CACHE_S = 1.0
     now = [1000.0]
     monkeypatch.setattr(protection_state.cache, "clock", lambda: now[0])
@@ -145,8 +148,9 @@ def test_cached_lookup_misses_once_a_site_changed(sim: Any, two_sites: Any) -> N
 
 
 # --- a site change is seen by the next MCP call ---------------------------------------------
-def test_a_disabled_site_is_seen_by_the_next_tool_call(sim: Any, mcp_sites: Any, agent_token: Any,
-                                                      mcp_client: Any) -> None:
+def test_a_disabled_site_is_seen_by_the_next_tool_call(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
     from rewind.sites import site_update
 
     _, token = agent_token
@@ -350,8 +354,9 @@ async def _tool_call(writer: AuditWriter, i: int, work: asyncio.Event | None = N
             await work.wait()
         else:
             await asyncio.sleep(0)
-    await writer.record(actor=Actor.agent("bot"), action="mcp.tool.called", target=("mcp.tool", "t"),
-                        data={"n": i}, request_id=rid)
+    await writer.record(
+        actor=Actor.agent("bot"), action="mcp.tool.called", target=("mcp.tool", "t"), data={"n": i}, request_id=rid
+    )
     return await run_db(lambda: AuditEvent.objects.filter(request_id=rid).exists())
 
 
@@ -368,8 +373,9 @@ def test_concurrent_calls_are_chained_in_fewer_batches(transactional_db: None, w
     assert len(writer.batches) < n
 
 
-def test_the_writer_holds_a_batch_while_other_calls_run(transactional_db: None, writer: CountingWriter,
-                                                        monkeypatch: Any) -> None:
+def test_the_writer_holds_a_batch_while_other_calls_run(
+    transactional_db: None, writer: CountingWriter, monkeypatch: Any
+) -> None:
     # A window no test could time out on: the batch is flushed because the calls ended, not the clock.
     monkeypatch.setattr(auditlog, "GATHER_WINDOW_S", 3600.0)
     n = 6
@@ -392,8 +398,9 @@ def test_the_writer_holds_a_batch_while_other_calls_run(transactional_db: None, 
     assert [r.data["n"] for r in rows] == list(range(n))
 
 
-def test_a_lone_call_does_not_wait_for_the_window(transactional_db: None, writer: CountingWriter,
-                                                  monkeypatch: Any) -> None:
+def test_a_lone_call_does_not_wait_for_the_window(
+    transactional_db: None, writer: CountingWriter, monkeypatch: Any
+) -> None:
     # Were a lone call held for the window, it would not complete before the (loose) bound.
     monkeypatch.setattr(auditlog, "GATHER_WINDOW_S", 3600.0)
 

@@ -125,8 +125,7 @@ def test_it_marks_a_recovery_site_that_is_not_configured(two_sites: Any) -> None
     assert app3.can_insert_checkpoint  # the protected site's ZVM is what inserts
 
 
-def test_a_vm_whose_own_site_answered_is_complete_and_names_the_site_it_could_not_ask(
-        sim: Any, two_sites: Any) -> None:
+def test_a_vm_whose_own_site_answered_is_complete_and_names_the_site_it_could_not_ask(sim: Any, two_sites: Any) -> None:
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
     found = find_protection("db01")  # protected at Site A, which answered
     assert [v.name for v in found.vpgs] == ["vpg-db"]
@@ -140,8 +139,7 @@ def test_a_vm_whose_own_site_could_not_be_asked_is_refused_naming_it(sim: Any, t
     assert caught.value.sites == ("Site B",)
 
 
-def test_a_vm_no_answering_site_knows_names_the_sites_not_asked_instead_of_not_found(
-        sim: Any, two_sites: Any) -> None:
+def test_a_vm_no_answering_site_knows_names_the_sites_not_asked_instead_of_not_found(sim: Any, two_sites: Any) -> None:
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
     with pytest.raises(SitesUnavailableError, match="could not be asked.*Site B"):
         find_protection("no-such-vm", resolver=lambda host: [])
@@ -161,12 +159,23 @@ def test_it_sends_the_bound_request_id_to_the_zvm(db: None) -> None:
     from rewind.audit import Actor
     from rewind.sites import site_create
 
-    row = {"VmIdentifier": "srv.vm-1", "VmName": "solo01", "VpgIdentifier": "vpg-1", "VpgName": "vpg-solo",
-           "Status": 1, "SubStatus": 0, "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
-           "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"}, "EnabledActions": {"IsFlrEnabled": True}}
+    row = {
+        "VmIdentifier": "srv.vm-1",
+        "VmName": "solo01",
+        "VpgIdentifier": "vpg-1",
+        "VpgName": "vpg-solo",
+        "Status": 1,
+        "SubStatus": 0,
+        "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
+        "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"},
+        "EnabledActions": {"IsFlrEnabled": True},
+    }
     for zvm in serve():
         zvm.routes[("GET", "/v1/vms")] = (200, [row])
-        zvm.routes[("GET", "/v1/localsite")] = (200, {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"})
+        zvm.routes[("GET", "/v1/localsite")] = (
+            200,
+            {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"},
+        )
         zvm.routes[("GET", "/v1/peersites")] = (200, [])
         zvm.routes[("GET", "/v1/vpgs/statuses")] = (200, ["Initializing", "MeetingSLA"])
         zvm.routes[("GET", "/v1/vpgs/substatuses")] = (200, ["None", "InitialSync"])

@@ -102,8 +102,9 @@ def test_a_database_count_gives_a_call_back_after_the_interval(transactional_db:
     assert limiter.take_now("bot") == pytest.approx(30.0)
 
 
-def test_without_the_database_it_counts_per_process_and_says_so(transactional_db: None, monkeypatch: Any,
-                                                                 caplog: pytest.LogCaptureFixture) -> None:
+def test_without_the_database_it_counts_per_process_and_says_so(
+    transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
     from django.db import OperationalError
 
     limiter = DbRateLimiter(per_minute=2)
@@ -118,8 +119,9 @@ def test_without_the_database_it_counts_per_process_and_says_so(transactional_db
     assert [r.getMessage() for r in caplog.records][0].startswith("rate limits are counted per process")
 
 
-def test_the_endpoint_counts_once_for_two_workers_without_redis(tmp_path: Any, transactional_db: None,
-                                                                 sim: Any) -> None:
+def test_the_endpoint_counts_once_for_two_workers_without_redis(
+    tmp_path: Any, transactional_db: None, sim: Any
+) -> None:
     from tests.conftest import test_database_url
     from tests.mcpfixtures import register_sites
 
@@ -137,16 +139,21 @@ def test_the_endpoint_counts_once_for_two_workers_without_redis(tmp_path: Any, t
     assert "counted per process" not in log
 
 
-def test_the_endpoint_counts_in_redis_when_it_is_configured(tmp_path: Any, transactional_db: None, sim: Any,
-                                                            redis_url: str) -> None:
+def test_the_endpoint_counts_in_redis_when_it_is_configured(
+    tmp_path: Any, transactional_db: None, sim: Any, redis_url: str
+) -> None:
     from tests.conftest import test_database_url
     from tests.mcpfixtures import register_sites
 
     register_sites(sim, {"Site A": "site-a"})
     agent, token = make_agent_token()
     limit = 3
-    with run_uvicorn(tmp_path, database_url=test_database_url(), workers=2,
-                     env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": redis_url}) as server:
+    with run_uvicorn(
+        tmp_path,
+        database_url=test_database_url(),
+        workers=2,
+        env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": redis_url},
+    ) as server:
         statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(limit + 3)]
     # Each call comes on a new connection, which either worker may take: together they allow the limit.
     assert statuses == [200] * limit + [429] * 3

@@ -20,14 +20,21 @@ LEGACY = "2025-11-25"
 
 
 def _call_body(vm: str = "web01", rpc_id: int = 1) -> dict[str, Any]:
-    return {"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call",
-            "params": {"name": "zerto_find_protection", "arguments": {"vm": vm}}}
+    return {
+        "jsonrpc": "2.0",
+        "id": rpc_id,
+        "method": "tools/call",
+        "params": {"name": "zerto_find_protection", "arguments": {"vm": vm}},
+    }
 
 
 def post(url: str, body: Any, token: str | None = None, **headers: str) -> httpx2.Response:
     """One handshake-era stateless POST (no initialize needed on a stateless server)."""
-    base = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": LEGACY}
+    base = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": LEGACY,
+    }
     if token is not None:
         base["Authorization"] = f"Bearer {token}"
     content = body if isinstance(body, (bytes, str)) else json.dumps(body)
@@ -104,9 +111,10 @@ def test_it_refuses_a_foreign_origin(mcp_server: Any, agent_token: Any) -> None:
     assert resp.status_code == 403
 
 
-def test_it_accepts_an_allowed_host_on_any_port_and_its_origin(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1], Host="localhost:1234",
-                Origin="http://localhost:3000")
+def test_it_accepts_an_allowed_host_on_any_port_and_its_origin(
+    mcp_server: Any, mcp_sites: Any, agent_token: Any
+) -> None:
+    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1], Host="localhost:1234", Origin="http://localhost:3000")
     assert resp.status_code == 200
 
 
@@ -137,8 +145,9 @@ def test_it_rate_limits_an_agent(tmp_path: Any, transactional_db: None, sim: Any
     _, token = make_agent_token()
     _, other = make_agent_token()
     limit = 3
-    with run_uvicorn(tmp_path, database_url=test_database_url(), workers=1,
-                     env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit)}) as server:
+    with run_uvicorn(
+        tmp_path, database_url=test_database_url(), workers=1, env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit)}
+    ) as server:
         statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(limit + 2)]
         assert statuses[:limit] == [200] * limit
         refused = post(server.mcp_url, _call_body(rpc_id=99), token)
@@ -158,4 +167,8 @@ def test_the_python_client_reports_a_refused_token(mode: str, mcp_client: Any, t
 
     with pytest.raises(BaseException) as caught:
         run(connect())
-    assert "401" in repr(caught.value) or "error response" in repr(caught.value).lower() or "Unauthorized" in repr(caught.value)
+    assert (
+        "401" in repr(caught.value)
+        or "error response" in repr(caught.value).lower()
+        or "Unauthorized" in repr(caught.value)
+    )

@@ -29,7 +29,9 @@ async def _find(mcp_client: Any, token: str, mode: str, vm: str) -> tuple[str, A
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_it_finds_protection_in_both_protocol_eras(mode: str, mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+def test_it_finds_protection_in_both_protocol_eras(
+    mode: str, mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
     _, token = agent_token
     # Several calls, so both uvicorn workers serve some without sticky sessions.
     for _ in range(4):
@@ -40,24 +42,30 @@ def test_it_finds_protection_in_both_protocol_eras(mode: str, mcp_sites: Any, ag
     assert version in expected
 
 
-def test_it_lists_both_vpgs_of_a_vm_once_though_two_sites_list_it(sim: Any, mcp_sites: Any, agent_token: Any,
-                                                                     mcp_client: Any) -> None:
+def test_it_lists_both_vpgs_of_a_vm_once_though_two_sites_list_it(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
     _, token = agent_token
     _, result = run(_find(mcp_client, token, "auto", "web01"))
     out = result.structured_content
     assert out["vm_identifier"] == sim.vm("web01")["identifier"]
     assert sorted(v["name"] for v in out["vpgs"]) == ["vpg-web", "vpg-web-dr"]
     web = next(v for v in out["vpgs"] if v["name"] == "vpg-web")
-    assert web["protected_site"] == {"identifier": mcp_sites["Site A"].identifier, "name": "Site A", "type": "VCenter",
-                                     "configured_here": True}
+    assert web["protected_site"] == {
+        "identifier": mcp_sites["Site A"].identifier,
+        "name": "Site A",
+        "type": "VCenter",
+        "configured_here": True,
+    }
     assert web["recovery_site"]["name"] == "Site B" and web["recovery_site"]["configured_here"] is True
     assert web["status_name"] == "MeetingSLA"
     assert web["flr_enabled"] is True
     assert web["can_insert_checkpoint"] is True and web["cannot_insert_reason"] is None
 
 
-def test_it_describes_the_tool_with_an_output_schema_and_read_only_hints(mcp_sites: Any, agent_token: Any,
-                                                                           mcp_client: Any) -> None:
+def test_it_describes_the_tool_with_an_output_schema_and_read_only_hints(
+    mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
     async def tools() -> Any:
         async with mcp_client(agent_token[1], "auto") as client:
             return client.instructions, (await client.list_tools()).tools
@@ -75,7 +83,9 @@ def test_it_answers_an_unknown_vm_with_a_tool_error(mcp_sites: Any, agent_token:
     assert "no protected VM matches 'no-such-vm'" in result.content[0].text
 
 
-def test_it_lists_the_candidates_of_an_ambiguous_name(sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
+def test_it_lists_the_candidates_of_an_ambiguous_name(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
     _, result = run(_find(mcp_client, agent_token[1], "2026-07-28", "dup01"))
     assert result.is_error
     text = result.content[0].text
@@ -112,10 +122,16 @@ def test_it_masks_secrets_in_audited_arguments(mcp_sites: Any, agent_token: Any,
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])
-def test_it_serves_the_typescript_sdk_client(mode: str, node_mcp_client: Any, mcp_server: Any, mcp_sites: Any,
-                                            agent_token: Any) -> None:
-    done = subprocess.run(["node", "client_v2.mjs", mcp_server.mcp_url, agent_token[1], mode, "app01"],
-                          cwd=node_mcp_client, capture_output=True, text=True, timeout=60)
+def test_it_serves_the_typescript_sdk_client(
+    mode: str, node_mcp_client: Any, mcp_server: Any, mcp_sites: Any, agent_token: Any
+) -> None:
+    done = subprocess.run(
+        ["node", "client_v2.mjs", mcp_server.mcp_url, agent_token[1], mode, "app01"],
+        cwd=node_mcp_client,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     out = json.loads(done.stdout.strip().splitlines()[-1])
     assert "error" not in out, out
     assert out["protocolVersion"] == ("2026-07-28" if mode == "auto" else "2025-11-25")
@@ -152,19 +168,30 @@ def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any,
     assert _rpc_result(resp)["result"]["structuredContent"]["vpgs"][0]["name"] == "vpg-win"
 
 
-def test_the_zvm_sees_the_request_id_of_the_audited_call(transactional_db: None, agent_token: Any,
-                                                         mcp_client: Any) -> None:
+def test_the_zvm_sees_the_request_id_of_the_audited_call(
+    transactional_db: None, agent_token: Any, mcp_client: Any
+) -> None:
     from rewind.audit import Actor
     from rewind.sites import site_create
     from tests.zvm.localzvm import serve
 
     agent, token = agent_token
-    row = {"VmIdentifier": "srv.vm-7", "VmName": "solo07", "VpgIdentifier": "vpg-7", "VpgName": "vpg-solo",
-           "Status": 1, "SubStatus": 0, "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
-           "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"}}
+    row = {
+        "VmIdentifier": "srv.vm-7",
+        "VmName": "solo07",
+        "VpgIdentifier": "vpg-7",
+        "VpgName": "vpg-solo",
+        "Status": 1,
+        "SubStatus": 0,
+        "ProtectedSite": {"identifier": "site-x", "type": "LocalSiteApi"},
+        "RecoverySite": {"identifier": "site-y", "type": "PeerSiteApi"},
+    }
     for zvm in serve():
         zvm.routes[("GET", "/v1/vms")] = (200, [row])
-        zvm.routes[("GET", "/v1/localsite")] = (200, {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"})
+        zvm.routes[("GET", "/v1/localsite")] = (
+            200,
+            {"SiteIdentifier": "site-x", "SiteName": "X", "SiteType": "VCenter"},
+        )
         zvm.routes[("GET", "/v1/peersites")] = (200, [])
         zvm.routes[("GET", "/v1/vpgs/statuses")] = (200, ["Initializing", "MeetingSLA"])
         zvm.routes[("GET", "/v1/vpgs/substatuses")] = (200, ["None"])

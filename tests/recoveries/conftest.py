@@ -69,13 +69,21 @@ def agent(people: People) -> Agent:
     return Agent.objects.create(name="fixer", owner=people.owner)
 
 
-def insert_tagged_checkpoint(sim: Any, sites: dict[str, Site], vm: str, change_id: str, agent_name: str = "fixer") -> ChangeGuard:
+def insert_tagged_checkpoint(
+    sim: Any, sites: dict[str, Site], vm: str, change_id: str, agent_name: str = "fixer"
+) -> ChangeGuard:
     """What the guard does, done by hand: one tagged checkpoint per VPG, recorded as listed."""
     info = sim.vm(vm)
     tag = f"ai:{agent_name} | edit | vm={vm} | change={change_id} | {timezone.now():%Y-%m-%dT%H:%M:%SZ}"
     guard = ChangeGuard.objects.create(
-        agent_name=agent_name, action="edit", vm_identifier=info["identifier"], vm_name=info["name"],
-        change_id=change_id, tag=tag, status=ChangeGuard.Status.OK, timeout_s=60,
+        agent_name=agent_name,
+        action="edit",
+        vm_identifier=info["identifier"],
+        vm_name=info["name"],
+        change_id=change_id,
+        tag=tag,
+        status=ChangeGuard.Status.OK,
+        timeout_s=60,
     )
     for vpg in info["vpgs"]:
         client = site_client(sites[vpg["protected"]])
@@ -84,11 +92,15 @@ def insert_tagged_checkpoint(sim: Any, sites: dict[str, Site], vm: str, change_i
         _wait(lambda: client.get_task(task_id).completed)  # noqa: B023
         found = _wait(lambda: next((c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag), None))  # noqa: B023
         ChangeGuardVpg.objects.create(
-            guard=guard, vpg_identifier=vpg["identifier"], vpg_name=vpg["name"], site=sites[vpg["protected"]],
+            guard=guard,
+            vpg_identifier=vpg["identifier"],
+            vpg_name=vpg["name"],
+            site=sites[vpg["protected"]],
             protected_site_identifier=sites[vpg["protected"]].identifier,
             recovery_site_identifier=sites[vpg["recovery"]].identifier,
             recovery_site_name=sites[vpg["recovery"]].name,
-            checkpoint_identifier=found.identifier, checkpoint_timestamp=found.timestamp,
+            checkpoint_identifier=found.identifier,
+            checkpoint_timestamp=found.timestamp,
             status=ChangeGuardVpg.Status.LISTED,
         )
     return guard
@@ -106,6 +118,7 @@ def _wait(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
 
 def wait_finished(recovery: RecoveryRequest, timeout: float = 180.0) -> RecoveryRequest:
     """Wait until the worker finished the run (a bound on a hang, not a speed check)."""
+
     def done() -> bool:
         recovery.refresh_from_db()
         return recovery.status in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED)
@@ -128,6 +141,14 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
     return {
         **browser_type_launch_args,
         "executable_path": "/usr/bin/chromium",
-        "args": ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        "args": [
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+        ],
     }

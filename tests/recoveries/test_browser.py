@@ -18,7 +18,9 @@ pytestmark = [
 ]
 
 
-def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(live_server, worker, page, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(
+    live_server, worker, page, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     tagged("web01")
     sim.set_file("web01", "/etc/hostname", text="wrong\n")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="the agent clobbered it")
@@ -30,8 +32,15 @@ def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(live_server,
     page.click("input[type=submit]")
     page.wait_for_url(f"**{review}")
     facts = page.inner_text("#recovery-facts")
-    for expected in ("web01", "/etc/hostname", recovery.vpg_name, "Site B", recovery.checkpoint_tag, "fixer",
-                     "the agent clobbered it"):
+    for expected in (
+        "web01",
+        "/etc/hostname",
+        recovery.vpg_name,
+        "Site B",
+        recovery.checkpoint_tag,
+        "fixer",
+        "the agent clobbered it",
+    ):
         assert expected in facts
 
     page.click("#approve")
@@ -54,7 +63,9 @@ def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(live_server,
     assert Path(recovery.stored_path).read_text() == "web01\n"
 
 
-def test_a_person_ends_another_operators_session_behind_a_confirmation(live_server, page, sim, sites, people, settings: Any) -> None:  # type: ignore[no-untyped-def]
+def test_a_person_ends_another_operators_session_behind_a_confirmation(
+    live_server, page, sim, sites, people, settings: Any
+) -> None:  # type: ignore[no-untyped-def]
     from django.contrib.auth.models import Permission
 
     from rewind.models import AuditEvent

@@ -33,7 +33,9 @@ def _live_ids(sim: Any, slug: str) -> set[str]:
     return {s["session_id"] for s in sim.sessions(slug) if s["status"] != "UnmountInProgress"}
 
 
-def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
+    worker, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     tagged("db01")
     sim.add_fault("unmount_fail", site="site-b", count=1)
     recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
@@ -50,7 +52,9 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     assert report.unmounted == 1
     assert _live_ids(sim, "site-b") == set()
     assert AuditEvent.objects.filter(action="recoveries.session.reaped", target_id=str(row.pk)).exists()
-    _wait(lambda: recoveries_reap().vanished == 1 or FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED)
+    _wait(
+        lambda: recoveries_reap().vanished == 1 or FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
+    )
     assert FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
 
 
@@ -66,7 +70,9 @@ def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim
     assert _live_ids(sim, "site-b") == set()
 
 
-def test_the_reaper_finds_a_mount_whose_id_was_never_learned(transactional_db, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_the_reaper_finds_a_mount_whose_id_was_never_learned(
+    transactional_db, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     """A runner that died between sending the mount and recording its id: the row has the
     snapshot but no id. The reaper finds the new session (same VM/VPG/checkpoint, not in the
     snapshot) and unmounts it, leaving the other operator's session on the same checkpoint alone."""
@@ -76,12 +82,17 @@ def test_the_reaper_finds_a_mount_whose_id_was_never_learned(transactional_db, s
     client = site_client(sites["site-b"])
     snapshot = [s.identifier for s in client.list_flr_sessions(vm_id=recovery.vm_identifier)]
     row = FlrSession.objects.create(
-        site=sites["site-b"], recovery=recovery, vm_identifier=recovery.vm_identifier,
-        vpg_identifier=recovery.vpg_identifier, checkpoint_identifier=recovery.checkpoint_identifier,
-        snapshot_ids=snapshot, status=FlrSession.Status.UNKNOWN,
+        site=sites["site-b"],
+        recovery=recovery,
+        vm_identifier=recovery.vm_identifier,
+        vpg_identifier=recovery.vpg_identifier,
+        checkpoint_identifier=recovery.checkpoint_identifier,
+        snapshot_ids=snapshot,
+        status=FlrSession.Status.UNKNOWN,
     )
-    lost = client.flr_mount(vpg_id=recovery.vpg_identifier, vm_id=recovery.vm_identifier,
-                            checkpoint_id=recovery.checkpoint_identifier)
+    lost = client.flr_mount(
+        vpg_id=recovery.vpg_identifier, vm_id=recovery.vm_identifier, checkpoint_id=recovery.checkpoint_identifier
+    )
     assert _live_ids(sim, "site-b") == {foreign, lost}
 
     report = recoveries_reap()

@@ -24,7 +24,9 @@ def _live(sim: Any, slug: str) -> list[dict[str, Any]]:
     return [s for s in sim.sessions(slug) if s["status"] != "UnmountInProgress"]
 
 
-def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
+    worker, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     old = sim.read_file("web01", "/etc/nginx/nginx.conf")
     tagged("web01", "chg-nginx")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken by the agent\n")
@@ -45,9 +47,17 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(worker
     assert _live(sim, "site-b") == []
     session = FlrSession.objects.get(recovery=recovery)
     assert session.status == FlrSession.Status.ENDED and session.session_id == recovery.unmount_session_id
-    actions = set(AuditEvent.objects.filter(target_id__in=[str(recovery.pk), str(session.pk)]).values_list("action", flat=True))
-    assert {"recoveries.request.requested", "recoveries.request.approved", "recoveries.session.mounted",
-            "recoveries.file.downloaded", "recoveries.session.unmounted", "recoveries.request.succeeded"} <= actions
+    actions = set(
+        AuditEvent.objects.filter(target_id__in=[str(recovery.pk), str(session.pk)]).values_list("action", flat=True)
+    )
+    assert {
+        "recoveries.request.requested",
+        "recoveries.request.approved",
+        "recoveries.session.mounted",
+        "recoveries.file.downloaded",
+        "recoveries.session.unmounted",
+        "recoveries.request.succeeded",
+    } <= actions
 
 
 def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
@@ -63,10 +73,14 @@ def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, ta
 
 @pytest.mark.parametrize(
     ("path", "normalized", "flr_path"),
-    [("C:\\inetpub\\web.config", "C:/inetpub/web.config", "partition#2 NTFS/inetpub/web.config"),
-     ("d:\\DATA\\report.csv", "D:/DATA/report.csv", "partition#3 NTFS/data/report.csv")],
+    [
+        ("C:\\inetpub\\web.config", "C:/inetpub/web.config", "partition#2 NTFS/inetpub/web.config"),
+        ("d:\\DATA\\report.csv", "D:/DATA/report.csv", "partition#3 NTFS/data/report.csv"),
+    ],
 )
-def test_it_recovers_a_windows_path_skipping_system_reserved(worker, sim, sites, people, agent, tagged, path, normalized, flr_path) -> None:  # type: ignore[no-untyped-def]
+def test_it_recovers_a_windows_path_skipping_system_reserved(
+    worker, sim, sites, people, agent, tagged, path, normalized, flr_path
+) -> None:  # type: ignore[no-untyped-def]
     old = sim.read_file("win01", path)
     tagged("win01")
     sim.set_file("win01", path, text="clobbered")
@@ -83,7 +97,9 @@ def test_it_recovers_a_windows_path_skipping_system_reserved(worker, sim, sites,
     ("path", "message"),
     [("/etc", "not a file"), ("/etc/nope.conf", "does not exist")],
 )
-def test_it_fails_clearly_for_a_directory_or_an_absent_file(worker, sim, sites, people, agent, tagged, path, message) -> None:  # type: ignore[no-untyped-def]
+def test_it_fails_clearly_for_a_directory_or_an_absent_file(
+    worker, sim, sites, people, agent, tagged, path, message
+) -> None:  # type: ignore[no-untyped-def]
     tagged("db01")
     recovery = _request(agent, "db01", path)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
@@ -116,7 +132,9 @@ def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people,
     assert not FlrSession.objects.filter(recovery=recovery).exists()
 
 
-def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
+    worker, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
     tagged("web01")
@@ -129,7 +147,9 @@ def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(worker, s
     assert Path(recovery.stored_path).read_bytes() == b"on the boot partition"
 
 
-def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
+    worker, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     sim.delete_file("web01", "/etc/fstab")
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")

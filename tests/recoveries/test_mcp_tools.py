@@ -52,14 +52,24 @@ def _poll_status(mcp_client: Any, token: str, recovery_id: int) -> dict[str, Any
     raise AssertionError("the recovery did not finish")
 
 
-def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(worker, mcp_server, mcp_client, sim, sites, people, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
+    worker, mcp_server, mcp_client, sim, sites, people, tagged
+) -> None:  # type: ignore[no-untyped-def]
     agent, token = make_agent_token()
     old = sim.read_file("web01", "/etc/nginx/nginx.conf")
     tagged("web01", "chg-9", agent_name=agent.name)
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="oops\n")
 
-    asked = _ok(run(_call(mcp_client, token, "zerto_recover_file",
-                          {"vm": "web01", "path": "/etc/nginx/nginx.conf", "reason": "nginx broke", "change_id": "chg-9"})))
+    asked = _ok(
+        run(
+            _call(
+                mcp_client,
+                token,
+                "zerto_recover_file",
+                {"vm": "web01", "path": "/etc/nginx/nginx.conf", "reason": "nginx broke", "change_id": "chg-9"},
+            )
+        )
+    )
     assert asked["status"] == "pending"
     assert asked["approval_url"].endswith(f"/admin/recoveries/recoveryrequest/{asked['id']}/review/")
     assert asked["checkpoint"]["change_id"] == "chg-9"
@@ -87,7 +97,9 @@ def test_no_tool_lets_an_agent_approve(mcp_server, mcp_client, agent_token) -> N
     assert not [n for n in run(names()) if "approve" in n or "deny" in n]
 
 
-def test_bad_input_is_a_tool_error_and_records_nothing(transactional_db, mcp_server, mcp_client, sim, sites, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_is_a_tool_error_and_records_nothing(
+    transactional_db, mcp_server, mcp_client, sim, sites, tagged
+) -> None:  # type: ignore[no-untyped-def]
     agent, token = make_agent_token()
     tagged("web01", agent_name=agent.name)
     for path in ("etc/hostname", "/etc/../shadow", ""):
@@ -96,7 +108,9 @@ def test_bad_input_is_a_tool_error_and_records_nothing(transactional_db, mcp_ser
     assert RecoveryRequest.objects.count() == 0
 
 
-def test_wait_streams_progress_until_a_large_file_is_ready_by_url(worker, mcp_server, mcp_client, sim, sites, people, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
+    worker, mcp_server, mcp_client, sim, sites, people, tagged
+) -> None:  # type: ignore[no-untyped-def]
     agent, token = make_agent_token()
     size = 3 * 1024 * 1024 + 17
     sim.set_file("db01", "/srv/dump.bin", size=size, seed=3)
@@ -105,8 +119,15 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(worker, mcp_se
     progress: list[Any] = []
 
     async def scenario() -> Any:
-        call = asyncio.create_task(_call(mcp_client, token, "zerto_recover_file",
-                                         {"vm": "db01", "path": "/srv/dump.bin", "reason": "restore", "wait": True}, progress))
+        call = asyncio.create_task(
+            _call(
+                mcp_client,
+                token,
+                "zerto_recover_file",
+                {"vm": "db01", "path": "/srv/dump.bin", "reason": "restore", "wait": True},
+                progress,
+            )
+        )
         while not RecoveryRequest.objects.exists():
             await asyncio.sleep(0.2)
         recovery = await asyncio.to_thread(RecoveryRequest.objects.get)
@@ -126,13 +147,17 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(worker, mcp_se
     assert requests.get(url, headers={"Authorization": f"Bearer {other}"}, timeout=60).status_code == 404
 
 
-def test_sessions_are_listed_everywhere_and_agents_end_only_ours(worker, mcp_server, mcp_client, sim, sites, people, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_sessions_are_listed_everywhere_and_agents_end_only_ours(
+    worker, mcp_server, mcp_client, sim, sites, people, tagged
+) -> None:  # type: ignore[no-untyped-def]
     agent, token = make_agent_token()
     tagged("db01", agent_name=agent.name)
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
     edge = sim.open_foreign_session("site-b", "edge01", "vpg-edge")
     sim.add_fault("unmount_fail", site="site-b", count=1)
-    asked = _ok(run(_call(mcp_client, token, "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "x"})))
+    asked = _ok(
+        run(_call(mcp_client, token, "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "x"}))
+    )
     recovery_request_approve(recovery_id=asked["id"], user=people.approver)
     done = _poll_status(mcp_client, token, asked["id"])
     assert done["status"] == "succeeded" and done["result"]["unmount"]["ok"] is False

@@ -66,12 +66,23 @@ def more_people(people: Any) -> dict[str, User]:
 
 def _request(agent: Any, tagged: Any) -> RecoveryRequest:
     tagged("web01")
-    return recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="hostname got lost\nafter edit")
+    return recovery_request_create(
+        agent=agent, vm="web01", path="/etc/hostname", reason="hostname got lost\nafter edit"
+    )
 
 
 @pytest.mark.django_db
 def test_a_new_request_mails_every_approver_but_the_agents_owner(
-    sim, sites, people, more_people, agent, tagged, eager, mailoutbox, settings, django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    sim,
+    sites,
+    people,
+    more_people,
+    agent,
+    tagged,
+    eager,
+    mailoutbox,
+    settings,
+    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
 ) -> None:
     settings.REWIND_APPROVER_EMAILS = ["oncall@example.com", "ALICE@example.com", "olivia@example.com"]
     settings.EMAIL_HOST_PASSWORD = "smtp-secret-42"
@@ -84,12 +95,27 @@ def test_a_new_request_mails_every_approver_but_the_agents_owner(
     # Not olivia (owns the agent, even though the extra list names her), mallory (no
     # permission), gone (inactive), nomail (no address), outside (not staff).
     assert sorted(a.casefold() for a in mail.to) == [
-        "alice@example.com", "bob@example.com", "carol@example.com", "oncall@example.com", "root@example.com",
+        "alice@example.com",
+        "bob@example.com",
+        "carol@example.com",
+        "oncall@example.com",
+        "root@example.com",
     ]
     review = f"{django_settings.REWIND_PUBLIC_URL}/admin/recoveries/recoveryrequest/{recovery.pk}/review/"
-    for words in ("web01", recovery.vm_identifier, "/etc/hostname", "fixer", "hostname got lost", "after edit",
-                  recovery.checkpoint_tag, recovery.checkpoint_identifier, "vpg-web", "Site B",
-                  f"{recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC", review):
+    for words in (
+        "web01",
+        recovery.vm_identifier,
+        "/etc/hostname",
+        "fixer",
+        "hostname got lost",
+        "after edit",
+        recovery.checkpoint_tag,
+        recovery.checkpoint_identifier,
+        "vpg-web",
+        "Site B",
+        f"{recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC",
+        review,
+    ):
         assert words in mail.body, words
     assert "web01" in mail.subject and "/etc/hostname" in mail.subject and "\n" not in mail.subject
     assert mail.from_email == django_settings.REWIND_MAIL_FROM
@@ -101,7 +127,14 @@ def test_a_new_request_mails_every_approver_but_the_agents_owner(
 
 @pytest.mark.django_db
 def test_a_mail_outage_is_retried_a_bounded_number_of_times_then_audited(
-    sim, sites, people, agent, tagged, eager, settings, django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    sim,
+    sites,
+    people,
+    agent,
+    tagged,
+    eager,
+    settings,
+    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
 ) -> None:
     with socket.socket() as s:  # a port nobody listens on: every connection is refused
         s.bind(("127.0.0.1", 0))
@@ -123,7 +156,14 @@ def test_a_mail_outage_is_retried_a_bounded_number_of_times_then_audited(
 
 @pytest.mark.django_db
 def test_nothing_is_mailed_for_a_decided_request_or_without_recipients(
-    sim, sites, people, agent, tagged, mailoutbox, settings, caplog,  # type: ignore[no-untyped-def]
+    sim,
+    sites,
+    people,
+    agent,
+    tagged,
+    mailoutbox,
+    settings,
+    caplog,  # type: ignore[no-untyped-def]
 ) -> None:
     recovery = _request(agent, tagged)
     User.objects.exclude(pk=people.owner.pk).update(email="")
@@ -141,7 +181,13 @@ def test_nothing_is_mailed_for_a_decided_request_or_without_recipients(
 
 @pytest.mark.django_db
 def test_without_a_mail_server_nothing_is_sent_and_the_log_says_so(
-    sim, sites, people, agent, tagged, settings, caplog,  # type: ignore[no-untyped-def]
+    sim,
+    sites,
+    people,
+    agent,
+    tagged,
+    settings,
+    caplog,  # type: ignore[no-untyped-def]
 ) -> None:
     settings.EMAIL_BACKEND = "recoveries.mailbackend.NoMailBackend"
     recovery = _request(agent, tagged)
@@ -151,7 +197,9 @@ def test_without_a_mail_server_nothing_is_sent_and_the_log_says_so(
     assert not AuditEvent.objects.filter(action__in=[NOTIFIED, FAILED]).exists()
 
 
-def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(
+    worker, sim, sites, people, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     recovery = _request(agent, tagged)
     # The worker runs with the deployment's mail settings: no EMAIL_HOST, no DEBUG → no mail.
     args = re.compile(rf"^\"?[\[(]\s*{recovery.pk}\s*,")  # the repr of the arguments, stored as JSON
@@ -167,17 +215,23 @@ def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(work
 
 @pytest.mark.parametrize(
     ("env", "expected"),
-    [({}, "recoveries.mailbackend.NoMailBackend"),
-     ({"DJANGO_DEBUG": "true"}, "django.core.mail.backends.console.EmailBackend"),
-     ({"EMAIL_HOST": "smtp.example.com"}, "django.core.mail.backends.smtp.EmailBackend"),
-     ({"REWIND_APPROVER_EMAILS": "ok@example.com, not an address"}, "REWIND_APPROVER_EMAILS"),
-     ({"EMAIL_PORT": "smtp"}, "EMAIL_PORT must be an integer")],
+    [
+        ({}, "recoveries.mailbackend.NoMailBackend"),
+        ({"DJANGO_DEBUG": "true"}, "django.core.mail.backends.console.EmailBackend"),
+        ({"EMAIL_HOST": "smtp.example.com"}, "django.core.mail.backends.smtp.EmailBackend"),
+        ({"REWIND_APPROVER_EMAILS": "ok@example.com, not an address"}, "REWIND_APPROVER_EMAILS"),
+        ({"EMAIL_PORT": "smtp"}, "EMAIL_PORT must be an integer"),
+    ],
 )
 def test_mail_settings_are_read_strictly(tmp_path: Any, env: dict[str, str], expected: str) -> None:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("EMAIL_", "REWIND_", "DJANGO_"))}
     code = "import django; django.setup(); from django.conf import settings; print(settings.EMAIL_BACKEND)"
     proc = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=django_settings.BASE_DIR,
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=django_settings.BASE_DIR,
         env={**keep, "DJANGO_SETTINGS_MODULE": "rewind.settings", "REWIND_VAR_DIR": str(tmp_path), **env},
     )
     assert expected in proc.stdout + proc.stderr

@@ -27,9 +27,16 @@ def _mount_ours(sim: Any, sites: dict[str, Any], count: int) -> list[FlrSession]
     rows = []
     for _ in range(count):
         sid = client.flr_mount(vpg_id=vpg["identifier"], vm_id=info["identifier"], checkpoint_id=checkpoint)
-        rows.append(FlrSession.objects.create(site=sites["site-b"], session_id=sid, vm_identifier=info["identifier"],
-                                              vpg_identifier=vpg["identifier"], checkpoint_identifier=checkpoint,
-                                              status=FlrSession.Status.MOUNTED))
+        rows.append(
+            FlrSession.objects.create(
+                site=sites["site-b"],
+                session_id=sid,
+                vm_identifier=info["identifier"],
+                vpg_identifier=vpg["identifier"],
+                checkpoint_identifier=checkpoint,
+                status=FlrSession.Status.MOUNTED,
+            )
+        )
     return rows
 
 

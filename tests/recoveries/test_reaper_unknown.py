@@ -84,8 +84,9 @@ def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(  # type:
 ) -> None:
     """The ZVM answered 500 but created the session afterwards: the sweep adopts and unmounts it."""
     row = _failed_mount(sim, agent, people, tagged)
-    late = site_client(sites["site-b"]).flr_mount(vpg_id=row.vpg_identifier, vm_id=row.vm_identifier,
-                                                  checkpoint_id=row.checkpoint_identifier)
+    late = site_client(sites["site-b"]).flr_mount(
+        vpg_id=row.vpg_identifier, vm_id=row.vm_identifier, checkpoint_id=row.checkpoint_identifier
+    )
 
     report = recoveries_reap(now=_later())
 

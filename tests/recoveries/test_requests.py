@@ -25,9 +25,25 @@ pytestmark = pytest.mark.django_db
 
 @pytest.mark.parametrize(
     "path",
-    ["", "   ", "etc/hostname", "./etc/hostname", "/etc/../etc/shadow", "/etc/./hostname", "/", "/etc/nginx/",
-     "\\etc\\hostname", "/etc\\nginx.conf", "C:", "C:\\", "C:\\inetpub\\..\\x", "\\\\server\\share\\f", "/etc/\x00x",
-     "C:\\a\\b?.txt", None],
+    [
+        "",
+        "   ",
+        "etc/hostname",
+        "./etc/hostname",
+        "/etc/../etc/shadow",
+        "/etc/./hostname",
+        "/",
+        "/etc/nginx/",
+        "\\etc\\hostname",
+        "/etc\\nginx.conf",
+        "C:",
+        "C:\\",
+        "C:\\inetpub\\..\\x",
+        "\\\\server\\share\\f",
+        "/etc/\x00x",
+        "C:\\a\\b?.txt",
+        None,
+    ],
 )
 def test_it_refuses_bad_paths(path: Any) -> None:
     with pytest.raises(GuestPathError):
@@ -36,8 +52,12 @@ def test_it_refuses_bad_paths(path: Any) -> None:
 
 @pytest.mark.parametrize(
     ("path", "normalized", "os"),
-    [("/etc/nginx/nginx.conf", "/etc/nginx/nginx.conf", "linux"), ("//etc//hostname", "/etc/hostname", "linux"),
-     ("C:\\inetpub\\web.config", "C:/inetpub/web.config", "windows"), ("d:/data/report.csv", "D:/data/report.csv", "windows")],
+    [
+        ("/etc/nginx/nginx.conf", "/etc/nginx/nginx.conf", "linux"),
+        ("//etc//hostname", "/etc/hostname", "linux"),
+        ("C:\\inetpub\\web.config", "C:/inetpub/web.config", "windows"),
+        ("d:/data/report.csv", "D:/data/report.csv", "windows"),
+    ],
 )
 def test_it_normalizes_good_paths(path: str, normalized: str, os: str) -> None:
     parsed = parse_guest_path(path)
@@ -85,8 +105,12 @@ def test_a_vm_without_any_tagged_checkpoint_needs_an_explicit_one(sim, sites, ag
 def test_the_checkpoint_is_bound_by_change_id_tag_or_latest(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
     first = tagged("app01", "chg-1")
     second = tagged("app01", "chg-2")
-    by_change = recovery_request_create(agent=agent, vm="app01", path="/etc/app/app.conf", reason="x", change_id="chg-1")
-    by_tag = recovery_request_create(agent=agent, vm="app01", path="/etc/app/app.conf", reason="x", checkpoint=first.tag)
+    by_change = recovery_request_create(
+        agent=agent, vm="app01", path="/etc/app/app.conf", reason="x", change_id="chg-1"
+    )
+    by_tag = recovery_request_create(
+        agent=agent, vm="app01", path="/etc/app/app.conf", reason="x", checkpoint=first.tag
+    )
     latest = recovery_request_create(agent=agent, vm="app01", path="/etc/app/app.conf", reason="x")
     assert by_change.checkpoint_tag == by_tag.checkpoint_tag == first.tag
     assert by_tag.checkpoint_source == "tag" and by_change.checkpoint_source == "change_id"
@@ -150,7 +174,9 @@ def test_the_reaper_expires_stale_pending_requests(pending) -> None:  # type: ig
     assert pending.status == RecoveryRequest.Status.EXPIRED
 
 
-def test_a_second_approver_must_be_someone_else(sim, sites, agent, tagged, people, settings, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+def test_a_second_approver_must_be_someone_else(
+    sim, sites, agent, tagged, people, settings, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
     settings.REWIND_RECOVERY_SECOND_APPROVER = True
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
@@ -174,6 +200,7 @@ def test_deny_is_audited_and_final(pending, people) -> None:  # type: ignore[no-
 
 
 # --- REST API -------------------------------------------------------------------------------
+
 
 def test_an_agent_token_can_never_approve(pending, agent) -> None:  # type: ignore[no-untyped-def]
     token = agent_token_issue(actor=Actor.system("tests"), agent=agent).token
@@ -230,12 +257,25 @@ def test_the_download_url_works_for_the_requesting_agent_only(pending, people, a
 
 # --- admin ----------------------------------------------------------------------------------
 
-def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmation(pending, people, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+
+def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmation(
+    pending, people, django_capture_on_commit_callbacks
+) -> None:  # type: ignore[no-untyped-def]
     client = Client()
     client.force_login(people.approver)
     review = reverse("admin:recoveries_recoveryrequest_review", args=[pending.pk])
     page = client.get(review).content.decode()
-    for expected in ("web01", "/etc/hostname", pending.vpg_name, "Site B", pending.checkpoint_tag, "fixer", "hostname got lost", "Approve", "Deny"):
+    for expected in (
+        "web01",
+        "/etc/hostname",
+        pending.vpg_name,
+        "Site B",
+        pending.checkpoint_tag,
+        "fixer",
+        "hostname got lost",
+        "Approve",
+        "Deny",
+    ):
         assert expected in page
     confirm = reverse("admin:recoveries_recoveryrequest_decide", args=[pending.pk, "approve"])
     assert "Yes, approve" in client.get(confirm).content.decode()
@@ -305,8 +345,14 @@ def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tm
         stored = tmp_path / f"f{len(data)}"
         stored.write_bytes(data)
         RecoveryRequest.objects.filter(pk=pending.pk).update(
-            status="succeeded", ok=True, stored_path=str(stored), size=len(data), sha256=hashlib.sha256(data).hexdigest(),
-            unmount_ok=False, unmount_session_id="s-1", unmount_warning="the unmount failed: boom",
+            status="succeeded",
+            ok=True,
+            stored_path=str(stored),
+            size=len(data),
+            sha256=hashlib.sha256(data).hexdigest(),
+            unmount_ok=False,
+            unmount_session_id="s-1",
+            unmount_warning="the unmount failed: boom",
         )
         return RecoveryRequest.objects.get(pk=pending.pk)
 

@@ -39,14 +39,20 @@ def _succeeded(agent: Any, tagged: Any, storage: Path, *, days_ago: float, chang
     (folder / "hostname").write_bytes(data)
     (folder / ".0123.part").write_bytes(b"left by a crashed download")
     RecoveryRequest.objects.filter(pk=recovery.pk).update(
-        status="succeeded", ok=True, stored_path=str(folder / "hostname"), size=len(data),
-        sha256=hashlib.sha256(data).hexdigest(), finished_at=timezone.now() - timedelta(days=days_ago),
+        status="succeeded",
+        ok=True,
+        stored_path=str(folder / "hostname"),
+        size=len(data),
+        sha256=hashlib.sha256(data).hexdigest(),
+        finished_at=timezone.now() - timedelta(days=days_ago),
     )
     return RecoveryRequest.objects.get(pk=recovery.pk)
 
 
 @pytest.mark.django_db
-def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(sim, sites, agent, tagged, storage, people, settings) -> None:  # type: ignore[no-untyped-def]
+def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(
+    sim, sites, agent, tagged, storage, people, settings
+) -> None:  # type: ignore[no-untyped-def]
     settings.REWIND_RECOVERED_RETENTION_DAYS = 7
     old = _succeeded(agent, tagged, storage, days_ago=8)
     recent = _succeeded(agent, tagged, storage, days_ago=6, change_id="chg-2")
@@ -101,7 +107,9 @@ def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, ag
     assert recoveries_reap().purged_results == 1
 
 
-def test_a_real_recovery_is_purged_after_the_retention_period(worker, sim, sites, people, agent, tagged, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_real_recovery_is_purged_after_the_retention_period(
+    worker, sim, sites, people, agent, tagged, settings
+) -> None:  # type: ignore[no-untyped-def]
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)

@@ -40,10 +40,16 @@ BAD_CALLS = [
     ("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "edit", "wait": "no"}, "wait"),
     ("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "edit", "change_id": 12}, "change_id"),
     ("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "edit", "change_id": ""}, "change_id"),
-    ("zerto_guard_before_mutate", {"tool": "ssh/exec", "arguments": {"host": "web01"}, "action": "edit",
-                                   "wait": 0}, "wait"),
-    ("zerto_guard_before_mutate", {"tool": "ssh/exec", "arguments": {"host": "web01"}, "action": "edit",
-                                   "change_id": True}, "change_id"),
+    (
+        "zerto_guard_before_mutate",
+        {"tool": "ssh/exec", "arguments": {"host": "web01"}, "action": "edit", "wait": 0},
+        "wait",
+    ),
+    (
+        "zerto_guard_before_mutate",
+        {"tool": "ssh/exec", "arguments": {"host": "web01"}, "action": "edit", "change_id": True},
+        "change_id",
+    ),
     ("zerto_recover_file", {"vm": "web01", "path": "/etc/hostname", "reason": "x", "change_id": "  "}, "change_id"),
     ("zerto_recover_file", {"vm": "web01", "path": "/etc/hostname", "reason": "x", "checkpoint": ""}, "checkpoint"),
     ("zerto_recover_file", {"vm": "web01", "path": "/etc/hostname", "reason": "x", "change_id": 1}, "change_id"),
@@ -53,8 +59,11 @@ BAD_CALLS = [
 
 def _snapshot(sim: Any) -> tuple[Any, ...]:
     calls = {slug: sim.calls(slug) for slug in SLUGS}
-    rows = (ChangeGuard.objects.count(), RecoveryRequest.objects.count(),
-            sorted(FlrSession.objects.values_list("pk", "status")))
+    rows = (
+        ChangeGuard.objects.count(),
+        RecoveryRequest.objects.count(),
+        sorted(FlrSession.objects.values_list("pk", "status")),
+    )
     events = list(AuditEvent.objects.exclude(action="mcp.tool.called").values_list("seq", flat=True))
     return calls, rows, events
 
@@ -76,7 +85,9 @@ def test_the_input_schema_shows_the_strict_types(transactional_db, mcp_server, m
     assert timeout["type"] == "number" and timeout["minimum"] == 1 and timeout["maximum"] == 3600
 
 
-@pytest.mark.parametrize(("tool", "args", "argument"), BAD_CALLS, ids=[f"{t}-{a}-{i}" for i, (t, _, a) in enumerate(BAD_CALLS)])
+@pytest.mark.parametrize(
+    ("tool", "args", "argument"), BAD_CALLS, ids=[f"{t}-{a}-{i}" for i, (t, _, a) in enumerate(BAD_CALLS)]
+)
 def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(  # type: ignore[no-untyped-def]
     transactional_db, mcp_server, mcp_client, sim, sites, tool, args, argument
 ) -> None:
@@ -98,15 +109,23 @@ def test_ending_a_session_needs_json_true(transactional_db, mcp_server, mcp_clie
     guard = tagged("db01", agent_name=agent.name)
     vpg = guard.vpgs.get()
     client = site_client(sites["site-b"])
-    session_id = client.flr_mount(vpg_id=vpg.vpg_identifier, vm_id=guard.vm_identifier,
-                                  checkpoint_id=vpg.checkpoint_identifier)
-    row = FlrSession.objects.create(site=sites["site-b"], session_id=session_id, vm_identifier=guard.vm_identifier,
-                                    vpg_identifier=vpg.vpg_identifier, checkpoint_identifier=vpg.checkpoint_identifier,
-                                    status=FlrSession.Status.MOUNTED)
+    session_id = client.flr_mount(
+        vpg_id=vpg.vpg_identifier, vm_id=guard.vm_identifier, checkpoint_id=vpg.checkpoint_identifier
+    )
+    row = FlrSession.objects.create(
+        site=sites["site-b"],
+        session_id=session_id,
+        vm_identifier=guard.vm_identifier,
+        vpg_identifier=vpg.vpg_identifier,
+        checkpoint_identifier=vpg.checkpoint_identifier,
+        status=FlrSession.Status.MOUNTED,
+    )
     before = _snapshot(sim)
 
     for confirmed in ("yes", 1, "true", "True", [True], None):
-        result = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": confirmed}))
+        result = run(
+            _call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": confirmed})
+        )
         assert result.is_error and "confirmed" in result.content[0].text
     refused = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": False}))
     assert refused.is_error and "confirmed=true" in refused.content[0].text

@@ -34,8 +34,9 @@ def variant(request: pytest.FixtureRequest, sim: Any) -> str:
 
 
 def _guarded(agent: Any, vm: str, change_id: str) -> ChangeGuard:
-    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config",
-                                        change_id=change_id, timeout_s=120)
+    outcome = checkpoint_request_create(
+        agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config", change_id=change_id, timeout_s=120
+    )
     assert outcome.guard is not None, outcome.refusal
 
     def finished() -> ChangeGuard | None:
@@ -54,8 +55,12 @@ def _recovered(agent: Any, people: Any, vm: str, path: str, change_id: str) -> R
 
 
 def _no_live_mounts(sim: Any) -> list[dict[str, Any]]:
-    return [s for slug in ("site-a", "site-b", "site-c") for s in sim.sessions(slug)
-            if s["status"] in ("MountInProgress", "MountCompletedSuccessfully")]
+    return [
+        s
+        for slug in ("site-a", "site-b", "site-c")
+        for s in sim.sessions(slug)
+        if s["status"] in ("MountInProgress", "MountCompletedSuccessfully")
+    ]
 
 
 def _assert_recovered(recovery: RecoveryRequest, flr_path: str, expected: bytes) -> None:
@@ -65,36 +70,54 @@ def _assert_recovered(recovery: RecoveryRequest, flr_path: str, expected: bytes)
     assert recovery.unmount_ok is True, recovery.unmount_warning
 
 
-def test_linux_files_come_back_from_root_and_from_a_separate_boot_partition(variant, worker, sim, sites, people, agent) -> None:  # type: ignore[no-untyped-def]
+def test_linux_files_come_back_from_root_and_from_a_separate_boot_partition(
+    variant, worker, sim, sites, people, agent
+) -> None:  # type: ignore[no-untyped-def]
     nginx, grub = sim.read_file("web01", "/etc/nginx/nginx.conf"), sim.read_file("web01", "/boot/grub/grub.cfg")
     _guarded(agent, "web01", "chg-linux")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken by the change\n")
     sim.set_file("web01", "/boot/grub/grub.cfg", text="broken too\n")
 
-    _assert_recovered(_recovered(agent, people, "web01", "/etc/nginx/nginx.conf", "chg-linux"),
-                      "partition#2 Ext4/etc/nginx/nginx.conf", nginx)
-    _assert_recovered(_recovered(agent, people, "web01", "/boot/grub/grub.cfg", "chg-linux"),
-                      "partition#1 Ext4/grub/grub.cfg", grub)
+    _assert_recovered(
+        _recovered(agent, people, "web01", "/etc/nginx/nginx.conf", "chg-linux"),
+        "partition#2 Ext4/etc/nginx/nginx.conf",
+        nginx,
+    )
+    _assert_recovered(
+        _recovered(agent, people, "web01", "/boot/grub/grub.cfg", "chg-linux"), "partition#1 Ext4/grub/grub.cfg", grub
+    )
     assert _no_live_mounts(sim) == []
 
 
 def test_windows_paths_in_any_case_on_c_and_d(variant, worker, sim, sites, people, agent) -> None:  # type: ignore[no-untyped-def]
-    config, report = sim.read_file("win01", "C:\\inetpub\\wwwroot\\Web.config"), sim.read_file("win01", "D:\\data\\report.csv")
+    config, report = (
+        sim.read_file("win01", "C:\\inetpub\\wwwroot\\Web.config"),
+        sim.read_file("win01", "D:\\data\\report.csv"),
+    )
     _guarded(agent, "win01", "chg-win")
     sim.set_file("win01", "C:\\inetpub\\wwwroot\\Web.config", text="clobbered")
     sim.set_file("win01", "D:\\data\\report.csv", text="clobbered")
 
-    _assert_recovered(_recovered(agent, people, "win01", "c:\\INETPUB\\WWWROOT\\Web.Config", "chg-win"),
-                      "partition#2 NTFS/inetpub/wwwroot/Web.config", config)
-    _assert_recovered(_recovered(agent, people, "win01", "D:\\DATA\\Report.CSV", "chg-win"),
-                      "partition#3 NTFS/data/report.csv", report)
+    _assert_recovered(
+        _recovered(agent, people, "win01", "c:\\INETPUB\\WWWROOT\\Web.Config", "chg-win"),
+        "partition#2 NTFS/inetpub/wwwroot/Web.config",
+        config,
+    )
+    _assert_recovered(
+        _recovered(agent, people, "win01", "D:\\DATA\\Report.CSV", "chg-win"),
+        "partition#3 NTFS/data/report.csv",
+        report,
+    )
     assert _no_live_mounts(sim) == []
 
 
 def test_a_missing_file_or_a_folder_is_refused_clearly(variant, worker, sim, sites, people, agent) -> None:  # type: ignore[no-untyped-def]
     _guarded(agent, "web01", "chg-bad")
-    for path, message in (("/etc/nginx/missing.conf", "does not exist"), ("/etc/nginx", "not a file"),
-                          ("/boot/grub/nope.cfg", "does not exist")):
+    for path, message in (
+        ("/etc/nginx/missing.conf", "does not exist"),
+        ("/etc/nginx", "not a file"),
+        ("/boot/grub/nope.cfg", "does not exist"),
+    ):
         recovery = _recovered(agent, people, "web01", path, "chg-bad")
         assert recovery.status == RecoveryRequest.Status.FAILED, path
         assert message in recovery.error, recovery.error

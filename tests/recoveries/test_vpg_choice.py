@@ -17,8 +17,7 @@ APP_CONF = "/etc/app/app.conf"
 
 def _make_unhealthy(sim: Any, site: Site) -> None:
     """A real failed identity check: the ZVM answers 503 on /v1/localsite, then recovers."""
-    sim.add_fault("http_error", site=site.base_url.rstrip("/").rsplit("/", 1)[-1], status=503,
-                  path_regex="localsite")
+    sim.add_fault("http_error", site=site.base_url.rstrip("/").rsplit("/", 1)[-1], status=503, path_regex="localsite")
     try:
         assert not site_check(site=site).ok
     finally:
@@ -69,7 +68,9 @@ def test_a_healthy_site_beats_a_newer_change_on_an_unhealthy_one(sim, sites, age
     assert explicit.vpg_name == "vpg-app-1"
 
 
-def test_a_disabled_recovery_site_is_never_chosen_and_an_unhealthy_one_is_a_last_resort(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_disabled_recovery_site_is_never_chosen_and_an_unhealthy_one_is_a_last_resort(
+    sim, sites, agent, tagged
+) -> None:  # type: ignore[no-untyped-def]
     tagged("app01", "chg-1")
     site_update(actor=Actor.system("tests"), site=sites["site-b"], enabled=False)
     _make_unhealthy(sim, sites["site-c"])

@@ -118,16 +118,24 @@ def test_it_masks_secrets() -> None:
     event = audit_record(
         actor=Actor.user("alice"),
         action="test.masked",
-        data={"password": "hunter2", "nested": {"client_secret": "s3", "ok": "visible"}, "auth": "Bearer abc.def",
-              "args": ["rwd_" + "x" * 30]},
+        data={
+            "password": "hunter2",
+            "nested": {"client_secret": "s3", "ok": "visible"},
+            "auth": "Bearer abc.def",
+            "args": ["rwd_" + "x" * 30],
+        },
     )
     event.refresh_from_db()
     flat = str(event.data)
     assert "hunter2" not in flat and "s3" not in flat and "abc.def" not in flat and "xxxxxxxx" not in flat
     assert event.data["nested"]["ok"] == "visible"
     assert mask_secrets({"token": None}) == {"token": None}
-    assert mask_secrets([" BEARER  abc ", "RWD_" + "y" * 24, "bearerish", "rwd_short"]) == \
-        ["***", "***", "bearerish", "rwd_short"]
+    assert mask_secrets([" BEARER  abc ", "RWD_" + "y" * 24, "bearerish", "rwd_short"]) == [
+        "***",
+        "***",
+        "bearerish",
+        "rwd_short",
+    ]
 
 
 @pytest.mark.django_db(transaction=True)
@@ -170,8 +178,15 @@ def test_concurrent_appends_leave_one_unbroken_chain() -> None:
 
 @pytest.mark.django_db
 def test_what_is_hashed_is_what_the_database_gives_back() -> None:
-    odd = {"ratio": 0.1, "big": 2**63, "nan": float("nan"), "inf": float("-inf"), "pair": ("a", 1),
-           "nested": {3: None, "when": timezone.now()}, "unicode": "café ✓"}
+    odd = {
+        "ratio": 0.1,
+        "big": 2**63,
+        "nan": float("nan"),
+        "inf": float("-inf"),
+        "pair": ("a", 1),
+        "nested": {3: None, "when": timezone.now()},
+        "unicode": "café ✓",
+    }
     event = audit_record(actor=Actor.system(), action="test.odd_values", data=odd)
     assert event.data["nan"] == "nan" and event.data["inf"] == "-inf"  # not JSON numbers: kept as text
     assert event.data["pair"] == ["a", 1] and event.data["nested"]["3"] is None

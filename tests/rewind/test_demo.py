@@ -42,11 +42,17 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port, sim_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(port), REWIND_SIM_PORT=str(sim_port))
-    subprocess.run([sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120
+    )
     log = (tmp_path / "run.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "manage.py", "runstack", "--workers", "1"],
-        cwd=settings.BASE_DIR, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        cwd=settings.BASE_DIR,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     try:
         deadline = time.monotonic() + 90

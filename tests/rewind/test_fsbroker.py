@@ -38,8 +38,12 @@ def queue_folder(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def channel(queue_folder: Path) -> Iterator[Any]:
-    options = {"data_folder_in": str(queue_folder), "data_folder_out": str(queue_folder),
-               "control_folder": str(queue_folder.parent / "control"), "store_processed": False}
+    options = {
+        "data_folder_in": str(queue_folder),
+        "data_folder_out": str(queue_folder),
+        "control_folder": str(queue_folder.parent / "control"),
+        "store_processed": False,
+    }
     with Connection("filesystem://", transport=Transport, transport_options=options) as conn:
         yield conn.default_channel
 
@@ -64,7 +68,8 @@ def test_the_embedded_broker_uses_it(tmp_path: Path) -> None:
         "from rewind.celery import app\n"
         "with app.connection_for_write() as conn: print(type(conn.transport).__module__)\n"
     )
-    result = subprocess.run([sys.executable, "-c", probe], cwd=settings.BASE_DIR, env=env,
-                            capture_output=True, text=True, timeout=60)
+    result = subprocess.run(
+        [sys.executable, "-c", probe], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().splitlines()[-1] == Transport.__module__

@@ -18,7 +18,12 @@ def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     clean.pop("REDIS_URL", None)
     clean.update({"REWIND_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "rewind.settings", **env})
     return subprocess.run(
-        [sys.executable, "manage.py", "check"], cwd=settings.BASE_DIR, env=clean, capture_output=True, text=True, timeout=60
+        [sys.executable, "manage.py", "check"],
+        cwd=settings.BASE_DIR,
+        env=clean,
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
 
 
@@ -65,9 +70,15 @@ def test_it_reads_secrets_from_files(tmp_path: Path) -> None:
     result = subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); from rewind.crypto import encrypt; encrypt('x')"],
         cwd=settings.BASE_DIR,
-        env={**os.environ, "REWIND_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "rewind.settings",
-             "REWIND_ENCRYPTION_KEY_FILE": str(key_file)},
-        capture_output=True, text=True, timeout=60,
+        env={
+            **os.environ,
+            "REWIND_VAR_DIR": str(tmp_path / "var"),
+            "DJANGO_SETTINGS_MODULE": "rewind.settings",
+            "REWIND_ENCRYPTION_KEY_FILE": str(key_file),
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
     )
     assert result.returncode != 0
     assert "REWIND_ENCRYPTION_KEY" in result.stderr
@@ -76,7 +87,13 @@ def test_it_reads_secrets_from_files(tmp_path: Path) -> None:
 
 def test_database_urls(tmp_path: Path) -> None:
     pg = database_from_url("DATABASE_URL", "postgres://u:p%40ss@db.example:5433/rewind", var_dir=tmp_path)
-    assert (pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == ("rewind", "u", "p@ss", "db.example", "5433")
+    assert (pg["NAME"], pg["USER"], pg["PASSWORD"], pg["HOST"], pg["PORT"]) == (
+        "rewind",
+        "u",
+        "p@ss",
+        "db.example",
+        "5433",
+    )
     absolute = database_from_url("DATABASE_URL", "sqlite:////data/rewind.sqlite3", var_dir=tmp_path)
     assert str(absolute["NAME"]) == "/data/rewind.sqlite3"
     relative = database_from_url("DATABASE_URL", "sqlite:///rewind.sqlite3", var_dir=tmp_path)

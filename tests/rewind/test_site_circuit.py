@@ -87,7 +87,8 @@ def _trial_due_now(store: str, site: Site) -> None:
 
 
 def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_probe_closes_it(
-        sim: Any, sites: dict[str, Site], store: str, settings: Any) -> None:
+    sim: Any, sites: dict[str, Site], store: str, settings: Any
+) -> None:
     # A probe period far longer than the test: no trial may fall due on a slow machine, so
     # every call below is refused without reaching the hung site.
     settings.ZVM_CIRCUIT_PROBE_S = 600
@@ -128,7 +129,8 @@ def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_prob
 
 
 def test_a_probe_that_fails_keeps_it_open_and_one_trial_per_period_is_let_through(
-        sim: Any, sites: dict[str, Site], store: str, settings: Any) -> None:
+    sim: Any, sites: dict[str, Site], store: str, settings: Any
+) -> None:
     settings.ZVM_CIRCUIT_PROBE_S = 600  # periods far longer than the test: trials come only when brought forward
     settings.ZVM_CIRCUIT_PROBE_MAX_S = 1200
     c = sites["site-c"]
@@ -148,8 +150,9 @@ def test_a_probe_that_fails_keeps_it_open_and_one_trial_per_period_is_let_throug
 
 
 def test_rejected_stored_credentials_open_the_circuit_and_say_so(sim: Any, store: str) -> None:
-    site = site_create(actor=ADMIN, name="Site A", base_url=sim.site_url("site-a"), username="admin",
-                       password="not-the-password")
+    site = site_create(
+        actor=ADMIN, name="Site A", base_url=sim.site_url("site-a"), username="admin", password="not-the-password"
+    )
     client = site_client(site)
     for _ in range(3):  # ZVM_CIRCUIT_FAILURES
         with pytest.raises(ZvmAuthError, match="rejected the credentials"):

@@ -96,8 +96,16 @@ def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:  # type: ig
     assert site.password_encrypted not in page and "zerto" not in page.split("id_password")[1][:200]
     response = client.post(
         f"/admin/rewind/site/{site.pk}/change/",
-        {"name": "Site A", "base_url": site.base_url, "username": "admin", "password": "", "client_id": "zerto-client",
-         "client_secret": "", "ca_bundle": "", "enabled": "on"},
+        {
+            "name": "Site A",
+            "base_url": site.base_url,
+            "username": "admin",
+            "password": "",
+            "client_id": "zerto-client",
+            "client_secret": "",
+            "ca_bundle": "",
+            "enabled": "on",
+        },
     )
     assert response.status_code == 302
     assert site_check(site=Site.objects.get(pk=site.pk)).ok
@@ -139,8 +147,16 @@ def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:  # type: ign
     client = Client()
     client.force_login(User.objects.get(username="alice"))
     assert "id_max_requests_per_s" in client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
-    form = {"name": "Site A", "base_url": site.base_url, "username": "admin", "password": "",
-            "client_id": "zerto-client", "client_secret": "", "ca_bundle": "", "enabled": "on"}
+    form = {
+        "name": "Site A",
+        "base_url": site.base_url,
+        "username": "admin",
+        "password": "",
+        "client_id": "zerto-client",
+        "client_secret": "",
+        "ca_bundle": "",
+        "enabled": "on",
+    }
     refused = client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "0"})
     assert refused.status_code == 200 and "above 0" in refused.content.decode()
     assert client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "3"}).status_code == 302
@@ -158,8 +174,16 @@ def test_the_admin_the_api_and_the_services_refuse_a_base_url_ending_in_v1(base_
     User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
     client = Client()
     client.force_login(User.objects.get(username="alice"))
-    form = {"name": "Site V", "base_url": base_url, "username": "admin", "password": "pw-v-1",
-            "client_id": "zerto-client", "client_secret": "", "ca_bundle": "", "enabled": "on"}
+    form = {
+        "name": "Site V",
+        "base_url": base_url,
+        "username": "admin",
+        "password": "pw-v-1",
+        "client_id": "zerto-client",
+        "client_secret": "",
+        "ca_bundle": "",
+        "enabled": "on",
+    }
     refused = client.post("/admin/rewind/site/add/", form)
     assert refused.status_code == 200 and "without /v1" in refused.content.decode()
     api = client.post("/api/sites/", {"name": "Site V", "base_url": base_url}, content_type="application/json")

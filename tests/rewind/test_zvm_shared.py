@@ -82,10 +82,23 @@ def _hammer(sim: SimHandle, store: str, *, processes: int, per_s: float, each: i
     target = "db" if store == "db" else REDIS_URL
     go_at = time.time() + 4.0  # enough for each to set Django up first; a late one only starts late
     env = {"DATABASE_URL": database_url_for_processes(), "PYTHONUNBUFFERED": "1"}
-    cmd = [PYTHON, "-m", "tests.rewind.zvm_cap_worker", target, sim.site_url("site-a"), site_name(sim, "site-a"),
-           str(per_s), str(each), str(go_at)]
-    procs = [subprocess.Popen(cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for _ in range(processes)]
+    cmd = [
+        PYTHON,
+        "-m",
+        "tests.rewind.zvm_cap_worker",
+        target,
+        sim.site_url("site-a"),
+        site_name(sim, "site-a"),
+        str(per_s),
+        str(each),
+        str(go_at),
+    ]
+    procs = [
+        subprocess.Popen(
+            cmd, cwd=REPO, env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        for _ in range(processes)
+    ]
     reports = []
     for proc in procs:
         out, err = proc.communicate(timeout=240)
@@ -123,8 +136,9 @@ def test_the_stored_token_is_encrypted(sim: SimHandle, store: str, redis_db: red
     assert conn.username not in text.replace(conn.login_key, "")  # the key is a digest, not the name
 
 
-def test_a_revoked_token_is_replaced_once_for_every_process(sim: SimHandle, store: str,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_a_revoked_token_is_replaced_once_for_every_process(
+    sim: SimHandle, store: str, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="rewind")
     stores = _stores(store)

@@ -26,8 +26,14 @@ def main(argv: list[str]) -> None:
     from tests.simfixtures import CLIENT_ID, PASSWORD, USERNAME
 
     stores = Stores(pacer=DbPacer(), tokens=DbTokenStore()) if store == "db" else Stores(*redis_stores(store)[:2])
-    conn = ZvmConnection(site_name=site_name, base_url=base_url, username=USERNAME, password=PASSWORD,
-                         client_id=CLIENT_ID, max_requests_per_s=float(per_s) or None)
+    conn = ZvmConnection(
+        site_name=site_name,
+        base_url=base_url,
+        username=USERNAME,
+        password=PASSWORD,
+        client_id=CLIENT_ID,
+        max_requests_per_s=float(per_s) or None,
+    )
     client = ZvmClient(conn, stores=stores)
     time.sleep(max(0.0, float(go_at) - time.time()))
     started, ok, errors = time.time(), 0, []

@@ -55,8 +55,13 @@ def test_every_tool_the_skill_names_exists(schemas: dict[str, dict[str, Any]], d
     assert named, "the skill names no tool"
     assert named <= set(schemas), f"not offered by the server: {sorted(named - set(schemas))}"
     # And it teaches the whole protocol: guarding, status, recovery and sessions.
-    assert {"zerto_guard_before_mutate", "zerto_checkpoint_status", "zerto_recover_file",
-            "zerto_recovery_status", "zerto_end_flr_session"} <= named
+    assert {
+        "zerto_guard_before_mutate",
+        "zerto_checkpoint_status",
+        "zerto_recover_file",
+        "zerto_recovery_status",
+        "zerto_end_flr_session",
+    } <= named
 
 
 def test_every_argument_the_skill_uses_is_in_that_tools_schema(schemas: dict[str, dict[str, Any]], db: None) -> None:

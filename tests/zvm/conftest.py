@@ -22,10 +22,17 @@ def site_name(sim: SimHandle, slug: str) -> str:
 
 
 def connection(sim: SimHandle, slug: str = "site-a", **kw: Any) -> ZvmConnection:
-    settings: dict[str, Any] = dict(site_name=site_name(sim, slug), base_url=sim.site_url(slug),
-                                    username=USERNAME, password=PASSWORD, client_id=CLIENT_ID,
-                                    connect_timeout=5.0, read_timeout=30.0,
-                                    backoff_initial=0.01, backoff_max=0.05)
+    settings: dict[str, Any] = dict(
+        site_name=site_name(sim, slug),
+        base_url=sim.site_url(slug),
+        username=USERNAME,
+        password=PASSWORD,
+        client_id=CLIENT_ID,
+        connect_timeout=5.0,
+        read_timeout=30.0,
+        backoff_initial=0.01,
+        backoff_max=0.05,
+    )
     settings.update(kw)
     return ZvmConnection(**settings)
 

@@ -49,8 +49,9 @@ def _handler(zvm: LocalZvm) -> type[BaseHTTPRequestHandler]:
         def _serve(self) -> None:
             parts = urlsplit(self.path)
             length = int(self.headers.get("Content-Length") or 0)
-            zvm.seen.append(Seen(self.command, parts.path, parse_qs(parts.query), dict(self.headers),
-                                 self.rfile.read(length)))
+            zvm.seen.append(
+                Seen(self.command, parts.path, parse_qs(parts.query), dict(self.headers), self.rfile.read(length))
+            )
             status, body = zvm.answer(self.command, parts.path)
             if body == DROP:
                 self.close_connection = True  # hang up without a word

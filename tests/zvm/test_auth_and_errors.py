@@ -39,14 +39,16 @@ def test_it_logs_in_with_client_credentials(sim: SimHandle, make_client: MakeCli
     assert client.local_site().name == "Site A"
 
 
-def test_bad_credentials_are_an_auth_error_naming_the_site(sim: SimHandle, make_client: MakeClient,
-                                                           caplog: pytest.LogCaptureFixture) -> None:
+def test_bad_credentials_are_an_auth_error_naming_the_site(
+    sim: SimHandle, make_client: MakeClient, caplog: pytest.LogCaptureFixture
+) -> None:
     caplog.set_level(logging.DEBUG)
     caplog.set_level(logging.DEBUG, logger="rewind.zvm")  # settings may pin "rewind" higher
     with pytest.raises(ZvmAuthError) as caught:
         make_client(password="wrong-password").list_vpgs()
-    assert str(caught.value) == (f"Site A ({sim.site_url('site-a')}): the ZVM rejected the credentials "
-                                 "(Invalid user credentials)")
+    assert str(caught.value) == (
+        f"Site A ({sim.site_url('site-a')}): the ZVM rejected the credentials (Invalid user credentials)"
+    )
     assert "wrong-password" not in repr(caught.value) and "wrong-password" not in caplog.text
     assert "POST /site-a/auth/realms/zerto/protocol/openid-connect/token -> 401" in caplog.text
     assert calls(sim, "site-a", "GET /v1/vpgs") == 0
@@ -119,8 +121,9 @@ def test_a_5xx_that_lasts_is_a_transient_error_with_the_zvm_message(sim: SimHand
     sim.add_fault("http_error", site="site-a", status=500, path_regex=r"/v1/vpgs$", message="database is down")
     with pytest.raises(ZvmTransientError) as caught:
         make_client(get_attempts=4).list_vpgs()
-    assert str(caught.value) == (f"Site A ({sim.site_url('site-a')}): the ZVM answered HTTP 500: database is down "
-                                 "(GET /site-a/v1/vpgs)")
+    assert str(caught.value) == (
+        f"Site A ({sim.site_url('site-a')}): the ZVM answered HTTP 500: database is down (GET /site-a/v1/vpgs)"
+    )
     assert (caught.value.status, caught.value.zvm_message) == (500, "database is down")
     assert calls(sim, "site-a", "GET /v1/vpgs") == 4
 
@@ -145,15 +148,17 @@ def test_a_rejected_request_carries_the_zvm_message(sim: SimHandle, make_client:
 
 
 def test_a_read_timeout_is_transient_not_retried_and_opens_the_site_s_circuit(
-        sim: SimHandle, make_client: MakeClient) -> None:
+    sim: SimHandle, make_client: MakeClient
+) -> None:
     client = make_client(read_timeout=0.5, get_attempts=3)
     client.list_vpgs()  # logged in
     sim.add_fault("hang", site="site-a", seconds=3, path_regex=r"/v1/localsite$")
     with pytest.raises(ZvmTransientError) as caught:
         client.local_site()
     assert not isinstance(caught.value, ZvmSiteUnavailable)
-    assert str(caught.value) == (f"Site A ({sim.site_url('site-a')}): the ZVM did not answer "
-                                 "GET /site-a/v1/localsite within 0.5 s")
+    assert str(caught.value) == (
+        f"Site A ({sim.site_url('site-a')}): the ZVM did not answer GET /site-a/v1/localsite within 0.5 s"
+    )
     assert calls(sim, "site-a", "GET /v1/localsite") == 1  # one timeout, not one per attempt
     before = sum(sim.calls("site-a").values())
     with pytest.raises(ZvmSiteUnavailable) as refused:
@@ -208,16 +213,18 @@ def test_unverified_tls_warns_for_nobody_else(sim: SimHandle, make_client: MakeC
     assert theirs, "a plain requests session still warns: the silencing is ours only"
 
 
-def test_unverified_connections_share_one_tls_context(sim: SimHandle, make_client: MakeClient,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unverified_connections_share_one_tls_context(
+    sim: SimHandle, make_client: MakeClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import ssl
 
     from rewind.zvm.transport import Transport
 
     loaded: list[object] = []
     real = ssl.SSLContext.load_default_certs
-    monkeypatch.setattr(ssl.SSLContext, "load_default_certs",
-                        lambda self, *a, **kw: (loaded.append(self), real(self, *a, **kw))[1])
+    monkeypatch.setattr(
+        ssl.SSLContext, "load_default_certs", lambda self, *a, **kw: (loaded.append(self), real(self, *a, **kw))[1]
+    )
     transport = Transport(connection(sim, "site-a"))
     url = sim.site_url("site-a") + "/v1/localsite"
     for _ in range(2):  # the second time on a new connection: the pool was emptied in between

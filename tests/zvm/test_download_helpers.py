@@ -51,7 +51,7 @@ def test_it_sends_the_token_only_to_the_same_origin() -> None:
 
 
 def _chunks(data: bytes, size: int = 3) -> Iterator[bytes]:
-    return (data[i:i + size] for i in range(0, len(data), size))
+    return (data[i : i + size] for i in range(0, len(data), size))
 
 
 def _zip(members: dict[str, bytes]) -> bytes:
@@ -83,7 +83,11 @@ def test_it_unwraps_the_single_member_of_a_wrapper_zip(content_type: str) -> Non
     result = stream_to_sink(_chunks(_zip({"nginx.conf": data}), 100), content_type, "etc/nginx/nginx.conf", sink, 256)
     assert sink.getvalue() == data
     assert (result.size, result.sha256, result.zipped, result.member_name) == (
-        len(data), hashlib.sha256(data).hexdigest(), True, "nginx.conf")
+        len(data),
+        hashlib.sha256(data).hexdigest(),
+        True,
+        "nginx.conf",
+    )
 
 
 def test_it_keeps_a_requested_file_that_is_itself_a_zip() -> None:

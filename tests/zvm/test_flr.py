@@ -44,14 +44,17 @@ class Flr:
     def tagged_checkpoint(self, tag: str) -> str:
         since = datetime.now(UTC) - timedelta(minutes=1)
         self.protected.insert_tagged_checkpoint(self.vpg_id, tag)
-        found = wait_for(lambda: [c for c in self.client.list_checkpoints(self.vpg_id, start=since) if c.tag == tag],
-                         "the tagged checkpoint")
+        found = wait_for(
+            lambda: [c for c in self.client.list_checkpoints(self.vpg_id, start=since) if c.tag == tag],
+            "the tagged checkpoint",
+        )
         assert found[0].identifier
         return found[0].identifier
 
     def mount(self, checkpoint: str | None = None) -> str:
-        return self.client.flr_mount(vpg_id=self.vpg_id, vm_id=self.vm_id,
-                                     checkpoint_id=checkpoint or self.latest_checkpoint())
+        return self.client.flr_mount(
+            vpg_id=self.vpg_id, vm_id=self.vm_id, checkpoint_id=checkpoint or self.latest_checkpoint()
+        )
 
     def settled(self, session_id: str) -> FlrSession:
         def check() -> FlrSession | None:
@@ -77,7 +80,11 @@ def test_it_mounts_and_reads_the_session(sim: SimHandle, flr: Flr) -> None:
     session = flr.settled(session_id)
     assert session.is_mounted and not session.is_terminal
     assert (session.identifier, session.vm_identifier, session.vpg_identifier, session.checkpoint_identifier) == (
-        session_id, flr.vm_id, flr.vpg_id, checkpoint)
+        session_id,
+        flr.vm_id,
+        flr.vpg_id,
+        checkpoint,
+    )
     b_id = next(s["identifier"] for s in sim.state()["sites"] if s["slug"] == "site-b")
     assert session.site_identifier == b_id and session.mount_time and session.mount_time.tzinfo
     assert [s.identifier for s in flr.client.list_flr_sessions(vm_id=flr.vm_id)] == [session_id]
@@ -100,8 +107,10 @@ def test_it_browses_partitions_folders_and_files(flr: Flr) -> None:
     session_id = flr.mounted()
     root = flr.client.flr_browse(session_id)
     assert root.main is not None and root.main.path == ""
-    assert [(i.path, i.type) for i in root.items] == [("partition#1 Ext4", "Partition"),
-                                                      ("partition#2 Ext4", "Partition")]
+    assert [(i.path, i.type) for i in root.items] == [
+        ("partition#1 Ext4", "Partition"),
+        ("partition#2 Ext4", "Partition"),
+    ]
     nginx = flr.client.flr_browse(session_id, "partition#2 Ext4/etc/nginx")
     (item,) = nginx.items
     assert (item.path, item.name, item.type, item.is_downloadable) == (NGINX, "nginx.conf", "File", True)
@@ -110,8 +119,9 @@ def test_it_browses_partitions_folders_and_files(flr: Flr) -> None:
         flr.client.flr_browse(session_id, "partition#2 Ext4/nope")
 
 
-@pytest.mark.parametrize(("fmt", "form"), [("raw", "relative"), ("zip", "relative"), ("raw", "absolute"),
-                                           ("zip", "absolute")])
+@pytest.mark.parametrize(
+    ("fmt", "form"), [("raw", "relative"), ("zip", "relative"), ("raw", "absolute"), ("zip", "absolute")]
+)
 def test_it_downloads_a_file_raw_or_zipped_by_any_link(sim: SimHandle, flr: Flr, fmt: str, form: str) -> None:
     expected = sim.read_file("web01", "/etc/nginx/nginx.conf")
     session_id = flr.mounted()
@@ -119,8 +129,11 @@ def test_it_downloads_a_file_raw_or_zipped_by_any_link(sim: SimHandle, flr: Flr,
     sink = io.BytesIO()
     result = flr.client.flr_download(session_id, NGINX, sink)
     assert sink.getvalue() == expected
-    assert (result.size, result.sha256, result.zipped) == (len(expected), hashlib.sha256(expected).hexdigest(),
-                                                          fmt == "zip")
+    assert (result.size, result.sha256, result.zipped) == (
+        len(expected),
+        hashlib.sha256(expected).hexdigest(),
+        fmt == "zip",
+    )
     assert calls(sim, "site-b", "GET /v1/downloads/{download_id}") == 1
 
 
@@ -180,8 +193,9 @@ def test_a_large_file_streams_in_bounded_memory(sim: SimHandle, flr: Flr, fmt: s
 
     tracemalloc.start()
     try:
-        result = flr.client.flr_download(session_id, "partition#2 Ext4/var/www/html/big.bin", HashingSink(),
-                                         chunk_size=64 * 1024)
+        result = flr.client.flr_download(
+            session_id, "partition#2 Ext4/var/www/html/big.bin", HashingSink(), chunk_size=64 * 1024
+        )
         _, peak = tracemalloc.get_traced_memory()
     finally:
         tracemalloc.stop()

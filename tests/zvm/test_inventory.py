@@ -99,8 +99,12 @@ def test_it_inserts_a_tagged_checkpoint_and_finds_it_listed(make_client: MakeCli
     task_id = client.insert_tagged_checkpoint(vpg.identifier or "", "ai:test | edit | vm=db01")
     task = _wait_task(client, task_id)
     assert task.completed and not task.failed and task.identifier == task_id and task.progress == 100
-    listed = wait_for(lambda: [c for c in client.list_checkpoints(vpg.identifier or "", start=since)
-                               if c.tag == "ai:test | edit | vm=db01"], "the tagged checkpoint")
+    listed = wait_for(
+        lambda: [
+            c for c in client.list_checkpoints(vpg.identifier or "", start=since) if c.tag == "ai:test | edit | vm=db01"
+        ],
+        "the tagged checkpoint",
+    )
     assert len(listed) == 1 and listed[0].timestamp and listed[0].timestamp >= since
 
 

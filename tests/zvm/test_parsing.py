@@ -53,16 +53,25 @@ def test_it_formats_filter_dates_as_utc_with_milliseconds() -> None:
 
 
 def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
-    row = VmRow.from_json({
-        "vmidentifier": "srv.vm-38", "VMNAME": "web01", "VpgIdentifier": "vpg-1", "vpgName": "vpg-web",
-        "ProtectedSite": {"identifier": "s-a", "type": "LocalSiteApi", "href": "h", "rel": None},
-        "recoverysite": {"Identifier": "s-b", "Type": "PeerSiteApi"},
-        "ProtectedSiteName": "Site A", "RecoverySiteName": "Site B", "Status": 1, "SubStatus": "0",
-        "EnabledActions": {"isFlrEnabled": True},
-        "VmNetworkInformation": {"NetworkAdapters": [{"IpAddresses": ["10.0.0.11", "fe80::1"]},
-                                                     {"ipaddresses": ["10.0.0.11"]}]},
-        "SomethingNew": {"x": 1},
-    })
+    row = VmRow.from_json(
+        {
+            "vmidentifier": "srv.vm-38",
+            "VMNAME": "web01",
+            "VpgIdentifier": "vpg-1",
+            "vpgName": "vpg-web",
+            "ProtectedSite": {"identifier": "s-a", "type": "LocalSiteApi", "href": "h", "rel": None},
+            "recoverysite": {"Identifier": "s-b", "Type": "PeerSiteApi"},
+            "ProtectedSiteName": "Site A",
+            "RecoverySiteName": "Site B",
+            "Status": 1,
+            "SubStatus": "0",
+            "EnabledActions": {"isFlrEnabled": True},
+            "VmNetworkInformation": {
+                "NetworkAdapters": [{"IpAddresses": ["10.0.0.11", "fe80::1"]}, {"ipaddresses": ["10.0.0.11"]}]
+            },
+            "SomethingNew": {"x": 1},
+        }
+    )
     assert (row.vm_identifier, row.vm_name) == ("srv.vm-38", "web01")
     assert (row.vpg_identifier, row.vpg_name) == ("vpg-1", "vpg-web")
     assert row.protected_site.is_local and row.protected_site.identifier == "s-a"
@@ -73,8 +82,9 @@ def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
 
 
 def test_it_falls_back_to_the_link_and_legacy_names_for_a_vm_row() -> None:
-    row = VmRow.from_json({"Link": {"identifier": "srv.vm-38?VpgIdentifier=vpg-9"},
-                           "SourceSite": "Old A", "TargetSite": "Old B"})
+    row = VmRow.from_json(
+        {"Link": {"identifier": "srv.vm-38?VpgIdentifier=vpg-9"}, "SourceSite": "Old A", "TargetSite": "Old B"}
+    )
     assert (row.vm_identifier, row.vpg_identifier) == ("srv.vm-38", "vpg-9")
     assert (row.protected_site_name, row.recovery_site_name) == ("Old A", "Old B")
     assert row.protected_site.identifier is None and not row.protected_site.is_local
@@ -82,10 +92,17 @@ def test_it_falls_back_to_the_link_and_legacy_names_for_a_vm_row() -> None:
 
 
 def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
-    vpg = Vpg.from_json({"VpgIdentifier": "g", "VpgName": "vpg-web", "Status": 0, "SubStatus": 1,
-                         "ProgressPercentage": 42.4,
-                         "ActiveProcessesApi": {"RunningFailOverTestApi": {"Stage": "Testing"}},
-                         "ProtectedSite": {"identifier": "a", "type": "LocalSiteApi"}})
+    vpg = Vpg.from_json(
+        {
+            "VpgIdentifier": "g",
+            "VpgName": "vpg-web",
+            "Status": 0,
+            "SubStatus": 1,
+            "ProgressPercentage": 42.4,
+            "ActiveProcessesApi": {"RunningFailOverTestApi": {"Stage": "Testing"}},
+            "ProtectedSite": {"identifier": "a", "type": "LocalSiteApi"},
+        }
+    )
     assert (vpg.identifier, vpg.name, vpg.status, vpg.sub_status) == ("g", "vpg-web", 0, 1)
     assert vpg.failover_test_running and vpg.progress_percentage == 42
     assert vpg.protected_site.is_local and vpg.recovery_site.identifier is None
@@ -94,17 +111,20 @@ def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
 
 
 def test_it_reads_checkpoints_and_their_stats() -> None:
-    cp = Checkpoint.from_json({"CheckpointIdentifier": 166835, "TimeStamp": "/Date(1740824142000)/",
-                               "Tag": "ai:x", "Type": 1})
+    cp = Checkpoint.from_json(
+        {"CheckpointIdentifier": 166835, "TimeStamp": "/Date(1740824142000)/", "Tag": "ai:x", "Type": 1}
+    )
     assert (cp.identifier, cp.timestamp, cp.tag, cp.type) == ("166835", T, "ai:x", 1)
-    stats = CheckpointStats.from_json({"Earliest": {"checkpointIdentifier": "1", "timeStamp": "2025-03-01T10:15:42Z"},
-                                       "Latest": None})
+    stats = CheckpointStats.from_json(
+        {"Earliest": {"checkpointIdentifier": "1", "timeStamp": "2025-03-01T10:15:42Z"}, "Latest": None}
+    )
     assert stats.earliest is not None and stats.earliest.timestamp == T and stats.latest is None
 
 
 def test_it_reads_points_in_time_with_mount_eligibility() -> None:
-    pit = PointInTime.from_json({"Checkpoint": {"CheckpointIdentifier": "7"},
-                                 "CanMount": {"IsAllowed": False, "Reason": "Clone running"}})
+    pit = PointInTime.from_json(
+        {"Checkpoint": {"CheckpointIdentifier": "7"}, "CanMount": {"IsAllowed": False, "Reason": "Clone running"}}
+    )
     assert pit.checkpoint is not None and pit.checkpoint.identifier == "7"
     assert pit.can_mount is False and pit.can_mount_reason == "Clone running"
     assert PointInTime.from_json({}).can_mount is None
@@ -115,8 +135,15 @@ def test_it_reads_points_in_time_with_mount_eligibility() -> None:
     [(1, False, False), (6, True, False), (4, False, True), (5, False, True), (7, False, True), (None, False, False)],
 )
 def test_it_reads_task_states(state: int | None, completed: bool, failed: bool) -> None:
-    task = Task.from_json({"TaskIdentifier": "t.s", "Type": "InsertTaggedCP", "CompleteReason": "",
-                           "Status": {"State": state, "Progress": 100}, "Started": "2025-03-01T10:15:42.000Z"})
+    task = Task.from_json(
+        {
+            "TaskIdentifier": "t.s",
+            "Type": "InsertTaggedCP",
+            "CompleteReason": "",
+            "Status": {"State": state, "Progress": 100},
+            "Started": "2025-03-01T10:15:42.000Z",
+        }
+    )
     assert (task.identifier, task.type, task.state) == ("t.s", "InsertTaggedCP", state)
     assert (task.completed, task.failed) == (completed, failed)
     assert task.started == T and task.completed_at is None
@@ -124,32 +151,63 @@ def test_it_reads_task_states(state: int | None, completed: bool, failed: bool) 
 
 @pytest.mark.parametrize(
     ("status", "mounted", "terminal"),
-    [("MountInProgress", False, False), ("MountCompletedSuccessfully", True, False),
-     ("MountFailed", False, True), ("UnmountInProgress", False, True), ("SomethingNew", False, False),
-     (None, False, False)],
+    [
+        ("MountInProgress", False, False),
+        ("MountCompletedSuccessfully", True, False),
+        ("MountFailed", False, True),
+        ("UnmountInProgress", False, True),
+        ("SomethingNew", False, False),
+        (None, False, False),
+    ],
 )
 def test_it_reads_flr_sessions(status: str | None, mounted: bool, terminal: bool) -> None:
-    session = FlrSession.from_json({"FlrSessionIdentifier": "f.s", "FlrSessionStatus": status,
-                                    "VmIdentifier": "srv.vm-1", "VpgIdentifier": "g", "CheckpointIdentifier": "6",
-                                    "MountTime": "2018-03-04T12:24:41.551Z", "SiteIdentifier": "s",
-                                    "FlrSessionType": "jflr", "NumberOfRelatedRunningTasks": 0})
+    session = FlrSession.from_json(
+        {
+            "FlrSessionIdentifier": "f.s",
+            "FlrSessionStatus": status,
+            "VmIdentifier": "srv.vm-1",
+            "VpgIdentifier": "g",
+            "CheckpointIdentifier": "6",
+            "MountTime": "2018-03-04T12:24:41.551Z",
+            "SiteIdentifier": "s",
+            "FlrSessionType": "jflr",
+            "NumberOfRelatedRunningTasks": 0,
+        }
+    )
     assert (session.identifier, session.vm_identifier, session.checkpoint_identifier) == ("f.s", "srv.vm-1", "6")
     assert session.mount_time == datetime(2018, 3, 4, 12, 24, 41, 551000, tzinfo=UTC)
     assert (session.is_mounted, session.is_terminal) == (mounted, terminal)
 
 
 def test_it_reads_a_browse_listing() -> None:
-    result = BrowseResult.from_json({
-        "MainPathItem": {"Path": "", "Type": "Partition", "IsBrowsable": True, "SizeInBytes": None,
-                         "DownloadInformation": {"IsDownloadable": True}},
-        "PathItems": [
-            {"Path": "partition#1 Ext4/etc/hostname", "Type": "File", "SizeInBytes": 6,
-             "DownloadInformation": {"IsDownloadable": True, "AdditionalInformation": None},
-             "LastWriteTime": "2025-03-01T10:15:42Z"},
-            {"path": "partition#1 Ext4/link", "type": "File",
-             "downloadInformation": {"isDownloadable": False, "additionalInformation": "Links are not supported."}},
-        ],
-    })
+    result = BrowseResult.from_json(
+        {
+            "MainPathItem": {
+                "Path": "",
+                "Type": "Partition",
+                "IsBrowsable": True,
+                "SizeInBytes": None,
+                "DownloadInformation": {"IsDownloadable": True},
+            },
+            "PathItems": [
+                {
+                    "Path": "partition#1 Ext4/etc/hostname",
+                    "Type": "File",
+                    "SizeInBytes": 6,
+                    "DownloadInformation": {"IsDownloadable": True, "AdditionalInformation": None},
+                    "LastWriteTime": "2025-03-01T10:15:42Z",
+                },
+                {
+                    "path": "partition#1 Ext4/link",
+                    "type": "File",
+                    "downloadInformation": {
+                        "isDownloadable": False,
+                        "additionalInformation": "Links are not supported.",
+                    },
+                },
+            ],
+        }
+    )
     assert result.main is not None and result.main.type == "Partition" and result.main.is_browsable
     first, link = result.items
     assert (first.name, first.size_in_bytes, first.is_downloadable, first.last_write_time) == ("hostname", 6, True, T)
@@ -160,8 +218,17 @@ def test_it_reads_a_browse_listing() -> None:
 def test_it_reads_sites() -> None:
     local = LocalSite.from_json({"SiteIdentifier": "a", "SiteName": "Site A", "SiteType": "VCenter", "Version": "10.0"})
     assert (local.identifier, local.name, local.type, local.version) == ("a", "Site A", "VCenter", "10.0")
-    peer = PeerSite.from_json({"Link": {"identifier": "b"}, "PeerSiteName": "Site B", "HostName": "zvm-b",
-                               "Port": 9071, "PairingStatus": 0, "SiteType": "VCenter", "Version": "10.0"})
+    peer = PeerSite.from_json(
+        {
+            "Link": {"identifier": "b"},
+            "PeerSiteName": "Site B",
+            "HostName": "zvm-b",
+            "Port": 9071,
+            "PairingStatus": 0,
+            "SiteType": "VCenter",
+            "Version": "10.0",
+        }
+    )
     assert (peer.identifier, peer.name, peer.host_name) == ("b", "Site B", "zvm-b")
     assert (peer.port, peer.pairing_status) == (9071, 0)
     assert LocalSite.from_json("garbage") == LocalSite(None, None, None, None)

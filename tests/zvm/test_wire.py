@@ -36,8 +36,15 @@ def zvm() -> Iterator[LocalZvm]:
 
 
 def _client(zvm: LocalZvm, **kw: object) -> ZvmClient:
-    conn = ZvmConnection(site_name="Site X", base_url=zvm.url, username="admin", password=PASSWORD,
-                         backoff_initial=0.01, backoff_max=0.02, **kw)  # type: ignore[arg-type]
+    conn = ZvmConnection(
+        site_name="Site X",
+        base_url=zvm.url,
+        username="admin",
+        password=PASSWORD,
+        backoff_initial=0.01,
+        backoff_max=0.02,
+        **kw,
+    )  # type: ignore[arg-type]
     return ZvmClient(conn)
 
 
@@ -49,8 +56,13 @@ def _form(zvm: LocalZvm) -> dict[str, str]:
 def test_it_logs_in_with_the_password_grant_and_scope_openid(zvm: LocalZvm) -> None:
     zvm.routes[("GET", "/v1/localsite")] = (200, LOCAL_SITE)
     assert _client(zvm).local_site().name == "Site X"
-    assert _form(zvm) == {"grant_type": "password", "client_id": "zerto-client", "scope": "openid",
-                          "username": "admin", "password": PASSWORD}
+    assert _form(zvm) == {
+        "grant_type": "password",
+        "client_id": "zerto-client",
+        "scope": "openid",
+        "username": "admin",
+        "password": PASSWORD,
+    }
     (call,) = zvm.requests_to("/v1/localsite")
     assert call.headers["Authorization"] == f"Bearer {TOKEN}"
     assert call.headers["Accept"] == "application/json"
@@ -59,8 +71,12 @@ def test_it_logs_in_with_the_password_grant_and_scope_openid(zvm: LocalZvm) -> N
 def test_it_uses_client_credentials_when_a_secret_is_set(zvm: LocalZvm) -> None:
     zvm.routes[("GET", "/v1/localsite")] = (200, LOCAL_SITE)
     _client(zvm, client_id="rewind", client_secret=SECRET).local_site()
-    assert _form(zvm) == {"grant_type": "client_credentials", "client_id": "rewind", "scope": "openid",
-                          "client_secret": SECRET}
+    assert _form(zvm) == {
+        "grant_type": "client_credentials",
+        "client_id": "rewind",
+        "scope": "openid",
+        "client_secret": SECRET,
+    }
 
 
 def test_it_sends_a_request_id_and_the_trigger_header_on_every_call(zvm: LocalZvm) -> None:
@@ -104,8 +120,7 @@ def test_rejected_credentials_say_so_without_the_password(zvm: LocalZvm, caplog:
     zvm.token_body = {"error": "invalid_grant", "error_description": "Invalid user credentials"}
     with pytest.raises(ZvmAuthError) as caught:
         _client(zvm).list_vpgs()
-    assert str(caught.value) == (f"Site X ({zvm.url}): the ZVM rejected the credentials "
-                                 "(Invalid user credentials)")
+    assert str(caught.value) == (f"Site X ({zvm.url}): the ZVM rejected the credentials (Invalid user credentials)")
     assert not zvm.requests_to("/v1/vpgs")
     _assert_no_secrets(caught.value, caplog)
 
@@ -149,8 +164,9 @@ def test_errors_are_typed_by_status(zvm: LocalZvm) -> None:
     assert (nf.value.status, nf.value.zvm_message) == (404, "VPG not found")
     with pytest.raises(ZvmRejectedError) as rej:
         client.insert_tagged_checkpoint("bad", "t")
-    assert str(rej.value) == (f"Site X ({zvm.url}): the ZVM rejected POST /site-x/v1/vpgs/bad/checkpoints "
-                              "(HTTP 400): failed parsing")
+    assert str(rej.value) == (
+        f"Site X ({zvm.url}): the ZVM rejected POST /site-x/v1/vpgs/bad/checkpoints (HTTP 400): failed parsing"
+    )
     with pytest.raises(ZvmTransientError):
         client.get_vpg("busy")
     assert len(zvm.requests_to("/v1/vpgs/busy")) == 3  # a GET is retried on 429
@@ -197,8 +213,9 @@ def test_a_dropped_connection_is_transient(zvm: LocalZvm) -> None:
     client = _client(zvm)
     with pytest.raises(ZvmTransientError) as caught:
         client.list_vpgs()
-    assert str(caught.value) == (f"Site X ({zvm.url}): the ZVM closed the connection without answering "
-                                 "GET /site-x/v1/vpgs")
+    assert str(caught.value) == (
+        f"Site X ({zvm.url}): the ZVM closed the connection without answering GET /site-x/v1/vpgs"
+    )
     assert len(zvm.requests_to("/v1/vpgs")) == 3
     with pytest.raises(ZvmTransientError):
         client.flr_unmount("s1")

@@ -1,4 +1,5 @@
 """Helpers for the simulator's own tests: a tiny ZVM client over real HTTPS."""
+
 from __future__ import annotations
 
 import time
@@ -26,8 +27,7 @@ class Zvm:
         self.token = self.login()
 
     def login(self, **form: str) -> str:
-        data = {"grant_type": "password", "client_id": CLIENT_ID, "username": USERNAME,
-                "password": PASSWORD, **form}
+        data = {"grant_type": "password", "client_id": CLIENT_ID, "username": USERNAME, "password": PASSWORD, **form}
         resp = self.http.post(self.base + TOKEN_PATH, data=data, timeout=30)
         assert resp.status_code == 200, resp.text
         return str(resp.json()["access_token"])
@@ -67,11 +67,17 @@ class Zvm:
         def listed() -> str | None:
             rows = self.get(f"v1/vpgs/{vpg}/checkpoints")
             return next((r["CheckpointIdentifier"] for r in rows if r["Tag"] == tag), None)
+
         return str(wait_for(listed, 30))
 
     def mount(self, vpg_name: str, vm_name: str, checkpoint: str) -> str:
-        body = {"jflr": {"vpgIdentifier": self.vpg_id(vpg_name), "vmIdentifier": self.vm_id(vm_name),
-                         "checkpointIdentifier": checkpoint}}
+        body = {
+            "jflr": {
+                "vpgIdentifier": self.vpg_id(vpg_name),
+                "vmIdentifier": self.vm_id(vm_name),
+                "checkpointIdentifier": checkpoint,
+            }
+        }
         session = self.post("v1/flrs", body)
         assert isinstance(session, str)
         return session
@@ -82,6 +88,7 @@ class Zvm:
             item = found[0] if isinstance(found, list) else found
             value = str(item["FlrSessionStatus"])
             return None if value == "MountInProgress" else value
+
         return str(wait_for(status, timeout))
 
     def latest_checkpoint(self, vpg_name: str) -> str:

@@ -1,4 +1,5 @@
 """Routing, case-insensitivity, error shapes, sites."""
+
 from __future__ import annotations
 
 from tests.simfixtures import SimHandle
@@ -33,10 +34,12 @@ def test_unknown_paths_answer_404_with_a_message(sim: SimHandle, zvm_a: Zvm) -> 
 
 
 def test_unknown_ids_answer_404(zvm_a: Zvm) -> None:
-    for path in ("v1/vpgs/00000000-0000-4000-8000-000000000000",
-                 "v1/tasks/00000000-0000-4000-8000-000000000000.x",
-                 "v1/flrs/00000000-0000-4000-8000-000000000000.x",
-                 "v1/vms/nope.vm-1"):
+    for path in (
+        "v1/vpgs/00000000-0000-4000-8000-000000000000",
+        "v1/tasks/00000000-0000-4000-8000-000000000000.x",
+        "v1/flrs/00000000-0000-4000-8000-000000000000.x",
+        "v1/vms/nope.vm-1",
+    ):
         resp = zvm_a.request("GET", path)
         assert resp.status_code == 404, path
         assert "Message" in resp.json()
@@ -50,8 +53,9 @@ def test_a_wrong_method_answers_405(zvm_a: Zvm) -> None:
 
 def test_malformed_bodies_answer_400(zvm_a: Zvm) -> None:
     vpg = zvm_a.vpg_id("vpg-db")
-    bad = zvm_a.request("POST", f"v1/vpgs/{vpg}/checkpoints", data=b"{not json",
-                        headers={"Content-Type": "application/json"})
+    bad = zvm_a.request(
+        "POST", f"v1/vpgs/{vpg}/checkpoints", data=b"{not json", headers={"Content-Type": "application/json"}
+    )
     assert bad.status_code == 400
     assert "Message" in bad.json()
     empty = zvm_a.request("POST", f"v1/vpgs/{vpg}/checkpoints", json={"checkpointName": ""})
@@ -86,8 +90,7 @@ def test_state_lists_all_four_sites(sim: SimHandle) -> None:
 
 def test_status_names_come_in_enum_order(zvm_a: Zvm) -> None:
     statuses = zvm_a.get("v1/vpgs/statuses")
-    assert statuses[:5] == ["Initializing", "MeetingSLA", "NotMeetingSLA", "HistoryNotMeetingSLA",
-                            "RpoNotMeetingSLA"]
+    assert statuses[:5] == ["Initializing", "MeetingSLA", "NotMeetingSLA", "HistoryNotMeetingSLA", "RpoNotMeetingSLA"]
     subs = zvm_a.get("v1/vpgs/substatuses")
     assert subs[1] == "InitialSync" and subs[28] == "Backup"
 

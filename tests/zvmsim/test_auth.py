@@ -1,4 +1,5 @@
 """Keycloak token endpoint and Bearer checks."""
+
 from __future__ import annotations
 
 import time
@@ -15,37 +16,50 @@ def _token(sim: SimHandle, slug: str, **form: str) -> requests.Response:
 
 
 def test_it_issues_a_keycloak_token_for_the_password_grant(sim: SimHandle) -> None:
-    resp = _token(sim, "site-a", grant_type="password", client_id="zerto-client",
-                  username="admin", password="zerto", scope="openid")
+    resp = _token(
+        sim,
+        "site-a",
+        grant_type="password",
+        client_id="zerto-client",
+        username="admin",
+        password="zerto",
+        scope="openid",
+    )
     assert resp.status_code == 200
     body = resp.json()
     assert body["token_type"] == "Bearer"
     assert body["expires_in"] == 300
-    assert {"access_token", "refresh_token", "refresh_expires_in", "not-before-policy",
-            "session_state", "scope"} <= set(body)
+    assert {
+        "access_token",
+        "refresh_token",
+        "refresh_expires_in",
+        "not-before-policy",
+        "session_state",
+        "scope",
+    } <= set(body)
 
 
 def test_it_issues_a_token_for_client_credentials(sim: SimHandle) -> None:
-    resp = _token(sim, "site-b", grant_type="client_credentials", client_id=SERVICE_CLIENT_ID,
-                  client_secret=SERVICE_CLIENT_SECRET)
+    resp = _token(
+        sim, "site-b", grant_type="client_credentials", client_id=SERVICE_CLIENT_ID, client_secret=SERVICE_CLIENT_SECRET
+    )
     assert resp.status_code == 200
     token = resp.json()["access_token"]
-    local = sim.http.get(sim.site_url("site-b") + "/v1/localsite",
-                         headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    local = sim.http.get(
+        sim.site_url("site-b") + "/v1/localsite", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     assert local.status_code == 200
     assert local.json()["SiteName"] == "Site B"
 
 
 def test_it_refuses_bad_credentials_with_invalid_grant(sim: SimHandle) -> None:
-    resp = _token(sim, "site-a", grant_type="password", client_id="zerto-client",
-                  username="admin", password="wrong")
+    resp = _token(sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password="wrong")
     assert resp.status_code == 401
     assert resp.json() == {"error": "invalid_grant", "error_description": "Invalid user credentials"}
 
 
 def test_it_refuses_a_bad_client_secret(sim: SimHandle) -> None:
-    resp = _token(sim, "site-a", grant_type="client_credentials", client_id=SERVICE_CLIENT_ID,
-                  client_secret="nope")
+    resp = _token(sim, "site-a", grant_type="client_credentials", client_id=SERVICE_CLIENT_ID, client_secret="nope")
     assert resp.status_code == 401
     assert resp.json()["error"] == "invalid_client"
 
@@ -57,10 +71,12 @@ def test_it_refuses_a_missing_grant_type(sim: SimHandle) -> None:
 
 
 def test_it_renews_with_a_refresh_token(sim: SimHandle) -> None:
-    first = _token(sim, "site-a", grant_type="password", client_id="zerto-client",
-                   username="admin", password="zerto").json()
-    again = _token(sim, "site-a", grant_type="refresh_token", client_id="zerto-client",
-                   refresh_token=first["refresh_token"])
+    first = _token(
+        sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password="zerto"
+    ).json()
+    again = _token(
+        sim, "site-a", grant_type="refresh_token", client_id="zerto-client", refresh_token=first["refresh_token"]
+    )
     assert again.status_code == 200
     assert again.json()["access_token"] != first["access_token"]
 
@@ -69,15 +85,17 @@ def test_it_answers_401_without_a_bearer(sim: SimHandle) -> None:
     resp = sim.http.get(sim.site_url("site-a") + "/v1/vms", timeout=30)
     assert resp.status_code == 401
     assert "Message" in resp.json()
-    garbage = sim.http.get(sim.site_url("site-a") + "/v1/vms",
-                           headers={"Authorization": "Bearer not-a-token"}, timeout=30)
+    garbage = sim.http.get(
+        sim.site_url("site-a") + "/v1/vms", headers={"Authorization": "Bearer not-a-token"}, timeout=30
+    )
     assert garbage.status_code == 401
 
 
 def test_a_token_from_one_site_is_refused_by_another(sim: SimHandle) -> None:
     token = sim.token("site-a")
-    resp = sim.http.get(sim.site_url("site-b") + "/v1/localsite",
-                        headers={"Authorization": f"Bearer {token}"}, timeout=30)
+    resp = sim.http.get(
+        sim.site_url("site-b") + "/v1/localsite", headers={"Authorization": f"Bearer {token}"}, timeout=30
+    )
     assert resp.status_code == 401
 
 
@@ -101,8 +119,9 @@ def test_tokens_expire_after_the_configured_ttl(tmp_path: Path) -> None:
     with run_sim(tmp_path, "--token-ttl", "1", "--http") as server:
         sim = SimHandle(server)
         assert server.url.startswith("http://")
-        resp = _token(sim, "site-a", grant_type="password", client_id="zerto-client",
-                      username="admin", password="zerto")
+        resp = _token(
+            sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password="zerto"
+        )
         assert resp.json()["expires_in"] == 1
         headers = {"Authorization": f"Bearer {resp.json()['access_token']}"}
         url = server.site_url("site-a") + "/v1/localsite"

@@ -1,4 +1,5 @@
 """Tagged checkpoints, tasks, date filters, initial sync, resync."""
+
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
@@ -59,13 +60,20 @@ def test_checkpoint_dates_accept_every_zvm_format(zvm_a: Zvm) -> None:
     every = zvm_a.get(f"v1/vpgs/{vpg}/checkpoints")
     newest = datetime.fromisoformat(every[-1]["TimeStamp"].replace("Z", "+00:00"))
     after = newest - timedelta(seconds=1)
-    formats = [after.strftime("%Y-%m-%dT%H:%M:%S.") + f"{after.microsecond // 1000:03d}Z",
-               after.strftime("%Y-%m-%dT%H:%M:%SZ"), after.strftime("%Y-%m-%dT%H:%MZ")]
+    formats = [
+        after.strftime("%Y-%m-%dT%H:%M:%S.") + f"{after.microsecond // 1000:03d}Z",
+        after.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        after.strftime("%Y-%m-%dT%H:%MZ"),
+    ]
     for text in formats:
         rows = zvm_a.get(f"v1/vpgs/{vpg}/checkpoints", params={"startDate": text})
         assert rows == every[-1:], text
-    for text in (newest.strftime("%Y-%m-%dT%HZ"), newest.strftime("%Y-%m-%d"), newest.strftime("%Y-%m"),
-                 newest.strftime("%Y")):
+    for text in (
+        newest.strftime("%Y-%m-%dT%HZ"),
+        newest.strftime("%Y-%m-%d"),
+        newest.strftime("%Y-%m"),
+        newest.strftime("%Y"),
+    ):
         rows = zvm_a.get(f"v1/vpgs/{vpg}/checkpoints", params={"startDate": text})
         assert every[-1] in rows, text
     future = (datetime.now(UTC) + timedelta(days=2)).strftime("%Y-%m-%d")

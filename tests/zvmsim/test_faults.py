@@ -1,4 +1,5 @@
 """Every injected fault kind, latency, and the fault bookkeeping (site scope, count, clear)."""
+
 from __future__ import annotations
 
 import time
@@ -79,8 +80,7 @@ def test_http_error_can_hit_the_token_endpoint(sim: SimHandle) -> None:
 def test_hang_makes_clients_time_out(sim: SimHandle, zvm_a: Zvm) -> None:
     sim.add_fault("hang", seconds=5, path_regex="localsite", count=1)
     with pytest.raises(requests.exceptions.ReadTimeout):
-        zvm_a.http.get(zvm_a.base + "/v1/localsite", headers={"Authorization": f"Bearer {zvm_a.token}"},
-                       timeout=0.5)
+        zvm_a.http.get(zvm_a.base + "/v1/localsite", headers={"Authorization": f"Bearer {zvm_a.token}"}, timeout=0.5)
     assert zvm_a.request("GET", "v1/localsite").status_code == 200
 
 
@@ -88,16 +88,19 @@ def test_a_hung_insert_still_inserts(sim: SimHandle, zvm_a: Zvm) -> None:
     sim.add_fault("hang", seconds=5, path_regex="/checkpoints$", method="POST", count=1)
     vpg = zvm_a.vpg_id("vpg-db")
     with pytest.raises(requests.exceptions.ReadTimeout):
-        zvm_a.http.post(f"{zvm_a.base}/v1/vpgs/{vpg}/checkpoints", json={"checkpointName": "cut-off"},
-                        headers={"Authorization": f"Bearer {zvm_a.token}"}, timeout=0.5)
+        zvm_a.http.post(
+            f"{zvm_a.base}/v1/vpgs/{vpg}/checkpoints",
+            json={"checkpointName": "cut-off"},
+            headers={"Authorization": f"Bearer {zvm_a.token}"},
+            timeout=0.5,
+        )
     wait_for(lambda: _tags(zvm_a, vpg) == ["cut-off"])
 
 
 def test_latency_applies_per_site(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
     sim.set_latency(5000, site="site-a")
     with pytest.raises(requests.exceptions.ReadTimeout):
-        zvm_a.http.get(zvm_a.base + "/v1/localsite", headers={"Authorization": f"Bearer {zvm_a.token}"},
-                       timeout=0.5)
+        zvm_a.http.get(zvm_a.base + "/v1/localsite", headers={"Authorization": f"Bearer {zvm_a.token}"}, timeout=0.5)
     assert zvm_b.request("GET", "v1/localsite").status_code == 200
     sim.set_latency(0, site="site-a")
     assert zvm_a.request("GET", "v1/localsite").status_code == 200
@@ -130,8 +133,9 @@ def test_unmount_fail_keeps_the_session(sim: SimHandle, zvm_b: Zvm) -> None:
 def test_mount_unparseable_still_opens_the_session(sim: SimHandle, zvm_b: Zvm) -> None:
     sim.add_fault("mount_unparseable")
     vpg, vm, cp = zvm_b.vpg_id("vpg-web"), zvm_b.vm_id("web01"), zvm_b.latest_checkpoint("vpg-web")
-    resp = zvm_b.request("POST", "v1/flrs", json={"jflr": {"vpgIdentifier": vpg, "vmIdentifier": vm,
-                                                            "checkpointIdentifier": cp}})
+    resp = zvm_b.request(
+        "POST", "v1/flrs", json={"jflr": {"vpgIdentifier": vpg, "vmIdentifier": vm, "checkpointIdentifier": cp}}
+    )
     assert resp.status_code == 200
     try:
         parsed = resp.json()
@@ -140,8 +144,11 @@ def test_mount_unparseable_still_opens_the_session(sim: SimHandle, zvm_b: Zvm) -
     assert not isinstance(parsed, str)
     sessions = zvm_b.get("v1/flrs")
     assert len(sessions) == 1
-    assert (sessions[0]["VmIdentifier"], sessions[0]["VpgIdentifier"], sessions[0]["CheckpointIdentifier"]) \
-        == (vm, vpg, cp)
+    assert (sessions[0]["VmIdentifier"], sessions[0]["VpgIdentifier"], sessions[0]["CheckpointIdentifier"]) == (
+        vm,
+        vpg,
+        cp,
+    )
 
 
 def test_restart_drops_sessions_and_tokens(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
@@ -158,9 +165,13 @@ def test_faults_are_listed_validated_and_cleared(sim: SimHandle) -> None:
     added = sim.add_fault("mount_delay", site="site-b", seconds=2, count=3)
     assert (added["kind"], added["site"], added["count"], added["seconds"]) == ("mount_delay", "site-b", 3, 2)
     assert [f["kind"] for f in sim.control("GET", "faults")] == ["mount_delay"]
-    for bad in ({"kind": "nope"}, {"kind": "mount_delay"}, {"kind": "task_delay", "seconds": "soon"},
-                {"kind": "http_error", "status": 503, "path_regex": "("},
-                {"kind": "mount_fail", "site": "site-zz"}):
+    for bad in (
+        {"kind": "nope"},
+        {"kind": "mount_delay"},
+        {"kind": "task_delay", "seconds": "soon"},
+        {"kind": "http_error", "status": 503, "path_regex": "("},
+        {"kind": "mount_fail", "site": "site-zz"},
+    ):
         with pytest.raises(SimError, match="400"):
             sim.control("POST", "faults", bad)
     sim.clear_faults()

@@ -1,4 +1,5 @@
 """File Level Recovery: capture semantics, mount, browse, download, unmount, foreign sessions."""
+
 from __future__ import annotations
 
 import hashlib
@@ -46,14 +47,21 @@ def test_browse_lists_partitions_folders_and_files(zvm_b: Zvm) -> None:
     session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     root = zvm_b.post(f"v1/flrs/{session}/browse", {"path": ""})
     assert root["MainPathItem"]["Path"] == ""
-    assert [(i["Path"], i["Type"], i["SizeInBytes"]) for i in root["PathItems"]] == \
-        [("partition#1 Ext4", "Partition", None), ("partition#2 Ext4", "Partition", None)]
+    assert [(i["Path"], i["Type"], i["SizeInBytes"]) for i in root["PathItems"]] == [
+        ("partition#1 Ext4", "Partition", None),
+        ("partition#2 Ext4", "Partition", None),
+    ]
     boot = zvm_b.post(f"v1/flrs/{session}/browse", {"path": "partition#1 Ext4"})
-    assert {(i["Path"], i["Type"]) for i in boot["PathItems"]} == \
-        {("partition#1 Ext4/grub", "Folder"), ("partition#1 Ext4/vmlinuz", "File")}
+    assert {(i["Path"], i["Type"]) for i in boot["PathItems"]} == {
+        ("partition#1 Ext4/grub", "Folder"),
+        ("partition#1 Ext4/vmlinuz", "File"),
+    }
     top = zvm_b.post(f"v1/flrs/{session}/browse", {"Path": "partition#2 Ext4"})
-    assert {i["Path"] for i in top["PathItems"]} >= {"partition#2 Ext4/boot", "partition#2 Ext4/etc",
-                                                     "partition#2 Ext4/var"}
+    assert {i["Path"] for i in top["PathItems"]} >= {
+        "partition#2 Ext4/boot",
+        "partition#2 Ext4/etc",
+        "partition#2 Ext4/var",
+    }
     empty_boot = zvm_b.post(f"v1/flrs/{session}/browse", {"path": "partition#2 Ext4/boot"})
     assert empty_boot["MainPathItem"]["Type"] == "Folder" and empty_boot["PathItems"] == []
     nginx = zvm_b.post(f"v1/flrs/{session}/browse", {"path": "partition#2 Ext4/etc/nginx"})
@@ -141,8 +149,7 @@ def test_a_large_generated_file_streams_raw_and_zipped(sim: SimHandle, zvm_a: Zv
 
 def test_several_paths_come_back_as_one_zip(zvm_b: Zvm) -> None:
     session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
-    url = zvm_b.post(f"v1/flrs/{session}/download",
-                     {"pathList": [NGINX_PATH, "partition#2 Ext4/etc/hostname"]})
+    url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH, "partition#2 Ext4/etc/hostname"]})
     with zipfile.ZipFile(io.BytesIO(zvm_b.request("GET", url).content)) as zf:
         assert sorted(zf.namelist()) == ["etc/hostname", "etc/nginx/nginx.conf"]
         assert zf.read("etc/hostname") == b"web01\n"
@@ -185,8 +192,13 @@ def test_unmount_passes_through_unmounting_then_the_session_is_gone(zvm_b: Zvm) 
 def test_mount_validates_its_input(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
     vpg, vm, cp = zvm_b.vpg_id("vpg-web"), zvm_b.vm_id("web01"), zvm_b.latest_checkpoint("vpg-web")
     cases = [
-        {"jflr": {"vpgIdentifier": "00000000-0000-4000-8000-000000000000", "vmIdentifier": vm,
-                  "checkpointIdentifier": cp}},
+        {
+            "jflr": {
+                "vpgIdentifier": "00000000-0000-4000-8000-000000000000",
+                "vmIdentifier": vm,
+                "checkpointIdentifier": cp,
+            }
+        },
         {"jflr": {"vpgIdentifier": vpg, "vmIdentifier": zvm_b.vm_id("db01"), "checkpointIdentifier": cp}},
         {"jflr": {"vpgIdentifier": vpg, "vmIdentifier": vm, "checkpointIdentifier": "1"}},
         {"jflr": {"vpgIdentifier": vpg, "vmIdentifier": vm}},
@@ -196,8 +208,9 @@ def test_mount_validates_its_input(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> No
         resp = zvm_b.request("POST", "v1/flrs", json=body)
         assert resp.status_code == 400, body
         assert resp.json()["Message"]
-    protected_side = zvm_a.request("POST", "v1/flrs", json={"jflr": {
-        "vpgIdentifier": vpg, "vmIdentifier": vm, "checkpointIdentifier": cp}})
+    protected_side = zvm_a.request(
+        "POST", "v1/flrs", json={"jflr": {"vpgIdentifier": vpg, "vmIdentifier": vm, "checkpointIdentifier": cp}}
+    )
     assert protected_side.status_code == 400
     assert "recovery site" in protected_side.json()["Message"]
     assert zvm_b.get("v1/flrs") == []

@@ -1,4 +1,5 @@
 """/v1/vms and /v1/vpgs: filters, one row per (VM, VPG), per-site typing of site links."""
+
 from __future__ import annotations
 
 from tests.simfixtures import SimHandle
@@ -38,8 +39,11 @@ def test_a_site_lists_only_vpgs_it_protects_or_recovers(sim: SimHandle) -> None:
     a, b, c, aws = (Zvm(sim, s) for s in ("site-a", "site-b", "site-c", "site-aws"))
     assert _pairs(c.get("v1/vms")) == {("app01", "vpg-app-3"), ("edge01", "vpg-edge")}
     assert _pairs(aws.get("v1/vms")) == {("cloud01", "vpg-cloud")}
-    assert {r["VpgName"] for r in a.get("v1/vms", params={"vmName": "app01"})} == \
-        {"vpg-app-1", "vpg-app-2", "vpg-app-3"}
+    assert {r["VpgName"] for r in a.get("v1/vms", params={"vmName": "app01"})} == {
+        "vpg-app-1",
+        "vpg-app-2",
+        "vpg-app-3",
+    }
     assert {r["VpgName"] for r in b.get("v1/vms", params={"vmName": "app01"})} == {"vpg-app-1", "vpg-app-2"}
     assert b.get("v1/vms", params={"vmName": "edge01"})[0]["ProtectedSiteName"] == "Site C"
     assert a.get("v1/vms", params={"vmName": "edge01"}) == []
@@ -89,8 +93,18 @@ def test_one_vm_by_identifier_needs_the_vpg_when_ambiguous(zvm_a: Zvm) -> None:
 
 def test_vpgs_list_filter_and_get(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
     names_a = {v["VpgName"] for v in zvm_a.get("v1/vpgs")}
-    assert names_a == {"vpg-web", "vpg-web-dr", "vpg-app-1", "vpg-app-2", "vpg-app-3", "vpg-db",
-                       "vpg-win", "vpg-new", "vpg-dup-1", "vpg-dup-2"}
+    assert names_a == {
+        "vpg-web",
+        "vpg-web-dr",
+        "vpg-app-1",
+        "vpg-app-2",
+        "vpg-app-3",
+        "vpg-db",
+        "vpg-win",
+        "vpg-new",
+        "vpg-dup-1",
+        "vpg-dup-2",
+    }
     one = zvm_a.get("v1/vpgs", params={"name": "vpg-win"})
     assert len(one) == 1
     vpg = one[0]
@@ -107,8 +121,10 @@ def test_vpgs_list_filter_and_get(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> Non
 def test_control_vm_facts(sim: SimHandle) -> None:
     web = sim.vm("web01")
     assert web["name"] == "web01"
-    assert [(v["name"], v["protected"], v["recovery"]) for v in web["vpgs"]] == \
-        [("vpg-web", "site-a", "site-b"), ("vpg-web-dr", "site-a", "site-b")]
+    assert [(v["name"], v["protected"], v["recovery"]) for v in web["vpgs"]] == [
+        ("vpg-web", "site-a", "site-b"),
+        ("vpg-web-dr", "site-a", "site-b"),
+    ]
     assert sim.vm(web["identifier"])["name"] == "web01"
 
 

@@ -1,4 +1,5 @@
 """A simulator with 10,000 filler VMs starts and answers filtered lookups from its indices."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -27,8 +28,9 @@ def test_it_starts_with_ten_thousand_vms_and_filters_them(tmp_path: Path) -> Non
         members = zvm.get("v1/vms", params={"vpgName": vpg_name})
         assert "vm-09999" in {r["VmName"] for r in members} and len(members) <= 4
         # A filler VM has a guest tree too (built on first use).
-        assert sim.read_file("vm-09999", "/etc/hostname" if facts["os"] == "linux"
-                             else "C:\\Windows\\System32\\drivers\\etc\\hosts")
+        assert sim.read_file(
+            "vm-09999", "/etc/hostname" if facts["os"] == "linux" else "C:\\Windows\\System32\\drivers\\etc\\hosts"
+        )
 
 
 def test_the_same_seed_gives_the_same_filler(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
 """The simulator's building blocks without HTTP: dates, generated content, zip streams, guest trees."""
+
 from __future__ import annotations
 
 import io
@@ -16,11 +17,21 @@ from zvmsim.trees import build_tree
 from zvmsim.zipstream import Member, zip_chunks, zip_length
 
 
-@pytest.mark.parametrize("text", [
-    "2025-03-01T10:15:42.000Z", "2025-03-01T10:15:42Z", "2025-03-01T10:15:42", "2025-03-01T10:15Z",
-    "2025-03-01T10Z", "2025-03-01", "2025-03", "2025", "2025-03-01T12:15:42+02:00",
-    "2025-03-01T12:15:42 02:00",
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "2025-03-01T10:15:42.000Z",
+        "2025-03-01T10:15:42Z",
+        "2025-03-01T10:15:42",
+        "2025-03-01T10:15Z",
+        "2025-03-01T10Z",
+        "2025-03-01",
+        "2025-03",
+        "2025",
+        "2025-03-01T12:15:42+02:00",
+        "2025-03-01T12:15:42 02:00",
+    ],
+)
 def test_it_parses_every_zvm_date_format(text: str) -> None:
     expected = {4: 1735689600.0, 7: 1740787200.0, 10: 1740787200.0}
     value = parse_date(text)
@@ -47,8 +58,10 @@ def test_generated_content_is_deterministic_and_sized() -> None:
 
 
 def test_a_stored_zip_stream_is_read_by_zipfile() -> None:
-    members = [Member("a/b.txt", BytesContent(b"hello\n"), zlib.crc32(b"hello\n"), 1.7e9),
-               Member("big.bin", GeneratedContent(70_000, 3), GeneratedContent(70_000, 3).crc32(), 1.7e9)]
+    members = [
+        Member("a/b.txt", BytesContent(b"hello\n"), zlib.crc32(b"hello\n"), 1.7e9),
+        Member("big.bin", GeneratedContent(70_000, 3), GeneratedContent(70_000, 3).crc32(), 1.7e9),
+    ]
     data = b"".join(zip_chunks(members))
     assert len(data) == zip_length(members)
     with zipfile.ZipFile(io.BytesIO(data)) as zf:
@@ -66,11 +79,14 @@ class _Huge:
 
 def test_members_past_4_gib_get_zip64_records(tmp_path: Path) -> None:
     size = 5 * (1 << 30)
-    members = [Member("huge.img", _Huge(size), 0x12345678, 1.7e9),  # type: ignore[arg-type]
-               Member("after.txt", BytesContent(b"x"), zlib.crc32(b"x"), 1.7e9)]
+    members = [
+        Member("huge.img", _Huge(size), 0x12345678, 1.7e9),  # type: ignore[arg-type]
+        Member("after.txt", BytesContent(b"x"), zlib.crc32(b"x"), 1.7e9),
+    ]
     out = tmp_path / "sparse.zip"
     with out.open("wb") as fh:  # a sparse file: headers written, the 5 GiB skipped
         from zvmsim.zipstream import _layout, _local_header
+
         _, tail = _layout(members)
         header = _local_header(members[0])
         fh.write(header)
@@ -79,7 +95,7 @@ def test_members_past_4_gib_get_zip64_records(tmp_path: Path) -> None:
     assert out.stat().st_size == zip_length(members)
     sig, _ver, _flags, _method, _t, _d, _crc, csize, usize, nlen, xlen = struct.unpack("<IHHHHHIIIHH", header[:30])
     assert (sig, csize, usize) == (0x04034B50, 0xFFFFFFFF, 0xFFFFFFFF)
-    assert struct.unpack("<HHQQ", header[30 + nlen: 30 + nlen + xlen]) == (1, 16, size, size)
+    assert struct.unpack("<HHQQ", header[30 + nlen : 30 + nlen + xlen]) == (1, 16, size, size)
     with zipfile.ZipFile(out) as zf:
         huge, after = zf.infolist()
         assert (huge.file_size, huge.CRC) == (size, 0x12345678)

@@ -1,4 +1,5 @@
 """The simulator's variants: each undocumented behaviour, per site, set at run time and on the command line."""
+
 from __future__ import annotations
 
 import io
@@ -24,9 +25,15 @@ def _mounted(zvm: Zvm, vpg: str, vm: str) -> str:
 
 def test_defaults_are_the_documented_guesses_and_reset_restores_them(sim: SimHandle) -> None:
     base = sim.variants("site-b")
-    assert (base["browse_missing_status"], base["ntfs_case"], base["download_url"], base["download_format"],
-            base["flr_get_shape"], base["mounted_state"], base["clock_offset_s"]) == (
-        404, "insensitive", "relative", "raw", "array", "MountCompletedSuccessfully", 0.0)
+    assert (
+        base["browse_missing_status"],
+        base["ntfs_case"],
+        base["download_url"],
+        base["download_format"],
+        base["flr_get_shape"],
+        base["mounted_state"],
+        base["clock_offset_s"],
+    ) == (404, "insensitive", "relative", "raw", "array", "MountCompletedSuccessfully", 0.0)
     sim.set_variants("site-b", browse_missing_status=400)
     assert sim.variants("site-b")["browse_missing_status"] == 400
     assert sim.variants("site-a")["browse_missing_status"] == 404  # per site
@@ -36,10 +43,18 @@ def test_defaults_are_the_documented_guesses_and_reset_restores_them(sim: SimHan
 
 def test_bad_variants_are_refused_and_change_nothing(sim: SimHandle) -> None:
     before = sim.control("GET", "variants")
-    for bad in ({"browse_missing_status": 500}, {"ntfs_case": "maybe"}, {"token_ttl_s": 0},
-                {"clock_offset_s": "soon"}, {"mounted_state": ""}, {"nope": 1}, {"preset": "nope"},
-                {"site": "site-zz", "download_url": "absolute"}, {"download_format": True},
-                {"browse_missing_status": 400, "ntfs_case": "maybe"}):
+    for bad in (
+        {"browse_missing_status": 500},
+        {"ntfs_case": "maybe"},
+        {"token_ttl_s": 0},
+        {"clock_offset_s": "soon"},
+        {"mounted_state": ""},
+        {"nope": 1},
+        {"preset": "nope"},
+        {"site": "site-zz", "download_url": "absolute"},
+        {"download_format": True},
+        {"browse_missing_status": 400, "ntfs_case": "maybe"},
+    ):
         with pytest.raises(SimError, match="400"):
             sim.control("POST", "variants", {"site": None, **bad})
     assert sim.control("GET", "variants") == before
@@ -63,8 +78,9 @@ def test_ntfs_names_can_be_case_sensitive(sim: SimHandle, zvm_a: Zvm) -> None:
     assert "partition#2 NTFS/inetpub/web.config" in [i["Path"] for i in listed["PathItems"]]
 
 
-@pytest.mark.parametrize(("naming", "member"), [("path", "etc/nginx/nginx.conf"), ("flr_path", NGINX_PATH),
-                                                ("basename", "nginx.conf")])
+@pytest.mark.parametrize(
+    ("naming", "member"), [("path", "etc/nginx/nginx.conf"), ("flr_path", NGINX_PATH), ("basename", "nginx.conf")]
+)
 def test_zip_members_are_named_as_the_variant_says(sim: SimHandle, zvm_b: Zvm, naming: str, member: str) -> None:
     session = _mounted(zvm_b, "vpg-web", "web01")
     sim.set_variants("site-b", download_format="zip", zip_member=naming)
@@ -97,13 +113,19 @@ def test_state_names_and_unmounted_sessions_that_stay_listed(sim: SimHandle, zvm
 
 def test_token_lifetime_is_per_site(sim: SimHandle) -> None:
     sim.set_variants("site-a", token_ttl_s=7)
-    resp = requests.post(f"{sim.site_url('site-a')}/auth/realms/zerto/protocol/openid-connect/token",
-                         data={"grant_type": "password", "client_id": "zerto-client", "username": "admin",
-                               "password": "zerto"}, verify=False, timeout=30)
+    resp = requests.post(
+        f"{sim.site_url('site-a')}/auth/realms/zerto/protocol/openid-connect/token",
+        data={"grant_type": "password", "client_id": "zerto-client", "username": "admin", "password": "zerto"},
+        verify=False,
+        timeout=30,
+    )
     assert resp.json()["expires_in"] == 7
-    other = requests.post(f"{sim.site_url('site-b')}/auth/realms/zerto/protocol/openid-connect/token",
-                          data={"grant_type": "password", "client_id": "zerto-client", "username": "admin",
-                                "password": "zerto"}, verify=False, timeout=30)
+    other = requests.post(
+        f"{sim.site_url('site-b')}/auth/realms/zerto/protocol/openid-connect/token",
+        data={"grant_type": "password", "client_id": "zerto-client", "username": "admin", "password": "zerto"},
+        verify=False,
+        timeout=30,
+    )
     assert other.json()["expires_in"] == 300
 
 
@@ -132,8 +154,14 @@ def test_a_site_clock_shifts_every_time_it_shows_and_reads(sim: SimHandle, zvm_a
     started_after = (now - timedelta(minutes=1)).strftime("%Y-%m-%dT%H:%M:%SZ")
     assert zvm_a.get("v1/tasks", params={"startedAfterDate": started_after}) == []
     # Another site keeps the true time.
-    assert abs((parsedate_to_datetime(sim.http.get(sim.site_url("site-b") + "/v1/localsite").headers["Date"])
-                - now).total_seconds()) < 30
+    assert (
+        abs(
+            (
+                parsedate_to_datetime(sim.http.get(sim.site_url("site-b") + "/v1/localsite").headers["Date"]) - now
+            ).total_seconds()
+        )
+        < 30
+    )
 
 
 def test_the_peak_request_rate_is_counted_per_site(sim: SimHandle, zvm_b: Zvm) -> None:
@@ -147,12 +175,28 @@ def test_the_peak_request_rate_is_counted_per_site(sim: SimHandle, zvm_b: Zvm) -
 
 
 def test_variants_come_from_the_command_line(tmp_path: Path) -> None:
-    with run_sim(tmp_path, "--preset", "browse-400", "--variant", "zip_member=basename",
-                 "--variant", "unmounted_state=NotMounted", "--clock-offset", "-60", "--token-ttl", "9") as server:
+    with run_sim(
+        tmp_path,
+        "--preset",
+        "browse-400",
+        "--variant",
+        "zip_member=basename",
+        "--variant",
+        "unmounted_state=NotMounted",
+        "--clock-offset",
+        "-60",
+        "--token-ttl",
+        "9",
+    ) as server:
         handle = SimHandle(server)
         got = handle.variants("site-c")
-        assert (got["browse_missing_status"], got["zip_member"], got["unmounted_state"], got["clock_offset_s"],
-                got["token_ttl_s"]) == (400, "basename", "NotMounted", -60.0, 9.0)
+        assert (
+            got["browse_missing_status"],
+            got["zip_member"],
+            got["unmounted_state"],
+            got["clock_offset_s"],
+            got["token_ttl_s"],
+        ) == (400, "basename", "NotMounted", -60.0, 9.0)
         handle.set_variants(browse_missing_status=404)
         handle.reset()  # back to the command line's values, not the built-in defaults
         assert handle.variants("site-c")["browse_missing_status"] == 400

@@ -15,7 +15,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--ahead-s", type=int, default=0,
+            "--ahead-s",
+            type=int,
+            default=0,
             help="act as if this many seconds had passed (treats runs as overdue sooner; for drills)",
         )
 

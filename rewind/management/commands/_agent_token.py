@@ -14,8 +14,9 @@ from rewind.audit import Actor
 from rewind.errors import ApplicationError
 
 
-def issue_agent_token(*, command: str, name: str, owner_name: str | None, label: str, expires_days: int | None,
-                      stderr: OutputWrapper) -> AgentWithToken:
+def issue_agent_token(
+    *, command: str, name: str, owner_name: str | None, label: str, expires_days: int | None, stderr: OutputWrapper
+) -> AgentWithToken:
     """A new token for agent ``name`` (created when missing); a CommandError says what was wrong."""
     owner = None
     if owner_name:
@@ -23,8 +24,13 @@ def issue_agent_token(*, command: str, name: str, owner_name: str | None, label:
         if owner is None:
             raise CommandError(f"no user named {owner_name!r}")
     try:
-        made = agent_token_issue_by_name(actor=Actor.system(f"manage.py {command}"), name=name, owner=owner,
-                                         label=label, expires_at=expiry_in_days(expires_days))
+        made = agent_token_issue_by_name(
+            actor=Actor.system(f"manage.py {command}"),
+            name=name,
+            owner=owner,
+            label=label,
+            expires_at=expiry_in_days(expires_days),
+        )
     except ApplicationError as exc:
         raise CommandError(exc.message) from None
     if made.created:

@@ -19,8 +19,7 @@ class Command(BaseCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("agent", help="agent name: letters, digits, - and _ (it appears in checkpoint tags)")
         parser.add_argument("--client", choices=list(CLIENTS), default="json", help="the MCP client (default: json)")
-        parser.add_argument("--url", default=None,
-                            help=f"the MCP endpoint (default: REWIND_PUBLIC_URL + {MCP_PATH})")
+        parser.add_argument("--url", default=None, help=f"the MCP endpoint (default: REWIND_PUBLIC_URL + {MCP_PATH})")
         parser.add_argument("--owner", help="username answerable for a new agent (default: the first superuser)")
         parser.add_argument("--expires-days", type=int, default=None, help="token lifetime in days (default: none)")
 
@@ -28,8 +27,15 @@ class Command(BaseCommand):
         url = options["url"] or f"{settings.REWIND_PUBLIC_URL}{MCP_PATH}"
         if not url.startswith(("https://", "http://")):
             raise CommandError(f"--url must be an http(s) URL, not {url!r}")
-        made = issue_agent_token(command="mcpconfig", name=options["agent"], owner_name=options["owner"],
-                                 label=f"mcpconfig {options['client']}", expires_days=options["expires_days"],
-                                 stderr=self.stderr)
-        self.stderr.write(f"issued token {made.issued.row.prefix}… for agent {made.agent.name}; it is shown once, below")
+        made = issue_agent_token(
+            command="mcpconfig",
+            name=options["agent"],
+            owner_name=options["owner"],
+            label=f"mcpconfig {options['client']}",
+            expires_days=options["expires_days"],
+            stderr=self.stderr,
+        )
+        self.stderr.write(
+            f"issued token {made.issued.row.prefix}… for agent {made.agent.name}; it is shown once, below"
+        )
         self.stdout.write(client_config(options["client"], url=url, token=made.issued.token).as_text())

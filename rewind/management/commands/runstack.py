@@ -96,15 +96,36 @@ class Command(BaseCommand):
         env = {**os.environ, "REWIND_PUBLIC_URL": os.environ.get("REWIND_PUBLIC_URL") or f"http://127.0.0.1:{port}"}
         self._spawn(
             "web",
-            [python, "-m", "uvicorn", "rewind.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-             "--workers", str(workers), "--no-access-log"],
+            [
+                python,
+                "-m",
+                "uvicorn",
+                "rewind.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--workers",
+                str(workers),
+                "--no-access-log",
+            ],
             env,
         )
         self._spawn("worker", [python, "-m", "celery", "-A", "rewind", "worker", "-c", "4", "--loglevel", "INFO"], env)
         self._spawn(
             "beat",
-            [python, "-m", "celery", "-A", "rewind", "beat", "--loglevel", "INFO",
-             "--schedule", str(settings.VAR_DIR / "celerybeat-schedule")],
+            [
+                python,
+                "-m",
+                "celery",
+                "-A",
+                "rewind",
+                "beat",
+                "--loglevel",
+                "INFO",
+                "--schedule",
+                str(settings.VAR_DIR / "celerybeat-schedule"),
+            ],
             env,
         )
 
