@@ -75,7 +75,7 @@ class _Browser:
         self.session_id = session_id
         self.vm_identifier = vm_identifier
         self._listings: dict[str, list[BrowseItem]] = {}
-        self._fstab: set[str] | None | object = _UNREAD
+        self._fstab: set[str] | object | None = _UNREAD
 
     def listing(self, folder: str) -> list[BrowseItem]:
         """The children of ``folder`` (an FLR path the ZVM listed; "" for the partitions).

@@ -216,7 +216,7 @@ async def zerto_recover_file(
     return await _wait(out, ctx) if wait else out
 
 
-async def zerto_recovery_status(id: RecoveryId) -> RecoveryOut:  # noqa: A002 - the tool's argument name
+async def zerto_recovery_status(id: RecoveryId) -> RecoveryOut:
     """Status of one of your recovery requests; once done, its result.
 
     A succeeded recovery carries sha256 and size, and the file inline (`content`, text when it is UTF-8,

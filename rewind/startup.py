@@ -20,7 +20,7 @@ requests, not about any one part of the product.
 
    A uvicorn worker of this app holds a few hundred thousand long-lived objects (Django, the
    models, pydantic schemas, the MCP SDK). Every full collection walks all of them: measured
-   here 55–90 ms per collection, a few times per thousand tool calls, and every call in flight
+   here 55-90 ms per collection, a few times per thousand tool calls, and every call in flight
    waits for it; that was most of the /mcp latency tail (p99). ``gc.freeze()`` once the app is
    built puts those objects in the permanent generation, so a full collection only walks what
    was made since (measured: about 10 ms). Nothing is leaked: frozen objects are only those alive

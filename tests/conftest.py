@@ -150,7 +150,7 @@ def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> Iter
     """A running worker; the test's data is committed so the worker can see it."""
     if celery_worker_process.proc is None or celery_worker_process.proc.poll() is not None:
         celery_worker_process.start()
-    yield celery_worker_process
+    return celery_worker_process
 
 
 @pytest.fixture(autouse=True)
@@ -203,4 +203,4 @@ def _site_circuits_closed() -> Iterator[None]:
 
     LOCAL_BREAKER.clear()
     clear_local_circuits()
-    yield
+    return

@@ -66,3 +66,6 @@ class AuditChainHead(models.Model):
 
     last_seq = models.PositiveBigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default="0" * 64)
+
+    def __str__(self) -> str:
+        return f"chain head at #{self.last_seq}"

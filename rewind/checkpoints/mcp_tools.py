@@ -349,10 +349,7 @@ async def zerto_guard_before_mutate(
 async def zerto_checkpoint_status(
     id: Annotated[
         RecordId,
-        Field(
-            description="The checkpoint request's id from the guard's answer: a JSON "  # noqa: A002
-            "integer, e.g. 42"
-        ),
+        Field(description="The checkpoint request's id from the guard's answer: a JSON integer, e.g. 42"),
     ],
 ) -> Annotated[CallToolResult, GuardOut]:
     """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).

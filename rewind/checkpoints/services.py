@@ -71,7 +71,7 @@ def clean_timeout(timeout_s: int | float | None) -> int:
         return int(settings.REWIND_CHECKPOINT_TIMEOUT_S)
     if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 1 <= timeout_s <= TIMEOUT_MAX_S:
         raise ApplicationError(f"timeout_s must be a number of seconds from 1 to {TIMEOUT_MAX_S}")
-    return int(round(timeout_s))
+    return round(timeout_s)
 
 
 def checkpoint_request_create(

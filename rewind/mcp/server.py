@@ -271,11 +271,9 @@ def tool_modules() -> list[str]:
     """``<app>.mcp_tools`` and ``<app>.<package>.mcp_tools`` of every installed app, in app order."""
     found = []
     for app in apps.get_app_configs():
-        packages = [app.name] + sorted(
-            f"{app.name}.{info.name}"
-            for info in pkgutil.iter_modules(app.module.__path__)
-            if info.ispkg  # type: ignore[union-attr]
-        )
+        assert app.module is not None  # every installed app has been imported by now
+        subpackages = sorted(f"{app.name}.{i.name}" for i in pkgutil.iter_modules(app.module.__path__) if i.ispkg)
+        packages = [app.name, *subpackages]
         for package in packages:
             name = f"{package}.{TOOLS_MODULE}"
             if importlib.util.find_spec(name) is not None:
@@ -327,7 +325,7 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
         transport_security=transport_security(),
         max_request_body_size=settings.MCP_MAX_BODY_BYTES,
     )
-    verifier = server._token_verifier  # noqa: SLF001 - the same cached verifier the SDK uses
+    verifier = server._token_verifier
     assert verifier is not None
     limiter = rate_limiter(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_REDIS_URL)
     guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES, limiter=limiter)

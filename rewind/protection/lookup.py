@@ -10,7 +10,7 @@ Matching order, first stage with a hit wins:
 4. DNS: resolve the name (injectable ``Resolver``; default ``socket.getaddrinfo`` bounded
    by a short timeout) and match ``VmNetworkInformation`` IP addresses.
 
-Cost. Stages 1–3 are one filtered call per site, so their cost does not grow with the
+Cost. Stages 1-3 are one filtered call per site, so their cost does not grow with the
 inventory. Stage 4 has no server-side filter: it reads each site's full VM list once
 into an IP index kept per process for REWIND_LOOKUP_CACHE_S seconds (one refresh at a
 time per site; concurrent callers wait for it). So the full listing runs at most once per
@@ -283,7 +283,7 @@ def _candidates(rows: Sequence[tuple[_Handle, VmRow]]) -> list[Candidate]:
     seen: dict[str, tuple[str | None, dict[str, None]]] = {}
     for h, row in rows:
         assert row.vm_identifier is not None
-        name, sites = seen.setdefault(row.vm_identifier, (row.vm_name, {}))
+        _name, sites = seen.setdefault(row.vm_identifier, (row.vm_name, {}))
         sites.setdefault(h.site.name, None)
     return [Candidate(name, ident, tuple(sites)) for ident, (name, sites) in sorted(seen.items())]
 

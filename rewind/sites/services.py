@@ -112,7 +112,7 @@ def site_update(
     before = _site_snapshot(site)
     was_enabled = site.enabled
     for key, value in fields.items():
-        if key not in _AUDITED_FIELDS + ("ca_bundle",):
+        if key not in (*_AUDITED_FIELDS, "ca_bundle"):
             raise ApplicationError(f"unknown site field {key!r}")
         setattr(site, key, value)
     _validate(site.name, site.base_url, site.max_requests_per_s)

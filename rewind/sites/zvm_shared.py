@@ -134,7 +134,7 @@ class DbPacer:
                 now = time.time()
                 recent = [float(t) for t in row.recent.split()]
                 slot = next_slot(recent, now, n, window)
-                kept = (recent + [slot])[-n:]
+                kept = ([*recent, slot])[-n:]
                 ZvmRateWindow.objects.filter(key=key).update(recent=" ".join(f"{t:.6f}" for t in kept))
         except DatabaseError as exc:
             logger.warning(

@@ -2,11 +2,11 @@
 
 A ZVM's clock may run minutes off ours. Every time window sent to a ZVM (``startDate``,
 ``startedAfterDate``) must be in *its* time, and every time it shows must be converted
-before it meets ours. ``offset = ZVM time − our time``.
+before it meets ours. ``offset = ZVM time - our time``.
 
 The ``Date`` header has whole seconds, so one answer only says: when it was written, the
 ZVM's clock read between ``D`` and ``D + 1``, and ours between the send and the receipt.
-That bounds the offset to ``(D − received, D + 1 − sent)``. Bounds from several answers
+That bounds the offset to ``(D - received, D + 1 - sent)``. Bounds from several answers
 intersect, so the estimate tightens to about a round trip; readings older than
 ``KEEP_S`` are dropped, and a reading that contradicts the others (the clock was set)
 starts afresh.

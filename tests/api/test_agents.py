@@ -28,7 +28,10 @@ def _issue(client: Any, agent_id: int, **body: Any) -> Any:
 @pytest.mark.django_db
 def test_a_person_creates_an_agent_they_own(made: tuple[Any, dict[str, Any]]) -> None:
     _, body = made
-    assert body["name"] == "fixer" and body["owner"] == "root" and body["is_active"] and body["tokens"] == []
+    assert body["name"] == "fixer"
+    assert body["owner"] == "root"
+    assert body["is_active"]
+    assert body["tokens"] == []
     event = AuditEvent.objects.get(action="agent.created")
     assert (event.actor_type, event.actor, event.data["owner"]) == ("user", "root", "root")
 
@@ -36,7 +39,8 @@ def test_a_person_creates_an_agent_they_own(made: tuple[Any, dict[str, Any]]) ->
 @pytest.mark.django_db
 def test_the_owner_can_be_someone_else(api: Any, superuser: Any, viewer: Any) -> None:
     body = api(superuser).post("/api/agents/", {"name": "deploy-bot", "owner": "vera"}).json()
-    assert body["owner"] == "vera" and Agent.objects.get(name="deploy-bot").owner == viewer
+    assert body["owner"] == "vera"
+    assert Agent.objects.get(name="deploy-bot").owner == viewer
 
 
 @pytest.mark.django_db
@@ -53,7 +57,8 @@ def test_it_rejects_bad_agents_with_field_errors(
     api: Any, superuser: Any, body: dict[str, Any], fields: set[str]
 ) -> None:
     response = api(superuser).post("/api/agents/", body)
-    assert response.status_code == 400 and set(response.json()) == fields
+    assert response.status_code == 400
+    assert set(response.json()) == fields
     assert not Agent.objects.exists()
 
 
@@ -61,7 +66,8 @@ def test_it_rejects_bad_agents_with_field_errors(
 def test_it_refuses_a_taken_name(made: tuple[Any, dict[str, Any]]) -> None:
     client, _ = made
     response = client.post("/api/agents/", {"name": "fixer"})
-    assert response.status_code == 400 and "already exists" in response.json()["name"][0]
+    assert response.status_code == 400
+    assert "already exists" in response.json()["name"][0]
 
 
 @pytest.mark.django_db
@@ -71,9 +77,12 @@ def test_a_token_is_shown_once_and_its_hash_never(made: tuple[Any, dict[str, Any
     issued = response.json()
     token = issued["token"]
     row = AgentToken.objects.get(pk=issued["id"])
-    assert token.startswith("rwd_") and row.token_hash == hash_token(token) and token.startswith(issued["prefix"])
+    assert token.startswith("rwd_")
+    assert row.token_hash == hash_token(token)
+    assert token.startswith(issued["prefix"])
     assert response["Cache-Control"] == "no-store"
-    assert row.token_hash not in response.content.decode() and "token_hash" not in response.content.decode()
+    assert row.token_hash not in response.content.decode()
+    assert "token_hash" not in response.content.decode()
     for later in (
         client.get("/api/agents/"),
         client.get(f"/api/agents/{agent['id']}/"),
@@ -82,7 +91,9 @@ def test_a_token_is_shown_once_and_its_hash_never(made: tuple[Any, dict[str, Any
     ):
         text = later.content.decode()
         assert later.status_code in (200, 403)
-        assert token not in text and row.token_hash not in text and "token_hash" not in text
+        assert token not in text
+        assert row.token_hash not in text
+        assert "token_hash" not in text
     listed = client.get(f"/api/agents/{agent['id']}/").json()["tokens"]
     assert [(t["id"], t["label"], t["active"]) for t in listed] == [(row.pk, "ci", True)]
 
@@ -93,14 +104,16 @@ def test_issuing_is_audited_as_the_person_without_the_token(made: tuple[Any, dic
     token = _issue(client, agent["id"]).json()["token"]
     event = AuditEvent.objects.get(action="agent.token.issued")
     assert (event.actor_type, event.actor) == ("user", "root")
-    assert token not in str(event.data) and AgentToken.objects.get().created_by == "root"
+    assert token not in str(event.data)
+    assert AgentToken.objects.get().created_by == "root"
 
 
 @pytest.mark.django_db
 def test_a_token_expiry_must_be_in_the_future(made: tuple[Any, dict[str, Any]]) -> None:
     client, agent = made
     response = client.post(f"/api/agents/{agent['id']}/tokens/", {"expires_at": "2001-01-01T00:00:00Z"})
-    assert response.status_code == 400 and set(response.json()) == {"expires_at"}
+    assert response.status_code == 400
+    assert set(response.json()) == {"expires_at"}
     assert client.post(f"/api/agents/{agent['id']}/tokens/", {"expires_at": "soon"}).status_code == 400
     assert not AgentToken.objects.exists()
     later = _issue(client, agent["id"], expires_at="2999-01-01T00:00:00Z").json()
@@ -113,7 +126,9 @@ def test_revoking_is_audited_once(made: tuple[Any, dict[str, Any]]) -> None:
     issued = _issue(client, agent["id"]).json()
     url = f"/api/agents/{agent['id']}/tokens/{issued['id']}/revoke/"
     first = client.post(url).json()
-    assert first["revoked"] is True and first["token"]["active"] is False and first["token"]["revoked_at"]
+    assert first["revoked"] is True
+    assert first["token"]["active"] is False
+    assert first["token"]["revoked_at"]
     assert client.post(url).json()["revoked"] is False
     [event] = AuditEvent.objects.filter(action="agent.token.revoked")
     assert event.actor == "root"
@@ -139,7 +154,8 @@ def test_a_viewer_may_not_issue_or_revoke(made: tuple[Any, dict[str, Any]], api:
     as_viewer = api(viewer)
     assert as_viewer.post(f"/api/agents/{agent['id']}/tokens/").status_code == 403
     assert as_viewer.post(f"/api/agents/{agent['id']}/tokens/{issued['id']}/revoke/").status_code == 403
-    assert AgentToken.objects.count() == 1 and AgentToken.objects.get().revoked_at is None
+    assert AgentToken.objects.count() == 1
+    assert AgentToken.objects.get().revoked_at is None
 
 
 @pytest.mark.django_db
@@ -149,12 +165,15 @@ def test_a_person_deactivates_an_agent(made: tuple[Any, dict[str, Any]], api: An
     assert api(viewer).patch(url, {"is_active": False}).status_code == 403
     assert client.patch(url, {"is_active": "maybe"}).status_code == 400
     renamed = client.patch(url, {"name": "renamed", "is_active": False})
-    assert renamed.status_code == 400 and set(renamed.json()) == {"name"}
+    assert renamed.status_code == 400
+    assert set(renamed.json()) == {"name"}
     assert Agent.objects.get(pk=agent["id"]).is_active is True
     response = client.patch(url, {"is_active": False})
-    assert response.status_code == 200 and response.json()["is_active"] is False
+    assert response.status_code == 200
+    assert response.json()["is_active"] is False
     event = AuditEvent.objects.get(action="agent.changed")
-    assert event.actor == "root" and event.data["after"]["is_active"] is False
+    assert event.actor == "root"
+    assert event.data["after"]["is_active"] is False
 
 
 @pytest.mark.django_db

@@ -23,7 +23,8 @@ def _seed() -> list[AuditEvent]:
             request_id="req-aaaa-1111",
         )
     ]
-    return with_rid + [
+    return [
+        *with_rid,
         audit_record(
             actor=Actor.agent("fixer"),
             action="catalog.tool.added",
@@ -53,9 +54,13 @@ def test_it_lists_newest_first_with_every_field(api: Any, viewer: Any) -> None:
     body = api(viewer).get("/api/audit/").json()
     assert [r["seq"] for r in body["results"]] == [e.seq for e in reversed(events)]
     first = body["results"][-1]
-    assert first["actor"] == "alice" and first["actor_type"] == "user" and first["data"] == {"n": 1}
-    assert first["hash"] == events[0].hash and first["prev_hash"] == "0" * 64
-    assert first["target_type"] == "rewind.site" and first["target_id"] == "1"
+    assert first["actor"] == "alice"
+    assert first["actor_type"] == "user"
+    assert first["data"] == {"n": 1}
+    assert first["hash"] == events[0].hash
+    assert first["prev_hash"] == "0" * 64
+    assert first["target_type"] == "rewind.site"
+    assert first["target_id"] == "1"
 
 
 @pytest.mark.django_db
@@ -111,9 +116,11 @@ def test_it_shows_one_event_by_its_seq(api: Any, viewer: Any) -> None:
     events = _seed()
     client = api(viewer)
     body = client.get(f"/api/audit/{events[1].seq}/").json()
-    assert body["action"] == "catalog.tool.added" and body["actor"] == "fixer"
+    assert body["action"] == "catalog.tool.added"
+    assert body["actor"] == "fixer"
     missing = client.get("/api/audit/999/")
-    assert missing.status_code == 404 and "999" in missing.json()["detail"]
+    assert missing.status_code == 404
+    assert "999" in missing.json()["detail"]
 
 
 @pytest.mark.django_db

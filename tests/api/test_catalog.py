@@ -28,7 +28,9 @@ def entry(api: Any, superuser: Any) -> tuple[Any, dict[str, Any]]:
 @pytest.mark.django_db
 def test_a_person_adds_an_entry_and_it_is_audited_as_them(entry: tuple[Any, dict[str, Any]]) -> None:
     _, body = entry
-    assert body["pattern"] == "ansible/run" and body["added_by"] == "root" and body["added_by_kind"] == "user"
+    assert body["pattern"] == "ansible/run"
+    assert body["added_by"] == "root"
+    assert body["added_by_kind"] == "user"
     [event] = _events("catalog.tool.added")
     assert (event.actor_type, event.actor, event.target_id) == ("user", "root", str(body["id"]))
     assert event.data["after"]["vm_arg"] == "target"
@@ -59,7 +61,8 @@ def test_it_rejects_bad_entries_with_field_errors(
 def test_it_refuses_a_duplicate_whatever_its_case(entry: tuple[Any, dict[str, Any]]) -> None:
     client, _ = entry
     response = client.post("/api/catalog/tools/", {**NEW, "pattern": "ANSIBLE/run"})
-    assert response.status_code == 400 and "already" in response.json()["pattern"][0]
+    assert response.status_code == 400
+    assert "already" in response.json()["pattern"][0]
 
 
 @pytest.mark.django_db
@@ -77,7 +80,8 @@ def test_a_person_updates_an_entry_and_the_before_and_after_are_audited(entry: t
 def test_the_pattern_cannot_change(entry: tuple[Any, dict[str, Any]]) -> None:
     client, body = entry
     response = client.patch(f"/api/catalog/tools/{body['id']}/", {"pattern": "ssh/*"})
-    assert response.status_code == 400 and set(response.json()) == {"pattern"}
+    assert response.status_code == 400
+    assert set(response.json()) == {"pattern"}
     assert MutatingTool.objects.get(pk=body["id"]).pattern == "ansible/run"
 
 
@@ -126,7 +130,9 @@ def test_sightings_are_listed_and_filtered(api: Any, viewer: Any, sightings: dic
     rows = client.get("/api/catalog/sightings/", {"status": "unclassified"}).json()["results"]
     assert {r["tool"] for r in rows} == {"shell/run_command", "shell/list_files"}
     row = next(r for r in rows if r["tool"] == "shell/run_command")
-    assert row["count"] == 1 and row["agents"] == ["fixer"] and row["argument_names"] == ["cmd", "host"]
+    assert row["count"] == 1
+    assert row["agents"] == ["fixer"]
+    assert row["argument_names"] == ["cmd", "host"]
     assert client.get("/api/catalog/sightings/", {"status": "added"}).json()["results"] == []
     assert client.get("/api/catalog/sightings/", {"status": "nonsense"}).status_code == 400
 
@@ -139,8 +145,10 @@ def test_classifying_as_mutating_adds_the_tool(api: Any, superuser: Any, sightin
     )
     assert response.status_code == 200, response.content
     body = response.json()
-    assert body["sighting"]["status"] == "added" and body["sighting"]["classified_by"] == "root"
-    assert body["entry"]["pattern"] == "shell/run_command" and body["entry"]["vm_arg"] == "host"
+    assert body["sighting"]["status"] == "added"
+    assert body["sighting"]["classified_by"] == "root"
+    assert body["entry"]["pattern"] == "shell/run_command"
+    assert body["entry"]["vm_arg"] == "host"
     assert MutatingTool.objects.get(pattern="shell/run_command").added_by == "root"
     [event] = _events("catalog.sighting.classified_mutating")
     assert (event.actor_type, event.actor) == ("user", "root")
@@ -172,7 +180,8 @@ def test_classifying_rejects_bad_input(
 ) -> None:
     sighting = sightings["mutating"]
     response = api(superuser).post(f"/api/catalog/sightings/{sighting.pk}/classify/", body)
-    assert response.status_code == 400 and set(response.json()) == fields
+    assert response.status_code == 400
+    assert set(response.json()) == fields
     sighting.refresh_from_db()
     assert sighting.status == "unclassified"
 

@@ -75,24 +75,29 @@ def test_the_list_counts_listed_vpgs(api: Any, viewer: Any, guards: list[ChangeG
     rows = {g["change_id"]: g for g in api(viewer).get("/api/guards/").json()["results"]}
     assert (rows["c-1"]["vpgs_listed"], rows["c-1"]["vpgs_total"]) == (2, 2)
     assert (rows["c-2"]["vpgs_listed"], rows["c-2"]["vpgs_total"]) == (1, 2)
-    assert rows["c-2"]["status"] == "failed" and rows["c-2"]["agent_name"] == "fixer"
+    assert rows["c-2"]["status"] == "failed"
+    assert rows["c-2"]["agent_name"] == "fixer"
 
 
 @pytest.mark.django_db
 def test_the_detail_has_one_row_per_vpg(api: Any, viewer: Any, guards: list[ChangeGuard]) -> None:
     body = api(viewer).get(f"/api/guards/{guards[1].pk}/").json()
-    assert body["tag"] == guards[1].tag and body["vm_name"] == "app01"
+    assert body["tag"] == guards[1].tag
+    assert body["vm_name"] == "app01"
     rows = {v["vpg_name"]: v for v in body["vpgs"]}
-    assert rows["vpg-app-1"]["status"] == "listed" and rows["vpg-app-1"]["checkpoint_identifier"] == "cp-vpg-app-1"
+    assert rows["vpg-app-1"]["status"] == "listed"
+    assert rows["vpg-app-1"]["checkpoint_identifier"] == "cp-vpg-app-1"
     assert rows["vpg-app-1"]["checkpoint_timestamp"] is not None
-    assert rows["vpg-app-2"]["status"] == "timed_out" and rows["vpg-app-2"]["error"] == "timed out"
+    assert rows["vpg-app-2"]["status"] == "timed_out"
+    assert rows["vpg-app-2"]["error"] == "timed out"
 
 
 @pytest.mark.django_db
 def test_bad_filters_and_unknown_ids(api: Any, viewer: Any, guards: list[ChangeGuard]) -> None:
     client = api(viewer)
     response = client.get("/api/guards/", {"status": "exploded"})
-    assert response.status_code == 400 and set(response.json()) == {"status"}
+    assert response.status_code == 400
+    assert set(response.json()) == {"status"}
     assert client.get("/api/guards/999999/").status_code == 404
 
 

@@ -49,8 +49,10 @@ def created(api: Any, superuser: Any) -> tuple[Any, Any, Site]:
 def test_it_creates_a_site_without_echoing_a_secret(created: tuple[Any, Any, Site], viewer: Any, api: Any) -> None:
     client, response, site = created
     body = response.json()
-    assert body["base_url"] == "https://zvm.example.com" and body["ca_bundle_pinned"] is True
-    assert decrypt(site.password_encrypted) == PASSWORD and decrypt(site.client_secret_encrypted) == CLIENT_SECRET
+    assert body["base_url"] == "https://zvm.example.com"
+    assert body["ca_bundle_pinned"] is True
+    assert decrypt(site.password_encrypted) == PASSWORD
+    assert decrypt(site.client_secret_encrypted) == CLIENT_SECRET
     _assert_no_secrets(response, site)
     _assert_no_secrets(client.get("/api/sites/"), site)
     _assert_no_secrets(api(viewer).get(f"/api/sites/{site.pk}/"), site)
@@ -62,7 +64,8 @@ def test_it_audits_the_creation_as_the_person(created: tuple[Any, Any, Site]) ->
     event = AuditEvent.objects.get(action="site.created", target_id=str(site.pk))
     assert (event.actor_type, event.actor) == ("user", "root")
     assert event.request_id == response["X-Request-ID"]
-    assert PASSWORD not in str(event.data) and CLIENT_SECRET not in str(event.data)
+    assert PASSWORD not in str(event.data)
+    assert CLIENT_SECRET not in str(event.data)
 
 
 @pytest.mark.django_db
@@ -71,11 +74,13 @@ def test_an_empty_password_keeps_the_stored_one(created: tuple[Any, Any, Site]) 
     response = client.patch(f"/api/sites/{site.pk}/", {"password": "", "username": "ops"})
     assert response.status_code == 200, response.content
     site.refresh_from_db()
-    assert site.username == "ops" and decrypt(site.password_encrypted) == PASSWORD
+    assert site.username == "ops"
+    assert decrypt(site.password_encrypted) == PASSWORD
     assert site.ca_bundle == PEM  # omitted: still pinned
     event = AuditEvent.objects.filter(action="site.changed").get()
     assert event.actor == "root"
-    assert event.data["before"]["username"] == "admin" and event.data["after"]["username"] == "ops"
+    assert event.data["before"]["username"] == "admin"
+    assert event.data["after"]["username"] == "ops"
 
 
 @pytest.mark.django_db
@@ -90,7 +95,8 @@ def test_a_new_password_replaces_the_old_and_is_not_echoed(created: tuple[Any, A
     site.refresh_from_db()
     assert decrypt(site.password_encrypted) == "Another-Pw-77"
     assert decrypt(site.client_secret_encrypted) == CLIENT_SECRET
-    assert site.ca_bundle == "" and response.json()["ca_bundle_pinned"] is False
+    assert site.ca_bundle == ""
+    assert response.json()["ca_bundle_pinned"] is False
     assert AuditEvent.objects.get(action="site.changed").actor == "root"
 
 
@@ -112,7 +118,8 @@ def test_it_rejects_bad_input_with_field_errors(
     response = api(superuser).post("/api/sites/", body)
     assert response.status_code == 400
     assert set(response.json()) == fields
-    assert not Site.objects.exists() and not AuditEvent.objects.exists()
+    assert not Site.objects.exists()
+    assert not AuditEvent.objects.exists()
 
 
 @pytest.mark.django_db
@@ -121,7 +128,8 @@ def test_it_refuses_a_taken_name(created: tuple[Any, Any, Site]) -> None:
     other = site_create(actor=Actor.system("tests"), name="Site Y", base_url="https://y.example.com")
     assert client.post("/api/sites/", {"name": "Site Z", "base_url": "https://a.example.com"}).status_code == 400
     response = client.patch(f"/api/sites/{other.pk}/", {"name": "Site Z"})
-    assert response.status_code == 400 and "name" in response.json()
+    assert response.status_code == 400
+    assert "name" in response.json()
     assert client.patch(f"/api/sites/{site.pk}/", {"name": "Site Z"}).status_code == 200  # its own name
 
 
@@ -151,10 +159,13 @@ def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any,
     assert response.status_code == 200
     body = response.json()
     state = {s["slug"]: s for s in sim.control("GET", "/_sim/state")["sites"]}
-    assert body["ok"] is True and body["error"] is None
+    assert body["ok"] is True
+    assert body["error"] is None
     assert body["identity"]["identifier"] == state["site-a"]["identifier"]
-    assert body["identity"]["name"] == "Site A" and body["vpg_count"] > 0
-    assert body["site"]["identifier"] == state["site-a"]["identifier"] and body["site"]["last_error"] == ""
+    assert body["identity"]["name"] == "Site A"
+    assert body["vpg_count"] > 0
+    assert body["site"]["identifier"] == state["site-a"]["identifier"]
+    assert body["site"]["last_error"] == ""
     assert '"zerto"' not in response.content.decode()
     event = AuditEvent.objects.get(action="site.identity_learned")
     assert (event.actor_type, event.actor) == ("user", "root")
@@ -167,6 +178,9 @@ def test_the_check_reports_a_refused_login(api: Any, superuser: Any, sim: Any) -
         "/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "wrong-pw-1"}
     ).json()
     body = client.post(f"/api/sites/{created['id']}/check/").json()
-    assert body["ok"] is False and body["identity"] is None and body["vpg_count"] is None
-    assert body["error"] and "wrong-pw-1" not in body["error"]
+    assert body["ok"] is False
+    assert body["identity"] is None
+    assert body["vpg_count"] is None
+    assert body["error"]
+    assert "wrong-pw-1" not in body["error"]
     assert body["site"]["last_error"] == body["error"]

@@ -34,7 +34,8 @@ def test_adding_an_entry_in_the_admin_is_audited_as_the_user(admin_client: Clien
     )
     assert resp.status_code == 302, resp.content
     tool = MutatingTool.objects.get(pattern="kubectl/*")
-    assert tool.added_by == "alice" and tool.added_by_kind == "user"
+    assert tool.added_by == "alice"
+    assert tool.added_by_kind == "user"
     assert AuditEvent.objects.get(action="catalog.tool.added").actor == "alice"
 
 
@@ -49,7 +50,8 @@ def test_a_malformed_entry_is_shown_as_a_form_error(admin_client: Client) -> Non
             "enabled": "on",
         },
     )
-    assert resp.status_code == 200 and b"is not a catalog entry" in resp.content
+    assert resp.status_code == 200
+    assert b"is not a catalog entry" in resp.content
     assert not AuditEvent.objects.exists()
 
 
@@ -65,9 +67,11 @@ def test_changing_and_deleting_in_the_admin_go_through_the_services(admin_client
     )
     assert resp.status_code == 302, resp.content
     tool.refresh_from_db()
-    assert tool.vm_arg == "server" and not tool.enabled
+    assert tool.vm_arg == "server"
+    assert not tool.enabled
     changed = AuditEvent.objects.get(action="catalog.tool.changed")
-    assert changed.data["after"]["vm_arg"] == "server" and changed.data["after"]["enabled"] is False
+    assert changed.data["after"]["vm_arg"] == "server"
+    assert changed.data["after"]["enabled"] is False
     resp = admin_client.post(f"/admin/catalog/mutatingtool/{tool.pk}/delete/", {"post": "yes"})
     assert resp.status_code == 302
     assert AuditEvent.objects.get(action="catalog.tool.removed").data["before"]["pattern"] == "smb/write_file"
@@ -78,7 +82,8 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
     url = "/admin/catalog/toolsighting/"
     first = admin_client.post(url, {"action": "classify_mutating", "_selected_action": [s.pk]})
     assert first.status_code == 200
-    assert b"docker_host" in first.content and b"Add to the catalog" in first.content
+    assert b"docker_host" in first.content
+    assert b"Add to the catalog" in first.content
     missing = admin_client.post(
         url,
         {
@@ -89,7 +94,8 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
             f"s{s.pk}-description": "docker",
         },
     )
-    assert missing.status_code == 200 and b"choose the argument" in missing.content
+    assert missing.status_code == 200
+    assert b"choose the argument" in missing.content
     done = admin_client.post(
         url,
         {
@@ -103,7 +109,8 @@ def test_classifying_a_sighting_as_mutating_asks_for_the_vm_argument(admin_clien
     )
     assert done.status_code == 302
     entry = MutatingTool.objects.get(pattern="docker/exec")
-    assert entry.vm_arg == "docker_host" and entry.added_by == "alice"
+    assert entry.vm_arg == "docker_host"
+    assert entry.added_by == "alice"
     assert ToolSighting.objects.get(pk=s.pk).status == ToolSighting.Status.ADDED
 
 
@@ -133,5 +140,6 @@ def test_an_unusable_vm_argument_is_shown_as_a_form_error(admin_client: Client) 
             "enabled": "on",
         },
     )
-    assert resp.status_code == 200 and b"is not an argument name" in resp.content
+    assert resp.status_code == 200
+    assert b"is not an argument name" in resp.content
     assert not MutatingTool.objects.filter(pattern="x/y").exists()

@@ -41,10 +41,14 @@ def test_an_agent_adds_an_entry_and_it_is_audited() -> None:
     tool = mutating_tool_add(
         actor=BOT, pattern=" Docker/Exec ", vm_arg="host", platform="linux", description="runs in a container"
     )
-    assert tool.pattern == "docker/exec" and tool.added_by == "ops-bot" and tool.added_by_kind == "agent"
+    assert tool.pattern == "docker/exec"
+    assert tool.added_by == "ops-bot"
+    assert tool.added_by_kind == "agent"
     event = AuditEvent.objects.get(action="catalog.tool.added")
-    assert event.actor == "ops-bot" and event.actor_type == "agent"
-    assert event.data["before"] is None and event.data["after"]["pattern"] == "docker/exec"
+    assert event.actor == "ops-bot"
+    assert event.actor_type == "agent"
+    assert event.data["before"] is None
+    assert event.data["after"]["pattern"] == "docker/exec"
     assert verify_chain()[1] is None
 
 
@@ -92,15 +96,16 @@ def test_an_exact_entry_beats_a_pattern_and_disabled_entries_do_not_match() -> N
 @pytest.mark.parametrize("change", ["update", "disable", "remove"])
 def test_only_people_change_disable_or_remove_entries(change: str) -> None:
     tool = MutatingTool.objects.get(pattern="ssh/exec")
+    attempts = {
+        "update": lambda: mutating_tool_update(actor=BOT, tool=tool, vm_arg="target"),
+        "disable": lambda: mutating_tool_disable(actor=BOT, tool=tool),
+        "remove": lambda: mutating_tool_remove(actor=BOT, tool=tool),
+    }
     with pytest.raises(PermissionDeniedError, match="only a person"):
-        if change == "update":
-            mutating_tool_update(actor=BOT, tool=tool, vm_arg="target")
-        elif change == "disable":
-            mutating_tool_disable(actor=BOT, tool=tool)
-        else:
-            mutating_tool_remove(actor=BOT, tool=tool)
+        attempts[change]()
     tool.refresh_from_db()
-    assert tool.enabled and tool.vm_arg == "host"
+    assert tool.enabled
+    assert tool.vm_arg == "host"
     assert not AuditEvent.objects.exists()
 
 
@@ -113,7 +118,8 @@ def test_a_person_updates_and_removes_with_before_and_after_audited() -> None:
     assert (changed.data["before"]["enabled"], changed.data["after"]["enabled"]) == (True, False)
     mutating_tool_remove(actor=ALICE, tool=tool)
     removed = AuditEvent.objects.get(action="catalog.tool.removed")
-    assert removed.data["before"]["pattern"] == "ssh/exec" and removed.data["after"] is None
+    assert removed.data["before"]["pattern"] == "ssh/exec"
+    assert removed.data["after"] is None
     assert not MutatingTool.objects.filter(pattern="ssh/exec").exists()
 
 
@@ -122,8 +128,11 @@ def test_sightings_count_calls_agents_and_argument_names() -> None:
     tool_sighting_record(tool="fs/read_file", agent_name="gpt", argument_names=["path", "encoding"])
     tool_sighting_record(tool="fs/read_file", agent_name="ops-bot", argument_names=[])
     s = ToolSighting.objects.get(tool="fs/read_file")
-    assert s.count == 3 and s.agents == ["ops-bot", "gpt"] and s.argument_names == ["path", "encoding"]
-    assert s.status == ToolSighting.Status.UNCLASSIFIED and s.last_seen_at >= s.first_seen_at
+    assert s.count == 3
+    assert s.agents == ["ops-bot", "gpt"]
+    assert s.argument_names == ["path", "encoding"]
+    assert s.status == ToolSighting.Status.UNCLASSIFIED
+    assert s.last_seen_at >= s.first_seen_at
 
 
 def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
@@ -131,9 +140,12 @@ def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
     with pytest.raises(PermissionDeniedError):
         tool_sighting_classify_mutating(actor=BOT, sighting=s, vm_arg="container_host")
     entry = tool_sighting_classify_mutating(actor=ALICE, sighting=s, vm_arg="container_host", platform="linux")
-    assert entry.pattern == "docker/exec" and entry.vm_arg == "container_host" and entry.added_by == "alice"
+    assert entry.pattern == "docker/exec"
+    assert entry.vm_arg == "container_host"
+    assert entry.added_by == "alice"
     s.refresh_from_db()
-    assert s.status == ToolSighting.Status.ADDED and s.classified_by == "alice"
+    assert s.status == ToolSighting.Status.ADDED
+    assert s.classified_by == "alice"
     assert mutating_tool_match("docker/exec") == entry
     actions = set(AuditEvent.objects.values_list("action", flat=True))
     assert actions == {"catalog.tool.added", "catalog.sighting.classified_mutating"}
@@ -146,4 +158,5 @@ def test_classifying_a_sighting_as_read_only_ignores_it() -> None:
     assert s.status == ToolSighting.Status.IGNORED
     assert mutating_tool_match("fs/list") is None
     event = AuditEvent.objects.get(action="catalog.sighting.classified_readonly")
-    assert event.data["before"]["status"] == "unclassified" and event.data["after"]["status"] == "ignored"
+    assert event.data["before"]["status"] == "unclassified"
+    assert event.data["after"]["status"] == "ignored"

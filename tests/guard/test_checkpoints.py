@@ -40,18 +40,22 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites
         r.status == TaggedCheckpoint.Status.LISTED and r.checkpoint_identifier and r.checkpoint_timestamp for r in rows
     )
     # vpg-app-3 replicates to site-c; the insert still goes through the protected site (site-a).
-    assert rows[2].site is not None and rows[2].site.name == "Site A"
+    assert rows[2].site is not None
+    assert rows[2].site.name == "Site A"
     assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1
     actions = list(AuditEvent.objects.filter(target_id=str(guard.pk)).values_list("action", flat=True))
-    assert actions.count("guard.checkpoint.requested") == 3 and actions.count("guard.checkpoint.listed") == 3
-    assert "guard.created" in actions and "guard.ok" in actions
+    assert actions.count("guard.checkpoint.requested") == 3
+    assert actions.count("guard.checkpoint.listed") == 3
+    assert "guard.created" in actions
+    assert "guard.ok" in actions
 
 
 def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
     guard = wait_finished(_request(agent, "db01"))
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
-    assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=") and guard.tag.endswith("Z")
+    assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=")
+    assert guard.tag.endswith("Z")
 
 
 def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
@@ -77,7 +81,8 @@ def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, worke
     guard = wait_finished(_request(agent, "db01"))
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == TaggedCheckpoint.Status.FAILED and "Journal is full" in row.error
+    assert row.status == TaggedCheckpoint.Status.FAILED
+    assert "Journal is full" in row.error
 
 
 def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
@@ -100,7 +105,7 @@ def test_concurrent_requests_with_one_change_id_insert_once(sim: Any, sites: Any
             outcomes.append(
                 checkpoint_request_create(agent_name=agent.name, vm="web01", action="edit", change_id="CHG-42")
             )
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
         finally:
             connection.close()
@@ -123,7 +128,8 @@ def test_the_same_change_id_returns_the_existing_record(sim: Any, sites: Any, ag
     first = checkpoint_request_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
     wait_finished(first.guard)
     again = checkpoint_request_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
-    assert not again.created and again.guard.pk == first.guard.pk
+    assert not again.created
+    assert again.guard.pk == first.guard.pk
     assert ChangeGuard.objects.count() == 1
     assert len(tagged(sim, "site-a", "vpg-db", first.guard.tag)) == 1
 
@@ -136,11 +142,15 @@ def test_it_refuses_vms_that_cannot_take_a_checkpoint(
     sim: Any, sites: Any, agent: Any, db: None, vm: str, reason: str
 ) -> None:
     outcome = checkpoint_request_create(agent_name=agent.name, vm=vm, action="edit")
-    assert outcome.guard is None and outcome.refusal and reason in outcome.refusal
-    assert outcome.refused and reason in outcome.refused[0].reason
+    assert outcome.guard is None
+    assert outcome.refusal
+    assert reason in outcome.refusal
+    assert outcome.refused
+    assert reason in outcome.refused[0].reason
     assert not ChangeGuard.objects.exists()
     event = AuditEvent.objects.get(action="guard.refused")
-    assert event.actor == "ops-bot" and reason in event.data["reason"]
+    assert event.actor == "ops-bot"
+    assert reason in event.data["reason"]
 
 
 @pytest.mark.parametrize(

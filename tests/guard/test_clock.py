@@ -40,7 +40,8 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
         assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
     # The wait measured the ZVM's clock and stored it on the site.
     site = Site.objects.get(name="Site A")
-    assert site.clock_offset_s is not None and abs(site.clock_offset_s - offset_s) < 2
+    assert site.clock_offset_s is not None
+    assert abs(site.clock_offset_s - offset_s) < 2
     # The audit shows the checkpoint's time as the ZVM shows it and on our clock.
     listed = AuditEvent.objects.filter(action="guard.checkpoint.listed", target_id=str(guard.pk))
     assert listed.count() == 3
@@ -59,7 +60,8 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
     guard = wait_finished(_request(agent, "db01", timeout_s=4))
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == TaggedCheckpoint.Status.TIMED_OUT and "within 4 s" in row.error
+    assert row.status == TaggedCheckpoint.Status.TIMED_OUT
+    assert "within 4 s" in row.error
     # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
     budget = 10 + 2 * pacing.calls_bound(4.0, None)
     assert _calls(sim, "site-a") - before <= budget
@@ -74,7 +76,9 @@ def test_the_offset_is_measured_and_shown_by_zvm_check_and_the_admin(
     line_b = next(line for line in out.splitlines() if line.startswith("Site B:"))
     line_a = next(line for line in out.splitlines() if line.startswith("Site A:"))
     assert "clock +300" in line_b or "clock +299" in line_b, line_b
-    assert "WARNING" in line_b and "ahead of ours" in line_b
-    assert "clock +0.0 s" in line_a and "WARNING" not in line_a
+    assert "WARNING" in line_b
+    assert "ahead of ours" in line_b
+    assert "clock +0.0 s" in line_a
+    assert "WARNING" not in line_a
     page = admin_client.get("/admin/rewind/site/").content.decode()
     assert "ahead of ours" in page

@@ -33,13 +33,15 @@ def test_a_long_action_is_shortened_to_the_limit(settings: Any) -> None:
     settings.REWIND_TAG_MAX_LENGTH = 100
     tag = build_tag(agent="ops-bot", action=clean_action("x" * 150), vm="web01", change_id="CHG-1", now=NOW)
     assert len(tag) == 100
-    assert tag.startswith("ai:ops-bot | xxx") and "... | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z" in tag
+    assert tag.startswith("ai:ops-bot | xxx")
+    assert "... | vm=web01 | change=CHG-1 | 2026-11-29T10:15:42Z" in tag
     with pytest.raises(ApplicationError, match="shorter change_id"):
         build_tag(agent="ops-bot", action="x", vm="web01", change_id="C" * 90, now=NOW)
 
 
 def test_change_ids_are_generated_or_checked() -> None:
-    assert clean_change_id(None).startswith("chg-") and clean_change_id(None) != clean_change_id("")
+    assert clean_change_id(None).startswith("chg-")
+    assert clean_change_id(None) != clean_change_id("")
     assert clean_change_id(" JIRA-12 ") == "JIRA-12"
     for bad in ("a|b", "a b", "x\x00", "y" * 101):
         with pytest.raises(ApplicationError, match="change_id"):
@@ -64,7 +66,8 @@ def test_the_vm_is_read_from_the_entry_s_argument(db: None, arguments: dict[str,
 def test_a_missing_vm_argument_names_the_entry_and_the_argument(db: None, arguments: dict[str, Any]) -> None:
     with pytest.raises(ApplicationError, match="'ssh/exec' names the VM in argument 'host', which is missing"):
         guard_before_mutate(agent_name="ops-bot", tool="ssh/exec", arguments=arguments, action="edit")
-    assert not ChangeGuard.objects.exists() and not ToolSighting.objects.exists()
+    assert not ChangeGuard.objects.exists()
+    assert not ToolSighting.objects.exists()
 
 
 def test_several_hosts_in_one_argument_are_refused(db: None) -> None:
@@ -84,9 +87,11 @@ def test_a_malformed_tool_name_is_an_error(db: None, tool: str) -> None:
 def test_an_unlisted_tool_passes_through_audited_with_a_sighting(db: None) -> None:
     arguments = {"path": "/etc/passwd", "token": "s3cr3t"}
     outcome = guard_before_mutate(agent_name="ops-bot", tool="fs/read_file", arguments=arguments, action="read")
-    assert outcome.guarded is False and outcome.guard is None
+    assert outcome.guarded is False
+    assert outcome.guard is None
     event = AuditEvent.objects.get(action="guard.pass_through")
-    assert event.actor == "ops-bot" and event.data["tool"] == "fs/read_file"
+    assert event.actor == "ops-bot"
+    assert event.data["tool"] == "fs/read_file"
     assert "s3cr3t" not in str(event.data)  # argument names only, never values
     assert ToolSighting.objects.get(tool="fs/read_file").argument_names == ["path", "token"]
 
@@ -102,9 +107,13 @@ def test_a_listed_tool_is_guarded_through_a_pattern(sim: Any, sites: Any, db: No
     outcome = guard_before_mutate(
         agent_name="ops-bot", tool="Docker/Run", arguments={"node": "db01"}, action="restart db", change_id="CHG-9"
     )
-    assert outcome.guarded and outcome.created and outcome.entry == "docker/*"
+    assert outcome.guarded
+    assert outcome.created
+    assert outcome.entry == "docker/*"
     guard = outcome.guard
-    assert guard.tool == "docker/run" and guard.vm_name == "db01" and guard.change_id == "CHG-9"
+    assert guard.tool == "docker/run"
+    assert guard.vm_name == "db01"
+    assert guard.change_id == "CHG-9"
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
     assert AuditEvent.objects.get(action="guard.created").data["tool"] == "docker/run"
 

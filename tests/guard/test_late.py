@@ -35,7 +35,9 @@ def _timed_out_guard(sim: Any, agent: Any, change_id: str) -> ChangeGuard:
     guard = wait_finished(outcome.guard)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
-    assert row.status == TaggedCheckpoint.Status.TIMED_OUT and not row.checkpoint_identifier and row.insert_started_at
+    assert row.status == TaggedCheckpoint.Status.TIMED_OUT
+    assert not row.checkpoint_identifier
+    assert row.insert_started_at
     return guard
 
 
@@ -60,27 +62,35 @@ def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(
 
     # Not listed yet: the sweep looks, finds nothing, records nothing.
     early = checkpoints_listed_late_sweep()
-    assert early.vpgs_listed == 1 and early.recorded == 0 and not _late_events(guard)
+    assert early.vpgs_listed == 1
+    assert early.recorded == 0
+    assert not _late_events(guard)
 
     listed = _wait_listed_on_zvm(sim, guard)
     report = checkpoints_listed_late_sweep()
 
-    assert report.recorded == 1 and not report.errors
+    assert report.recorded == 1
+    assert not report.errors
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT  # what the agent was told does not change
-    assert row.listed_late_at is not None and row.checkpoint_identifier == listed["CheckpointIdentifier"]
+    assert row.listed_late_at is not None
+    assert row.checkpoint_identifier == listed["CheckpointIdentifier"]
     assert row.checkpoint_timestamp is not None
     guard.refresh_from_db()
     assert guard.status == ChangeGuard.Status.FAILED
     report_out = guard_report(guard)
-    assert report_out.ok is False and report_out.listed == 0
+    assert report_out.ok is False
+    assert report_out.listed == 0
     assert report_out.vpgs[0].listed_late_at is not None
     [event] = _late_events(guard)
-    assert event.data["checkpoint_identifier"] == row.checkpoint_identifier and event.data["vpg"] == "vpg-db"
+    assert event.data["checkpoint_identifier"] == row.checkpoint_identifier
+    assert event.data["vpg"] == "vpg-db"
 
     # Repeat sweeps neither list again nor record twice.
     again = checkpoints_listed_late_sweep()
-    assert again.vpgs_listed == 0 and again.recorded == 0 and len(_late_events(guard)) == 1
+    assert again.vpgs_listed == 0
+    assert again.recorded == 0
+    assert len(_late_events(guard)) == 1
 
     # A recovery by change id, and by default (the newest tagged checkpoint), uses it and says so.
     by_change = recovery_request_create(
@@ -102,9 +112,13 @@ def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, worke
 
     report = checkpoints_listed_late_sweep()
 
-    assert report.recorded == 0 and report.vpgs_listed == 0 and list(report.errors) == ["Site A/vpg-db"]
+    assert report.recorded == 0
+    assert report.vpgs_listed == 0
+    assert list(report.errors) == ["Site A/vpg-db"]
     row = guard.vpgs.get()
-    assert row.listed_late_at is None and not row.checkpoint_identifier and not _late_events(guard)
+    assert row.listed_late_at is None
+    assert not row.checkpoint_identifier
+    assert not _late_events(guard)
     sim.clear_faults()
     assert checkpoints_listed_late_sweep().recorded == 1
 
@@ -118,7 +132,8 @@ def test_a_guard_past_the_horizon_is_not_looked_at(
 
     report = checkpoints_listed_late_sweep()
 
-    assert report.vpgs_listed == 0 and report.recorded == 0
+    assert report.vpgs_listed == 0
+    assert report.recorded == 0
 
 
 def test_a_recovery_over_mcp_finds_the_late_checkpoint_itself(
@@ -139,7 +154,8 @@ def test_a_recovery_over_mcp_finds_the_late_checkpoint_itself(
 
     assert not result.is_error, result.content
     checkpoint = result.structured_content["checkpoint"]
-    assert checkpoint["identifier"] == listed["CheckpointIdentifier"] and checkpoint["listed_late_at"]
+    assert checkpoint["identifier"] == listed["CheckpointIdentifier"]
+    assert checkpoint["listed_late_at"]
     assert RecoveryRequest.objects.get().agent_name == caller.name
     assert len(_late_events(guard)) == 1
 
@@ -154,6 +170,8 @@ def test_admin_and_rest_show_the_late_listing(sim: Any, sites: Any, agent: Any, 
     detail = client.get(f"/api/guards/{guard.pk}/").json()
 
     assert detail["status"] == "failed"
-    assert detail["vpgs"][0]["status"] == "timed_out" and detail["vpgs"][0]["listed_late_at"]
+    assert detail["vpgs"][0]["status"] == "timed_out"
+    assert detail["vpgs"][0]["listed_late_at"]
     page = client.get(f"/admin/rewind/changeguard/{guard.pk}/change/")
-    assert page.status_code == 200 and "Listed late at" in page.content.decode()
+    assert page.status_code == 200
+    assert "Listed late at" in page.content.decode()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 from rewind.checkpoints.pacing import (
     LONG_SLEEP_S,
     MAX_GAP_S,
@@ -39,7 +41,8 @@ def test_the_forecast_is_the_median_and_ignores_an_outlier() -> None:
 
 def test_only_the_newest_samples_count() -> None:
     fc = forecast([1.0] * 20 + [50.0] * 30)
-    assert fc is not None and fc.expected_s == 1.0
+    assert fc is not None
+    assert fc.expected_s == 1.0
 
 
 def test_with_history_a_3_s_listing_is_seen_in_a_few_looks_and_little_late() -> None:
@@ -53,7 +56,7 @@ def test_a_listing_later_than_usual_backs_off() -> None:
     fc = forecast([3.0] * 20)
     looks = _schedule(60.0, fc)
     assert len(looks) <= 30
-    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert max(gaps) <= MAX_GAP_S + 1e-9
     assert gaps[-1] > gaps[3]  # the gaps grew again past the window
 
@@ -62,7 +65,7 @@ def test_without_history_it_starts_modest_and_grows() -> None:
     looks = _schedule(3.3, None)
     assert len(looks) <= 9
     assert looks[0] >= 0.25
-    gaps = [b - a for a, b in zip(looks, looks[1:], strict=False)]
+    gaps = [b - a for a, b in itertools.pairwise(looks)]
     assert gaps == sorted(gaps)
     assert looks[-1] - 3.3 <= 0.2 * 3.3 + 0.5
 

@@ -26,7 +26,8 @@ def _expire(guard: ChangeGuard) -> None:
 
 
 def test_a_queued_guard_holds_a_lease_until_its_task_starts(guard: ChangeGuard) -> None:
-    assert guard.lease_owner.startswith("queued:") and guard.lease_expires_at > timezone.now()
+    assert guard.lease_owner.startswith("queued:")
+    assert guard.lease_expires_at > timezone.now()
     assert guards_resume_stale() == 0
 
 
@@ -37,7 +38,8 @@ def test_the_sweep_queues_a_stale_guard_once(guard: ChangeGuard, django_capture_
         assert guards_resume_stale() == 0  # the new lease is live
     assert len(queued) == 1
     guard.refresh_from_db()
-    assert guard.lease_owner.startswith("queued:") and guard.lease_expires_at > timezone.now()
+    assert guard.lease_owner.startswith("queued:")
+    assert guard.lease_expires_at > timezone.now()
     assert AuditEvent.objects.filter(action="guard.resumed", target_id=str(guard.pk)).count() == 1
 
 
@@ -60,6 +62,8 @@ def test_the_guard_admin_shows_each_vpg_read_only(guard: ChangeGuard) -> None:
     client.login(username="alice", password="alice-pw-123")
     page = client.get(f"/admin/rewind/changeguard/{guard.pk}/change/")
     assert page.status_code == 200
-    assert b"vpg-web-dr" in page.content and guard.tag.encode() in page.content
+    assert b"vpg-web-dr" in page.content
+    assert guard.tag.encode() in page.content
     listing = client.get(f"/admin/rewind/changeguard/?vm_name=web01&agent_name={guard.agent_name}&status=pending")
-    assert listing.status_code == 200 and b"web01" in listing.content
+    assert listing.status_code == 200
+    assert b"web01" in listing.content

@@ -40,12 +40,15 @@ def test_both_eras_advertise_the_same_capabilities_and_the_version(
 
     version, info, caps = _with_client(mcp_client, agent_token[1], mode, work)
     assert (version == MODERN) == (mode == "auto")
-    assert info.name == "zerto-rewind" and info.version == __version__
+    assert info.name == "zerto-rewind"
+    assert info.version == __version__
     # Only what exists (tools, the skill as a prompt and a resource), and no change notifications:
     # the lists never change, and a stateless server has no stream to send them on.
     assert set(caps.model_dump(exclude_none=True)) == {"tools", "prompts", "resources"}
-    assert caps.tools.list_changed is False and caps.prompts.list_changed is False
-    assert caps.resources.list_changed is False and caps.resources.subscribe is False
+    assert caps.tools.list_changed is False
+    assert caps.prompts.list_changed is False
+    assert caps.resources.list_changed is False
+    assert caps.resources.subscribe is False
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
@@ -58,9 +61,12 @@ def test_the_advertised_prompt_and_resource_exist(mode: str, mcp_client: Any, ag
         return prompts, prompt, resources, read
 
     prompts, prompt, resources, read = _with_client(mcp_client, agent_token[1], mode, work)
-    assert [p.name for p in prompts] == ["zerto-rewind"] and prompts[0].description
+    assert [p.name for p in prompts] == ["zerto-rewind"]
+    assert prompts[0].description
     body = prompt.messages[0].content.text
-    assert body.startswith("# zerto-rewind") and "zerto_guard_before_mutate" in body and "---" not in body[:5]
+    assert body.startswith("# zerto-rewind")
+    assert "zerto_guard_before_mutate" in body
+    assert "---" not in body[:5]
     assert [str(r.uri) for r in resources] == ["zerto-rewind://skill/SKILL.md"]
     assert read.contents[0].text == (REPO / "skills" / "zerto-rewind" / "SKILL.md").read_text(encoding="utf-8")
 
@@ -72,14 +78,16 @@ def test_every_tool_has_a_title_and_every_argument_a_description(mcp_client: Any
     tools = _with_client(mcp_client, agent_token[1], "auto", work)
     assert len(tools) >= 10
     for tool in tools:
-        assert tool.title and tool.annotations.title == tool.title, tool.name
+        assert tool.title, tool.name
+        assert tool.annotations.title == tool.title, tool.name
         for name, prop in tool.input_schema.get("properties", {}).items():
             description = prop.get("description") or ""
             assert len(description) > 20, f"{tool.name}.{name} has no description"
             assert "e.g." in description or "JSON" in description, f"{tool.name}.{name}: no format or example"
     hints = {t.name: t.annotations for t in tools}
     for name in ("zerto_guard_before_mutate", "zerto_create_tagged_checkpoint", "zerto_recover_file"):
-        assert hints[name].idempotent_hint is False and hints[name].read_only_hint is False, name
+        assert hints[name].idempotent_hint is False, name
+        assert hints[name].read_only_hint is False, name
     for name in (
         "zerto_find_protection",
         "zerto_checkpoint_status",
@@ -87,7 +95,8 @@ def test_every_tool_has_a_title_and_every_argument_a_description(mcp_client: Any
         "zerto_list_flr_sessions",
         "zerto_list_mutating_tools",
     ):
-        assert hints[name].read_only_hint is True and hints[name].destructive_hint is False, name
+        assert hints[name].read_only_hint is True, name
+        assert hints[name].destructive_hint is False, name
     assert hints["zerto_end_flr_session"].destructive_hint is True
 
 
@@ -102,8 +111,11 @@ def test_a_wrong_argument_is_one_plain_sentence(mode: str, mcp_client: Any, agen
     assert wrong.is_error
     text = wrong.content[0].text
     assert text.startswith("confirmed: must be JSON true (got the string 'yes')")
-    assert text.count(".") >= 1 and "\n" not in text
-    assert "pydantic" not in text and "validation error" not in text.lower() and "input_value" not in text
+    assert text.count(".") >= 1
+    assert "\n" not in text
+    assert "pydantic" not in text
+    assert "validation error" not in text.lower()
+    assert "input_value" not in text
     assert two.is_error
     text = two.content[0].text
     assert "action: must be a JSON string (got the number 7)" in text
@@ -135,10 +147,14 @@ def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(
         return errors
 
     unknown, huge, prompt = _with_client(mcp_client, agent_token[1], mode, work)
-    assert unknown.code == -32602 and "unknown tool 'zerto_no_such_tool'" in unknown.message
+    assert unknown.code == -32602
+    assert "unknown tool 'zerto_no_such_tool'" in unknown.message
     if mode == "legacy":
-        assert huge.code == -32602 and len(huge.message) < 200 and "65536 characters" in huge.message
-    assert prompt.code == -32602 and "unknown prompt 'no-such-prompt'" in prompt.message
+        assert huge.code == -32602
+        assert len(huge.message) < 200
+        assert "65536 characters" in huge.message
+    assert prompt.code == -32602
+    assert "unknown prompt 'no-such-prompt'" in prompt.message
 
 
 @pytest.mark.parametrize("version", [None, LEGACY, "2025-06-18", MODERN])
@@ -159,7 +175,8 @@ def test_a_huge_method_name_is_answered_with_an_excerpt(mcp_server: Any, agent_t
         resp = post(mcp_server.mcp_url, body, agent_token[1], **{"MCP-Protocol-Version": version})
         assert len(resp.content) < 500, resp.content[:300]
         error = resp.json()["error"]
-        assert error["code"] == -32601 and "65536 characters" in error["message"]
+        assert error["code"] == -32601
+        assert "65536 characters" in error["message"]
         assert resp.json()["id"] == 5
 
 

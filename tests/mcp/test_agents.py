@@ -27,7 +27,8 @@ def owner(db: None) -> Any:
 def test_it_stores_only_the_hash_of_an_issued_token(owner: Any) -> None:
     agent = agent_create(actor=ACTOR, name="deploy-bot", owner=owner)
     issued = agent_token_issue(actor=ACTOR, agent=agent)
-    assert issued.token.startswith("rwd_") and len(issued.token) >= 40
+    assert issued.token.startswith("rwd_")
+    assert len(issued.token) >= 40
     row = AgentToken.objects.get()
     assert row.token_hash == hashlib.sha256(issued.token.encode()).hexdigest()
     assert issued.token not in repr(issued)
@@ -58,11 +59,13 @@ def test_createagent_prints_the_token_alone_on_the_last_line(owner: Any) -> None
     out, err = StringIO(), StringIO()
     call_command("createagent", "ops-bot", "--expires-days", "7", stdout=out, stderr=err)
     token = out.getvalue().strip().splitlines()[-1]
-    assert token.startswith("rwd_") and " " not in token
+    assert token.startswith("rwd_")
+    assert " " not in token
     agent = Agent.objects.get(name="ops-bot")
     assert agent.owner == owner  # the first superuser by default
     row = AgentToken.objects.get(agent=agent)
-    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest() and row.expires_at is not None
+    assert row.token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert row.expires_at is not None
     # A second run issues another token for the same agent.
     call_command("createagent", "ops-bot", stdout=StringIO(), stderr=StringIO())
     assert AgentToken.objects.filter(agent=agent).count() == 2
@@ -117,7 +120,8 @@ def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> No
         f"/admin/rewind/agenttoken/{row.pk}/change/",
     ):
         later = client.get(url).content.decode()
-        assert token not in later and row.token_hash not in later
+        assert token not in later
+        assert row.token_hash not in later
 
 
 def test_the_admin_revokes_tokens(owner: Any) -> None:

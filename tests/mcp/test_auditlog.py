@@ -44,7 +44,8 @@ def test_a_batch_continues_the_chain_in_order(db: None) -> None:
     assert [r.action for r in rows] == ["before.batch"] + ["mcp.tool.called"] * 5 + ["after.batch"]
     assert [r.data["arguments"]["n"] for r in rows[1:6]] == [0, 1, 2, 3, 4]
     assert all(r.data["arguments"]["password"] == "***" for r in rows[1:6])
-    assert rows[3].request_id == "req-00000002" and rows[3].actor == "bot"
+    assert rows[3].request_id == "req-00000002"
+    assert rows[3].actor == "bot"
 
 
 def test_the_writer_returns_once_every_row_is_committed(transactional_db: None) -> None:
@@ -87,7 +88,8 @@ def test_bad_rows_fail_alone(transactional_db: None) -> None:
 
     outcomes = run(mixed())
     assert [isinstance(o, Exception) for o in outcomes] == [False, False, False, True, False, False]
-    assert AuditEvent.objects.count() == 5 and verify_chain()[1] is None
+    assert AuditEvent.objects.count() == 5
+    assert verify_chain()[1] is None
 
 
 def test_huge_arguments_are_summarized_in_the_call_row() -> None:
@@ -96,6 +98,8 @@ def test_huge_arguments_are_summarized_in_the_call_row() -> None:
     small = {"vm": "web01", "token": "rwd_" + "a" * 40}
     assert _audited_arguments(small) == {"vm": "web01", "token": "***"}
     huge = _audited_arguments({"password": "hunter2", "script": "x" * (AUDITED_ARGUMENTS_MAX_CHARS + 1)})
-    assert huge["_summarized"] is True and huge["chars"] > AUDITED_ARGUMENTS_MAX_CHARS
+    assert huge["_summarized"] is True
+    assert huge["chars"] > AUDITED_ARGUMENTS_MAX_CHARS
     assert len(huge["preview"]) == 2000
-    assert '"password": "***"' in huge["preview"] and "hunter2" not in huge["preview"]
+    assert '"password": "***"' in huge["preview"]
+    assert "hunter2" not in huge["preview"]

@@ -80,7 +80,8 @@ def test_claude_code_gets_a_command_line_that_splits_into_the_right_arguments() 
 def test_every_client_says_where_its_configuration_and_skill_go() -> None:
     for client in CLIENTS:
         text = client_config(client, url=URL, token=TOKEN).as_text()
-        assert "Put this in" in text and "kill" in text  # Skills / skill
+        assert "Put this in" in text
+        assert "kill" in text
         assert "out of version control" in text
 
 

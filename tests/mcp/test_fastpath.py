@@ -68,7 +68,8 @@ def test_cached_lookup_answers_nothing_before_warming(
     before = _all_calls(sim)
     with django_assert_num_queries(0):
         assert find_protection_cached("web01", fingerprint) is None
-    assert _all_calls(sim) == before and resolver.asked == []
+    assert _all_calls(sim) == before
+    assert resolver.asked == []
 
 
 def test_cached_lookup_returns_what_find_protection_returned(
@@ -83,7 +84,8 @@ def test_cached_lookup_returns_what_find_protection_returned(
     with django_assert_num_queries(0):
         answers = {q: find_protection_cached(q, fingerprint) for q in queries}
     assert answers == expected
-    assert answers["web01"] is not None and [v.name for v in answers["web01"].vpgs] == ["vpg-web", "vpg-web-dr"]
+    assert answers["web01"] is not None
+    assert [v.name for v in answers["web01"].vpgs] == ["vpg-web", "vpg-web-dr"]
     assert _all_calls(sim) == before, "a cached lookup called a ZVM"
     assert resolver.asked == []
 
@@ -96,13 +98,15 @@ def test_cached_lookup_never_resolves_a_hostname(sim: Any, two_sites: Any, monke
     before = _all_calls(sim)
     # The IP index is warm, but the name → IP step is DNS (I/O): the cached path gives up.
     assert find_protection_cached("fileserver.corp.example", sites_fingerprint()) is None
-    assert resolver.asked == [] and _all_calls(sim) == before
+    assert resolver.asked == []
+    assert _all_calls(sim) == before
     # An IP address needs no DNS: once looked up, it is answered from the caches.
     expected = find_protection("10.0.0.21", resolver=warm)
     before = _all_calls(sim)
     assert find_protection_cached("10.0.0.21", sites_fingerprint()) == expected
     assert expected.vm_name == "win01"
-    assert resolver.asked == [] and _all_calls(sim) == before
+    assert resolver.asked == []
+    assert _all_calls(sim) == before
 
 
 def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expires(
@@ -116,7 +120,8 @@ def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expir
     find_protection("db01")  # db01's rows are younger than the directories it is answered with
     fingerprint = sites_fingerprint()
     first = find_protection_cached("db01", fingerprint)
-    assert first is not None and find_protection_cached("db01", fingerprint) is first
+    assert first is not None
+    assert find_protection_cached("db01", fingerprint) is first
     # Past the directories' expiry (but not the db01 rows'), the kept answer must not be served.
     now[0] += 0.6
     assert find_protection_cached("db01", fingerprint) is None
@@ -140,7 +145,8 @@ def test_cached_lookup_misses_once_a_site_changed(sim: Any, two_sites: Any) -> N
     assert find_protection_cached("web01", sites_fingerprint()) is None
     # find_protection reads the sites again: only Site B is asked now.
     web = find_protection("web01").vpgs[0]
-    assert web.protected_site.configured is False and not web.can_insert_checkpoint
+    assert web.protected_site.configured is False
+    assert not web.can_insert_checkpoint
     fingerprint = sites_fingerprint()
     assert find_protection_cached("web01", fingerprint) == find_protection("web01")
     site_update(actor=Actor.system("tests"), site=two_sites["Site B"], username="someone-else")
@@ -393,7 +399,8 @@ def test_the_writer_holds_a_batch_while_other_calls_run(
     assert verify_chain() == (n, None)
     assert sum(writer.batches) == n
     # All rows in one batch, or the last one alone when it raced the writer's check of running calls.
-    assert len(writer.batches) <= 2 and writer.batches[0] >= n - 1
+    assert len(writer.batches) <= 2
+    assert writer.batches[0] >= n - 1
     rows = list(AuditEvent.objects.order_by("seq"))
     assert [r.data["n"] for r in rows] == list(range(n))
 

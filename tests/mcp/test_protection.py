@@ -108,20 +108,25 @@ def test_it_lists_both_candidates_of_an_ambiguous_name(sim: Any, two_sites: Any)
 
 def test_it_says_why_a_checkpoint_cannot_be_inserted(two_sites: Any) -> None:
     cloud = find_protection("cloud01").vpgs[0]
-    assert cloud.protected_site.type == "AWS" and not cloud.can_insert_checkpoint
+    assert cloud.protected_site.type == "AWS"
+    assert not cloud.can_insert_checkpoint
     assert "AWS" in (cloud.cannot_insert_reason or "")
     syncing = find_protection("newvm01").vpgs[0]
-    assert not syncing.can_insert_checkpoint and "initial sync" in (syncing.cannot_insert_reason or "")
+    assert not syncing.can_insert_checkpoint
+    assert "initial sync" in (syncing.cannot_insert_reason or "")
     edge = find_protection("edge01").vpgs[0]
-    assert edge.protected_site.name == "Site C" and edge.protected_site.configured is False
-    assert edge.recovery_site.configured is True and edge.recovery_site.site_pk == two_sites["Site B"].pk
+    assert edge.protected_site.name == "Site C"
+    assert edge.protected_site.configured is False
+    assert edge.recovery_site.configured is True
+    assert edge.recovery_site.site_pk == two_sites["Site B"].pk
     assert edge.cannot_insert_reason == "the ZVM of protected site Site C is not configured here"
     assert find_protection("win01").vpgs[0].can_insert_checkpoint
 
 
 def test_it_marks_a_recovery_site_that_is_not_configured(two_sites: Any) -> None:
     app3 = next(v for v in find_protection("app01").vpgs if v.name == "vpg-app-3")
-    assert app3.recovery_site.name == "Site C" and app3.recovery_site.configured is False
+    assert app3.recovery_site.name == "Site C"
+    assert app3.recovery_site.configured is False
     assert app3.can_insert_checkpoint  # the protected site's ZVM is what inserts
 
 
@@ -129,7 +134,8 @@ def test_a_vm_whose_own_site_answered_is_complete_and_names_the_site_it_could_no
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
     found = find_protection("db01")  # protected at Site A, which answered
     assert [v.name for v in found.vpgs] == ["vpg-db"]
-    assert found.unavailable_sites == ("Site B",) and "Site B" in (found.note or "")
+    assert found.unavailable_sites == ("Site B",)
+    assert "Site B" in (found.note or "")
 
 
 def test_a_vm_whose_own_site_could_not_be_asked_is_refused_naming_it(sim: Any, two_sites: Any) -> None:
@@ -141,7 +147,7 @@ def test_a_vm_whose_own_site_could_not_be_asked_is_refused_naming_it(sim: Any, t
 
 def test_a_vm_no_answering_site_knows_names_the_sites_not_asked_instead_of_not_found(sim: Any, two_sites: Any) -> None:
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
-    with pytest.raises(SitesUnavailableError, match="could not be asked.*Site B"):
+    with pytest.raises(SitesUnavailableError, match=r"could not be asked.*Site B"):
         find_protection("no-such-vm", resolver=lambda host: [])
 
 
@@ -184,7 +190,8 @@ def test_it_sends_the_bound_request_id_to_the_zvm(db: None) -> None:
             found = find_protection("solo01")
         assert found.vpgs[0].status_name == "MeetingSLA"
         v1 = [s for s in zvm.seen if "/v1/" in s.path]
-        assert v1 and {s.headers.get("X-Request-ID") for s in v1} == {rid}
+        assert v1
+        assert {s.headers.get("X-Request-ID") for s in v1} == {rid}
 
 
 def test_it_asks_every_time_with_the_cache_off(sim: Any, two_sites: Any, settings: Any) -> None:

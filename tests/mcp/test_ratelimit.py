@@ -66,9 +66,11 @@ def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptu
     limiter = RedisRateLimiter(url, per_minute=2)
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
-    assert waits[:2] == [0.0, 0.0] and waits[2] > 0
+    assert waits[:2] == [0.0, 0.0]
+    assert waits[2] > 0
     warnings = [r.getMessage() for r in caplog.records]
-    assert len(warnings) == 1 and "counted per process" in warnings[0]
+    assert len(warnings) == 1
+    assert "counted per process" in warnings[0]
     assert "s3cret" not in caplog.text
 
 
@@ -115,8 +117,9 @@ def test_without_the_database_it_counts_per_process_and_says_so(
     monkeypatch.setattr(limiter, "take_now", broken)
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
-    assert waits[:2] == [0.0, 0.0] and waits[2] > 0
-    assert [r.getMessage() for r in caplog.records][0].startswith("rate limits are counted per process")
+    assert waits[:2] == [0.0, 0.0]
+    assert waits[2] > 0
+    assert next(r.getMessage() for r in caplog.records).startswith("rate limits are counted per process")
 
 
 def test_the_endpoint_counts_once_for_two_workers_without_redis(
@@ -164,4 +167,4 @@ def test_a_closed_event_loop_does_not_keep_its_redis_client(redis_url: str) -> N
     limiter = RedisRateLimiter(redis_url, per_minute=100)
     for _ in range(3):
         assert run(limiter.take(f"bot-{uuid.uuid4().hex}")) == 0.0
-    assert len(limiter._scripts) == 1  # noqa: SLF001 - the per-loop clients of closed loops are dropped
+    assert len(limiter._scripts) == 1

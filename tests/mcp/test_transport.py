@@ -57,10 +57,12 @@ def test_it_lists_both_vpgs_of_a_vm_once_though_two_sites_list_it(
         "type": "VCenter",
         "configured_here": True,
     }
-    assert web["recovery_site"]["name"] == "Site B" and web["recovery_site"]["configured_here"] is True
+    assert web["recovery_site"]["name"] == "Site B"
+    assert web["recovery_site"]["configured_here"] is True
     assert web["status_name"] == "MeetingSLA"
     assert web["flr_enabled"] is True
-    assert web["can_insert_checkpoint"] is True and web["cannot_insert_reason"] is None
+    assert web["can_insert_checkpoint"] is True
+    assert web["cannot_insert_reason"] is None
 
 
 def test_it_describes_the_tool_with_an_output_schema_and_read_only_hints(
@@ -72,9 +74,11 @@ def test_it_describes_the_tool_with_an_output_schema_and_read_only_hints(
 
     instructions, listed = run(tools())
     tool = next(t for t in listed if t.name == "zerto_find_protection")
-    assert tool.annotations.read_only_hint is True and tool.annotations.destructive_hint is False
+    assert tool.annotations.read_only_hint is True
+    assert tool.annotations.destructive_hint is False
     assert "vpgs" in tool.output_schema["properties"]
-    assert "zerto_guard_before_mutate" in instructions and "zerto_recover_file" in instructions
+    assert "zerto_guard_before_mutate" in instructions
+    assert "zerto_recover_file" in instructions
 
 
 def test_it_answers_an_unknown_vm_with_a_tool_error(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
@@ -92,7 +96,8 @@ def test_it_lists_the_candidates_of_an_ambiguous_name(
     assert "matches 2 VMs" in text
     state = sim.control("GET", "state")
     assert state  # the simulator answers; identifiers below come from the VPGs' VM rows
-    assert text.count("dup01 (") == 2 and "Site A" in text
+    assert text.count("dup01 (") == 2
+    assert "Site A" in text
 
 
 def test_it_audits_every_tool_call_with_one_request_id(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
@@ -103,9 +108,12 @@ def test_it_audits_every_tool_call_with_one_request_id(mcp_sites: Any, agent_tok
     assert [e.data["outcome"] for e in events] == ["ok", "error"]
     ok, failed = events
     assert ok.actor_type == AuditEvent.ActorType.AGENT
-    assert ok.data["tool"] == "zerto_find_protection" and ok.data["arguments"] == {"vm": "db01"}
+    assert ok.data["tool"] == "zerto_find_protection"
+    assert ok.data["arguments"] == {"vm": "db01"}
     assert isinstance(ok.data["duration_ms"], (int, float))
-    assert ok.request_id and failed.request_id and ok.request_id != failed.request_id
+    assert ok.request_id
+    assert failed.request_id
+    assert ok.request_id != failed.request_id
     assert "nope-vm" in failed.data["error"]
 
 
@@ -136,7 +144,8 @@ def test_it_serves_the_typescript_sdk_client(
     assert "error" not in out, out
     assert out["protocolVersion"] == ("2026-07-28" if mode == "auto" else "2025-11-25")
     tool = next(t for t in out["tools"] if t["name"] == "zerto_find_protection")
-    assert tool["readOnlyHint"] is True and tool["hasOutputSchema"] is True
+    assert tool["readOnlyHint"] is True
+    assert tool["hasOutputSchema"] is True
     assert out["isError"] is False
     assert sorted(v["name"] for v in out["structuredContent"]["vpgs"]) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
 
@@ -157,7 +166,8 @@ def test_concurrent_calls_keep_the_audit_chain_intact(mcp_sites: Any, agent_toke
     assert not any(r.is_error for r in results)
     assert AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name).count() == 24
     checked, problem = verify_chain()
-    assert problem is None and checked >= 24
+    assert problem is None
+    assert checked >= 24
 
 
 def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:

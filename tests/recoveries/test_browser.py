@@ -85,4 +85,5 @@ def test_a_person_ends_another_operators_session_behind_a_confirmation(
     assert "unmount sent" in page.inner_text("ul.messagelist")
     assert all(s["session_id"] != foreign or s["status"] == "UnmountInProgress" for s in sim.sessions("site-b"))
     event = AuditEvent.objects.get(action="recoveries.session.ended_by_hand")
-    assert event.actor == "alice" and event.data["session_id"] == foreign
+    assert event.actor == "alice"
+    assert event.data["session_id"] == foreign

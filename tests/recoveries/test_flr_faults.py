@@ -41,7 +41,8 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
-    assert recovery.ok is True and recovery.unmount_ok is False
+    assert recovery.ok is True
+    assert recovery.unmount_ok is False
     assert "unmount failed" in recovery.unmount_warning
     assert _live_ids(sim, "site-b") == {recovery.unmount_session_id}
     row = FlrSession.objects.get(recovery=recovery)
@@ -66,7 +67,8 @@ def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "unusable" in recovery.error
     row = FlrSession.objects.get(recovery=recovery)
-    assert row.session_id and row.status == FlrSession.Status.ENDED
+    assert row.session_id
+    assert row.status == FlrSession.Status.ENDED
     assert _live_ids(sim, "site-b") == set()
 
 
@@ -97,7 +99,8 @@ def test_the_reaper_finds_a_mount_whose_id_was_never_learned(
 
     report = recoveries_reap()
 
-    assert report.found_unknown == 1 and report.unmounted == 1
+    assert report.found_unknown == 1
+    assert report.unmounted == 1
     row.refresh_from_db()
     assert row.session_id == lost
     assert _live_ids(sim, "site-b") == {foreign}
@@ -118,7 +121,8 @@ def test_a_zvm_restart_mid_recovery_mounts_again(worker, sim, sites, people, age
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert Path(recovery.stored_path).read_bytes() == old
     first, second = FlrSession.objects.filter(recovery=recovery).order_by("attempt")
-    assert first.status == FlrSession.Status.ENDED and "dropped" in first.end_reason
+    assert first.status == FlrSession.Status.ENDED
+    assert "dropped" in first.end_reason
     assert second.status == FlrSession.Status.ENDED
     assert _live_ids(sim, "site-b") == set()
 
@@ -139,9 +143,11 @@ def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, si
     # ...and once it is past it, the run is failed and the mount goes.
     report = recoveries_reap(now=timezone.now() + timedelta(seconds=settings.REWIND_FLR_TIME_LIMIT_S + 1))
 
-    assert report.overdue_recoveries == 1 and report.unmounted == 1
+    assert report.overdue_recoveries == 1
+    assert report.unmounted == 1
     recovery.refresh_from_db()
-    assert recovery.status == RecoveryRequest.Status.FAILED and "time limit" in recovery.error
+    assert recovery.status == RecoveryRequest.Status.FAILED
+    assert "time limit" in recovery.error
     assert _live_ids(sim, "site-b") == set()
     # A redelivered run finds the request no longer approved and mounts nothing.
     from recoveries.runner import recovery_run
@@ -188,7 +194,8 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     recovery = wait_finished(_approved(agent, people, "db01", "/var/lib/big.bin"), timeout=500)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
-    assert recovery.size == size and recovery.sha256 == digest.hexdigest()
+    assert recovery.size == size
+    assert recovery.sha256 == digest.hexdigest()
     assert Path(recovery.stored_path).stat().st_size == size
     peak_mib = _worker_peak_rss_kib(worker) / 1024
     print(f"worker peak RSS {peak_mib:.0f} MiB for a {size >> 20} MiB file")

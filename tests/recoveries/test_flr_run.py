@@ -46,7 +46,8 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     assert recovery.unmount_ok is True
     assert _live(sim, "site-b") == []
     session = FlrSession.objects.get(recovery=recovery)
-    assert session.status == FlrSession.Status.ENDED and session.session_id == recovery.unmount_session_id
+    assert session.status == FlrSession.Status.ENDED
+    assert session.session_id == recovery.unmount_session_id
     actions = set(
         AuditEvent.objects.filter(target_id__in=[str(recovery.pk), str(session.pk)]).values_list("action", flat=True)
     )
@@ -159,5 +160,6 @@ def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
     recovery = wait_finished(recovery)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "ambiguous" in recovery.error
-    assert "partition#1 Ext4/extra.cfg" in recovery.error and "partition#2 Ext4/boot/extra.cfg" in recovery.error
+    assert "partition#1 Ext4/extra.cfg" in recovery.error
+    assert "partition#2 Ext4/boot/extra.cfg" in recovery.error
     assert _live(sim, "site-b") == []

@@ -80,10 +80,14 @@ def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     done = _poll_status(mcp_client, token, asked["id"])
 
     result = done["result"]
-    assert done["status"] == "succeeded" and result["ok"] is True
-    assert result["encoding"] == "utf-8" and result["content"].encode() == old
-    assert result["sha256"] == hashlib.sha256(old).hexdigest() and result["size"] == len(old)
-    assert result["unmount"]["ok"] is True and result["unmount"]["session_id"]
+    assert done["status"] == "succeeded"
+    assert result["ok"] is True
+    assert result["encoding"] == "utf-8"
+    assert result["content"].encode() == old
+    assert result["sha256"] == hashlib.sha256(old).hexdigest()
+    assert result["size"] == len(old)
+    assert result["unmount"]["ok"] is True
+    assert result["unmount"]["session_id"]
     # Another agent cannot read it.
     _, other = make_agent_token()
     assert run(_call(mcp_client, other, "zerto_recovery_status", {"id": asked["id"]})).is_error
@@ -139,10 +143,12 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
     assert any("waiting for a human" in (m or "") for _, _, m in progress)
     assert progress[-1][0] == progress[-1][1] == 3
     result = done["result"]
-    assert result["content"] is None and result["sha256"] == expected
+    assert result["content"] is None
+    assert result["sha256"] == expected
     url = mcp_server.url + urlsplit(result["url"]).path
     got = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
-    assert got.status_code == 200 and hashlib.sha256(got.content).hexdigest() == expected
+    assert got.status_code == 200
+    assert hashlib.sha256(got.content).hexdigest() == expected
     _, other = make_agent_token()
     assert requests.get(url, headers={"Authorization": f"Bearer {other}"}, timeout=60).status_code == 404
 
@@ -160,19 +166,24 @@ def test_sessions_are_listed_everywhere_and_agents_end_only_ours(
     )
     recovery_request_approve(recovery_id=asked["id"], user=people.approver)
     done = _poll_status(mcp_client, token, asked["id"])
-    assert done["status"] == "succeeded" and done["result"]["unmount"]["ok"] is False
+    assert done["status"] == "succeeded"
+    assert done["result"]["unmount"]["ok"] is False
     ours = done["result"]["unmount"]["session_id"]
 
     listed = _ok(run(_call(mcp_client, token, "zerto_list_flr_sessions", {})))
     by_id = {s["session_id"]: s for s in listed["sessions"]}
     assert {foreign, edge, ours} <= set(by_id)
-    assert by_id[ours]["ours"] is True and by_id[ours]["recovery_id"] == asked["id"]
-    assert by_id[foreign]["ours"] is False and by_id[foreign]["site"] == "Site B"
+    assert by_id[ours]["ours"] is True
+    assert by_id[ours]["recovery_id"] == asked["id"]
+    assert by_id[foreign]["ours"] is False
+    assert by_id[foreign]["site"] == "Site B"
 
     refused = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": foreign, "confirmed": True}))
-    assert refused.is_error and "/admin/recoveries/flrsession/live/" in refused.content[0].text
+    assert refused.is_error
+    assert "/admin/recoveries/flrsession/live/" in refused.content[0].text
     unconfirmed = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": ours}))
-    assert unconfirmed.is_error and "confirmed=true" in unconfirmed.content[0].text
+    assert unconfirmed.is_error
+    assert "confirmed=true" in unconfirmed.content[0].text
     ended = _ok(run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": ours, "confirmed": True})))
     assert ended["ok"] is True
     live = {s["session_id"] for s in sim.sessions("site-b") if s["status"] != "UnmountInProgress"}

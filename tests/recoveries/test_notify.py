@@ -89,7 +89,8 @@ def test_a_new_request_mails_every_approver_but_the_agents_owner(
     token = agent_token_issue(actor=Actor.system("tests"), agent=agent).token
     with django_capture_on_commit_callbacks(execute=True) as callbacks:
         recovery = _request(agent, tagged)
-    assert len(callbacks) == 1 and len(mailoutbox) == 1
+    assert len(callbacks) == 1
+    assert len(mailoutbox) == 1
     mail = mailoutbox[0]
     # alice, bob: direct permission; carol: group; root: superuser; oncall: the extra list.
     # Not olivia (owns the agent, even though the extra list names her), mallory (no
@@ -117,11 +118,15 @@ def test_a_new_request_mails_every_approver_but_the_agents_owner(
         review,
     ):
         assert words in mail.body, words
-    assert "web01" in mail.subject and "/etc/hostname" in mail.subject and "\n" not in mail.subject
+    assert "web01" in mail.subject
+    assert "/etc/hostname" in mail.subject
+    assert "\n" not in mail.subject
     assert mail.from_email == django_settings.REWIND_MAIL_FROM
-    assert token not in mail.body and "smtp-secret-42" not in mail.body
+    assert token not in mail.body
+    assert "smtp-secret-42" not in mail.body
     event = AuditEvent.objects.get(action=NOTIFIED)
-    assert event.target_id == str(recovery.pk) and event.data["count"] == 5
+    assert event.target_id == str(recovery.pk)
+    assert event.data["count"] == 5
     assert "smtp-secret-42" not in str(event.data)
 
 
@@ -149,7 +154,8 @@ def test_a_mail_outage_is_retried_a_bounded_number_of_times_then_audited(
     assert not AuditEvent.objects.filter(action=NOTIFIED).exists()
     failed = AuditEvent.objects.get(action=FAILED)
     assert failed.data["attempts"] == NOTIFY_MAX_RETRIES + 1
-    assert "Connection" in failed.data["error"] and "smtp-secret-42" not in str(failed.data)
+    assert "Connection" in failed.data["error"]
+    assert "smtp-secret-42" not in str(failed.data)
     # The request is still approvable: the mail is only a cue.
     assert recovery_request_approve(recovery_id=recovery.pk, user=people.approver).status == "approved"
 
@@ -176,7 +182,8 @@ def test_nothing_is_mailed_for_a_decided_request_or_without_recipients(
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
     assert recoveries_notify_approvers.apply(args=[recovery.pk, None]).get() == "not pending"
     assert recoveries_notify_approvers.apply(args=[recovery.pk + 1000, None]).get() == "gone"
-    assert mailoutbox == [] and not AuditEvent.objects.filter(action__in=[NOTIFIED, FAILED]).exists()
+    assert mailoutbox == []
+    assert not AuditEvent.objects.filter(action__in=[NOTIFIED, FAILED]).exists()
 
 
 @pytest.mark.django_db

@@ -61,9 +61,11 @@ def test_a_session_that_vanished_is_marked_ended(transactional_db, sim, sites) -
     (row,) = _mount_ours(sim, sites, 1)
     sim.add_fault("restart", site="site-b")
     report = recoveries_reap()
-    assert report.vanished == 1 and report.unmounted == 0
+    assert report.vanished == 1
+    assert report.unmounted == 0
     row.refresh_from_db()
-    assert row.status == FlrSession.Status.ENDED and "vanished" in row.end_reason
+    assert row.status == FlrSession.Status.ENDED
+    assert "vanished" in row.end_reason
     assert AuditEvent.objects.filter(action="recoveries.session.vanished", target_id=str(row.pk)).exists()
 
 

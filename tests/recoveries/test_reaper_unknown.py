@@ -32,7 +32,9 @@ def _failed_mount(sim: Any, agent: Any, people: Any, tagged: Any) -> FlrSession:
     recovery = wait_finished(recovery)
     assert recovery.status == RecoveryRequest.Status.FAILED
     row = FlrSession.objects.get(recovery=recovery)
-    assert row.status == S.UNKNOWN and row.session_id == "" and "500" in row.last_error
+    assert row.status == S.UNKNOWN
+    assert row.session_id == ""
+    assert "500" in row.last_error
     return row
 
 
@@ -57,12 +59,16 @@ def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(  
 
     report = recoveries_reap(now=_later())
 
-    assert report.unknown_ended == 1 and not report.site_errors
+    assert report.unknown_ended == 1
+    assert not report.site_errors
     row.refresh_from_db()
-    assert row.status == S.ENDED and row.ended_at is not None and "no session appeared" in row.end_reason
+    assert row.status == S.ENDED
+    assert row.ended_at is not None
+    assert "no session appeared" in row.end_reason
     assert _ended_events(row) == 1
     event = AuditEvent.objects.get(action="recoveries.session.vanished", target_id=str(row.pk))
-    assert event.data["session_id"] == "unknown" and "500" in event.data["last_error"]
+    assert event.data["session_id"] == "unknown"
+    assert "500" in event.data["last_error"]
     assert recoveries_reap(now=_later()).unknown_ended == 0  # once
 
 
@@ -72,9 +78,11 @@ def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, pe
 
     report = recoveries_reap(now=_later())
 
-    assert report.unknown_ended == 0 and "Site B" in report.site_errors
+    assert report.unknown_ended == 0
+    assert "Site B" in report.site_errors
     row.refresh_from_db()
-    assert row.status == S.UNKNOWN and _ended_events(row) == 0
+    assert row.status == S.UNKNOWN
+    assert _ended_events(row) == 0
     sim.clear_faults()
     assert recoveries_reap(now=_later()).unknown_ended == 1
 
@@ -90,9 +98,12 @@ def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(  # type:
 
     report = recoveries_reap(now=_later())
 
-    assert report.found_unknown == 1 and report.unmounted == 1 and report.unknown_ended == 0
+    assert report.found_unknown == 1
+    assert report.unmounted == 1
+    assert report.unknown_ended == 0
     row.refresh_from_db()
-    assert row.session_id == late and _ended_events(row) == 0
+    assert row.session_id == late
+    assert _ended_events(row) == 0
     live = {s["session_id"] for s in sim.sessions("site-b") if s["status"] != "UnmountInProgress"}
     assert late not in live
 
@@ -106,7 +117,10 @@ def test_several_fitting_sessions_are_left_alone_and_the_row_is_not_ended(  # ty
 
     report = recoveries_reap(now=_later())
 
-    assert report.unknown_ended == 0 and report.unmounted == 0 and report.found_unknown == 0
+    assert report.unknown_ended == 0
+    assert report.unmounted == 0
+    assert report.found_unknown == 0
     row.refresh_from_db()
-    assert row.status == S.UNKNOWN and row.session_id == ""
+    assert row.status == S.UNKNOWN
+    assert row.session_id == ""
     assert {one, two} <= {s["session_id"] for s in sim.sessions("site-b")}

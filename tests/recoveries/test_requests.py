@@ -113,8 +113,10 @@ def test_the_checkpoint_is_bound_by_change_id_tag_or_latest(sim, sites, agent, t
     )
     latest = recovery_request_create(agent=agent, vm="app01", path="/etc/app/app.conf", reason="x")
     assert by_change.checkpoint_tag == by_tag.checkpoint_tag == first.tag
-    assert by_tag.checkpoint_source == "tag" and by_change.checkpoint_source == "change_id"
-    assert latest.checkpoint_tag == second.tag and latest.checkpoint_source == "latest_tagged"
+    assert by_tag.checkpoint_source == "tag"
+    assert by_change.checkpoint_source == "change_id"
+    assert latest.checkpoint_tag == second.tag
+    assert latest.checkpoint_source == "latest_tagged"
     # app01 has VPGs recovering at site-b and site-c: the choice is stable (first by name).
     assert by_change.vpg_name == "vpg-app-1"
     row = first.vpgs.get(vpg_name="vpg-app-1")
@@ -192,7 +194,8 @@ def test_a_second_approver_must_be_someone_else(
 def test_deny_is_audited_and_final(pending, people) -> None:  # type: ignore[no-untyped-def]
     recovery_request_deny(recovery_id=pending.pk, user=people.owner, note="not needed")
     pending.refresh_from_db()
-    assert pending.status == RecoveryRequest.Status.DENIED and pending.decided_by == "olivia"
+    assert pending.status == RecoveryRequest.Status.DENIED
+    assert pending.decided_by == "olivia"
     event = AuditEvent.objects.get(action="recoveries.request.denied")
     assert event.actor == "olivia"
     with pytest.raises(ApplicationError):
@@ -222,7 +225,8 @@ def test_a_person_approves_and_lists_over_rest(pending, people, django_capture_o
     with django_capture_on_commit_callbacks() as queued:
         first = client.post(reverse("recoveries-api:approve", args=[pending.pk]))
         second = client.post(reverse("recoveries-api:approve", args=[pending.pk]))
-    assert first.status_code == 200 and first.json()["status"] == "approved"
+    assert first.status_code == 200
+    assert first.json()["status"] == "approved"
     assert second.status_code == 409
     assert len(queued) == 1
     owner = Client()
@@ -246,7 +250,8 @@ def test_the_download_url_works_for_the_requesting_agent_only(pending, people, a
     url = reverse("recoveries-api:download", args=[pending.pk])
     client = Client()
     ok = client.get(url, HTTP_AUTHORIZATION=f"Bearer {mine}")
-    assert ok.status_code == 200 and b"".join(ok.streaming_content) == data
+    assert ok.status_code == 200
+    assert b"".join(ok.streaming_content) == data
     assert ok["X-Content-SHA256"] == hashlib.sha256(data).hexdigest()
     assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {theirs}").status_code == 404
     assert client.get(url, HTTP_AUTHORIZATION="Bearer rwd_wrong").status_code == 401
@@ -286,7 +291,8 @@ def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmat
         client.post(confirm)
     assert len(queued) == 1
     pending.refresh_from_db()
-    assert pending.status == RecoveryRequest.Status.APPROVED and pending.decided_by == "alice"
+    assert pending.status == RecoveryRequest.Status.APPROVED
+    assert pending.decided_by == "alice"
 
 
 def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_confirmation(sim, sites, people) -> None:  # type: ignore[no-untyped-def]
@@ -299,7 +305,8 @@ def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_con
     client = Client()
     client.force_login(people.approver)
     live = client.get(reverse("admin:recoveries_flrsession_live")).content.decode()
-    assert foreign in live and "someone else" in live
+    assert foreign in live
+    assert "someone else" in live
     end = reverse("admin:recoveries_flrsession_end", args=[sites["site-b"].pk, foreign])
     assert "did not open this session" in client.get(end).content.decode()
     assert any(s["session_id"] == foreign and s["status"] != "UnmountInProgress" for s in sim.sessions("site-b"))
@@ -307,7 +314,8 @@ def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_con
     assert "unmount sent" in done
     assert all(s["session_id"] != foreign or s["status"] == "UnmountInProgress" for s in sim.sessions("site-b"))
     event = AuditEvent.objects.get(action=RecoveryAction.SESSION_ENDED_BY_HAND)
-    assert event.actor == "alice" and event.data["session_id"] == foreign
+    assert event.actor == "alice"
+    assert event.data["session_id"] == foreign
 
 
 def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, people) -> None:  # type: ignore[no-untyped-def]
@@ -315,7 +323,8 @@ def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, peopl
     owner = Client()
     owner.force_login(people.owner)
     page = owner.get(review).content.decode()
-    assert 'id="approve"' not in page and "someone else must approve" in page
+    assert 'id="approve"' not in page
+    assert "someone else must approve" in page
     owner.post(reverse("admin:recoveries_recoveryrequest_decide", args=[pending.pk, "approve"]))
     pending.refresh_from_db()
     assert pending.status == RecoveryRequest.Status.PENDING
@@ -333,9 +342,11 @@ def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:  # 
     client.force_login(only_approve)
     url = reverse("admin:recoveries_recoveryrequest_changelist")
     first = client.get(url)
-    assert first.status_code == 302 and first["Location"].endswith("?status__exact=pending")
+    assert first.status_code == 302
+    assert first["Location"].endswith("?status__exact=pending")
     page = client.get(first["Location"]).content.decode()
-    assert "Review and decide" in page and "/etc/hostname" in page
+    assert "Review and decide" in page
+    assert "/etc/hostname" in page
 
 
 def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
@@ -363,4 +374,5 @@ def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tm
     assert (binary["content"], binary["encoding"]) == ("//4A", "base64")
     settings.REWIND_INLINE_MAX_BYTES = 4
     large = result_dict(finish(b"12345"))
-    assert "content" not in large and large["url"].endswith(f"/api/recoveries/{pending.pk}/download/")
+    assert "content" not in large
+    assert large["url"].endswith(f"/api/recoveries/{pending.pk}/download/")

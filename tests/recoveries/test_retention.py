@@ -61,19 +61,27 @@ def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(
     assert not (storage / str(old.pk)).exists()  # the file and the partial download beside it
     assert Path(recent.stored_path).read_bytes() == b"web01 chg-2\n"
     old.refresh_from_db()
-    assert old.purged_at is not None and old.status == "succeeded"
+    assert old.purged_at is not None
+    assert old.status == "succeeded"
     assert (old.sha256, old.size) == (hashlib.sha256(b"web01 chg-1\n").hexdigest(), 12)
     event = AuditEvent.objects.get(action=PURGED)
-    assert event.target_id == str(old.pk) and event.data["sha256"] == old.sha256 and event.data["retention_days"] == 7
+    assert event.target_id == str(old.pk)
+    assert event.data["sha256"] == old.sha256
+    assert event.data["retention_days"] == 7
     # What the agent and the REST API see now.
     result = recovery_dict(old, inline=True)["result"]
-    assert result["ok"] is True and result["sha256"] == old.sha256 and result["size"] == 12
-    assert result["purged_at"] == old.purged_at.isoformat() and "deleted" in result["error"]
-    assert "content" not in result and "url" not in result
+    assert result["ok"] is True
+    assert result["sha256"] == old.sha256
+    assert result["size"] == 12
+    assert result["purged_at"] == old.purged_at.isoformat()
+    assert "deleted" in result["error"]
+    assert "content" not in result
+    assert "url" not in result
     client = Client()
     client.force_login(people.approver)
     download = client.get(reverse("recoveries-api:download", args=[old.pk]))
-    assert download.status_code == 404 and "deleted" in download.json()["detail"]
+    assert download.status_code == 404
+    assert "deleted" in download.json()["detail"]
     assert client.get(reverse("recoveries-api:detail", args=[old.pk])).json()["result"]["purged_at"]
     # A second sweep finds nothing more to do; the recent file goes once it is old enough.
     assert recoveries_reap().purged_results == 0
@@ -102,7 +110,8 @@ def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, ag
     report = recoveries_reap()
     assert (report.purged_results, report.purge_failed) == (0, 1)
     stuck.refresh_from_db()
-    assert stuck.purged_at is None and not AuditEvent.objects.filter(action=PURGED).exists()
+    assert stuck.purged_at is None
+    assert not AuditEvent.objects.filter(action=PURGED).exists()
     path.rmdir()
     assert recoveries_reap().purged_results == 1
 
@@ -121,4 +130,5 @@ def test_a_real_recovery_is_purged_after_the_retention_period(
     settings.REWIND_RECOVERED_RETENTION_DAYS = 7
     assert recoveries_reap(now=timezone.now() + timedelta(days=6)).purged_results == 0
     assert recoveries_reap(now=timezone.now() + timedelta(days=8)).purged_results == 1
-    assert not stored.exists() and not stored.parent.exists()
+    assert not stored.exists()
+    assert not stored.parent.exists()

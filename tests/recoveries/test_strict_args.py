@@ -77,12 +77,17 @@ def test_the_input_schema_shows_the_strict_types(transactional_db, mcp_server, m
 
     schemas = run(tools())
     end = schemas["zerto_end_flr_session"]["properties"]
-    assert end["confirmed"]["type"] == "boolean" and "JSON true" in end["confirmed"]["description"]
-    assert end["session_id"]["type"] == "string" and end["session_id"]["minLength"] == 1
+    assert end["confirmed"]["type"] == "boolean"
+    assert "JSON true" in end["confirmed"]["description"]
+    assert end["session_id"]["type"] == "string"
+    assert end["session_id"]["minLength"] == 1
     status = schemas["zerto_checkpoint_status"]["properties"]["id"]
-    assert status["type"] == "integer" and status["minimum"] == 1
+    assert status["type"] == "integer"
+    assert status["minimum"] == 1
     timeout = schemas["zerto_create_tagged_checkpoint"]["properties"]["timeout_s"]["anyOf"][0]
-    assert timeout["type"] == "number" and timeout["minimum"] == 1 and timeout["maximum"] == 3600
+    assert timeout["type"] == "number"
+    assert timeout["minimum"] == 1
+    assert timeout["maximum"] == 3600
 
 
 @pytest.mark.parametrize(
@@ -126,9 +131,11 @@ def test_ending_a_session_needs_json_true(transactional_db, mcp_server, mcp_clie
         result = run(
             _call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": confirmed})
         )
-        assert result.is_error and "confirmed" in result.content[0].text
+        assert result.is_error
+        assert "confirmed" in result.content[0].text
     refused = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": False}))
-    assert refused.is_error and "confirmed=true" in refused.content[0].text
+    assert refused.is_error
+    assert "confirmed=true" in refused.content[0].text
 
     assert _snapshot(sim) == before
     assert session_id in {s["session_id"] for s in sim.sessions("site-b")}

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import importlib
+import itertools
 import threading
 
 import pytest
@@ -55,7 +56,7 @@ def _raw_update(event: AuditEvent, column: str, sql_value: str) -> None:
 def test_it_chains_events_and_verifies() -> None:
     events = _record(5)
     assert events[0].prev_hash == "0" * 64
-    for before, after in zip(events, events[1:], strict=False):
+    for before, after in itertools.pairwise(events):
         assert after.prev_hash == before.hash
     assert [e.seq for e in events] == [1, 2, 3, 4, 5]
     assert verify_chain() == (5, None)
@@ -127,7 +128,10 @@ def test_it_masks_secrets() -> None:
     )
     event.refresh_from_db()
     flat = str(event.data)
-    assert "hunter2" not in flat and "s3" not in flat and "abc.def" not in flat and "xxxxxxxx" not in flat
+    assert "hunter2" not in flat
+    assert "s3" not in flat
+    assert "abc.def" not in flat
+    assert "xxxxxxxx" not in flat
     assert event.data["nested"]["ok"] == "visible"
     assert mask_secrets({"token": None}) == {"token": None}
     assert mask_secrets([" BEARER  abc ", "RWD_" + "y" * 24, "bearerish", "rwd_short"]) == [
@@ -142,7 +146,8 @@ def test_it_masks_secrets() -> None:
 def test_it_aborts_the_change_when_the_audit_write_fails() -> None:
     _record(1)
     AuditChainHead.objects.all().delete()  # the audit write can no longer succeed
-    with pytest.raises(AuditChainError), transaction.atomic():
+    # Both writes share one transaction on purpose: the failing audit write must undo the site.
+    with pytest.raises(AuditChainError), transaction.atomic():  # noqa: PT012
         Site.objects.create(name="x", base_url="https://zvm")
         audit_record(actor=Actor.system(), action="site.created", target=("site", "x"))
     assert not Site.objects.exists()
@@ -188,6 +193,8 @@ def test_what_is_hashed_is_what_the_database_gives_back() -> None:
         "unicode": "café ✓",
     }
     event = audit_record(actor=Actor.system(), action="test.odd_values", data=odd)
-    assert event.data["nan"] == "nan" and event.data["inf"] == "-inf"  # not JSON numbers: kept as text
-    assert event.data["pair"] == ["a", 1] and event.data["nested"]["3"] is None
+    assert event.data["nan"] == "nan"
+    assert event.data["inf"] == "-inf"
+    assert event.data["pair"] == ["a", 1]
+    assert event.data["nested"]["3"] is None
     assert verify_chain() == (1, None)

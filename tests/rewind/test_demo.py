@@ -29,13 +29,15 @@ def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:  # type:
     assert set(Site.objects.values_list("name", flat=True)) == {"Site A", "Site B"}
     assert all(site.identifier for site in Site.objects.all())
     approver = User.objects.get(username="approver")
-    assert approver.has_perm("recoveries.approve_recovery") and not approver.is_superuser
+    assert approver.has_perm("recoveries.approve_recovery")
+    assert not approver.is_superuser
     assert User.objects.get(username="admin").is_superuser
     # The same credentials are printed again on the second run: nothing was recreated.
     assert [line for line in first.splitlines() if "password" in line] == [
         line for line in second.splitlines() if "password" in line
     ]
-    assert "Site A at" in second and "FAILED" not in second
+    assert "Site A at" in second
+    assert "FAILED" not in second
 
 
 def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
@@ -57,10 +59,12 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     try:
         deadline = time.monotonic() + 90
         while b"Press Ctrl-C" not in (tmp_path / "run.log").read_bytes():
-            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-2000:]
+            assert proc.poll() is None, (tmp_path / "run.log").read_text()[-2000:]
+            assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-2000:]
             time.sleep(0.3)
         output = (tmp_path / "run.log").read_text()
-        assert "Demo admin:" in output and "Demo approver:" in output
+        assert "Demo admin:" in output
+        assert "Demo approver:" in output
         assert requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=10).status_code == 200
         assert requests.get(f"https://127.0.0.1:{sim_port}/_sim/state", verify=False, timeout=10).ok
         children = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()

@@ -60,7 +60,8 @@ def test_it_refuses_a_secret_given_twice(tmp_path: Path) -> None:
     result = _start(tmp_path, DJANGO_SECRET_KEY="direct", DJANGO_SECRET_KEY_FILE=str(secret_file))
     assert result.returncode != 0
     assert "DJANGO_SECRET_KEY" in result.stderr
-    assert "from-file" not in result.stderr and "direct" not in result.stderr.split("DJANGO_SECRET_KEY")[0]
+    assert "from-file" not in result.stderr
+    assert "direct" not in result.stderr.split("DJANGO_SECRET_KEY")[0]
 
 
 def test_it_reads_secrets_from_files(tmp_path: Path) -> None:

@@ -100,22 +100,25 @@ def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_prob
     assert [v.name for v in first.vpgs] == ["vpg-web", "vpg-web-dr"]
     assert first.unavailable_sites == ("Site C",)
     state = site_circuit(c)
-    assert state.is_open and "did not answer" in state.reason
+    assert state.is_open
+    assert "did not answer" in state.reason
     [opened] = _audits(c, SiteAction.UNAVAILABLE)
     assert "did not answer" in opened.data["reason"]
 
     seen = _seen(sim, "site-c")
     again = find_protection("app01")
-    assert again.unavailable_sites == ("Site C",) and len(again.vpgs) == 3
+    assert again.unavailable_sites == ("Site C",)
+    assert len(again.vpgs) == 3
     with pytest.raises(SitesUnavailableError, match="Site C") as refused:
         find_protection("edge01")  # protected at Site C itself
     assert refused.value.sites == ("Site C",)
-    with pytest.raises(ZvmSiteUnavailable, match="unavailable since .* did not answer"):
+    with pytest.raises(ZvmSiteUnavailable, match=r"unavailable since .* did not answer"):
         site_client(c).list_vpgs()
     assert _seen(sim, "site-c") == seen  # none of these reached the hung site
 
     availability = site_availability(c)
-    assert availability["available"] is False and "did not answer" in str(availability["reason"])
+    assert availability["available"] is False
+    assert "did not answer" in str(availability["reason"])
     assert SiteOutputSerializer(c).data["availability"]["available"] is False
 
     sim.clear_faults()
@@ -224,7 +227,8 @@ def test_a_flapping_site_is_audited_once_then_summarised(sim: Any, sites: dict[s
     settings.ZVM_CIRCUIT_AUDIT_QUIET_S = 0
     assert circuit_audit_catch_up(breaker, b)
     summary = _audits(b, SiteAction.UNAVAILABLE)[-1]
-    assert summary.data["summary"] is True and summary.data["flaps_since_last"] == 10
+    assert summary.data["summary"] is True
+    assert summary.data["flaps_since_last"] == 10
 
 
 @pytest.mark.parametrize("store", ["redis"], indirect=True)

@@ -32,9 +32,12 @@ def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:  #
 def test_it_learns_identity_from_localsite(sim) -> None:  # type: ignore[no-untyped-def]
     site = _site(sim)
     result = site_check(site=site)
-    assert result.ok and result.vpg_count and result.vpg_count > 0
+    assert result.ok
+    assert result.vpg_count
+    assert result.vpg_count > 0
     site.refresh_from_db()
-    assert site.identifier and site.site_type == "VCenter"
+    assert site.identifier
+    assert site.site_type == "VCenter"
     assert AuditEvent.objects.filter(action="site.identity_learned").count() == 1
 
 
@@ -43,7 +46,8 @@ def test_it_refuses_two_sites_for_the_same_zvm(sim) -> None:  # type: ignore[no-
     assert site_check(site=first).ok
     second = _site(sim, name="Site A again")
     result = site_check(site=second)
-    assert not result.ok and "same ZVM" in result.error
+    assert not result.ok
+    assert "same ZVM" in result.error
 
 
 def test_it_rejects_bad_input() -> None:
@@ -59,7 +63,9 @@ def test_zvm_check_prints_each_site(sim, capsys) -> None:  # type: ignore[no-unt
     _site(sim, "site-b", "Site B")
     call_command("zvm_check")
     out = capsys.readouterr().out
-    assert "Site A: OK" in out and "Site B: OK" in out and "VPGs" in out
+    assert "Site A: OK" in out
+    assert "Site B: OK" in out
+    assert "VPGs" in out
 
 
 def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None:  # type: ignore[no-untyped-def]
@@ -70,8 +76,10 @@ def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None: 
         call_command("zvm_check")
     out = capsys.readouterr().out
     assert "Site A: OK" in out
-    assert "Site B: FAILED" in out and "Gone: FAILED" in out
-    assert "wrong-password-123" not in out and "pw-gone-456" not in out
+    assert "Site B: FAILED" in out
+    assert "Gone: FAILED" in out
+    assert "wrong-password-123" not in out
+    assert "pw-gone-456" not in out
     assert "Traceback" not in out
 
 
@@ -93,7 +101,8 @@ def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:  # type: ig
     client = Client()
     client.force_login(User.objects.get(username="alice"))
     page = client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
-    assert site.password_encrypted not in page and "zerto" not in page.split("id_password")[1][:200]
+    assert site.password_encrypted not in page
+    assert "zerto" not in page.split("id_password")[1][:200]
     response = client.post(
         f"/admin/rewind/site/{site.pk}/change/",
         {
@@ -116,7 +125,8 @@ def test_site_update_records_before_and_after(sim) -> None:  # type: ignore[no-u
     site = _site(sim)
     site_update(actor=ADMIN, site=site, enabled=False)
     event = AuditEvent.objects.get(action="site.changed")
-    assert event.data["before"]["enabled"] is True and event.data["after"]["enabled"] is False
+    assert event.data["before"]["enabled"] is True
+    assert event.data["after"]["enabled"] is False
 
 
 def test_site_update_says_which_credentials_were_rotated(sim) -> None:  # type: ignore[no-untyped-def]
@@ -135,7 +145,8 @@ def test_a_site_caps_its_zvm_at_the_default_or_its_own_rate(sim, settings) -> No
     site_update(actor=ADMIN, site=site, max_requests_per_s=2.5)
     assert site_connection(site).max_requests_per_s == 2.5
     event = AuditEvent.objects.get(action="site.changed")
-    assert event.data["before"]["max_requests_per_s"] is None and event.data["after"]["max_requests_per_s"] == 2.5
+    assert event.data["before"]["max_requests_per_s"] is None
+    assert event.data["after"]["max_requests_per_s"] == 2.5
     for bad in (0, -1, 1001):
         with pytest.raises(ApplicationError, match="request cap"):
             site_update(actor=ADMIN, site=site, max_requests_per_s=bad)
@@ -158,15 +169,19 @@ def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:  # type: ign
         "enabled": "on",
     }
     refused = client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "0"})
-    assert refused.status_code == 200 and "above 0" in refused.content.decode()
+    assert refused.status_code == 200
+    assert "above 0" in refused.content.decode()
     assert client.post(f"/admin/rewind/site/{site.pk}/change/", {**form, "max_requests_per_s": "3"}).status_code == 302
     assert Site.objects.get(pk=site.pk).max_requests_per_s == 3.0
     api = client.get(f"/api/sites/{site.pk}/")
-    assert api.status_code == 200 and api.json()["max_requests_per_s"] == 3.0
+    assert api.status_code == 200
+    assert api.json()["max_requests_per_s"] == 3.0
     bad = client.patch(f"/api/sites/{site.pk}/", {"max_requests_per_s": 0}, content_type="application/json")
-    assert bad.status_code == 400 and "max_requests_per_s" in bad.json()
+    assert bad.status_code == 400
+    assert "max_requests_per_s" in bad.json()
     ok = client.patch(f"/api/sites/{site.pk}/", {"max_requests_per_s": None}, content_type="application/json")
-    assert ok.status_code == 200 and ok.json()["max_requests_per_s"] is None
+    assert ok.status_code == 200
+    assert ok.json()["max_requests_per_s"] is None
 
 
 @pytest.mark.parametrize("base_url", ["https://zvm.example.com/v1", "https://zvm.example.com/V1/"])
@@ -185,9 +200,12 @@ def test_the_admin_the_api_and_the_services_refuse_a_base_url_ending_in_v1(base_
         "enabled": "on",
     }
     refused = client.post("/admin/rewind/site/add/", form)
-    assert refused.status_code == 200 and "without /v1" in refused.content.decode()
+    assert refused.status_code == 200
+    assert "without /v1" in refused.content.decode()
     api = client.post("/api/sites/", {"name": "Site V", "base_url": base_url}, content_type="application/json")
-    assert api.status_code == 400 and "without /v1" in api.json()["base_url"][0]
+    assert api.status_code == 400
+    assert "without /v1" in api.json()["base_url"][0]
     with pytest.raises(ApplicationError, match="without /v1"):
         site_create(actor=ADMIN, name="Site V", base_url=base_url)
-    assert not Site.objects.exists() and not AuditEvent.objects.exists()
+    assert not Site.objects.exists()
+    assert not AuditEvent.objects.exists()

@@ -123,7 +123,8 @@ def test_the_stored_token_is_encrypted(sim: SimHandle, store: str, redis_db: red
     conn = connection(sim)
     ZvmClient(conn, stores=stores).local_site()
     held = stores.tokens.get(conn.login_key)
-    assert held is not None and len(held.token) > 8
+    assert held is not None
+    assert len(held.token) > 8
     if store == "redis":
         raw = redis_db.get(TOKEN_PREFIX + conn.login_key)
         assert raw is not None
@@ -132,7 +133,8 @@ def test_the_stored_token_is_encrypted(sim: SimHandle, store: str, redis_db: red
         from rewind.models import ZvmToken
 
         text = json.dumps(list(ZvmToken.objects.filter(key=conn.login_key).values().get().values()))
-    assert held.token not in text and conn.password not in text
+    assert held.token not in text
+    assert conn.password not in text
     assert conn.username not in text.replace(conn.login_key, "")  # the key is a digest, not the name
 
 
@@ -155,8 +157,11 @@ def test_a_revoked_token_is_replaced_once_for_every_process(
     # Each client's own copy is refused once; the second then finds the first one's new token.
     assert calls(sim, "site-a", "GET /v1/localsite") == 2 + 2 + 2
     new = stores.tokens.get(connection(sim).login_key)
-    assert old is not None and new is not None and new.token != old.token
-    assert old.token not in caplog.text and new.token not in caplog.text
+    assert old is not None
+    assert new is not None
+    assert new.token != old.token
+    assert old.token not in caplog.text
+    assert new.token not in caplog.text
 
 
 def test_a_refused_token_is_dropped_only_if_it_is_still_the_stored_one(store: str) -> None:
@@ -166,7 +171,8 @@ def test_a_refused_token_is_dropped_only_if_it_is_still_the_stored_one(store: st
     key = "test-discard"
     tokens.put(key, StoredToken("token-one", time.time() + 60, 60))
     tokens.discard(key, "token-zero")  # an older token: someone already replaced it
-    assert (held := tokens.get(key)) is not None and held.token == "token-one"
+    assert (held := tokens.get(key)) is not None
+    assert held.token == "token-one"
     tokens.discard(key, "token-one")
     assert tokens.get(key) is None
 

@@ -41,11 +41,14 @@ def test_the_front_matter_follows_the_agent_skills_rules() -> None:
     front, body = _parts()
     assert set(front) >= {"name", "description"}
     assert front["name"] == SKILL_DIR.name == "zerto-rewind"
-    assert NAME_RULE.match(front["name"]) and len(front["name"]) <= 64
+    assert NAME_RULE.match(front["name"])
+    assert len(front["name"]) <= 64
     description = front["description"]
-    assert isinstance(description, str) and 0 < len(description) <= 1024
+    assert isinstance(description, str)
+    assert 0 < len(description) <= 1024
     # It says what the skill does and when to use it.
-    assert "Use it before" in description and "file" in description
+    assert "Use it before" in description
+    assert "file" in description
     assert len(body.splitlines()) <= 500
 
 

@@ -49,7 +49,8 @@ def test_bad_credentials_are_an_auth_error_naming_the_site(
     assert str(caught.value) == (
         f"Site A ({sim.site_url('site-a')}): the ZVM rejected the credentials (Invalid user credentials)"
     )
-    assert "wrong-password" not in repr(caught.value) and "wrong-password" not in caplog.text
+    assert "wrong-password" not in repr(caught.value)
+    assert "wrong-password" not in caplog.text
     assert "POST /site-a/auth/realms/zerto/protocol/openid-connect/token -> 401" in caplog.text
     assert calls(sim, "site-a", "GET /v1/vpgs") == 0
 
@@ -81,7 +82,7 @@ def test_threads_sharing_a_client_log_in_again_only_once(sim: SimHandle, make_cl
         try:
             for _ in range(3):
                 client.with_request_id(threading.current_thread().name).list_vpgs()
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=work) for _ in range(6)]
@@ -107,7 +108,8 @@ def test_it_renews_a_token_before_it_runs_out(short_ttl_sim: SimServer) -> None:
     client.list_vpgs()
     counts = handle.calls("site-a")
     # Renewed ahead of expiry, not after a 401: the ZVM never refused a token.
-    assert counts[TOKEN_CALL] == 2 and counts["GET /v1/vpgs"] == 2
+    assert counts[TOKEN_CALL] == 2
+    assert counts["GET /v1/vpgs"] == 2
     handle.http.close()
 
 
@@ -143,7 +145,8 @@ def test_a_rejected_request_carries_the_zvm_message(sim: SimHandle, make_client:
     vpg = client.list_vpgs(name="vpg-new")[0]
     with pytest.raises(ZvmRejectedError) as caught:
         client.insert_tagged_checkpoint(vpg.identifier or "", "tag")
-    assert caught.value.status == 400 and "initial sync" in (caught.value.zvm_message or "")
+    assert caught.value.status == 400
+    assert "initial sync" in (caught.value.zvm_message or "")
     assert "initial sync" in str(caught.value)
 
 
@@ -164,7 +167,8 @@ def test_a_read_timeout_is_transient_not_retried_and_opens_the_site_s_circuit(
     with pytest.raises(ZvmSiteUnavailable) as refused:
         client.list_vpgs()
     assert sum(sim.calls("site-a").values()) == before  # refused without asking the ZVM
-    assert "unavailable since" in str(refused.value) and "did not answer" in str(refused.value)
+    assert "unavailable since" in str(refused.value)
+    assert "did not answer" in str(refused.value)
 
 
 def _closed_port() -> int:

@@ -26,7 +26,7 @@ def test_fractional_caps_count_whole_requests_and_slow_caps_widen_the_window() -
     assert window_shape(2.5) == (2, 1.0 + ARRIVAL_SLACK_S)
     assert window_shape(0.5) == (1, 2.0 + ARRIVAL_SLACK_S)
     for bad in (0, -1, 1001):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="must be above 0"):
             window_shape(bad)
 
 

@@ -95,7 +95,8 @@ def test_it_keeps_a_requested_file_that_is_itself_a_zip() -> None:
     data = _zip({"inner.txt": b"hello"})
     sink = io.BytesIO()
     result = stream_to_sink(_chunks(data), "application/octet-stream", "/home/u/backup.zip", sink, 64)
-    assert sink.getvalue() == data and not result.zipped
+    assert sink.getvalue() == data
+    assert not result.zipped
 
 
 def test_it_refuses_a_declared_zip_with_several_files() -> None:

@@ -38,7 +38,8 @@ class Flr:
 
     def latest_checkpoint(self) -> str:
         latest = self.client.checkpoint_stats(self.vpg_id).latest
-        assert latest and latest.identifier
+        assert latest
+        assert latest.identifier
         return latest.identifier
 
     def tagged_checkpoint(self, tag: str) -> str:
@@ -78,7 +79,8 @@ def test_it_mounts_and_reads_the_session(sim: SimHandle, flr: Flr) -> None:
     checkpoint = flr.latest_checkpoint()
     session_id = flr.mount(checkpoint)
     session = flr.settled(session_id)
-    assert session.is_mounted and not session.is_terminal
+    assert session.is_mounted
+    assert not session.is_terminal
     assert (session.identifier, session.vm_identifier, session.vpg_identifier, session.checkpoint_identifier) == (
         session_id,
         flr.vm_id,
@@ -86,7 +88,9 @@ def test_it_mounts_and_reads_the_session(sim: SimHandle, flr: Flr) -> None:
         checkpoint,
     )
     b_id = next(s["identifier"] for s in sim.state()["sites"] if s["slug"] == "site-b")
-    assert session.site_identifier == b_id and session.mount_time and session.mount_time.tzinfo
+    assert session.site_identifier == b_id
+    assert session.mount_time
+    assert session.mount_time.tzinfo
     assert [s.identifier for s in flr.client.list_flr_sessions(vm_id=flr.vm_id)] == [session_id]
 
 
@@ -95,7 +99,8 @@ def test_it_reads_a_session_in_either_shape(sim: SimHandle, flr: Flr, shape: str
     session_id = flr.mounted()
     sim.set_variants("site-b", flr_get_shape=shape)
     session = flr.client.get_flr_session(session_id)
-    assert session.identifier == session_id and session.is_mounted
+    assert session.identifier == session_id
+    assert session.is_mounted
 
 
 def test_an_unknown_session_is_not_found(flr: Flr) -> None:
@@ -106,7 +111,8 @@ def test_an_unknown_session_is_not_found(flr: Flr) -> None:
 def test_it_browses_partitions_folders_and_files(flr: Flr) -> None:
     session_id = flr.mounted()
     root = flr.client.flr_browse(session_id)
-    assert root.main is not None and root.main.path == ""
+    assert root.main is not None
+    assert root.main.path == ""
     assert [(i.path, i.type) for i in root.items] == [
         ("partition#1 Ext4", "Partition"),
         ("partition#2 Ext4", "Partition"),
@@ -114,7 +120,9 @@ def test_it_browses_partitions_folders_and_files(flr: Flr) -> None:
     nginx = flr.client.flr_browse(session_id, "partition#2 Ext4/etc/nginx")
     (item,) = nginx.items
     assert (item.path, item.name, item.type, item.is_downloadable) == (NGINX, "nginx.conf", "File", True)
-    assert item.size_in_bytes and item.last_write_time and item.last_write_time.tzinfo
+    assert item.size_in_bytes
+    assert item.last_write_time
+    assert item.last_write_time.tzinfo
     with pytest.raises(ZvmNotFoundError):
         flr.client.flr_browse(session_id, "partition#2 Ext4/nope")
 
@@ -213,7 +221,9 @@ def test_an_unparseable_mount_answer_is_typed_and_the_session_still_exists(sim: 
 def test_a_failed_mount_is_terminal(sim: SimHandle, flr: Flr) -> None:
     sim.add_fault("mount_fail", site="site-b")
     session = flr.settled(flr.mount())
-    assert session.status == "MountFailed" and session.is_terminal and not session.is_mounted
+    assert session.status == "MountFailed"
+    assert session.is_terminal
+    assert not session.is_mounted
 
 
 def test_it_unmounts_and_the_session_goes(flr: Flr) -> None:

@@ -23,7 +23,8 @@ def test_it_reads_the_local_and_peer_sites(sim: SimHandle, make_client: MakeClie
     assert (local.identifier, local.name, local.type) == (ids["site-a"], "Site A", "VCenter")
     assert local.version
     peers = {p.name: p for p in client.peer_sites()}
-    assert peers["Site B"].identifier == ids["site-b"] and peers["Site B"].host_name
+    assert peers["Site B"].identifier == ids["site-b"]
+    assert peers["Site B"].host_name
     assert "Site A" not in peers
     assert make_client("site-aws").local_site().type == "AWS"
 
@@ -36,13 +37,17 @@ def test_it_reads_every_vm_row_of_a_vm_in_two_vpgs(sim: SimHandle, make_client: 
     assert {r.vpg_identifier for r in rows} == {v["identifier"] for v in expected["vpgs"]}
     for row in rows:
         assert (row.vm_identifier, row.vm_name) == (expected["identifier"], "web01")
-        assert row.protected_site.is_local and row.protected_site.identifier == ids["site-a"]
-        assert not row.recovery_site.is_local and row.recovery_site.identifier == ids["site-b"]
+        assert row.protected_site.is_local
+        assert row.protected_site.identifier == ids["site-a"]
+        assert not row.recovery_site.is_local
+        assert row.recovery_site.identifier == ids["site-b"]
         assert (row.protected_site_name, row.recovery_site_name) == ("Site A", "Site B")
         assert row.ip_addresses == ("10.0.0.11",)
-        assert row.is_flr_enabled is True and row.status is not None
+        assert row.is_flr_enabled is True
+        assert row.status is not None
     on_b = make_client("site-b").list_vms(vm_identifier=expected["identifier"])
-    assert len(on_b) == 2 and all(r.recovery_site.is_local for r in on_b)
+    assert len(on_b) == 2
+    assert all(r.recovery_site.is_local for r in on_b)
 
 
 def test_it_reads_vpgs_and_names_their_status(sim: SimHandle, make_client: MakeClient) -> None:
@@ -69,16 +74,21 @@ def test_it_sees_a_failover_test_running(sim: SimHandle, make_client: MakeClient
 def test_an_unknown_vpg_is_not_found(make_client: MakeClient) -> None:
     with pytest.raises(ZvmNotFoundError) as caught:
         make_client().get_vpg("00000000-0000-0000-0000-000000000000")
-    assert caught.value.status == 404 and caught.value.zvm_message
+    assert caught.value.status == 404
+    assert caught.value.zvm_message
 
 
 def test_it_reads_journal_checkpoints_and_their_stats(make_client: MakeClient) -> None:
     client = make_client()
     (vpg,) = client.list_vpgs(name="vpg-web")
     checkpoints = client.list_checkpoints(vpg.identifier or "")
-    assert checkpoints and all(c.identifier and c.timestamp and c.timestamp.tzinfo for c in checkpoints)
+    assert checkpoints
+    assert all(c.identifier and c.timestamp and c.timestamp.tzinfo for c in checkpoints)
     stats = client.checkpoint_stats(vpg.identifier or "")
-    assert stats.earliest and stats.latest and stats.earliest.timestamp and stats.latest.timestamp
+    assert stats.earliest
+    assert stats.latest
+    assert stats.earliest.timestamp
+    assert stats.latest.timestamp
     assert stats.earliest.timestamp <= stats.latest.timestamp
     later = client.list_checkpoints(vpg.identifier or "", start=stats.latest.timestamp + timedelta(seconds=1))
     assert later == []
@@ -98,14 +108,19 @@ def test_it_inserts_a_tagged_checkpoint_and_finds_it_listed(make_client: MakeCli
     since = datetime.now(UTC) - timedelta(minutes=1)
     task_id = client.insert_tagged_checkpoint(vpg.identifier or "", "ai:test | edit | vm=db01")
     task = _wait_task(client, task_id)
-    assert task.completed and not task.failed and task.identifier == task_id and task.progress == 100
+    assert task.completed
+    assert not task.failed
+    assert task.identifier == task_id
+    assert task.progress == 100
     listed = wait_for(
         lambda: [
             c for c in client.list_checkpoints(vpg.identifier or "", start=since) if c.tag == "ai:test | edit | vm=db01"
         ],
         "the tagged checkpoint",
     )
-    assert len(listed) == 1 and listed[0].timestamp and listed[0].timestamp >= since
+    assert len(listed) == 1
+    assert listed[0].timestamp
+    assert listed[0].timestamp >= since
 
 
 def test_it_reports_a_failed_task(sim: SimHandle, make_client: MakeClient) -> None:
@@ -113,7 +128,9 @@ def test_it_reports_a_failed_task(sim: SimHandle, make_client: MakeClient) -> No
     client = make_client()
     (vpg,) = client.list_vpgs(name="vpg-db")
     task = _wait_task(client, client.insert_tagged_checkpoint(vpg.identifier or "", "t"))
-    assert task.failed and not task.completed and task.state == 4
+    assert task.failed
+    assert not task.completed
+    assert task.state == 4
     assert task.complete_reason == "journal is full"
 
 
@@ -121,8 +138,10 @@ def test_it_reads_points_in_time_with_can_mount(sim: SimHandle, make_client: Mak
     vm = sim.vm("web01")
     vpg_id = next(v["identifier"] for v in vm["vpgs"] if v["name"] == "vpg-web")
     points = make_client("site-b").points_in_time(vm["identifier"], vpg_id=vpg_id)
-    assert points and all(p.checkpoint and p.checkpoint.identifier for p in points)
-    assert {p.can_mount for p in points} <= {True, False} and any(p.can_mount for p in points)
+    assert points
+    assert all(p.checkpoint and p.checkpoint.identifier for p in points)
+    assert {p.can_mount for p in points} <= {True, False}
+    assert any(p.can_mount for p in points)
 
 
 def test_it_lists_insert_tasks_by_type_and_start(sim: SimHandle, make_client: MakeClient) -> None:
@@ -134,5 +153,6 @@ def test_it_lists_insert_tasks_by_type_and_start(sim: SimHandle, make_client: Ma
     mine = [t for t in tasks if t.identifier == task_id]
     assert len(mine) == 1
     assert mine[0].vpg_identifiers == (vpg_id,)
-    assert mine[0].type == "InsertTaggedCP" and mine[0].started is not None
+    assert mine[0].type == "InsertTaggedCP"
+    assert mine[0].started is not None
     assert all(t.identifier != task_id for t in client.list_tasks(started_after=datetime.now(UTC) + timedelta(hours=1)))

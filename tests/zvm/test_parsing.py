@@ -74,8 +74,10 @@ def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
     )
     assert (row.vm_identifier, row.vm_name) == ("srv.vm-38", "web01")
     assert (row.vpg_identifier, row.vpg_name) == ("vpg-1", "vpg-web")
-    assert row.protected_site.is_local and row.protected_site.identifier == "s-a"
-    assert not row.recovery_site.is_local and row.recovery_site.identifier == "s-b"
+    assert row.protected_site.is_local
+    assert row.protected_site.identifier == "s-a"
+    assert not row.recovery_site.is_local
+    assert row.recovery_site.identifier == "s-b"
     assert (row.protected_site_name, row.recovery_site_name) == ("Site A", "Site B")
     assert (row.status, row.sub_status, row.is_flr_enabled) == (1, 0, True)
     assert row.ip_addresses == ("10.0.0.11", "fe80::1")
@@ -87,8 +89,10 @@ def test_it_falls_back_to_the_link_and_legacy_names_for_a_vm_row() -> None:
     )
     assert (row.vm_identifier, row.vpg_identifier) == ("srv.vm-38", "vpg-9")
     assert (row.protected_site_name, row.recovery_site_name) == ("Old A", "Old B")
-    assert row.protected_site.identifier is None and not row.protected_site.is_local
-    assert row.is_flr_enabled is None and row.ip_addresses == ()
+    assert row.protected_site.identifier is None
+    assert not row.protected_site.is_local
+    assert row.is_flr_enabled is None
+    assert row.ip_addresses == ()
 
 
 def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
@@ -104,10 +108,13 @@ def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
         }
     )
     assert (vpg.identifier, vpg.name, vpg.status, vpg.sub_status) == ("g", "vpg-web", 0, 1)
-    assert vpg.failover_test_running and vpg.progress_percentage == 42
-    assert vpg.protected_site.is_local and vpg.recovery_site.identifier is None
+    assert vpg.failover_test_running
+    assert vpg.progress_percentage == 42
+    assert vpg.protected_site.is_local
+    assert vpg.recovery_site.identifier is None
     idle = Vpg.from_json({"ActiveProcessesApi": {"RunningFailOverTestApi": None}})
-    assert not idle.failover_test_running and idle.identifier is None
+    assert not idle.failover_test_running
+    assert idle.identifier is None
 
 
 def test_it_reads_checkpoints_and_their_stats() -> None:
@@ -118,15 +125,19 @@ def test_it_reads_checkpoints_and_their_stats() -> None:
     stats = CheckpointStats.from_json(
         {"Earliest": {"checkpointIdentifier": "1", "timeStamp": "2025-03-01T10:15:42Z"}, "Latest": None}
     )
-    assert stats.earliest is not None and stats.earliest.timestamp == T and stats.latest is None
+    assert stats.earliest is not None
+    assert stats.earliest.timestamp == T
+    assert stats.latest is None
 
 
 def test_it_reads_points_in_time_with_mount_eligibility() -> None:
     pit = PointInTime.from_json(
         {"Checkpoint": {"CheckpointIdentifier": "7"}, "CanMount": {"IsAllowed": False, "Reason": "Clone running"}}
     )
-    assert pit.checkpoint is not None and pit.checkpoint.identifier == "7"
-    assert pit.can_mount is False and pit.can_mount_reason == "Clone running"
+    assert pit.checkpoint is not None
+    assert pit.checkpoint.identifier == "7"
+    assert pit.can_mount is False
+    assert pit.can_mount_reason == "Clone running"
     assert PointInTime.from_json({}).can_mount is None
 
 
@@ -146,7 +157,8 @@ def test_it_reads_task_states(state: int | None, completed: bool, failed: bool) 
     )
     assert (task.identifier, task.type, task.state) == ("t.s", "InsertTaggedCP", state)
     assert (task.completed, task.failed) == (completed, failed)
-    assert task.started == T and task.completed_at is None
+    assert task.started == T
+    assert task.completed_at is None
 
 
 @pytest.mark.parametrize(
@@ -208,10 +220,13 @@ def test_it_reads_a_browse_listing() -> None:
             ],
         }
     )
-    assert result.main is not None and result.main.type == "Partition" and result.main.is_browsable
+    assert result.main is not None
+    assert result.main.type == "Partition"
+    assert result.main.is_browsable
     first, link = result.items
     assert (first.name, first.size_in_bytes, first.is_downloadable, first.last_write_time) == ("hostname", 6, True, T)
-    assert not link.is_downloadable and link.not_downloadable_reason == "Links are not supported."
+    assert not link.is_downloadable
+    assert link.not_downloadable_reason == "Links are not supported."
     assert BrowseResult.from_json({}) == BrowseResult(main=None, items=[])
 
 

@@ -87,7 +87,8 @@ def test_it_sends_a_request_id_and_the_trigger_header_on_every_call(zvm: LocalZv
     client.with_request_id("rid-42").local_site()
     ids: list[str] = [s.headers.get("X-Request-ID", "") for s in zvm.seen]
     assert all(s.headers.get("zerto-triggered-by") == "zerto-rewind" for s in zvm.seen)
-    assert len(zvm.seen) == 4 and all(ids)  # one login, three calls
+    assert len(zvm.seen) == 4
+    assert all(ids)
     assert ids[-1] == "rid-42"
     assert ids[1] != ids[2]  # without a request id each call gets its own
     uuid.UUID(ids[1])
@@ -137,12 +138,14 @@ def test_no_password_or_token_reaches_logs_or_errors(zvm: LocalZvm, caplog: pyte
         with pytest.raises(ZvmError) as caught:
             call()
         errors.append(caught.value)
-    assert "***" in str(errors[0]) and "***" in str(errors[1])
+    assert "***" in str(errors[0])
+    assert "***" in str(errors[1])
     assert errors[1].zvm_message == "bad password ***"
     assert "GET /site-x/v1/vpgs/x" in caplog.text  # the calls were logged, only without secrets
     for error in errors:
         _assert_no_secrets(error, caplog)
-    assert PASSWORD not in repr(client) and PASSWORD not in repr(client.conn)
+    assert PASSWORD not in repr(client)
+    assert PASSWORD not in repr(client.conn)
 
 
 def _assert_no_secrets(error: BaseException, caplog: pytest.LogCaptureFixture) -> None:
@@ -178,7 +181,7 @@ def test_it_rejects_answers_that_are_not_what_the_api_documents(zvm: LocalZvm) -
     client = _client(zvm)
     with pytest.raises(ZvmUnparseableResponse, match="is not JSON"):
         client.list_vpgs()
-    with pytest.raises(ZvmUnparseableResponse, match="not a JSON string .the mount may have started anyway"):
+    with pytest.raises(ZvmUnparseableResponse, match=r"not a JSON string .the mount may have started anyway"):
         client.flr_mount(vpg_id="g", vm_id="v", checkpoint_id="1")
 
 
@@ -194,7 +197,8 @@ def test_it_caches_vpg_status_names(zvm: LocalZvm) -> None:
     client = _client(zvm)
     assert client.status_name(3) == "RpoNotMeetingSLA"
     assert client.with_request_id("r").status_name(1) == "MeetingSLA"
-    assert client.status_name(99) is None and client.status_name(None) is None
+    assert client.status_name(99) is None
+    assert client.status_name(None) is None
     assert client.vpg_status_names() == names
     assert len(zvm.requests_to("/v1/vpgs/statuses")) == 1
 
@@ -204,7 +208,8 @@ def test_retries_of_one_call_keep_its_request_id(zvm: LocalZvm) -> None:
     with pytest.raises(ZvmTransientError):
         _client(zvm).list_vpgs()
     ids = {s.headers.get("X-Request-ID") for s in zvm.requests_to("/v1/vpgs")}
-    assert len(zvm.requests_to("/v1/vpgs")) == 3 and len(ids) == 1
+    assert len(zvm.requests_to("/v1/vpgs")) == 3
+    assert len(ids) == 1
 
 
 def test_a_dropped_connection_is_transient(zvm: LocalZvm) -> None:
@@ -233,7 +238,8 @@ def test_a_download_link_to_another_host_never_gets_the_token(zvm: LocalZvm, oth
     other_host.routes[("GET", "/v1/downloads/d1")] = (200, b"file bytes")
     sink = io.BytesIO()
     result = _client(zvm).flr_download("s1", "partition#1 Ext4/f.txt", sink)
-    assert sink.getvalue() == b"file bytes" and result.size == 10
+    assert sink.getvalue() == b"file bytes"
+    assert result.size == 10
     (fetch,) = other_host.requests_to("/v1/downloads/d1")
     assert "Authorization" not in fetch.headers
     assert fetch.headers["X-Request-ID"]

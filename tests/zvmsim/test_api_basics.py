@@ -92,7 +92,8 @@ def test_status_names_come_in_enum_order(zvm_a: Zvm) -> None:
     statuses = zvm_a.get("v1/vpgs/statuses")
     assert statuses[:5] == ["Initializing", "MeetingSLA", "NotMeetingSLA", "HistoryNotMeetingSLA", "RpoNotMeetingSLA"]
     subs = zvm_a.get("v1/vpgs/substatuses")
-    assert subs[1] == "InitialSync" and subs[28] == "Backup"
+    assert subs[1] == "InitialSync"
+    assert subs[28] == "Backup"
 
 
 def test_calls_are_counted_by_template(sim: SimHandle, zvm_a: Zvm) -> None:

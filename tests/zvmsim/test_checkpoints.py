@@ -12,7 +12,8 @@ def test_insert_runs_a_task_then_lists_the_tagged_checkpoint(zvm_a: Zvm, zvm_b: 
     vpg = zvm_a.vpg_id("vpg-web")
     task_id = zvm_a.post(f"v1/vpgs/{vpg}/checkpoints", {"checkpointName": "ai:bot | edit | vm=web01"})
     guid, site_guid = task_id.split(".")
-    assert len(guid) == 36 and site_guid == zvm_a.get("v1/localsite")["SiteIdentifier"]
+    assert len(guid) == 36
+    assert site_guid == zvm_a.get("v1/localsite")["SiteIdentifier"]
     first = zvm_a.get(f"v1/tasks/{task_id}")
     assert first["Type"] == "InsertTaggedCP"
     assert first["Status"]["State"] in (1, 6)
@@ -21,7 +22,8 @@ def test_insert_runs_a_task_then_lists_the_tagged_checkpoint(zvm_a: Zvm, zvm_b: 
     assert done["Completed"] is not None
     rows = zvm_a.get(f"v1/vpgs/{vpg}/checkpoints")
     tagged = [r for r in rows if r["Tag"] == "ai:bot | edit | vm=web01"]
-    assert len(tagged) == 1 and tagged[0]["Type"] == 1
+    assert len(tagged) == 1
+    assert tagged[0]["Type"] == 1
     assert tagged[0]["CheckpointIdentifier"].isdigit()
     # Checkpoints belong to the VPG: the recovery site's ZVM lists the same row.
     assert tagged[0] in zvm_b.get(f"v1/vpgs/{vpg}/checkpoints")
@@ -103,8 +105,10 @@ def test_resync_wipes_every_checkpoint(sim: SimHandle, zvm_a: Zvm) -> None:
 def test_points_in_time_carry_can_mount(zvm_a: Zvm, zvm_b: Zvm) -> None:
     vm, vpg = zvm_a.vm_id("db01"), zvm_a.vpg_id("vpg-db")
     on_b = zvm_b.get(f"v1/vms/{vm}/pointsInTime", params={"vpgIdentifier": vpg})
-    assert on_b and all(p["CanMount"]["IsAllowed"] for p in on_b)
+    assert on_b
+    assert all(p["CanMount"]["IsAllowed"] for p in on_b)
     assert on_b[0]["Checkpoint"]["CheckpointIdentifier"]
     on_a = zvm_a.get(f"v1/vms/{vm}/pointsInTime", params={"vpgIdentifier": vpg})
-    assert on_a and not on_a[0]["CanMount"]["IsAllowed"]
+    assert on_a
+    assert not on_a[0]["CanMount"]["IsAllowed"]
     assert "recovery site" in on_a[0]["CanMount"]["Reason"]

@@ -50,7 +50,8 @@ def test_task_delay(sim: SimHandle, zvm_a: Zvm) -> None:
     _, task = _insert(zvm_a, "vpg-db", "waiting")
     time.sleep(0.5)
     status = zvm_a.get(f"v1/tasks/{task}")["Status"]
-    assert status["State"] == 1 and status["Progress"] < 100
+    assert status["State"] == 1
+    assert status["Progress"] < 100
     assert zvm_a.get("v1/tasks", params={"status": "InProgress"})[0]["TaskIdentifier"] == task
 
 
@@ -61,7 +62,8 @@ def test_http_error_with_count_and_method(sim: SimHandle, zvm_a: Zvm) -> None:
     vpg = zvm_a.vpg_id("vpg-db")
     assert zvm_a.request("GET", f"v1/vpgs/{vpg}/checkpoints").status_code == 200
     failed = zvm_a.request("POST", f"v1/vpgs/{vpg}/checkpoints", json={"checkpointName": "x"})
-    assert failed.status_code == 500 and failed.json()["Message"]
+    assert failed.status_code == 500
+    assert failed.json()["Message"]
 
 
 def test_http_error_is_scoped_to_its_site(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
@@ -125,7 +127,8 @@ def test_unmount_fail_keeps_the_session(sim: SimHandle, zvm_b: Zvm) -> None:
     session = zvm_b.mount("vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     sim.add_fault("unmount_fail", count=1)
     failed = zvm_b.request("DELETE", f"v1/flrs/{session}")
-    assert failed.status_code == 500 and failed.json()["Message"]
+    assert failed.status_code == 500
+    assert failed.json()["Message"]
     assert [s["FlrSessionIdentifier"] for s in zvm_b.get("v1/flrs")] == [session]
     assert zvm_b.request("DELETE", f"v1/flrs/{session}").status_code == 200
 

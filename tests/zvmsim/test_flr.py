@@ -63,26 +63,32 @@ def test_browse_lists_partitions_folders_and_files(zvm_b: Zvm) -> None:
         "partition#2 Ext4/var",
     }
     empty_boot = zvm_b.post(f"v1/flrs/{session}/browse", {"path": "partition#2 Ext4/boot"})
-    assert empty_boot["MainPathItem"]["Type"] == "Folder" and empty_boot["PathItems"] == []
+    assert empty_boot["MainPathItem"]["Type"] == "Folder"
+    assert empty_boot["PathItems"] == []
     nginx = zvm_b.post(f"v1/flrs/{session}/browse", {"path": "partition#2 Ext4/etc/nginx"})
     item = nginx["PathItems"][0]
-    assert item["Path"] == NGINX_PATH and item["Type"] == "File"
-    assert item["SizeInBytes"] > 0 and item["DownloadInformation"]["IsDownloadable"] is True
+    assert item["Path"] == NGINX_PATH
+    assert item["Type"] == "File"
+    assert item["SizeInBytes"] > 0
+    assert item["DownloadInformation"]["IsDownloadable"] is True
     assert item["LastWriteTime"].endswith("Z")
     one_file = zvm_b.post(f"v1/flrs/{session}/browse", {"path": NGINX_PATH})
-    assert one_file["MainPathItem"]["Type"] == "File" and one_file["PathItems"] == []
+    assert one_file["MainPathItem"]["Type"] == "File"
+    assert one_file["PathItems"] == []
 
 
 def test_browse_and_download_refuse_absent_paths_and_folders(zvm_b: Zvm) -> None:
     session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     missing = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#2 Ext4/nope"})
-    assert missing.status_code == 404 and missing.json()["Message"]
+    assert missing.status_code == 404
+    assert missing.json()["Message"]
     no_part = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#9 Ext4"})
     assert no_part.status_code == 404
     backslash = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#2 Ext4\\etc"})
     assert backslash.status_code == 400
     folder = zvm_b.request("POST", f"v1/flrs/{session}/download", json={"pathList": ["partition#2 Ext4/etc"]})
-    assert folder.status_code == 400 and "only files" in folder.json()["Message"]
+    assert folder.status_code == 400
+    assert "only files" in folder.json()["Message"]
     absent = zvm_b.request("POST", f"v1/flrs/{session}/download", json={"pathList": ["partition#2 Ext4/x"]})
     assert absent.status_code == 404
     empty = zvm_b.request("POST", f"v1/flrs/{session}/download", json={"pathList": []})
@@ -169,7 +175,8 @@ def test_session_listing_and_both_get_shapes(sim: SimHandle, zvm_b: Zvm) -> None
     assert zvm_b.get("v1/flrs", params={"vmIdentifier": zvm_b.vm_id("db01")}) == []
     assert zvm_b.get("v1/flrs", params={"VMIDENTIFIER": zvm_b.vm_id("web01")}) == listed
     as_array = zvm_b.get(f"v1/flrs/{session}")
-    assert isinstance(as_array, list) and as_array[0] == info
+    assert isinstance(as_array, list)
+    assert as_array[0] == info
     sim.set_variants("site-b", flr_get_shape="object")
     assert zvm_b.get(f"v1/flrs/{session}") == info
 
@@ -180,7 +187,8 @@ def test_unmount_passes_through_unmounting_then_the_session_is_gone(zvm_b: Zvm) 
     resp = zvm_b.request("DELETE", f"v1/flrs/{session}")
     assert resp.status_code == 200
     task_id = resp.json()
-    assert isinstance(task_id, str) and "." in task_id
+    assert isinstance(task_id, str)
+    assert "." in task_id
     status = zvm_b.request("GET", f"v1/flrs/{session}")
     assert status.status_code == 404 or status.json()[0]["FlrSessionStatus"] == "UnmountInProgress"
     wait_for(lambda: zvm_b.request("GET", f"v1/flrs/{session}").status_code == 404)
@@ -221,7 +229,8 @@ def test_browse_waits_for_the_mount(sim: SimHandle, zvm_b: Zvm) -> None:
     session = zvm_b.mount("vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     assert zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "MountInProgress"
     resp = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": ""})
-    assert resp.status_code == 400 and "not mounted" in resp.json()["Message"]
+    assert resp.status_code == 400
+    assert "not mounted" in resp.json()["Message"]
 
 
 def test_foreign_sessions_show_up_in_the_api_and_in_control(sim: SimHandle, zvm_b: Zvm) -> None:
@@ -230,8 +239,10 @@ def test_foreign_sessions_show_up_in_the_api_and_in_control(sim: SimHandle, zvm_
     ids = {s["FlrSessionIdentifier"] for s in zvm_b.get("v1/flrs")}
     assert ids == {foreign, mine}
     control = {s["session_id"]: s for s in sim.sessions("site-b")}
-    assert control[foreign]["foreign"] is True and control[mine]["foreign"] is False
-    assert control[foreign]["vm"] == "db01" and control[foreign]["vpg"] == "vpg-db"
+    assert control[foreign]["foreign"] is True
+    assert control[mine]["foreign"] is False
+    assert control[foreign]["vm"] == "db01"
+    assert control[foreign]["vpg"] == "vpg-db"
     assert sim.sessions("site-a") == []
     wait_for(lambda: zvm_b.get(f"v1/flrs/{foreign}")[0]["FlrSessionStatus"] == "MountCompletedSuccessfully")
 

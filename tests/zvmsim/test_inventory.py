@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from tests.simfixtures import SimHandle
+import pytest
+
+from tests.simfixtures import SimError, SimHandle
 from tests.zvmsim.conftest import Zvm
 
 
@@ -16,11 +18,13 @@ def test_a_vm_in_two_vpgs_has_two_rows(zvm_a: Zvm) -> None:
     assert len({r["VmIdentifier"] for r in rows}) == 1
     row = rows[0]
     assert row["VmIdentifier"].endswith(".vm-101")
-    assert row["ProtectedSiteName"] == "Site A" and row["RecoverySiteName"] == "Site B"
+    assert row["ProtectedSiteName"] == "Site A"
+    assert row["RecoverySiteName"] == "Site B"
     assert row["EnabledActions"]["IsFlrEnabled"] is True
     assert row["VmNetworkInformation"]["NetworkAdapters"][0]["IpAddresses"] == ["10.0.0.11"]
     assert row["Link"]["identifier"] == f"{row['VmIdentifier']}?VpgIdentifier={row['VpgIdentifier']}"
-    assert row["Status"] == 1 and row["SubStatus"] == 0
+    assert row["Status"] == 1
+    assert row["SubStatus"] == 0
 
 
 def test_site_links_are_typed_relative_to_the_site_called(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
@@ -53,7 +57,8 @@ def test_a_site_lists_only_vpgs_it_protects_or_recovers(sim: SimHandle) -> None:
 def test_vms_filter_by_identifier_and_vpg_name(zvm_a: Zvm) -> None:
     app = zvm_a.vm_id("app01")
     by_id = zvm_a.get("v1/vms", params={"vmIdentifier": app})
-    assert len(by_id) == 3 and {r["VmName"] for r in by_id} == {"app01"}
+    assert len(by_id) == 3
+    assert {r["VmName"] for r in by_id} == {"app01"}
     by_vpg = zvm_a.get("v1/vms", params={"vpgName": "vpg-app-2"})
     assert _pairs(by_vpg) == {("app01", "vpg-app-2")}
     both = zvm_a.get("v1/vms", params={"vmName": "app01", "vpgName": "vpg-app-3"})
@@ -67,12 +72,8 @@ def test_two_vms_can_share_a_name(sim: SimHandle, zvm_a: Zvm) -> None:
     assert len({r["VmIdentifier"] for r in rows}) == 2
     assert {r["VpgName"] for r in rows} == {"vpg-dup-1", "vpg-dup-2"}
     # The control API refuses to guess between them.
-    try:
+    with pytest.raises(SimError, match="-> 409"):
         sim.vm("dup01")
-    except Exception as exc:  # noqa: BLE001 - SimError carries the 409
-        assert "409" in str(exc)
-    else:
-        raise AssertionError("an ambiguous name must be refused")
 
 
 def test_initial_sync_vm_is_not_flr_enabled(zvm_a: Zvm) -> None:
@@ -108,7 +109,8 @@ def test_vpgs_list_filter_and_get(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> Non
     one = zvm_a.get("v1/vpgs", params={"name": "vpg-win"})
     assert len(one) == 1
     vpg = one[0]
-    assert vpg["ProtectedSite"]["type"] == "PeerSiteApi" and vpg["RecoverySite"]["type"] == "LocalSiteApi"
+    assert vpg["ProtectedSite"]["type"] == "PeerSiteApi"
+    assert vpg["RecoverySite"]["type"] == "LocalSiteApi"
     assert vpg["ActiveProcessesApi"]["RunningFailOverTestApi"] is None
     assert vpg["HistoryStatusApi"]["EarliestCheckpoint"]["CheckpointIdentifier"]
     same = zvm_b.get(f"v1/vpgs/{vpg['VpgIdentifier']}")

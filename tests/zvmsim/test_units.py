@@ -109,7 +109,8 @@ def test_a_snapshot_does_not_see_later_writes() -> None:
     fs.write("/etc/nginx/nginx.conf", BytesContent(b"new"), 5.0)
     old = before.entry("partition#2 Ext4/etc/nginx/nginx.conf").node
     new = fs.entry("partition#2 Ext4/etc/nginx/nginx.conf").node
-    assert old is not None and new is not None
+    assert old is not None
+    assert new is not None
     assert b"".join(old.content.chunks()) != b"new"
     assert b"".join(new.content.chunks()) == b"new"
     fs.delete("/etc/hostname")

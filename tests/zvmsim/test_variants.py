@@ -95,7 +95,8 @@ def test_a_delayed_download_answers_pending_until_ready(sim: SimHandle, zvm_b: Z
     sim.set_variants("site-b", download_ready_after_s=1.0, download_pending_status=pending)
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     first = zvm_b.request("GET", url)
-    assert first.status_code == pending and "being prepared" in first.json()["Message"]
+    assert first.status_code == pending
+    assert "being prepared" in first.json()["Message"]
     ready = wait_for(lambda: (r := zvm_b.request("GET", url)).status_code == 200 and r, 30)
     assert b"server_name web01" in ready.content
 
