@@ -8,6 +8,7 @@ from rewind.agents import admin as agents_admin  # noqa: F401  (registers agents
 from rewind.audit import admin as audit_admin  # noqa: F401  (registers the audit log)
 from rewind.checkpoints import admin as checkpoints_admin  # noqa: F401  (registers guards)
 from rewind.sites import admin as sites_admin  # noqa: F401  (registers sites)
+from rewind.workers import admin as workers_admin  # noqa: F401  (registers worker heartbeats)
 
 admin.site.site_header = "zerto-rewind"
 admin.site.site_title = "zerto-rewind"

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import threading
 
 from celery import Celery
+from celery.signals import worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
 
@@ -45,3 +47,30 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),
         },
     }
+
+
+_heartbeat_stop: dict[str, threading.Event] = {}
+
+
+@worker_ready.connect
+def _start_worker_heartbeat(sender: object, **kwargs: object) -> None:
+    # A worker says it is alive from a thread of its main process (rewind.workers.services):
+    # agents waiting on a guard and the admin tell "no worker" from "a slow ZVM" by it.
+    from rewind.workers.services import worker_heartbeat_start
+
+    hostname = str(getattr(sender, "hostname", "") or "celery")
+    controller = getattr(sender, "controller", None)
+    concurrency = int(getattr(controller, "concurrency", 0) or 0)
+    _heartbeat_stop[hostname] = worker_heartbeat_start(hostname=hostname, concurrency=concurrency)
+
+
+@worker_shutdown.connect
+def _stop_worker_heartbeat(sender: object, **kwargs: object) -> None:
+    from rewind.workers.services import worker_heartbeat_remove
+
+    for hostname, stop in list(_heartbeat_stop.items()):
+        stop.set()
+        try:
+            worker_heartbeat_remove(hostname=hostname)
+        except Exception:  # shutting down: a database that went first must not stop the worker's exit
+            pass

@@ -1,7 +1,8 @@
 """The guard's lease, and handing it to a queued wait task.
 
 A queued wait task holds ``queued:<token>`` for ``QUEUE_GRACE_S``; the running task holds its
-run id for ``LEASE_S``, renewed every ``LEASE_S / 3`` by a heartbeat thread. An expired lease
+run id for ``LEASE_S``, renewed every ``LEASE_S / 3`` by a heartbeat thread; once the
+checkpoints are inserted, the site pollers hold ``poller``, extended by every round. An expired lease
 on an unfinished guard means its task died (worker killed, message lost): it is queued again.
 
 The wait task is queued by its name, so the services and the wait need not import the task
@@ -22,6 +23,10 @@ LEASE_S = 15
 # The wait task's hard time limit is the guard's timeout plus this margin.
 TASK_MARGIN_S = 120
 UNFINISHED = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
+# Once its checkpoints are inserted a guard's lease is the site pollers': each round extends
+# it to its next round plus this grace. It runs out only when a poller's chain died.
+POLLER_OWNER = "poller"
+POLLER_GRACE_S = 30
 WAIT_TASK = "rewind.checkpoints.wait"  # in queued messages: never rename
 
 

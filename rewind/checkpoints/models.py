@@ -92,6 +92,17 @@ class ChangeGuardVpg(models.Model):
     # row had timed out: the row stays timed_out, and its guard not ok (the agent was told not
     # to proceed), but a recovery may use the checkpoint, saying it was listed late.
     listed_late_at = models.DateTimeField(null=True, blank=True)
+    # The site poller's state for this row (rewind.checkpoints.poller), kept here so a poller
+    # that dies mid-wait is replaced by one that knows where it stood.
+    next_poll_at = models.DateTimeField(null=True, blank=True, editable=False)
+    task_started_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="The insert task's start, on the ZVM's clock."
+    )
+    task_completed_at = models.DateTimeField(null=True, blank=True, editable=False)
+    outcome_unknown_since = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="The insert call's answer was lost at this time."
+    )
+    reinserted = models.BooleanField(default=False, editable=False)
 
     class Meta:
         verbose_name = "tagged checkpoint"
@@ -101,7 +112,11 @@ class ChangeGuardVpg(models.Model):
             models.UniqueConstraint(fields=["guard", "vpg_identifier"], name="guard_vpg_unique"),
         ]
         # The wait's pacing reads each site's newest listed rows (``site_listing_times_s``).
-        indexes = [models.Index(fields=["site", "status", "-insert_started_at"], name="guard_vpg_site_history")]
+        indexes = [
+            models.Index(fields=["site", "status", "-insert_started_at"], name="guard_vpg_site_history"),
+            # The site poller's round reads every unfinished row of its site.
+            models.Index(fields=["site", "status", "next_poll_at"], name="guard_vpg_site_poll"),
+        ]
 
     def __str__(self) -> str:
         return f"{self.vpg_name}: {self.status}"
@@ -109,3 +124,32 @@ class ChangeGuardVpg(models.Model):
 
 # The name code uses for a guard's per-VPG row (see the class's docstring).
 TaggedCheckpoint = ChangeGuardVpg
+
+
+class SitePoller(models.Model):
+    """Who polls one site's ZVM for every waiting tagged checkpoint, and when it runs next.
+
+    One chain of short poll rounds per site (``rewind.checkpoints.poller``): a round is a
+    Celery task that asks the ZVM once for all of the site's waiting rows, then queues the
+    next round with a countdown. ``lease_owner`` is ``queued:<token>`` while the next round
+    waits in the queue and ``run:<id>`` while one runs; an expired lease means the chain
+    died (worker killed, message lost) and the next kick or sweep starts another.
+    """
+
+    site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="poller")
+    lease_owner = models.CharField(max_length=80, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    next_round_at = models.DateTimeField(null=True, blank=True)
+    # A kick while a round runs cannot replace it: it leaves the time it needs here, and the
+    # round schedules its successor no later than that.
+    wanted_at = models.DateTimeField(null=True, blank=True)
+    rounds = models.PositiveBigIntegerField(default=0)
+    last_round_at = models.DateTimeField(null=True, blank=True)
+    last_error = models.TextField(blank=True)
+
+    class Meta:
+        verbose_name = "site poller"
+        verbose_name_plural = "site pollers"
+
+    def __str__(self) -> str:
+        return f"poller of site {self.site_id}"

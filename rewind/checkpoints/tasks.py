@@ -10,6 +10,7 @@ from celery import shared_task
 
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.lease import WAIT_TASK
+from rewind.checkpoints.poller import POLL_TASK, poller_round, pollers_restart_stale
 from rewind.checkpoints.services import guards_resume_stale
 from rewind.checkpoints.wait import guard_wait
 from rewind.requestid import bound_request_id
@@ -17,22 +18,33 @@ from rewind.requestid import bound_request_id
 
 @shared_task(name=WAIT_TASK, acks_late=True, ignore_result=False)
 def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: str | None = None) -> str:
-    """Insert and wait for the tagged checkpoints of one guard (see rewind.checkpoints.wait).
+    """Insert the tagged checkpoints of one guard and hand the wait to the site pollers
+    (see rewind.checkpoints.wait). The task name is kept from when it also waited.
 
     Safe to run twice: the guard's lease lets one run work at a time and every step is a
-    compare-and-swap. ZVM errors that may pass are retried inside the wait until the
-    guard's deadline, not by re-running the task; if the task dies, the lease expires and
-    the guard is queued again (``rewind.checkpoints.resume_stale`` or a status read).
-    The hard time limit is set per call (guard timeout + margin) by ``queue_wait``.
+    compare-and-swap. If the task dies, the lease expires and the guard is queued again
+    (``rewind.checkpoints.resume_stale`` or a status read). The hard time limit is set per
+    call (guard timeout + margin) by ``queue_wait``.
     """
     with bound_request_id(request_id):
         return guard_wait(guard_id, lease_token)
 
 
+@shared_task(name=POLL_TASK, acks_late=True, ignore_result=True)
+def checkpoints_poll_site(site_id: int, token: str | None = None) -> str:
+    """One round of a site's poller (see rewind.checkpoints.poller); queues the next round itself.
+
+    Safe to run twice: the round claims the site's poller row first, and a round whose token
+    was replaced does nothing.
+    """
+    return poller_round(site_id, token)
+
+
 @shared_task(name="rewind.checkpoints.resume_stale")
 def checkpoints_resume_stale() -> int:
-    """Queue again every unfinished guard whose wait task died. Safe to overlap."""
-    return guards_resume_stale()
+    """Queue again every unfinished guard whose wait task died, and restart every site poller
+    whose chain died. Safe to overlap."""
+    return guards_resume_stale() + pollers_restart_stale()
 
 
 @shared_task(name="rewind.checkpoints.listed_late")

@@ -1,8 +1,9 @@
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
-from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, TaggedCheckpoint
+from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
 from rewind.mcp.models import McpRateCount
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmToken
+from rewind.workers.models import WorkerHeartbeat
 
 __all__ = [
     "Agent",
@@ -14,7 +15,9 @@ __all__ = [
     "McpRateCount",
     "Site",
     "SiteCircuit",
+    "SitePoller",
     "TaggedCheckpoint",
+    "WorkerHeartbeat",
     "ZvmRateWindow",
     "ZvmToken",
 ]

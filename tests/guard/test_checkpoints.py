@@ -11,7 +11,7 @@ from django.db import connection
 
 from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume
 from rewind.errors import ApplicationError
-from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
+from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
 from tests.guard.conftest import tagged, wait_finished
 
 
@@ -182,7 +182,9 @@ def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
     worker.start()
     guard = _wait_via_status(guard.pk, timeout=90)
     assert guard.status == ChangeGuard.Status.OK, guard.error
-    assert guard.attempts >= 2
+    # The kill may land in the insert step or in the site poller's wait; either way it finishes,
+    # inserting each VPG's checkpoint once, and the wait was the site poller's.
+    assert SitePoller.objects.get(site=sites["site-a"]).rounds >= 1
     for vpg in ("vpg-web", "vpg-web-dr"):
         assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
     assert AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk)).count() == 2

@@ -1,0 +1,283 @@
+"""One poll round of one site: what the site's ZVM says about every waiting tagged checkpoint there.
+
+For the rows that are due (their own pacing says it is time to ask), in order of their
+guards' arrival:
+
+1. the state of every insert task still running, from **one** ``GET /v1/tasks`` filtered by
+   start time (``startedAfterDate``, CONFIRMED); a task that list does not hold is read on
+   its own (a ZVM that keeps a short task history). The ``type`` filter is not sent: its
+   value (``InsertTaggedCP``) is only INFERRED, and a wrong one would hide every task;
+2. the checkpoint list (``startDate`` window) once per VPG whose insert task completed —
+   several guards on one VPG share it;
+3. an insert whose answer was lost: a task of that VPG not claimed by any row is adopted;
+   with neither tag nor task ``SETTLE_S`` later the insert is made once more.
+
+So ZVM requests grow with the VPGs, not with guards times polls, and the site's request cap
+bounds them all. A row not done gets its next time from ``pacing`` (what the site's ZVM
+usually takes), never past its guard's deadline, which runs from the guard's request.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+
+from django.utils import timezone
+
+from rewind.checkpoints import pacing
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.rows import (
+    FINAL,
+    call_insert,
+    guard_deadline,
+    mark_attempt,
+    row_finish,
+    row_since,
+)
+from rewind.checkpoints.selectors import site_listing_times_s
+from rewind.checkpoints.zvmtasks import INSERT_TASK_TYPE
+from rewind.sites.models import Site
+from rewind.zvm import Checkpoint, Task, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
+
+logger = logging.getLogger(__name__)
+
+# An insert whose outcome is unknown is repeated only when, this long after we started
+# wondering, the ZVM lists neither the tag nor an insert task for the VPG.
+SETTLE_S = 5.0
+# A row is due when its time is this close: one round serves the rows due together.
+DUE_SLACK = timedelta(milliseconds=50)
+# After a round that could not ask the ZVM (it failed, or its circuit is open), its rows ask again this soon.
+RETRY_S = 2.0
+
+
+@dataclass
+class RoundReport:
+    due: int = 0
+    listed: int = 0
+    ended: int = 0
+    requests: int = 0
+    error: str = ""
+    guards: set[int] = field(default_factory=set)
+
+
+class SiteRound:
+    """The work of one round; ``renew`` is called between ZVM calls to keep the poller's lease."""
+
+    def __init__(self, site: Site, client: ZvmClient, offset_s: float, renew: Callable[[], None]) -> None:
+        self.site = site
+        self.client = client
+        self.offset_s = offset_s
+        self.renew = renew
+        self.now = timezone.now()
+        self.report = RoundReport()
+        self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+
+    def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
+        due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
+        self.report.due = len(due)
+        self.report.guards = {r.guard_id for r in rows}
+        if due:
+            try:
+                tasks = self._tasks(due)
+                self._read_task_states(due, tasks)
+                self._adopt_unknown(due, tasks)
+                self._list(due)
+                self._reinsert_unknown(due)
+            except ZvmError as exc:
+                # The round could not finish asking: its rows keep their place and ask again soon.
+                self.report.error = str(exc)
+                logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
+            self._reschedule(due)
+        return self.report
+
+    # -- 1. insert tasks -------------------------------------------------------------------
+    def _tasks(self, due: list[TaggedCheckpoint]) -> dict[str, Task]:
+        asking = [r for r in due if self._needs_task(r) or not r.task_id]
+        if not asking:
+            return {}
+        since = min(row_since(r, self.offset_s) for r in asking)
+        self.report.requests += 1
+        try:
+            listed = self.client.list_tasks(started_after=since)
+        except ZvmRejectedError as exc:
+            # A ZVM that refuses the filter: each task is then read on its own.
+            logger.info(
+                "poller of site %s: the task list was refused (%s); reading tasks one by one", self.site.name, exc
+            )
+            return {}
+        finally:
+            self.renew()
+        return {t.identifier: t for t in listed if t.identifier}
+
+    @staticmethod
+    def _needs_task(row: TaggedCheckpoint) -> bool:
+        return bool(row.task_id) and row.task_completed_at is None
+
+    def _read_task_states(self, due: list[TaggedCheckpoint], tasks: dict[str, Task]) -> None:
+        for row in due:
+            if not self._needs_task(row) or row.status in FINAL:
+                continue
+            task = tasks.get(row.task_id) or self._one_task(row)
+            if task is None:
+                row.task_completed_at = self.now  # the ZVM forgot the task: the checkpoint list decides
+                continue
+            row.task_started_at = task.started or row.task_started_at
+            if task.failed:
+                reason = task.complete_reason or "no reason given"
+                self._end(
+                    row, TaggedCheckpoint.Status.FAILED, f"the ZVM's insert task ended in state {task.state}: {reason}"
+                )
+            elif task.completed:
+                row.task_completed_at = self.now
+
+    def _one_task(self, row: TaggedCheckpoint) -> Task | None:
+        self.report.requests += 1
+        try:
+            return self.client.get_task(row.task_id)
+        except ZvmNotFoundError:
+            return None
+        finally:
+            self.renew()
+
+    # -- 3. lost answers ---------------------------------------------------------------------
+    def _adopt_unknown(self, due: list[TaggedCheckpoint], tasks: dict[str, Task]) -> None:
+        unknown = [r for r in due if not r.task_id and r.status == TaggedCheckpoint.Status.INSERTING]
+        if not unknown:
+            return
+        claimed = set(TaggedCheckpoint.objects.filter(task_id__in=list(tasks)).values_list("task_id", flat=True))
+        for row in unknown:
+            free = sorted(
+                (t.started.isoformat() if t.started else "", ident)
+                for ident, t in tasks.items()
+                if ident not in claimed and _is_insert_of(t, row.vpg_identifier)
+            )
+            if not free:
+                continue
+            task_id = free[0][1]
+            adopted = TaggedCheckpoint.objects.filter(
+                pk=row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id=""
+            ).update(task_id=task_id, status=TaggedCheckpoint.Status.WAITING, outcome_unknown_since=None, error="")
+            if adopted:
+                claimed.add(task_id)
+                row.refresh_from_db()
+                task = tasks[task_id]
+                row.task_started_at = task.started
+                if task.completed:
+                    row.task_completed_at = self.now
+
+    def _reinsert_unknown(self, due: list[TaggedCheckpoint]) -> None:
+        for row in due:
+            if row.status in FINAL or row.task_id or row.status != TaggedCheckpoint.Status.INSERTING:
+                continue
+            since = row.outcome_unknown_since
+            if row.reinserted or since is None or (self.now - since).total_seconds() < SETTLE_S:
+                continue
+            # No tag and no insert task: the call never reached the ZVM. Insert once more.
+            rows = TaggedCheckpoint.objects.filter(
+                pk=row.pk,
+                status=TaggedCheckpoint.Status.INSERTING,
+                task_id="",
+                insert_started_at=row.insert_started_at,
+                reinserted=False,
+            )
+            guard = row.guard
+            if not mark_attempt(row, guard, rows, retry=True):
+                continue
+            TaggedCheckpoint.objects.filter(pk=row.pk).update(reinserted=True)
+            row.reinserted = True
+            self.report.requests += 1
+            failed = call_insert(self.client, row, guard)
+            self.renew()
+            if failed is not None:
+                self._end(row, TaggedCheckpoint.Status.FAILED, failed.error)
+
+    # -- 2. checkpoint lists -----------------------------------------------------------------
+    def _list(self, due: list[TaggedCheckpoint]) -> None:
+        by_vpg: dict[str, list[TaggedCheckpoint]] = defaultdict(list)
+        for row in due:
+            if row.status not in FINAL and (row.task_completed_at is not None or not row.task_id):
+                by_vpg[row.vpg_identifier].append(row)
+        for vpg_id, rows in by_vpg.items():
+            since = min(row_since(r, self.offset_s) for r in rows)
+            self.report.requests += 1
+            try:
+                listed = self.client.list_checkpoints(vpg_id, start=since)
+            except ZvmNotFoundError as exc:
+                for row in rows:
+                    self._end(row, TaggedCheckpoint.Status.FAILED, f"the VPG is gone: {exc}")
+                continue
+            except ZvmRejectedError as exc:
+                _note(rows, str(exc))
+                continue
+            finally:
+                self.renew()
+            self._match(rows, listed)
+
+    def _match(self, rows: Iterable[TaggedCheckpoint], listed: list[Checkpoint]) -> None:
+        by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.tag}
+        for row in rows:
+            found = by_tag.get(row.guard.tag.strip())
+            if found is not None:
+                self._end(row, TaggedCheckpoint.Status.LISTED, "", found)
+                self.report.listed += 1
+
+    # -- the rows' next times -------------------------------------------------------------
+    def _reschedule(self, due: list[TaggedCheckpoint]) -> None:
+        for row in due:
+            if row.status in FINAL:
+                continue
+            deadline = guard_deadline(row.guard)
+            remaining = (deadline - self.now).total_seconds()
+            if remaining <= 0:
+                self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error))
+                continue
+            if self.report.error:
+                gap = min(RETRY_S, remaining)
+            else:
+                start = row.insert_started_at or row.guard.requested_at
+                elapsed = (self.now - start).total_seconds()
+                gap = pacing.next_gap(elapsed, remaining, self.fc)
+            TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
+                next_poll_at=self.now + timedelta(seconds=gap),
+                task_started_at=row.task_started_at,
+                task_completed_at=row.task_completed_at,
+                error=row.error[:2000],
+            )
+
+    def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
+        if row_finish(row.pk, row.guard, status, error=error, checkpoint=checkpoint, offset_s=self.offset_s):
+            self.report.ended += 1
+        row.status = status
+
+
+def _is_insert_of(task: Task, vpg_id: str) -> bool:
+    # A ZVM that ignores filters still must not hand us other kinds of task.
+    kind = (task.type or INSERT_TASK_TYPE).lower()
+    return kind == INSERT_TASK_TYPE.lower() and vpg_id.lower() in {v.lower() for v in task.vpg_identifiers}
+
+
+def _note(rows: Iterable[TaggedCheckpoint], error: str) -> None:
+    for row in rows:
+        row.error = f"last error: {error}"
+
+
+def _timeout_reason(row: TaggedCheckpoint, round_error: str) -> str:
+    limit = f"within {row.guard.timeout_s} s"
+    if not row.task_id:
+        reason = f"the insert was interrupted and no checkpoint with the tag was listed {limit}"
+    elif row.task_completed_at is None:
+        reason = f"the ZVM's insert task did not complete {limit}"
+    else:
+        reason = f"the checkpoint was not listed {limit}"
+    last = round_error or row.error.removeprefix("last error: ")
+    return f"{reason} (last error: {last})" if last else reason
+
+
+def guards_of(rows: Iterable[TaggedCheckpoint]) -> list[ChangeGuard]:
+    seen: dict[int, ChangeGuard] = {}
+    for row in rows:
+        seen.setdefault(row.guard_id, row.guard)
+    return list(seen.values())

@@ -1,0 +1,185 @@
+"""The steps on one tagged checkpoint row that the insert step and the site poller share.
+
+Every record is a compare-and-swap on the row's status, audited in the same transaction,
+and no transaction is held across a ZVM call: record the attempt → call → record the outcome.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import QuerySet
+from django.utils import timezone
+
+from rewind.audit import Actor, audit_record
+from rewind.audit.actions import GuardAction
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
+from rewind.zvm.clock import from_zvm, to_zvm
+
+FINAL = (TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.FAILED, TaggedCheckpoint.Status.TIMED_OUT)
+NOT_FINAL = (TaggedCheckpoint.Status.PENDING, TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
+# What the site poller owns: rows whose insert was made (or whose outcome is unknown).
+INSERTED = (TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
+LIST_LOOKBACK = timedelta(minutes=1)
+
+
+def guard_deadline(guard: ChangeGuard) -> datetime:
+    """From the request, not from when a worker or poller got to it: queued time counts against ``timeout_s``."""
+    return guard.requested_at + timedelta(seconds=guard.timeout_s)
+
+
+def row_since(row: TaggedCheckpoint, offset_s: float) -> datetime:
+    """The earliest time, on the ZVM's clock, our checkpoint or insert task can carry.
+
+    The insert task's own ``Started`` once known; before that our insert time converted
+    through the ZVM's clock offset (``rewind.zvm.clock``). Less a minute either way.
+    """
+    if row.task_started_at is not None:
+        return row.task_started_at - LIST_LOOKBACK
+    start = row.insert_started_at or row.guard.started_at or row.guard.requested_at
+    return to_zvm(start, offset_s) - LIST_LOOKBACK
+
+
+def mark_attempt(row: TaggedCheckpoint, guard: ChangeGuard, rows: QuerySet[TaggedCheckpoint], *, retry: bool) -> bool:
+    """CAS the row to "inserting" and audit the attempt, before the call (fail-closed)."""
+    with transaction.atomic():
+        won = rows.update(
+            status=TaggedCheckpoint.Status.INSERTING, insert_started_at=timezone.now(), outcome_unknown_since=None
+        )
+        if won:
+            audit_record(
+                actor=Actor.agent(guard.agent_name),
+                action=GuardAction.CHECKPOINT_REQUESTED,
+                target=guard,
+                request_id=guard.request_id,
+                data={
+                    "vpg": row.vpg_name,
+                    "vpg_identifier": row.vpg_identifier,
+                    "retry": retry,
+                    "site": row.site.name if row.site else "",
+                    "tag": guard.tag,
+                },
+            )
+    if won:
+        row.refresh_from_db()
+    return bool(won)
+
+
+@dataclass(frozen=True)
+class InsertFailed:
+    error: str
+
+
+def call_insert(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) -> InsertFailed | None:
+    """Make the insert call for a row marked "inserting"; record its task id, or that its outcome is unknown.
+
+    Returns the failure to finish the row with, or None (the row waits, or its outcome is unknown).
+    """
+    try:
+        task_id = client.insert_tagged_checkpoint(row.vpg_identifier, guard.tag)
+    except (ZvmAuthError, ZvmNotFoundError) as exc:
+        return InsertFailed(str(exc))
+    except ZvmRejectedError as exc:
+        return InsertFailed(f"the ZVM refused the checkpoint: {exc}")
+    except ZvmError as exc:
+        # The ZVM may have acted before the answer was lost: do not repeat the call; the
+        # poller resolves it by the tag and the ZVM's task list.
+        TaggedCheckpoint.objects.filter(pk=row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
+            error=f"the insert call's outcome is unknown ({exc})"[:2000], outcome_unknown_since=timezone.now()
+        )
+        row.refresh_from_db()
+        return None
+    TaggedCheckpoint.objects.filter(pk=row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
+        task_id=task_id, status=TaggedCheckpoint.Status.WAITING, error="", outcome_unknown_since=None
+    )
+    row.refresh_from_db()
+    return None
+
+
+def row_finish(
+    row_id: int,
+    guard: ChangeGuard,
+    status: str,
+    *,
+    error: str = "",
+    checkpoint: Checkpoint | None = None,
+    offset_s: float = 0.0,
+) -> bool:
+    """End a row (listed, failed or timed out) and audit it; False when it had ended already."""
+    row = TaggedCheckpoint.objects.get(pk=row_id)
+    start = row.insert_started_at or guard.started_at or timezone.now()
+    waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
+    with transaction.atomic():
+        won = TaggedCheckpoint.objects.filter(pk=row_id, status__in=NOT_FINAL).update(
+            status=status,
+            error=error[:2000],
+            checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
+            checkpoint_timestamp=checkpoint.timestamp if checkpoint else None,
+            waited_ms=waited_ms,
+            next_poll_at=None,
+        )
+        if won:
+            audit_record(
+                actor=Actor.system(),
+                action=(
+                    GuardAction.CHECKPOINT_LISTED
+                    if status == TaggedCheckpoint.Status.LISTED
+                    else GuardAction.CHECKPOINT_FAILED
+                ),
+                target=guard,
+                request_id=guard.request_id,
+                data={
+                    "vpg": row.vpg_name,
+                    "vpg_identifier": row.vpg_identifier,
+                    "status": status,
+                    "error": error,
+                    "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
+                    "waited_ms": waited_ms,
+                    "tag": guard.tag,
+                    **_clock_data(checkpoint, offset_s),
+                },
+            )
+    return bool(won)
+
+
+def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, object]:
+    """The checkpoint's time as the ZVM shows it and on our clock (the audit's), and the offset."""
+    if checkpoint is None or checkpoint.timestamp is None:
+        return {"clock_offset_s": round(offset_s, 3)}
+    return {
+        "checkpoint_timestamp": checkpoint.timestamp.isoformat(),
+        "checkpoint_time_ours": from_zvm(checkpoint.timestamp, offset_s).isoformat(),
+        "clock_offset_s": round(offset_s, 3),
+    }
+
+
+def guard_finish(guard: ChangeGuard) -> str:
+    """End the guard once every row has ended: ok when all are listed. Returns what happened."""
+    rows = list(TaggedCheckpoint.objects.filter(guard=guard))
+    if any(r.status not in FINAL for r in rows):
+        return "unfinished rows remain"
+    ok = all(r.status == TaggedCheckpoint.Status.LISTED for r in rows)
+    status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
+    listed = TaggedCheckpoint.Status.LISTED
+    error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != listed)
+    with transaction.atomic():
+        won = ChangeGuard.objects.filter(pk=guard.pk, status=ChangeGuard.Status.RUNNING).update(
+            status=status, error=error[:4000], finished_at=timezone.now(), lease_owner="", lease_expires_at=None
+        )
+        if won:
+            audit_record(
+                actor=Actor.system(),
+                action=GuardAction.OK if ok else GuardAction.FAILED,
+                target=guard,
+                request_id=guard.request_id,
+                data={
+                    "status": status,
+                    "error": error,
+                    "listed": [r.vpg_name for r in rows if r.status == TaggedCheckpoint.Status.LISTED],
+                    "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED],
+                },
+            )
+    return status
