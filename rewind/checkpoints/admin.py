@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
-from django.http import HttpRequest
+from typing import Any
+
+from django.contrib import admin, messages
+from django.http import HttpRequest, HttpResponse
 
 from rewind.admin_base import ReadOnlyAdmin
-from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
+from rewind.checkpoints.selectors import guard_progress, guards_waiting_for_worker
+from rewind.workers.selectors import workers_seen
 
 
 class TaggedCheckpointInline(admin.TabularInline):
@@ -58,4 +62,28 @@ class GuardAdmin(ReadOnlyAdmin):
         "started_at",
         "finished_at",
         "attempts",
+        "waiting_for",
     )
+
+    @admin.display(description="waiting for")
+    def waiting_for(self, obj: ChangeGuard) -> str:
+        return guard_progress(obj.pk).waiting_for or "-"
+
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        # The same heartbeats an agent's waiting call reads: guards that no worker picks up are
+        # a worker problem, not a ZVM one, and the operator should see that first.
+        waiting = guards_waiting_for_worker()
+        if waiting:
+            seen = workers_seen()
+            level = messages.WARNING if not seen.alive else messages.INFO
+            messages.add_message(
+                request, level, f"{waiting} guard(s) wait for a worker to pick them up; {seen.describe()}."
+            )
+        return super().changelist_view(request, extra_context)
+
+
+@admin.register(SitePoller)
+class SitePollerAdmin(ReadOnlyAdmin):
+    """Each site's poller: who holds it, when its next round runs, and its last error."""
+
+    list_display = ["site", "lease_owner", "next_round_at", "lease_expires_at", "rounds", "last_round_at", "last_error"]

@@ -17,6 +17,7 @@ import asyncio
 import time
 from typing import Annotated, Any, Literal
 
+from django.utils import timezone
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
@@ -26,7 +27,7 @@ from catalog.models import MutatingTool
 from catalog.services import mutating_tool_add, mutating_tool_list
 from rewind.audit import Actor
 from rewind.checkpoints.models import ChangeGuard
-from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report, guard_timeout_s
+from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
 from rewind.checkpoints.services import (
     TIMEOUT_MAX_S,
     GuardOutcome,
@@ -38,9 +39,10 @@ from rewind.errors import NotFoundError
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 
-# How long past the guard's own timeout a waiting call keeps polling before it answers
-# "not finished" (e.g. no worker is running); the guard itself ends at its timeout.
-WAIT_GRACE_S = 30.0
+# A waiting call answers by the guard's own deadline (its request time plus timeout_s) and
+# this grace for the last poll round to be recorded, whatever the workers do; a guard not
+# finished by then is answered "not finished", with what it waits for.
+WAIT_GRACE_S = 2.0
 POLL_MIN_S, POLL_MAX_S = 0.05, 1.0
 RESUME_EVERY_S = 5.0
 TimeoutSeconds = Annotated[StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S)]
@@ -127,6 +129,10 @@ class GuardOut(BaseModel):
     )
     listed: int = 0
     total: int = 0
+    waiting_for: str | None = Field(
+        default=None,
+        description="Not finished: what the request is queued behind (a worker, or its site's request cap)",
+    )
     vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
     landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
     note: str | None = None
@@ -167,6 +173,7 @@ def _report_out(report: GuardReport, *, catalog_entry: str | None = None, reused
         reused=reused,
         listed=report.listed,
         total=report.total,
+        waiting_for=report.waiting_for,
         vpgs=[_vpg_out(v) for v in report.vpgs],
         landed=[_vpg_out(v) for v in report.landed],
     )
@@ -252,27 +259,38 @@ def _status(guard_id: int) -> GuardOut:
 
 
 async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
-    """Poll the record until the guard ends, streaming 'listed so far / total' progress."""
+    """Poll the record until the guard ends or its deadline passes, streaming progress.
+
+    Progress is "VPGs listed so far / total"; while the guard is queued (for a worker, or
+    behind other guards for its site's request cap) the message says so and how many are
+    ahead. Each notification's progress is higher than the last, as the spec requires: a new
+    message without a newly listed VPG moves it up by a small step, never to the next VPG.
+    """
     if out.id is None or out.finished:
         return out
     guard_id, started = out.id, time.monotonic()
-    timeout = await run_db(guard_timeout_s, guard_id)
-    deadline = started + timeout + WAIT_GRACE_S
-    reported = -1  # each progress notification must be higher than the last (the spec says so)
+    first = await run_db(guard_progress, guard_id)
+    remaining = (first.deadline - timezone.now()).total_seconds() if first.deadline else 0.0
+    deadline = started + max(0.0, remaining) + WAIT_GRACE_S
+    reported, said = -1.0, ""
     last_resume = started
-    while time.monotonic() < deadline:
-        status, listed, total = await run_db(guard_progress, guard_id)
-        if ctx is not None and listed > reported:
-            words = f"checkpoint request #{guard_id}: {listed}/{total} VPGs list the checkpoint"
-            await ctx.report_progress(listed, total, words)
-            reported = listed
-        if status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
+    while True:
+        progress = await run_db(guard_progress, guard_id)
+        words = f"checkpoint request #{guard_id}: {progress.listed}/{progress.total} VPGs list the checkpoint"
+        if progress.waiting_for:
+            words += f"; {progress.waiting_for}"
+        value = float(progress.listed) if progress.listed > reported else min(reported + 0.01, progress.listed + 0.99)
+        if ctx is not None and words != said and value > reported:
+            await ctx.report_progress(value, progress.total, words)
+            reported, said = value, words
+        if progress.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) or time.monotonic() >= deadline:
             break
         if time.monotonic() - last_resume >= RESUME_EVERY_S:
-            await run_db(guard_read_and_resume, guard_id)  # re-queues the wait if its worker died
+            await run_db(guard_read_and_resume, guard_id)  # re-queues the insert if its worker died
             last_resume = time.monotonic()
         waited = time.monotonic() - started
-        await asyncio.sleep(max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited)))
+        pause = max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited))
+        await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
     final = await run_db(_status, guard_id)
     return final.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused})
 

@@ -3,13 +3,16 @@ REST and the admin, and the per-VPG report for the MCP tools."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db.models import Count, Prefetch, Q, QuerySet
+from django.utils import timezone
 
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
+from rewind.workers.selectors import workers_seen
 
 FINAL_ROW = (TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.FAILED, TaggedCheckpoint.Status.TIMED_OUT)
 
@@ -49,6 +52,7 @@ class GuardReport:
     total: int
     vpgs: list[VpgReport] = field(default_factory=list)
     landed: list[VpgReport] = field(default_factory=list)
+    waiting_for: str | None = None  # unfinished: what it is queued behind (a worker, its site's request cap)
 
 
 def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
@@ -68,11 +72,83 @@ def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
     ]
 
 
-def guard_progress(guard_id: int) -> tuple[str, int, int]:
-    """(guard status, VPGs listed, VPGs in all): one cheap read for progress notifications."""
-    status = ChangeGuard.objects.filter(pk=guard_id).values_list("status", flat=True).first() or ""
-    rows = list(TaggedCheckpoint.objects.filter(guard_id=guard_id).values_list("status", flat=True))
-    return status, sum(1 for s in rows if s == TaggedCheckpoint.Status.LISTED), len(rows)
+# After this long without a worker picking a guard up, its waiting caller is told so, with the workers' state.
+NO_WORKER_AFTER_S = 10.0
+
+
+@dataclass(frozen=True)
+class GuardProgress:
+    """One cheap read for progress notifications."""
+
+    status: str
+    listed: int
+    total: int
+    deadline: datetime | None  # the guard's own: its request time plus its timeout
+    waiting_for: str | None  # what it is queued behind, when it is not yet waiting on the ZVM
+
+
+def guard_progress(guard_id: int, now: datetime | None = None) -> GuardProgress:
+    now = now or timezone.now()
+    guard = ChangeGuard.objects.filter(pk=guard_id).first()
+    if guard is None:
+        return GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None)
+    rows = list(TaggedCheckpoint.objects.filter(guard_id=guard_id).values_list("status", "site_id", "site__name"))
+    listed = sum(1 for status, _, _ in rows if status == TaggedCheckpoint.Status.LISTED)
+    deadline = guard.requested_at + timedelta(seconds=guard.timeout_s)
+    return GuardProgress(
+        status=guard.status,
+        listed=listed,
+        total=len(rows),
+        deadline=deadline,
+        waiting_for=guard_waiting_for(guard, rows, now),
+    )
+
+
+def guards_waiting_for_worker(now: datetime | None = None) -> int:
+    """Guards recorded more than ``NO_WORKER_AFTER_S`` ago that no worker has started yet."""
+    cutoff = (now or timezone.now()) - timedelta(seconds=NO_WORKER_AFTER_S)
+    return ChangeGuard.objects.filter(status=ChangeGuard.Status.PENDING, requested_at__lt=cutoff).count()
+
+
+def guard_waiting_for(
+    guard: ChangeGuard, rows: Sequence[tuple[str, int | None, str | None]], now: datetime
+) -> str | None:
+    """What an unfinished guard is queued behind (a worker, or its site's request cap), or None.
+
+    Guards are served in order of arrival, so "behind" counts the guards requested before it
+    that are still in the same queue.
+    """
+    if guard.status == ChangeGuard.Status.PENDING:
+        ahead = ChangeGuard.objects.filter(
+            status=ChangeGuard.Status.PENDING, requested_at__lt=guard.requested_at
+        ).count()
+        text = f"queued for a worker to insert its checkpoints, behind {ahead} other guard(s)"
+        waited = (now - guard.requested_at).total_seconds()
+        if waited >= NO_WORKER_AFTER_S:
+            text += f"; no worker has picked it up in {waited:.0f} s: {workers_seen(now).describe(now)}"
+        return text
+    if guard.status != ChangeGuard.Status.RUNNING:
+        return None
+    pending_sites = {
+        (site_id, name)
+        for status, site_id, name in rows
+        if status == TaggedCheckpoint.Status.PENDING and site_id is not None
+    }
+    if not pending_sites:
+        return None
+    parts = []
+    for site_id, name in sorted(pending_sites, key=lambda p: p[1] or ""):
+        ahead = (
+            ChangeGuard.objects.filter(
+                vpgs__site_id=site_id,
+                vpgs__status=TaggedCheckpoint.Status.PENDING,
+                requested_at__lt=guard.requested_at,
+            )
+            .distinct()
+            .count()
+        )
+        parts.append(f"behind {ahead} other guard(s) for {name or 'its site'}'s request cap")
+    return "queued to insert its checkpoints, " + "; ".join(parts)
 
 
 def guard_report(guard: ChangeGuard) -> GuardReport:
@@ -86,9 +162,11 @@ def guard_report(guard: ChangeGuard) -> GuardReport:
     elif finished:
         reason = f"the checkpoints are not all in place ({guard.error or 'failed'}); do not make the change"
     else:
+        waiting_for = guard_progress(guard.pk).waiting_for
         reason = (
-            f"the checkpoints are not listed yet ({len(landed)}/{len(vpgs)} VPGs); "
-            f"do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
+            f"the checkpoints are not listed yet ({len(landed)}/{len(vpgs)} VPGs"
+            + (f"; {waiting_for}" if waiting_for else "")
+            + f"); do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
         )
     return GuardReport(
         id=guard.pk,
@@ -107,6 +185,7 @@ def guard_report(guard: ChangeGuard) -> GuardReport:
         total=len(vpgs),
         vpgs=vpgs,
         landed=landed,
+        waiting_for=None if finished else guard_progress(guard.pk).waiting_for,
     )
 
 
@@ -164,11 +243,3 @@ def guard_get(pk: int) -> ChangeGuard:
     if guard is None:
         raise NotFoundError(f"there is no guard #{pk}")
     return guard
-
-
-def guard_timeout_s(guard_id: int) -> int:
-    """The guard's timeout in seconds. Raises NotFoundError."""
-    timeout = ChangeGuard.objects.filter(pk=guard_id).values_list("timeout_s", flat=True).first()
-    if timeout is None:
-        raise NotFoundError(f"there is no guard #{guard_id}")
-    return timeout
