@@ -56,6 +56,7 @@ from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
+from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.ratelimit import rate_limiter
@@ -65,7 +66,6 @@ from rewind.zvm import ZvmError
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "zerto-rewind"
-MCP_PATH = "/mcp"
 SKILL_PROMPT = "zerto-rewind"
 SKILL_URI = "zerto-rewind://skill/SKILL.md"
 # Each part keeps its tools in a module of this name defining register(server); the server
