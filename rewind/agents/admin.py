@@ -157,7 +157,11 @@ class AgentAdmin(admin.ModelAdmin):
         context |= {"form": form, "error": error}
         return TemplateResponse(request, "admin/rewind/agent/connect.html", context, status=status)
 
-    @admin.action(description="Issue a new token (shown once)")
+    def has_issue_token_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(ISSUE_TOKEN_PERMISSION)
+
+    # Without permissions= an action is offered to anyone who may merely view the list.
+    @admin.action(description="Issue a new token (shown once)", permissions=["issue_token"])
     def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         for agent in queryset:
             issued = agent_token_issue(actor=actor_for(request), agent=agent, label="issued in the admin")

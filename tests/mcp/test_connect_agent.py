@@ -102,6 +102,14 @@ def test_it_refuses_staff_without_the_permission_to_issue_tokens(viewer: User, a
     assert not AuditEvent.objects.filter(action="agent.token.issued").exists()
 
 
+def test_the_issue_token_action_too_needs_the_permission(viewer: User, agent: Agent) -> None:
+    changelist = reverse("admin:rewind_agent_changelist")
+    browser = _client(viewer)
+    assert "issue_token" not in browser.get(changelist).content.decode()
+    browser.post(changelist, {"action": "issue_token", "_selected_action": [agent.pk]})
+    assert not AgentToken.objects.exists()
+
+
 def test_the_agent_page_links_to_it_only_for_those_who_may_issue_tokens(
     issuer: User, viewer: User, agent: Agent
 ) -> None:
