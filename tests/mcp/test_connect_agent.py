@@ -68,7 +68,7 @@ def _connect_url(agent: Agent) -> str:
 
 
 def _shown_config(page: str) -> str:
-    match = re.search(r'<pre id="client-config">(.*?)</pre>', page, re.DOTALL)
+    match = re.search(r'<pre id="client-config"[^>]*>(.*?)</pre>', page, re.DOTALL)
     assert match is not None, page[:3000]
     return html.unescape(match.group(1))
 
