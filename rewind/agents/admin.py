@@ -33,7 +33,7 @@ from rewind.errors import ApplicationError, NotFoundError
 from rewind.mcp.clientconfig import CLIENT_TITLES, client_config
 from rewind.mcp.endpoint import mcp_public_url
 
-# Issuing a token is what the REST API guards with the same permission.
+# What the REST API asks of whoever issues a token; the page and the action ask the same.
 ISSUE_TOKEN_PERMISSION = "rewind.add_agenttoken"
 
 
@@ -122,7 +122,6 @@ class AgentAdmin(admin.ModelAdmin):
             "title": f"Connect agent {agent.name} to an MCP client",
             "opts": self.model._meta,
             "agent": agent,
-            "original": agent,
         }
         if request.method != "POST":
             return self._connect_page(request, context, ConnectForm())
@@ -131,6 +130,7 @@ class AgentAdmin(admin.ModelAdmin):
             return self._connect_page(request, context, form, status=400)
         client = form.cleaned_data["client"]
         try:
+            # The service mcpconfig uses: an inactive agent is refused here as it is there.
             made = agent_token_issue_by_name(
                 actor=actor_for(request),
                 name=agent.name,
