@@ -24,7 +24,8 @@ if settings.REWIND_SERVE_STATIC:
 
 from rewind import startup  # noqa: E402
 from rewind.agents.mcp_auth import AgentTokenStore  # noqa: E402
-from rewind.mcp.server import MCP_PATH, build_asgi_app, build_server  # noqa: E402
+from rewind.mcp.endpoint import MCP_PATH  # noqa: E402
+from rewind.mcp.server import build_asgi_app, build_server  # noqa: E402
 
 startup.enable_tcp_nodelay()  # uvicorn --workers N would otherwise leave Nagle on (44 ms per response)
 

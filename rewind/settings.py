@@ -54,6 +54,9 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
+# Unset, the admin's "Connect an agent" page gives clients the address it was opened at
+# rather than the default above (rewind.mcp.endpoint).
+REWIND_PUBLIC_URL_CONFIGURED = env_str("REWIND_PUBLIC_URL") is not None
 
 INSTALLED_APPS = [
     "django.contrib.admin",

@@ -1,16 +1,40 @@
-"""Agents and their tokens in the admin: edited through the agents services; a token is shown once."""
+"""Agents and their tokens in the admin: edited through the agents services; a token is shown once.
+
+"Connect an agent" (an object tool on an agent's page) is ``manage.py mcpconfig`` in the browser:
+pick the client, and a POST issues a token and shows that client's configuration with it, once.
+"""
 
 from __future__ import annotations
 
 from typing import Any
 
+from django import forms
+from django.conf import settings
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import HttpRequest
+from django.http import Http404, HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path
+from django.utils.cache import add_never_cache_headers
 
 from rewind.admin_base import actor_for
 from rewind.agents.models import Agent, AgentToken
-from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
+from rewind.agents.selectors import agent_get
+from rewind.agents.services import (
+    agent_create,
+    agent_token_issue,
+    agent_token_issue_by_name,
+    agent_token_revoke,
+    agent_update,
+    expiry_in_days,
+)
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.mcp.clientconfig import CLIENT_TITLES, client_config
+from rewind.mcp.endpoint import mcp_public_url
+
+# What the REST API asks of whoever issues a token; the page and the action ask the same.
+ISSUE_TOKEN_PERMISSION = "rewind.add_agenttoken"
 
 
 class AgentTokenInline(admin.TabularInline):
@@ -29,7 +53,22 @@ class AgentTokenInline(admin.TabularInline):
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        return False  # tokens are issued with the "Issue a new token" action, which shows the token once
+        return False  # tokens are issued by "Connect an agent" or the "Issue a new token" action, shown once
+
+
+class ConnectForm(forms.Form):
+    client = forms.ChoiceField(
+        choices=list(CLIENT_TITLES.items()),
+        widget=forms.RadioSelect,
+        help_text="The MCP client the agent runs in; the configuration is in the form it accepts as is.",
+    )
+    expires_days = forms.IntegerField(
+        label="Token expires after (days)",
+        required=False,
+        min_value=1,
+        max_value=3650,
+        help_text="Leave empty for a token that does not expire.",
+    )
 
 
 @admin.register(Agent)
@@ -40,6 +79,7 @@ class AgentAdmin(admin.ModelAdmin):
     fields = ["name", "owner", "is_active", "description"]
     inlines = [AgentTokenInline]
     actions = ["issue_token"]
+    change_form_template = "admin/rewind/agent/change_form.html"
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         return ["name"] if obj is not None else []  # checkpoint tags already carry the name
@@ -65,7 +105,63 @@ class AgentAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False  # deactivate instead: audit rows and tags keep naming the agent
 
-    @admin.action(description="Issue a new token (shown once)")
+    def get_urls(self) -> list[URLPattern]:
+        own = [path("<int:pk>/connect/", self.admin_site.admin_view(self.connect_view), name="rewind_agent_connect")]
+        return own + super().get_urls()
+
+    def connect_view(self, request: HttpRequest, pk: int) -> HttpResponse:
+        """GET shows the choice of client; only a POST (CSRF-checked by admin_view) issues a token."""
+        if not request.user.has_perm(ISSUE_TOKEN_PERMISSION):
+            raise PermissionDenied
+        try:
+            agent = agent_get(pk)
+        except NotFoundError as exc:
+            raise Http404(exc.message) from None
+        context: dict[str, Any] = {
+            **self.admin_site.each_context(request),
+            "title": f"Connect agent {agent.name} to an MCP client",
+            "opts": self.model._meta,
+            "agent": agent,
+        }
+        if request.method != "POST":
+            return self._connect_page(request, context, ConnectForm())
+        form = ConnectForm(request.POST)
+        if not form.is_valid():
+            return self._connect_page(request, context, form, status=400)
+        client = form.cleaned_data["client"]
+        try:
+            # The service mcpconfig uses: an inactive agent is refused here as it is there.
+            made = agent_token_issue_by_name(
+                actor=actor_for(request),
+                name=agent.name,
+                label=f"Connect an agent: {client}",
+                expires_at=expiry_in_days(form.cleaned_data["expires_days"]),
+                request_id=getattr(request, "id", None),
+            )
+        except ApplicationError as exc:
+            return self._connect_page(request, context, form, status=409, error=exc.message)
+        url = mcp_public_url(opened_at=request.build_absolute_uri("/"))
+        context |= {
+            "config": client_config(client, url=url, token=made.issued.token),
+            "issued": made.issued.row,
+            "url": url,
+            "url_from_setting": settings.REWIND_PUBLIC_URL_CONFIGURED,
+        }
+        response = TemplateResponse(request, "admin/rewind/agent/connect_done.html", context)
+        add_never_cache_headers(response)  # the page holds the token: no cache, no back-button copy
+        return response
+
+    def _connect_page(
+        self, request: HttpRequest, context: dict[str, Any], form: ConnectForm, status: int = 200, error: str = ""
+    ) -> HttpResponse:
+        context |= {"form": form, "error": error}
+        return TemplateResponse(request, "admin/rewind/agent/connect.html", context, status=status)
+
+    def has_issue_token_permission(self, request: HttpRequest) -> bool:
+        return request.user.has_perm(ISSUE_TOKEN_PERMISSION)
+
+    # Without permissions= an action is offered to anyone who may merely view the list.
+    @admin.action(description="Issue a new token (shown once)", permissions=["issue_token"])
     def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
         for agent in queryset:
             issued = agent_token_issue(actor=actor_for(request), agent=agent, label="issued in the admin")

@@ -6,6 +6,7 @@ names no part.
 
 from __future__ import annotations
 
+from django.urls import reverse
 from django.utils import timezone
 
 from rewind.agents.selectors import agent_token_active
@@ -40,3 +41,12 @@ class AgentTokenStore:
 
     def touch(self, token_pk: int) -> None:
         agent_token_touch(token_pk=token_pk)
+
+    @property
+    def how_to_get_a_token(self) -> str:
+        # A path, not a URL: whoever reads it already has the address of this service.
+        agents = reverse("admin:rewind_agent_changelist")
+        return (
+            "get one with manage.py mcpconfig AGENT --client CLIENT on the server, or in the admin "
+            f"({agents}, open the agent, then Connect an agent), and send it as Authorization: Bearer TOKEN"
+        )

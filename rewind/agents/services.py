@@ -155,16 +155,19 @@ def agent_token_issue_by_name(
     owner: User | None = None,
     label: str = "",
     expires_at: datetime | None = None,
+    request_id: str | None = None,
 ) -> AgentWithToken:
     """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
-    default owner) when there is none. An inactive agent gets no token."""
+    default owner) when there is none. An inactive agent gets no token: ``ApplicationError``, and
+    nothing is changed. Used by ``manage.py mcpconfig``/``createagent`` and the admin's "Connect an
+    agent" page, so all three refuse alike."""
     agent = Agent.objects.filter(name=name).first()
     created = agent is None
     if agent is None:
-        agent = agent_create(actor=actor, name=name, owner=owner or default_owner())
+        agent = agent_create(actor=actor, name=name, owner=owner or default_owner(), request_id=request_id)
     elif not agent.is_active:
         raise ApplicationError(f"agent {agent.name} is inactive; activate it in the admin first")
-    issued = agent_token_issue(actor=actor, agent=agent, label=label, expires_at=expires_at)
+    issued = agent_token_issue(actor=actor, agent=agent, label=label, expires_at=expires_at, request_id=request_id)
     return AgentWithToken(agent=agent, issued=issued, created=created)
 
 

@@ -49,6 +49,13 @@ class TokenStore(Protocol):
     def touch(self, token_pk: int) -> None:
         """Note that the token was used (blocking, database)."""
 
+    @property
+    def how_to_get_a_token(self) -> str:
+        """How a person gets a token: the end of the one sentence a 401 answers with.
+
+        Plain words for a header as well as a body: no double quote, no backslash (RFC 6750).
+        """
+
 
 @dataclass
 class _Entry:
@@ -108,6 +115,10 @@ class CachedTokenVerifier:
             if len(self._cache) >= _MAX_ENTRIES:
                 self._cache.clear()  # crude but bounded; a flood of bad tokens cannot grow memory
             self._cache[key] = entry
+
+    @property
+    def how_to_get_a_token(self) -> str:
+        return self._store.how_to_get_a_token
 
     def forget_all(self) -> None:
         with self._lock:

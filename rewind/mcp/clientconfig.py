@@ -18,6 +18,16 @@ from dataclasses import dataclass, field
 
 SERVER_KEY = "zerto-rewind"
 
+# What each client is called, by the key that picks it (``--client``, the admin page's choice).
+CLIENT_TITLES: dict[str, str] = {
+    "claude-code": "Claude Code",
+    "claude-desktop": "Claude Desktop",
+    "vscode": "VS Code (GitHub Copilot agent mode)",
+    "cursor": "Cursor",
+    "opencode": "OpenCode",
+    "json": "Any MCP client with streamable HTTP",
+}
+
 
 @dataclass(frozen=True)
 class ClientConfig:
@@ -54,7 +64,7 @@ def claude_code(url: str, token: str) -> ClientConfig:
     )
     return ClientConfig(
         "claude-code",
-        "Claude Code",
+        CLIENT_TITLES["claude-code"],
         command,
         "a shell (or, for one project, its .mcp.json:\n\n" + project_file + "\n)",
         ["~/.claude/skills/ (every project)", ".claude/skills/ (one project)"],
@@ -79,7 +89,7 @@ def claude_desktop(url: str, token: str) -> ClientConfig:
     )
     return ClientConfig(
         "claude-desktop",
-        "Claude Desktop",
+        CLIENT_TITLES["claude-desktop"],
         config,
         "claude_desktop_config.json (macOS: ~/Library/Application Support/Claude/, Windows: %APPDATA%\\Claude\\)",
         [],
@@ -97,7 +107,7 @@ def vscode(url: str, token: str) -> ClientConfig:
     )
     return ClientConfig(
         "vscode",
-        "VS Code (GitHub Copilot agent mode)",
+        CLIENT_TITLES["vscode"],
         config,
         ".vscode/mcp.json of a workspace, or the user configuration (command: MCP: Open User Configuration)",
         [".github/skills/ (one repository)", "~/.copilot/skills/ (every workspace)"],
@@ -109,7 +119,7 @@ def cursor(url: str, token: str) -> ClientConfig:
     config = _json({"mcpServers": {SERVER_KEY: {"url": url, "headers": {"Authorization": f"Bearer {token}"}}}})
     return ClientConfig(
         "cursor",
-        "Cursor",
+        CLIENT_TITLES["cursor"],
         config,
         "~/.cursor/mcp.json (every project) or .cursor/mcp.json (one project)",
         [".cursor/skills/ (one project)", "~/.cursor/skills/ (every project)"],
@@ -133,7 +143,7 @@ def opencode(url: str, token: str) -> ClientConfig:
     )
     return ClientConfig(
         "opencode",
-        "OpenCode",
+        CLIENT_TITLES["opencode"],
         config,
         "opencode.json of a project, or ~/.config/opencode/opencode.json",
         [".opencode/skills/ (one project)", "~/.config/opencode/skills/ (every project)"],
@@ -147,7 +157,7 @@ def generic_json(url: str, token: str) -> ClientConfig:
     )
     return ClientConfig(
         "json",
-        "Any MCP client with streamable HTTP",
+        CLIENT_TITLES["json"],
         config,
         "the client's MCP server list",
         [".agents/skills/ or ~/.agents/skills/ (clients that follow the Agent Skills standard)"],

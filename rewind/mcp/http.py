@@ -1,16 +1,20 @@
-"""ASGI guard in front of the SDK's /mcp app: methods, body size, absurd method names, rate limit.
+"""ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, absurd method names, rate limit.
 
-Each answers with a JSON-RPC error body, so a client reports a readable reason:
+In this order, each refusal with a body a client shows as a readable reason:
 - 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
   stateless, so there is no stream to open with GET and no session to end with DELETE;
+- 401 without a valid bearer token, before the body is read. The SDK's own 401 says only
+  "Authentication required"; this one says in one sentence how to get a token (the token store
+  knows how its tokens are issued), in the body and in the challenge's error_description, and
+  never quotes the token sent. The SDK checks the token again behind this guard, as a second lock;
 - 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
 - -32601 (method not found) for a JSON-RPC method name longer than any MCP method, quoting a
   short excerpt of it (the SDK would echo all of it);
 - 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
 
-The limit is counted once for the whole deployment (``rewind.mcp.ratelimit``: in Redis when
-REDIS_URL is set, else in the database). Requests without a valid token pass through untouched:
-the SDK answers them 401.
+The 405, 413, -32601 and 429 bodies are JSON-RPC errors; the 401 body is the SDK's RFC 6750 shape
+(``error``, ``error_description``). The limit is counted once for the whole deployment
+(``rewind.mcp.ratelimit``: in Redis when REDIS_URL is set, else in the database).
 """
 
 from __future__ import annotations
@@ -21,8 +25,9 @@ import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
-from mcp.server.auth.provider import TokenVerifier
+from mcp.server.auth.provider import AccessToken
 
+from rewind.mcp.auth import CachedTokenVerifier
 from rewind.mcp.errors import excerpt
 from rewind.mcp.ratelimit import RateLimiter
 
@@ -49,6 +54,33 @@ def _header(scope: Scope, name: bytes) -> str | None:
     return None
 
 
+def _bearer(scope: Scope) -> str | None:
+    """The bearer token sent, read exactly as the SDK reads it (``BearerAuthBackend``): the guard
+    and the SDK must accept the same requests, or a client would meet the SDK's bare 401."""
+    authorization = _header(scope, b"authorization")
+    if not authorization or not authorization.lower().startswith("bearer "):
+        return None
+    return authorization[len("bearer ") :]
+
+
+# What a WWW-Authenticate error_description may hold (RFC 6750 section 3): printable ASCII but " and \.
+_NOT_IN_CHALLENGE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
+
+
+async def _send_unauthorized(send: Send, description: str) -> None:
+    # The SDK's shape (mcp.server.auth.middleware.bearer_auth), so clients parse it as before; no
+    # resource_metadata: there is no OAuth authorization server to point at.
+    challenge = f'Bearer error="invalid_token", error_description="{_NOT_IN_CHALLENGE.sub("", description)}"'
+    body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", challenge.encode()),
+    ]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
 def _rpc_id(body: bytes) -> Any:
     try:
         message = json.loads(body)
@@ -72,7 +104,9 @@ async def _send_error(
 
 
 class McpHttpGuard:
-    def __init__(self, app: ASGIApp, *, verifier: TokenVerifier, max_body_bytes: int, limiter: RateLimiter) -> None:
+    def __init__(
+        self, app: ASGIApp, *, verifier: CachedTokenVerifier, max_body_bytes: int, limiter: RateLimiter
+    ) -> None:
         self.app = app
         self.verifier = verifier
         self.max_body_bytes = max_body_bytes
@@ -92,14 +126,30 @@ class McpHttpGuard:
                 extra_headers=[(b"allow", ALLOWED_METHODS.encode())],
             )
             return
+        access = await self._authenticated(scope, send)
+        if access is None:
+            return
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
         if await self._absurd_method(body, send):
             return
-        if await self._over_rate(scope, body, send):
+        if await self._over_rate(access, body, send):
             return
         await self.app(scope, _replay(body, receive), send)
+
+    async def _authenticated(self, scope: Scope, send: Send) -> AccessToken | None:
+        """The caller's access, or None once a 401 saying how to get a token has been sent."""
+        token = _bearer(scope)
+        access = None if token is None else await self.verifier.verify_token(token)
+        if access is not None:
+            return access
+        if token is None:
+            problem = "This MCP endpoint needs an agent's bearer token, and none was sent"
+        else:
+            problem = "The bearer token was refused (unknown, revoked or expired, or its agent is inactive)"
+        await _send_unauthorized(send, f"{problem}: {self.verifier.how_to_get_a_token}.")
+        return None
 
     @staticmethod
     async def _absurd_method(body: bytes, send: Send) -> bool:
@@ -136,14 +186,7 @@ class McpHttpGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _over_rate(self, scope: Scope, body: bytes, send: Send) -> bool:
-        authorization = _header(scope, b"authorization") or ""
-        scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            return False
-        access = await self.verifier.verify_token(token.strip())
-        if access is None:
-            return False
+    async def _over_rate(self, access: AccessToken, body: bytes, send: Send) -> bool:
         wait = await self.limiter.take(access.client_id)
         if wait <= 0:
             return False

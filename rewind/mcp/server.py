@@ -17,7 +17,8 @@ What the server offers besides tools, the same in both protocol eras: the skill
 (skills/zerto-rewind/SKILL.md) as the prompt ``zerto-rewind`` and as a resource, and no
 subscriptions or list-changed notifications (the lists never change while a worker runs).
 There is no OAuth authorization server, so no OAuth metadata is published either: tokens are
-issued in the admin or by ``manage.py createagent``.
+issued in the admin ("Connect an agent") or by ``manage.py mcpconfig``/``createagent``, and a 401
+says so (``rewind.mcp.http``).
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
+from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.ratelimit import rate_limiter
@@ -65,7 +67,6 @@ from rewind.zvm import ZvmError
 logger = logging.getLogger(__name__)
 
 SERVER_NAME = "zerto-rewind"
-MCP_PATH = "/mcp"
 SKILL_PROMPT = "zerto-rewind"
 SKILL_URI = "zerto-rewind://skill/SKILL.md"
 # Each part keeps its tools in a module of this name defining register(server); the server
@@ -296,9 +297,10 @@ def build_server(*, token_store: TokenStore) -> RewindMCPServer:
         token_verifier=CachedTokenVerifier(token_store),
         auth=AuthSettings(
             # There is no OAuth authorization server: tokens are issued in the admin or by
-            # manage.py createagent. Without a resource URL the SDK publishes no protected-resource
-            # metadata (which could only name an authorization server that does not exist), and
-            # its 401 carries no resource_metadata link. The issuer URL is required but unused.
+            # manage.py mcpconfig/createagent. Without a resource URL the SDK publishes no
+            # protected-resource metadata (which could only name an authorization server that does
+            # not exist), and a 401 carries no resource_metadata link. The issuer URL is required
+            # but unused.
             issuer_url=AnyHttpUrl(public),
             resource_server_url=None,
         ),
@@ -326,7 +328,7 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
         max_request_body_size=settings.MCP_MAX_BODY_BYTES,
     )
     verifier = server._token_verifier
-    assert verifier is not None
+    assert isinstance(verifier, CachedTokenVerifier)  # build_server gives it one
     limiter = rate_limiter(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_REDIS_URL)
     guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES, limiter=limiter)
     return guard

@@ -54,29 +54,56 @@ def test_it_answers_a_call_with_a_valid_token(mcp_server: Any, mcp_sites: Any, a
     assert _rpc_result(resp)["result"]["structuredContent"]["vm_name"] == "web01"
 
 
-def _assert_401(resp: httpx2.Response) -> None:
+HOW_TO_GET_ONE = (
+    "get one with manage.py mcpconfig AGENT --client CLIENT on the server, or in the admin "
+    "(/admin/rewind/agent/, open the agent, then Connect an agent), and send it as Authorization: Bearer TOKEN."
+)
+NONE_SENT = "This MCP endpoint needs an agent's bearer token, and none was sent: " + HOW_TO_GET_ONE
+REFUSED = "The bearer token was refused (unknown, revoked or expired, or its agent is inactive): " + HOW_TO_GET_ONE
+
+
+def _assert_401(resp: httpx2.Response, sent: str | None = None, says: str = REFUSED) -> None:
+    """A 401 whose body and challenge say, in one sentence, how to get a token, and quote none."""
     assert resp.status_code == 401
     challenge = resp.headers["www-authenticate"]
-    assert challenge.startswith("Bearer")
-    assert "invalid_token" in challenge
+    assert challenge == f'Bearer error="invalid_token", error_description="{says}"'
     # No OAuth authorization server exists, so the challenge points at no metadata.
     assert "resource_metadata" not in challenge
+    assert resp.json() == {"error": "invalid_token", "error_description": says}
+    if sent:
+        assert sent not in resp.text
+        assert sent not in challenge
 
 
 def test_it_refuses_a_missing_token(mcp_server: Any, transactional_db: None) -> None:
-    _assert_401(post(mcp_server.mcp_url, _call_body()))
+    _assert_401(post(mcp_server.mcp_url, _call_body()), says=NONE_SENT)
+
+
+@pytest.mark.parametrize("authorization", ["Basic cm9vdDpwdw==", "Bearer", "Token rwd_abc"])
+def test_it_refuses_an_authorization_header_that_holds_no_bearer_token(
+    authorization: str, mcp_server: Any, transactional_db: None
+) -> None:
+    resp = post(mcp_server.mcp_url, _call_body(), Authorization=authorization)
+    _assert_401(resp, authorization.partition(" ")[2], NONE_SENT)
 
 
 def test_it_refuses_an_unknown_token(mcp_server: Any, transactional_db: None) -> None:
-    _assert_401(post(mcp_server.mcp_url, _call_body(), "rwd_" + "x" * 43))
-    _assert_401(post(mcp_server.mcp_url, _call_body(), "not-even-our-format"))
+    for token in ("rwd_" + "x" * 43, "not-even-our-format", " rwd_" + "x" * 43, "rwd_" + "z" * 300):
+        _assert_401(post(mcp_server.mcp_url, _call_body(), token), token.strip())
 
 
 def test_it_refuses_a_revoked_token(mcp_server: Any, transactional_db: None) -> None:
     _, token = make_agent_token()
     row = AgentToken.objects.get()
     assert agent_token_revoke(actor=Actor.system("tests"), token=row)
-    _assert_401(post(mcp_server.mcp_url, _call_body(), token))
+    _assert_401(post(mcp_server.mcp_url, _call_body(), token), token)
+
+
+def test_it_refuses_before_reading_a_body_it_would_refuse_anyway(mcp_server: Any, transactional_db: None) -> None:
+    from django.conf import settings
+
+    resp = post(mcp_server.mcp_url, _call_body(vm="x" * (settings.MCP_MAX_BODY_BYTES + 10)))
+    _assert_401(resp, says=NONE_SENT)
 
 
 def test_it_refuses_an_expired_token(mcp_server: Any, transactional_db: None) -> None:

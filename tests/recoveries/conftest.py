@@ -133,22 +133,3 @@ def tagged(sim: Any, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
         return insert_tagged_checkpoint(sim, sites, vm, change_id, agent_name)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[str, Any]:
-    """Debian's Chromium (playwright cannot download its own here)."""
-    return {
-        **browser_type_launch_args,
-        "executable_path": "/usr/bin/chromium",
-        "args": [
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-        ],
-    }

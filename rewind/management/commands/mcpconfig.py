@@ -2,12 +2,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.conf import settings
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.management.commands._agent_token import issue_agent_token
 from rewind.mcp.clientconfig import CLIENTS, client_config
-from rewind.mcp.server import MCP_PATH
+from rewind.mcp.endpoint import MCP_PATH, mcp_public_url
 
 
 class Command(BaseCommand):
@@ -24,7 +23,7 @@ class Command(BaseCommand):
         parser.add_argument("--expires-days", type=int, default=None, help="token lifetime in days (default: none)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        url = options["url"] or f"{settings.REWIND_PUBLIC_URL}{MCP_PATH}"
+        url = options["url"] or mcp_public_url()
         if not url.startswith(("https://", "http://")):
             raise CommandError(f"--url must be an http(s) URL, not {url!r}")
         made = issue_agent_token(
