@@ -13,9 +13,9 @@ from django.conf import settings
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
 from django.db.models import QuerySet
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import URLPattern, path
+from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
 
 from rewind.admin_base import actor_for
@@ -23,7 +23,6 @@ from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get
 from rewind.agents.services import (
     agent_create,
-    agent_token_issue,
     agent_token_issue_by_name,
     agent_token_revoke,
     agent_update,
@@ -162,15 +161,17 @@ class AgentAdmin(admin.ModelAdmin):
 
     # Without permissions= an action is offered to anyone who may merely view the list.
     @admin.action(description="Issue a new token (shown once)", permissions=["issue_token"])
-    def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> None:
-        for agent in queryset:
-            issued = agent_token_issue(actor=actor_for(request), agent=agent, label="issued in the admin")
-            self.message_user(
-                request,
-                f"New token for {agent.name} — copy it now, it is not stored and will not be shown again: "
-                f"{issued.token}",
-                messages.WARNING,
-            )
+    def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
+        """Send the operator to the agent's "Connect an agent" page, which issues and shows the token.
+
+        The token is shown there once, on a page that is never cached; a message would carry
+        it in the message store (a cookie or the session) until it is displayed.
+        """
+        agents = list(queryset[:2])
+        if len(agents) != 1:
+            self.message_user(request, "Pick one agent: its token is shown once, on its own page.", messages.ERROR)
+            return None
+        return HttpResponseRedirect(reverse("admin:rewind_agent_connect", args=[agents[0].pk]))
 
 
 @admin.register(AgentToken)

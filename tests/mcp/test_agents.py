@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import re
 from io import StringIO
 from typing import Any
 
@@ -107,10 +108,14 @@ def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> No
     assert resp.status_code == 302, resp.content[:2000]
     agent = Agent.objects.get(name="admin-bot")
     assert AuditEvent.objects.filter(action="agent.created", target_id=str(agent.pk)).exists()
-    resp = client.post("/admin/rewind/agent/", {"action": "issue_token", "_selected_action": [agent.pk]}, follow=True)
-    page = resp.content.decode()
+    # The action leads to the agent's "Connect an agent" page, which issues nothing until its form is sent.
+    resp = client.post("/admin/rewind/agent/", {"action": "issue_token", "_selected_action": [agent.pk]})
+    assert resp.status_code == 302
+    assert resp["Location"] == f"/admin/rewind/agent/{agent.pk}/connect/"
+    assert not AgentToken.objects.filter(agent=agent).exists()
+    page = client.post(resp["Location"], {"client": "json"}).content.decode()
     row = AgentToken.objects.get(agent=agent)
-    token = page.split("will not be shown again: ", 1)[1].split("<", 1)[0].strip()
+    token = re.findall(r"Bearer (rwd_[A-Za-z0-9_-]+)", page)[0]
     assert hashlib.sha256(token.encode()).hexdigest() == row.token_hash
     # Shown once: neither the token nor its hash appears on any later page.
     for url in (
