@@ -39,8 +39,10 @@ def test_database_url() -> str:
 class WorkerProcess:
     """A real ``celery worker`` on the test database and the configured broker."""
 
-    def __init__(self, log_path: Path) -> None:
+    def __init__(self, log_path: Path, concurrency: int = 3, name: str = "tests") -> None:
         self.log_path = log_path
+        self.concurrency = concurrency
+        self.name = name
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
@@ -57,11 +59,11 @@ class WorkerProcess:
                 "-P",
                 "prefork",
                 "-c",
-                "3",
+                str(self.concurrency),
                 "--loglevel",
                 "INFO",
                 "-n",
-                f"tests-{os.getpid()}@%h",
+                f"{self.name}-{os.getpid()}@%h",
                 "--without-gossip",
                 "--without-mingle",
             ],

@@ -47,8 +47,9 @@ logger = logging.getLogger(__name__)
 # An insert whose outcome is unknown is repeated only when, this long after we started
 # wondering, the ZVM lists neither the tag nor an insert task for the VPG.
 SETTLE_S = 5.0
-# A row is due when its time is this close: one round serves the rows due together.
-DUE_SLACK = timedelta(milliseconds=50)
+# A row is due when its time is this close: one round serves the rows due together, and
+# asking a fraction of a second early costs nothing.
+DUE_SLACK = timedelta(milliseconds=300)
 # After a round that could not ask the ZVM (it failed, or its circuit is open), its rows ask again this soon.
 RETRY_S = 2.0
 
@@ -76,29 +77,32 @@ class SiteRound:
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
 
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
+        """Ask about the rows that are due; what an answer says about rows not yet due is used too."""
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
         self.report.due = len(due)
         self.report.guards = {r.guard_id for r in rows}
-        if due:
-            try:
-                tasks = self._tasks(due)
-                self._read_task_states(due, tasks)
-                self._adopt_unknown(due, tasks)
-                self._list(due)
-                self._reinsert_unknown(due)
-            except ZvmError as exc:
-                # The round could not finish asking: its rows keep their place and ask again soon.
-                self.report.error = str(exc)
-                logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
-            self._reschedule(due)
+        if not due:
+            return self.report
+        try:
+            tasks = self._tasks(due, rows)
+            self._read_task_states(due, rows, tasks)
+            self._adopt_unknown(due, tasks)
+            self._list(due, rows)
+            self._reinsert_unknown(due)
+        except ZvmError as exc:
+            # The round could not finish asking: its rows keep their place and ask again soon.
+            self.report.error = str(exc)
+            logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
+        self._reschedule(due)
+        self._keep_task_states([r for r in rows if r not in due])
         return self.report
 
     # -- 1. insert tasks -------------------------------------------------------------------
-    def _tasks(self, due: list[TaggedCheckpoint]) -> dict[str, Task]:
-        asking = [r for r in due if self._needs_task(r) or not r.task_id]
-        if not asking:
+    def _tasks(self, due: list[TaggedCheckpoint], rows: list[TaggedCheckpoint]) -> dict[str, Task]:
+        if not any(self._needs_task(r) or not r.task_id for r in due):
             return {}
-        since = min(row_since(r, self.offset_s) for r in asking)
+        # One list for the whole site: wide enough for the rows not yet due as well.
+        since = min(row_since(r, self.offset_s) for r in rows if self._needs_task(r) or not r.task_id)
         self.report.requests += 1
         try:
             listed = self.client.list_tasks(started_after=since)
@@ -116,11 +120,16 @@ class SiteRound:
     def _needs_task(row: TaggedCheckpoint) -> bool:
         return bool(row.task_id) and row.task_completed_at is None
 
-    def _read_task_states(self, due: list[TaggedCheckpoint], tasks: dict[str, Task]) -> None:
-        for row in due:
+    def _read_task_states(
+        self, due: list[TaggedCheckpoint], rows: list[TaggedCheckpoint], tasks: dict[str, Task]
+    ) -> None:
+        for row in rows:
             if not self._needs_task(row) or row.status in FINAL:
                 continue
-            task = tasks.get(row.task_id) or self._one_task(row)
+            task = tasks.get(row.task_id)
+            if task is None and row not in due:
+                continue  # not in the list and not due: its own turn will read it
+            task = task or self._one_task(row)
             if task is None:
                 row.task_completed_at = self.now  # the ZVM forgot the task: the checkpoint list decides
                 continue
@@ -195,12 +204,16 @@ class SiteRound:
                 self._end(row, TaggedCheckpoint.Status.FAILED, failed.error)
 
     # -- 2. checkpoint lists -----------------------------------------------------------------
-    def _list(self, due: list[TaggedCheckpoint]) -> None:
+    def _list(self, due: list[TaggedCheckpoint], every: list[TaggedCheckpoint]) -> None:
+        """One listing per VPG with a due row; it is matched against every waiting row of that VPG."""
         by_vpg: dict[str, list[TaggedCheckpoint]] = defaultdict(list)
-        for row in due:
+        for row in every:
             if row.status not in FINAL and (row.task_completed_at is not None or not row.task_id):
                 by_vpg[row.vpg_identifier].append(row)
+        wanted = {r.vpg_identifier for r in due}
         for vpg_id, rows in by_vpg.items():
+            if vpg_id not in wanted:
+                continue
             since = min(row_since(r, self.offset_s) for r in rows)
             self.report.requests += 1
             try:
@@ -245,6 +258,16 @@ class SiteRound:
                 task_started_at=row.task_started_at,
                 task_completed_at=row.task_completed_at,
                 error=row.error[:2000],
+            )
+
+    @staticmethod
+    def _keep_task_states(rows: list[TaggedCheckpoint]) -> None:
+        """Rows not due keep their time, and what the task list said about them."""
+        for row in rows:
+            if row.status in FINAL:
+                continue
+            TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
+                task_started_at=row.task_started_at, task_completed_at=row.task_completed_at
             )
 
     def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:

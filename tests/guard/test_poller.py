@@ -1,0 +1,235 @@
+"""Many guards at once: the wait task only inserts, one poller per site waits for them all.
+
+Real worker and simulator throughout; the queue-position and worker-liveness reads are
+plain database reads, tested with their clock passed in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from rewind.checkpoints import pacing
+from rewind.checkpoints.selectors import guard_progress
+from rewind.checkpoints.services import checkpoint_request_create
+from rewind.models import ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
+from rewind.sites import site_client
+from rewind.workers.selectors import STALE_AFTER_S, workers_seen
+from rewind.workers.services import worker_heartbeat_record
+from tests.conftest import WorkerProcess
+from tests.conftest import test_database_url as database_url
+from tests.guard.conftest import wait_finished
+from tests.mcpfixtures import make_agent_token, open_mcp_client, register_sites, run_uvicorn
+from tests.simfixtures import SimHandle, run_sim
+
+
+def _request(agent: Any, vm: str, timeout_s: int = 120) -> ChangeGuard:
+    out = checkpoint_request_create(
+        agent_name=agent.name, vm=vm, action="edit", change_id=f"chg-{uuid.uuid4().hex[:12]}", timeout_s=timeout_s
+    )
+    assert out.guard is not None, out.refusal
+    return out.guard
+
+
+def _succeeded_waits(worker: WorkerProcess) -> int:
+    return len(re.findall(rb"Task rewind\.checkpoints\.wait\[[^\]]+\] succeeded", worker.log_path.read_bytes()))
+
+
+def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
+    sim: Any, sites: Any, agent: Any, worker: WorkerProcess
+) -> None:
+    # Six guards of one VM (six change ids: six checkpoints on the same two VPGs), listed 4 s
+    # after their insert. With one task per waiting guard a 3-slot worker would run them in
+    # two batches; here every insert task has returned while the checkpoints still wait.
+    sim.add_fault("checkpoint_listing_delay", seconds=4)
+    before = _succeeded_waits(worker)
+    calls_before = sim.calls("site-a")
+    guards = [_request(agent, "web01") for _ in range(6)]
+    deadline = time.monotonic() + 60
+    while _succeeded_waits(worker) - before < len(guards):
+        assert time.monotonic() < deadline, "the insert tasks did not return"
+        time.sleep(0.05)
+    waiting = TaggedCheckpoint.objects.filter(guard__in=guards, status=TaggedCheckpoint.Status.WAITING).count()
+    assert waiting == 12, "every insert task returned before the checkpoints were listed: none of them waited"
+    for guard in guards:
+        assert wait_finished(guard, timeout=90).status == ChangeGuard.Status.OK
+    poller = SitePoller.objects.get(site=sites["site-a"])
+    assert poller.rounds >= 1
+    calls = sim.calls("site-a")
+    spent = {k: calls.get(k, 0) - calls_before.get(k, 0) for k in calls}
+    inserts = spent.get("POST /v1/vpgs/{vpg_id}/checkpoints", 0)
+    listings = spent.get("GET /v1/vpgs/{vpg_id}/checkpoints", 0)
+    task_reads = spent.get("GET /v1/tasks/{task_id}", 0)
+    assert inserts == 12
+    # One listing per VPG per round serves all six guards: the listings are those of one guard's
+    # two VPGs on the cold schedule (no history yet), not six guards' worth.
+    one_guard = 2 * (pacing.calls_bound(10.0, None) + 1)
+    assert listings <= one_guard, spent
+    assert task_reads == 0, f"the task states come from one task list per round: {spent}"
+    assert poller.lease_owner == "", "the chain ends when nothing waits"
+
+
+def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, agent: Any, worker: WorkerProcess) -> None:
+    from rewind.checkpoints.poller import pollers_restart_stale
+
+    sim.add_fault("checkpoint_listing_delay", seconds=2)
+    guard = _request(agent, "db01")
+    deadline = time.monotonic() + 60
+    while not SitePoller.objects.filter(lease_owner__startswith="queued:").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    # The queued round's message is lost: its token no longer matches, and its lease runs out.
+    SitePoller.objects.update(lease_owner="queued:lost", lease_expires_at=timezone.now() - timedelta(seconds=1))
+    assert pollers_restart_stale() >= 1
+    assert wait_finished(guard, timeout=60).status == ChangeGuard.Status.OK
+
+
+@pytest.mark.django_db
+def test_a_queued_guard_says_how_many_are_ahead_and_whether_a_worker_is_alive(agent: Any) -> None:
+    now = timezone.now()
+
+    def guard(minutes_ago: float, status: str = ChangeGuard.Status.PENDING) -> ChangeGuard:
+        g = ChangeGuard.objects.create(
+            agent_name=agent.name,
+            action="x",
+            vm_identifier=f"vm-{uuid.uuid4().hex}",
+            vm_name="web01",
+            change_id=uuid.uuid4().hex,
+            tag="t",
+            timeout_s=300,
+            status=status,
+        )
+        ChangeGuard.objects.filter(pk=g.pk).update(requested_at=now - timedelta(minutes=minutes_ago))
+        return g
+
+    guard(3)
+    guard(2)
+    guard(5, ChangeGuard.Status.OK)  # finished: not in the queue
+    mine = guard(1)
+    waiting = guard_progress(mine.pk, now=now).waiting_for
+    assert waiting is not None
+    assert "behind 2 other guard(s)" in waiting
+    assert "no worker has picked it up in 60 s" in waiting
+    assert "no worker has ever reported here" in waiting
+    # A worker that beat a moment ago is alive; STALE_AFTER_S later it is not.
+    worker_heartbeat_record(hostname="celery@a", concurrency=4, started_at=now)
+    assert workers_seen(now=now).alive == 1
+    assert workers_seen(now=now).slots == 4
+    later = now + timedelta(seconds=STALE_AFTER_S + 1)
+    seen = workers_seen(now=later)
+    assert seen.alive == 0
+    assert "last heartbeat was" in seen.describe(later)
+    fresh = guard(0.05)
+    assert "no worker has picked it up" not in (guard_progress(fresh.pk, now=now).waiting_for or "")
+
+
+def test_the_worker_reports_its_heartbeat(worker: WorkerProcess) -> None:
+    deadline = time.monotonic() + 30
+    while not WorkerHeartbeat.objects.exists():
+        assert time.monotonic() < deadline, "the worker wrote no heartbeat"
+        time.sleep(0.1)
+    assert workers_seen().alive >= 1
+
+
+def test_a_stopped_worker_does_not_hold_the_agent_past_its_timeout(
+    sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any, worker: WorkerProcess
+) -> None:
+    _agent, token = agent_token
+    assert worker.proc is not None
+    progress: list[str] = []
+
+    async def call() -> Any:
+        async def on_progress(value: float, total: float | None, message: str | None) -> None:
+            progress.append(message or "")
+
+        async with mcp_client(token) as client:
+            return await client.call_tool(
+                "zerto_create_tagged_checkpoint",
+                {"vm": "db01", "action": "patch", "change_id": "stop-1", "timeout_s": 12},
+                progress_callback=on_progress,
+            )
+
+    worker.proc.send_signal(signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        result = asyncio.run(call())
+        took = time.monotonic() - started
+    finally:
+        worker.proc.send_signal(signal.SIGCONT)
+    out = result.structured_content
+    assert result.is_error
+    assert out["finished"] is False
+    assert out["status"] == "pending"
+    # The deadline is the guard's own (12 s from the request) plus a short grace, whatever the
+    # worker does; the bound below only says it did not wait for the worker.
+    assert took < 12 + 15, took
+    assert any("no worker has picked it up" in p for p in progress), progress
+    assert "no worker has picked it up" in out["waiting_for"]
+    # Once the worker runs again, the guard ends truthfully: too late to insert anything.
+    guard = wait_finished(ChangeGuard.objects.get(pk=out["id"]), timeout=60)
+    assert guard.status == ChangeGuard.Status.FAILED
+    assert "already timed out" in guard.error
+    assert not TaggedCheckpoint.objects.filter(guard=guard, insert_started_at__isnull=False).exists()
+
+
+def _guardable_filler_vms(sim: SimHandle, sites: dict[str, Any], count: int) -> list[str]:
+    """Filler VMs every VPG of which can take a checkpoint (not in initial sync, no failover test)."""
+    busy = {
+        v.identifier
+        for site in sites.values()
+        for v in site_client(site).list_vpgs()
+        if v.status == 0 or v.sub_status == 1 or v.failover_test_running
+    }
+    found, number = [], 1
+    while len(found) < count:
+        name = f"vm-{number:05d}"
+        number += 1
+        vpgs = sim.control("GET", f"vms/{name}")["vpgs"]
+        if vpgs and all(v["identifier"] not in busy for v in vpgs):
+            found.append(name)
+    return found
+
+
+def test_fifty_agents_guard_at_once_through_mcp(
+    tmp_path: Path, transactional_db: None, celery_worker_process: Any
+) -> None:
+    """50 concurrent guards through MCP: 2 web workers, 1 Celery worker with 2 slots."""
+    with run_sim(tmp_path / "sim", "--vms", "120") as server:
+        sim = SimHandle(server)
+        sim.add_fault("checkpoint_listing_delay", seconds=3)
+        sites = register_sites(sim, {"Site A": "site-a", "Site B": "site-b", "Site C": "site-c"})
+        vms = _guardable_filler_vms(sim, sites, 50)
+        _agent, token = make_agent_token()
+        celery_worker_process.stop()  # this test's worker only: one worker, two slots
+        small = WorkerProcess(tmp_path / "worker.log", concurrency=2, name="fifty")
+        small.start()
+        try:
+            with run_uvicorn(tmp_path / "web", database_url=database_url(), workers=2) as web:
+
+                async def guard(vm: str) -> Any:
+                    async with open_mcp_client(web.mcp_url, token) as client:
+                        return await client.call_tool(
+                            "zerto_create_tagged_checkpoint",
+                            {"vm": vm, "action": "patch", "change_id": f"fifty-{vm}", "timeout_s": 240},
+                        )
+
+                async def all_at_once() -> list[Any]:
+                    return await asyncio.gather(*(guard(vm) for vm in vms))
+
+                results = asyncio.run(all_at_once())
+        finally:
+            small.stop()
+    outs = [r.structured_content for r in results]
+    not_ok = [(o["vm"], o["status"], o.get("must_not_proceed")) for o in outs if not o["ok"]]
+    assert not not_ok, not_ok
+    assert ChangeGuard.objects.filter(status=ChangeGuard.Status.OK).count() == 50
+    assert ChangeGuard.objects.filter(attempts__gt=1).count() == 0, "no insert task had to be run twice"
