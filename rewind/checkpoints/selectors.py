@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Prefetch, Q, QuerySet
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -197,6 +198,8 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
     """
     if site_id is None:
         return []
+    # ``listed_after_ms`` is the poller's estimate of the ZVM's own time; rows listed before it
+    # was recorded have only ``waited_ms`` (when we saw it).
     waited = (
         TaggedCheckpoint.objects.filter(
             site_id=site_id,
@@ -205,7 +208,7 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
             waited_ms__isnull=False,
         )
         .order_by("-insert_started_at")
-        .values_list("waited_ms", flat=True)[:limit]
+        .values_list(Coalesce("listed_after_ms", "waited_ms"), flat=True)[:limit]
     )
     return [ms / 1000 for ms in waited if ms is not None]
 
