@@ -32,14 +32,20 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.checkpoints.resume_stale",
             "schedule": 30.0,
         },
-        # Record the checkpoints that Zerto listed only after their guard timed out, so a
-        # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
         # Give each site whose circuit is open (its ZVM stopped answering) its one trial call
         # when due, so it is used again as soon as it answers. Safe to overlap: trials are claimed.
         "sites-probe": {
             "task": "rewind.sites.probe",
             "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
         },
+        # Ask every enabled site's ZVM who it is, so identity, clock and last error stay current.
+        # Sites are asked at once, through their circuits; safe to overlap.
+        "sites-refresh-identity": {
+            "task": "rewind.sites.refresh_identity",
+            "schedule": float(settings.REWIND_SITE_REFRESH_INTERVAL_S),
+        },
+        # Record the checkpoints that Zerto listed only after their guard timed out, so a
+        # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
         "checkpoints-listed-late": {
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),

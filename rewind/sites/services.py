@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -24,6 +23,7 @@ from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
 from rewind.requestid import current_request_id
 from rewind.sites.circuit import circuit_audit_catch_up
+from rewind.sites.fanout import for_each_site
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.zvm_shared import shared_breaker
 from rewind.zvm import CircuitState, LocalSite, ZvmClient, ZvmConnection, ZvmError
@@ -317,39 +317,29 @@ class ProbeReport:
     audited: list[str]
 
 
-def _probe_one(site: Site, out: dict[str, str]) -> None:
-    try:
-        site_client(site).ungated().local_site()
-        out[site.name] = "available"
-    except ZvmError as exc:
-        out[site.name] = str(exc)
+def _probe_one(site: Site) -> None:
+    site_client(site).ungated().local_site()
 
 
 def sites_probe() -> ProbeReport:
     """The beat's probe: one trial call (``GET /v1/localsite``) to each site whose circuit is open
     and whose next trial is due; its answer closes the circuit, its failure keeps it open for a
-    longer period. Sites are asked in parallel, each bounded by the ZVM timeouts, so a stuck one
-    delays no other. Safe to overlap: each trial is claimed once across processes.
+    longer period. Sites are asked at once (``for_each_site``), each bounded by the ZVM timeouts,
+    so a stuck one delays no other. Safe to overlap: each trial is claimed once across processes.
     """
     report = ProbeReport({}, [], [])
     breaker = shared_breaker()
-    threads: list[tuple[Site, threading.Thread]] = []
+    due: list[Site] = []
     for site in Site.objects.filter(enabled=True).order_by("name"):
         state = breaker.state(str(site.pk))
         if state.is_open:
             if time.time() < state.next_trial_at or breaker.admit(str(site.pk)) is not None:
                 report.skipped.append(site.name)
             else:
-                thread = threading.Thread(
-                    target=_probe_one, args=(site, report.probed), daemon=True, name=f"probe-{site.pk}"
-                )
-                thread.start()
-                threads.append((site, thread))
+                due.append(site)
         if circuit_audit_catch_up(breaker, site):
             report.audited.append(site.name)
-    limit = time.monotonic() + settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S + 5
-    for site, thread in threads:
-        thread.join(max(0.0, limit - time.monotonic()))
-        if thread.is_alive():
-            report.probed.setdefault(site.name, "no answer within the probe's time limit")
+    limit = settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S + 5
+    for outcome in for_each_site(due, _probe_one, limit_s=limit, label="probe"):
+        report.probed[outcome.site.name] = "available" if outcome.ok else outcome.error
     return report
