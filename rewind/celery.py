@@ -26,6 +26,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.reap",
             "schedule": float(settings.REWIND_REAPER_INTERVAL_S),
         },
+        # Queue again the recoveries that wait for their recovery site once it answers (the probe
+        # closes its circuit), and fail those that expired meanwhile. Safe to overlap: CAS.
+        "recoveries-resume-waiting": {
+            "task": "recoveries.resume_waiting",
+            "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
+        },
         # Queue again the guards whose wait task died (worker killed, message lost): their
         # lease (15 s, renewed by a heartbeat) ran out. Safe to overlap: compare-and-swap.
         "checkpoints-resume-stale": {
