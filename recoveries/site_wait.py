@@ -114,7 +114,8 @@ def recovery_should_wait(*, recovery: RecoveryRequest, site: Site, error: BaseEx
 def recovery_wait_for_site(*, recovery: RecoveryRequest, site: Site, request_id: str) -> bool:
     """Park a running request until its recovery site answers again. False when it was not running."""
     state = site_circuit(site)
-    since = datetime.fromtimestamp(state.opened_at, UTC)
+    # Had the circuit closed meanwhile, its time would be an old one: then the sweep queues it soon.
+    since = datetime.fromtimestamp(state.opened_at, UTC) if state.is_open else timezone.now()
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.RUNNING).update(
             status=Status.WAITING,
