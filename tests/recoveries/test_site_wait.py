@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
+from django.conf import settings
 from django.test import Client
 
 from recoveries.mcp_tools import _out
@@ -24,6 +26,7 @@ from recoveries.site_wait import recoveries_resume_waiting
 from rewind.audit.actions import RecoveryAction
 from rewind.models import AuditEvent, Site, SiteCircuit
 from rewind.sites import site_circuit, site_client, sites_probe
+from rewind.sites.circuit import CIRCUIT_PREFIX
 from rewind.zvm import ZvmTransientError
 from tests.recoveries.conftest import wait_finished
 
@@ -42,6 +45,15 @@ def site_b_down(sim: Any, sites: dict[str, Site], settings: Any) -> int:
         site_client(sites["site-b"]).local_site()
     assert site_circuit(sites["site-b"]).is_open
     return _seen(sim, "site-b")
+
+
+def _trial_due_now(site: Site) -> None:
+    """Bring the open circuit's next trial forward to now, in whichever store keeps it (instead of sleeping)."""
+    if settings.ZVM_SHARED_REDIS_URL:
+        with redis.Redis.from_url(settings.ZVM_SHARED_REDIS_URL) as client:
+            client.hset(CIRCUIT_PREFIX + str(site.pk), "next_trial_at", 0)
+    else:
+        SiteCircuit.objects.filter(site=site).update(next_trial_at=0.0)
 
 
 def _seen(sim: Any, slug: str) -> int:
@@ -98,7 +110,7 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     assert admin.get(f"/api/recoveries/{recovery.pk}/").json()["waiting_for_site"]["site"] == "Site B"
 
     sim.clear_faults()
-    SiteCircuit.objects.filter(site=sites["site-b"]).update(next_trial_at=0.0)  # its trial is due now
+    _trial_due_now(sites["site-b"])
     assert sites_probe().probed == {"Site B": "available"}
     assert recoveries_resume_waiting().queued == 1
     assert recoveries_resume_waiting().queued == 0  # queued once, not per sweep
