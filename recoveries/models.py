@@ -16,6 +16,7 @@ class RecoveryRequest(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"  # waiting for a human
         APPROVED = "approved"  # queued for the runner
+        WAITING = "waiting", "Waiting for its site"  # approved; its recovery site is unavailable: runs when it answers
         DENIED = "denied"
         EXPIRED = "expired"  # nobody approved in time
         RUNNING = "running"  # mounting / downloading / unmounting
@@ -75,6 +76,13 @@ class RecoveryRequest(models.Model):
     unmount_session_id = models.CharField(max_length=255, blank=True)
     unmount_warning = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    # While waiting: since when the recovery site has been unavailable, and its last failure.
+    site_unavailable_since = models.DateTimeField(
+        null=True, blank=True, help_text="While waiting: since when the recovery site has been unavailable."
+    )
+    site_unavailable_reason = models.TextField(blank=True)
+    # While waiting: when its run was queued again (its site answers), so overlapping sweeps queue it once.
+    resume_queued_at = models.DateTimeField(null=True, blank=True, editable=False)
     purged_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -155,6 +155,33 @@ def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | 
     return out
 
 
+def waiting_message(r: RecoveryRequest) -> str:
+    """What a person or an agent reads about a request waiting for its recovery site."""
+    since = r.site_unavailable_since
+    text = f"waiting for site {r.recovery_site_name or r.recovery_site_identifier}, unavailable " + (
+        f"since {since:%Y-%m-%d %H:%M:%S} UTC" if since else "lately"
+    )
+    if r.site_unavailable_reason:
+        text += f" ({r.site_unavailable_reason})"
+    if r.resume_queued_at is not None:
+        return text + "; it answers again and the run is queued"
+    return text + (
+        f"; the run starts again when it answers, until the request expires at {r.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+def waiting_dict(r: RecoveryRequest) -> dict[str, Any] | None:
+    """``{site, unavailable_since, reason, message}`` while the request waits for its recovery site, else None."""
+    if r.status != RecoveryRequest.Status.WAITING:
+        return None
+    return {
+        "site": r.recovery_site_name or r.recovery_site_identifier,
+        "unavailable_since": r.site_unavailable_since.isoformat() if r.site_unavailable_since else None,
+        "reason": r.site_unavailable_reason,
+        "message": waiting_message(r),
+    }
+
+
 def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]:
     return {
         "id": r.pk,
@@ -174,6 +201,7 @@ def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,
         "error": r.error,
+        "waiting_for_site": waiting_dict(r),
         "request_id": r.request_id,
         "approval_url": approval_url(r),
         "result": result_dict(r, inline=inline),

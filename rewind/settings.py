@@ -191,6 +191,8 @@ ZVM_CIRCUIT_PROBE_MAX_S = env_float("ZVM_CIRCUIT_PROBE_MAX_S", 300.0, minimum=0.
 ZVM_CIRCUIT_AUDIT_QUIET_S = env_float("ZVM_CIRCUIT_AUDIT_QUIET_S", 600.0, minimum=0)
 # Where the request cap is counted and Keycloak tokens are shared (None: the database).
 ZVM_SHARED_REDIS_URL = _redis_url or None
+# How often every enabled site's ZVM is asked who it is (identity, version, clock, last error).
+REWIND_SITE_REFRESH_INTERVAL_S = env_int("REWIND_SITE_REFRESH_INTERVAL_S", 600, minimum=30)
 # Per-site cache of VM/VPG look-ups, so find_protection does not hit the ZVM for every call.
 REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
 

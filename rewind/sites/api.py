@@ -163,16 +163,26 @@ def _check_dict(result: SiteCheck) -> dict[str, Any]:
         else {"identifier": local.identifier, "name": local.name, "type": local.type, "version": local.version},
         "vpg_count": result.vpg_count,
         "error": result.error or None,
+        "asked": result.asked,
         "site": SiteOutputSerializer(result.site).data,
     }
 
 
 class SiteCheckApi(APIView):
     """Log in to the site's ZVM, learn its identity and count VPGs. A failed check is
-    reported in the body (``ok: false``, ``error``) and recorded on the site as ``last_error``."""
+    reported in the body (``ok: false``, ``error``) and recorded on the site as ``last_error``.
+
+    A site marked unavailable is not asked before its next trial (``asked: false``, ``error``
+    says since when and why) unless the body says ``{"force": true}``."""
 
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "rewind.change_site"}
 
+    class InputSerializer(serializers.Serializer):
+        force = serializers.BooleanField(required=False, default=False)
+
     def post(self, request: Request, pk: int) -> Response:
-        return Response(_check_dict(site_check(site=site_get(pk), actor=actor_of(request))))
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = site_check(site=site_get(pk), actor=actor_of(request), force=data.validated_data["force"])
+        return Response(_check_dict(result))
