@@ -5,6 +5,8 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from rewind.rest.docs import docs_view, schema_view
+
 
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
@@ -14,5 +16,8 @@ urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("health/", health, name="health"),
     path("admin/", admin.site.urls),
+    # Beside the API's routes, not among them: the schema describes rewind.api_urls and nothing else.
+    path("api/schema/", schema_view, name="api-schema"),
+    path("api/docs/", docs_view, name="api-docs"),
     path("api/", include("rewind.api_urls")),
 ]
