@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.urls import reverse
 
 from recoveries.models import FlrSession, RecoveryRequest
@@ -206,3 +206,19 @@ def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]
         "approval_url": approval_url(r),
         "result": result_dict(r, inline=inline),
     }
+
+
+def recoveries_awaiting_approval() -> int:
+    """Pending requests: what waits for a person (``/metrics``)."""
+    return RecoveryRequest.objects.filter(status=RecoveryRequest.Status.PENDING).count()
+
+
+def flr_sessions_live_ours_by_site() -> dict[str, int]:
+    """Our FLR sessions still holding (or perhaps holding) a mount, by site name (``/metrics``)."""
+    rows = (
+        FlrSession.objects.filter(status__in=FlrSession.LIVE)
+        .order_by()
+        .values_list("site__name")
+        .annotate(n=Count("id"))
+    )
+    return {name: n for name, n in rows}

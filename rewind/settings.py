@@ -19,6 +19,7 @@ from rewind.env import (
     env_float,
     env_int,
     env_list,
+    env_networks,
     env_secret,
     env_str,
     sqlite_database,
@@ -280,6 +281,12 @@ MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
 MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
+
+# --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
+# A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with
+# both set it needs both, with neither nobody gets the metrics.
+REWIND_METRICS_TOKEN = env_secret("REWIND_METRICS_TOKEN")
+REWIND_METRICS_ALLOWED_NETWORKS = env_networks("REWIND_METRICS_ALLOWED_NETWORKS")
 
 # --- Logging ---------------------------------------------------------------------------------
 _log_level = (env_str("REWIND_LOG_LEVEL") or "INFO").upper()
