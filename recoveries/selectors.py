@@ -4,6 +4,7 @@ and the REST API, and the rows the adapters look up."""
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +12,7 @@ from django.conf import settings
 from django.db.models import Count, QuerySet
 from django.urls import reverse
 
-from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
 from rewind.errors import NotFoundError, PermissionDeniedError
 from rewind.sites.models import Site
@@ -222,3 +223,9 @@ def flr_sessions_live_ours_by_site() -> dict[str, int]:
         .annotate(n=Count("id"))
     )
     return {name: n for name, n in rows}
+
+
+def flr_site_listings() -> list[tuple[str, datetime, int]]:
+    """``(site name, listed at, live sessions of others)`` from each site's last listing (``/metrics``)."""
+    rows = FlrSiteListing.objects.order_by("site__name").values_list("site__name", "listed_at", "live_foreign")
+    return list(rows)

@@ -16,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
-from recoveries.selectors import flr_sessions_live_ours_by_site, recoveries_awaiting_approval
+from recoveries.selectors import flr_sessions_live_ours_by_site, flr_site_listings, recoveries_awaiting_approval
 from rewind.audit.actions import McpAction, RecoveryAction
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.selectors import guard_counts_by_status, guard_waits_by_status
@@ -83,11 +83,22 @@ def _zvm_requests() -> Iterator[Metric]:
 
 def _flr_sessions() -> Iterator[Metric]:
     family = GaugeMetricFamily(
-        "rewind_flr_sessions_live", "FLR sessions holding a mount, by site and owner.", labels=["site", "owner"]
+        "rewind_flr_sessions_live",
+        "FLR sessions holding a mount, by site and owner: ours from our records, foreign from the site's last listing.",
+        labels=["site", "owner"],
+    )
+    listed = GaugeMetricFamily(
+        "rewind_flr_sessions_listed_timestamp_seconds",
+        "When the site's FLR sessions were last listed (the foreign count's age).",
+        labels=["site"],
     )
     for site, n in sorted(flr_sessions_live_ours_by_site().items()):
         family.add_metric([site, "ours"], n)
+    for site, listed_at, foreign in flr_site_listings():
+        family.add_metric([site, "foreign"], foreign)
+        listed.add_metric([site], listed_at.timestamp())
     yield family
+    yield listed
 
 
 def _approvals() -> Iterator[Metric]:

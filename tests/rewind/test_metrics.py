@@ -12,6 +12,7 @@ from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.reaper import recoveries_reap
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import McpAction, RecoveryAction
 from rewind.checkpoints.models import ChangeGuard
@@ -153,6 +154,19 @@ def test_it_shows_pending_approvals_and_our_live_sessions(client: Client, token:
     samples = scrape(client)
     assert value(samples, "rewind_recoveries_awaiting_approval") == 1
     assert value(samples, "rewind_flr_sessions_live", site=site.name, owner="ours") == 2
+    assert (site.name, "foreign") not in {(dict(k[1]).get("site"), dict(k[1]).get("owner")) for k in samples}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_shows_other_operators_sessions_from_the_reapers_last_listing(client: Client, token: str, sim: Any) -> None:
+    site = make_site(sim, base_url=sim.site_url("site-b"))  # web01's recovery site
+    sim.open_foreign_session("site-b", "web01", "vpg-web")
+    sim.open_foreign_session("site-b", "web01", "vpg-web")
+    recoveries_reap()  # lists every enabled site, not only those holding sessions of ours
+    samples = scrape(client)
+    assert value(samples, "rewind_flr_sessions_live", site=site.name, owner="foreign") == 2
+    listed_at = value(samples, "rewind_flr_sessions_listed_timestamp_seconds", site=site.name)
+    assert abs(listed_at - timezone.now().timestamp()) < 60
 
 
 @pytest.mark.django_db
