@@ -160,6 +160,8 @@ SPECTACULAR_SETTINGS = {
     "SERVE_PERMISSIONS": ["rewind.rest.permissions.ApiDocsPermission"],
     # Requests and responses of the same serializer differ (read-only fields): two components.
     "COMPONENT_SPLIT_REQUEST": True,
+    # Django's <int:...> matches digits only: -1 is no route at all (an HTML 404), so say so.
+    "PATH_CONVERTER_OVERRIDES": {"int": {"type": "integer", "minimum": 0}},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
