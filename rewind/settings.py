@@ -164,7 +164,6 @@ SPECTACULAR_SETTINGS = {
     "PATH_CONVERTER_OVERRIDES": {"int": {"type": "integer", "minimum": 0}},
     "SWAGGER_UI_DIST": "SIDECAR",
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
-    "REDOC_DIST": "SIDECAR",
     # Several models have a "status": each choice set gets its own name in the schema.
     "ENUM_NAME_OVERRIDES": {
         "GuardStatusEnum": "rewind.checkpoints.models.ChangeGuard.Status",
