@@ -183,3 +183,24 @@ class FlrSession(models.Model):
 
     def __str__(self) -> str:
         return self.session_id or f"unknown session #{self.pk}"
+
+
+class FlrSiteListing(models.Model):
+    """What one site's ZVM listed last: how many live FLR sessions, ours and others'.
+
+    Written whenever a full listing of the site is read: every reaper sweep lists every
+    enabled site, and so do the admin's live-sessions page and ``zerto_list_flr_sessions``.
+    ``/metrics`` reports it with its time, since other operators' sessions are known only
+    from such a listing.
+    """
+
+    site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="flr_listing")
+    listed_at = models.DateTimeField()
+    live_ours = models.PositiveIntegerField(help_text="Live sessions listed that this service recorded.")
+    live_foreign = models.PositiveIntegerField(help_text="Live sessions listed that someone else opened.")
+
+    class Meta:
+        verbose_name = "FLR site listing"
+
+    def __str__(self) -> str:
+        return f"{self.site_id}: {self.live_ours} ours, {self.live_foreign} foreign at {self.listed_at:%Y-%m-%d %H:%M}"

@@ -1,7 +1,7 @@
 """The orphan reaper: no FLR mount this service opened stays up.
 
-On every enabled site holding live sessions of ours, one ``GET /v1/flrs`` tells which are
-still there. Ours that vanished are marked ended; ours whose recovery finished, failed or
+On every enabled site, one ``GET /v1/flrs`` tells which of our sessions are still there, and
+how many live sessions others hold (recorded for /metrics). Ours that vanished are marked ended; ours whose recovery finished, failed or
 ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
 found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
 not recorded by us) and unmounted. A mount without an id (its answer was a 5xx, a timeout or
@@ -26,6 +26,7 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from recoveries.listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
 from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
@@ -71,8 +72,9 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     report.expired_requests = recovery_requests_expire_stale(now=now)
     report.overdue_recoveries = _fail_overdue(now)
     report.purged_results, report.purge_failed = recovery_results_purge_expired(now=now)
-    site_ids = FlrSession.objects.filter(status__in=FlrSession.LIVE).values_list("site_id", flat=True).distinct()
-    sites = list(Site.objects.filter(pk__in=list(site_ids), enabled=True).order_by("name"))
+    # Every enabled site, not only those holding sessions of ours: the listing also tells how
+    # many sessions others hold there (``FlrSiteListing``, reported by /metrics).
+    sites = list(Site.objects.filter(enabled=True).order_by("name"))
     # Each site in a thread of its own, so a stuck ZVM delays no other site's sweep (its circuit
     # makes it fail at once after the first timeout). A site still running at the limit is
     # reported and left to finish: every step is a compare-and-swap.
@@ -127,7 +129,9 @@ def _reapable(row: FlrSession, now: datetime) -> bool:
 def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
     # One HTTP pool and token per site for the process: beat runs this every few minutes.
     client = site_client(site)
-    live = {s.identifier.lower(): s for s in client.list_flr_sessions() if s.identifier}
+    listed = client.list_flr_sessions()
+    flr_listing_record(site=site, sessions=listed)
+    live = {s.identifier.lower(): s for s in listed if s.identifier}
     rows = list(FlrSession.objects.filter(site=site, status__in=FlrSession.LIVE).select_related("recovery", "site"))
     to_unmount: list[FlrSession] = []
     for row in rows:

@@ -4,14 +4,15 @@ and the REST API, and the rows the adapters look up."""
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.urls import reverse
 
-from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
 from rewind.errors import NotFoundError, PermissionDeniedError
 from rewind.sites.models import Site
@@ -206,3 +207,25 @@ def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]
         "approval_url": approval_url(r),
         "result": result_dict(r, inline=inline),
     }
+
+
+def recoveries_awaiting_approval() -> int:
+    """Pending requests: what waits for a person (``/metrics``)."""
+    return RecoveryRequest.objects.filter(status=RecoveryRequest.Status.PENDING).count()
+
+
+def flr_sessions_live_ours_by_site() -> dict[str, int]:
+    """Our FLR sessions still holding (or perhaps holding) a mount, by site name (``/metrics``)."""
+    rows = (
+        FlrSession.objects.filter(status__in=FlrSession.LIVE)
+        .order_by()
+        .values_list("site__name")
+        .annotate(n=Count("id"))
+    )
+    return {name: n for name, n in rows}
+
+
+def flr_site_listings() -> list[tuple[str, datetime, int]]:
+    """``(site name, listed at, live sessions of others)`` from each site's last listing (``/metrics``)."""
+    rows = FlrSiteListing.objects.order_by("site__name").values_list("site__name", "listed_at", "live_foreign")
+    return list(rows)

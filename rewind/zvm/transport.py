@@ -23,6 +23,7 @@ from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.ssl_ import create_urllib3_context
 
 from .connection import ZvmConnection
+from .counting import RequestCounter, answered, no_answer
 from .errors import (
     ZvmError,
     ZvmNotFoundError,
@@ -154,11 +155,13 @@ class Transport:
         pacer: Pacer | None = None,
         sleep: Callable[[float], None] = time.sleep,
         clock: Callable[[], float] = time.monotonic,
+        counter: RequestCounter | None = None,
     ) -> None:
         self.conn = conn
         self.session = session or build_session(conn.verify)
         # Without a shared pacer the cap is counted in this process (one count per ZVM for all clients).
         self.pacer: Pacer = pacer if pacer is not None else LOCAL_PACER
+        self.counter = counter  # None: requests are not counted (rewind.zvm.counting)
         self._sleep = sleep
         self._clock = clock
         self._secrets: set[str] = {s for s in (conn.password, conn.client_secret) if s}
@@ -291,10 +294,21 @@ class Transport:
             logger.debug(
                 "%s %s failed after %.0f ms (%s) request_id=%s", method, path, ms, type(exc).__name__, request_id
             )
-            raise self.error_from_exception(exc, f"{method} {path}") from exc
+            error = self.error_from_exception(exc, f"{method} {path}")
+            self._count(no_answer(error))
+            raise error from exc
         ms = (time.monotonic() - started) * 1000
         logger.debug("%s %s -> %s in %.0f ms request_id=%s", method, path, resp.status_code, ms, request_id)
+        self._count(answered(resp.status_code))
         return resp
+
+    def _count(self, result: str) -> None:
+        if self.counter is None:
+            return
+        try:
+            self.counter.count(self.conn.site_name, result)
+        except Exception as exc:  # a metric never fails the call it counts
+            logger.warning("a ZVM request was not counted (%s)", type(exc).__name__)
 
 
 def zvm_message(resp: requests.Response) -> str | None:
