@@ -8,8 +8,9 @@ Fixtures:
 - ``agent_token`` (function, committed data): ``(agent, token)`` of a fresh agent.
 - ``mcp_client``: ``mcp_client(token, mode="auto", url=None)`` → async context manager yielding
   an ``mcp.Client`` speaking streamable HTTP with the bearer token.
-- ``node_mcp_client``: the directory of an npm install of ``@modelcontextprotocol/client@2``
-  (cached under REWIND_VAR_DIR); skips when npm cannot reach its registry.
+- ``node_mcp_client``: the folder of the TypeScript SDK client script (tests/mcp/node), whose
+  packages its package-lock.json pins and ``npm ci --prefix tests/mcp/node`` installs (.ci/run
+  does); skips, naming that command, when they are not installed.
 
 ``run_uvicorn(work_dir, env=..., workers=...)`` starts another server with other settings.
 """
@@ -30,7 +31,6 @@ from typing import Any
 
 import httpx2
 import pytest
-from django.conf import settings
 
 from tests.simfixtures import PASSWORD, PYTHON, REPO, USERNAME, SimHandle, stop_process_group
 
@@ -180,26 +180,23 @@ def mcp_client(mcp_server: UvicornServer) -> Callable[..., AbstractAsyncContextM
     return factory
 
 
+NODE_CLIENT_DIR = REPO / "tests" / "mcp" / "node"
+NODE_CLIENT_INSTALL = "npm ci --prefix tests/mcp/node"
+
+
 @pytest.fixture(scope="session")
 def node_mcp_client() -> Path:
-    """``@modelcontextprotocol/client@2`` installed once under REWIND_VAR_DIR/node-mcp, with our script."""
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("Node.js/npm is not installed, so the TypeScript client cannot run")
-    folder = Path(settings.VAR_DIR) / "node-mcp"
-    package = folder / "node_modules" / "@modelcontextprotocol" / "client" / "package.json"
+    """The folder holding client_v2.mjs and its installed, lockfile-pinned packages.
+
+    Never installs anything itself: a test run must not depend on the registry, nor take
+    whatever version it serves that day.
+    """
+    if shutil.which("node") is None:
+        pytest.skip(
+            f"Node.js is not installed, so the TypeScript client cannot run: install Node.js 20+ and npm "
+            f"(.ci/run does), then run `{NODE_CLIENT_INSTALL}`"
+        )
+    package = NODE_CLIENT_DIR / "node_modules" / "@modelcontextprotocol" / "client" / "package.json"
     if not package.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "@modelcontextprotocol/client@2"],
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip("npm install of @modelcontextprotocol/client@2 timed out (registry unreachable?)")
-        if done.returncode != 0 or not package.exists():
-            pytest.skip(f"npm could not install @modelcontextprotocol/client@2: {done.stderr.strip()[-500:]}")
-    shutil.copy(Path(__file__).parent / "mcp" / "client_v2.mjs", folder / "client_v2.mjs")
-    return folder
+        pytest.skip(f"the TypeScript MCP client is not installed: run `{NODE_CLIENT_INSTALL}` (.ci/run does)")
+    return NODE_CLIENT_DIR
