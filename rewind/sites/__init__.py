@@ -18,6 +18,7 @@ from rewind.sites.services import (
     site_connection,
     site_create,
     site_record_clock,
+    site_register,
     site_update,
     sites_probe,
 )
@@ -36,6 +37,7 @@ __all__ = [
     "site_connection",
     "site_create",
     "site_record_clock",
+    "site_register",
     "site_update",
     "sites_probe",
 ]

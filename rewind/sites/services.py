@@ -353,3 +353,18 @@ def sites_probe() -> ProbeReport:
         if thread.is_alive():
             report.probed.setdefault(site.name, "no answer within the probe's time limit")
     return report
+
+
+def site_register(*, actor: Actor, name: str, base_url: str, username: str, password: str) -> SiteCheck:
+    """The site ``name`` created at ``base_url``, or the existing one moved there; then checked.
+
+    For set-ups that name their sites themselves (``demo_setup``, the benchmarks, the tests):
+    safe to run again, and a new simulator run on another port only moves the sites. An
+    existing site keeps its stored credentials. The check's outcome is returned, never raised.
+    """
+    site = Site.objects.filter(name=name).first()
+    if site is None:
+        site = site_create(actor=actor, name=name, base_url=base_url, username=username, password=password)
+    elif site.base_url != site_base_url_clean(base_url):
+        site = site_update(actor=actor, site=site, base_url=base_url)
+    return site_check(site=site, actor=actor)

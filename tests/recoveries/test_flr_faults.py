@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -165,23 +164,7 @@ def test_the_reaper_never_touches_another_operators_session(worker, sim, sites, 
     assert _live_ids(sim, "site-b") == {foreign}
 
 
-def _worker_peak_rss_kib(worker: Any) -> int:
-    """Highest VmHWM among the worker's pool processes (each child's own peak)."""
-    peak = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("PPid", "").strip() == str(worker.proc.pid) and "VmHWM" in fields:
-            peak = max(peak, int(fields["VmHWM"].split()[0]))
-    return peak
-
-
-def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, people, agent, tagged) -> None:
     size = 256 * 1024 * 1024
     sim.set_file("db01", "/var/lib/big.bin", size=size, seed=7)
     digest = hashlib.sha256()
@@ -197,7 +180,7 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     assert recovery.size == size
     assert recovery.sha256 == digest.hexdigest()
     assert Path(recovery.stored_path).stat().st_size == size
-    peak_mib = _worker_peak_rss_kib(worker) / 1024
+    peak_mib = worker.proc.children_peak_rss_kib() / 1024  # each pool process's own peak
     print(f"worker peak RSS {peak_mib:.0f} MiB for a {size >> 20} MiB file")
     assert 0 < peak_mib < 200  # the file is never held whole in memory
     Path(recovery.stored_path).unlink()
