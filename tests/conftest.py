@@ -133,7 +133,7 @@ def celery_worker_process(
 
 
 @pytest.fixture
-def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> Iterator[WorkerProcess]:
+def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> WorkerProcess:
     """A running worker; the test's data is committed so the worker can see it."""
     if not celery_worker_process.running():
         celery_worker_process.start()
@@ -178,7 +178,7 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
 
 
 @pytest.fixture(autouse=True)
-def _site_circuits_closed() -> Iterator[None]:
+def _site_circuits_closed() -> None:
     """Every test starts with each site's circuit closed in this process (rewind.zvm.breaker).
 
     Circuits kept per process outlive a test: one whose ZVM hung would refuse the next
@@ -190,4 +190,3 @@ def _site_circuits_closed() -> Iterator[None]:
 
     LOCAL_BREAKER.clear()
     clear_local_circuits()
-    return

@@ -147,7 +147,7 @@ async def open_mcp_client(url: str, token: str | None, mode: str = "auto") -> As
     from mcp.client.streamable_http import streamable_http_client
 
     async with bearer_http_client(token) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
 
 

@@ -198,7 +198,7 @@ class RedisBreaker:
                     return None, book, cur
                 return replace(cur, next_trial_at=now + circuit_policy().period(cur.opens)), book, None
 
-            return self._change(key, claim)  # type: ignore[no-any-return]
+            return self._change(key, claim)
         except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
             return _LOCAL.admit(key)
@@ -218,7 +218,7 @@ class RedisBreaker:
             self._link.failed(exc, "site circuits are kept")
             return _LOCAL.failed(key, site_name, reason, at_once=at_once)
         _after(key, site_name, t, book, audit)
-        return t.state  # type: ignore[no-any-return]
+        return t.state
 
     def answered(self, key: str, site_name: str) -> None:
         if not self._link.up():
@@ -360,7 +360,7 @@ class DbBreaker:
             logger.warning("a site circuit is kept per process for this call: %s", type(exc).__name__)
             return _LOCAL.failed(key, site_name, reason, at_once=at_once)
         _after(key, site_name, t, book, audit)
-        return t.state  # type: ignore[no-any-return]
+        return t.state
 
     def answered(self, key: str, site_name: str) -> None:
         pk = _site_pk(key)

@@ -269,7 +269,7 @@ class DbTokenStore:
         """Create the row; False when another process created it first."""
         try:
             with transaction.atomic():
-                ZvmToken.objects.create(key=key, **values)  # type: ignore[arg-type]
+                ZvmToken.objects.create(key=key, **values)
         except IntegrityError:
             return False
         return True

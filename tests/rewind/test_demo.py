@@ -22,7 +22,7 @@ from tests.mcpfixtures import free_port
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:
     call_command("demo_setup", sim_url=sim.url)
     first = capsys.readouterr().out
     call_command("demo_setup", sim_url=sim.url)
