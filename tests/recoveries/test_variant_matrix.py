@@ -38,9 +38,10 @@ def _guarded(agent: Any, vm: str, change_id: str) -> ChangeGuard:
         agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config", change_id=change_id, timeout_s=120
     )
     assert outcome.guard is not None, outcome.refusal
+    guard_id = outcome.guard.pk
 
     def finished() -> ChangeGuard | None:
-        guard = ChangeGuard.objects.get(pk=outcome.guard.pk)  # type: ignore[union-attr]
+        guard = ChangeGuard.objects.get(pk=guard_id)
         return guard if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) else None
 
     guard: ChangeGuard = _wait(finished, 150)
