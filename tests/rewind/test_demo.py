@@ -67,8 +67,10 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     finally:
         # Ask first: the children live in sessions of their own, so only runstack can stop them.
         proc.stop(sig=signal.SIGINT, timeout=60)
-    time.sleep(0.5)
-    left = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+    # A stopped process leaves /proc once it is reaped: a bound on that, not a delay.
+    deadline = time.monotonic() + 10
+    while (left := [pid for pid in children if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert left == []
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)
