@@ -8,12 +8,12 @@ import shlex
 from io import StringIO
 from typing import Any
 
-import anyio
 import pytest
 from django.core.management import CommandError, call_command
 
 from rewind.agents.models import AgentToken
 from rewind.mcp.clientconfig import CLIENTS, client_config
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import open_mcp_client
 
 URL = "https://rewind.example.com/mcp"
@@ -111,7 +111,7 @@ def test_mcpconfig_issues_a_token_and_its_output_connects_a_client(
         async with open_mcp_client(entry["url"], token) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= anyio.run(tool_names)
+    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= run(tool_names())
     # A second run for the same agent issues another token; the first one keeps working.
     call_command(
         "mcpconfig", "cfg-bot", "--client", "cursor", "--url", mcp_server.mcp_url, stdout=StringIO(), stderr=StringIO()

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-
 from rewind.agents.mcp_auth import AgentTokenStore
 from rewind.mcp.server import build_server, tool_modules
+from tests.mcp.test_transport import run
 
 
 def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order() -> None:
-    tools = asyncio.run(build_server(token_store=AgentTokenStore()).list_tools())
+    tools = run(build_server(token_store=AgentTokenStore()).list_tools())
     assert [t.name for t in tools] == [
         "zerto_create_tagged_checkpoint",
         "zerto_guard_before_mutate",
