@@ -2,22 +2,22 @@
 
 Every benchmark works on its own state folder under ``var/`` (SQLite + filesystem broker,
 whatever DATABASE_URL or REDIS_URL say), so a run never touches a configured database and
-never shares a broker with a running service. Every process it starts is a :class:`Proc`:
-in a session of its own (it and its children stop together), its output in a log file in
-the state folder, stopped at the end by the benchmark.
+never shares a broker with a running service. Every process it starts is a
+``rewind.processes.Proc``, as in the tests and ``make run``: in a session of its own (it and
+its children stop together), its output in a log file in the state folder, stopped at the end
+by the benchmark.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
+
+from rewind.processes import Proc, ProcessError
 
 if TYPE_CHECKING:
     import requests
@@ -30,74 +30,6 @@ PYTHON = str(_VENV_PYTHON) if _VENV_PYTHON.exists() else sys.executable
 START_TIMEOUT = 60.0
 SIM_READY = "zvmsim ready on "
 SITE_NAMES = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
-
-
-class Proc:
-    """A subprocess in its own session, its stdout and stderr in ``log``."""
-
-    def __init__(self, name: str, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
-        self.name, self.log = name, log
-        with log.open("wb") as out:  # the child keeps its own copy of the descriptor
-            self.proc = subprocess.Popen(
-                cmd,
-                cwd=REPO,
-                env=env if env is not None else {**os.environ},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
-
-    def wait_for(self, text: str, count: int = 1) -> str:
-        """The log once ``text`` stands in it ``count`` times; RuntimeError if the process exits first."""
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            content = self.log.read_text(errors="replace")
-            if content.count(text) >= count:
-                return content
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.name} exited: {content[-2000:]}")
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.name} not ready after {START_TIMEOUT:.0f} s: {self.log}")
-
-    def cpu_seconds(self) -> float:
-        """User + system CPU of this process group so far (the process and its workers)."""
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[2]) == self.proc.pid:  # field 5: process group id
-                total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
-        return total / tick
-
-    def children_peak_rss_kib(self) -> int:
-        """The largest peak RSS (VmHWM) among the direct children, e.g. a worker's pool processes."""
-        peak = 0
-        for status in Path("/proc").glob("[0-9]*/status"):
-            try:
-                lines = status.read_text().splitlines()
-            except OSError:
-                continue
-            fields = dict(line.split(":", 1) for line in lines if ":" in line)
-            if fields.get("PPid", "").strip() == str(self.proc.pid) and "VmHWM" in fields:
-                peak = max(peak, int(fields["VmHWM"].split()[0]))
-        return peak
-
-    def stop(self, timeout: float = 15.0) -> None:
-        """SIGTERM to the whole group, SIGKILL after ``timeout`` seconds."""
-        if self.proc.poll() is None:
-            os.killpg(self.proc.pid, signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                os.killpg(self.proc.pid, signal.SIGKILL)
-                self.proc.wait()
 
 
 def fresh_dir(path: Path) -> Path:
@@ -131,11 +63,11 @@ def django_setup(var_dir: Path, **env: str) -> None:
 def start_sim(work: Path, *args: str, name: str = "zvmsim") -> tuple[Proc, str]:
     """``python -m zvmsim`` on a free port with ``args``; returns it and its URL once ready."""
     cmd = [PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(work / "certs"), *args]
-    proc = Proc(name, cmd, work / f"{name}.log", {**os.environ, "PYTHONUNBUFFERED": "1"})
+    proc = Proc(name, cmd, log=work / f"{name}.log", cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
-        content = proc.wait_for(SIM_READY)
-    except RuntimeError:
-        proc.stop()
+        content = proc.wait_for_output(SIM_READY, timeout=START_TIMEOUT)
+    except ProcessError:
+        proc.stop(timeout=15)
         raise
     return proc, content.split(SIM_READY, 1)[1].split()[0]
 
@@ -160,11 +92,11 @@ def start_worker(work: Path, *, concurrency: int, name: str, pool: str = "prefor
         "-n",
         f"{name}@%h",
     ]
-    proc = Proc(name, cmd, work / "worker.log")
+    proc = Proc(name, cmd, log=work / "worker.log", cwd=REPO, env={**os.environ})
     try:
-        proc.wait_for("ready.")
-    except RuntimeError:
-        proc.stop()
+        proc.wait_for_output("ready.", timeout=START_TIMEOUT)
+    except ProcessError:
+        proc.stop(timeout=15)
         raise
     return proc
 
@@ -189,21 +121,16 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
     """
     from rewind.audit import Actor
     from rewind.models import Site
-    from rewind.sites import site_check, site_create, site_update
+    from rewind.sites import site_register
 
     actor = Actor.system("bench")
     Site.objects.update(identifier="")
     sites = {}
     for slug in slugs:
-        name, base_url = SITE_NAMES[slug], f"{sim_url}/{slug}"
-        site = Site.objects.filter(name=name).first()
-        if site is None:
-            site = site_create(actor=actor, name=name, base_url=base_url, username="admin", password="zerto")
-        else:
-            site = site_update(actor=actor, site=site, base_url=base_url)
-        check = site_check(site=site, force=True)  # a fresh simulator: ask even if a last run left it unavailable
+        name = SITE_NAMES[slug]
+        check = site_register(actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zerto")
         if not check.ok:
             raise RuntimeError(f"{name}: {check.error}")
-        site.refresh_from_db()
-        sites[slug] = site
+        check.site.refresh_from_db()
+        sites[slug] = check.site
     return sites

@@ -79,6 +79,7 @@ def run(url: str, size: int, worker: Proc) -> None:
     while not client.get_task(task).completed:
         time.sleep(0.1)
     cp = next(c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag)
+    assert cp.identifier is not None
     guard = ChangeGuard.objects.create(
         agent_name="bench",
         action="edit",

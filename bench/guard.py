@@ -173,7 +173,8 @@ class Bench:
             if v.status == 0 or v.sub_status == 1 or v.failover_test_running
         }
         width = max(5, len(str(self.get("state")["vms"])))
-        found, number = [], 1
+        found: list[str] = []
+        number = 1
         while len(found) < count:
             name = f"vm-{number:0{width}d}"
             number += 1

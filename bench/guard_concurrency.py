@@ -85,6 +85,7 @@ from bench._common import (
     start_worker,
 )
 from bench._worker_watch import SAMPLE_EVERY_S, PoolSampler, WorkerLog, executing, read_worker_log
+from rewind.processes import ProcessError
 
 STATE = REPO / "var" / "bench-guard-concurrency"
 SLUGS = ("site-a", "site-b", "site-c")
@@ -295,11 +296,11 @@ class Stack:
 
 def start_beat(work: Path) -> Proc:
     cmd = [PYTHON, "-m", "celery", "-A", "rewind", "beat", "--loglevel", "INFO"]
-    proc = Proc("beat", [*cmd, "--schedule", str(work / "celerybeat-schedule")], work / "beat.log")
+    proc = Proc("beat", [*cmd, "--schedule", str(work / "celerybeat-schedule")], log=work / "beat.log", cwd=REPO)
     try:
-        proc.wait_for("is starting.")
-    except RuntimeError:
-        proc.stop()
+        proc.wait_for_output("is starting.")
+    except ProcessError:
+        proc.stop(timeout=15)
         raise
     return proc
 

@@ -49,6 +49,7 @@ from bench._common import (
     REPO,
     START_TIMEOUT,
     Proc,
+    ProcessError,
     django_setup,
     fresh_dir,
     register_sites,
@@ -108,19 +109,20 @@ def start_uvicorn(
     ]
     if factory:
         cmd.append("--factory")
-    proc = Proc(name, cmd, work / f"{name}.log", env)
-    # --log-level warning hides the startup line; poll the port instead.
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.proc.poll() is not None:
-            raise RuntimeError(f"{name} exited: {proc.log.read_text()[-2000:]}")
+    proc = Proc(name, cmd, log=work / f"{name}.log", cwd=REPO, env=env)
+
+    def listens() -> bool:
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                time.sleep(1.0 if workers > 1 else 0.3)  # let every worker finish its startup
-                return proc, f"http://127.0.0.1:{port}/mcp"
-        time.sleep(0.1)
-    proc.stop()
-    raise RuntimeError(f"{name} did not listen within {START_TIMEOUT:.0f} s")
+            return s.connect_ex(("127.0.0.1", port)) == 0
+
+    # --log-level warning hides the startup line; poll the port instead.
+    try:
+        proc.wait_until(listens, what="listening", timeout=START_TIMEOUT)
+    except ProcessError:
+        proc.stop(timeout=15)
+        raise
+    time.sleep(1.0 if workers > 1 else 0.3)  # let every worker finish its startup
+    return proc, f"http://127.0.0.1:{port}/mcp"
 
 
 # --- Django-side setup (in this process, on the bench's own state folder) ------------------------

@@ -61,6 +61,7 @@ def run(url: str, count: int, foreign_count: int) -> None:
         vpg = next(v for v in info["vpgs"] if v["name"] == vpg_name)
         client = clients[slug]
         checkpoint = client.list_checkpoints(vpg["identifier"])[-1].identifier
+        assert checkpoint is not None
         session_id = client.flr_mount(vpg_id=vpg["identifier"], vm_id=info["identifier"], checkpoint_id=checkpoint)
         return FlrSession(
             site=sites[slug],

@@ -1,12 +1,10 @@
-"""Shared fixtures: personas, a real Celery worker, and the ZVM simulator (tests.simfixtures)."""
+"""Shared fixtures: a real Celery worker, and the plugins every package gets: the ZVM simulator
+(tests.simfixtures), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures)."""
 
 from __future__ import annotations
 
 import os
-import signal
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +14,11 @@ import pytest
 from django.conf import settings
 from django.db import connection
 
-pytest_plugins = ["tests.simfixtures", "tests.mcpfixtures"]
+from rewind.processes import Proc
+
+pytest_plugins = ["tests.simfixtures", "tests.fixtures", "tests.mcpfixtures"]
+
+READY = "ready."  # what a Celery worker logs once it takes tasks
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be
 # callable from fixtures there.
@@ -37,68 +39,53 @@ def test_database_url() -> str:
 
 
 class WorkerProcess:
-    """A real ``celery worker`` on the test database and the configured broker."""
+    """A real ``celery worker`` on the test database and the configured broker (``rewind.processes.Proc``)."""
 
     def __init__(self, log_path: Path, concurrency: int = 3, name: str = "tests") -> None:
         self.log_path = log_path
         self.concurrency = concurrency
         self.name = name
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.proc: Proc | None = None
 
     def start(self) -> None:
+        """Start it; returns once it is ready (its log says "ready." once more than before)."""
         env = {**os.environ, "DATABASE_URL": test_database_url()}
-        log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "celery",
-                "-A",
-                "rewind",
-                "worker",
-                "-P",
-                "prefork",
-                "-c",
-                str(self.concurrency),
-                "--loglevel",
-                "INFO",
-                "-n",
-                f"{self.name}-{os.getpid()}@%h",
-                "--without-gossip",
-                "--without-mingle",
-            ],
-            cwd=settings.BASE_DIR,
-            env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-        self._wait_ready()
+        argv = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "rewind",
+            "worker",
+            "-P",
+            "prefork",
+            "-c",
+            str(self.concurrency),
+            "--loglevel",
+            "INFO",
+            "-n",
+            f"{self.name}-{os.getpid()}@%h",
+            "--without-gossip",
+            "--without-mingle",
+        ]
+        # One log for every start, so a restart's readiness is one "ready." more than the log has.
+        earlier = self.log_path.read_text(errors="replace").count(READY) if self.log_path.exists() else 0
+        self.proc = Proc("celery worker", argv, log=self.log_path, append=True, env=env, cwd=settings.BASE_DIR)
+        self.proc.wait_for_output(READY, count=earlier + 1)
 
-    def _wait_ready(self) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"celery worker exited early; see {self.log_path}")
-            if b"ready." in self.log_path.read_bytes():
-                return
-            time.sleep(0.1)
-        raise RuntimeError(f"celery worker not ready after 60 s; see {self.log_path}")
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.running()
 
-    def kill(self, sig: int = signal.SIGKILL) -> None:
+    def kill(self) -> None:
         """Kill the worker and its pool children at once (a crash, not a shutdown)."""
-        from tests.simfixtures import stop_process_group  # a plugin: imported once pytest registered it
-
-        if self.proc and self.proc.poll() is None:
-            stop_process_group(self.proc, sig=sig, timeout=30)
+        if self.running():
+            assert self.proc is not None
+            self.proc.kill(timeout=30)
 
     def stop(self) -> None:
         """Stop the worker; returns once it and its pool children are gone (their connections closed)."""
-        from tests.simfixtures import stop_process_group
-
         if self.proc:
-            stop_process_group(self.proc, timeout=20)
+            self.proc.stop(timeout=20)
 
     def restart(self) -> None:
         self.stop()
@@ -148,9 +135,9 @@ def celery_worker_process(
 
 
 @pytest.fixture
-def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> Iterator[WorkerProcess]:
+def worker(celery_worker_process: WorkerProcess, transactional_db: None) -> WorkerProcess:
     """A running worker; the test's data is committed so the worker can see it."""
-    if celery_worker_process.proc is None or celery_worker_process.proc.poll() is not None:
+    if not celery_worker_process.running():
         celery_worker_process.start()
     return celery_worker_process
 
@@ -193,7 +180,7 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
 
 
 @pytest.fixture(autouse=True)
-def _site_circuits_closed() -> Iterator[None]:
+def _site_circuits_closed() -> None:
     """Every test starts with each site's circuit closed in this process (rewind.zvm.breaker).
 
     Circuits kept per process outlive a test: one whose ZVM hung would refuse the next

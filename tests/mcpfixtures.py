@@ -8,8 +8,9 @@ Fixtures:
 - ``agent_token`` (function, committed data): ``(agent, token)`` of a fresh agent.
 - ``mcp_client``: ``mcp_client(token, mode="auto", url=None)`` → async context manager yielding
   an ``mcp.Client`` speaking streamable HTTP with the bearer token.
-- ``node_mcp_client``: the directory of an npm install of ``@modelcontextprotocol/client@2``
-  (cached under REWIND_VAR_DIR); skips when npm cannot reach its registry.
+- ``node_mcp_client``: the folder of the TypeScript SDK client script (tests/mcp/node), whose
+  packages its package-lock.json pins and ``npm ci --prefix tests/mcp/node`` installs (.ci/run
+  does); skips, naming that command, when they are not installed.
 
 ``run_uvicorn(work_dir, env=..., workers=...)`` starts another server with other settings.
 """
@@ -21,8 +22,6 @@ import itertools
 import os
 import shutil
 import socket
-import subprocess
-import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -30,9 +29,10 @@ from typing import Any
 
 import httpx2
 import pytest
-from django.conf import settings
 
-from tests.simfixtures import PASSWORD, PYTHON, REPO, USERNAME, SimHandle, stop_process_group
+from rewind.processes import Proc, ProcessError
+from tests.fixtures import register_sites
+from tests.simfixtures import PYTHON, REPO, SimHandle
 
 START_TIMEOUT = 60.0
 _agent_numbers = itertools.count(1)
@@ -45,16 +45,17 @@ def free_port() -> int:
 
 
 class UvicornServer:
-    def __init__(self, proc: subprocess.Popen[bytes], port: int, log: Path) -> None:
+    def __init__(self, proc: Proc, port: int) -> None:
         self.proc = proc
         self.port = port
-        self.log = log
+        assert proc.log is not None
+        self.log = proc.log
         self.url = f"http://127.0.0.1:{port}"
         self.mcp_url = f"{self.url}/mcp"
 
     def stop(self) -> None:
         """Stop uvicorn; returns once it and its workers are gone (their connections closed)."""
-        stop_process_group(self.proc, timeout=15)
+        self.proc.stop(timeout=15)
 
 
 def start_uvicorn(
@@ -68,7 +69,6 @@ def start_uvicorn(
     """uvicorn on a free port; returns once every worker has finished its startup."""
     work_dir.mkdir(parents=True, exist_ok=True)
     port = free_port()
-    log = work_dir / f"uvicorn-{port}.log"
     full_env = {**os.environ, "DATABASE_URL": database_url, "PYTHONUNBUFFERED": "1", **(env or {})}
     full_env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)  # the server must run as in production
     cmd = [
@@ -86,19 +86,14 @@ def start_uvicorn(
         "--timeout-graceful-shutdown",
         "5",
     ]
-    proc = subprocess.Popen(
-        cmd, cwd=REPO, env=full_env, stdout=log.open("wb"), stderr=subprocess.STDOUT, start_new_session=True
-    )
-    server = UvicornServer(proc, port, log)
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"uvicorn exited with {proc.returncode}: {log.read_text()[-3000:]}")
-        if log.read_text(errors="replace").count("Application startup complete.") >= workers:
-            return server
-        time.sleep(0.1)
-    server.stop()
-    raise RuntimeError(f"uvicorn not ready after {START_TIMEOUT:.0f} s: {log.read_text()[-3000:]}")
+    proc = Proc("uvicorn", cmd, log=work_dir / f"uvicorn-{port}.log", cwd=REPO, env=full_env)
+    server = UvicornServer(proc, port)
+    try:
+        proc.wait_for_output("Application startup complete.", count=workers, timeout=START_TIMEOUT)
+    except ProcessError:
+        server.stop()
+        raise
+    return server
 
 
 @contextlib.contextmanager
@@ -116,22 +111,6 @@ def mcp_server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) 
 
     with run_uvicorn(tmp_path_factory.mktemp("uvicorn"), database_url=test_database_url()) as server:
         yield server
-
-
-def register_sites(sim: SimHandle, slugs: dict[str, str]) -> dict[str, Any]:
-    """Sites (name → slug) against the simulator, through the service, with their identity learned."""
-    from rewind.audit import Actor
-    from rewind.models import Site
-    from rewind.sites import site_check, site_create
-
-    sites = {}
-    for name, slug in slugs.items():
-        site = Site.objects.filter(name=name).first() or site_create(
-            actor=Actor.system("tests"), name=name, base_url=sim.site_url(slug), username=USERNAME, password=PASSWORD
-        )
-        site_check(site=site)
-        sites[name] = site
-    return sites
 
 
 @pytest.fixture
@@ -168,7 +147,7 @@ async def open_mcp_client(url: str, token: str | None, mode: str = "auto") -> As
     from mcp.client.streamable_http import streamable_http_client
 
     async with bearer_http_client(token) as http:
-        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:  # type: ignore[arg-type]
+        async with Client(streamable_http_client(url, http_client=http), mode=mode) as client:
             yield client
 
 
@@ -180,26 +159,23 @@ def mcp_client(mcp_server: UvicornServer) -> Callable[..., AbstractAsyncContextM
     return factory
 
 
+NODE_CLIENT_DIR = REPO / "tests" / "mcp" / "node"
+NODE_CLIENT_INSTALL = "npm ci --prefix tests/mcp/node"
+
+
 @pytest.fixture(scope="session")
 def node_mcp_client() -> Path:
-    """``@modelcontextprotocol/client@2`` installed once under REWIND_VAR_DIR/node-mcp, with our script."""
-    npm, node = shutil.which("npm"), shutil.which("node")
-    if npm is None or node is None:
-        pytest.skip("Node.js/npm is not installed, so the TypeScript client cannot run")
-    folder = Path(settings.VAR_DIR) / "node-mcp"
-    package = folder / "node_modules" / "@modelcontextprotocol" / "client" / "package.json"
+    """The folder holding client_v2.mjs and its installed, lockfile-pinned packages.
+
+    Never installs anything itself: a test run must not depend on the registry, nor take
+    whatever version it serves that day.
+    """
+    if shutil.which("node") is None:
+        pytest.skip(
+            f"Node.js is not installed, so the TypeScript client cannot run: install Node.js 20+ and npm "
+            f"(.ci/run does), then run `{NODE_CLIENT_INSTALL}`"
+        )
+    package = NODE_CLIENT_DIR / "node_modules" / "@modelcontextprotocol" / "client" / "package.json"
     if not package.exists():
-        folder.mkdir(parents=True, exist_ok=True)
-        try:
-            done = subprocess.run(
-                [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "@modelcontextprotocol/client@2"],
-                capture_output=True,
-                text=True,
-                timeout=180,
-            )
-        except subprocess.TimeoutExpired:
-            pytest.skip("npm install of @modelcontextprotocol/client@2 timed out (registry unreachable?)")
-        if done.returncode != 0 or not package.exists():
-            pytest.skip(f"npm could not install @modelcontextprotocol/client@2: {done.stderr.strip()[-500:]}")
-    shutil.copy(Path(__file__).parent / "mcp" / "client_v2.mjs", folder / "client_v2.mjs")
-    return folder
+        pytest.skip(f"the TypeScript MCP client is not installed: run `{NODE_CLIENT_INSTALL}` (.ci/run does)")
+    return NODE_CLIENT_DIR

@@ -6,10 +6,8 @@ Fixtures:
 - ``sim`` (function): resets the simulator, then yields a :class:`SimHandle`.
 
 ``run_sim(tmp_dir, *args)`` starts an extra simulator with other options (e.g. ``--vms 10000``
-or ``--token-ttl 2``) for the tests that need one.
-
-``stop_process_group(proc)`` stops a process started in a session of its own (a Celery worker,
-uvicorn) and returns once none of its group is left.
+or ``--token-ttl 2``) for the tests that need one. Like every process the tests start, it is a
+``rewind.processes.Proc``: a session of its own, its output in a log, stopped with its group.
 """
 
 from __future__ import annotations
@@ -17,12 +15,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import os
-import queue
-import signal
-import subprocess
 import sys
-import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -30,10 +23,13 @@ from typing import Any
 import pytest
 import requests
 
+from rewind.processes import Proc, ProcessError
+
 REPO = Path(__file__).resolve().parent.parent
 _VENV_PYTHON = REPO / ".venv" / "bin" / "python"
 PYTHON = str(_VENV_PYTHON) if _VENV_PYTHON.exists() else sys.executable
 READY = "zvmsim ready on "
+CA_BUNDLE = "zvmsim CA bundle: "
 START_TIMEOUT = 60.0
 
 # Admin credentials every simulated site accepts.
@@ -49,40 +45,6 @@ def _session() -> requests.Session:
     return http
 
 
-def process_group_alive(pgid: int) -> bool:
-    """Whether a process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
-        except (OSError, ValueError):
-            continue  # the process went away while we looked
-        if int(pgrp) == pgid and state not in ("Z", "X"):
-            return True
-    return False
-
-
-def stop_process_group(proc: subprocess.Popen[Any], *, sig: int = signal.SIGTERM, timeout: float = 20.0) -> None:
-    """Send ``sig`` to the group of ``proc`` (started with ``start_new_session=True``) and wait.
-
-    Waiting for the leader is not enough: uvicorn's and Celery's children may outlive it by a
-    few seconds, each holding database connections, and PostgreSQL refuses to drop a database
-    that anyone is still connected to. So this returns only once no process of the group is
-    left; whatever is still there after ``timeout`` is SIGKILLed.
-    """
-    deadline = time.monotonic() + timeout
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(proc.pid, sig)
-    while time.monotonic() < deadline and (proc.poll() is None or process_group_alive(proc.pid)):
-        time.sleep(0.05)
-    if proc.poll() is None or process_group_alive(proc.pid):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
-        killed_by = time.monotonic() + 10  # SIGKILL cannot be ignored: this is short
-        while process_group_alive(proc.pid) and time.monotonic() < killed_by:
-            time.sleep(0.05)
-
-
 class SimError(RuntimeError):
     pass
 
@@ -90,61 +52,38 @@ class SimError(RuntimeError):
 class SimServer:
     """A running zvmsim process."""
 
-    def __init__(self, proc: subprocess.Popen[str], url: str, ca_bundle: str | None, log: Path) -> None:
+    def __init__(self, proc: Proc, url: str, ca_bundle: str | None) -> None:
         self.proc = proc
         self.url = url
         self.ca_bundle = ca_bundle
-        self.log = log
+        assert proc.log is not None
+        self.log = proc.log
 
     def site_url(self, slug: str) -> str:
         return f"{self.url}/{slug}"
 
     def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        self.proc.stop(timeout=10)
 
 
-def _drain(stream: Any, lines: queue.Queue[str]) -> None:
-    # Keep reading so the pipe never fills up and blocks the simulator.
-    for line in stream:
-        lines.put(line)
+def _line_value(output: str, prefix: str) -> str | None:
+    """What follows ``prefix`` on the first line of ``output`` that starts with it."""
+    return next((line[len(prefix) :].strip() for line in output.splitlines() if line.startswith(prefix)), None)
 
 
 def start_sim(work_dir: Path, *args: str) -> SimServer:
     """Start ``python -m zvmsim`` with a free port and wait for its ready line."""
     work_dir.mkdir(parents=True, exist_ok=True)
-    log = work_dir / "zvmsim.log"
     cmd = [PYTHON, "-m", "zvmsim", "--port", "0", "--cert-dir", str(work_dir / "certs"), *args]
-    proc = subprocess.Popen(
-        cmd,
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=log.open("w"),
-        text=True,
-        env={**os.environ, "PYTHONUNBUFFERED": "1"},
-    )
-    lines: queue.Queue[str] = queue.Queue()
-    threading.Thread(target=_drain, args=(proc.stdout, lines), daemon=True).start()
-    deadline = time.monotonic() + START_TIMEOUT
-    ca_bundle = None
-    while time.monotonic() < deadline:
-        try:
-            line = lines.get(timeout=0.2).strip()
-        except queue.Empty:
-            if proc.poll() is not None:
-                raise SimError(f"zvmsim exited with {proc.returncode}: {log.read_text()[-2000:]}") from None
-            continue
-        if line.startswith("zvmsim CA bundle: "):
-            ca_bundle = line.split(": ", 1)[1]
-        if line.startswith(READY):
-            return SimServer(proc, line[len(READY) :], ca_bundle, log)
-    proc.kill()
-    raise SimError(f"zvmsim not ready after {START_TIMEOUT:.0f} s: {log.read_text()[-2000:]}")
+    proc = Proc("zvmsim", cmd, log=work_dir / "zvmsim.log", cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    try:
+        output = proc.wait_for_output(READY, timeout=START_TIMEOUT)
+    except ProcessError as exc:
+        proc.kill()
+        raise SimError(str(exc)) from None
+    url = _line_value(output, READY)
+    assert url is not None
+    return SimServer(proc, url, _line_value(output, CA_BUNDLE))
 
 
 @contextlib.contextmanager

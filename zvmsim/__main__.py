@@ -136,13 +136,13 @@ class _Server(uvicorn.Server):
 
     scheme = "https"
 
-    async def startup(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+    async def startup(self, sockets: list | None = None) -> None:
         await super().startup(sockets)
         if self.started:
             port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
             print(f"zvmsim ready on {self.scheme}://{self.config.host}:{port}", flush=True)
 
-    async def shutdown(self, sockets: list | None = None) -> None:  # type: ignore[type-arg]
+    async def shutdown(self, sockets: list | None = None) -> None:
         # Idle keep-alive TLS connections would wait for the client's close_notify, which an
         # idle client never sends: drop them so a stop takes milliseconds, not the timeout.
         for conn in list(self.server_state.connections):

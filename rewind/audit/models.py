@@ -13,7 +13,7 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
     def update(self, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("audit events are append-only")
 
-    def delete(self) -> NoReturn:  # type: ignore[override]
+    def delete(self) -> NoReturn:
         raise AppendOnlyError("audit events are append-only")
 
 
@@ -53,7 +53,7 @@ class AuditEvent(models.Model):
     def __str__(self) -> str:
         return f"#{self.seq} {self.action} by {self.actor_type}:{self.actor}"
 
-    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:  # type: ignore[override]
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("audit events are append-only")
 
 

@@ -1,4 +1,4 @@
-"""Guard and checkpoint tools, and the mutating-tool catalog tools.
+"""Guard and checkpoint tools (the catalog that decides which tools are guarded has its own, in catalog).
 
 The slow part (insert + wait until listed) runs in the Celery task; with ``wait`` a tool
 polls the record and streams progress ("VPGs listed so far / total", each notification higher
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from django.utils import timezone
 from mcp.server import MCPServer
@@ -23,9 +23,6 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, StrictFloat, StrictStr
 
-from catalog.models import MutatingTool
-from catalog.services import mutating_tool_add, mutating_tool_list
-from rewind.audit import Actor
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
 from rewind.checkpoints.services import (
@@ -38,6 +35,9 @@ from rewind.checkpoints.services import (
 from rewind.errors import NotFoundError
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
+
+# First in the tool list: the server's instructions make the guard every agent's first call.
+TOOLS_POSITION = 10
 
 # A waiting call answers by the guard's own deadline (its request time plus timeout_s) and
 # this grace for the last poll round to be recorded, whatever the workers do; a guard not
@@ -136,20 +136,6 @@ class GuardOut(BaseModel):
     vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
     landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
     note: str | None = None
-
-
-class MutatingToolOut(BaseModel):
-    tool: str = Field(description="server/tool, or server/* for every tool of that server")
-    vm_arg: str
-    platform: str
-    description: str
-    enabled: bool
-    added_by: str
-    added_by_kind: str
-
-
-class MutatingToolListOut(BaseModel):
-    tools: list[MutatingToolOut]
 
 
 def _vpg_out(v: VpgReport) -> VpgCheckpointOut:
@@ -377,76 +363,10 @@ async def zerto_checkpoint_status(
     return guard_result(await run_db(_status, id), pending_is_error=False)
 
 
-def _tool_out(t: MutatingTool) -> MutatingToolOut:
-    return MutatingToolOut(
-        tool=t.pattern,
-        vm_arg=t.vm_arg,
-        platform=t.platform,
-        description=t.description,
-        enabled=t.enabled,
-        added_by=t.added_by,
-        added_by_kind=t.added_by_kind,
-    )
-
-
-def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
-    entry = mutating_tool_add(
-        actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg, platform=platform, description=description
-    )
-    return _tool_out(entry)
-
-
-def _list() -> MutatingToolListOut:
-    return MutatingToolListOut(tools=[_tool_out(t) for t in mutating_tool_list(include_disabled=True)])
-
-
-async def zerto_add_mutating_tool(
-    tool: Annotated[
-        StrictStr,
-        Field(
-            description="The tool as server/tool, or server/* for every tool of that "
-            'server, e.g. "docker/exec" or "docker/*"'
-        ),
-    ],
-    vm_arg: Annotated[
-        StrictStr,
-        Field(description='The name of that tool\'s argument holding the VM (host name, VM name or IP), e.g. "host"'),
-    ],
-    description: Annotated[
-        StrictStr,
-        Field(
-            description="What the tool changes, for the people who review the "
-            'catalog, e.g. "runs Docker commands on a host"'
-        ),
-    ],
-    platform: Annotated[
-        Literal["linux", "windows", "any"],
-        Field(description='The guests it changes, a JSON string: "linux", "windows" or "any" (default), e.g. "linux"'),
-    ] = "any",
-) -> MutatingToolOut:
-    """Add a tool that changes VMs to the catalog, so zerto_guard_before_mutate checkpoints before it runs.
-
-    `tool`: server/tool (e.g. ssh/exec) or server/* for every tool of a server. `vm_arg`: the name of that
-    tool's argument holding the VM (host name, VM name or IP). Only a person can change, disable or remove
-    an entry afterwards.
-    """
-    return await run_db(_add, tool, vm_arg, platform, description)
-
-
-async def zerto_list_mutating_tools() -> MutatingToolListOut:
-    """The mutating-tool catalog: every entry, its VM argument, platform and whether it is enabled."""
-    return await run_db(_list)
-
-
 def register(server: MCPServer) -> None:
     def changes(title: str) -> ToolAnnotations:
         # Not idempotent: only a repeated change_id returns the same request; two calls without one
         # put two checkpoints on every VPG. Not destructive: a checkpoint only adds a point in time.
-        return ToolAnnotations(
-            title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
-        )
-
-    def adds(title: str) -> ToolAnnotations:
         return ToolAnnotations(
             title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
         )
@@ -460,7 +380,5 @@ def register(server: MCPServer) -> None:
         (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),
         (zerto_guard_before_mutate, "Guard a VM before changing it", changes),
         (zerto_checkpoint_status, "Status of a checkpoint request", reads),
-        (zerto_add_mutating_tool, "Add a mutating tool to the catalog", adds),
-        (zerto_list_mutating_tools, "List the mutating-tool catalog", reads),
     ):
         server.tool(name=fn.__name__, title=title, annotations=hints(title))(fn)

@@ -14,7 +14,8 @@ times it:
 
 While Redis or the database cannot be reached, the limit is counted in this process
 instead, the log says so, and the shared count is tried again after
-``RETRY_AFTER_FAILURE_S``: a broken counter must not take /mcp down with it.
+``RETRY_AFTER_FAILURE_S`` (for Redis, ``rewind.redislink`` decides): a broken counter must not
+take /mcp down with it.
 
 ``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until
 the agent may call again.
@@ -29,19 +30,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
-import redis.asyncio as aioredis
 from django.db import DatabaseError, connection
-from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
 
 from rewind.mcp.context import recycle_connections
 from rewind.mcp.models import McpRateCount
+from rewind.redislink import REDIS_DOWN, RETRY_AFTER_FAILURE_S, RedisLink
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rewind:mcp:rate:"
-RETRY_AFTER_FAILURE_S = 10.0
-_REDIS_TIMEOUT_S = 0.5
 
 # KEYS[1]: the agent's key. ARGV[1]: microseconds per call; ARGV[2]: the burst tolerance in
 # microseconds ((limit - 1) calls). The key holds the "theoretical arrival time" of the next
@@ -97,40 +94,21 @@ class RedisRateLimiter:
 
     def __init__(self, url: str, per_minute: int) -> None:
         self.per_minute = per_minute
-        self._url = url  # may carry a password: never logged
         self._interval_us = 60_000_000 // per_minute
         self._tolerance_us = self._interval_us * (per_minute - 1)
         self._local = LocalRateLimiter(per_minute)
-        self._scripts: dict[asyncio.AbstractEventLoop, AsyncScript] = {}
-        self._down_until = 0.0  # monotonic; counting locally until then
+        self._link = RedisLink(url, logger=logger)
 
     async def take(self, key: str) -> float:
-        if time.monotonic() < self._down_until:
+        if not self._link.up():
             return self._local.take_now(key)
         try:
-            wait_us = await self._script()(keys=[KEY_PREFIX + key], args=[self._interval_us, self._tolerance_us])
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-            logger.warning(
-                "rate limits are counted per process for %.0f s: Redis did not answer (%s)",
-                RETRY_AFTER_FAILURE_S,
-                type(exc).__name__,
-            )
+            script = self._link.async_script(_GCRA)
+            wait_us = await script(keys=[KEY_PREFIX + key], args=[self._interval_us, self._tolerance_us])
+        except REDIS_DOWN as exc:
+            self._link.failed(exc, "rate limits are counted")
             return self._local.take_now(key)
         return max(0.0, int(wait_us) / 1_000_000)
-
-    def _script(self) -> AsyncScript:
-        # redis.asyncio connections belong to the event loop that opened them: one client per loop.
-        loop = asyncio.get_running_loop()
-        script = self._scripts.get(loop)
-        if script is None:
-            for closed in [other for other in self._scripts if other.is_closed()]:
-                del self._scripts[closed]
-            client = aioredis.Redis.from_url(
-                self._url, socket_connect_timeout=_REDIS_TIMEOUT_S, socket_timeout=_REDIS_TIMEOUT_S
-            )
-            script = self._scripts[loop] = client.register_script(_GCRA)
-        return script
 
 
 # The GCRA of _GCRA above as one statement, the same in SQLite (3.35+) and PostgreSQL. Every

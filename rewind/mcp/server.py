@@ -72,6 +72,10 @@ SKILL_URI = "zerto-rewind://skill/SKILL.md"
 # Each part keeps its tools in a module of this name defining register(server); the server
 # finds them the way the admin finds admin.py, so this framework names no part.
 TOOLS_MODULE = "mcp_tools"
+# A tools module may set TOOLS_POSITION (an int, lower first) to say where its tools stand in the
+# list clients see; modules without one follow, in app order. Agents read the list top to bottom
+# and some clients show only its head, so the parts decide what leads, not the app order.
+TOOLS_POSITION_UNSET = 1_000_000
 
 INSTRUCTIONS = """\
 zerto-rewind pins Zerto tagged checkpoints before you change a protected VM, and gets files back from them.
@@ -283,8 +287,10 @@ def tool_modules() -> list[str]:
 
 
 def _register_tools(server: MCPServer) -> None:
-    for module_name in tool_modules():
-        importlib.import_module(module_name).register(server)
+    modules = [importlib.import_module(name) for name in tool_modules()]
+    # sorted() is stable: modules at the same position keep their app order.
+    for module in sorted(modules, key=lambda m: getattr(m, "TOOLS_POSITION", TOOLS_POSITION_UNSET)):
+        module.register(server)
 
 
 def build_server(*, token_store: TokenStore) -> RewindMCPServer:

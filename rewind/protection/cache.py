@@ -52,7 +52,7 @@ class TtlCache:
         if hit is not None and hit[0] > self.clock():
             if cache_only.on:
                 cache_only.fresh_until = min(cache_only.fresh_until, hit[0])
-            return hit[1]  # type: ignore[no-any-return]
+            return hit[1]
         if cache_only.on:
             raise Miss
         with self._guard:
@@ -60,7 +60,7 @@ class TtlCache:
         with lock:
             hit = self._values.get(key)
             if hit is not None and hit[0] > self.clock():
-                return hit[1]  # type: ignore[no-any-return]
+                return hit[1]
             value = load()
             with self._guard:
                 if len(self._values) >= MAX_ENTRIES:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -24,9 +25,11 @@ from typing import Any, Protocol
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, transaction
 from redis.exceptions import RedisError, WatchError
+from redis.typing import EncodableT, FieldT
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import SiteAction
+from rewind.redislink import REDIS_DOWN, RedisLink
 from rewind.sites.models import Site, SiteCircuit
 from rewind.zvm import CircuitPolicy, CircuitState, MemoryBreaker
 from rewind.zvm.breaker import OPEN, Transition, answered_state, failed_state
@@ -109,18 +112,23 @@ class SharedBreaker(Protocol):
 
 
 # --- Redis -----------------------------------------------------------------------------------
-class _Link(Protocol):
-    client: Any
-
-    def up(self) -> bool: ...
-    def failed(self, exc: BaseException, what: str) -> None: ...
-
-
 _FIELDS = ("state", "failures", "opened_at", "reason", "next_trial_at", "opens", "disabled")
 
 
-def _state_of(raw: dict[bytes, bytes]) -> CircuitState:
-    h = {k.decode(): v.decode() for k, v in raw.items()}
+# What a Redis hash reads as: bytes from our clients (they do not decode), str from one that does.
+RedisHash = Mapping[bytes | str, bytes | str]
+
+
+def _text(value: bytes | str) -> str:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _decoded(raw: RedisHash) -> dict[str, str]:
+    return {_text(k): _text(v) for k, v in raw.items()}
+
+
+def _state_of(raw: RedisHash) -> CircuitState:
+    h = _decoded(raw)
     return CircuitState(
         state=h.get("state", "closed"),
         failures=int(h.get("failures", 0)),
@@ -132,13 +140,13 @@ def _state_of(raw: dict[bytes, bytes]) -> CircuitState:
     )
 
 
-def _book_of(raw: dict[bytes, bytes]) -> AuditBook:
-    h = {k.decode(): v.decode() for k, v in raw.items()}
+def _book_of(raw: RedisHash) -> AuditBook:
+    h = _decoded(raw)
     return AuditBook(h.get("audited_state", "closed"), float(h.get("audited_at", 0)), int(h.get("flaps", 0)))
 
 
-def _mapping(s: CircuitState, book: AuditBook | None = None) -> dict[str, str]:
-    out = {k: str(v) for k, v in asdict(s).items() if k != "disabled"}
+def _mapping(s: CircuitState, book: AuditBook | None = None) -> dict[FieldT, EncodableT]:
+    out: dict[FieldT, EncodableT] = {k: str(v) for k, v in asdict(s).items() if k != "disabled"}
     out["disabled"] = "1" if s.disabled else "0"
     if book is not None:
         out.update(audited_state=book.state, audited_at=str(book.at), flaps=str(book.flaps))
@@ -148,7 +156,7 @@ def _mapping(s: CircuitState, book: AuditBook | None = None) -> dict[str, str]:
 class RedisBreaker:
     """Circuits in Redis hashes; a transition is one optimistic transaction, so one process makes it."""
 
-    def __init__(self, link: _Link) -> None:
+    def __init__(self, link: RedisLink) -> None:
         self._link = link
 
     def _change(self, key: str, change: Any) -> Any:
@@ -190,8 +198,8 @@ class RedisBreaker:
                     return None, book, cur
                 return replace(cur, next_trial_at=now + circuit_policy().period(cur.opens)), book, None
 
-            return self._change(key, claim)  # type: ignore[no-any-return]
-        except (RedisError, OSError) as exc:
+            return self._change(key, claim)
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
             return _LOCAL.admit(key)
 
@@ -206,11 +214,11 @@ class RedisBreaker:
                 return t.state, new_book, (t, new_book, audit)
 
             t, book, audit = self._change(key, change)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
             return _LOCAL.failed(key, site_name, reason, at_once=at_once)
         _after(key, site_name, t, book, audit)
-        return t.state  # type: ignore[no-any-return]
+        return t.state
 
     def answered(self, key: str, site_name: str) -> None:
         if not self._link.up():
@@ -227,7 +235,7 @@ class RedisBreaker:
                 return t.state, new_book, (t, new_book, audit)
 
             t, book, audit = self._change(key, change)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
             _LOCAL.answered(key, site_name)
             return
@@ -236,13 +244,13 @@ class RedisBreaker:
     def state(self, key: str) -> CircuitState:
         try:
             return _state_of(self._link.client.hgetall(CIRCUIT_PREFIX + key))
-        except (RedisError, OSError):
+        except REDIS_DOWN:
             return _LOCAL.state(key)
 
     def book(self, key: str) -> AuditBook:
         try:
             return _book_of(self._link.client.hgetall(CIRCUIT_PREFIX + key))
-        except (RedisError, OSError):
+        except REDIS_DOWN:
             return AuditBook()
 
     def set_book(self, key: str, book: AuditBook) -> None:
@@ -251,13 +259,13 @@ class RedisBreaker:
                 CIRCUIT_PREFIX + key,
                 mapping={"audited_state": book.state, "audited_at": str(book.at), "flaps": str(book.flaps)},
             )
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
 
     def set_disabled(self, key: str, disabled: bool) -> None:
         try:
             self._link.client.hset(CIRCUIT_PREFIX + key, "disabled", "1" if disabled else "0")
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "site circuits are kept")
 
     def forget(self, key: str) -> None:
@@ -352,7 +360,7 @@ class DbBreaker:
             logger.warning("a site circuit is kept per process for this call: %s", type(exc).__name__)
             return _LOCAL.failed(key, site_name, reason, at_once=at_once)
         _after(key, site_name, t, book, audit)
-        return t.state  # type: ignore[no-any-return]
+        return t.state
 
     def answered(self, key: str, site_name: str) -> None:
         pk = _site_pk(key)

@@ -7,8 +7,8 @@ this module holds the two kinds the service uses, picked by ``shared_stores``:
 - Redis, when ``REDIS_URL`` is set: the cap in one script call per request (on Redis's
   clock), tokens as encrypted values that expire with the token. While Redis does not
   answer, the cap is counted per process and tokens are kept per process (for
-  ``RETRY_AFTER_FAILURE_S`` at a time, said in the log): a broken Redis must not stop
-  ZVM calls.
+  ``rewind.redislink.RETRY_AFTER_FAILURE_S`` at a time, said in the log): a broken Redis
+  must not stop ZVM calls.
 - the database otherwise (SQLite or PostgreSQL): the cap in one short transaction per
   request, tokens in ``ZvmToken`` rows.
 
@@ -25,12 +25,11 @@ import threading
 import time
 from functools import lru_cache
 
-import redis
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
-from redis.exceptions import RedisError
 
 from rewind.crypto import DecryptionError, decrypt, encrypt
+from rewind.redislink import REDIS_DOWN, RedisLink
 from rewind.sites.circuit import DbBreaker, RedisBreaker, SharedBreaker
 from rewind.sites.models import ZvmRateWindow, ZvmToken
 from rewind.sites.requestcount import DbRequestCounter, RedisRequestCounter
@@ -42,8 +41,6 @@ logger = logging.getLogger(__name__)
 RATE_PREFIX = "rewind:zvm:rate:"
 TOKEN_PREFIX = "rewind:zvm:token:"
 CLAIM_PREFIX = "rewind:zvm:login:"
-RETRY_AFTER_FAILURE_S = 10.0
-_REDIS_TIMEOUT_S = 0.5
 
 # KEYS[1]: a list of the send times reserved lately for one ZVM, in microseconds, ascending.
 # ARGV[1]: n, ARGV[2]: the window in microseconds (see rewind.zvm.pacing.next_slot, the same rule).
@@ -77,40 +74,20 @@ return 0
 """
 
 
-class _RedisLink:
-    """One Redis client for both stores, and the "Redis is down, count locally" switch."""
-
-    def __init__(self, url: str) -> None:
-        self.client = redis.Redis.from_url(
-            url, socket_connect_timeout=_REDIS_TIMEOUT_S, socket_timeout=_REDIS_TIMEOUT_S
-        )
-        self.reserve = self.client.register_script(_RESERVE)
-        self.delete_if_same = self.client.register_script(_DELETE_IF_SAME)
-        self._down_until = 0.0  # monotonic
-
-    def up(self) -> bool:
-        return time.monotonic() >= self._down_until
-
-    def failed(self, exc: BaseException, what: str) -> None:
-        self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-        logger.warning(
-            "%s per process for %.0f s: Redis did not answer (%s)", what, RETRY_AFTER_FAILURE_S, type(exc).__name__
-        )
-
-
 class RedisPacer:
     """The request cap counted in Redis: one script call per request."""
 
-    def __init__(self, link: _RedisLink) -> None:
+    def __init__(self, link: RedisLink) -> None:
         self._link = link
+        self._reserve = link.client.register_script(_RESERVE)
 
     def reserve(self, key: str, per_s: float) -> float:
         n, window = window_shape(per_s)
         if not self._link.up():
             return LOCAL_PACER.reserve(key, per_s)
         try:
-            wait_us = self._link.reserve(keys=[RATE_PREFIX + key], args=[n, int(window * 1_000_000)])
-        except (RedisError, OSError) as exc:
+            wait_us = self._reserve(keys=[RATE_PREFIX + key], args=[n, int(window * 1_000_000)])
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM request caps are counted")
             return LOCAL_PACER.reserve(key, per_s)
         return max(0.0, int(wait_us) / 1_000_000)
@@ -178,15 +155,16 @@ def _opened(raw: bytes | str | None) -> StoredToken | None:
 class RedisTokenStore:
     """Tokens in Redis, encrypted, each expiring with the token; logins claimed with SET NX."""
 
-    def __init__(self, link: _RedisLink) -> None:
+    def __init__(self, link: RedisLink) -> None:
         self._link = link
+        self._delete_if_same = link.client.register_script(_DELETE_IF_SAME)
 
     def get(self, key: str) -> StoredToken | None:
         if not self._link.up():
             return None
         try:
             return _opened(self._link.client.get(TOKEN_PREFIX + key))
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM tokens are kept")
             return None
 
@@ -199,7 +177,7 @@ class RedisTokenStore:
             pipe.set(TOKEN_PREFIX + key, _sealed(token), px=ttl_ms)
             pipe.delete(CLAIM_PREFIX + key)
             pipe.execute()
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM tokens are kept")
 
     def discard(self, key: str, token: str) -> None:
@@ -209,8 +187,8 @@ class RedisTokenStore:
             raw = self._link.client.get(TOKEN_PREFIX + key)
             stored = _opened(raw)
             if raw is not None and stored is not None and stored.token == token:
-                self._link.delete_if_same(keys=[TOKEN_PREFIX + key], args=[raw])
-        except (RedisError, OSError) as exc:
+                self._delete_if_same(keys=[TOKEN_PREFIX + key], args=[raw])
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM tokens are kept")
 
     def claim_login(self, key: str, ttl: float) -> bool:
@@ -218,7 +196,7 @@ class RedisTokenStore:
             return True
         try:
             return bool(self._link.client.set(CLAIM_PREFIX + key, b"1", nx=True, px=max(1, int(ttl * 1000))))
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM tokens are kept")
             return True
 
@@ -227,7 +205,7 @@ class RedisTokenStore:
             return
         try:
             self._link.client.delete(CLAIM_PREFIX + key)
-        except (RedisError, OSError) as exc:
+        except REDIS_DOWN as exc:
             self._link.failed(exc, "ZVM tokens are kept")
 
 
@@ -293,7 +271,7 @@ class DbTokenStore:
         """Create the row; False when another process created it first."""
         try:
             with transaction.atomic():
-                ZvmToken.objects.create(key=key, **values)  # type: ignore[arg-type]
+                ZvmToken.objects.create(key=key, **values)
         except IntegrityError:
             return False
         return True
@@ -311,7 +289,7 @@ _LOCK = threading.Lock()
 @lru_cache(maxsize=4)
 def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker, RedisRequestCounter]:
     """The pacer, token store, circuits and request counter on the Redis at ``url``, one set (and one client) per URL."""
-    link = _RedisLink(url)
+    link = RedisLink(url, logger=logger)
     return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link), RedisRequestCounter(link.client)
 
 

@@ -123,7 +123,7 @@ def stream_to_sink(
         _copy(_chain(head, chunks), spool)  # type: ignore[arg-type]
         spool.seek(0)
         try:
-            archive = zipfile.ZipFile(spool)  # type: ignore[arg-type]
+            archive = zipfile.ZipFile(spool)
             member = _only_member(archive)
         except (zipfile.BadZipFile, NotOneFile):
             if declared_zip:

@@ -1,26 +1,17 @@
-"""Personas and a CSRF-enforcing client for the operators' REST API."""
+"""A CSRF-enforcing client for the operators' REST API (the personas come from tests.fixtures)."""
 
 from __future__ import annotations
 
 import json
 import secrets
 import string
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 from django.conf import settings
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.test import Client
-
-VIEW_PERMS = [
-    ("rewind", "view_auditevent"),
-    ("rewind", "view_site"),
-    ("rewind", "view_changeguard"),
-    ("rewind", "view_agent"),
-    ("catalog", "view_mutatingtool"),
-    ("catalog", "view_toolsighting"),
-]
 
 
 class Api:
@@ -51,37 +42,6 @@ class Api:
 
     def put(self, path: str, body: Any = None) -> Any:
         return self._send("put", path, body, csrf=True)
-
-
-def _user(name: str, *, staff: bool = True, superuser: bool = False, perms: Sequence[tuple[str, str]] = ()) -> User:
-    user = User.objects.create_user(
-        name, f"{name}@example.com", f"pw-{name}-123", is_staff=staff, is_superuser=superuser
-    )
-    for app, codename in perms:
-        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
-    return User.objects.get(pk=user.pk)  # drop the permission cache
-
-
-@pytest.fixture
-def outsider(db: None) -> User:
-    """Signed in, not staff, no permission."""
-    return _user("mallory", staff=False)
-
-
-@pytest.fixture
-def staff_no_perms(db: None) -> User:
-    return _user("sam", staff=True)
-
-
-@pytest.fixture
-def viewer(db: None) -> User:
-    """Staff with every view permission of the API and nothing else."""
-    return _user("vera", perms=VIEW_PERMS)
-
-
-@pytest.fixture
-def superuser(db: None) -> User:
-    return _user("root", superuser=True)
 
 
 @pytest.fixture

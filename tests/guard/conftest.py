@@ -1,4 +1,4 @@
-"""Guard fixtures: sites registered against the simulator, an agent, and a wait helper."""
+"""Guard fixtures: the starter catalog, an agent, and a wait helper (sites come from tests.fixtures)."""
 
 from __future__ import annotations
 
@@ -9,12 +9,7 @@ from typing import Any
 import pytest
 from django.contrib.auth.models import User
 
-from rewind.audit import Actor
-from rewind.models import Agent, ChangeGuard, Site
-from rewind.sites import site_check, site_create
-
-ADMIN = Actor.user("alice")
-SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
+from rewind.models import Agent, ChangeGuard
 
 
 @pytest.fixture(autouse=True)
@@ -33,16 +28,6 @@ def install_starter_catalog() -> None:
 @pytest.fixture(autouse=True)
 def _starter_catalog(db: None) -> None:
     install_starter_catalog()
-
-
-@pytest.fixture
-def sites(sim: Any, db: None) -> dict[str, Site]:
-    out = {}
-    for slug, name in SLUGS.items():
-        site = site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
-        assert site_check(site=site).ok
-        out[slug] = site
-    return out
 
 
 @pytest.fixture

@@ -126,9 +126,11 @@ def test_concurrent_requests_with_one_change_id_insert_once(sim: Any, sites: Any
 
 def test_the_same_change_id_returns_the_existing_record(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
     first = checkpoint_request_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
+    assert first.guard is not None
     wait_finished(first.guard)
     again = checkpoint_request_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
     assert not again.created
+    assert again.guard is not None
     assert again.guard.pk == first.guard.pk
     assert ChangeGuard.objects.count() == 1
     assert len(tagged(sim, "site-a", "vpg-db", first.guard.tag)) == 1

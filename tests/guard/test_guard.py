@@ -111,6 +111,7 @@ def test_a_listed_tool_is_guarded_through_a_pattern(sim: Any, sites: Any, db: No
     assert outcome.created
     assert outcome.entry == "docker/*"
     guard = outcome.guard
+    assert guard is not None
     assert guard.tool == "docker/run"
     assert guard.vm_name == "db01"
     assert guard.change_id == "CHG-9"

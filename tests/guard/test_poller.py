@@ -158,13 +158,13 @@ def test_a_stopped_worker_does_not_hold_the_agent_past_its_timeout(
                 progress_callback=on_progress,
             )
 
-    worker.proc.send_signal(signal.SIGSTOP)
+    worker.proc.send(signal.SIGSTOP, group=False)
     try:
         started = time.monotonic()
         result = asyncio.run(call())
         took = time.monotonic() - started
     finally:
-        worker.proc.send_signal(signal.SIGCONT)
+        worker.proc.send(signal.SIGCONT, group=False)
     out = result.structured_content
     assert result.is_error
     assert out["finished"] is False
@@ -189,7 +189,8 @@ def _guardable_filler_vms(sim: SimHandle, sites: dict[str, Any], count: int) -> 
         for v in site_client(site).list_vpgs()
         if v.status == 0 or v.sub_status == 1 or v.failover_test_running
     }
-    found, number = [], 1
+    found: list[str] = []
+    number = 1
     while len(found) < count:
         name = f"vm-{number:05d}"
         number += 1

@@ -27,6 +27,7 @@ def _expire(guard: ChangeGuard) -> None:
 
 def test_a_queued_guard_holds_a_lease_until_its_task_starts(guard: ChangeGuard) -> None:
     assert guard.lease_owner.startswith("queued:")
+    assert guard.lease_expires_at is not None
     assert guard.lease_expires_at > timezone.now()
     assert guards_resume_stale() == 0
 
@@ -39,6 +40,7 @@ def test_the_sweep_queues_a_stale_guard_once(guard: ChangeGuard, django_capture_
     assert len(queued) == 1
     guard.refresh_from_db()
     assert guard.lease_owner.startswith("queued:")
+    assert guard.lease_expires_at is not None
     assert guard.lease_expires_at > timezone.now()
     assert AuditEvent.objects.filter(action="guard.resumed", target_id=str(guard.pk)).count() == 1
 

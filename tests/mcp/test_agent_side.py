@@ -132,7 +132,7 @@ def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(
     huge_name = "t" * 65536 if mode == "legacy" else "zerto_no_such_tool"
 
     async def work(client: Any) -> list[Any]:
-        errors = []
+        errors: list[Any] = []  # each call's error, or None when it did not fail
         for call in (
             lambda: client.call_tool("zerto_no_such_tool", {}),
             lambda: client.call_tool(huge_name, {}),

@@ -8,19 +8,19 @@ import shlex
 from io import StringIO
 from typing import Any
 
-import anyio
 import pytest
 from django.core.management import CommandError, call_command
 
 from rewind.agents.models import AgentToken
 from rewind.mcp.clientconfig import CLIENTS, client_config
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import open_mcp_client
 
 URL = "https://rewind.example.com/mcp"
 TOKEN = "rwd_example-token"
 
 
-def _config_json(client: str) -> dict[str, object]:
+def _config_json(client: str) -> dict[str, Any]:
     return json.loads(client_config(client, url=URL, token=TOKEN).config)
 
 
@@ -36,14 +36,14 @@ def _config_json(client: str) -> dict[str, object]:
 )
 def test_each_json_configuration_parses_and_names_the_server(client: str, servers_key: str) -> None:
     data = _config_json(client)
-    entry = data[servers_key]["zerto-rewind"]  # type: ignore[index]
+    entry = data[servers_key]["zerto-rewind"]
     assert isinstance(entry, dict)
 
 
 @pytest.mark.parametrize("client", ["vscode", "cursor", "opencode", "json"])
 def test_remote_clients_get_the_url_and_the_bearer_header(client: str) -> None:
     data = _config_json(client)
-    entry = next(iter(next(v for k, v in data.items() if k != "$schema").values()))  # type: ignore[attr-defined]
+    entry = next(iter(next(v for k, v in data.items() if k != "$schema").values()))
     assert entry["url"] == URL
     assert entry["headers"] == {"Authorization": f"Bearer {TOKEN}"}
     if client in ("vscode", "json"):
@@ -53,7 +53,7 @@ def test_remote_clients_get_the_url_and_the_bearer_header(client: str) -> None:
 
 
 def test_claude_desktop_bridges_stdio_to_the_remote_server() -> None:
-    entry = _config_json("claude-desktop")["mcpServers"]["zerto-rewind"]  # type: ignore[index]
+    entry = _config_json("claude-desktop")["mcpServers"]["zerto-rewind"]
     assert entry["command"] == "npx"
     assert entry["args"][:3] == ["-y", "mcp-remote", URL]
     # The header goes through the environment, so no argument carries a space.
@@ -111,7 +111,7 @@ def test_mcpconfig_issues_a_token_and_its_output_connects_a_client(
         async with open_mcp_client(entry["url"], token) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= anyio.run(tool_names)
+    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= run(tool_names())
     # A second run for the same agent issues another token; the first one keeps working.
     call_command(
         "mcpconfig", "cfg-bot", "--client", "cursor", "--url", mcp_server.mcp_url, stdout=StringIO(), stderr=StringIO()

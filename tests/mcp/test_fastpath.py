@@ -24,8 +24,8 @@ from rewind.protection import (
     sites_fingerprint,
 )
 from rewind.protection import state as protection_state
+from tests.fixtures import register_sites
 from tests.mcp.test_transport import _find, run
-from tests.mcpfixtures import register_sites
 from tests.simfixtures import PYTHON, REPO
 
 WAIT_S = 30.0  # only a bound against hanging forever, never a performance threshold

@@ -16,7 +16,7 @@ from rewind.protection import (
     protection_cache_clear,
 )
 from rewind.requestid import bound_request_id
-from tests.mcpfixtures import register_sites
+from tests.fixtures import register_sites
 from tests.zvm.localzvm import serve
 
 

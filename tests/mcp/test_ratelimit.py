@@ -126,7 +126,7 @@ def test_the_endpoint_counts_once_for_two_workers_without_redis(
     tmp_path: Any, transactional_db: None, sim: Any
 ) -> None:
     from tests.conftest import test_database_url
-    from tests.mcpfixtures import register_sites
+    from tests.fixtures import register_sites
 
     register_sites(sim, {"Site A": "site-a"})
     agent, token = make_agent_token()
@@ -146,7 +146,7 @@ def test_the_endpoint_counts_in_redis_when_it_is_configured(
     tmp_path: Any, transactional_db: None, sim: Any, redis_url: str
 ) -> None:
     from tests.conftest import test_database_url
-    from tests.mcpfixtures import register_sites
+    from tests.fixtures import register_sites
 
     register_sites(sim, {"Site A": "site-a"})
     agent, token = make_agent_token()
@@ -167,4 +167,4 @@ def test_a_closed_event_loop_does_not_keep_its_redis_client(redis_url: str) -> N
     limiter = RedisRateLimiter(redis_url, per_minute=100)
     for _ in range(3):
         assert run(limiter.take(f"bot-{uuid.uuid4().hex}")) == 0.0
-    assert len(limiter._scripts) == 1
+    assert limiter._link.event_loops_held() == 1

@@ -168,7 +168,7 @@ def test_it_answers_malformed_json_rpc_with_a_json_rpc_error(mcp_server: Any, ag
 
 def test_it_rate_limits_an_agent(tmp_path: Any, transactional_db: None, sim: Any) -> None:
     from tests.conftest import test_database_url
-    from tests.mcpfixtures import register_sites
+    from tests.fixtures import register_sites
 
     register_sites(sim, {"Site A": "site-a"})
     _, token = make_agent_token()

@@ -1,67 +1,25 @@
-"""Fixtures for recoveries: sites on the simulator, personas, an agent, tagged checkpoints."""
+"""Fixtures for recoveries: an agent and tagged checkpoints (sites and personas come from tests.fixtures)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import Permission, User
 from django.utils import timezone
 
 from recoveries.models import RecoveryRequest
-from rewind.audit import Actor
 from rewind.models import Agent, ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import protection_cache_clear
-from rewind.sites import site_check, site_client, site_create
-
-SETUP = Actor.system("tests")
-SITES = (("Site A", "site-a"), ("Site B", "site-b"), ("Site C", "site-c"))
+from rewind.sites import site_client
+from tests.fixtures import People
 
 
 @pytest.fixture(autouse=True)
 def _fresh_lookups(settings: Any, tmp_path: Any) -> None:
     settings.REWIND_LOOKUP_CACHE_S = 0
     protection_cache_clear()
-
-
-@pytest.fixture
-def sites(sim: Any, db: None) -> dict[str, Site]:
-    out = {}
-    for name, slug in SITES:
-        site = site_create(actor=SETUP, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
-        assert site_check(site=site).ok
-        site.refresh_from_db()
-        out[slug] = site
-    return out
-
-
-def _user(name: str, *, approve: bool) -> User:
-    user = User.objects.create_user(name, f"{name}@example.com", "pw-" + name, is_staff=True)
-    if approve:
-        user.user_permissions.add(Permission.objects.get(codename="approve_recovery"))
-        user.user_permissions.add(Permission.objects.get(codename="view_recoveryrequest"))
-    return User.objects.get(pk=user.pk)  # drop the permission cache
-
-
-@dataclass
-class People:
-    owner: User  # owns the agent; holds the permission but may not approve its requests
-    approver: User
-    second: User
-    outsider: User  # no permission
-
-
-@pytest.fixture
-def people(db: None) -> People:
-    return People(
-        owner=_user("olivia", approve=True),
-        approver=_user("alice", approve=True),
-        second=_user("bob", approve=True),
-        outsider=_user("mallory", approve=False),
-    )
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ pytestmark = [
 
 def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(
     live_server, worker, page, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tagged("web01")
     sim.set_file("web01", "/etc/hostname", text="wrong\n")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="the agent clobbered it")
@@ -65,7 +65,7 @@ def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(
 
 def test_a_person_ends_another_operators_session_behind_a_confirmation(
     live_server, page, sim, sites, people, settings: Any
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     from django.contrib.auth.models import Permission
 
     from rewind.models import AuditEvent

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -35,7 +34,7 @@ def _live_ids(sim: Any, slug: str) -> set[str]:
 
 def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     worker, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tagged("db01")
     sim.add_fault("unmount_fail", site="site-b", count=1)
     recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
@@ -59,7 +58,7 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     assert FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
 
 
-def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     sim.add_fault("mount_unparseable", site="site-b", count=1)
     recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
@@ -74,7 +73,7 @@ def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim
 
 def test_the_reaper_finds_a_mount_whose_id_was_never_learned(
     transactional_db, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     """A runner that died between sending the mount and recording its id: the row has the
     snapshot but no id. The reaper finds the new session (same VM/VPG/checkpoint, not in the
     snapshot) and unmounts it, leaving the other operator's session on the same checkpoint alone."""
@@ -107,7 +106,7 @@ def test_the_reaper_finds_a_mount_whose_id_was_never_learned(
     assert AuditEvent.objects.filter(action="recoveries.session.reaped", target_id=str(row.pk)).exists()
 
 
-def test_a_zvm_restart_mid_recovery_mounts_again(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_zvm_restart_mid_recovery_mounts_again(worker, sim, sites, people, agent, tagged) -> None:
     old = sim.read_file("db01", "/etc/my.cnf")
     tagged("db01")
     sim.set_file("db01", "/etc/my.cnf", text="[mysqld]\nbroken\n")
@@ -127,7 +126,7 @@ def test_a_zvm_restart_mid_recovery_mounts_again(worker, sim, sites, people, age
     assert _live_ids(sim, "site-b") == set()
 
 
-def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     sim.add_fault("mount_delay", site="site-b", seconds=600, count=1)
     recovery = _approved(agent, people, "db01", "/etc/my.cnf")
@@ -156,7 +155,7 @@ def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, si
     assert FlrSession.objects.filter(recovery=recovery).count() == 1
 
 
-def test_the_reaper_never_touches_another_operators_session(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_the_reaper_never_touches_another_operators_session(worker, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
     recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
@@ -165,23 +164,7 @@ def test_the_reaper_never_touches_another_operators_session(worker, sim, sites, 
     assert _live_ids(sim, "site-b") == {foreign}
 
 
-def _worker_peak_rss_kib(worker: Any) -> int:
-    """Highest VmHWM among the worker's pool processes (each child's own peak)."""
-    peak = 0
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            status = Path(f"/proc/{pid}/status").read_text()
-        except OSError:
-            continue
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if fields.get("PPid", "").strip() == str(worker.proc.pid) and "VmHWM" in fields:
-            peak = max(peak, int(fields["VmHWM"].split()[0]))
-    return peak
-
-
-def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, people, agent, tagged) -> None:
     size = 256 * 1024 * 1024
     sim.set_file("db01", "/var/lib/big.bin", size=size, seed=7)
     digest = hashlib.sha256()
@@ -197,7 +180,7 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     assert recovery.size == size
     assert recovery.sha256 == digest.hexdigest()
     assert Path(recovery.stored_path).stat().st_size == size
-    peak_mib = _worker_peak_rss_kib(worker) / 1024
+    peak_mib = worker.proc.children_peak_rss_kib() / 1024  # each pool process's own peak
     print(f"worker peak RSS {peak_mib:.0f} MiB for a {size >> 20} MiB file")
     assert 0 < peak_mib < 200  # the file is never held whole in memory
     Path(recovery.stored_path).unlink()

@@ -26,7 +26,7 @@ def _live(sim: Any, slug: str) -> list[dict[str, Any]]:
 
 def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     worker, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     old = sim.read_file("web01", "/etc/nginx/nginx.conf")
     tagged("web01", "chg-nginx")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken by the agent\n")
@@ -61,7 +61,7 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     } <= actions
 
 
-def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, tagged) -> None:
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/grub/grub.cfg")
     assert recovery.checkpoint_source == RecoveryRequest.CheckpointSource.LATEST_TAGGED
@@ -81,7 +81,7 @@ def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, ta
 )
 def test_it_recovers_a_windows_path_skipping_system_reserved(
     worker, sim, sites, people, agent, tagged, path, normalized, flr_path
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     old = sim.read_file("win01", path)
     tagged("win01")
     sim.set_file("win01", path, text="clobbered")
@@ -100,7 +100,7 @@ def test_it_recovers_a_windows_path_skipping_system_reserved(
 )
 def test_it_fails_clearly_for_a_directory_or_an_absent_file(
     worker, sim, sites, people, agent, tagged, path, message
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tagged("db01")
     recovery = _request(agent, "db01", path)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
@@ -111,7 +111,7 @@ def test_it_fails_clearly_for_a_directory_or_an_absent_file(
     assert _live(sim, "site-b") == []
 
 
-def test_it_reports_a_mount_failure(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_it_reports_a_mount_failure(worker, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     sim.add_fault("mount_fail", site="site-b")
     recovery = _request(agent, "db01", "/etc/my.cnf")
@@ -122,7 +122,7 @@ def test_it_reports_a_mount_failure(worker, sim, sites, people, agent, tagged) -
     assert _live(sim, "site-b") == []
 
 
-def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     recovery = _request(agent, "db01", "/etc/my.cnf")
     sim.resync("vpg-db")
@@ -135,7 +135,7 @@ def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people,
 
 def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
     worker, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
     tagged("web01")
@@ -150,7 +150,7 @@ def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
 
 def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
     worker, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     sim.delete_file("web01", "/etc/fstab")
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")

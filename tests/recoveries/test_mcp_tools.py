@@ -54,7 +54,7 @@ def _poll_status(mcp_client: Any, token: str, recovery_id: int) -> dict[str, Any
 
 def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     worker, mcp_server, mcp_client, sim, sites, people, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     agent, token = make_agent_token()
     old = sim.read_file("web01", "/etc/nginx/nginx.conf")
     tagged("web01", "chg-9", agent_name=agent.name)
@@ -93,7 +93,7 @@ def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     assert run(_call(mcp_client, other, "zerto_recovery_status", {"id": asked["id"]})).is_error
 
 
-def test_no_tool_lets_an_agent_approve(mcp_server, mcp_client, agent_token) -> None:  # type: ignore[no-untyped-def]
+def test_no_tool_lets_an_agent_approve(mcp_server, mcp_client, agent_token) -> None:
     async def names() -> list[str]:
         async with mcp_client(agent_token[1], "auto") as client:
             return [t.name for t in (await client.list_tools()).tools]
@@ -103,7 +103,7 @@ def test_no_tool_lets_an_agent_approve(mcp_server, mcp_client, agent_token) -> N
 
 def test_bad_input_is_a_tool_error_and_records_nothing(
     transactional_db, mcp_server, mcp_client, sim, sites, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     agent, token = make_agent_token()
     tagged("web01", agent_name=agent.name)
     for path in ("etc/hostname", "/etc/../shadow", ""):
@@ -114,7 +114,7 @@ def test_bad_input_is_a_tool_error_and_records_nothing(
 
 def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
     worker, mcp_server, mcp_client, sim, sites, people, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     agent, token = make_agent_token()
     size = 3 * 1024 * 1024 + 17
     sim.set_file("db01", "/srv/dump.bin", size=size, seed=3)
@@ -155,7 +155,7 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
 
 def test_sessions_are_listed_everywhere_and_agents_end_only_ours(
     worker, mcp_server, mcp_client, sim, sites, people, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     agent, token = make_agent_token()
     tagged("db01", agent_name=agent.name)
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")

@@ -82,7 +82,7 @@ def test_a_new_request_mails_every_approver_but_the_agents_owner(
     eager,
     mailoutbox,
     settings,
-    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    django_capture_on_commit_callbacks,
 ) -> None:
     settings.REWIND_APPROVER_EMAILS = ["oncall@example.com", "ALICE@example.com", "olivia@example.com"]
     settings.EMAIL_HOST_PASSWORD = "smtp-secret-42"
@@ -139,7 +139,7 @@ def test_a_mail_outage_is_retried_a_bounded_number_of_times_then_audited(
     tagged,
     eager,
     settings,
-    django_capture_on_commit_callbacks,  # type: ignore[no-untyped-def]
+    django_capture_on_commit_callbacks,
 ) -> None:
     with socket.socket() as s:  # a port nobody listens on: every connection is refused
         s.bind(("127.0.0.1", 0))
@@ -169,7 +169,7 @@ def test_nothing_is_mailed_for_a_decided_request_or_without_recipients(
     tagged,
     mailoutbox,
     settings,
-    caplog,  # type: ignore[no-untyped-def]
+    caplog,
 ) -> None:
     recovery = _request(agent, tagged)
     User.objects.exclude(pk=people.owner.pk).update(email="")
@@ -194,7 +194,7 @@ def test_without_a_mail_server_nothing_is_sent_and_the_log_says_so(
     agent,
     tagged,
     settings,
-    caplog,  # type: ignore[no-untyped-def]
+    caplog,
 ) -> None:
     settings.EMAIL_BACKEND = "recoveries.mailbackend.NoMailBackend"
     recovery = _request(agent, tagged)
@@ -206,7 +206,7 @@ def test_without_a_mail_server_nothing_is_sent_and_the_log_says_so(
 
 def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(
     worker, sim, sites, people, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     recovery = _request(agent, tagged)
     # The worker runs with the deployment's mail settings: no EMAIL_HOST, no DEBUG → no mail.
     args = re.compile(rf"^\"?[\[(]\s*{recovery.pk}\s*,")  # the repr of the arguments, stored as JSON

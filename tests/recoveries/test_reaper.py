@@ -24,6 +24,7 @@ def _mount_ours(sim: Any, sites: dict[str, Any], count: int) -> list[FlrSession]
     vpg = info["vpgs"][0]
     client = site_client(sites["site-b"])
     checkpoint = client.list_checkpoints(vpg["identifier"])[-1].identifier
+    assert checkpoint is not None
     rows = []
     for _ in range(count):
         sid = client.flr_mount(vpg_id=vpg["identifier"], vm_id=info["identifier"], checkpoint_id=checkpoint)
@@ -40,7 +41,7 @@ def _mount_ours(sim: Any, sites: dict[str, Any], count: int) -> list[FlrSession]
     return rows
 
 
-def test_overlapping_sweeps_unmount_each_session_once(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_overlapping_sweeps_unmount_each_session_once(transactional_db, sim, sites) -> None:
     rows = _mount_ours(sim, sites, 12)
     foreign = sim.open_foreign_session("site-b", "web01", "vpg-web")
     before = sim.calls("site-b").get("DELETE /v1/flrs/{session_id}", 0)
@@ -57,7 +58,7 @@ def test_overlapping_sweeps_unmount_each_session_once(transactional_db, sim, sit
     assert {s["session_id"] for s in sim.sessions("site-b") if s["status"] != "UnmountInProgress"} == {foreign}
 
 
-def test_a_session_that_vanished_is_marked_ended(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_a_session_that_vanished_is_marked_ended(transactional_db, sim, sites) -> None:
     (row,) = _mount_ours(sim, sites, 1)
     sim.add_fault("restart", site="site-b")
     report = recoveries_reap()
@@ -69,14 +70,14 @@ def test_a_session_that_vanished_is_marked_ended(transactional_db, sim, sites) -
     assert AuditEvent.objects.filter(action="recoveries.session.vanished", target_id=str(row.pk)).exists()
 
 
-def test_manage_reap_runs_one_sweep_and_prints_it(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_manage_reap_runs_one_sweep_and_prints_it(transactional_db, sim, sites) -> None:
     _mount_ours(sim, sites, 2)
     out = StringIO()
     call_command("reap", stdout=out)
     assert json.loads(out.getvalue())["unmounted"] == 2
 
 
-def test_a_site_that_cannot_be_asked_is_reported_and_its_sessions_kept(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_a_site_that_cannot_be_asked_is_reported_and_its_sessions_kept(transactional_db, sim, sites) -> None:
     (row,) = _mount_ours(sim, sites, 1)
     sim.add_fault("http_error", site="site-b", status=503, path_regex=r"/v1/flrs$", method="GET", count=5)
     report = recoveries_reap()

@@ -46,7 +46,7 @@ def _ended_events(row: FlrSession) -> int:
     return AuditEvent.objects.filter(action="recoveries.session.vanished", target_id=str(row.pk)).count()
 
 
-def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(  # type: ignore[no-untyped-def]
+def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(
     worker, sim, sites, people, agent, tagged
 ) -> None:
     row = _failed_mount(sim, agent, people, tagged)
@@ -72,7 +72,7 @@ def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(  
     assert recoveries_reap(now=_later()).unknown_ended == 0  # once
 
 
-def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, people, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, people, agent, tagged) -> None:
     row = _failed_mount(sim, agent, people, tagged)
     sim.add_fault("http_error", site="site-b", status=503, path_regex=r"/v1/flrs$", method="GET")
 
@@ -87,7 +87,7 @@ def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, pe
     assert recoveries_reap(now=_later()).unknown_ended == 1
 
 
-def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(  # type: ignore[no-untyped-def]
+def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(
     worker, sim, sites, people, agent, tagged
 ) -> None:
     """The ZVM answered 500 but created the session afterwards: the sweep adopts and unmounts it."""
@@ -108,7 +108,7 @@ def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(  # type:
     assert late not in live
 
 
-def test_several_fitting_sessions_are_left_alone_and_the_row_is_not_ended(  # type: ignore[no-untyped-def]
+def test_several_fitting_sessions_are_left_alone_and_the_row_is_not_ended(
     worker, sim, sites, people, agent, tagged
 ) -> None:
     row = _failed_mount(sim, agent, people, tagged)

@@ -65,7 +65,7 @@ def test_it_normalizes_good_paths(path: str, normalized: str, os: str) -> None:
 
 
 @pytest.mark.parametrize("path", ["etc/hostname", "/etc/../etc/shadow", "", "/etc/x\\y"])
-def test_bad_input_creates_nothing(sim, sites, agent, tagged, path: str) -> None:  # type: ignore[no-untyped-def]
+def test_bad_input_creates_nothing(sim, sites, agent, tagged, path: str) -> None:
     tagged("web01")
     before = AuditEvent.objects.count()
     with pytest.raises(ApplicationError):
@@ -74,7 +74,7 @@ def test_bad_input_creates_nothing(sim, sites, agent, tagged, path: str) -> None
     assert AuditEvent.objects.count() == before
 
 
-def test_unknown_vm_missing_reason_and_unknown_change_are_refused(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_unknown_vm_missing_reason_and_unknown_change_are_refused(sim, sites, agent, tagged) -> None:
     tagged("web01")
     for kwargs, words in [
         ({"vm": "nosuchvm", "reason": "x"}, "nosuchvm"),
@@ -89,7 +89,7 @@ def test_unknown_vm_missing_reason_and_unknown_change_are_refused(sim, sites, ag
     assert RecoveryRequest.objects.count() == 0
 
 
-def test_a_vm_without_any_tagged_checkpoint_needs_an_explicit_one(sim, sites, agent) -> None:  # type: ignore[no-untyped-def]
+def test_a_vm_without_any_tagged_checkpoint_needs_an_explicit_one(sim, sites, agent) -> None:
     with pytest.raises(ApplicationError, match="no listed tagged checkpoint"):
         recovery_request_create(agent=agent, vm="db01", path="/etc/my.cnf", reason="x")
     # A plain journal checkpoint id works, looked up at the recovery site.
@@ -102,7 +102,7 @@ def test_a_vm_without_any_tagged_checkpoint_needs_an_explicit_one(sim, sites, ag
     assert recovery.checkpoint_timestamp == cp.timestamp
 
 
-def test_the_checkpoint_is_bound_by_change_id_tag_or_latest(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_the_checkpoint_is_bound_by_change_id_tag_or_latest(sim, sites, agent, tagged) -> None:
     first = tagged("app01", "chg-1")
     second = tagged("app01", "chg-2")
     by_change = recovery_request_create(
@@ -124,12 +124,12 @@ def test_the_checkpoint_is_bound_by_change_id_tag_or_latest(sim, sites, agent, t
 
 
 @pytest.fixture
-def pending(sim, sites, agent, tagged) -> RecoveryRequest:  # type: ignore[no-untyped-def]
+def pending(sim, sites, agent, tagged) -> RecoveryRequest:
     tagged("web01")
     return recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="hostname got lost")
 
 
-def test_the_owner_of_the_agent_may_not_approve(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_the_owner_of_the_agent_may_not_approve(pending, people) -> None:
     with pytest.raises(PermissionDeniedError, match="you own agent"):
         recovery_request_approve(recovery_id=pending.pk, user=people.owner)
     pending.refresh_from_db()
@@ -137,13 +137,13 @@ def test_the_owner_of_the_agent_may_not_approve(pending, people) -> None:  # typ
     assert not AuditEvent.objects.filter(action="recoveries.request.approved").exists()
 
 
-def test_someone_without_the_permission_may_not_approve(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_someone_without_the_permission_may_not_approve(pending, people) -> None:
     with pytest.raises(PermissionDeniedError):
         recovery_request_approve(recovery_id=pending.pk, user=people.outsider)
     assert RecoveryApproval.objects.count() == 0
 
 
-def test_a_double_approve_acts_once(pending, people, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+def test_a_double_approve_acts_once(pending, people, django_capture_on_commit_callbacks) -> None:
     with django_capture_on_commit_callbacks() as queued:
         recovery_request_approve(recovery_id=pending.pk, user=people.approver)
         with pytest.raises(ApplicationError, match="approved"):
@@ -157,7 +157,7 @@ def test_a_double_approve_acts_once(pending, people, django_capture_on_commit_ca
     assert (event.actor_type, event.actor) == ("user", "alice")
 
 
-def test_an_expired_request_cannot_be_approved(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_an_expired_request_cannot_be_approved(pending, people) -> None:
     RecoveryRequest.objects.filter(pk=pending.pk).update(expires_at=timezone.now() - timedelta(seconds=1))
     with pytest.raises(ApplicationError, match="expired"):
         recovery_request_approve(recovery_id=pending.pk, user=people.approver)
@@ -168,7 +168,7 @@ def test_an_expired_request_cannot_be_approved(pending, people) -> None:  # type
         recovery_request_approve(recovery_id=pending.pk, user=people.approver)
 
 
-def test_the_reaper_expires_stale_pending_requests(pending) -> None:  # type: ignore[no-untyped-def]
+def test_the_reaper_expires_stale_pending_requests(pending) -> None:
     assert recoveries_reap().expired_requests == 0
     report = recoveries_reap(now=timezone.now() + timedelta(days=1))
     assert report.expired_requests == 1
@@ -178,7 +178,7 @@ def test_the_reaper_expires_stale_pending_requests(pending) -> None:  # type: ig
 
 def test_a_second_approver_must_be_someone_else(
     sim, sites, agent, tagged, people, settings, django_capture_on_commit_callbacks
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.REWIND_RECOVERY_SECOND_APPROVER = True
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
@@ -191,7 +191,7 @@ def test_a_second_approver_must_be_someone_else(
     assert list(recovery.approvals.values_list("approver_name", flat=True)) == ["alice", "bob"]
 
 
-def test_deny_is_audited_and_final(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_deny_is_audited_and_final(pending, people) -> None:
     recovery_request_deny(recovery_id=pending.pk, user=people.owner, note="not needed")
     pending.refresh_from_db()
     assert pending.status == RecoveryRequest.Status.DENIED
@@ -205,7 +205,7 @@ def test_deny_is_audited_and_final(pending, people) -> None:  # type: ignore[no-
 # --- REST API -------------------------------------------------------------------------------
 
 
-def test_an_agent_token_can_never_approve(pending, agent) -> None:  # type: ignore[no-untyped-def]
+def test_an_agent_token_can_never_approve(pending, agent) -> None:
     token = agent_token_issue(actor=Actor.system("tests"), agent=agent).token
     client = Client(enforce_csrf_checks=True)
     url = reverse("recoveries-api:approve", args=[pending.pk])
@@ -216,7 +216,7 @@ def test_an_agent_token_can_never_approve(pending, agent) -> None:  # type: igno
     assert RecoveryApproval.objects.count() == 0
 
 
-def test_a_person_approves_and_lists_over_rest(pending, people, django_capture_on_commit_callbacks) -> None:  # type: ignore[no-untyped-def]
+def test_a_person_approves_and_lists_over_rest(pending, people, django_capture_on_commit_callbacks) -> None:
     client = Client()
     client.force_login(people.approver)
     listing = client.get(reverse("recoveries-api:list"), {"status": "pending"}).json()
@@ -237,7 +237,7 @@ def test_a_person_approves_and_lists_over_rest(pending, people, django_capture_o
     assert outsider.get(reverse("recoveries-api:list")).status_code == 403
 
 
-def test_the_download_url_works_for_the_requesting_agent_only(pending, people, agent, tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_download_url_works_for_the_requesting_agent_only(pending, people, agent, tmp_path) -> None:
     data = b"\x00\x01 binary \xff" * 1000
     stored = tmp_path / "hostname"
     stored.write_bytes(data)
@@ -251,7 +251,7 @@ def test_the_download_url_works_for_the_requesting_agent_only(pending, people, a
     client = Client()
     ok = client.get(url, HTTP_AUTHORIZATION=f"Bearer {mine}")
     assert ok.status_code == 200
-    assert b"".join(ok.streaming_content) == data
+    assert ok.getvalue() == data  # the streamed body, joined
     assert ok["X-Content-SHA256"] == hashlib.sha256(data).hexdigest()
     assert client.get(url, HTTP_AUTHORIZATION=f"Bearer {theirs}").status_code == 404
     assert client.get(url, HTTP_AUTHORIZATION="Bearer rwd_wrong").status_code == 401
@@ -265,7 +265,7 @@ def test_the_download_url_works_for_the_requesting_agent_only(pending, people, a
 
 def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmation(
     pending, people, django_capture_on_commit_callbacks
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     client = Client()
     client.force_login(people.approver)
     review = reverse("admin:recoveries_recoveryrequest_review", args=[pending.pk])
@@ -295,7 +295,7 @@ def test_the_admin_review_page_shows_the_request_and_approves_behind_a_confirmat
     assert pending.decided_by == "alice"
 
 
-def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_confirmation(sim, sites, people) -> None:  # type: ignore[no-untyped-def]
+def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_confirmation(sim, sites, people) -> None:
     from django.contrib.auth.models import Permission
 
     from rewind.audit.actions import RecoveryAction
@@ -318,7 +318,7 @@ def test_a_person_ends_another_operators_session_from_the_live_list_behind_a_con
     assert event.data["session_id"] == foreign
 
 
-def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, people) -> None:
     review = reverse("admin:recoveries_recoveryrequest_review", args=[pending.pk])
     owner = Client()
     owner.force_login(people.owner)
@@ -333,7 +333,7 @@ def test_the_owner_sees_no_approve_button_and_an_outsider_no_page(pending, peopl
     assert outsider.get(review).status_code == 403
 
 
-def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:
     from django.contrib.auth.models import Permission, User
 
     only_approve = User.objects.create_user("carol", is_staff=True)
@@ -349,7 +349,7 @@ def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:  # 
     assert "/etc/hostname" in page
 
 
-def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tmp_path, settings) -> None:  # type: ignore[no-untyped-def]
+def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tmp_path, settings) -> None:
     from recoveries.selectors import result_dict
 
     def finish(data: bytes) -> RecoveryRequest:
@@ -368,11 +368,14 @@ def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tm
         return RecoveryRequest.objects.get(pk=pending.pk)
 
     text = result_dict(finish("héllo\n".encode()))
+    assert text is not None
     assert (text["content"], text["encoding"], text["ok"]) == ("héllo\n", "utf-8", True)
     assert text["unmount"] == {"ok": False, "session_id": "s-1", "warning": "the unmount failed: boom"}
     binary = result_dict(finish(b"\xff\xfe\x00"))
+    assert binary is not None
     assert (binary["content"], binary["encoding"]) == ("//4A", "base64")
     settings.REWIND_INLINE_MAX_BYTES = 4
     large = result_dict(finish(b"12345"))
+    assert large is not None
     assert "content" not in large
     assert large["url"].endswith(f"/api/recoveries/{pending.pk}/download/")

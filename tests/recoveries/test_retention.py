@@ -52,7 +52,7 @@ def _succeeded(agent: Any, tagged: Any, storage: Path, *, days_ago: float, chang
 @pytest.mark.django_db
 def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(
     sim, sites, agent, tagged, storage, people, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     settings.REWIND_RECOVERED_RETENTION_DAYS = 7
     old = _succeeded(agent, tagged, storage, days_ago=8)
     recent = _succeeded(agent, tagged, storage, days_ago=6, change_id="chg-2")
@@ -91,7 +91,7 @@ def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(
 
 
 @pytest.mark.django_db
-def test_retention_zero_keeps_every_file(sim, sites, agent, tagged, storage, settings) -> None:  # type: ignore[no-untyped-def]
+def test_retention_zero_keeps_every_file(sim, sites, agent, tagged, storage, settings) -> None:
     settings.REWIND_RECOVERED_RETENTION_DAYS = 0
     old = _succeeded(agent, tagged, storage, days_ago=400)
     assert recoveries_reap().purged_results == 0
@@ -100,7 +100,7 @@ def test_retention_zero_keeps_every_file(sim, sites, agent, tagged, storage, set
 
 
 @pytest.mark.django_db
-def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, agent, tagged, storage, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, agent, tagged, storage, settings) -> None:
     settings.REWIND_RECOVERED_RETENTION_DAYS = 1
     stuck = _succeeded(agent, tagged, storage, days_ago=3)
     # A directory where the file should be: unlink fails, as it would on a read-only volume.
@@ -118,7 +118,7 @@ def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, ag
 
 def test_a_real_recovery_is_purged_after_the_retention_period(
     worker, sim, sites, people, agent, tagged, settings
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)

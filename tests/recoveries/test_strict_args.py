@@ -68,7 +68,7 @@ def _snapshot(sim: Any) -> tuple[Any, ...]:
     return calls, rows, events
 
 
-def test_the_input_schema_shows_the_strict_types(transactional_db, mcp_server, mcp_client) -> None:  # type: ignore[no-untyped-def]
+def test_the_input_schema_shows_the_strict_types(transactional_db, mcp_server, mcp_client) -> None:
     _, token = make_agent_token()
 
     async def tools() -> dict[str, Any]:
@@ -93,7 +93,7 @@ def test_the_input_schema_shows_the_strict_types(transactional_db, mcp_server, m
 @pytest.mark.parametrize(
     ("tool", "args", "argument"), BAD_CALLS, ids=[f"{t}-{a}-{i}" for i, (t, _, a) in enumerate(BAD_CALLS)]
 )
-def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(  # type: ignore[no-untyped-def]
+def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(
     transactional_db, mcp_server, mcp_client, sim, sites, tool, args, argument
 ) -> None:
     _, token = make_agent_token()
@@ -108,7 +108,7 @@ def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(  # typ
     assert _snapshot(sim) == before
 
 
-def test_ending_a_session_needs_json_true(transactional_db, mcp_server, mcp_client, sim, sites, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_ending_a_session_needs_json_true(transactional_db, mcp_server, mcp_client, sim, sites, tagged) -> None:
     """Our own live session: "yes", 1, "true" and false leave it mounted; true unmounts it."""
     agent, token = make_agent_token()
     guard = tagged("db01", agent_name=agent.name)

@@ -38,9 +38,10 @@ def _guarded(agent: Any, vm: str, change_id: str) -> ChangeGuard:
         agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config", change_id=change_id, timeout_s=120
     )
     assert outcome.guard is not None, outcome.refusal
+    guard_id = outcome.guard.pk
 
     def finished() -> ChangeGuard | None:
-        guard = ChangeGuard.objects.get(pk=outcome.guard.pk)  # type: ignore[union-attr]
+        guard = ChangeGuard.objects.get(pk=guard_id)
         return guard if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) else None
 
     guard: ChangeGuard = _wait(finished, 150)
@@ -72,7 +73,7 @@ def _assert_recovered(recovery: RecoveryRequest, flr_path: str, expected: bytes)
 
 def test_linux_files_come_back_from_root_and_from_a_separate_boot_partition(
     variant, worker, sim, sites, people, agent
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     nginx, grub = sim.read_file("web01", "/etc/nginx/nginx.conf"), sim.read_file("web01", "/boot/grub/grub.cfg")
     _guarded(agent, "web01", "chg-linux")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken by the change\n")
@@ -89,7 +90,7 @@ def test_linux_files_come_back_from_root_and_from_a_separate_boot_partition(
     assert _no_live_mounts(sim) == []
 
 
-def test_windows_paths_in_any_case_on_c_and_d(variant, worker, sim, sites, people, agent) -> None:  # type: ignore[no-untyped-def]
+def test_windows_paths_in_any_case_on_c_and_d(variant, worker, sim, sites, people, agent) -> None:
     config, report = (
         sim.read_file("win01", "C:\\inetpub\\wwwroot\\Web.config"),
         sim.read_file("win01", "D:\\data\\report.csv"),
@@ -111,7 +112,7 @@ def test_windows_paths_in_any_case_on_c_and_d(variant, worker, sim, sites, peopl
     assert _no_live_mounts(sim) == []
 
 
-def test_a_missing_file_or_a_folder_is_refused_clearly(variant, worker, sim, sites, people, agent) -> None:  # type: ignore[no-untyped-def]
+def test_a_missing_file_or_a_folder_is_refused_clearly(variant, worker, sim, sites, people, agent) -> None:
     _guarded(agent, "web01", "chg-bad")
     for path, message in (
         ("/etc/nginx/missing.conf", "does not exist"),

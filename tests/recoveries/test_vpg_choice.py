@@ -32,7 +32,7 @@ def _only_on(guard: ChangeGuard, vpg_name: str) -> None:
     guard.vpgs.exclude(vpg_name=vpg_name).update(status=ChangeGuardVpg.Status.FAILED)
 
 
-def test_with_two_vpgs_to_the_same_site_the_newest_change_wins_then_the_name(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_with_two_vpgs_to_the_same_site_the_newest_change_wins_then_the_name(sim, sites, agent, tagged) -> None:
     tagged("web01", "chg-1")
     newer = tagged("web01", "chg-2")
     # One change: both VPGs tie on recovery site and change, the name decides (stable).
@@ -44,7 +44,7 @@ def test_with_two_vpgs_to_the_same_site_the_newest_change_wins_then_the_name(sim
     assert (latest.vpg_name, latest.checkpoint_tag) == ("vpg-web-dr", newer.tag)
 
 
-def test_a_recovery_site_that_failed_its_last_check_is_avoided(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_recovery_site_that_failed_its_last_check_is_avoided(sim, sites, agent, tagged) -> None:
     tagged("app01", "chg-1")
     healthy = recovery_request_create(agent=agent, vm="app01", path=APP_CONF, reason="x", change_id="chg-1")
     assert healthy.vpg_name == "vpg-app-1"  # all healthy: by name
@@ -57,7 +57,7 @@ def test_a_recovery_site_that_failed_its_last_check_is_avoided(sim, sites, agent
     assert again.vpg_name == "vpg-app-1"
 
 
-def test_a_recovery_site_marked_unavailable_is_avoided(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_recovery_site_marked_unavailable_is_avoided(sim, sites, agent, tagged) -> None:
     tagged("app01", "chg-1")
     b = sites["site-b"]
     shared_breaker().failed(str(b.pk), b.name, "the ZVM did not answer", at_once=True)
@@ -68,7 +68,7 @@ def test_a_recovery_site_marked_unavailable_is_avoided(sim, sites, agent, tagged
     assert again.vpg_name == "vpg-app-1"
 
 
-def test_a_healthy_site_beats_a_newer_change_on_an_unhealthy_one(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+def test_a_healthy_site_beats_a_newer_change_on_an_unhealthy_one(sim, sites, agent, tagged) -> None:
     older = tagged("app01", "chg-1")
     newer = tagged("app01", "chg-2")
     _only_on(newer, "vpg-app-1")
@@ -82,7 +82,7 @@ def test_a_healthy_site_beats_a_newer_change_on_an_unhealthy_one(sim, sites, age
 
 def test_a_disabled_recovery_site_is_never_chosen_and_an_unhealthy_one_is_a_last_resort(
     sim, sites, agent, tagged
-) -> None:  # type: ignore[no-untyped-def]
+) -> None:
     tagged("app01", "chg-1")
     site_update(actor=Actor.system("tests"), site=sites["site-b"], enabled=False)
     _make_unhealthy(sim, sites["site-c"])

@@ -16,12 +16,13 @@ from django.contrib.auth.models import User
 from django.core.management import call_command
 
 from rewind.models import Site
+from rewind.processes import Proc
 from tests.mcpfixtures import free_port
 
 pytestmark = pytest.mark.django_db
 
 
-def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:
     call_command("demo_setup", sim_url=sim.url)
     first = capsys.readouterr().out
     call_command("demo_setup", sim_url=sim.url)
@@ -47,39 +48,29 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120
     )
-    log = (tmp_path / "run.log").open("wb")
-    proc = subprocess.Popen(
+    proc = Proc(
+        "runstack",
         [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        log=tmp_path / "run.log",
         cwd=settings.BASE_DIR,
         env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while b"Press Ctrl-C" not in (tmp_path / "run.log").read_bytes():
-            assert proc.poll() is None, (tmp_path / "run.log").read_text()[-2000:]
-            assert time.monotonic() < deadline, (tmp_path / "run.log").read_text()[-2000:]
-            time.sleep(0.3)
-        output = (tmp_path / "run.log").read_text()
+        output = proc.wait_for_output("Press Ctrl-C", timeout=90)
         assert "Demo admin:" in output
         assert "Demo approver:" in output
         assert requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=10).status_code == 200
         assert requests.get(f"https://127.0.0.1:{sim_port}/_sim/state", verify=False, timeout=10).ok
         children = subprocess.run(["pgrep", "-s", str(proc.pid)], capture_output=True, text=True).stdout.split()
-        os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends on Ctrl-C
-        assert proc.wait(timeout=60) is not None
+        proc.send(signal.SIGINT)  # what the terminal sends on Ctrl-C
+        assert proc.wait_gone(60), proc.output()[-2000:]
     finally:
-        if proc.poll() is None:
-            # Ask first: the children live in sessions of their own, so only runstack can stop them.
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-    time.sleep(0.5)
-    left = [pid for pid in children if Path(f"/proc/{pid}").exists()]
+        # Ask first: the children live in sessions of their own, so only runstack can stop them.
+        proc.stop(sig=signal.SIGINT, timeout=60)
+    # A stopped process leaves /proc once it is reaped: a bound on that, not a delay.
+    deadline = time.monotonic() + 10
+    while (left := [pid for pid in children if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert left == []
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)

@@ -15,16 +15,16 @@ from rewind.audit import Actor
 from rewind.audit.actions import SiteAction
 from rewind.audit.models import AuditEvent
 from rewind.protection import SitesUnavailableError, find_protection, protection_cache_clear
-from rewind.sites import site_availability, site_check, site_circuit, site_client, site_create, site_update, sites_probe
+from rewind.sites import site_availability, site_circuit, site_client, site_create, site_update, sites_probe
 from rewind.sites.api import SiteOutputSerializer
 from rewind.sites.circuit import CIRCUIT_PREFIX, circuit_audit_catch_up
 from rewind.sites.models import Site, SiteCircuit
 from rewind.sites.zvm_shared import shared_breaker
 from rewind.zvm import ZvmAuthError, ZvmNotFoundError, ZvmSiteUnavailable, ZvmTransientError, ZvmUnparseableResponse
+from tests.fixtures import make_sites
 
 REDIS_URL = "redis://127.0.0.1:6379/8"
 ADMIN = Actor.user("alice")
-SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
 
 
 def _flush(client: redis.Redis) -> None:
@@ -62,12 +62,7 @@ def store(request: pytest.FixtureRequest, transactional_db: None, settings: Any)
 
 @pytest.fixture
 def sites(sim: Any, store: str) -> dict[str, Site]:
-    out = {}
-    for slug, name in SLUGS.items():
-        site = site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password="zerto")
-        assert site_check(site=site).ok
-        out[slug] = site
-    return out
+    return make_sites(sim)  # once the store is chosen: the checks' circuits live there
 
 
 def _seen(sim: Any, slug: str) -> int:

@@ -15,11 +15,11 @@ pytestmark = pytest.mark.django_db
 ADMIN = Actor.user("alice")
 
 
-def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zerto") -> Site:  # type: ignore[no-untyped-def]
+def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zerto") -> Site:
     return site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password=password)
 
 
-def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:
     site = _site(sim)
     site.refresh_from_db()
     assert "zerto" not in site.password_encrypted
@@ -29,7 +29,7 @@ def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:  #
     assert verify_chain()[1] is None
 
 
-def test_it_learns_identity_from_localsite(sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_learns_identity_from_localsite(sim) -> None:
     site = _site(sim)
     result = site_check(site=site)
     assert result.ok
@@ -41,7 +41,7 @@ def test_it_learns_identity_from_localsite(sim) -> None:  # type: ignore[no-unty
     assert AuditEvent.objects.filter(action="site.identity_learned").count() == 1
 
 
-def test_it_refuses_two_sites_for_the_same_zvm(sim) -> None:  # type: ignore[no-untyped-def]
+def test_it_refuses_two_sites_for_the_same_zvm(sim) -> None:
     first = _site(sim)
     assert site_check(site=first).ok
     second = _site(sim, name="Site A again")
@@ -58,7 +58,7 @@ def test_it_rejects_bad_input() -> None:
     assert not Site.objects.exists()
 
 
-def test_zvm_check_prints_each_site(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_zvm_check_prints_each_site(sim, capsys) -> None:
     _site(sim)
     _site(sim, "site-b", "Site B")
     call_command("zvm_check")
@@ -68,7 +68,7 @@ def test_zvm_check_prints_each_site(sim, capsys) -> None:  # type: ignore[no-unt
     assert "VPGs" in out
 
 
-def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None:  # type: ignore[no-untyped-def]
+def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None:
     _site(sim)
     _site(sim, "site-b", "Site B", password="wrong-password-123")
     site_create(actor=ADMIN, name="Gone", base_url="https://127.0.0.1:1", username="admin", password="pw-gone-456")
@@ -83,7 +83,7 @@ def test_zvm_check_names_the_failing_site_without_secrets(sim, capsys) -> None: 
     assert "Traceback" not in out
 
 
-def test_admin_test_connection_action(sim) -> None:  # type: ignore[no-untyped-def]
+def test_admin_test_connection_action(sim) -> None:
     site = _site(sim)
     User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
     client = Client()
@@ -95,7 +95,7 @@ def test_admin_test_connection_action(sim) -> None:  # type: ignore[no-untyped-d
     assert "Site A: OK" in response.content.decode()
 
 
-def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:  # type: ignore[no-untyped-def]
+def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:
     site = _site(sim)
     User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
     client = Client()
@@ -121,7 +121,7 @@ def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:  # type: ig
     assert AuditEvent.objects.filter(action="site.changed", actor="alice").exists()
 
 
-def test_site_update_records_before_and_after(sim) -> None:  # type: ignore[no-untyped-def]
+def test_site_update_records_before_and_after(sim) -> None:
     site = _site(sim)
     site_update(actor=ADMIN, site=site, enabled=False)
     event = AuditEvent.objects.get(action="site.changed")
@@ -129,14 +129,14 @@ def test_site_update_records_before_and_after(sim) -> None:  # type: ignore[no-u
     assert event.data["after"]["enabled"] is False
 
 
-def test_site_update_says_which_credentials_were_rotated(sim) -> None:  # type: ignore[no-untyped-def]
+def test_site_update_says_which_credentials_were_rotated(sim) -> None:
     site = _site(sim)
     site_update(actor=ADMIN, site=site, password="zerto")
     event = AuditEvent.objects.get(action="site.changed")
     assert event.data["rotated"] == ["password"]
 
 
-def test_a_site_caps_its_zvm_at_the_default_or_its_own_rate(sim, settings) -> None:  # type: ignore[no-untyped-def]
+def test_a_site_caps_its_zvm_at_the_default_or_its_own_rate(sim, settings) -> None:
     from rewind.sites import site_connection
 
     settings.ZVM_MAX_REQUESTS_PER_S = 7.0
@@ -152,7 +152,7 @@ def test_a_site_caps_its_zvm_at_the_default_or_its_own_rate(sim, settings) -> No
             site_update(actor=ADMIN, site=site, max_requests_per_s=bad)
 
 
-def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:  # type: ignore[no-untyped-def]
+def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:
     site = _site(sim)
     User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
     client = Client()

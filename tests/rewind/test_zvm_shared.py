@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import redis
 
+from rewind.redislink import RedisLink
 from rewind.sites.zvm_shared import (
     CLAIM_PREFIX,
     RATE_PREFIX,
@@ -26,7 +27,6 @@ from rewind.sites.zvm_shared import (
     DbTokenStore,
     RedisPacer,
     RedisTokenStore,
-    _RedisLink,
     redis_stores,
 )
 from rewind.zvm import Stores, ZvmClient
@@ -127,7 +127,7 @@ def test_the_stored_token_is_encrypted(sim: SimHandle, store: str, redis_db: red
     assert len(held.token) > 8
     if store == "redis":
         raw = redis_db.get(TOKEN_PREFIX + conn.login_key)
-        assert raw is not None
+        assert isinstance(raw, bytes)  # the client does not decode
         text = raw.decode()
     else:
         from rewind.models import ZvmToken
@@ -187,7 +187,7 @@ def test_one_process_at_a_time_may_log_in(store: str) -> None:
 
 def test_a_redis_that_does_not_answer_does_not_stop_zvm_calls(sim: SimHandle, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    link = _RedisLink(f"redis://127.0.0.1:{free_port()}/7")  # nothing listens there
+    link = RedisLink(f"redis://127.0.0.1:{free_port()}/7")  # nothing listens there
     stores = Stores(pacer=RedisPacer(link), tokens=RedisTokenStore(link))
     client = ZvmClient(connection(sim, max_requests_per_s=50.0), stores=stores)
     assert [client.local_site().name for _ in range(3)] == ["Site A"] * 3

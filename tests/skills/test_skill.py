@@ -3,7 +3,6 @@ and argument it tells an agent to use is one the MCP server really offers."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 from pathlib import Path
 from typing import Any
@@ -12,6 +11,7 @@ import pytest
 import yaml
 
 from rewind.mcp.server import build_server
+from tests.mcp.test_transport import run
 
 SKILL_DIR = Path(__file__).resolve().parents[2] / "skills" / "zerto-rewind"
 SKILL = SKILL_DIR / "SKILL.md"
@@ -33,7 +33,7 @@ def _parts() -> tuple[dict[str, Any], str]:
 def schemas() -> dict[str, dict[str, Any]]:
     from rewind.agents.mcp_auth import AgentTokenStore
 
-    tools = asyncio.run(build_server(token_store=AgentTokenStore()).list_tools())
+    tools = run(build_server(token_store=AgentTokenStore()).list_tools())
     return {tool.name: tool.input_schema for tool in tools}
 
 

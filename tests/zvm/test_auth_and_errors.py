@@ -8,6 +8,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import requests
@@ -226,9 +227,12 @@ def test_unverified_connections_share_one_tls_context(
 
     loaded: list[object] = []
     real = ssl.SSLContext.load_default_certs
-    monkeypatch.setattr(
-        ssl.SSLContext, "load_default_certs", lambda self, *a, **kw: (loaded.append(self), real(self, *a, **kw))[1]
-    )
+
+    def recording(self: ssl.SSLContext, *a: Any, **kw: Any) -> None:
+        loaded.append(self)
+        real(self, *a, **kw)
+
+    monkeypatch.setattr(ssl.SSLContext, "load_default_certs", recording)
     transport = Transport(connection(sim, "site-a"))
     url = sim.site_url("site-a") + "/v1/localsite"
     for _ in range(2):  # the second time on a new connection: the pool was emptied in between

@@ -147,6 +147,7 @@ def test_it_reads_points_in_time_with_can_mount(sim: SimHandle, make_client: Mak
 def test_it_lists_insert_tasks_by_type_and_start(sim: SimHandle, make_client: MakeClient) -> None:
     client = make_client("site-a")
     vpg_id = client.list_vpgs(name="vpg-db")[0].identifier
+    assert vpg_id is not None
     before = datetime.now(UTC) - timedelta(seconds=5)
     task_id = client.insert_tagged_checkpoint(vpg_id, "list-tasks-probe")
     tasks = client.list_tasks(task_type="InsertTaggedCP", started_after=before)

@@ -8,6 +8,7 @@ import logging
 import traceback
 import uuid
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import parse_qs
 
 import pytest
@@ -35,7 +36,7 @@ def zvm() -> Iterator[LocalZvm]:
     yield from serve()
 
 
-def _client(zvm: LocalZvm, **kw: object) -> ZvmClient:
+def _client(zvm: LocalZvm, **kw: Any) -> ZvmClient:
     conn = ZvmConnection(
         site_name="Site X",
         base_url=zvm.url,
@@ -44,7 +45,7 @@ def _client(zvm: LocalZvm, **kw: object) -> ZvmClient:
         backoff_initial=0.01,
         backoff_max=0.02,
         **kw,
-    )  # type: ignore[arg-type]
+    )
     return ZvmClient(conn)
 
 

@@ -9,8 +9,7 @@ from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandParser
 
 from rewind.audit import Actor
-from rewind.sites import site_check, site_create, site_update
-from rewind.sites.models import Site
+from rewind.sites import site_register
 
 DEMO_SITES = (("Site A", "site-a"), ("Site B", "site-b"))
 DEMO_ZVM_USER = "admin"
@@ -33,15 +32,9 @@ class Command(BaseCommand):
         actor = Actor.system("demo_setup")
         for name, slug in DEMO_SITES:
             base_url = f"{options['sim_url'].rstrip('/')}/{slug}"
-            site = Site.objects.filter(name=name).first()
-            if site is None:
-                site = site_create(
-                    actor=actor, name=name, base_url=base_url, username=DEMO_ZVM_USER, password=DEMO_ZVM_PASSWORD
-                )
-            elif site.base_url != base_url:
-                site = site_update(actor=actor, site=site, base_url=base_url)
-            # Forced: the simulator was just started, and a circuit a last run left open must not hide it.
-            result = site_check(site=site, actor=actor, force=True)
+            result = site_register(
+                actor=actor, name=name, base_url=base_url, username=DEMO_ZVM_USER, password=DEMO_ZVM_PASSWORD
+            )
             status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
             self.stdout.write(f"{name} at {base_url}: {status}")
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from typing import Any
@@ -14,6 +13,8 @@ import requests
 from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stop_all
 
 
 def _port_free(port: int) -> bool:
@@ -31,7 +32,7 @@ class Command(BaseCommand):
         parser.add_argument("--no-sim", action="store_true", help="do not start the simulator (real ZVMs)")
 
     def handle(self, *args: Any, **options: Any) -> None:
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.children: list[Proc] = []
         for port in (options["port"],) + (() if options["no_sim"] else (options["sim_port"],)):
             if not _port_free(port):
                 raise CommandError(f"port {port} is already in use (set REWIND_PORT / REWIND_SIM_PORT)")
@@ -59,11 +60,11 @@ class Command(BaseCommand):
             self._stop_all()
             signal.signal(signal.SIGINT, previous)
 
-    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
-        # A session of its own, so the terminal's Ctrl-C reaches only us and we stop the
-        # children in order instead of all of them racing.
-        proc = subprocess.Popen(argv, cwd=settings.BASE_DIR, start_new_session=True, env=env)
-        self.children.append((name, proc))
+    def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
+        # A session of its own (Proc), so the terminal's Ctrl-C reaches only us and we stop the
+        # children in order instead of all of them racing. Their output stays on the terminal.
+        proc = Proc(name, argv, cwd=settings.BASE_DIR, env=env)
+        self.children.append(proc)
         return proc
 
     def _start_simulator(self, port: int) -> str:
@@ -78,17 +79,22 @@ class Command(BaseCommand):
         return url
 
     def _wait_until_up(self, what: str, url: str, *, verify: bool) -> None:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for name, proc in self.children:
-                if proc.poll() is not None:
-                    raise CommandError(f"{name} exited with code {proc.returncode} while starting")
+        def answers() -> bool:
+            for other in self.children:
+                if not other.running():
+                    raise CommandError(f"{other.name} exited with code {other.returncode} while starting")
             try:
                 requests.get(url, verify=verify, timeout=1).raise_for_status()
-                return
             except requests.RequestException:
-                time.sleep(0.2)
-        raise CommandError(f"{what} did not start within 60 s")
+                time.sleep(0.15)  # a refused connection returns at once: do not spin
+                return False
+            return True
+
+        try:
+            # Any child would do: answers() itself watches every one of them.
+            self.children[-1].wait_until(answers, what="answering", timeout=START_TIMEOUT_S)
+        except ProcessError:
+            raise CommandError(f"{what} did not start within {START_TIMEOUT_S:.0f} s") from None
 
     def _start_services(self, port: int, workers: int) -> None:
         python = sys.executable
@@ -131,27 +137,20 @@ class Command(BaseCommand):
 
     def _watch(self) -> None:
         while True:
-            for name, proc in self.children:
-                if proc.poll() is not None:
-                    raise CommandError(f"{name} exited with code {proc.returncode}; stopping the rest")
+            for proc in self.children:
+                if not proc.running():
+                    raise CommandError(f"{proc.name} exited with code {proc.returncode}; stopping the rest")
             time.sleep(0.5)
 
     def _on_signal(self, signum: int, frame: object) -> None:
         raise _Stop()
 
     def _stop_all(self) -> None:
-        for name, proc in reversed(self.children):
-            if proc.poll() is None:
-                self.stdout.write(f"stopping {name} ...")
-                # Only the main process: uvicorn and Celery stop their own children cleanly.
-                proc.terminate()
-        deadline = time.monotonic() + 15
-        for _name, proc in self.children:
-            try:
-                proc.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+        for proc in reversed(self.children):
+            if proc.running():
+                self.stdout.write(f"stopping {proc.name} ...")
+        # Only each main process is asked: uvicorn and Celery stop their own children cleanly.
+        stop_all(self.children, timeout=15, group=False)
         self.children.clear()
 
 

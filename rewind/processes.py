@@ -1,0 +1,187 @@
+"""Child processes that start, say when they are ready, and stop together with their own children.
+
+``manage.py runstack`` (``make run``), the benchmarks and the tests all start the simulator,
+uvicorn and Celery; they do it with :class:`Proc`, one way:
+
+- each child runs in a session of its own: a terminal's Ctrl-C reaches only the parent, which
+  then stops its children in order, and a signal to the child's group reaches the child's own
+  children too (uvicorn's and Celery's workers);
+- its output goes to a log file that readiness checks read (or, with no log, to the parent's
+  terminal);
+- stopping asks first (SIGTERM, or the signal given), waits until no process of the group is
+  left, and kills what remains after the timeout. Waiting for the leader alone is not enough:
+  uvicorn's and Celery's children may outlive it by seconds, each holding database
+  connections, and PostgreSQL refuses to drop a database anyone is still connected to.
+
+Needs no Django, so a benchmark may use it before it sets Django up.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+START_TIMEOUT_S = 60.0
+_POLL_S = 0.05
+
+
+class ProcessError(RuntimeError):
+    """A child exited while starting, or was not ready in time; the message ends with its log's tail."""
+
+
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` still runs (a zombie waiting to be reaped does not)."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            state, _ppid, pgrp = stat.read_text().rsplit(")", 1)[1].split()[:3]
+        except (OSError, ValueError):
+            continue  # the process went away while we looked
+        if int(pgrp) == pgid and state not in ("Z", "X"):
+            return True
+    return False
+
+
+class Proc:
+    """One child process in a session of its own, its stdout and stderr in ``log`` (appended with ``append``)."""
+
+    def __init__(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        log: Path | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: Path | str | None = None,
+        append: bool = False,
+    ) -> None:
+        self.name, self.log = name, log
+        if log is None:
+            self.popen = subprocess.Popen(list(argv), cwd=cwd, env=env, start_new_session=True)
+            return
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab" if append else "wb") as out:  # the child keeps its own copy of the descriptor
+            self.popen = subprocess.Popen(
+                list(argv), cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.popen.poll()
+
+    def running(self) -> bool:
+        """Whether the child itself still runs (its own children are not asked)."""
+        return self.popen.poll() is None
+
+    def output(self) -> str:
+        """What the child has written to its log so far ("" without a log)."""
+        return self.log.read_text(errors="replace") if self.log is not None and self.log.exists() else ""
+
+    def _failure(self, what: str) -> ProcessError:
+        return ProcessError(f"{self.name} {what}: {self.output()[-3000:]}")
+
+    def wait_until(self, ready: Callable[[], bool], *, what: str = "ready", timeout: float = START_TIMEOUT_S) -> None:
+        """Return once ``ready()`` is true; ProcessError if the child exits first or ``timeout`` passes."""
+        deadline = time.monotonic() + timeout
+        while not ready():
+            if not self.running():
+                raise self._failure(f"exited with {self.popen.returncode} before it was {what}")
+            if time.monotonic() > deadline:
+                raise self._failure(f"not {what} after {timeout:.0f} s")
+            time.sleep(_POLL_S)
+
+    def wait_for_output(self, text: str, *, count: int = 1, timeout: float = START_TIMEOUT_S) -> str:
+        """The log once ``text`` stands in it ``count`` times (see ``wait_until`` for failures)."""
+        self.wait_until(
+            lambda: self.output().count(text) >= count, what=f"ready ({text!r} in its log)", timeout=timeout
+        )
+        return self.output()
+
+    def send(self, sig: int = signal.SIGTERM, *, group: bool = True) -> None:
+        """Send ``sig`` to the child's whole group, or with ``group`` off to the child alone."""
+        with contextlib.suppress(ProcessLookupError):
+            if group:
+                os.killpg(self.popen.pid, sig)
+            else:
+                self.popen.send_signal(sig)
+
+    def gone(self) -> bool:
+        """Whether the child has exited and no process of its group is left."""
+        return self.popen.poll() is not None and not group_alive(self.popen.pid)
+
+    def wait_gone(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while not self.gone():
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(_POLL_S)
+        return True
+
+    def stop(self, *, sig: int = signal.SIGTERM, timeout: float = 20.0, group: bool = True) -> None:
+        """Ask with ``sig`` (to the group, or with ``group`` off to the child alone, when it stops its own
+        children), wait until the group is gone, and SIGKILL whatever is left after ``timeout``.
+
+        Returns once no process of the group is left. Calling it again, or on an exited child, is harmless.
+        """
+        if not self.gone():
+            self.send(sig, group=group)
+        self._kill_after(time.monotonic() + timeout)
+
+    def kill(self, timeout: float = 30.0) -> None:
+        """SIGKILL the child and its group at once (a crash, not a shutdown); returns once they are gone."""
+        self.stop(sig=signal.SIGKILL, timeout=timeout)
+
+    def cpu_seconds(self) -> float:
+        """User + system CPU of the child's group so far (the child and its workers)."""
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[2]) == self.popen.pid:  # field 5: process group id
+                total += int(fields[11]) + int(fields[12])  # fields 14, 15: utime, stime
+        return total / tick
+
+    def children_peak_rss_kib(self) -> int:
+        """The largest peak RSS (VmHWM) among the child's own children, e.g. a worker's pool processes."""
+        peak = 0
+        for status in Path("/proc").glob("[0-9]*/status"):
+            try:
+                lines = status.read_text().splitlines()
+            except OSError:
+                continue
+            fields = dict(line.split(":", 1) for line in lines if ":" in line)
+            if fields.get("PPid", "").strip() == str(self.popen.pid) and "VmHWM" in fields:
+                peak = max(peak, int(fields["VmHWM"].split()[0]))
+        return peak
+
+    def _kill_after(self, deadline: float) -> None:
+        while not self.gone() and time.monotonic() < deadline:
+            time.sleep(_POLL_S)
+        if self.gone():
+            return
+        self.send(signal.SIGKILL)
+        self.popen.wait()
+        # SIGKILL cannot be ignored: the rest of the group follows within moments.
+        self.wait_gone(10.0)
+
+
+def stop_all(procs: Sequence[Proc], *, timeout: float = 15.0, group: bool = True) -> None:
+    """Stop ``procs`` together, last started first: every one is asked before any is waited for,
+    so their shutdowns overlap; whatever is left after ``timeout`` is killed."""
+    for proc in reversed(procs):
+        if not proc.gone():
+            proc.send(signal.SIGTERM, group=group)
+    deadline = time.monotonic() + timeout
+    for proc in procs:
+        proc._kill_after(deadline)

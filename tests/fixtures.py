@@ -1,0 +1,158 @@
+"""pytest plugin for every test package: sites on the simulator, and the people who use the service.
+
+Sites:
+- ``sites`` (function): "Site A", "Site B" and "Site C" registered against the simulator
+  through the services, each checked (its identity learned); ``{slug: Site}``. Only some of
+  them with ``@pytest.mark.sites("site-a", "site-b")``.
+- ``make_sites(sim, slugs)`` does the same from a fixture of a test's own (e.g. after a
+  fixture that must come first); ``register_sites(sim, {"Site A": "site-a"})`` gives them by name.
+
+Personas (each a ``User``; the passwords are ``pw-<name>`` or ``pw-<name>-123`` as below):
+- ``agent_owner`` olivia: owns the test agents; holds the approval permission, which does not let
+  her approve her own agent's requests;
+- ``approver`` alice and ``second_approver`` bob: staff with the approval permission;
+- ``staff_outsider`` mallory: staff without any permission;
+- ``people``: those four together (``People``), as the recovery tests use them;
+- ``outsider`` mallory: signed in, not staff, no permission (a different mallory: take one or
+  the other);
+- ``staff_no_perms`` sam, ``viewer`` vera (every view permission of the REST API) and
+  ``superuser`` root.
+
+Processes the tests start (the simulator, uvicorn, a Celery worker) are ``rewind.processes.Proc``
+(see tests.simfixtures, tests.mcpfixtures and tests.conftest).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import pytest
+
+from tests.simfixtures import PASSWORD, USERNAME, SimHandle
+
+if TYPE_CHECKING:
+    from django.contrib.auth.models import User
+
+    from rewind.sites.models import Site
+
+SITE_NAMES = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "sites(*slugs): which simulated sites the sites fixture registers")
+
+
+def make_sites(
+    sim: SimHandle, slugs: Iterable[str] = tuple(SITE_NAMES), *, names: Mapping[str, str] = SITE_NAMES
+) -> dict[str, Site]:
+    """The simulator's sites ``slugs`` registered (or reused, by name) and checked; ``{slug: Site}``."""
+    from rewind.audit import Actor
+    from rewind.sites import site_register
+
+    out = {}
+    for slug in slugs:
+        check = site_register(
+            actor=Actor.system("tests"),
+            name=names[slug],
+            base_url=sim.site_url(slug),
+            username=USERNAME,
+            password=PASSWORD,
+        )
+        assert check.ok, f"{names[slug]}: {check.error}"
+        check.site.refresh_from_db()
+        out[slug] = check.site
+    return out
+
+
+def register_sites(sim: SimHandle, slugs: Mapping[str, str]) -> dict[str, Site]:
+    """Sites (name → slug) against the simulator, registered and checked; ``{name: Site}``."""
+    by_slug = make_sites(sim, slugs.values(), names={slug: name for name, slug in slugs.items()})
+    return {name: by_slug[slug] for name, slug in slugs.items()}
+
+
+@pytest.fixture
+def sites(request: pytest.FixtureRequest, sim: SimHandle, db: None) -> dict[str, Site]:
+    marker = request.node.get_closest_marker("sites")
+    return make_sites(sim, marker.args if marker is not None and marker.args else tuple(SITE_NAMES))
+
+
+# --- personas ----------------------------------------------------------------------------------
+APPROVE = (("recoveries", "approve_recovery"), ("recoveries", "view_recoveryrequest"))
+VIEW_PERMS = (
+    ("rewind", "view_auditevent"),
+    ("rewind", "view_site"),
+    ("rewind", "view_changeguard"),
+    ("rewind", "view_agent"),
+    ("catalog", "view_mutatingtool"),
+    ("catalog", "view_toolsighting"),
+)
+
+
+def make_user(
+    name: str, *, password: str, staff: bool = True, superuser: bool = False, perms: Sequence[tuple[str, str]] = ()
+) -> User:
+    """A person ``name`` (email ``name@example.com``) with ``perms`` as (app label, codename) pairs."""
+    from django.contrib.auth.models import Permission
+    from django.contrib.auth.models import User as UserModel
+
+    user = UserModel.objects.create_user(name, f"{name}@example.com", password, is_staff=staff, is_superuser=superuser)
+    for app, codename in perms:
+        user.user_permissions.add(Permission.objects.get(content_type__app_label=app, codename=codename))
+    return UserModel.objects.get(pk=user.pk)  # drop the permission cache
+
+
+@dataclass
+class People:
+    owner: User  # owns the agent; holds the permission but may not approve its requests
+    approver: User
+    second: User
+    outsider: User  # staff, no permission
+
+
+@pytest.fixture
+def agent_owner(db: None) -> User:
+    return make_user("olivia", password="pw-olivia", perms=APPROVE)
+
+
+@pytest.fixture
+def approver(db: None) -> User:
+    return make_user("alice", password="pw-alice", perms=APPROVE)
+
+
+@pytest.fixture
+def second_approver(db: None) -> User:
+    return make_user("bob", password="pw-bob", perms=APPROVE)
+
+
+@pytest.fixture
+def staff_outsider(db: None) -> User:
+    return make_user("mallory", password="pw-mallory")
+
+
+@pytest.fixture
+def people(agent_owner: User, approver: User, second_approver: User, staff_outsider: User) -> People:
+    return People(owner=agent_owner, approver=approver, second=second_approver, outsider=staff_outsider)
+
+
+@pytest.fixture
+def outsider(db: None) -> User:
+    """Signed in, not staff, no permission."""
+    return make_user("mallory", password="pw-mallory-123", staff=False)
+
+
+@pytest.fixture
+def staff_no_perms(db: None) -> User:
+    return make_user("sam", password="pw-sam-123")
+
+
+@pytest.fixture
+def viewer(db: None) -> User:
+    """Staff with every view permission of the API and nothing else."""
+    return make_user("vera", password="pw-vera-123", perms=VIEW_PERMS)
+
+
+@pytest.fixture
+def superuser(db: None) -> User:
+    return make_user("root", password="pw-root-123", superuser=True)
