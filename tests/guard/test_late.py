@@ -6,7 +6,6 @@ guard fails with the VPG row timed out; the checkpoint shows up a few seconds la
 
 from __future__ import annotations
 
-import asyncio
 import time
 from typing import Any
 
@@ -20,6 +19,7 @@ from rewind.checkpoints.selectors import guard_report
 from rewind.checkpoints.services import checkpoint_request_create
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
 from tests.guard.conftest import tagged, wait_finished
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
@@ -150,7 +150,7 @@ def test_a_recovery_over_mcp_finds_the_late_checkpoint_itself(
                 "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "undo", "change_id": "chg-late-4"}
             )
 
-    result = asyncio.run(ask())
+    result = run(ask())
 
     assert not result.is_error, result.content
     checkpoint = result.structured_content["checkpoint"]

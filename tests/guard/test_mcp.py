@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from catalog.models import MutatingTool, ToolSighting
 from rewind.models import AuditEvent, ChangeGuard
 from tests.guard.conftest import tagged
+from tests.mcp.test_transport import run
 
 
 def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
@@ -19,7 +19,7 @@ def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress
         async with mcp_client(token) as client:
             return await client.call_tool(tool, args, progress_callback=on_progress)
 
-    return asyncio.run(go())
+    return run(go())
 
 
 def test_it_guards_a_listed_tool_and_streams_progress(

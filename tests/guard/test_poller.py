@@ -28,6 +28,7 @@ from rewind.workers.services import worker_heartbeat_record
 from tests.conftest import WorkerProcess
 from tests.conftest import test_database_url as database_url
 from tests.guard.conftest import wait_finished
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import make_agent_token, open_mcp_client, register_sites, run_uvicorn
 from tests.simfixtures import SimHandle, run_sim
 
@@ -161,7 +162,7 @@ def test_a_stopped_worker_does_not_hold_the_agent_past_its_timeout(
     worker.proc.send(signal.SIGSTOP, group=False)
     try:
         started = time.monotonic()
-        result = asyncio.run(call())
+        result = run(call())
         took = time.monotonic() - started
     finally:
         worker.proc.send(signal.SIGCONT, group=False)
@@ -226,7 +227,7 @@ def test_fifty_agents_guard_at_once_through_mcp(
                 async def all_at_once() -> list[Any]:
                     return await asyncio.gather(*(guard(vm) for vm in vms))
 
-                results = asyncio.run(all_at_once())
+                results = run(all_at_once())
         finally:
             small.stop()
     outs = [r.structured_content for r in results]

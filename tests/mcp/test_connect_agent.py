@@ -10,7 +10,6 @@ import re
 import shlex
 from typing import Any
 
-import anyio
 import pytest
 from django.contrib.auth.models import Permission, User
 from django.test import Client
@@ -21,6 +20,7 @@ from rewind.audit import Actor
 from rewind.mcp.clientconfig import CLIENTS
 from rewind.mcp.endpoint import mcp_public_url
 from rewind.models import Agent, AgentToken, AuditEvent
+from tests.mcp.test_transport import run
 from tests.mcpfixtures import open_mcp_client
 
 SETUP = Actor.system("tests")
@@ -235,4 +235,4 @@ def test_the_configuration_shown_connects_a_client_at_rewind_public_url(
         async with open_mcp_client(url, _token_of(header)) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= anyio.run(tool_names)
+    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= run(tool_names())
