@@ -210,6 +210,23 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
     return [ms / 1000 for ms in waited if ms is not None]
 
 
+def journal_estimate_for(*, vpg_identifier: str, checkpoint_identifier: str) -> datetime | None:
+    """When our tagged checkpoint of that VPG leaves (or left) its journal, as last estimated; None
+    when unknown or when the checkpoint is not one of ours."""
+    if not checkpoint_identifier:
+        return None
+    return (
+        TaggedCheckpoint.objects.filter(
+            vpg_identifier=vpg_identifier,
+            checkpoint_identifier=checkpoint_identifier,
+            leaves_journal_at__isnull=False,
+        )
+        .order_by("-journal_estimated_at")
+        .values_list("leaves_journal_at", flat=True)
+        .first()
+    )
+
+
 def guard_list(
     *, agent: str | None = None, vm: str | None = None, status: str | None = None, change_id: str | None = None
 ) -> QuerySet[ChangeGuard]:
