@@ -201,7 +201,7 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
             site = site_create(actor=actor, name=name, base_url=base_url, username="admin", password="zerto")
         else:
             site = site_update(actor=actor, site=site, base_url=base_url)
-        check = site_check(site=site)
+        check = site_check(site=site, force=True)  # a fresh simulator: ask even if a last run left it unavailable
         if not check.ok:
             raise RuntimeError(f"{name}: {check.error}")
         site.refresh_from_db()

@@ -89,7 +89,7 @@ class Bench:
 
         if store == "db":
             return Stores(pacer=DbPacer(), tokens=DbTokenStore())
-        pacer, tokens, _ = redis_stores(store)
+        pacer, tokens = redis_stores(store)[:2]
         return Stores(pacer=pacer, tokens=tokens)
 
     def single(self, store: str, cap: float | None, calls: int) -> float:

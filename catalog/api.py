@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,7 +28,7 @@ from catalog.services import (
     tool_sighting_classify_readonly,
 )
 from rewind.errors import ApplicationError
-from rewind.rest.pagination import paginated_response
+from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 
 CLASSIFY = "catalog.add_mutatingtool"
@@ -76,7 +77,10 @@ class ToolSightingOutputSerializer(serializers.ModelSerializer):
 
 
 class MutatingToolListApi(APIView):
+    """The catalog's entries: the tools the guard covers, and which argument names the VM."""
+
     permission_classes = [HasModelPermission]
+    pagination_class = BoundedLimitOffsetPagination
     required_permissions = {"GET": "catalog.view_mutatingtool", "POST": "catalog.add_mutatingtool"}
 
     class FilterSerializer(serializers.Serializer):
@@ -102,6 +106,7 @@ class MutatingToolListApi(APIView):
         def validate_vm_arg(self, value: str) -> str:
             return _vm_arg(value)
 
+    @extend_schema(responses=MutatingToolOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -112,6 +117,7 @@ class MutatingToolListApi(APIView):
             view=self,
         )
 
+    @extend_schema(responses={201: MutatingToolOutputSerializer}, description="Add an entry (audited).")
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -143,9 +149,11 @@ class MutatingToolDetailApi(APIView):
                 raise serializers.ValidationError({"pattern": "the pattern cannot change; add another entry"})
             return super().to_internal_value(data)
 
+    @extend_schema(responses=MutatingToolOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
         return Response(MutatingToolOutputSerializer(mutating_tool_get(pk)).data)
 
+    @extend_schema(responses=MutatingToolOutputSerializer)
     def patch(self, request: Request, pk: int) -> Response:
         tool = mutating_tool_get(pk)
         data = self.InputSerializer(data=request.data)
@@ -160,18 +168,23 @@ class MutatingToolDisableApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "catalog.change_mutatingtool"}
 
+    @extend_schema(responses=MutatingToolOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
         tool = mutating_tool_disable(actor=actor_of(request), tool=mutating_tool_get(pk))
         return Response(MutatingToolOutputSerializer(tool).data)
 
 
 class ToolSightingListApi(APIView):
+    """Tools the guard was asked about that the catalog does not list, with who asked and how often."""
+
     permission_classes = [HasModelPermission]
+    pagination_class = BoundedLimitOffsetPagination
     required_permissions = {"GET": "catalog.view_toolsighting"}
 
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(required=False, choices=ToolSighting.Status.choices)
 
+    @extend_schema(responses=ToolSightingOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -203,6 +216,15 @@ class ToolSightingClassifyApi(APIView):
                 raise serializers.ValidationError({"vm_arg": "name the argument that holds the VM"})
             return attrs
 
+    @extend_schema(
+        responses=inline_serializer(
+            "SightingClassified",
+            {
+                "sighting": ToolSightingOutputSerializer(),
+                "entry": MutatingToolOutputSerializer(allow_null=True, help_text="The new entry; null for readonly."),
+            },
+        )
+    )
     def post(self, request: Request, pk: int) -> Response:
         sighting = tool_sighting_get(pk)
         data = self.InputSerializer(data=request.data)

@@ -25,9 +25,11 @@ from recoveries.selectors import (
     recovery_site,
     result_dict,
     site_enabled_get,
+    waiting_message,
 )
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
+from recoveries.site_wait import recovery_site_unavailable
 from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit import Actor
 from rewind.checkpoints.badges import retention_badge
@@ -52,7 +54,7 @@ class ApprovalInline(admin.TabularInline):
 class RecoveryRequestAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
-        "status",
+        "state",
         "review",
         "vm_name",
         "path",
@@ -73,6 +75,13 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
 
     def has_module_permission(self, request: HttpRequest) -> bool:
         return request.user.has_perm(APPROVE_PERMISSION) or super().has_module_permission(request)
+
+    @admin.display(description="Status", ordering="status")
+    def state(self, obj: RecoveryRequest) -> str:
+        """The status; for a run waiting for its recovery site, which one and since when."""
+        if obj.status == RecoveryRequest.Status.WAITING:
+            return waiting_message(obj)
+        return obj.get_status_display()
 
     @admin.display(description="Review")
     def review(self, obj: RecoveryRequest) -> str:
@@ -133,6 +142,8 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
             "site": recovery_site(recovery),
             "journal_badge": self.leaves_journal(recovery),
+            "waiting": waiting_message(recovery) if recovery.status == RecoveryRequest.Status.WAITING else "",
+            "site_unavailable": recovery_site_unavailable(recovery),
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 
@@ -152,6 +163,8 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
                         if done.status == RecoveryRequest.Status.APPROVED
                         else f"Your approval is recorded; {done.approvals_required} distinct approvers are needed."
                     )
+                    if unavailable := recovery_site_unavailable(done):
+                        text += f" Note: {unavailable}; the run waits for it until the request expires."
                 else:
                     recovery_request_deny(
                         recovery_id=pk,

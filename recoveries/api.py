@@ -13,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from django.http import FileResponse
+from drf_spectacular.extensions import OpenApiAuthenticationExtension
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
 from rest_framework import authentication, exceptions, permissions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -31,6 +34,7 @@ from rewind.agents import hash_token
 from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
+from rewind.rest.schema import ErrorSerializer
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
 
@@ -47,6 +51,9 @@ class CanReview(permissions.BasePermission):
             and user.is_staff
             and any(user.has_perm(p) for p in REVIEW_PERMISSIONS)
         )
+
+    def describe(self, view: Any, method: str) -> str:
+        return f"a signed-in staff user holding `{REVIEW_PERMISSIONS[0]}` or `{REVIEW_PERMISSIONS[1]}`."
 
 
 class AgentPrincipal:
@@ -79,27 +86,115 @@ class AgentTokenAuthentication(authentication.BaseAuthentication):
         return 'Bearer realm="zerto-rewind"'
 
 
+class AgentTokenScheme(OpenApiAuthenticationExtension):
+    """How the API's schema names ``AgentTokenAuthentication``."""
+
+    target_class = AgentTokenAuthentication
+    name = "agentToken"
+
+    def get_security_definition(self, auto_schema: Any) -> dict[str, str]:
+        return {
+            "type": "http",
+            "scheme": "bearer",
+            "description": "An agent's bearer token (rwd_...); accepted only by the download of that agent's file.",
+        }
+
+
+class RecoveryOutputSerializer(serializers.Serializer):
+    """Only for the schema: ``recoveries.selectors.recovery_dict`` builds the body."""
+
+    id = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=RecoveryRequest.Status.choices)
+    agent = serializers.CharField()
+    vm = serializers.CharField()
+    vm_identifier = serializers.CharField()
+    path = serializers.CharField(help_text="The guest path as the agent gave it.")
+    normalized_path = serializers.CharField()
+    reason = serializers.CharField()
+    checkpoint = inline_serializer(
+        "RecoveryCheckpoint",
+        {
+            "identifier": serializers.CharField(),
+            "timestamp": serializers.DateTimeField(allow_null=True),
+            "tag": serializers.CharField(allow_blank=True),
+            "change_id": serializers.CharField(allow_blank=True),
+            "source": serializers.ChoiceField(choices=RecoveryRequest.CheckpointSource.choices),
+            "vpg_identifier": serializers.CharField(),
+            "vpg_name": serializers.CharField(),
+            "recovery_site": serializers.CharField(),
+            "listed_late_at": serializers.DateTimeField(allow_null=True),
+        },
+    )
+    approvals = inline_serializer(
+        "RecoveryApprovalEntry", {"approver": serializers.CharField(), "at": serializers.DateTimeField()}, many=True
+    )
+    approvals_required = serializers.IntegerField()
+    expires_at = serializers.DateTimeField()
+    decided_by = serializers.CharField(allow_blank=True)
+    created_at = serializers.DateTimeField()
+    started_at = serializers.DateTimeField(allow_null=True)
+    finished_at = serializers.DateTimeField(allow_null=True)
+    error = serializers.CharField(allow_blank=True)
+    request_id = serializers.CharField(allow_blank=True)
+    approval_url = serializers.URLField(help_text="The admin page where a person approves or denies it.")
+    result = inline_serializer(
+        "RecoveryResult",
+        {
+            "ok": serializers.BooleanField(),
+            "sha256": serializers.CharField(allow_null=True),
+            "size": serializers.IntegerField(allow_null=True),
+            "unmount": inline_serializer(
+                "RecoveryUnmount",
+                {
+                    "ok": serializers.BooleanField(),
+                    "session_id": serializers.CharField(allow_blank=True),
+                    "warning": serializers.CharField(required=False),
+                },
+                allow_null=True,
+            ),
+            "url": serializers.URLField(required=False, help_text="Where to download the file."),
+            "error": serializers.CharField(required=False),
+            "purged_at": serializers.DateTimeField(required=False),
+        },
+        allow_null=True,
+        help_text="Set once the run ended (succeeded or failed).",
+    )
+
+
 class RecoveryListApi(APIView):
+    """Recovery requests, newest first (at most 500)."""
+
     permission_classes = [CanReview]
 
+    class FilterSerializer(serializers.Serializer):
+        status = serializers.ChoiceField(required=False, choices=RecoveryRequest.Status.choices)
+
+    @extend_schema(
+        operation_id="recoveries_list",
+        responses=inline_serializer("RecoveryList", {"results": RecoveryOutputSerializer(many=True)}),
+    )
     def get(self, request: Request) -> Response:
-        status = request.query_params.get("status")
-        if status and status not in RecoveryRequest.Status.values:
-            raise serializers.ValidationError({"status": f"one of {', '.join(RecoveryRequest.Status.values)}"})
-        rows = recovery_list(status=status)[:500]
+        filters = self.FilterSerializer(data=request.query_params)
+        filters.is_valid(raise_exception=True)
+        rows = recovery_list(status=filters.validated_data.get("status"))[:500]
         return Response({"results": [recovery_dict(r) for r in rows]})
 
 
 class RecoveryDetailApi(APIView):
     permission_classes = [CanReview]
 
+    @extend_schema(responses=RecoveryOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
         return Response(recovery_dict(recovery_get(recovery_id=pk)))
 
 
 class RecoveryApproveApi(APIView):
+    """Approve a pending request; the run starts once enough people approved. The agent's own
+    owner may not approve, and an agent's token is not accepted here."""
+
     permission_classes = [CanReview]
 
+    @extend_schema(responses=RecoveryOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_request_approve(
             recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None)
@@ -108,11 +203,14 @@ class RecoveryApproveApi(APIView):
 
 
 class RecoveryDenyApi(APIView):
+    """Deny a pending request, with an optional note the agent is shown."""
+
     permission_classes = [CanReview]
 
     class InputSerializer(serializers.Serializer):
         note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
+    @extend_schema(responses=RecoveryOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -126,9 +224,25 @@ class RecoveryDenyApi(APIView):
 
 
 class RecoveryDownloadApi(APIView):
+    """The recovered file's bytes; ``X-Content-SHA256`` carries their sha256."""
+
     authentication_classes = [AgentTokenAuthentication, authentication.SessionAuthentication]
     permission_classes = [permissions.IsAuthenticated]
+    permission_description = (
+        "the bearer token of the agent that asked for the file, or a signed-in staff user holding "
+        f"`{REVIEW_PERMISSIONS[0]}` or `{REVIEW_PERMISSIONS[1]}`."
+    )
 
+    @extend_schema(
+        responses={
+            (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="The file."),
+            404: OpenApiResponse(
+                ErrorSerializer,
+                description="No such recovery of this agent, or no file to download (not succeeded, or deleted "
+                "after the retention period).",
+            ),
+        }
+    )
     def get(self, request: Request, pk: int) -> FileResponse:
         recovery = recovery_get(recovery_id=pk)
         user = request.user

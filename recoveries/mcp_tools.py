@@ -102,9 +102,19 @@ class ResultOut(BaseModel):
     unmount: UnmountOut | None = None
 
 
+class WaitingOut(BaseModel):
+    site: str = Field(description="The recovery site the run waits for")
+    unavailable_since: str | None = Field(description="Since when that site's ZVM has not answered (UTC)")
+    reason: str = Field(description="Its last failure")
+    message: str = Field(description="The same in one sentence")
+
+
 class RecoveryOut(BaseModel):
     id: int
-    status: str = Field(description="pending, approved, denied, expired, running, succeeded or failed")
+    status: str = Field(
+        description="pending, approved, waiting (approved, but its recovery site is unavailable: see "
+        "waiting_for_site), denied, expired, running, succeeded or failed"
+    )
     vm: str
     vm_identifier: str
     path: str
@@ -113,6 +123,11 @@ class RecoveryOut(BaseModel):
     approvals_required: int
     expires_at: str
     error: str = ""
+    waiting_for_site: WaitingOut | None = Field(
+        None,
+        description="Set while waiting: the run starts again by itself when the site answers, until the request "
+        "expires; nothing to do but poll",
+    )
     result: ResultOut | None = None
 
 
@@ -153,6 +168,7 @@ def _out(recovery: Any) -> RecoveryOut:
         approvals_required=data["approvals_required"],
         expires_at=data["expires_at"],
         error=data["error"],
+        waiting_for_site=WaitingOut(**data["waiting_for_site"]) if data["waiting_for_site"] else None,
         result=ResultOut(**data["result"]) if data["result"] else None,
     )
 
@@ -173,19 +189,24 @@ def _status(recovery_id: int) -> RecoveryOut:
     return _out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
 
 
-_PROGRESS = {
+# Waiting comes after a run found the site unavailable, so it ranks above running: it is
+# reported, and a run that starts again afterwards is not (progress never goes back).
+_PROGRESS: dict[str, tuple[float, str]] = {
     "pending": (0, "waiting for a human to approve"),
     "approved": (1, "approved; queued"),
     "running": (2, "mounting the checkpoint and copying the file"),
+    "waiting": (2.5, "approved; waiting for its recovery site to answer again"),
 }
 _DONE = ("denied", "expired", "succeeded", "failed")
 
 
 async def _wait(out: RecoveryOut, ctx: Context | None) -> RecoveryOut:
     deadline = time.monotonic() + WAIT_MAX_S
-    reported = -1  # each progress notification must be higher than the last (the spec says so)
+    reported = -1.0  # each progress notification must be higher than the last (the spec says so)
     while out.status not in _DONE and time.monotonic() < deadline:
         step, words = _PROGRESS.get(out.status, (0, out.status))
+        if out.waiting_for_site is not None:
+            words = out.waiting_for_site.message
         if ctx is not None and step > reported:
             await ctx.report_progress(step, 3, f"recovery #{out.id}: {words}")
             reported = step

@@ -16,6 +16,7 @@ class RecoveryRequest(models.Model):
     class Status(models.TextChoices):
         PENDING = "pending"  # waiting for a human
         APPROVED = "approved"  # queued for the runner
+        WAITING = "waiting", "Waiting for its site"  # approved; its recovery site is unavailable: runs when it answers
         DENIED = "denied"
         EXPIRED = "expired"  # nobody approved in time
         RUNNING = "running"  # mounting / downloading / unmounting
@@ -75,6 +76,13 @@ class RecoveryRequest(models.Model):
     unmount_session_id = models.CharField(max_length=255, blank=True)
     unmount_warning = models.TextField(blank=True)
     error = models.TextField(blank=True)
+    # While waiting: since when the recovery site has been unavailable, and its last failure.
+    site_unavailable_since = models.DateTimeField(
+        null=True, blank=True, help_text="While waiting: since when the recovery site has been unavailable."
+    )
+    site_unavailable_reason = models.TextField(blank=True)
+    # While waiting: when its run was queued again (its site answers), so overlapping sweeps queue it once.
+    resume_queued_at = models.DateTimeField(null=True, blank=True, editable=False)
     purged_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -175,3 +183,24 @@ class FlrSession(models.Model):
 
     def __str__(self) -> str:
         return self.session_id or f"unknown session #{self.pk}"
+
+
+class FlrSiteListing(models.Model):
+    """What one site's ZVM listed last: how many live FLR sessions, ours and others'.
+
+    Written whenever a full listing of the site is read: every reaper sweep lists every
+    enabled site, and so do the admin's live-sessions page and ``zerto_list_flr_sessions``.
+    ``/metrics`` reports it with its time, since other operators' sessions are known only
+    from such a listing.
+    """
+
+    site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="flr_listing")
+    listed_at = models.DateTimeField()
+    live_ours = models.PositiveIntegerField(help_text="Live sessions listed that this service recorded.")
+    live_foreign = models.PositiveIntegerField(help_text="Live sessions listed that someone else opened.")
+
+    class Meta:
+        verbose_name = "FLR site listing"
+
+    def __str__(self) -> str:
+        return f"{self.site_id}: {self.live_ours} ours, {self.live_foreign} foreign at {self.listed_at:%Y-%m-%d %H:%M}"

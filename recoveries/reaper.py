@@ -1,7 +1,7 @@
 """The orphan reaper: no FLR mount this service opened stays up.
 
-On every enabled site holding live sessions of ours, one ``GET /v1/flrs`` tells which are
-still there. Ours that vanished are marked ended; ours whose recovery finished, failed or
+On every enabled site, one ``GET /v1/flrs`` tells which of our sessions are still there, and
+how many live sessions others hold (recorded for /metrics). Ours that vanished are marked ended; ours whose recovery finished, failed or
 ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
 found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
 not recorded by us) and unmounted. A mount without an id (its answer was a 5xx, a timeout or
@@ -18,8 +18,6 @@ may overlap.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -28,15 +26,17 @@ from django.conf import settings
 from django.db import connection, connections, transaction
 from django.utils import timezone
 
+from recoveries.listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
 from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.sites import site_client
+from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession
-from rewind.zvm import ZvmClient, ZvmError
+from rewind.zvm import ZvmClient
 
 logger = logging.getLogger(__name__)
 S = FlrSession.Status
@@ -72,60 +72,30 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     report.expired_requests = recovery_requests_expire_stale(now=now)
     report.overdue_recoveries = _fail_overdue(now)
     report.purged_results, report.purge_failed = recovery_results_purge_expired(now=now)
-    site_ids = FlrSession.objects.filter(status__in=FlrSession.LIVE).values_list("site_id", flat=True).distinct()
-    sites = list(Site.objects.filter(pk__in=list(site_ids), enabled=True))
-    if connection.in_atomic_block or len(sites) <= 1:
-        # Threads could not see the caller's open transaction: one site after the other.
-        for site in sites:
-            _reap_site_reporting(site, now, report)
-        return report
+    # Every enabled site, not only those holding sessions of ours: the listing also tells how
+    # many sessions others hold there (``FlrSiteListing``, reported by /metrics).
+    sites = list(Site.objects.filter(enabled=True).order_by("name"))
     # Each site in a thread of its own, so a stuck ZVM delays no other site's sweep (its circuit
     # makes it fail at once after the first timeout). A site still running at the limit is
     # reported and left to finish: every step is a compare-and-swap.
     parts = {site.pk: ReapReport() for site in sites}
-    threads = [
-        (
-            site,
-            threading.Thread(
-                target=_reap_site_in_thread, args=(site, now, parts[site.pk]), name=f"reap-{site.pk}", daemon=True
-            ),
-        )
-        for site in sites
-    ]
-    for _site, thread in threads:
-        thread.start()
-    limit = time.monotonic() + settings.REWIND_REAPER_INTERVAL_S
-    for site, thread in threads:
-        thread.join(max(0.0, limit - time.monotonic()))
-        if thread.is_alive():
-            report.site_errors[site.name] = "still running at the sweep's time limit"
-            continue
-        _merge(report, parts[site.pk])
+    outcomes = for_each_site(
+        sites,
+        lambda site: _reap_site(site, now, parts[site.pk]),
+        limit_s=settings.REWIND_REAPER_INTERVAL_S,
+        label="reaper",
+    )
+    for outcome in outcomes:
+        if outcome.finished:
+            _merge(report, parts[outcome.site.pk])
+        if outcome.error:
+            report.site_errors[outcome.site.name] = outcome.error
     return report
 
 
 def _merge(into: ReapReport, part: ReapReport) -> None:
     for name in ("unmounted", "unmount_failed", "vanished", "found_unknown", "unknown_ended"):
         setattr(into, name, getattr(into, name) + getattr(part, name))
-    into.site_errors.update(part.site_errors)
-
-
-def _reap_site_reporting(site: Site, now: datetime, report: ReapReport) -> None:
-    try:
-        _reap_site(site, now, report)
-    except ZvmError as exc:
-        report.site_errors[site.name] = str(exc)
-        logger.warning("reaper: %s", exc)
-
-
-def _reap_site_in_thread(site: Site, now: datetime, report: ReapReport) -> None:
-    try:
-        _reap_site_reporting(site, now, report)
-    except Exception:
-        logger.exception("reaper: site %s", site.name)
-        report.site_errors[site.name] = "the sweep of this site failed; see the log"
-    finally:
-        connections.close_all()  # this thread's own connections
 
 
 def _fail_overdue(now: datetime) -> int:
@@ -159,7 +129,9 @@ def _reapable(row: FlrSession, now: datetime) -> bool:
 def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
     # One HTTP pool and token per site for the process: beat runs this every few minutes.
     client = site_client(site)
-    live = {s.identifier.lower(): s for s in client.list_flr_sessions() if s.identifier}
+    listed = client.list_flr_sessions()
+    flr_listing_record(site=site, sessions=listed)
+    live = {s.identifier.lower(): s for s in listed if s.identifier}
     rows = list(FlrSession.objects.filter(site=site, status__in=FlrSession.LIVE).select_related("recovery", "site"))
     to_unmount: list[FlrSession] = []
     for row in rows:

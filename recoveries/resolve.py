@@ -7,9 +7,9 @@ the VM. FLR runs at a VPG's recovery site, so only VPGs whose recovery site's ZV
 configured here qualify.
 
 Among several qualifying VPGs ("prefer a local one") the choice is, in this order:
-1. a VPG whose recovery site is configured, enabled and passed its last identity check
-   (``Site.last_error`` empty): the ZVM this service reaches without trouble now, so the
-   mount is the most likely to work;
+1. a VPG whose recovery site is configured, enabled, passed its last identity check
+   (``Site.last_error`` empty) and is not marked unavailable (its circuit is closed): the ZVM
+   this service reaches without trouble now, so the mount is the most likely to work;
 2. the newest matching tagged checkpoint, measured by its guarded change
    (``ChangeGuard.requested_at``): the checkpoints of one change are inserted in parallel a
    few seconds apart, so they tie and the choice does not hang on which insert landed last;
@@ -43,7 +43,7 @@ from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.retention import left_journal_text, retention_recheck_due
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import Protection, VpgProtection, find_protection
-from rewind.sites import site_client, site_clock_offset_s
+from rewind.sites import site_circuit, site_client, site_clock_offset_s
 from rewind.sites.models import Site
 from rewind.zvm import ZvmError
 from rewind.zvm.clock import from_zvm, to_zvm
@@ -127,13 +127,16 @@ def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
 
 
 def _healthy_site_pks(vpgs: Iterable[VpgProtection]) -> set[int]:
-    """Recovery sites configured here, enabled now and whose last identity check succeeded.
+    """Recovery sites configured here, enabled now, whose last identity check succeeded and
+    which are not marked unavailable (their circuit is closed: ``rewind.zvm.breaker``).
 
-    Read from the database, not from the (cached) protection lookup: a site disabled or
-    failing a moment ago must lose the preference at once.
+    Read from the database and the circuits, not from the (cached) protection lookup: a site
+    disabled or failing a moment ago must lose the preference at once. A run at a site marked
+    unavailable would only wait for it.
     """
     pks = {v.recovery_site.site_pk for v in vpgs if v.recovery_site.site_pk is not None}
-    return set(Site.objects.filter(pk__in=pks, enabled=True, last_error="").values_list("pk", flat=True))
+    sites = Site.objects.filter(pk__in=pks, enabled=True, last_error="")
+    return {site.pk for site in sites if not site_circuit(site).is_open}
 
 
 def _preference(vpg: VpgProtection, healthy: set[int], requested_at: datetime | None = None) -> tuple[bool, float, str]:

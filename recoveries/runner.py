@@ -35,6 +35,7 @@ from recoveries.sessions import (
     session_transition,
     session_unmount,
 )
+from recoveries.site_wait import recovery_run_claim, recovery_should_wait, recovery_wait_for_site
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError
@@ -65,42 +66,37 @@ class Run:
 
 
 def recovery_run(*, recovery_id: int, request_id: str) -> str:
-    """Run an approved recovery once; returns its final status.
+    """Run an approved (or waiting) recovery once; returns its status afterwards.
 
-    Harmless to repeat: only the call that moves it approved → running does anything, so
-    a redelivered task never mounts a second time.
+    Harmless to repeat: only the call that moves it to running does anything, so a
+    redelivered task never mounts a second time. When the recovery site turns out to be
+    unavailable before anything was mounted, the request waits for it (``site_wait``)
+    instead of failing: no worker waits for a dead ZVM, and the run is queued again when
+    the site answers, until the request expires.
     """
-    now = timezone.now()
-    with transaction.atomic():
-        won = RecoveryRequest.objects.filter(pk=recovery_id, status=Status.APPROVED).update(
-            status=Status.RUNNING, started_at=now
-        )
-        if not won:
-            current = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", flat=True).first()
-            logger.info("recovery %s is %s; nothing to run", recovery_id, current)
-            return str(current)
-        recovery = RecoveryRequest.objects.get(pk=recovery_id)
-        audit_record(
-            actor=SYSTEM,
-            action=RecoveryAction.STARTED,
-            target=recovery,
-            data={"vm": recovery.vm_name, "path": recovery.normalized_path},
-            request_id=request_id,
-        )
+    recovery = recovery_run_claim(recovery_id=recovery_id, request_id=request_id)
+    if recovery is None:
+        current = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", flat=True).first()
+        logger.info("recovery %s is %s; nothing to run", recovery_id, current)
+        return str(current)
+    run: Run | None = None
     try:
         run = _prepare(recovery, request_id)
         _execute(run)
-    except RunFailed as exc:
-        _finish_failed(recovery, exc.message, request_id)
-    except ApplicationError as exc:
-        _finish_failed(recovery, exc.message, request_id)
-    except ZvmError as exc:
-        _finish_failed(recovery, str(exc), request_id)
+    except (RunFailed, ApplicationError, ZvmError) as exc:
+        if run is not None and recovery_should_wait(recovery=recovery, site=run.site, error=exc):
+            recovery_wait_for_site(recovery=recovery, site=run.site, request_id=request_id)
+        else:
+            _finish_failed(recovery, _said(exc), request_id)
     except Exception as exc:  # the request must not stay "running" for an unforeseen bug
         logger.exception("recovery %s failed unexpectedly", recovery_id)
         _finish_failed(recovery, f"internal error ({type(exc).__name__}); see the service log", request_id)
     recovery.refresh_from_db()
     return recovery.status
+
+
+def _said(exc: RunFailed | ApplicationError | ZvmError) -> str:
+    return str(exc) if isinstance(exc, ZvmError) else exc.message
 
 
 def _prepare(recovery: RecoveryRequest, request_id: str) -> Run:

@@ -4,14 +4,15 @@ and the REST API, and the rows the adapters look up."""
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 from django.conf import settings
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.urls import reverse
 
-from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
 from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
 from rewind.errors import NotFoundError, PermissionDeniedError
@@ -170,6 +171,33 @@ def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | 
     return out
 
 
+def waiting_message(r: RecoveryRequest) -> str:
+    """What a person or an agent reads about a request waiting for its recovery site."""
+    since = r.site_unavailable_since
+    text = f"waiting for site {r.recovery_site_name or r.recovery_site_identifier}, unavailable " + (
+        f"since {since:%Y-%m-%d %H:%M:%S} UTC" if since else "lately"
+    )
+    if r.site_unavailable_reason:
+        text += f" ({r.site_unavailable_reason})"
+    if r.resume_queued_at is not None:
+        return text + "; it answers again and the run is queued"
+    return text + (
+        f"; the run starts again when it answers, until the request expires at {r.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+def waiting_dict(r: RecoveryRequest) -> dict[str, Any] | None:
+    """``{site, unavailable_since, reason, message}`` while the request waits for its recovery site, else None."""
+    if r.status != RecoveryRequest.Status.WAITING:
+        return None
+    return {
+        "site": r.recovery_site_name or r.recovery_site_identifier,
+        "unavailable_since": r.site_unavailable_since.isoformat() if r.site_unavailable_since else None,
+        "reason": r.site_unavailable_reason,
+        "message": waiting_message(r),
+    }
+
+
 def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]:
     return {
         "id": r.pk,
@@ -189,7 +217,30 @@ def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]
         "started_at": r.started_at.isoformat() if r.started_at else None,
         "finished_at": r.finished_at.isoformat() if r.finished_at else None,
         "error": r.error,
+        "waiting_for_site": waiting_dict(r),
         "request_id": r.request_id,
         "approval_url": approval_url(r),
         "result": result_dict(r, inline=inline),
     }
+
+
+def recoveries_awaiting_approval() -> int:
+    """Pending requests: what waits for a person (``/metrics``)."""
+    return RecoveryRequest.objects.filter(status=RecoveryRequest.Status.PENDING).count()
+
+
+def flr_sessions_live_ours_by_site() -> dict[str, int]:
+    """Our FLR sessions still holding (or perhaps holding) a mount, by site name (``/metrics``)."""
+    rows = (
+        FlrSession.objects.filter(status__in=FlrSession.LIVE)
+        .order_by()
+        .values_list("site__name")
+        .annotate(n=Count("id"))
+    )
+    return {name: n for name, n in rows}
+
+
+def flr_site_listings() -> list[tuple[str, datetime, int]]:
+    """``(site name, listed at, live sessions of others)`` from each site's last listing (``/metrics``)."""
+    rows = FlrSiteListing.objects.order_by("site__name").values_list("site__name", "listed_at", "live_foreign")
+    return list(rows)

@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from recoveries.listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.selectors import calling_agent, live_sessions_url
 from rewind.audit import Actor, audit_record
@@ -357,6 +358,7 @@ def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
         except ZvmError as exc:
             errors[site.name] = str(exc)
             continue
+        flr_listing_record(site=site, sessions=listed)
         ids = [s.identifier for s in listed if s.identifier]
         recorded = {row.session_id.lower(): row for row in FlrSession.objects.filter(site=site, session_id__in=ids)}
         for s in listed:

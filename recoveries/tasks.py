@@ -7,6 +7,7 @@ from celery import Task, shared_task
 from recoveries.notify import recovery_notify_approvers, recovery_notify_failed
 from recoveries.reaper import recoveries_reap
 from recoveries.runner import recovery_run
+from recoveries.site_wait import recoveries_resume_waiting
 from rewind.requestid import bound_request_id
 
 
@@ -22,6 +23,12 @@ def recoveries_reap_task(request_id: str | None = None) -> dict[str, object]:
     """One reaper sweep (beat runs it every REWIND_REAPER_INTERVAL_S); safe to overlap."""
     with bound_request_id(request_id):
         return recoveries_reap().as_dict()
+
+
+@shared_task(name="recoveries.resume_waiting")
+def recoveries_resume_waiting_task() -> dict[str, object]:
+    """Queue again the runs waiting for a site that answers now; fail those that expired. Safe to overlap."""
+    return recoveries_resume_waiting().as_dict()
 
 
 # Mail servers are down for minutes, not seconds: back off 30 s, 1, 2, 4, 8 min, then give up

@@ -28,20 +28,32 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.reap",
             "schedule": float(settings.REWIND_REAPER_INTERVAL_S),
         },
+        # Queue again the recoveries that wait for their recovery site once it answers (the probe
+        # closes its circuit), and fail those that expired meanwhile. Safe to overlap: CAS.
+        "recoveries-resume-waiting": {
+            "task": "recoveries.resume_waiting",
+            "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
+        },
         # Queue again the guards whose wait task died (worker killed, message lost): their
         # lease (15 s, renewed by a heartbeat) ran out. Safe to overlap: compare-and-swap.
         "checkpoints-resume-stale": {
             "task": "rewind.checkpoints.resume_stale",
             "schedule": 30.0,
         },
-        # Record the checkpoints that Zerto listed only after their guard timed out, so a
-        # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
         # Give each site whose circuit is open (its ZVM stopped answering) its one trial call
         # when due, so it is used again as soon as it answers. Safe to overlap: trials are claimed.
         "sites-probe": {
             "task": "rewind.sites.probe",
             "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
         },
+        # Ask every enabled site's ZVM who it is, so identity, clock and last error stay current.
+        # Sites are asked at once, through their circuits; safe to overlap.
+        "sites-refresh-identity": {
+            "task": "rewind.sites.refresh_identity",
+            "schedule": float(settings.REWIND_SITE_REFRESH_INTERVAL_S),
+        },
+        # Record the checkpoints that Zerto listed only after their guard timed out, so a
+        # recovery may use them. One listing per VPG per sweep; safe to overlap (CAS).
         "checkpoints-listed-late": {
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),

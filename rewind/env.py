@@ -6,6 +6,7 @@ typo in a deployment never turns into a silently different configuration.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 import os
 from pathlib import Path
@@ -84,6 +85,17 @@ def env_list(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return default
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """Comma-separated addresses or networks (``10.0.0.0/8``, ``::1``); an address is a network of one."""
+    out: list[ipaddress.IPv4Network | ipaddress.IPv6Network] = []
+    for item in env_list(name, []):
+        try:
+            out.append(ipaddress.ip_network(item, strict=False))
+        except ValueError:
+            raise ImproperlyConfigured(f"{name}: {item!r} is not an IP address or network") from None
+    return out
 
 
 def env_secret(name: str) -> str | None:

@@ -19,6 +19,7 @@ from rewind.env import (
     env_float,
     env_int,
     env_list,
+    env_networks,
     env_secret,
     env_str,
     sqlite_database,
@@ -66,6 +67,8 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",  # Swagger UI's files served from here: the deployment may have no internet
     "django_celery_results",
     "rewind",
     "catalog",
@@ -134,6 +137,41 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "rewind.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
+    "DEFAULT_SCHEMA_CLASS": "rewind.rest.schema.RewindAutoSchema",
+}
+
+# --- OpenAPI schema (/api/schema/) and its docs page (/api/docs/) ---------------------------
+# They describe every route, so by default only a signed-in person may read them (rewind.rest.docs).
+REWIND_API_DOCS_PUBLIC = env_bool("REWIND_API_DOCS_PUBLIC", False)
+SPECTACULAR_SETTINGS = {
+    "TITLE": "zerto-rewind REST API",
+    "DESCRIPTION": (
+        "The operators' API: guards, recoveries, the catalog, sites, agents and the audit log.\n\n"
+        "Sign in through the admin (`/admin/login/`): every call carries the session cookie, and a "
+        "call that changes something also the `X-CSRFToken` header with the value of the `csrftoken` "
+        "cookie. Every route needs a staff account holding the permission its description names. "
+        "Agents' bearer tokens are accepted only by the download of a recovered file.\n\n"
+        'Errors are JSON: `{"detail": "..."}` (sometimes with more keys that say what went wrong), '
+        'and for invalid input one list of messages per field, e.g. `{"vm_arg": ["..."]}`.'
+    ),
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SERVE_PERMISSIONS": ["rewind.rest.permissions.ApiDocsPermission"],
+    # Requests and responses of the same serializer differ (read-only fields): two components.
+    "COMPONENT_SPLIT_REQUEST": True,
+    # Django's <int:...> matches digits only: -1 is no route at all (an HTML 404), so say so.
+    "PATH_CONVERTER_OVERRIDES": {"int": {"type": "integer", "minimum": 0}},
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    # Several models have a "status": each choice set gets its own name in the schema.
+    "ENUM_NAME_OVERRIDES": {
+        "GuardStatusEnum": "rewind.checkpoints.models.ChangeGuard.Status",
+        "TaggedCheckpointStatusEnum": "rewind.checkpoints.models.ChangeGuardVpg.Status",
+        "RecoveryStatusEnum": "recoveries.models.RecoveryRequest.Status",
+        "SightingStatusEnum": "catalog.models.ToolSighting.Status",
+        "ActorTypeEnum": "rewind.audit.models.AuditEvent.ActorType",
+    },
 }
 
 # --- Celery -------------------------------------------------------------------------
@@ -191,6 +229,8 @@ ZVM_CIRCUIT_PROBE_MAX_S = env_float("ZVM_CIRCUIT_PROBE_MAX_S", 300.0, minimum=0.
 ZVM_CIRCUIT_AUDIT_QUIET_S = env_float("ZVM_CIRCUIT_AUDIT_QUIET_S", 600.0, minimum=0)
 # Where the request cap is counted and Keycloak tokens are shared (None: the database).
 ZVM_SHARED_REDIS_URL = _redis_url or None
+# How often every enabled site's ZVM is asked who it is (identity, version, clock, last error).
+REWIND_SITE_REFRESH_INTERVAL_S = env_int("REWIND_SITE_REFRESH_INTERVAL_S", 600, minimum=30)
 # Per-site cache of VM/VPG look-ups, so find_protection does not hit the ZVM for every call.
 REWIND_LOOKUP_CACHE_S = env_float("REWIND_LOOKUP_CACHE_S", 10.0, minimum=0)
 
@@ -246,6 +286,12 @@ MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
 MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
+
+# --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
+# A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with
+# both set it needs both, with neither nobody gets the metrics.
+REWIND_METRICS_TOKEN = env_secret("REWIND_METRICS_TOKEN")
+REWIND_METRICS_ALLOWED_NETWORKS = env_networks("REWIND_METRICS_ALLOWED_NETWORKS")
 
 # --- Logging ---------------------------------------------------------------------------------
 _log_level = (env_str("REWIND_LOG_LEVEL") or "INFO").upper()

@@ -5,6 +5,9 @@ from django.http import HttpRequest, JsonResponse
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from rewind.metrics.views import metrics_view
+from rewind.rest.docs import docs_view, schema_view
+
 
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
@@ -13,6 +16,10 @@ def health(request: HttpRequest) -> JsonResponse:
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("health/", health, name="health"),
+    path("metrics", metrics_view, name="metrics"),
     path("admin/", admin.site.urls),
+    # Beside the API's routes, not among them: the schema describes rewind.api_urls and nothing else.
+    path("api/schema/", schema_view, name="api-schema"),
+    path("api/docs/", docs_view, name="api-docs"),
     path("api/", include("rewind.api_urls")),
 ]

@@ -2,7 +2,8 @@
 
 Every request passes the same gate: route (case-insensitive) -> count the call -> latency
 (asyncio.sleep, never blocking the loop) -> injected HTTP error -> Bearer check -> handler ->
-injected hang (the work is done, the answer is late). Handlers raise ApiError for {"Message": ...}.
+injected hang (the work is done, the answer is late; clearing the faults or a reset ends it).
+Handlers raise ApiError for {"Message": ...}.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ class Holder:
         self.world = World(config)
 
     def reset(self) -> None:
+        self.world.faults.clear()  # hangs in progress end with the world they were injected in
         self.world = World(self.config)
 
 
@@ -81,8 +83,17 @@ async def _site_call(holder: Holder, request: Request, slug: str, rest: str) -> 
     if hang:
         # The ZVM acts, then the answer is late: a client that times out has to find out
         # what happened (a checkpoint inserted, a session opened) by looking.
-        await asyncio.sleep(float(hang.params["seconds"]))
+        await _hold(world, float(hang.params["seconds"]))
     return response
+
+
+async def _hold(world: World, seconds: float) -> None:
+    """Wait ``seconds``, or until the faults are cleared (or the simulator reset), whichever is first."""
+    generation = world.faults.generation
+    loop = asyncio.get_running_loop()
+    until = loop.time() + seconds
+    while world.faults.generation == generation and (left := until - loop.time()) > 0:
+        await asyncio.sleep(min(0.05, left))
 
 
 async def _answer(

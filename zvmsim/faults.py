@@ -1,7 +1,8 @@
 """Injected faults: a list of (kind, site, params, count) that the handlers consult.
 
 A fault with ``site`` None applies to every site; ``count`` None means until cleared, a number
-means it is used up after that many applications.
+means it is used up after that many applications. Clearing the faults also ends the hangs in
+progress (``generation`` moves on), so a test can keep a site stuck exactly as long as it needs.
 """
 
 from __future__ import annotations
@@ -79,6 +80,7 @@ class Faults:
     def __init__(self) -> None:
         self._faults: list[Fault] = []
         self._ids = itertools.count(1)
+        self.generation = 0  # moves on at every clear: a hang started before it ends
 
     def add(self, kind: str, site: str | None, params: dict[str, Any], count: int | None) -> Fault:
         fault = Fault(next(self._ids), kind, site, validate(kind, params), count)
@@ -87,6 +89,7 @@ class Faults:
 
     def clear(self) -> None:
         self._faults.clear()
+        self.generation += 1
 
     def all(self) -> list[Fault]:
         return list(self._faults)

@@ -9,6 +9,7 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -17,7 +18,7 @@ from rest_framework.views import APIView
 from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
 from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
-from rewind.rest.pagination import paginated_response
+from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
 
 
@@ -42,6 +43,15 @@ class AgentTokenOutputSerializer(serializers.ModelSerializer):
         return token.revoked_at is None and (token.expires_at is None or token.expires_at > timezone.now())
 
 
+class AgentTokenIssuedOutputSerializer(AgentTokenOutputSerializer):
+    """Only for the schema: the issue view adds ``token`` to the token's fields."""
+
+    token = serializers.CharField(read_only=True, help_text="The bearer token; shown here once and never again.")
+
+    class Meta(AgentTokenOutputSerializer.Meta):
+        fields = [*AgentTokenOutputSerializer.Meta.fields, "token"]
+
+
 class AgentOutputSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.get_username")
     tokens = AgentTokenOutputSerializer(many=True)
@@ -52,8 +62,11 @@ class AgentOutputSerializer(serializers.ModelSerializer):
 
 
 class AgentListApi(APIView):
+    """The agents allowed to call /mcp, each with its tokens (never their values)."""
+
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_agent", "POST": "rewind.add_agent"}
+    pagination_class = BoundedLimitOffsetPagination
 
     class InputSerializer(serializers.Serializer):
         name = serializers.SlugField(max_length=64)
@@ -71,11 +84,13 @@ class AgentListApi(APIView):
                 raise serializers.ValidationError(f"there is no active user {value!r}")
             return owner
 
+    @extend_schema(responses=AgentOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         return paginated_response(
             queryset=agent_list(), serializer_class=AgentOutputSerializer, request=request, view=self
         )
 
+    @extend_schema(responses={201: AgentOutputSerializer}, description="Add an agent (audited); issue it a token next.")
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -106,9 +121,11 @@ class AgentDetailApi(APIView):
                 raise serializers.ValidationError({"name": "an agent's name cannot change: its tags carry it"})
             return super().to_internal_value(data)
 
+    @extend_schema(responses=AgentOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
         return Response(AgentOutputSerializer(agent_get(pk)).data)
 
+    @extend_schema(responses=AgentOutputSerializer)
     def patch(self, request: Request, pk: int) -> Response:
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
@@ -135,6 +152,7 @@ class AgentTokenIssueApi(APIView):
                 raise serializers.ValidationError("the expiry must be in the future")
             return value
 
+    @extend_schema(responses={201: AgentTokenIssuedOutputSerializer})
     def post(self, request: Request, pk: int) -> Response:
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
@@ -154,6 +172,15 @@ class AgentTokenRevokeApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "rewind.change_agenttoken"}
 
+    @extend_schema(
+        responses=inline_serializer(
+            "AgentTokenRevoked",
+            {
+                "revoked": serializers.BooleanField(help_text="False when the token was revoked already."),
+                "token": AgentTokenOutputSerializer(),
+            },
+        )
+    )
     def post(self, request: Request, pk: int, token_id: int) -> Response:
         token = agent_token_get(agent=agent_get(pk), token_id=token_id)
         revoked = agent_token_revoke(actor=actor_of(request), token=token, request_id=request_id_of(request))

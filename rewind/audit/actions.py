@@ -58,6 +58,8 @@ class RecoveryAction(StrEnum):
     DENIED = "recoveries.request.denied"
     EXPIRED = "recoveries.request.expired"
     STARTED = "recoveries.request.started"
+    WAITING_FOR_SITE = "recoveries.request.waiting_for_site"
+    RESUMED = "recoveries.request.resumed"
     SUCCEEDED = "recoveries.request.succeeded"
     FAILED = "recoveries.request.failed"
     NOTIFIED = "recoveries.request.notified"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -36,8 +37,11 @@ class AuditEventOutputSerializer(serializers.ModelSerializer):
 
 
 class AuditEventListApi(APIView):
+    """Audit events, newest first; follow ``next`` for older ones (a cursor stays stable while events are added)."""
+
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
+    pagination_class = AuditCursorPagination
 
     class FilterSerializer(serializers.Serializer):
         request_id = serializers.CharField(required=False, max_length=64)
@@ -49,6 +53,7 @@ class AuditEventListApi(APIView):
         since = serializers.DateTimeField(required=False)
         until = serializers.DateTimeField(required=False)
 
+    @extend_schema(responses=AuditEventOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -57,14 +62,16 @@ class AuditEventListApi(APIView):
             serializer_class=AuditEventOutputSerializer,
             request=request,
             view=self,
-            pagination_class=AuditCursorPagination,
         )
 
 
 class AuditEventDetailApi(APIView):
+    """One audit event by its position in the chain."""
+
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
+    @extend_schema(responses=AuditEventOutputSerializer)
     def get(self, request: Request, seq: int) -> Response:
         return Response(AuditEventOutputSerializer(audit_event_get(seq)).data)
 
@@ -75,6 +82,19 @@ class AuditVerifyApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
+    @extend_schema(
+        responses=inline_serializer(
+            "AuditVerification",
+            {
+                "ok": serializers.BooleanField(),
+                "events": serializers.IntegerField(help_text="How many events were checked."),
+                "broken_at": serializers.IntegerField(
+                    required=False, help_text="The first event that breaks the chain."
+                ),
+                "reason": serializers.CharField(required=False),
+            },
+        )
+    )
     def get(self, request: Request) -> Response:
         checked, problem = verify_chain()
         if problem is None:

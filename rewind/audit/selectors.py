@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from datetime import datetime
+from typing import Any, cast
 
-from django.db.models import QuerySet
+from django.db.models import Count, F, QuerySet
+from django.db.models.fields.json import KT
 
 from rewind.audit.models import AuditEvent
 from rewind.errors import NotFoundError
@@ -44,3 +47,37 @@ def audit_event_get(seq: int) -> AuditEvent:
     if event is None:
         raise NotFoundError(f"there is no audit event #{seq}")
     return event
+
+
+def audit_chain_position() -> tuple[int, str]:
+    """``(seq, hash)`` of the newest committed event; ``(0, "")`` while the log is empty."""
+    row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    return (row[0], row[1]) if row else (0, "")
+
+
+def audit_event_hash(seq: int) -> str | None:
+    return AuditEvent.objects.filter(seq=seq).values_list("hash", flat=True).first()
+
+
+def audit_counts(
+    *, actions: Sequence[str], keys: Sequence[str], after_seq: int, upto_seq: int
+) -> list[tuple[tuple[str, ...], int]]:
+    """Events of ``actions`` with ``after_seq < seq <= upto_seq``, counted by ``keys``.
+
+    A key is a column (``action``, ``target_id``, ``actor_type``) or ``data.<name>``, a key of the
+    event's data (``""`` where it is missing). One GROUP BY over the range.
+    """
+    columns: dict[str, Any] = {
+        f"k{i}": KT(f"data__{key.removeprefix('data.')}") if key.startswith("data.") else F(key)
+        for i, key in enumerate(keys)
+    }
+    rows: Iterable[dict[str, Any]] = cast(
+        Any,
+        AuditEvent.objects.filter(action__in=list(actions), seq__gt=after_seq, seq__lte=upto_seq)
+        .order_by()
+        .values(**columns)
+        .annotate(n=Count("seq")),
+    )
+    return [
+        (tuple("" if row[f"k{i}"] is None else str(row[f"k{i}"]) for i in range(len(keys))), row["n"]) for row in rows
+    ]

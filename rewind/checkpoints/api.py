@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -9,7 +10,7 @@ from rest_framework.views import APIView
 
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_get, guard_list
-from rewind.rest.pagination import paginated_response
+from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_changeguard"}
@@ -83,8 +84,11 @@ class GuardDetailOutputSerializer(GuardOutputSerializer):
 
 
 class GuardListApi(APIView):
+    """Guards, newest first: one per guarded change, with how many of its VPGs list the checkpoint."""
+
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
+    pagination_class = BoundedLimitOffsetPagination
 
     class FilterSerializer(serializers.Serializer):
         agent = serializers.CharField(required=False, max_length=64)
@@ -92,6 +96,7 @@ class GuardListApi(APIView):
         status = serializers.ChoiceField(required=False, choices=ChangeGuard.Status.choices)
         change_id = serializers.CharField(required=False, max_length=100)
 
+    @extend_schema(responses=GuardOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
@@ -104,8 +109,11 @@ class GuardListApi(APIView):
 
 
 class GuardDetailApi(APIView):
+    """A guard with the tagged checkpoint of each of its VPGs."""
+
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
+    @extend_schema(responses=GuardDetailOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
         return Response(GuardDetailOutputSerializer(guard_get(pk)).data)

@@ -15,6 +15,7 @@ nothing to find.
 Cost: one checkpoint listing per VPG per sweep, from the oldest candidate insert of that VPG
 (less a minute for clock skew) on, so the window is bounded by the horizon. A listing that
 fails records nothing: an error is never read as "absent", and the next sweep tries again.
+Sites are listed at once, each in a thread of its own, so a stuck ZVM delays no other site.
 No transaction is held across a ZVM call; the record is a compare-and-swap, so sweeps (the
 beat, a recovery resolving a change) may overlap.
 """
@@ -36,6 +37,8 @@ from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import TaggedCheckpoint
 from rewind.sites import site_client, site_clock_offset_s
+from rewind.sites.fanout import for_each_site
+from rewind.sites.models import Site
 from rewind.zvm import Checkpoint, ZvmError
 from rewind.zvm.clock import to_zvm
 
@@ -79,23 +82,47 @@ def late_listings_check(rows: Iterable[TaggedCheckpoint]) -> LateReport:
     """Look for the tags of ``rows`` (candidates, with guard and site loaded): one listing per VPG.
 
     Records each one found (CAS + audit); returns what it did. ZVM errors are reported per
-    VPG, never raised.
+    VPG, never raised. Sites are visited at once (``for_each_site``), each in a thread of its
+    own, so a stuck ZVM delays no other site's listings; a site still listing after
+    REWIND_LATE_LISTING_INTERVAL_S is reported and left to finish (every record is a CAS).
     """
     report = LateReport()
-    by_vpg: dict[tuple[int, str], list[TaggedCheckpoint]] = defaultdict(list)
+    sites: dict[int, Site] = {}
+    by_vpg: dict[int, dict[str, list[TaggedCheckpoint]]] = defaultdict(lambda: defaultdict(list))
     for row in rows:
-        if row.site_id is not None and row.insert_started_at is not None:
-            by_vpg[(row.site_id, row.vpg_identifier)].append(row)
-    for group in by_vpg.values():
-        listed = _list(group, report)
-        if listed is None:
-            continue
-        by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.identifier and cp.tag}
-        for row in group:
-            found = by_tag.get(row.guard.tag.strip())
-            if found is not None and _record(row, found):
-                report.recorded += 1
+        if row.site is not None and row.insert_started_at is not None:
+            sites[row.site.pk] = row.site
+            by_vpg[row.site.pk][row.vpg_identifier].append(row)
+    parts = {pk: LateReport() for pk in sites}
+
+    def visit(site: Site) -> None:
+        for group in by_vpg[site.pk].values():
+            _check_vpg(group, parts[site.pk])
+
+    outcomes = for_each_site(
+        list(sites.values()), visit, limit_s=settings.REWIND_LATE_LISTING_INTERVAL_S, label="late listings"
+    )
+    for outcome in outcomes:
+        part = parts[outcome.site.pk]
+        if outcome.finished:
+            report.vpgs_listed += part.vpgs_listed
+            report.recorded += part.recorded
+            report.errors.update(part.errors)
+        if outcome.error:
+            report.errors[outcome.site.name] = outcome.error
     return report
+
+
+def _check_vpg(group: list[TaggedCheckpoint], report: LateReport) -> None:
+    """One listing for the rows of one VPG; records each row whose tag it shows."""
+    listed = _list(group, report)
+    if listed is None:
+        return
+    by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.identifier and cp.tag}
+    for row in group:
+        found = by_tag.get(row.guard.tag.strip())
+        if found is not None and _record(row, found):
+            report.recorded += 1
 
 
 def _list(group: list[TaggedCheckpoint], report: LateReport) -> list[Checkpoint] | None:

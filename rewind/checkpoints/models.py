@@ -103,6 +103,11 @@ class ChangeGuardVpg(models.Model):
         null=True, blank=True, editable=False, help_text="The insert call's answer was lost at this time."
     )
     reinserted = models.BooleanField(default=False, editable=False)
+    # What the site's pacing learns from (``site_listing_times_s``): when the poller last saw
+    # the list without our tag, and from that how long the ZVM took to list it. ``waited_ms``
+    # is when we saw it, which includes our own lateness under load.
+    last_miss_at = models.DateTimeField(null=True, blank=True, editable=False)
+    listed_after_ms = models.PositiveIntegerField(null=True, blank=True, editable=False)
     # The retention forecast (rewind.checkpoints.retention): when the checkpoint leaves its
     # VPG's journal, after which no file can be recovered from it. Refreshed by a beat sweep.
     leaves_journal_at = models.DateTimeField(

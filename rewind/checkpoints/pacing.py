@@ -30,6 +30,9 @@ MAX_GAP_S = 5.0  # longest gap once the expected moment is past, or without hist
 COLD_FIRST_S = 0.5  # without history: the first gap; each next one is a share of the time waited
 COLD_FRACTION = 0.2
 NEAR_FRACTION = 0.03  # near the expected moment: gap = this share of it (at least MIN_GAP_S)
+# ... and at most this many asks across the window: a ZVM whose times scatter widely (a wide
+# window) is not asked dozens of times per VPG.
+WINDOW_ASKS = 8
 LATE_FRACTION = 0.5  # past the window: gap = this share of the time overdue
 
 
@@ -79,7 +82,7 @@ def _cold_gap(elapsed_s: float) -> float:
 
 
 def _forecast_gap(elapsed_s: float, fc: Forecast) -> float:
-    near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s)
+    near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s, 2 * fc.early_s / WINDOW_ASKS)
     if elapsed_s < fc.window_start_s:
         # Wake at the window's start (not a fixed share of it): the first look lands just before
         # the moment the ZVM usually lists, whatever the expectation.

@@ -23,7 +23,7 @@ import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.utils import timezone
 
@@ -233,9 +233,11 @@ class SiteRound:
         by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.tag}
         for row in rows:
             found = by_tag.get(row.guard.tag.strip())
-            if found is not None:
-                self._end(row, TaggedCheckpoint.Status.LISTED, "", found)
-                self.report.listed += 1
+            if found is None:
+                row.last_miss_at = self.now
+                continue
+            self._end(row, TaggedCheckpoint.Status.LISTED, "", found)
+            self.report.listed += 1
 
     # -- the rows' next times -------------------------------------------------------------
     def _reschedule(self, due: list[TaggedCheckpoint]) -> None:
@@ -257,6 +259,7 @@ class SiteRound:
                 next_poll_at=self.now + timedelta(seconds=gap),
                 task_started_at=row.task_started_at,
                 task_completed_at=row.task_completed_at,
+                last_miss_at=row.last_miss_at,
                 error=row.error[:2000],
             )
 
@@ -267,13 +270,49 @@ class SiteRound:
             if row.status in FINAL:
                 continue
             TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
-                task_started_at=row.task_started_at, task_completed_at=row.task_completed_at
+                task_started_at=row.task_started_at,
+                task_completed_at=row.task_completed_at,
+                last_miss_at=row.last_miss_at,
             )
 
     def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
-        if row_finish(row.pk, row.guard, status, error=error, checkpoint=checkpoint, offset_s=self.offset_s):
+        listed_after = listing_time_ms(row, self.now) if status == TaggedCheckpoint.Status.LISTED else None
+        finished = row_finish(
+            row.pk,
+            row.guard,
+            status,
+            error=error,
+            checkpoint=checkpoint,
+            offset_s=self.offset_s,
+            listed_after_ms=listed_after,
+        )
+        if finished:
             self.report.ended += 1
         row.status = status
+
+
+# A checkpoint already listed at the first look was listed some time before it: the sample is
+# taken this far below the moment we saw it, so the next guards look earlier, until a look
+# finds the list without it and the time is known between two looks.
+UNSEEN_SHARE = 0.8
+
+
+def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime) -> int | None:
+    """How long the ZVM took to list the row's checkpoint, for the site's pacing to learn from.
+
+    Between the last look that did not find it and the one that did (the midpoint); when the
+    first look found it, an upper bound only, so ``UNSEEN_SHARE`` of it. When we saw it is
+    not the answer: under load the poller looks late, and learning that lateness would make
+    every later guard look late too.
+    """
+    start = row.insert_started_at
+    if start is None:
+        return None
+    seen = (seen_at - start).total_seconds()
+    if row.last_miss_at is not None and row.last_miss_at > start:
+        missed = (row.last_miss_at - start).total_seconds()
+        return max(0, int((missed + seen) / 2 * 1000))
+    return max(0, int(seen * UNSEEN_SHARE * 1000))
 
 
 def _is_insert_of(task: Task, vpg_id: str) -> bool:

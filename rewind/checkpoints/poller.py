@@ -123,6 +123,10 @@ def _round(site_id: int, run_id: str) -> RoundReport:
             row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)
         _finish_guards(rows)
         return RoundReport(ended=len(rows))
+    # A long round (many VPGs under the site's request cap) must not let its guards look abandoned.
+    ChangeGuard.objects.filter(pk__in={r.guard_id for r in rows}, lease_owner=POLLER_OWNER).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=ROUND_LEASE_S + POLLER_GRACE_S)
+    )
     client = site_client(site)
     last_renew = [time.monotonic()]
 

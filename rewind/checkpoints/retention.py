@@ -6,9 +6,9 @@ and stores on every row of that VPG the estimate of ``rewind.checkpoints.forecas
 ``leaves_journal_at``, ``journal_estimated_at``, the history used, and ``left_journal_seen_at``
 once the ZVM shows the journal past the checkpoint (audited once,
 ``guard.checkpoint.left_journal``; such a row is not asked about again). Each site runs in a
-thread of its own, bounded by the interval, as the reaper does: a stuck ZVM delays no other
-site. A ZVM that cannot be asked changes nothing: an error is never read as "gone", and a
-VPG whose history cannot be read keeps its last estimate.
+thread of its own under the interval (``rewind.sites.fanout``, as the reaper): a stuck ZVM
+delays no other site. A ZVM that cannot be asked changes nothing: an error is never read as
+"gone", and a VPG whose history cannot be read keeps its last estimate.
 
 ``retention_warnings_sweep`` (the same beat task, database only) warns once per row whose
 estimate falls within ``REWIND_RETENTION_WARN_H``: ``retention_warning_record`` is the one
@@ -21,15 +21,13 @@ beat, a recovery request checking its checkpoint) may overlap.
 from __future__ import annotations
 
 import logging
-import threading
-import time
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import transaction
 from django.db.models import F, Q, QuerySet
 from django.utils import timezone
 
@@ -38,6 +36,7 @@ from rewind.audit.actions import GuardAction
 from rewind.checkpoints.forecast import JournalForecast, journal_forecast
 from rewind.checkpoints.models import TaggedCheckpoint
 from rewind.sites import site_client, site_clock_offset_s
+from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
 from rewind.zvm import ZvmError
 
@@ -83,50 +82,30 @@ def retention_candidates(*, now: datetime | None = None) -> QuerySet[TaggedCheck
 
 
 def retention_refresh_sweep(*, now: datetime | None = None) -> RetentionReport:
-    """Refresh the estimate of every candidate row, each site in a thread of its own. Safe to overlap."""
+    """Refresh the estimate of every candidate row, the sites at once (``for_each_site``), each
+    in a thread of its own, so a stuck ZVM delays no other site. A site still at work after
+    ``REWIND_RETENTION_INTERVAL_S`` is reported and left to finish. Safe to overlap."""
     now = now or timezone.now()
     report = RetentionReport()
+    sites: dict[int, Site] = {}
     by_site: dict[int, list[TaggedCheckpoint]] = defaultdict(list)
     for row in retention_candidates(now=now).select_related("guard", "site"):
-        if row.site_id is not None:
-            by_site[row.site_id].append(row)
-    if connection.in_atomic_block or len(by_site) <= 1:
-        # Threads could not see the caller's open transaction: one site after the other.
-        for rows in by_site.values():
-            retention_rows_refresh(rows, now=now, report=report)
-        return report
-    parts = {site_id: RetentionReport() for site_id in by_site}
-    threads = [
-        threading.Thread(
-            target=_refresh_in_thread, args=(rows, now, parts[site_id]), name=f"retention-{site_id}", daemon=True
-        )
-        for site_id, rows in by_site.items()
-    ]
-    for thread in threads:
-        thread.start()
-    limit = time.monotonic() + settings.REWIND_RETENTION_INTERVAL_S
-    for (site_id, rows), thread in zip(by_site.items(), threads, strict=True):
-        thread.join(max(0.0, limit - time.monotonic()))
-        if thread.is_alive():
-            # Left to finish: every record is a compare-and-swap.
-            report.site_errors[_site_name(rows)] = "still running at the sweep's time limit"
-            continue
-        report.merge(parts[site_id])
+        if row.site is not None:
+            sites[row.site.pk] = row.site
+            by_site[row.site.pk].append(row)
+    parts = {pk: RetentionReport() for pk in sites}
+    outcomes = for_each_site(
+        list(sites.values()),
+        lambda site: retention_rows_refresh(by_site[site.pk], now=now, report=parts[site.pk]),
+        limit_s=settings.REWIND_RETENTION_INTERVAL_S,
+        label="retention",
+    )
+    for outcome in outcomes:
+        if outcome.finished:
+            report.merge(parts[outcome.site.pk])
+        if outcome.error:
+            report.site_errors[outcome.site.name] = outcome.error
     return report
-
-
-def _site_name(rows: list[TaggedCheckpoint]) -> str:
-    return rows[0].site.name if rows[0].site else "?"
-
-
-def _refresh_in_thread(rows: list[TaggedCheckpoint], now: datetime, report: RetentionReport) -> None:
-    try:
-        retention_rows_refresh(rows, now=now, report=report)
-    except Exception:
-        logger.exception("retention: site %s", _site_name(rows))
-        report.site_errors[_site_name(rows)] = "the sweep of this site failed; see the log"
-    finally:
-        connections.close_all()  # this thread's own connections
 
 
 def retention_rows_refresh(

@@ -107,8 +107,13 @@ def row_finish(
     error: str = "",
     checkpoint: Checkpoint | None = None,
     offset_s: float = 0.0,
+    listed_after_ms: int | None = None,
 ) -> bool:
-    """End a row (listed, failed or timed out) and audit it; False when it had ended already."""
+    """End a row (listed, failed or timed out) and audit it; False when it had ended already.
+
+    ``listed_after_ms``: how long the ZVM took to list it, as far as the poller could tell
+    (see ``poll_round.listing_time_ms``); what the site's pacing learns from.
+    """
     row = TaggedCheckpoint.objects.get(pk=row_id)
     start = row.insert_started_at or guard.started_at or timezone.now()
     waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
@@ -119,6 +124,7 @@ def row_finish(
             checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
             checkpoint_timestamp=checkpoint.timestamp if checkpoint else None,
             waited_ms=waited_ms,
+            listed_after_ms=listed_after_ms,
             next_poll_at=None,
         )
         if won:

@@ -4,12 +4,25 @@ knows of a checkpoint."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
-from django.db.models import Count, Min, OuterRef, Prefetch, Q, QuerySet, Subquery
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -203,6 +216,8 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
     """
     if site_id is None:
         return []
+    # ``listed_after_ms`` is the poller's estimate of the ZVM's own time; rows listed before it
+    # was recorded have only ``waited_ms`` (when we saw it).
     waited = (
         TaggedCheckpoint.objects.filter(
             site_id=site_id,
@@ -211,7 +226,7 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
             waited_ms__isnull=False,
         )
         .order_by("-insert_started_at")
-        .values_list("waited_ms", flat=True)[:limit]
+        .values_list(Coalesce("listed_after_ms", "waited_ms"), flat=True)[:limit]
     )
     return [ms / 1000 for ms in waited if ms is not None]
 
@@ -299,3 +314,44 @@ def guard_get(pk: int) -> ChangeGuard:
     if guard is None:
         raise NotFoundError(f"there is no guard #{pk}")
     return guard
+
+
+def guard_counts_by_status() -> dict[str, int]:
+    """How many guards are in each status now (one GROUP BY), for ``/metrics``."""
+    rows = ChangeGuard.objects.order_by().values_list("status").annotate(n=Count("id"))
+    return {status: n for status, n in rows}
+
+
+@dataclass(frozen=True)
+class GuardWaits:
+    """Finished guards' waits, request to finish, as a cumulative histogram."""
+
+    count: int
+    sum_s: float
+    at_most: list[int]  # per bound of ``guard_waits_by_status``: guards that waited no longer
+
+
+def guard_waits_by_status(bounds: Sequence[float]) -> dict[str, GuardWaits]:
+    """For each final status, how long its guards waited, over every finished guard (one query).
+
+    Counted in the database from ``requested_at`` and ``finished_at`` at every call: the numbers
+    are the same whichever process asks, and they only grow while guards are kept.
+    """
+    wait = ExpressionWrapper(F("finished_at") - F("requested_at"), output_field=DurationField())
+    buckets = {f"le_{i}": Count("id", filter=Q(wait__lte=timedelta(seconds=b))) for i, b in enumerate(bounds)}
+    rows: Iterable[dict[str, Any]] = cast(
+        Any,
+        ChangeGuard.objects.filter(finished_at__isnull=False)
+        .annotate(wait=wait)
+        .order_by()
+        .values("status")
+        .annotate(n=Count("id"), total=Sum("wait"), **buckets),
+    )
+    return {
+        row["status"]: GuardWaits(
+            count=row["n"],
+            sum_s=row["total"].total_seconds() if row["total"] is not None else 0.0,
+            at_most=[row[f"le_{i}"] for i in range(len(bounds))],
+        )
+        for row in rows
+    }

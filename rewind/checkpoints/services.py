@@ -235,7 +235,11 @@ def guard_resume_if_stale(guard: ChangeGuard) -> bool:
 
 
 def guards_resume_stale() -> int:
-    """The beat's sweep: resume every unfinished guard whose lease ran out. Safe to overlap."""
+    """The beat's sweep: resume every unfinished guard whose lease ran out. Safe to overlap.
+
+    It asks no ZVM (it only queues each guard's wait), so a stuck site cannot delay it; the
+    calls of a resumed wait to a site marked unavailable are refused at once by its circuit.
+    """
     stale = ChangeGuard.objects.filter(status__in=UNFINISHED, lease_expires_at__lt=timezone.now())
     return sum(guard_resume_if_stale(g) for g in stale[:500])
 

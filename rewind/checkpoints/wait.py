@@ -156,7 +156,9 @@ def _hand_over(guard: ChangeGuard, run_id: str) -> str:
     remaining = (guard_deadline(guard) - now).total_seconds()
     due: dict[int, datetime] = {}
     for row in rows:
-        if row.site_id is None:
+        if row.site_id is None:  # its site was removed while it waited: nobody can answer for it
+            error = "the protected site was removed from this service while the checkpoint was pending"
+            row_finish(row.pk, guard, TaggedCheckpoint.Status.FAILED, error=error)
             continue
         if row.next_poll_at is None:
             elapsed = (now - (row.insert_started_at or now)).total_seconds()
@@ -170,8 +172,11 @@ def _hand_over(guard: ChangeGuard, run_id: str) -> str:
                 else F("outcome_unknown_since"),
             )
         due[row.site_id] = min(due.get(row.site_id, row.next_poll_at), row.next_poll_at)
+    if not due:
+        ChangeGuard.objects.filter(pk=guard.pk, lease_owner=run_id).update(lease_owner="", lease_expires_at=None)
+        return guard_finish(guard)
     # The poller's rounds extend this lease; it runs out only if the poller's chain dies.
-    first = min(due.values(), default=now)
+    first = min(due.values())
     ChangeGuard.objects.filter(pk=guard.pk, lease_owner=run_id).update(
         lease_owner=POLLER_OWNER, lease_expires_at=first + timedelta(seconds=POLLER_GRACE_S)
     )

@@ -2,7 +2,7 @@ from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
 from rewind.mcp.models import McpRateCount
-from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmToken
+from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
 from rewind.workers.models import WorkerHeartbeat
 
 __all__ = [
@@ -19,5 +19,6 @@ __all__ = [
     "TaggedCheckpoint",
     "WorkerHeartbeat",
     "ZvmRateWindow",
+    "ZvmRequestCount",
     "ZvmToken",
 ]

@@ -31,8 +31,10 @@ def paginated_response(
     serializer_class: type[Serializer],
     request: Request,
     view: Any,
-    pagination_class: type[BasePagination] = BoundedLimitOffsetPagination,
 ) -> Response:
+    """One page of ``queryset``, paginated as the view's ``pagination_class`` says (the API's
+    schema reads the same attribute), else by limit and offset."""
+    pagination_class: type[BasePagination] = getattr(view, "pagination_class", None) or BoundedLimitOffsetPagination
     paginator = pagination_class()
     page = paginator.paginate_queryset(queryset, request, view=view)
     data = serializer_class(page, many=True).data

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from rest_framework import permissions
 from rest_framework.request import Request
 
@@ -31,6 +32,20 @@ class HasModelPermission(permissions.BasePermission):
             return False
         self.message = f"you lack the permission {perm}"
         return bool(user.has_perm(perm))
+
+    def describe(self, view: Any, method: str) -> str:
+        """Who may call ``method`` on ``view``, for the API's schema."""
+        perm = getattr(view, "required_permissions", {}).get("GET" if method in ("HEAD", "OPTIONS") else method)
+        return f"a signed-in staff user holding `{perm}`." if perm else "nobody."
+
+
+class ApiDocsPermission(permissions.BasePermission):
+    """The schema and docs pages (``rewind.rest.docs``): signed in, unless REWIND_API_DOCS_PUBLIC.
+
+    Read at request time: drf-spectacular reads its SERVE_PERMISSIONS once, at import."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        return bool(settings.REWIND_API_DOCS_PUBLIC or (request.user and request.user.is_authenticated))
 
 
 def actor_of(request: Request) -> Actor:

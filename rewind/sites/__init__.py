@@ -12,6 +12,7 @@ from rewind.sites.services import (
     site_availability_text,
     site_base_url_clean,
     site_check,
+    site_check_limit_s,
     site_circuit,
     site_client,
     site_clock_offset_s,
@@ -19,6 +20,7 @@ from rewind.sites.services import (
     site_create,
     site_record_clock,
     site_update,
+    sites_check,
     sites_probe,
 )
 
@@ -30,6 +32,7 @@ __all__ = [
     "site_availability_text",
     "site_base_url_clean",
     "site_check",
+    "site_check_limit_s",
     "site_circuit",
     "site_client",
     "site_clock_offset_s",
@@ -37,5 +40,6 @@ __all__ = [
     "site_create",
     "site_record_clock",
     "site_update",
+    "sites_check",
     "sites_probe",
 ]

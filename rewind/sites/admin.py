@@ -17,9 +17,9 @@ from rewind.sites.services import (
     clock_skew_warning,
     site_availability_text,
     site_base_url_clean,
-    site_check,
     site_create,
     site_update,
+    sites_check,
 )
 
 
@@ -85,7 +85,7 @@ class SiteAdmin(admin.ModelAdmin):
         "clock_checked_at",
         "last_error",
     ]
-    actions = ["test_connection"]
+    actions = ["test_connection", "test_connection_now"]
 
     @admin.display(description="ZVM clock vs ours", ordering="clock_offset_s")
     def clock(self, obj: Site) -> str:
@@ -132,9 +132,20 @@ class SiteAdmin(admin.ModelAdmin):
 
     @admin.action(description="Test connection (log in, read identity, count VPGs)")
     def test_connection(self, request: HttpRequest, queryset: QuerySet[Site]) -> None:
-        for site in queryset:
-            result = site_check(site=site, actor=actor_for(request))
-            if result.ok and result.local is not None:
+        """A site marked unavailable is not asked before its next trial: it says since when, at once."""
+        self._check(request, queryset, force=False)
+
+    @admin.action(description="Test connection now, even if marked unavailable (waits up to the ZVM timeouts)")
+    def test_connection_now(self, request: HttpRequest, queryset: QuerySet[Site]) -> None:
+        self._check(request, queryset, force=True)
+
+    def _check(self, request: HttpRequest, queryset: QuerySet[Site], *, force: bool) -> None:
+        # Every site at once: one hung site costs the page its own wait, not one per site.
+        for outcome in sites_check(sites=list(queryset), actor=actor_for(request), force=force):
+            site, result = outcome.site, outcome.value
+            if result is None:
+                self.message_user(request, f"{site.name}: {outcome.error}", messages.ERROR)
+            elif result.ok and result.local is not None:
                 self.message_user(
                     request,
                     f"{site.name}: OK — {result.local.name} ({result.local.type} {result.local.version}), "

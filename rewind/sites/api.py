@@ -10,13 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 from django.db import IntegrityError
+from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rewind.errors import ApplicationError
-from rewind.rest.pagination import paginated_response
+from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.selectors import site_get, site_list, site_name_taken
@@ -30,6 +31,15 @@ from rewind.sites.services import (
 )
 
 _SECRETS = ("password", "client_secret")
+
+
+class SiteAvailabilitySerializer(serializers.Serializer):
+    """Only for the schema: ``site_availability`` builds the value."""
+
+    available = serializers.BooleanField(help_text="False while disabled or its circuit is open (calls fail at once).")
+    since = serializers.DateTimeField(allow_null=True, help_text="When the circuit opened.")
+    reason = serializers.CharField(allow_blank=True, help_text="Why it opened; empty while closed.")
+    failures = serializers.IntegerField(help_text="Consecutive failed calls.")
 
 
 class SiteOutputSerializer(serializers.ModelSerializer):
@@ -58,6 +68,7 @@ class SiteOutputSerializer(serializers.ModelSerializer):
             "updated_at",
         ]
 
+    @extend_schema_field(SiteAvailabilitySerializer)
     def get_availability(self, site: Site) -> dict[str, Any]:
         """``{available, since, reason, failures}``: whether its ZVM's circuit is closed."""
         info = site_availability(site)
@@ -113,14 +124,21 @@ def _saved(call: Any, **kwargs: Any) -> Site:
 
 
 class SiteListApi(APIView):
+    """The sites (ZVMs) this service talks to. Passwords and client secrets are never returned."""
+
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_site", "POST": "rewind.add_site"}
+    pagination_class = BoundedLimitOffsetPagination
 
+    @extend_schema(responses=SiteOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         return paginated_response(
             queryset=site_list(), serializer_class=SiteOutputSerializer, request=request, view=self
         )
 
+    @extend_schema(
+        request=SiteInputSerializer, responses={201: SiteOutputSerializer}, description="Add a site (audited)."
+    )
     def post(self, request: Request) -> Response:
         data = SiteInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -131,15 +149,21 @@ class SiteListApi(APIView):
 
 
 class SiteDetailApi(APIView):
+    """A site. On update an omitted or empty password or client secret keeps the stored one, and an
+    omitted ``ca_bundle`` keeps the pinned certificate (``""`` unpins it)."""
+
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_site", "PUT": "rewind.change_site", "PATCH": "rewind.change_site"}
 
+    @extend_schema(responses=SiteOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
         return Response(SiteOutputSerializer(site_get(pk)).data)
 
+    @extend_schema(request=SiteInputSerializer, responses=SiteOutputSerializer)
     def put(self, request: Request, pk: int) -> Response:
         return self._update(request, pk, partial=False)
 
+    @extend_schema(request=SiteInputSerializer, responses=SiteOutputSerializer)
     def patch(self, request: Request, pk: int) -> Response:
         return self._update(request, pk, partial=True)
 
@@ -163,16 +187,48 @@ def _check_dict(result: SiteCheck) -> dict[str, Any]:
         else {"identifier": local.identifier, "name": local.name, "type": local.type, "version": local.version},
         "vpg_count": result.vpg_count,
         "error": result.error or None,
+        "asked": result.asked,
         "site": SiteOutputSerializer(result.site).data,
     }
 
 
 class SiteCheckApi(APIView):
     """Log in to the site's ZVM, learn its identity and count VPGs. A failed check is
-    reported in the body (``ok: false``, ``error``) and recorded on the site as ``last_error``."""
+    reported in the body (``ok: false``, ``error``) and recorded on the site as ``last_error``.
+
+    A site marked unavailable is not asked before its next trial (``asked: false``, ``error``
+    says since when and why) unless the body says ``{"force": true}``."""
 
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "rewind.change_site"}
 
+    class InputSerializer(serializers.Serializer):
+        force = serializers.BooleanField(required=False, default=False)
+
+    @extend_schema(
+        responses=inline_serializer(
+            "SiteCheckResult",
+            {
+                "ok": serializers.BooleanField(),
+                "identity": inline_serializer(
+                    "SiteIdentity",
+                    {
+                        "identifier": serializers.CharField(),
+                        "name": serializers.CharField(),
+                        "type": serializers.CharField(),
+                        "version": serializers.CharField(),
+                    },
+                    allow_null=True,
+                ),
+                "vpg_count": serializers.IntegerField(allow_null=True),
+                "error": serializers.CharField(allow_null=True),
+                "asked": serializers.BooleanField(help_text="False when an unavailable site was not asked."),
+                "site": SiteOutputSerializer(),
+            },
+        )
+    )
     def post(self, request: Request, pk: int) -> Response:
-        return Response(_check_dict(site_check(site=site_get(pk), actor=actor_of(request))))
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        result = site_check(site=site_get(pk), actor=actor_of(request), force=data.validated_data["force"])
+        return Response(_check_dict(result))

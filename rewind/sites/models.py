@@ -123,3 +123,21 @@ class SiteCircuit(models.Model):
 
     def __str__(self) -> str:
         return f"{self.site_id}: {self.state}"
+
+
+class ZvmRequestCount(models.Model):
+    """Requests sent to one site's ZVM with one result, by every process, when they are counted
+    in the database (``rewind.sites.requestcount``); ``/metrics`` reports them."""
+
+    site = models.CharField(max_length=100, help_text="The site's name when the requests were sent.")
+    result = models.CharField(
+        max_length=20, help_text="2xx, 3xx, 4xx, 5xx, or timeout, connect_error, tls_error, error."
+    )
+    count = models.PositiveBigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = "ZVM request count"
+        constraints = [models.UniqueConstraint(fields=["site", "result"], name="zvm_request_count_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.site} {self.result}: {self.count}"

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlsplit
@@ -24,6 +24,7 @@ from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
 from rewind.requestid import current_request_id
 from rewind.sites.circuit import circuit_audit_catch_up
+from rewind.sites.fanout import SiteOutcome, for_each_site
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.zvm_shared import shared_breaker
 from rewind.zvm import CircuitState, LocalSite, ZvmClient, ZvmConnection, ZvmError
@@ -185,17 +186,23 @@ class SiteCheck:
     local: LocalSite | None
     vpg_count: int | None
     error: str
+    asked: bool = True  # False: not asked, the site being marked unavailable (``error`` says since when)
 
 
-def site_check(*, site: Site, actor: Actor = Actor.system()) -> SiteCheck:
+def site_check(*, site: Site, actor: Actor = Actor.system(), force: bool = False) -> SiteCheck:
     """Log in, read ``/v1/localsite`` and count VPGs; record the identity or the error.
 
-    Asks even while the site's circuit is open; an answer closes it.
+    While the site is marked unavailable (its circuit is open) it is not asked before its next
+    trial: the check fails at once saying since when and why, and records nothing. When the
+    trial is due, this check is it. ``force`` asks anyway, bounded by the client's timeouts
+    (a person who fixed the ZVM need not wait for the probe). An answer closes the circuit.
 
     No transaction is held across the ZVM calls; the outcome is saved afterwards.
     """
+    if not force and (refused := _not_asked_now(site)):
+        return SiteCheck(site, False, None, None, refused, asked=False)
     try:
-        client = site_client(site).ungated()  # a person asks: even a site marked unavailable is tried
+        client = site_client(site).ungated()  # past the circuit: refused above, or this is its trial
         local = client.local_site()
         vpg_count = len(client.list_vpgs())
     except ZvmError as exc:
@@ -208,6 +215,49 @@ def site_check(*, site: Site, actor: Actor = Actor.system()) -> SiteCheck:
     except ApplicationError as exc:
         return SiteCheck(site, False, local, vpg_count, exc.message)
     return SiteCheck(site, True, local, vpg_count, "")
+
+
+# A check makes up to three calls (a login, /v1/localsite, /v1/vpgs), each bounded by the timeouts.
+_CHECK_CALLS = 3
+
+
+def site_check_limit_s() -> float:
+    """How long a check of several sites waits for the slowest before reporting it as not answering."""
+    return _CHECK_CALLS * (settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S) + 5
+
+
+def sites_check(
+    *,
+    sites: Sequence[Site],
+    actor: Actor = Actor.system(),
+    force: bool = False,
+    on_done: Callable[[SiteOutcome[SiteCheck]], None] | None = None,
+) -> list[SiteOutcome[SiteCheck]]:
+    """``site_check`` of every site at once, each in a thread of its own (``for_each_site``).
+
+    A hung site delays no other's report: ``on_done`` gets each outcome as it comes; a site
+    still being asked after ``site_check_limit_s`` is reported as such (``finished`` false).
+    """
+    return for_each_site(
+        sites,
+        lambda site: site_check(site=site, actor=actor, force=force),
+        limit_s=site_check_limit_s(),
+        label="check",
+        on_done=on_done,
+    )
+
+
+def _not_asked_now(site: Site) -> str:
+    """Why a check must not ask the site now, or "" when it may (closed, or the trial is due and ours)."""
+    breaker, key = shared_breaker(), str(site.pk)
+    state = breaker.state(key)
+    if not state.is_open or breaker.admit(key) is None:
+        return ""
+    since = datetime.fromtimestamp(state.opened_at, UTC)
+    return (
+        f"unavailable since {since:%Y-%m-%d %H:%M:%S} UTC: {state.reason} (not asked again before its next "
+        "trial; a forced check asks now)"
+    )
 
 
 @transaction.atomic
@@ -317,39 +367,29 @@ class ProbeReport:
     audited: list[str]
 
 
-def _probe_one(site: Site, out: dict[str, str]) -> None:
-    try:
-        site_client(site).ungated().local_site()
-        out[site.name] = "available"
-    except ZvmError as exc:
-        out[site.name] = str(exc)
+def _probe_one(site: Site) -> None:
+    site_client(site).ungated().local_site()
 
 
 def sites_probe() -> ProbeReport:
     """The beat's probe: one trial call (``GET /v1/localsite``) to each site whose circuit is open
     and whose next trial is due; its answer closes the circuit, its failure keeps it open for a
-    longer period. Sites are asked in parallel, each bounded by the ZVM timeouts, so a stuck one
-    delays no other. Safe to overlap: each trial is claimed once across processes.
+    longer period. Sites are asked at once (``for_each_site``), each bounded by the ZVM timeouts,
+    so a stuck one delays no other. Safe to overlap: each trial is claimed once across processes.
     """
     report = ProbeReport({}, [], [])
     breaker = shared_breaker()
-    threads: list[tuple[Site, threading.Thread]] = []
+    due: list[Site] = []
     for site in Site.objects.filter(enabled=True).order_by("name"):
         state = breaker.state(str(site.pk))
         if state.is_open:
             if time.time() < state.next_trial_at or breaker.admit(str(site.pk)) is not None:
                 report.skipped.append(site.name)
             else:
-                thread = threading.Thread(
-                    target=_probe_one, args=(site, report.probed), daemon=True, name=f"probe-{site.pk}"
-                )
-                thread.start()
-                threads.append((site, thread))
+                due.append(site)
         if circuit_audit_catch_up(breaker, site):
             report.audited.append(site.name)
-    limit = time.monotonic() + settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S + 5
-    for site, thread in threads:
-        thread.join(max(0.0, limit - time.monotonic()))
-        if thread.is_alive():
-            report.probed.setdefault(site.name, "no answer within the probe's time limit")
+    limit = settings.ZVM_CONNECT_TIMEOUT_S + settings.ZVM_READ_TIMEOUT_S + 5
+    for outcome in for_each_site(due, _probe_one, limit_s=limit, label="probe"):
+        report.probed[outcome.site.name] = "available" if outcome.ok else outcome.error
     return report

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from rewind.sites.refresh import sites_identity_refresh
 from rewind.sites.services import sites_probe
 
 
@@ -12,3 +13,10 @@ def sites_probe_task() -> dict[str, object]:
     """Give each site whose circuit is open and due its one trial call (``sites_probe``). Safe to overlap."""
     report = sites_probe()
     return {"probed": report.probed, "skipped": report.skipped, "audited": report.audited}
+
+
+@shared_task(name="rewind.sites.refresh_identity", ignore_result=True)
+def sites_identity_refresh_task() -> dict[str, object]:
+    """Ask every enabled site who it is (``sites_identity_refresh``). Safe to overlap."""
+    report = sites_identity_refresh()
+    return {"refreshed": report.refreshed, "failed": report.failed}

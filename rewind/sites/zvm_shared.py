@@ -1,5 +1,6 @@
-"""The ZVM client's shared stores: one request cap per ZVM, one token per login and one circuit
-per site (``rewind.sites.circuit``) for all our processes.
+"""The ZVM client's shared stores: one request cap per ZVM, one token per login, one circuit
+per site (``rewind.sites.circuit``) and one request count per site (``rewind.sites.requestcount``)
+for all our processes.
 
 ``rewind.zvm`` counts its cap and keeps its tokens per process unless it is handed stores;
 this module holds the two kinds the service uses, picked by ``shared_stores``:
@@ -32,6 +33,7 @@ from redis.exceptions import RedisError
 from rewind.crypto import DecryptionError, decrypt, encrypt
 from rewind.sites.circuit import DbBreaker, RedisBreaker, SharedBreaker
 from rewind.sites.models import ZvmRateWindow, ZvmToken
+from rewind.sites.requestcount import DbRequestCounter, RedisRequestCounter
 from rewind.zvm import StoredToken, Stores
 from rewind.zvm.pacing import LOCAL_PACER, next_slot, window_shape
 
@@ -307,13 +309,23 @@ _LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
-def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker]:
-    """The pacer, token store and circuits on the Redis at ``url``, one set (and one client) per URL."""
+def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker, RedisRequestCounter]:
+    """The pacer, token store, circuits and request counter on the Redis at ``url``, one set (and one client) per URL."""
     link = _RedisLink(url)
-    return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link)
+    return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link), RedisRequestCounter(link.client)
 
 
 _DB_BREAKER = DbBreaker()
+_DB_REQUESTS = DbRequestCounter()
+
+
+def request_counter() -> RedisRequestCounter | DbRequestCounter:
+    """Where every process counts its ZVM requests (``rewind.sites.requestcount``), and ``/metrics`` reads them."""
+    url = settings.ZVM_SHARED_REDIS_URL
+    if url:
+        with _LOCK:
+            return redis_stores(url)[3]
+    return _DB_REQUESTS
 
 
 def shared_breaker() -> SharedBreaker:
@@ -330,6 +342,6 @@ def shared_stores() -> Stores:
     url = settings.ZVM_SHARED_REDIS_URL
     if url:
         with _LOCK:
-            pacer, tokens, breaker = redis_stores(url)
-        return Stores(pacer=pacer, tokens=tokens, breaker=breaker)
-    return Stores(pacer=DbPacer(), tokens=DbTokenStore(), breaker=_DB_BREAKER)
+            pacer, tokens, breaker, requests = redis_stores(url)
+        return Stores(pacer=pacer, tokens=tokens, breaker=breaker, requests=requests)
+    return Stores(pacer=DbPacer(), tokens=DbTokenStore(), breaker=_DB_BREAKER, requests=_DB_REQUESTS)

@@ -33,6 +33,7 @@ from .auth import TokenKeeper
 from .breaker import LOCAL_BREAKER, Breaker, counts_against_site, opens_at_once, refusal
 from .clock import ClockOffset, ZvmClock
 from .connection import ZvmConnection
+from .counting import RequestCounter
 from .download import NotOneFile, clean_link, resolve_link, same_origin, stream_to_sink
 from .errors import (
     ZvmAuthError,
@@ -72,12 +73,14 @@ _IN_CALL: ContextVar[bool] = ContextVar("zvm_in_call", default=False)
 class Stores:
     """Where a client counts its ZVM's request cap and keeps its tokens.
 
-    The defaults: the cap counted and circuits kept in this process, tokens kept by this client alone.
+    The defaults: the cap counted and circuits kept in this process, tokens kept by this client
+    alone, requests not counted.
     """
 
     pacer: Pacer | None = None  # None: the process-wide in-memory pacer
     tokens: TokenStore = field(default_factory=MemoryTokenStore)
     breaker: Breaker = LOCAL_BREAKER  # the process-wide in-memory circuits
+    requests: RequestCounter | None = None  # None: requests are not counted
 
 
 def _seg(identifier: str) -> str:
@@ -90,7 +93,7 @@ class _Shared:
 
     def __init__(self, conn: ZvmConnection, stores: Stores | None = None) -> None:
         stores = stores or Stores()
-        self.transport = Transport(conn, pacer=stores.pacer)
+        self.transport = Transport(conn, pacer=stores.pacer, counter=stores.requests)
         self.breaker = stores.breaker
         self.tokens = TokenKeeper(self.transport, stores.tokens)
         self.names: dict[str, list[str]] = {}

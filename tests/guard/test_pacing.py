@@ -93,3 +93,14 @@ def test_calls_bound_counts_a_whole_timeout() -> None:
     assert calls_bound(40.0, None) <= 25
     assert calls_bound(40.0, forecast([3.0] * 20)) <= 25
     assert calls_bound(0.0, None) == 0
+
+
+def test_a_wide_window_is_asked_a_bounded_number_of_times() -> None:
+    from rewind.checkpoints.pacing import WINDOW_ASKS, Forecast, next_gap
+
+    fc = Forecast(expected_s=5.0, early_s=2.5)  # a ZVM whose times scatter over 5 s
+    elapsed, asks = fc.window_start_s, 0
+    while elapsed <= fc.window_end_s:
+        elapsed += next_gap(elapsed, 100.0, fc)
+        asks += 1
+    assert asks <= WINDOW_ASKS + 1

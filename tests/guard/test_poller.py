@@ -233,3 +233,21 @@ def test_fifty_agents_guard_at_once_through_mcp(
     assert not not_ok, not_ok
     assert ChangeGuard.objects.filter(status=ChangeGuard.Status.OK).count() == 50
     assert ChangeGuard.objects.filter(attempts__gt=1).count() == 0, "no insert task had to be run twice"
+
+
+def test_the_pacing_learns_the_zvms_listing_time_not_when_the_poller_looked() -> None:
+    from rewind.checkpoints.poll_round import UNSEEN_SHARE, listing_time_ms
+
+    start = timezone.now()
+    row = TaggedCheckpoint(insert_started_at=start)
+    # Seen at 12 s after a look at 4 s missed it: between the two looks.
+    row.last_miss_at = start + timedelta(seconds=4)
+    assert listing_time_ms(row, start + timedelta(seconds=12)) == 8000
+    # Seen at the first look, late (the poller was busy): the time is only bounded above, so the
+    # sample is below it and the next guards look earlier, until a look misses.
+    row.last_miss_at = None
+    assert listing_time_ms(row, start + timedelta(seconds=10)) == int(10_000 * UNSEEN_SHARE)
+    # A miss recorded before this insert (an earlier attempt) says nothing about this one.
+    row.last_miss_at = start - timedelta(seconds=1)
+    assert listing_time_ms(row, start + timedelta(seconds=10)) == int(10_000 * UNSEEN_SHARE)
+    assert listing_time_ms(TaggedCheckpoint(insert_started_at=None), start) is None

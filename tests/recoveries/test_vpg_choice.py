@@ -10,6 +10,7 @@ from recoveries.services import recovery_request_create
 from rewind.audit import Actor
 from rewind.models import ChangeGuard, ChangeGuardVpg, Site
 from rewind.sites import site_check, site_update
+from rewind.sites.zvm_shared import shared_breaker
 
 pytestmark = pytest.mark.django_db
 APP_CONF = "/etc/app/app.conf"
@@ -52,6 +53,17 @@ def test_a_recovery_site_that_failed_its_last_check_is_avoided(sim, sites, agent
     assert (avoided.vpg_name, avoided.recovery_site_name) == ("vpg-app-3", "Site C")
     # Its next check succeeds: it is preferred by name again.
     assert site_check(site=sites["site-b"]).ok
+    again = recovery_request_create(agent=agent, vm="app01", path=APP_CONF, reason="x", change_id="chg-1")
+    assert again.vpg_name == "vpg-app-1"
+
+
+def test_a_recovery_site_marked_unavailable_is_avoided(sim, sites, agent, tagged) -> None:  # type: ignore[no-untyped-def]
+    tagged("app01", "chg-1")
+    b = sites["site-b"]
+    shared_breaker().failed(str(b.pk), b.name, "the ZVM did not answer", at_once=True)
+    avoided = recovery_request_create(agent=agent, vm="app01", path=APP_CONF, reason="x", change_id="chg-1")
+    assert (avoided.vpg_name, avoided.recovery_site_name) == ("vpg-app-3", "Site C")
+    shared_breaker().answered(str(b.pk), b.name)
     again = recovery_request_create(agent=agent, vm="app01", path=APP_CONF, reason="x", change_id="chg-1")
     assert again.vpg_name == "vpg-app-1"
 

@@ -68,7 +68,7 @@ def store(request: pytest.FixtureRequest, transactional_db: None) -> str:
 
 def _stores(store: str) -> Stores:
     if store == "redis":
-        pacer, tokens, _ = redis_stores(REDIS_URL)
+        pacer, tokens = redis_stores(REDIS_URL)[:2]
         return Stores(pacer=pacer, tokens=tokens)
     return Stores(pacer=DbPacer(), tokens=DbTokenStore())
 

@@ -72,3 +72,39 @@ def test_a_connection_without_a_cap_never_waits(sim: SimHandle) -> None:
 
     client = ZvmClient(connection(sim), stores=Stores(pacer=Refuse()))
     assert client.local_site().name == "Site A"
+
+
+class _CountingPacer:
+    def __init__(self, waits: list[float]) -> None:
+        self.waits = waits
+        self.reserved = 0
+
+    def reserve(self, key: str, per_s: float) -> float:
+        self.reserved += 1
+        return self.waits.pop(0) if self.waits else 0.0
+
+
+def test_a_sender_that_wakes_late_takes_a_new_slot_instead_of_crowding_the_next_window() -> None:
+    from rewind.zvm.transport import LATE_S, RESERVE_TRIES, Transport
+
+    now = [0.0]
+
+    def oversleep(seconds: float) -> None:
+        now[0] += seconds + 0.5  # a busy core: it wakes half a second after its slot
+
+    from rewind.zvm.connection import ZvmConnection
+
+    conn = ZvmConnection(site_name="Site A", base_url="https://zvm.example", max_requests_per_s=10)
+    pacer = _CountingPacer([0.2, 0.2, 0.0])
+    Transport(conn, pacer=pacer, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r1")
+    assert pacer.reserved == 3, "two late wake-ups gave their slots up; the third slot was on time"
+
+    on_time = _CountingPacer([0.2])
+    Transport(conn, pacer=on_time, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])._pace(
+        "GET", "/v1/vpgs", "r2"
+    )
+    assert on_time.reserved == 1
+    always_late = _CountingPacer([0.1] * 10)
+    Transport(conn, pacer=always_late, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r3")
+    assert always_late.reserved == RESERVE_TRIES, "bounded: it is sent after a few tries anyway"
+    assert LATE_S < ARRIVAL_SLACK_S

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -84,6 +85,23 @@ def test_hang_makes_clients_time_out(sim: SimHandle, zvm_a: Zvm) -> None:
     with pytest.raises(requests.exceptions.ReadTimeout):
         zvm_a.http.get(zvm_a.base + "/v1/localsite", headers={"Authorization": f"Bearer {zvm_a.token}"}, timeout=0.5)
     assert zvm_a.request("GET", "v1/localsite").status_code == 200
+
+
+def test_clearing_the_faults_ends_a_hang_in_progress(sim: SimHandle, zvm_a: Zvm) -> None:
+    answers: list[int] = []
+
+    def ask() -> None:
+        headers = {"Authorization": f"Bearer {zvm_a.token}"}
+        answers.append(zvm_a.http.get(zvm_a.base + "/v1/localsite", headers=headers, timeout=60).status_code)
+
+    sim.add_fault("hang", site="site-a", seconds=3600, path_regex="localsite")
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_for(lambda: sim.calls("site-a").get("GET /v1/localsite", 0) >= 1)
+    assert answers == []  # held while the fault is there
+    sim.clear_faults()
+    asker.join(60)
+    assert answers == [200]
 
 
 def test_a_hung_insert_still_inserts(sim: SimHandle, zvm_a: Zvm) -> None:

@@ -40,7 +40,8 @@ class Command(BaseCommand):
                 )
             elif site.base_url != base_url:
                 site = site_update(actor=actor, site=site, base_url=base_url)
-            result = site_check(site=site, actor=actor)
+            # Forced: the simulator was just started, and a circuit a last run left open must not hide it.
+            result = site_check(site=site, actor=actor, force=True)
             status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
             self.stdout.write(f"{name} at {base_url}: {status}")
 

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rewind", "0012_guard_site_poller"),
+        ("rewind", "0014_zvm_request_count"),
     ]
 
     operations = [

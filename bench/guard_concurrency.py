@@ -1,0 +1,519 @@
+#!/usr/bin/env python
+"""Benchmark: many guards at once beside one guard, and what their waiting holds in the worker.
+
+    .venv/bin/python bench/guard_concurrency.py [--delay 5] [--warmup 6] [--runs 5] [--raised-cap 100] [--vms 400]
+
+The shape of ``make run`` (rewind/management/commands/runstack.py) on a fresh state folder,
+var/bench-guard-concurrency (SQLite + filesystem broker): one Celery worker, prefork ``-c 4``,
+and the beat; the ZVM simulator with --vms filler VMs and sites A, B and C registered, listing a
+tagged checkpoint --delay s (5) after its 0.3 s insert task. Guards are created as
+bench/guard.py creates them: ``checkpoint_request_create`` (the protection look-up included)
+from threads of this process, one thread per guard, all released at once. Every process is
+bounded and stopped at the end. Prints figures and ratios measured in this one run; no asserts.
+
+1. warm-up: --warmup rounds of one guard per site at once, so each site's pacing has learned
+   its time to list (rewind/checkpoints/pacing.py);
+2. the single-guard reference: --runs guards one after the other, 1.1 s apart, each of a VM of
+   its own; their median wall time;
+3. at the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s per site): 16, then 200 concurrent guards;
+4. the simulator reset and the worker restarted with --raised-cap in its environment (this
+   process's look-ups use it too); the same 16 and 200 VMs again (new change ids), to tell the
+   cap from the design. The learned time to list carries over, and is printed before each run.
+
+VMs: filler VMs vm-00001... in inventory order, skipping any with a VPG that cannot take a
+checkpoint (initial sync, failover test). So they are spread over sites A, B and C as the
+filler inventory spreads them; groups of 1-4 VMs share a VPG, so two guards may insert into one
+VPG. Warm-up, reference, the 16 and the 200 are distinct VMs.
+
+Figures of a concurrent run:
+- wall time: release of the threads → the last guard read ok or failed. One reader polls every
+  guard's status every 20 ms (the reference is read the same way); per guard p50 and max too;
+- ZVM requests per guarded VPG: every request the simulator counted at sites A, B and C
+  (``GET /_sim/sites/{slug}/calls``, diffed around the run; look-ups and logins included) ÷
+  the tagged checkpoints of the guards that ended ok (a VPG guarded by two guards counts twice;
+  distinct VPGs are printed beside). The simulator is reset only while no worker runs, so no
+  process holds a token the reset revoked (whose 401 and repeat would be counted too);
+- cap-bound lower bound: at cap C a site takes n = floor(C) requests per 1.05 s window
+  (rewind/zvm/pacing.py). A guard's look-up asks every site, its inserts go to their VPGs'
+  protected sites, and a guard can be ok only 0.3 s + --delay after its last insert. So the k
+  look-ups and inserts a site got (as the simulator counted them) end no sooner than
+  floor((k - 1) / n) x 1.05 s after the first, and the run lasts at least that plus 0.3 s +
+  --delay at its busiest site. That bound ÷ the reference is the best ratio the cap allows;
+- the worker while guards only wait (bench/_worker_watch.py has both methods):
+  (a) the worker's log: each finished task's start and end, so the tasks executing at each
+      moment, by task name (a poll round whose message was replaced still runs, briefly, to
+      find that out: it counts as a round);
+  (b) /proc every 0.1 s: pool processes busy (an extra thread, CPU used, or blocked elsewhere
+      than idle pool processes block), their CPU seconds, and their threads.
+  Both are read over the waiting stretch: from the end of the last insert step (the last
+  ``rewind.checkpoints.wait`` task) to the last guard read ok, when every unfinished guard has
+  its checkpoints inserted and only waits. Target: nothing executing there but poll rounds
+  (``rewind.checkpoints.poll_site``: one per site holds the site at a time, but the successor a
+  round queues may start in its last milliseconds, so one more than the sites can show); the
+  beat's periodic tasks are counted apart. Over the whole run, the seconds pool processes spent in insert steps and in
+  poll rounds are printed beside the guard-seconds spent waiting (each guard's last insert
+  start → finished): one task per waiting guard, the design before issue 13, would hold a pool
+  process for about the latter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import (
+    PYTHON,
+    REPO,
+    SITE_NAMES,
+    Proc,
+    django_setup,
+    fresh_dir,
+    register_sites,
+    sim_control,
+    start_sim,
+    start_worker,
+)
+from bench._worker_watch import SAMPLE_EVERY_S, PoolSampler, WorkerLog, executing, read_worker_log
+
+STATE = REPO / "var" / "bench-guard-concurrency"
+SLUGS = ("site-a", "site-b", "site-c")
+SIM_TASK_SECONDS = 0.3  # zvmsim's default time an insert task stays InProgress
+WAIT_TASK = "rewind.checkpoints.wait"
+POLL_TASK = "rewind.checkpoints.poll_site"
+BEAT_TASKS = {
+    "recoveries.reap",
+    "rewind.checkpoints.resume_stale",
+    "rewind.checkpoints.listed_late",
+    "rewind.sites.probe",
+}
+LOOKUP_CALL = "GET /v1/vms"
+INSERT_CALL = "POST /v1/vpgs/{vpg_id}/checkpoints"
+READ_EVERY_S = 0.02
+PAUSE_S = 1.1  # the last guard's requests leave the site's 1 s cap window before the next starts
+RUN_LIMIT_S = 400.0  # past the guards' own 300 s timeout: what is still unfinished then is reported
+
+
+class Sim:
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = sim_control()
+
+    def get(self, path: str) -> Any:
+        resp = self.http.get(f"{self.url}/_sim/{path}", timeout=30)
+        resp.raise_for_status()
+        return resp.json()
+
+    def calls(self) -> dict[str, Counter[str]]:
+        return {slug: Counter(self.get(f"sites/{slug}/calls")) for slug in SLUGS}
+
+    def peaks(self) -> str:
+        return ", ".join(f"{SITE_NAMES[s]} {self.get(f'sites/{s}/rate')['peak_per_s']}" for s in SLUGS)
+
+    def prepare(self, delay: float, *, reset: bool) -> None:
+        """(A fresh world: counters and peak-rate meters at 0;) the listing delay set; the sites logged in."""
+        if reset:
+            self.http.post(f"{self.url}/_sim/reset", timeout=30).raise_for_status()
+        self.http.post(
+            f"{self.url}/_sim/faults",
+            json={"kind": "checkpoint_listing_delay", "site": None, "seconds": delay},
+            timeout=30,
+        ).raise_for_status()
+        register_sites(self.url, SLUGS)
+
+    def eligible_vms(self, count: int) -> list[tuple[str, str]]:
+        """The first ``count`` filler VMs (name, protected site) whose every VPG can take a checkpoint."""
+        from rewind.models import Site
+        from rewind.sites import site_client
+
+        busy = {
+            v.identifier
+            for site in Site.objects.all()
+            for v in site_client(site).list_vpgs()
+            if v.status == 0 or v.sub_status == 1 or v.failover_test_running
+        }
+        width = max(5, len(str(self.get("state")["vms"])))
+        found: list[tuple[str, str]] = []
+        number = 1
+        while len(found) < count:
+            name = f"vm-{number:0{width}d}"
+            number += 1
+            resp = self.http.get(f"{self.url}/_sim/vms/{name}", timeout=30)
+            if resp.status_code == 404:
+                raise SystemExit(f"only {len(found)} filler VMs can take a checkpoint; raise --vms")
+            vpgs = resp.json()["vpgs"]
+            if vpgs and not any(v["identifier"] in busy for v in vpgs):
+                found.append((name, vpgs[0]["protected"]))
+        return found
+
+
+# --- guards ----------------------------------------------------------------------------------
+@dataclass
+class Run:
+    started: float  # epoch s at the release
+    wall_s: float  # release → the last guard read finished
+    done_s: dict[int, float]  # guard pk → release → read finished
+    refused: list[str]  # guards not created: the refusal or the error
+    unfinished: int  # guards still unfinished at RUN_LIMIT_S
+
+
+def run_guards(vms: list[str], prefix: str) -> Run:
+    """Create a guard of each VM at once, each from a thread of its own; read them until all are finished."""
+    from django.db import connection
+
+    from rewind.checkpoints.services import checkpoint_request_create
+
+    pks: list[int] = []
+    refused: list[str] = []
+    lock, go = threading.Lock(), threading.Event()
+
+    def create(vm: str) -> None:
+        try:
+            go.wait()
+            outcome = checkpoint_request_create(agent_name="bench", vm=vm, action="bench", change_id=f"{prefix}-{vm}")
+            with lock:
+                if outcome.guard is None:
+                    refused.append(f"{vm}: {outcome.refusal}")
+                else:
+                    pks.append(outcome.guard.pk)
+        except Exception as exc:  # a failure to report, not to hide
+            with lock:
+                refused.append(f"{vm}: {type(exc).__name__}: {exc}")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=create, args=(vm,), daemon=True) for vm in vms]
+    for t in threads:
+        t.start()
+    started, t0 = time.time(), time.perf_counter()
+    go.set()
+    done = _read_until_finished(threads, pks, lock, t0)
+    with lock:
+        unfinished = len(set(pks) - set(done))
+    return Run(started, max(done.values(), default=time.perf_counter() - t0), done, refused, unfinished)
+
+
+def _read_until_finished(
+    threads: list[threading.Thread], pks: list[int], lock: threading.Lock, t0: float
+) -> dict[int, float]:
+    from rewind.models import ChangeGuard
+
+    done: dict[int, float] = {}
+    while time.perf_counter() - t0 < RUN_LIMIT_S:
+        creating = any(t.is_alive() for t in threads)  # before reading pks: a thread appends, then ends
+        with lock:
+            waiting = [pk for pk in pks if pk not in done]
+        if waiting:
+            finished = ChangeGuard.objects.filter(pk__in=waiting, status__in=("ok", "failed"))
+            now = time.perf_counter() - t0
+            done.update((pk, now) for pk in finished.values_list("pk", flat=True))
+        elif not creating:
+            break
+        time.sleep(READ_EVERY_S)
+    return done
+
+
+@dataclass
+class GuardFacts:
+    ok: int
+    failed: list[str]  # "vm: status: error" of the guards not ok
+    vpgs_ok: int  # tagged checkpoints of the guards that ended ok
+    distinct_vpgs: int
+    seen_listed_s: list[float]  # per listed VPG: insert start → seen listed
+    waiting: list[tuple[float, float]]  # per guard: last insert start → finished (epoch s)
+
+
+def guard_facts(pks: list[int]) -> GuardFacts:
+    from rewind.models import ChangeGuard, TaggedCheckpoint
+
+    guards = list(ChangeGuard.objects.filter(pk__in=pks).prefetch_related("vpgs"))
+    ok = [g for g in guards if g.status == "ok"]
+    rows = TaggedCheckpoint.objects.filter(guard__in=ok)
+    waiting = []
+    for g in guards:
+        starts = [r.insert_started_at for r in g.vpgs.all() if r.insert_started_at]
+        if starts and g.finished_at:
+            waiting.append((max(starts).timestamp(), g.finished_at.timestamp()))
+    return GuardFacts(
+        ok=len(ok),
+        failed=[f"{g.vm_name}: {g.status}: {g.error or '(no error)'}" for g in guards if g.status != "ok"],
+        vpgs_ok=rows.count(),
+        distinct_vpgs=rows.values("vpg_identifier").distinct().count(),
+        seen_listed_s=[ms / 1000 for ms in rows.filter(status="listed").values_list("waited_ms", flat=True) if ms],
+        waiting=waiting,
+    )
+
+
+def learned() -> str:
+    """Each site's time to list as its pacing has learned it (median ± the window it asks often in)."""
+    from rewind.checkpoints import pacing
+    from rewind.checkpoints.selectors import site_listing_times_s
+    from rewind.models import Site
+
+    out = []
+    for slug in SLUGS:
+        site = Site.objects.get(name=SITE_NAMES[slug])
+        fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+        out.append(f"{SITE_NAMES[slug]} {fc.expected_s:.2f} s ±{fc.early_s:.2f}" if fc else f"{SITE_NAMES[slug]} -")
+    return ", ".join(out)
+
+
+# --- the stack -------------------------------------------------------------------------------
+class Stack:
+    """The worker (restartable with another cap) and its pool sampler."""
+
+    def __init__(self, work: Path) -> None:
+        self.work = work
+        self.worker: Proc | None = None
+        self.sampler: PoolSampler | None = None
+        self.kept_logs: list[Path] = []
+
+    def start_worker(self) -> None:
+        self.worker = start_worker(self.work, concurrency=4, name="bench-guard-concurrency")
+        self.sampler = PoolSampler(self.worker.pid)
+        self.sampler.learn_idle()
+
+    def stop_worker(self) -> None:
+        """Stop the worker; its log is kept under a name of its own (the next worker starts a new one)."""
+        if self.worker is not None:
+            self.worker.stop(timeout=30)
+            self.worker = None
+            kept = self.work / f"worker-{len(self.kept_logs) + 1}.log"
+            (self.work / "worker.log").rename(kept)
+            self.kept_logs.append(kept)
+
+
+def start_beat(work: Path) -> Proc:
+    cmd = [PYTHON, "-m", "celery", "-A", "rewind", "beat", "--loglevel", "INFO"]
+    proc = Proc("beat", [*cmd, "--schedule", str(work / "celerybeat-schedule")], work / "beat.log")
+    try:
+        proc.wait_for("is starting.")
+    except RuntimeError:
+        proc.stop()
+        raise
+    return proc
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--delay", type=float, default=5.0, help="simulated checkpoint listing delay, s (default 5)")
+    parser.add_argument("--warmup", type=int, default=6, help="warm-up rounds of one guard per site (default 6)")
+    parser.add_argument("--runs", type=int, default=5, help="single guards for the reference; median (default 5)")
+    parser.add_argument("--raised-cap", type=float, default=100.0, help="the cap of the second runs (default 100)")
+    parser.add_argument("--vms", type=int, default=400, help="filler VMs in the simulator (default 400)")
+    args = parser.parse_args()
+    django_setup(fresh_dir(STATE))
+    sim_proc, url = start_sim(STATE, "--vms", str(args.vms))
+    stack = Stack(STATE)
+    beat: Proc | None = None
+    try:
+        sim = Sim(url)
+        sim.prepare(args.delay, reset=False)
+        stack.start_worker()
+        beat = start_beat(STATE)
+        report(sim, stack, args)
+    finally:
+        stack.stop_worker()
+        if beat is not None:
+            beat.stop()
+        sim_proc.stop()
+
+
+def report(sim: Sim, stack: Stack, args: argparse.Namespace) -> None:
+    from django.conf import settings
+
+    vms = sim.eligible_vms(9 * args.warmup + args.runs + 16 + 200)  # the first ones of each site warm up
+    warm = [[v for v, s in vms if s == slug][: args.warmup] for slug in SLUGS]
+    rest = [v for v, _ in vms if not any(v in w for w in warm)]
+    ref_vms, vms16, vms200 = rest[: args.runs], rest[args.runs : args.runs + 16], rest[args.runs + 16 :][:200]
+    placed = dict(vms)
+    reference = warm_up_and_reference(warm, ref_vms, args)
+    print(
+        "concurrent guards: filler VMs in inventory order, spread over the sites as the filler inventory "
+        "spreads them; the same 16 and 200 VMs at both caps"
+    )
+    cap = float(settings.ZVM_MAX_REQUESTS_PER_S)
+    print(f"\n=== default cap: ZVM_MAX_REQUESTS_PER_S {cap:g} requests/s per site ===")
+    for group in (vms16, vms200):
+        concurrent(sim, stack, group, placed, reference, cap, args)
+    print(f"\npeak requests in any 1 s at the default cap (this phase, warm-up included): {sim.peaks()} (cap {cap:g})")
+    stack.stop_worker()
+    sim.prepare(args.delay, reset=True)  # zeroes the peak-rate meters; no worker holds a revoked token
+    _set_cap(args.raised_cap)
+    stack.start_worker()
+    print(f"\n=== RAISED cap: ZVM_MAX_REQUESTS_PER_S {args.raised_cap:g} requests/s per site (worker and look-ups) ===")
+    for group in (vms16, vms200):
+        concurrent(sim, stack, group, placed, reference, args.raised_cap, args)
+    print(f"\npeak requests in any 1 s at the raised cap: {sim.peaks()} (cap {args.raised_cap:g})")
+
+
+def _set_cap(per_s: float) -> None:
+    """The cap for the worker started next (its environment) and for this process's look-ups."""
+    from django.conf import settings
+
+    from rewind.protection import protection_cache_clear
+
+    os.environ["ZVM_MAX_REQUESTS_PER_S"] = f"{per_s:g}"
+    settings.ZVM_MAX_REQUESTS_PER_S = per_s
+    protection_cache_clear()  # its clients were made with the old cap
+
+
+def warm_up_and_reference(warm: list[list[str]], ref_vms: list[str], args: argparse.Namespace) -> float:
+    not_ok: list[str] = []
+    for i in range(args.warmup):
+        run = run_guards([w[i] for w in warm if i < len(w)], f"warm{i}")
+        not_ok += run.refused + guard_facts(list(run.done_s)).failed
+        time.sleep(PAUSE_S)
+    print(
+        f"warm-up: {args.warmup} rounds of one guard per site, {len(not_ok)} not ok; learned time to list: {learned()}"
+    )
+    walls = []
+    for vm in ref_vms:
+        run = run_guards([vm], "ref")
+        facts = guard_facts(list(run.done_s))
+        if facts.ok == 1:
+            walls.append(run.wall_s)
+        not_ok += run.refused + facts.failed
+        time.sleep(PAUSE_S)
+    for failure in not_ok:
+        print(f"  NOT OK: {failure}")
+    if not walls:
+        raise SystemExit("no single guard ended ok")
+    reference = statistics.median(walls)
+    print(
+        f"one guard (the reference): median {reference:.2f} s of {len(walls)} "
+        f"({', '.join(f'{w:.2f}' for w in walls)}); the simulator lists {SIM_TASK_SECONDS + args.delay:.1f} s "
+        "after the insert"
+    )
+    return reference
+
+
+def concurrent(
+    sim: Sim,
+    stack: Stack,
+    vms: list[str],
+    placed: dict[str, str],
+    reference: float,
+    cap: float,
+    args: argparse.Namespace,
+) -> None:
+    if stack.sampler is None or stack.worker is None:
+        raise RuntimeError("the worker is not running")
+    time.sleep(PAUSE_S)
+    before, knew, load = sim.calls(), learned(), os.getloadavg()[0]
+    cpu_before = (stack.worker.cpu_seconds(), _own_cpu_s())
+    stack.sampler.start()
+    try:
+        run = run_guards(vms, f"c{len(vms)}-cap{cap:g}")
+    finally:
+        time.sleep(1.0)  # the last poll round's log line, and samples past the end
+        stack.sampler.stop()
+    cpu = (stack.worker.cpu_seconds() - cpu_before[0], _own_cpu_s() - cpu_before[1])
+    calls = {slug: count - before[slug] for slug, count in sim.calls().items()}
+    facts = guard_facts(list(run.done_s))
+    by_site = Counter(placed[v] for v in vms)
+    print(
+        f"\n{len(vms)} concurrent guards of distinct VMs ({', '.join(f'{SITE_NAMES[s]} {by_site[s]}' for s in SLUGS)}; "
+        f"{facts.vpgs_ok} guarded VPGs, {facts.distinct_vpgs} distinct), cap {cap:g} requests/s per site:"
+    )
+    times = sorted(run.done_s.values()) or [0.0]
+    print(
+        f"  ok {facts.ok}/{len(vms)}; wall {run.wall_s:.2f} s = {run.wall_s / reference:.2f} x one guard "
+        f"(target <= {1.2 if len(vms) <= 16 else 1.5}; one guard {reference:.2f} s); per guard p50 "
+        f"{statistics.median(times):.2f} s, max {times[-1]:.2f} s"
+    )
+    failed = run.refused + facts.failed
+    failed += [f"{run.unfinished} guards: unfinished after {RUN_LIMIT_S:.0f} s"] if run.unfinished else []
+    for failure in sorted(set(failed))[:10]:
+        print(f"  NOT OK: {failure}")
+    _print_requests(calls, facts, cap, reference, args)
+    seen = f"median {statistics.median(facts.seen_listed_s):.2f} s" if facts.seen_listed_s else "-"
+    print(
+        f"  time to list learned before the run: {knew}; insert -> seen listed, per VPG: {seen} "
+        f"(the simulator lists at {SIM_TASK_SECONDS + args.delay:.1f} s)"
+    )
+    _print_worker(run, facts, read_worker_log(stack.work / "worker.log"), stack.sampler)
+    print(
+        f"  CPU during the run: worker {cpu[0]:.1f} s, this process {cpu[1]:.1f} s (look-ups, records, reads), "
+        f"in {run.wall_s:.1f} s on {os.cpu_count()} shared cores; load average {load:.1f} before"
+    )
+
+
+def _own_cpu_s() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def _print_requests(
+    calls: dict[str, Counter[str]], facts: GuardFacts, cap: float, reference: float, args: argparse.Namespace
+) -> None:
+    from rewind.zvm.pacing import window_shape
+
+    every = sum(calls.values(), Counter())
+    total = sum(every.values())
+    per_vpg = f"{total / facts.vpgs_ok:.1f}" if facts.vpgs_ok else "-"
+    print(
+        f"  ZVM requests {total} = {per_vpg} per guarded VPG (target <= 12; all sites, look-ups included): "
+        + ", ".join(f"{k} {n}" for k, n in every.most_common())
+    )
+    n, window = window_shape(cap)
+    k_of = {slug: calls[slug][LOOKUP_CALL] + calls[slug][INSERT_CALL] for slug in SLUGS}
+    busiest = max(SLUGS, key=lambda s: k_of[s])
+    k = k_of[busiest]
+    through = math.floor((k - 1) / n) * window if k else 0.0
+    bound = through + SIM_TASK_SECONDS + args.delay
+    print(
+        f"  cap-bound lower bound: {SITE_NAMES[busiest]} got {k} look-ups + inserts; at {n} per {window:.2f} s "
+        f"the last goes >= {through:.2f} s after the first, + {SIM_TASK_SECONDS + args.delay:.1f} s to list "
+        f"= {bound:.2f} s = {bound / reference:.2f} x one guard"
+    )
+
+
+def _print_worker(run: Run, facts: GuardFacts, log: WorkerLog, sampler: PoolSampler) -> None:
+    end = run.started + run.wall_s
+    spans = [s for s in log.spans if s[2] >= run.started and s[1] <= end + 1.0]
+    inserted = max((e for n, _, e in spans if n == WAIT_TASK), default=run.started)
+    waiting_then = sum(1 for start, finished in facts.waiting if start <= inserted < finished)
+    rounds = executing(spans, {POLL_TASK}, inserted, end)
+    beat = executing(spans, BEAT_TASKS, inserted, end)
+    other_names = {n for n, _, _ in spans} - BEAT_TASKS - {POLL_TASK}
+    others = executing(spans, other_names, inserted, end)
+    busy_max, busy_mean, cpu_s, threads = sampler.over(inserted, end)
+    print(
+        f"  worker while guards only waited (last insert step done -> last guard read: {end - inserted:.2f} s, "
+        f"{waiting_then} guards waiting at its start):"
+    )
+    print(
+        f"    tasks executing (worker log): poll rounds max {rounds[0]}, mean {rounds[1]:.2f}; "
+        f"any other task max {others[0]} (target: none beyond the pollers); the beat's periodic tasks max {beat[0]}"
+    )
+    print(
+        f"    pool processes (/proc every {SAMPLE_EVERY_S:g} s): busy max {busy_max} of {len(sampler.children)}, "
+        f"mean {busy_mean:.2f}; CPU {cpu_s:.2f} s; threads max {threads} (one per idle process; "
+        f"max {sampler.over(run.started, end)[3]} over the whole run)"
+    )
+    held = {n: sum(min(e, end) - max(s, run.started) for m, s, e in spans if m == n) for n in (WAIT_TASK, POLL_TASK)}
+    waited = sum(max(0.0, f - s) for s, f in facts.waiting)
+    peak_waiting = executing([("w", s, f) for s, f in facts.waiting], {"w"}, run.started, end)[0]
+    print(
+        f"  whole run: pool processes held by insert steps {held[WAIT_TASK]:.1f} s "
+        f"(at most {executing(spans, {WAIT_TASK}, run.started, end)[0]} at once), by poll rounds "
+        f"{held[POLL_TASK]:.1f} s, for {waited:.0f} guard-seconds of waiting (at most {peak_waiting} guards at once)"
+    )
+    problems = [p for at, p in log.problems if run.started <= at <= end + 1.0]
+    for p in sorted(set(problems))[:5]:
+        print(f"  worker log: {p} (x{problems.count(p)})")
+
+
+if __name__ == "__main__":
+    main()

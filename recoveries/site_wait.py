@@ -1,0 +1,217 @@
+"""Approved recoveries whose recovery site is unavailable: they wait for it, until the request expires.
+
+FLR runs through the ZVM of the VPG's recovery site. When a run finds that site marked
+unavailable (its circuit is open, ``rewind.zvm.breaker``) before it asked for a mount, it
+neither waits for the dead ZVM (the circuit refuses at once) nor fails what a person approved:
+it parks the request as ``waiting`` (audited ``recoveries.request.waiting_for_site``), naming
+the site and since when it has been unavailable. The beat's ``recoveries.resume_waiting``
+(as often as the sites' probe, which closes a circuit when its ZVM answers) queues the run
+again once the site is available; the run that takes it audits ``recoveries.request.resumed``.
+A request that expires while waiting fails, saying that its site never came back in time.
+
+Everything is in the database, so a restart loses nothing; every move is a compare-and-swap,
+so sweeps and duplicate messages act once. A run that fails after it asked for a mount is
+never parked: a session may be up, which the reaper ends, and the request fails truthfully.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from celery import current_app
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.selectors import recovery_site
+from rewind.audit import SYSTEM, audit_record
+from rewind.audit.actions import RecoveryAction
+from rewind.sites import site_circuit
+from rewind.sites.models import Site
+from rewind.zvm import ZvmError
+
+logger = logging.getLogger(__name__)
+Status = RecoveryRequest.Status
+# A parked run queued again whose message never started a run (a broker or worker lost it) is
+# queued once more after this long; meanwhile duplicate sweeps queue nothing.
+REQUEUE_AFTER = timedelta(minutes=5)
+SWEEP_MAX_ROWS = 500
+
+
+def recovery_site_unavailable(recovery: RecoveryRequest) -> str:
+    """Why the request's recovery site cannot be asked now ("unavailable since …"), or "" when it can."""
+    site = recovery_site(recovery)
+    if site is None or not site.enabled:
+        return ""  # the run says so itself: no ZVM configured (and enabled) for it
+    state = site_circuit(site)
+    if not state.is_open:
+        return ""
+    since = datetime.fromtimestamp(state.opened_at, UTC)
+    return f"site {site.name} is unavailable since {since:%Y-%m-%d %H:%M:%S} UTC: {state.reason}"
+
+
+def recovery_run_claim(*, recovery_id: int, request_id: str) -> RecoveryRequest | None:
+    """Move an approved (or waiting, not expired) request to running; None when this caller did not.
+
+    The compare-and-swap that makes a run happen once, whoever queued it (the approval, the
+    resume sweep, a redelivery). Audits ``started``, and ``resumed`` when it had waited for its site.
+    """
+    now = timezone.now()
+    prior = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", "site_unavailable_since").first()
+    if prior is None:
+        return None
+    status, unavailable_since = prior
+    claimable = Q(status=Status.APPROVED) | Q(status=Status.WAITING, expires_at__gt=now)
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(claimable, pk=recovery_id, status=status).update(
+            status=Status.RUNNING,
+            started_at=now,
+            site_unavailable_since=None,
+            site_unavailable_reason="",
+            resume_queued_at=None,
+        )
+        if not won:
+            return None
+        recovery = RecoveryRequest.objects.get(pk=recovery_id)
+        if status == Status.WAITING:
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.RESUMED,
+                target=recovery,
+                data={
+                    "recovery_site": _site_name(recovery),
+                    "was_unavailable_since": unavailable_since.isoformat() if unavailable_since else None,
+                },
+                request_id=request_id,
+            )
+        audit_record(
+            actor=SYSTEM,
+            action=RecoveryAction.STARTED,
+            target=recovery,
+            data={"vm": recovery.vm_name, "path": recovery.normalized_path},
+            request_id=request_id,
+        )
+    return recovery
+
+
+def recovery_should_wait(*, recovery: RecoveryRequest, site: Site, error: BaseException) -> bool:
+    """Whether a run that failed with ``error`` should wait for its site instead of failing.
+
+    Yes when the failure came from the ZVM, the site is marked unavailable now (enabled, circuit
+    open), and no mount was asked for (nothing of this request can be up on the site).
+    """
+    if not any(isinstance(e, ZvmError) for e in (error, error.__cause__)):
+        return False
+    if FlrSession.objects.filter(recovery=recovery).exists():
+        return False
+    state = site_circuit(site)
+    return state.is_open and not state.disabled and site.enabled
+
+
+def recovery_wait_for_site(*, recovery: RecoveryRequest, site: Site, request_id: str) -> bool:
+    """Park a running request until its recovery site answers again. False when it was not running."""
+    state = site_circuit(site)
+    # Had the circuit closed meanwhile, its time would be an old one: then the sweep queues it soon.
+    since = datetime.fromtimestamp(state.opened_at, UTC) if state.is_open else timezone.now()
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.RUNNING).update(
+            status=Status.WAITING,
+            site_unavailable_since=since,
+            site_unavailable_reason=state.reason[:2000],
+            resume_queued_at=None,
+        )
+        if won:
+            recovery.refresh_from_db()
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.WAITING_FOR_SITE,
+                target=recovery,
+                data={
+                    "recovery_site": site.name,
+                    "unavailable_since": since.isoformat(),
+                    "reason": state.reason[:2000],
+                    "expires_at": recovery.expires_at.isoformat(),
+                },
+                request_id=request_id,
+            )
+    if won:
+        logger.warning("recovery #%s waits for site %s: %s", recovery.pk, site.name, state.reason)
+    return bool(won)
+
+
+@dataclass
+class WaitReport:
+    queued: int = 0
+    still_waiting: int = 0
+    expired: int = 0
+
+    def as_dict(self) -> dict[str, object]:
+        return self.__dict__.copy()
+
+
+def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
+    """The beat's sweep over waiting requests: fail the expired, queue the run of those whose site answers.
+
+    ``now`` may be moved forward (tests) to treat requests as expired. Safe to overlap and to
+    repeat: each step is a compare-and-swap; a queued run that never started is queued again
+    after ``REQUEUE_AFTER``.
+    """
+    now = now or timezone.now()
+    report = WaitReport()
+    for recovery in RecoveryRequest.objects.filter(status=Status.WAITING).order_by("pk")[:SWEEP_MAX_ROWS]:
+        if recovery.expires_at <= now:
+            report.expired += _fail_expired(recovery, now)
+        elif recovery_site_unavailable(recovery):
+            report.still_waiting += 1
+        else:
+            report.queued += _queue_again(recovery, now)
+    return report
+
+
+def _queue_again(recovery: RecoveryRequest, now: datetime) -> bool:
+    due = Q(resume_queued_at__isnull=True) | Q(resume_queued_at__lte=now - REQUEUE_AFTER)
+    if not RecoveryRequest.objects.filter(due, pk=recovery.pk, status=Status.WAITING).update(resume_queued_at=now):
+        return False
+    try:
+        # By name, as the approval queues it: this module does not import the tasks, which import it.
+        current_app.signature("recoveries.run", args=(recovery.pk, recovery.request_id)).delay()
+    except Exception:  # the broker; the request stays waiting and is queued again after REQUEUE_AFTER
+        logger.exception("recovery #%s: could not queue its run again", recovery.pk)
+        return False
+    return True
+
+
+def _fail_expired(recovery: RecoveryRequest, now: datetime) -> bool:
+    since = recovery.site_unavailable_since
+    why = f"since {since:%Y-%m-%d %H:%M:%S} UTC" if since else "lately"
+    if recovery.site_unavailable_reason:
+        why += f": {recovery.site_unavailable_reason}"
+    message = (
+        f"the request expired at {recovery.expires_at:%Y-%m-%d %H:%M:%S} UTC while its recovery site "
+        f"{_site_name(recovery)} was still unavailable ({why}); nothing was mounted"
+    )
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(pk=recovery.pk, status=Status.WAITING, expires_at__lte=now).update(
+            status=Status.FAILED, ok=False, error=message[:4000], finished_at=now
+        )
+        if won:
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.FAILED,
+                target=recovery,
+                data={
+                    "error": message[:4000],
+                    "by": "expiry",
+                    "recovery_site": _site_name(recovery),
+                    "unavailable_since": since.isoformat() if since else None,
+                },
+                request_id=recovery.request_id,
+            )
+    return bool(won)
+
+
+def _site_name(recovery: RecoveryRequest) -> str:
+    return recovery.recovery_site_name or recovery.recovery_site_identifier

@@ -1,0 +1,120 @@
+"""How the REST API describes itself in its OpenAPI schema (drf-spectacular).
+
+Every view is an ``APIView`` with nested ``InputSerializer`` and ``FilterSerializer`` classes
+and declares its responses with ``extend_schema``. This schema class reads those conventions
+and adds what every operation shares, so that no view has to repeat it and none can forget it:
+
+- the query parameters of ``FilterSerializer`` and the body of ``InputSerializer``;
+- the errors the view can answer with, in the shape ``rewind.api.exception_handler`` renders;
+- who may call it, from the view's permission classes (``describe_permission``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.utils import OpenApiResponse
+from rest_framework import serializers
+from rest_framework.authentication import BaseAuthentication
+from rest_framework.pagination import CursorPagination
+
+UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
+
+
+class ErrorSerializer(serializers.Serializer):
+    """The body of every error but invalid input."""
+
+    detail = serializers.CharField(help_text="What went wrong, in plain words.")
+
+
+# Invalid input: one list of messages per field (``non_field_errors`` for the whole body);
+# a body that is not JSON at all gets ``detail`` instead.
+VALIDATION_ERROR_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {"detail": {"type": "string"}},
+    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+    "example": {"vm_arg": ["name the tool argument that holds the VM (e.g. host)"]},
+}
+
+ERRORS: dict[str, OpenApiResponse] = {
+    "400": OpenApiResponse(VALIDATION_ERROR_SCHEMA, description="Invalid input; nothing was changed."),
+    "401": OpenApiResponse(ErrorSerializer, description="The bearer token is missing, unknown, revoked or expired."),
+    "403": OpenApiResponse(
+        ErrorSerializer,
+        description="Not signed in, not staff, lacking the permission named above, or a change without its CSRF token.",
+    ),
+    "404": OpenApiResponse(ErrorSerializer, description="No such object (or an unknown pagination cursor)."),
+    "409": OpenApiResponse(
+        ErrorSerializer,
+        description="The request cannot be carried out as asked (e.g. a recovery no longer pending); "
+        "nothing was changed. More keys may say why.",
+    ),
+}
+
+
+def describe_permission(view: Any, method: str) -> str | None:
+    """Who may make this call, from the view's own text or its permission classes."""
+    text = getattr(view, "permission_description", None)
+    if text:
+        return str(text)
+    parts = [p.describe(view, method) for p in view.get_permissions() if hasattr(p, "describe")]
+    return " ".join(p for p in parts if p) or None
+
+
+class RewindAutoSchema(AutoSchema):
+    def get_serializer_name(self, serializer: Any, direction: Any) -> str:
+        # Nested serializers share names (every view has its InputSerializer): prefix the view's.
+        # "AgentListApi.InputSerializer" -> "AgentListInput"; "SiteOutputSerializer" -> "Site".
+        outer, _, inner = type(serializer).__qualname__.rpartition(".")
+        name = inner.removesuffix("Serializer")
+        if outer and "<" not in outer:
+            name = outer.rpartition(".")[2].removesuffix("Api") + name
+        return name.removesuffix("Output") or super().get_serializer_name(serializer, direction)
+
+    def get_override_parameters(self) -> list[Any]:
+        filters = getattr(self.view, "FilterSerializer", None)
+        if self.method == "GET" and filters is not None:
+            return [*super().get_override_parameters(), filters]
+        return super().get_override_parameters()
+
+    def get_request_serializer(self) -> Any:
+        # Not the base class's guess: an APIView has no serializer_class, and a POST that
+        # takes no body (approve, disable, check) must say so rather than warn.
+        if self.method in UNSAFE:
+            return getattr(self.view, "InputSerializer", None)
+        return None
+
+    def get_operation(self, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
+        operation = super().get_operation(*args, **kwargs)
+        if operation is None:
+            return None
+        permission = describe_permission(self.view, self.method)
+        if permission:
+            text = operation.get("description", "")
+            operation["description"] = f"{text}\n\n**Permission:** {permission}".strip()
+        responses = operation["responses"]
+        for code in self._error_codes(operation):
+            if code not in responses:
+                responses[code] = self._get_response_for_code(ERRORS[code], code)
+        return operation
+
+    def _error_codes(self, operation: dict[str, Any]) -> list[str]:
+        codes = ["403"]
+        if "requestBody" in operation or (self.method == "GET" and hasattr(self.view, "FilterSerializer")):
+            codes.append("400")
+        authenticators = self.view.get_authenticators()
+        if authenticators and _answers_401(authenticators[0]):
+            codes.append("401")
+        paginator = self._get_paginator()
+        if "{" in self.path or (isinstance(paginator, CursorPagination) and self._is_list_view()):
+            codes.append("404")
+        if self.method in UNSAFE:
+            codes.append("409")
+        return sorted(codes)
+
+
+def _answers_401(authenticator: BaseAuthentication) -> bool:
+    """DRF answers 401 (not 403) to a caller without credentials when the view's first
+    authenticator names a WWW-Authenticate challenge; session authentication does not."""
+    return type(authenticator).authenticate_header is not BaseAuthentication.authenticate_header

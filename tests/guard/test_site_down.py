@@ -1,0 +1,65 @@
+"""Guards with one of three sites hung: a VM at a healthy site is guarded, a VM of the hung site is refused at once.
+
+Site C hangs on every path (the simulator's ``hang`` fault). The look-up in this process waits
+for it once (a short read timeout), which marks it unavailable for every process; the real
+worker then inserts and waits through Site A only. Behaviour only (statuses, the refusal, which
+requests the simulator saw), never timings.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from rewind.checkpoints.services import guard_before_mutate
+from rewind.models import ChangeGuard, Site
+from rewind.protection import SitesUnavailableError
+from rewind.sites import site_circuit
+from tests.guard.conftest import wait_finished
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _seen(sim: Any, slug: str) -> int:
+    return sum(sim.calls(slug).values())
+
+
+def _guard(agent: Any, vm: str, change_id: str) -> Any:
+    return guard_before_mutate(
+        agent_name=agent.name,
+        agent_id=agent.pk,
+        tool="ssh/exec",
+        arguments={"host": vm, "command": "vi /etc/hosts"},
+        action="edit hosts",
+        change_id=change_id,
+    )
+
+
+def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_the_hung_site_is_refused(
+    sim: Any, sites: dict[str, Site], agent: Any, worker: Any, settings: Any
+) -> None:
+    settings.ZVM_CONNECT_TIMEOUT_S = settings.ZVM_READ_TIMEOUT_S = 0.5  # the look-ups in this process
+    settings.ZVM_CIRCUIT_PROBE_S = 600  # no trial falls due during the test
+    settings.ZVM_CIRCUIT_PROBE_MAX_S = 1200
+    before = _seen(sim, "site-c")
+    sim.add_fault("hang", site="site-c", seconds=3600, path_regex=".*")
+
+    for vm, change in (("web01", "CHG-1"), ("app01", "CHG-2")):  # both protected at Site A
+        outcome = _guard(agent, vm, change)
+        assert outcome.refusal is None
+        assert outcome.guard is not None
+        guard = wait_finished(outcome.guard)
+        assert guard.status == ChangeGuard.Status.OK, guard.error
+        assert all(row.checkpoint_identifier for row in guard.vpgs.all())
+    assert site_circuit(sites["site-c"]).is_open
+    assert _seen(sim, "site-c") - before <= 1  # reached once at most: its circuit refused the rest
+
+    with pytest.raises(SitesUnavailableError, match=r"protected at a site whose ZVM could not be asked") as refused:
+        _guard(agent, "edge01", "CHG-3")  # protected at Site C
+    assert refused.value.sites == ("Site C",)
+    assert "Site C" in refused.value.message
+    assert "unavailable since" in refused.value.message
+    assert _seen(sim, "site-c") - before <= 1
+    assert not ChangeGuard.objects.filter(vm_name="edge01").exists()
+    sim.clear_faults()
