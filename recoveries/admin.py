@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
+from django.db.models import QuerySet
 from django.http import Http404, HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
@@ -31,6 +32,8 @@ from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
 from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit import Actor
+from rewind.checkpoints.badges import retention_badge
+from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
 from rewind.errors import ApplicationError
 from rewind.zvm import ZvmError
 
@@ -49,7 +52,18 @@ class ApprovalInline(admin.TabularInline):
 
 @admin.register(RecoveryRequest)
 class RecoveryRequestAdmin(ReadOnlyAdmin):
-    list_display = ["id", "state", "review", "vm_name", "path", "agent_name", "vpg_name", "created_at", "expires_at"]
+    list_display = [
+        "id",
+        "state",
+        "review",
+        "vm_name",
+        "path",
+        "agent_name",
+        "vpg_name",
+        "created_at",
+        "expires_at",
+        "leaves_journal",
+    ]
     list_display_links = ["id"]
     list_filter = ["status", "agent_name"]
     search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "request_id"]
@@ -74,6 +88,15 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         url = reverse("admin:recoveries_recoveryrequest_review", args=[obj.pk])
         label = "Review and decide" if obj.status == RecoveryRequest.Status.PENDING else "View"
         return format_html('<a href="{}">{}</a>', url, label)
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[RecoveryRequest]:
+        # The checkpoint's retention forecast, in the list's one query.
+        return super().get_queryset(request).annotate(**journal_state_annotations())
+
+    @admin.display(description="checkpoint leaves the journal")
+    def leaves_journal(self, obj: RecoveryRequest) -> str:
+        journal = journal_state_of(obj)
+        return retention_badge(journal.leaves_at, journal.left_seen_at)
 
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         # Approvers come here for the queue: open on the pending requests unless a filter was chosen.
@@ -118,6 +141,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "already_approved": already,
             "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
             "site": recovery_site(recovery),
+            "journal_badge": self.leaves_journal(recovery),
             "waiting": waiting_message(recovery) if recovery.status == RecoveryRequest.Status.WAITING else "",
             "site_unavailable": recovery_site_unavailable(recovery),
         }

@@ -123,6 +123,15 @@ class RecoveryOutputSerializer(serializers.Serializer):
             "vpg_name": serializers.CharField(),
             "recovery_site": serializers.CharField(),
             "listed_late_at": serializers.DateTimeField(allow_null=True),
+            "leaves_journal_at": serializers.DateTimeField(
+                allow_null=True,
+                help_text="Estimated time the checkpoint leaves its VPG's journal, after which no file can be "
+                "recovered from it; null when not estimated (not a checkpoint this service tagged, or its ZVM "
+                "does not tell its journal history).",
+            ),
+            "left_journal_seen_at": serializers.DateTimeField(
+                allow_null=True, help_text="Set once a ZVM showed the checkpoint gone from the journal."
+            ),
         },
     )
     approvals = inline_serializer(

@@ -74,6 +74,15 @@ class CheckpointOut(BaseModel):
         description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
         "said not to proceed); the checkpoint is still a valid point to recover from",
     )
+    leaves_journal_at: str | None = Field(
+        None,
+        description="Estimated UTC time (ISO 8601) this checkpoint leaves its VPG's journal; after it, no file "
+        "can be recovered from it. Null when not known (not a checkpoint this service tagged, or the ZVM does "
+        "not tell its journal history)",
+    )
+    left_journal_seen_at: str | None = Field(
+        None, description="Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered"
+    )
 
 
 class UnmountOut(BaseModel):

@@ -16,6 +16,9 @@ Among several qualifying VPGs ("prefer a local one") the choice is, in this orde
 3. the VPG name, so the choice is stable.
 A site with a recent error is only a worse choice, never refused: it may have recovered.
 
+A checkpoint that has left its VPG's journal cannot be recovered: such rows are left out,
+and when every matching row has left, the request is refused naming when (``_in_journal``).
+
 A VPG row that timed out but whose checkpoint Zerto listed later (``listed_late_at``, see
 ``rewind.checkpoints.late``) counts like a listed one; the binding says it was listed late.
 Before choosing, the rows in question that timed out recently are looked for once more
@@ -37,6 +40,7 @@ from django.db.models import QuerySet
 from recoveries.models import RecoveryRequest
 from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.retention import left_journal_text, retention_recheck_due
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import Protection, VpgProtection, find_protection
 from rewind.sites import site_circuit, site_client, site_clock_offset_s
@@ -184,12 +188,34 @@ def _from_guard_rows(
             f"the checkpoint of {what} for VM {protection.vm_name} lies only on VPGs whose recovery site's ZVM "
             f"is not configured here: {vpgs}"
         )
+    here = _in_journal(here, protection, what)
     healthy = _healthy_site_pks(usable.values())
     row = min(here, key=lambda r: _preference(usable[r.vpg_identifier], healthy, r.guard.requested_at))
     vpg = usable[row.vpg_identifier]
     when = _on_recovery_clock(row.checkpoint_timestamp, row.site, vpg)
     return _bound(
         protection, vpg, row.checkpoint_identifier, when, row.guard.tag, row.guard.change_id, source, row.listed_late_at
+    )
+
+
+def _in_journal(rows: list[TaggedCheckpoint], protection: Protection, what: str) -> list[TaggedCheckpoint]:
+    """The rows whose checkpoint may still be in its VPG's journal; refused when none is.
+
+    From the retention forecast (``rewind.checkpoints.retention``): rows whose estimate has
+    passed are asked about once more now (one VPG read per VPG), and only a ZVM showing the
+    journal past a checkpoint rules it out. An estimate alone, or a ZVM that cannot be asked,
+    never refuses: the run checks the checkpoint again before it mounts.
+    """
+    retention_recheck_due(rows)
+    for row in rows:
+        row.refresh_from_db(fields=["leaves_journal_at", "left_journal_seen_at", "journal_history_minutes"])
+    remaining = [r for r in rows if r.left_journal_seen_at is None]
+    if remaining:
+        return remaining
+    gone = "; ".join(sorted(left_journal_text(r) for r in rows))
+    raise ApplicationError(
+        f"the checkpoint of {what} for VM {protection.vm_name} can no longer be recovered: it {gone}. "
+        "Nothing was requested; name a newer checkpoint (a later change_id or tag), or leave both out for the newest."
     )
 
 

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from recoveries.journal import journal_gone_reason
 from recoveries.mapping import Match, SessionVanished, map_guest_path
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.paths import parse_guest_path
@@ -119,8 +120,9 @@ def _check_mountable(run: Run) -> None:
         listed = run.client.list_checkpoints(r.vpg_identifier, start=start, end=end)
         if not any(cp.identifier == r.checkpoint_identifier for cp in listed):
             raise RunFailed(
-                f"checkpoint {r.checkpoint_identifier} of VPG {r.vpg_name} no longer exists on {run.site.name} "
-                "(a resync wipes every checkpoint)"
+                journal_gone_reason(run.client, r, run.site)
+                or f"checkpoint {r.checkpoint_identifier} of VPG {r.vpg_name} no longer exists on {run.site.name} "
+                "(a resync wipes every checkpoint, and the journal drops those older than its history)"
             )
     rows = [v for v in run.client.list_vms(vm_identifier=r.vm_identifier) if v.vpg_identifier == r.vpg_identifier]
     if rows and rows[0].is_flr_enabled is False:
@@ -209,7 +211,9 @@ def _mount(run: Run, attempt: int) -> FlrSession:
             last_error=str(exc)[:2000],
             request_id=run.request_id,
         )
-        raise RunFailed(f"{run.site.name} refused the mount: {exc}") from exc
+        # A checkpoint may leave the journal between the check above and the mount.
+        gone = journal_gone_reason(run.client, r, run.site)
+        raise RunFailed(gone or f"{run.site.name} refused the mount: {exc}") from exc
     except ZvmError as exc:  # unreadable answer, timeout, 5xx: the mount may have started
         _mount_unknown(run, row, exc)
     session_transition(row=row, to=S.MOUNTING, actor=SYSTEM, session_id=session_id)
@@ -256,7 +260,8 @@ def _wait_mounted(run: Run, row: FlrSession) -> None:
             )
             return
         if session.is_terminal:
-            raise RunFailed(f"the mount failed on {run.site.name} (status {session.status})")
+            gone = journal_gone_reason(run.client, run.recovery, run.site)
+            raise RunFailed(gone or f"the mount failed on {run.site.name} (status {session.status})")
         if time.monotonic() >= run.deadline:
             raise RunFailed(
                 f"the mount did not complete within {settings.REWIND_FLR_TIME_LIMIT_S} s (status {session.status})"

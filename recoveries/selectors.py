@@ -14,12 +14,17 @@ from django.urls import reverse
 
 from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
+from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
 from rewind.errors import NotFoundError, PermissionDeniedError
 from rewind.sites.models import Site
 
 
 def recovery_list(*, status: str | None = None) -> QuerySet[RecoveryRequest]:
-    qs = RecoveryRequest.objects.select_related("agent").prefetch_related("approvals")
+    qs = (
+        RecoveryRequest.objects.select_related("agent")
+        .prefetch_related("approvals")
+        .annotate(**journal_state_annotations())
+    )
     return qs.filter(status=status) if status else qs
 
 
@@ -32,7 +37,12 @@ def recovery_get(*, recovery_id: int) -> RecoveryRequest:
 
 def recovery_get_for_agent(*, recovery_id: int, agent_id: int) -> RecoveryRequest:
     """One recovery of this agent; ``NotFoundError`` for another agent's (its existence is not told)."""
-    recovery = RecoveryRequest.objects.prefetch_related("approvals").filter(pk=recovery_id, agent_id=agent_id).first()
+    recovery = (
+        RecoveryRequest.objects.prefetch_related("approvals")
+        .annotate(**journal_state_annotations())
+        .filter(pk=recovery_id, agent_id=agent_id)
+        .first()
+    )
     if recovery is None:
         raise NotFoundError(f"you have no recovery #{recovery_id}")
     return recovery
@@ -42,6 +52,7 @@ def recovery_for_review(*, recovery_id: int) -> RecoveryRequest | None:
     return (
         RecoveryRequest.objects.select_related("agent__owner")
         .prefetch_related("approvals")
+        .annotate(**journal_state_annotations())
         .filter(pk=recovery_id)
         .first()
     )
@@ -89,6 +100,7 @@ def download_url(recovery: RecoveryRequest) -> str:
 
 
 def checkpoint_dict(r: RecoveryRequest) -> dict[str, Any]:
+    journal = journal_state_of(r)
     return {
         "identifier": r.checkpoint_identifier,
         "timestamp": r.checkpoint_timestamp.isoformat() if r.checkpoint_timestamp else None,
@@ -99,6 +111,9 @@ def checkpoint_dict(r: RecoveryRequest) -> dict[str, Any]:
         "vpg_name": r.vpg_name,
         "recovery_site": r.recovery_site_name or r.recovery_site_identifier,
         "listed_late_at": r.checkpoint_listed_late_at.isoformat() if r.checkpoint_listed_late_at else None,
+        # The retention forecast of our tagged checkpoint (none for a bare journal checkpoint id).
+        "leaves_journal_at": journal.leaves_at.isoformat() if journal.leaves_at else None,
+        "left_journal_seen_at": journal.left_seen_at.isoformat() if journal.left_seen_at else None,
     }
 
 

@@ -58,6 +58,13 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),
         },
+        # Estimate when each tagged checkpoint leaves its VPG's journal (one VPG read per VPG,
+        # each site in a thread of its own, bounded by the interval), then warn once per
+        # checkpoint leaving within REWIND_RETENTION_WARN_H. Safe to overlap (CAS).
+        "checkpoints-retention": {
+            "task": "rewind.checkpoints.retention",
+            "schedule": float(settings.REWIND_RETENTION_INTERVAL_S),
+        },
     }
 
 

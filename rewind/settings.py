@@ -243,6 +243,10 @@ REWIND_CLOCK_SKEW_WARN_S = env_float("REWIND_CLOCK_SKEW_WARN_S", 30.0, minimum=1
 # listed late (a recovery may use it); the sweep looks this far back, every interval.
 REWIND_LATE_LISTING_HORIZON_S = env_int("REWIND_LATE_LISTING_HORIZON_S", 86400, minimum=60)
 REWIND_LATE_LISTING_INTERVAL_S = env_int("REWIND_LATE_LISTING_INTERVAL_S", 120, minimum=5)
+# The retention forecast: how often each VPG's journal history is read to estimate when its
+# tagged checkpoints leave the journal, and how long before that a warning is recorded (0: none).
+REWIND_RETENTION_INTERVAL_S = env_int("REWIND_RETENTION_INTERVAL_S", 600, minimum=30)
+REWIND_RETENTION_WARN_H = env_float("REWIND_RETENTION_WARN_H", 24.0, minimum=0)
 
 # --- Recoveries --------------------------------------------------------------------------
 REWIND_RECOVERY_EXPIRY_S = env_int("REWIND_RECOVERY_EXPIRY_S", 3600, minimum=60)

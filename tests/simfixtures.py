@@ -190,6 +190,21 @@ class SimHandle:
     def resync(self, vpg: str) -> None:
         self.control("POST", f"vpgs/{vpg}/resync")
 
+    def set_journal_history(self, vpg: str, minutes: float) -> dict[str, Any]:
+        """The VPG's journal keeps ``minutes`` of history; older checkpoints leave it at once."""
+        return self.control("POST", f"vpgs/{vpg}/journal", {"history_minutes": minutes})
+
+    def journal(self, vpg: str) -> dict[str, Any]:
+        return self.control("GET", f"vpgs/{vpg}/journal")
+
+    def advance_clock(self, seconds: float) -> dict[str, Any]:
+        """Let ``seconds`` pass at once in the simulated world (every site's ZVM clock moves).
+
+        This process's clock does not move with it: a test that compares times with the ZVMs
+        moves its own too (``time_machine.travel``), or every ZVM looks that far ahead.
+        """
+        return self.control("POST", "clock", {"advance_s": seconds})
+
     def set_vpg_status(self, vpg: str, status: int, sub_status: int = 0) -> None:
         self.control("POST", f"vpgs/{vpg}/status", {"status": status, "sub_status": sub_status})
 

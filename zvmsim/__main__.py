@@ -15,6 +15,7 @@ import uvicorn
 
 from .app import create_app
 from .config import SimConfig
+from .journal import DEFAULT_HISTORY_S
 from .tls import ensure_certs
 from .variants import CHOICES, PRESETS, VariantError, Variants, preset, validate
 
@@ -63,6 +64,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         type=float,
         default=0.3,
         help="how long an FLR session stays UnmountInProgress (default 0.3)",
+    )
+    p.add_argument(
+        "--journal-history-minutes",
+        type=float,
+        default=DEFAULT_HISTORY_S / 60,
+        help="journal history of every VPG: older checkpoints leave the journal (default 1440, one day; "
+        "per VPG at run time with POST /_sim/vpgs/{vpg}/journal)",
     )
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     v = p.add_argument_group(
@@ -163,7 +171,10 @@ def main(argv: list[str] | None = None) -> int:
         task_seconds=args.task_seconds,
         mount_seconds=args.mount_seconds,
         unmount_seconds=args.unmount_seconds,
+        journal_history_s=args.journal_history_minutes * 60,
     )
+    if config.journal_history_s <= 0:
+        raise SystemExit("zvmsim: --journal-history-minutes must be above 0")
     certfile: str | None = None
     keyfile: str | None = None
     ca_bundle = None

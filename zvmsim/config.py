@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .journal import DEFAULT_HISTORY_S
 from .variants import Variants
 
 
@@ -14,4 +15,5 @@ class SimConfig:
     task_seconds: float = 0.3  # how long an insert task stays InProgress
     mount_seconds: float = 0.3  # MountInProgress -> MountCompletedSuccessfully
     unmount_seconds: float = 0.3  # UnmountInProgress -> gone
+    journal_history_s: float = DEFAULT_HISTORY_S  # every VPG's journal history, until /_sim/vpgs/{vpg}/journal
     variants: Variants = field(default_factory=Variants)  # every site's, until /_sim/variants

@@ -1,10 +1,12 @@
 """The /_sim control API: inventory facts for tests, guest file edits, faults, latency,
-foreign FLR sessions, call counters, resync/status changes, and reset. No auth."""
+foreign FLR sessions, call counters, resync/status changes, journal history, the simulated
+clock, and reset. No auth."""
 
 from __future__ import annotations
 
 import base64
 import binascii
+import math
 from typing import Any
 
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -280,3 +282,52 @@ async def vpg_status(call: Call) -> Response:
     if isinstance(body.get("progress"), int):
         vpg.progress = body["progress"]
     return j({"ok": True, "vpg": vpg.identifier, "status": vpg.status, "sub_status": vpg.sub_status})
+
+
+def _journal_json(world: World, vpg_ref: str) -> dict[str, Any]:
+    vpg = world.one_vpg(vpg_ref)
+    configured, actual, earliest = world.journal_history(vpg)
+    return {
+        "vpg": vpg.identifier,
+        "history_minutes": configured / 60,
+        "actual_history_minutes": actual / 60,
+        "earliest": None
+        if earliest is None
+        else {"identifier": earliest.identifier, "timestamp": iso(earliest.timestamp)},
+    }
+
+
+@CONTROL.route("GET", "/_sim/vpgs/{vpg}/journal")
+async def journal_get(call: Call) -> Response:
+    return j(_journal_json(call.world, call.params["vpg"]))
+
+
+@CONTROL.route("POST", "/_sim/vpgs/{vpg}/journal")
+async def journal_set(call: Call) -> Response:
+    """{"history_minutes": N}: the VPG's journal keeps N minutes; older checkpoints leave it at once."""
+    body = await call.json_object()
+    minutes = body.get("history_minutes")
+    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+        raise ApiError(400, "history_minutes must be a number above 0")
+    call.world.set_journal_history(call.world.one_vpg(call.params["vpg"]), float(minutes) * 60)
+    return j(_journal_json(call.world, call.params["vpg"]))
+
+
+def _clock_json(world: World) -> dict[str, Any]:
+    return {"now": iso(world.now()), "shift_s": world.time_shift_s}
+
+
+@CONTROL.route("GET", "/_sim/clock")
+async def clock_get(call: Call) -> Response:
+    return j(_clock_json(call.world))
+
+
+@CONTROL.route("POST", "/_sim/clock")
+async def clock_advance(call: Call) -> Response:
+    """{"advance_s": N}: N seconds pass at once in the simulated world (every site's clock moves)."""
+    body = await call.json_object()
+    seconds = body.get("advance_s")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise ApiError(400, "advance_s must be a number of seconds")
+    call.world.advance_clock(float(seconds))
+    return j(_clock_json(call.world))

@@ -49,6 +49,15 @@ class Variants:
     token_ttl_s: float = 300.0
     # This ZVM's clock minus true time: every time it shows or reads is shifted by it.
     clock_offset_s: float = 0.0
+    # A VPG's HistoryStatusApi (the swagger lists ActualHistoryInMinutes,
+    # ConfiguredHistoryInMinutes and EarliestCheckpoint; which ones a ZVM fills is not
+    # documented): all three ("full"), without ActualHistoryInMinutes ("no_actual"), only
+    # the configured history ("configured_only"), or no HistoryStatusApi at all ("missing").
+    history_status: str = "full"
+    # An FLR mount of a checkpoint that has left the journal: refused at once with the 400 a
+    # ZVM gives for any checkpoint it does not hold ("rejected"), or accepted and then the
+    # session ends MountFailed ("mount_failed"). Undocumented either way.
+    aged_checkpoint_mount: str = "rejected"
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -66,6 +75,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "zip_member": ("path", "flr_path", "basename"),
     "download_pending_status": (404, 409),
     "flr_get_shape": ("array", "object"),
+    "history_status": ("full", "no_actual", "configured_only", "missing"),
+    "aged_checkpoint_mount": ("rejected", "mount_failed"),
 }
 _SECONDS = ("download_ready_after_s", "unmounted_linger_s", "token_ttl_s")
 _STATE_NAMES = ("mounting_state", "mounted_state", "mount_failed_state", "unmounting_state")
@@ -88,6 +99,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     "short-token": {"token_ttl_s": 12.0},
     "clock-behind": {"clock_offset_s": -300.0},
     "clock-ahead": {"clock_offset_s": 300.0},
+    "history-no-actual": {"history_status": "no_actual"},
+    "history-configured-only": {"history_status": "configured_only"},
+    "history-missing": {"history_status": "missing"},
+    "aged-mount-fails": {"aged_checkpoint_mount": "mount_failed"},
     # Every non-default choice at once: what an independent implementation of the
     # documented API might well do.
     "hostile": {
@@ -103,6 +118,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         "unmounted_state": "NotMounted",
         "token_ttl_s": 20.0,
         "clock_offset_s": -300.0,
+        "history_status": "configured_only",
+        "aged_checkpoint_mount": "mount_failed",
     },
 }
 

@@ -191,9 +191,25 @@ def vm_row(ctx: Ctx, vm: Vm, vpg: Vpg) -> dict[str, Any]:
     }
 
 
+def history_status(ctx: Ctx, vpg: Vpg) -> dict[str, Any] | None:
+    """HistoryStatusApi: the journal's history in whole minutes (rounded down) and its earliest checkpoint."""
+    configured_s, actual_s, earliest = ctx.world.journal_history(vpg)
+    full = {
+        "ActualHistoryInMinutes": int(actual_s // 60),
+        "ConfiguredHistoryInMinutes": int(configured_s // 60),
+        "EarliestCheckpoint": checkpoint(ctx, earliest),
+    }
+    shape = ctx.world.variant(ctx.site.slug).history_status
+    if shape == "missing":
+        return None
+    if shape == "no_actual":
+        return {k: v for k, v in full.items() if k != "ActualHistoryInMinutes"}
+    if shape == "configured_only":
+        return {"ConfiguredHistoryInMinutes": full["ConfiguredHistoryInMinutes"]}
+    return full
+
+
 def vpg_row(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
-    earliest = ctx.world.earliest_checkpoint(vpg)
-    history = 0 if earliest is None else int((ctx.world.now() - earliest.timestamp) // 60)
     test = {"Stage": "Testing", "StartTime": ctx.iso(ctx.world.epoch)} if vpg.failover_test else None
     return {
         "VpgIdentifier": vpg.identifier,
@@ -221,11 +237,7 @@ def vpg_row(ctx: Ctx, vpg: Vpg) -> dict[str, Any]:
         "LastTest": None,
         "OrganizationName": None,
         "FailSafeHistory": {"ActualFailSafeHistory": 0, "ConfiguredFailSafeHistory": 0, "FailSafeDescription": "Off"},
-        "HistoryStatusApi": {
-            "ActualHistoryInMinutes": history,
-            "ConfiguredHistoryInMinutes": 1440,
-            "EarliestCheckpoint": checkpoint(ctx, earliest),
-        },
+        "HistoryStatusApi": history_status(ctx, vpg),
         "Link": ctx.link("VpgApi", f"vpgs/{vpg.identifier}", vpg.identifier),
     }
 

@@ -15,7 +15,7 @@ from .faults import Faults
 from .guestfs import Entry, FsPathError, FsView, GuestFs
 from .ids import random_guid
 from .inventory import Inventory, Site, Vm, Vpg, build_inventory
-from .journal import Checkpoint, CheckpointIds, Journal, Task, journal_checkpoints
+from .journal import Checkpoint, CheckpointIds, Journal, Task, seeded_journal
 from .variants import Variants, VariantTable
 
 
@@ -65,10 +65,21 @@ class World:
         self.latency_ms: dict[str | None, float] = {}
         self.calls: dict[str, Counter[str]] = defaultdict(Counter)
         self.rates: dict[str, RateMeter] = defaultdict(RateMeter)
+        # Seconds the simulated world runs ahead of the real clock (POST /_sim/clock): tests
+        # let hours pass (checkpoints age out of journals, tokens expire) without waiting.
+        self.time_shift_s = 0.0
 
-    @staticmethod
-    def now() -> float:
-        return time.time()
+    def now(self) -> float:
+        """True time in the simulated world (each site's ZVM may show it off, see site_time)."""
+        return time.time() + self.time_shift_s
+
+    def advance_clock(self, seconds: float) -> float:
+        """Move the simulated world's time forward; returns the new shift. Never backwards:
+        tasks, sessions and tokens assume time only moves on."""
+        if seconds < 0:
+            raise ApiError(400, "the clock only moves forward: seconds must be >= 0")
+        self.time_shift_s += seconds
+        return self.time_shift_s
 
     # ---- lookups that answer API errors ---------------------------------------------------
     def site(self, slug: str) -> Site | None:
@@ -123,15 +134,26 @@ class World:
     def journal(self, vpg: Vpg) -> Journal:
         key = vpg.identifier.lower()
         if key not in self.journals:
-            self.journals[key] = Journal(journal_checkpoints(vpg.index, self.epoch))
+            self.journals[key] = seeded_journal(vpg.index, self.epoch, self.config.journal_history_s)
         return self.journals[key]
 
-    def earliest_checkpoint(self, vpg: Vpg) -> Checkpoint | None:
-        # Listing thousands of VPGs must not build thousands of journals.
-        if vpg.identifier.lower() not in self.journals:
-            return journal_checkpoints(vpg.index, self.epoch)[0]
-        listed = self.journal(vpg).listed(self.now())
-        return listed[0] if listed else None
+    def journal_history(self, vpg: Vpg) -> tuple[float, float, Checkpoint | None]:
+        """(configured history s, actual history s, earliest listed checkpoint) of a VPG's journal."""
+        now = self.now()
+        key = vpg.identifier.lower()
+        # Listing thousands of VPGs must not build thousands of journals: an untouched one is
+        # the seeded journal, whose facts follow from the seed alone.
+        journal = self.journals.get(key) or seeded_journal(vpg.index, self.epoch, self.config.journal_history_s)
+        listed = journal.listed(now)
+        return journal.history_s, journal.actual_history_s(now), listed[0] if listed else None
+
+    def set_journal_history(self, vpg: Vpg, history_s: float) -> Journal:
+        """Change how much history a VPG's journal keeps (a VPG setting on a real ZVM)."""
+        if history_s <= 0:
+            raise ApiError(400, "the journal history must be longer than 0")
+        journal = self.journal(vpg)
+        journal.history_s = history_s
+        return journal
 
     def insert_checkpoint(self, site: Site, vpg: Vpg, tag: str) -> Task:
         if vpg.in_initial_sync:
@@ -174,7 +196,8 @@ class World:
         return task
 
     def resync(self, vpg: Vpg) -> None:
-        self.journals[vpg.identifier.lower()] = Journal([])
+        history = self.journal(vpg).history_s
+        self.journals[vpg.identifier.lower()] = Journal([], started_at=self.now(), history_s=history)
 
     # ---- FLR ------------------------------------------------------------------------------
     def sessions(self, slug: str) -> flrmod.FlrState:
@@ -208,6 +231,9 @@ class World:
                 raise ApiError(400, f"VPG '{vpg.name}' has no checkpoints")
             return vpg, vm, listed[-1]
         found = journal.get(str(checkpoint_id), self.now())
+        aged = journal.aged_out(str(checkpoint_id), self.now()) if found is None else None
+        if aged is not None and self.variant(site.slug).aged_checkpoint_mount == "mount_failed":
+            return vpg, vm, aged  # the mount starts, then fails (flr_mount sees it aged)
         if found is None:
             raise ApiError(
                 400,
@@ -230,12 +256,13 @@ class World:
         now = self.now()
         view = checkpoint.captures.get(vm.identifier.lower()) or vm.pristine(self.epoch)
         ready_at = now + self.config.mount_seconds
-        fails = False
+        # A checkpoint that left the journal cannot be mounted (variant aged_checkpoint_mount).
+        fails = not self.journal(vpg).in_history(checkpoint, now)
         if not foreign:
             slow = self.faults.take("mount_delay", site.slug)
             if slow:
                 ready_at = now + float(slow.params["seconds"])
-            fails = self.faults.take("mount_fail", site.slug) is not None
+            fails = self.faults.take("mount_fail", site.slug) is not None or fails
         session = flrmod.FlrSession(
             f"{random_guid()}.{site.identifier}",
             site.slug,

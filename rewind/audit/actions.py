@@ -48,6 +48,8 @@ class GuardAction(StrEnum):
     CHECKPOINT_LISTED = "guard.checkpoint.listed"
     CHECKPOINT_FAILED = "guard.checkpoint.failed"
     CHECKPOINT_LISTED_LATE = "guard.checkpoint.listed_late"
+    CHECKPOINT_RETENTION_WARNING = "guard.checkpoint.retention_warning"
+    CHECKPOINT_LEFT_JOURNAL = "guard.checkpoint.left_journal"
 
 
 class RecoveryAction(StrEnum):

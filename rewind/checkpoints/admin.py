@@ -5,9 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models import Min, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils.html import format_html
 
 from rewind.admin_base import ReadOnlyAdmin
+from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress, guards_waiting_for_worker
 from rewind.workers.selectors import workers_seen
@@ -27,8 +30,17 @@ class TaggedCheckpointInline(admin.TabularInline):
         "checkpoint_timestamp",
         "listed_late_at",
         "waited_ms",
+        "leaves_journal",
+        "journal_estimated_at",
         "error",
     )
+
+    @admin.display(description="leaves the journal")
+    def leaves_journal(self, obj: TaggedCheckpoint) -> str:
+        badge = retention_badge(obj.leaves_journal_at, obj.left_journal_seen_at)
+        if obj.journal_history_minutes is not None and obj.left_journal_seen_at is None:
+            return format_html("{}<br><small>journal history {} min</small>", badge, obj.journal_history_minutes)
+        return badge
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
@@ -41,7 +53,17 @@ class TaggedCheckpointInline(admin.TabularInline):
 class GuardAdmin(ReadOnlyAdmin):
     """Guards and their tagged checkpoints: a read-only record; the wait task is their only writer."""
 
-    list_display = ["id", "requested_at", "agent_name", "vm_name", "tool", "change_id", "status", "finished_at"]
+    list_display = [
+        "id",
+        "requested_at",
+        "agent_name",
+        "vm_name",
+        "tool",
+        "change_id",
+        "status",
+        "finished_at",
+        "leaves_journal",
+    ]
     list_filter = ["status", "agent_name", "vm_name"]
     search_fields = ["vm_name", "vm_identifier", "change_id", "tag", "agent_name", "request_id"]
     date_hierarchy = "requested_at"
@@ -64,6 +86,23 @@ class GuardAdmin(ReadOnlyAdmin):
         "attempts",
         "waiting_for",
     )
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[ChangeGuard]:
+        # The first of its checkpoints to leave the journal, in the list's one query.
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                first_leaves_journal_at=Min("vpgs__leaves_journal_at"),
+                first_left_journal_seen_at=Min("vpgs__left_journal_seen_at"),
+            )
+        )
+
+    @admin.display(description="first to leave the journal", ordering="first_leaves_journal_at")
+    def leaves_journal(self, obj: ChangeGuard) -> str:
+        return retention_badge(
+            getattr(obj, "first_leaves_journal_at", None), getattr(obj, "first_left_journal_seen_at", None)
+        )
 
     @admin.display(description="waiting for")
     def waiting_for(self, obj: ChangeGuard) -> str:

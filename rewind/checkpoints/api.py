@@ -32,6 +32,7 @@ _GUARD_FIELDS = [
     "finished_at",
     "vpgs_total",
     "vpgs_listed",
+    "leaves_journal_at",
 ]
 
 
@@ -55,12 +56,19 @@ class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
             "error",
             "insert_started_at",
             "waited_ms",
+            "leaves_journal_at",
+            "journal_estimated_at",
+            "journal_history_minutes",
+            "left_journal_seen_at",
+            "retention_warned_at",
         ]
 
 
 class GuardOutputSerializer(serializers.ModelSerializer):
     vpgs_total = serializers.IntegerField(read_only=True)
     vpgs_listed = serializers.IntegerField(read_only=True)
+    # The first of its checkpoints to leave its VPG's journal (estimated; null: not known).
+    leaves_journal_at = serializers.DateTimeField(read_only=True, allow_null=True)
 
     class Meta:
         model = ChangeGuard

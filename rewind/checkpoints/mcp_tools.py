@@ -105,6 +105,16 @@ class VpgCheckpointOut(BaseModel):
         description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
         "from, but the guard stays not ok",
     )
+    leaves_journal_at: str | None = Field(
+        default=None,
+        description="Estimated UTC time (ISO 8601) this checkpoint leaves the VPG's journal; after it, no file can "
+        "be recovered from it. Refreshed every few minutes; null until estimated, or when the ZVM does not tell "
+        "its journal history",
+    )
+    left_journal_seen_at: str | None = Field(
+        default=None,
+        description="Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered",
+    )
 
 
 class GuardOut(BaseModel):

@@ -108,6 +108,29 @@ class ChangeGuardVpg(models.Model):
     # is when we saw it, which includes our own lateness under load.
     last_miss_at = models.DateTimeField(null=True, blank=True, editable=False)
     listed_after_ms = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # The retention forecast (rewind.checkpoints.retention): when the checkpoint leaves its
+    # VPG's journal, after which no file can be recovered from it. Refreshed by a beat sweep.
+    leaves_journal_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        db_index=True,
+        help_text="Estimated time (our clock) the checkpoint leaves the VPG's journal; in the past once it has.",
+    )
+    journal_estimated_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the estimate was last made."
+    )
+    journal_history_minutes = models.PositiveIntegerField(
+        null=True, blank=True, editable=False, help_text="The journal history the estimate used."
+    )
+    left_journal_seen_at = models.DateTimeField(
+        null=True,
+        blank=True,
+        editable=False,
+        help_text="When the ZVM first showed the journal past this checkpoint: it has left for certain.",
+    )
+    retention_warned_at = models.DateTimeField(
+        null=True, blank=True, editable=False, help_text="When the warning that it is about to leave was recorded."
+    )
 
     class Meta:
         verbose_name = "tagged checkpoint"

@@ -1,5 +1,6 @@
 """Reads of guards and their tagged checkpoints (database only, never a ZVM): querysets for
-REST and the admin, and the per-VPG report for the MCP tools."""
+REST and the admin, the per-VPG report for the MCP tools, and what the retention forecast
+knows of a checkpoint."""
 
 from __future__ import annotations
 
@@ -8,7 +9,19 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, Prefetch, Q, QuerySet, Sum
+from django.db.models import (
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Min,
+    OuterRef,
+    Prefetch,
+    Q,
+    QuerySet,
+    Subquery,
+    Sum,
+)
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -34,6 +47,8 @@ class VpgReport:
     waited_ms: int | None = None
     recovery_site: str | None = None
     listed_late_at: str | None = None  # timed out, then listed: recoverable, yet the guard stays not ok
+    leaves_journal_at: str | None = None  # the retention forecast (rewind.checkpoints.retention)
+    left_journal_seen_at: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +84,8 @@ def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
             waited_ms=r.waited_ms,
             recovery_site=r.recovery_site_name or None,
             listed_late_at=_iso(r.listed_late_at),
+            leaves_journal_at=_iso(r.leaves_journal_at),
+            left_journal_seen_at=_iso(r.left_journal_seen_at),
         )
         for r in TaggedCheckpoint.objects.filter(guard=guard).order_by("vpg_name")
     ]
@@ -214,6 +231,54 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
     return [ms / 1000 for ms in waited if ms is not None]
 
 
+@dataclass(frozen=True)
+class JournalState:
+    """What the retention forecast knows of one checkpoint (both None: nothing)."""
+
+    leaves_at: datetime | None = None  # estimated; in the past once it left
+    left_seen_at: datetime | None = None  # a ZVM showed the journal past it
+
+
+def _rows_of(vpg_identifier: Any, checkpoint_identifier: Any) -> QuerySet[TaggedCheckpoint]:
+    # Rows of several guards may name one checkpoint (never in practice: each insert is new); the
+    # freshest estimate wins.
+    return TaggedCheckpoint.objects.filter(
+        vpg_identifier=vpg_identifier, checkpoint_identifier=checkpoint_identifier, leaves_journal_at__isnull=False
+    ).order_by("-journal_estimated_at")
+
+
+def journal_state_for(*, vpg_identifier: str, checkpoint_identifier: str) -> JournalState:
+    """The forecast of our tagged checkpoint of that VPG; empty when unknown or not one of ours."""
+    if not checkpoint_identifier:
+        return JournalState()
+    found = _rows_of(vpg_identifier, checkpoint_identifier).values_list("leaves_journal_at", "left_journal_seen_at")
+    first = found.first()
+    return JournalState(*first) if first else JournalState()
+
+
+def journal_estimate_for(*, vpg_identifier: str, checkpoint_identifier: str) -> datetime | None:
+    """When our tagged checkpoint of that VPG leaves (or left) its journal, as last estimated."""
+    return journal_state_for(vpg_identifier=vpg_identifier, checkpoint_identifier=checkpoint_identifier).leaves_at
+
+
+def journal_state_annotations() -> dict[str, Subquery]:
+    """For a queryset of rows with ``vpg_identifier`` and ``checkpoint_identifier`` (recoveries):
+    ``journal_leaves_at`` and ``journal_left_seen_at`` in the same query (see ``journal_state_of``)."""
+    rows = _rows_of(OuterRef("vpg_identifier"), OuterRef("checkpoint_identifier"))
+    return {
+        "journal_leaves_at": Subquery(rows.values("leaves_journal_at")[:1]),
+        "journal_left_seen_at": Subquery(rows.values("left_journal_seen_at")[:1]),
+    }
+
+
+def journal_state_of(obj: Any) -> JournalState:
+    """The forecast of a recovery's checkpoint: from ``journal_state_annotations`` when the
+    queryset had them, else one query."""
+    if hasattr(obj, "journal_leaves_at"):
+        return JournalState(obj.journal_leaves_at, obj.journal_left_seen_at)
+    return journal_state_for(vpg_identifier=obj.vpg_identifier, checkpoint_identifier=obj.checkpoint_identifier)
+
+
 def guard_list(
     *, agent: str | None = None, vm: str | None = None, status: str | None = None, change_id: str | None = None
 ) -> QuerySet[ChangeGuard]:
@@ -221,6 +286,8 @@ def guard_list(
     qs = ChangeGuard.objects.annotate(
         vpgs_total=Count("vpgs"),
         vpgs_listed=Count("vpgs", filter=Q(vpgs__status=TaggedCheckpoint.Status.LISTED)),
+        # The first of its checkpoints to leave its journal: when the guard stops covering every VPG.
+        leaves_journal_at=Min("vpgs__leaves_journal_at"),
     )
     if agent:
         qs = qs.filter(agent_name=agent)

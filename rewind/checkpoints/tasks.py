@@ -11,6 +11,7 @@ from celery import shared_task
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.lease import WAIT_TASK
 from rewind.checkpoints.poller import POLL_TASK, poller_round, pollers_restart_stale
+from rewind.checkpoints.retention import retention_refresh_sweep, retention_warnings_sweep
 from rewind.checkpoints.services import guards_resume_stale
 from rewind.checkpoints.wait import guard_wait
 from rewind.requestid import bound_request_id
@@ -54,3 +55,13 @@ def checkpoints_listed_late() -> dict[str, object]:
     Safe to overlap: each record is a compare-and-swap.
     """
     return checkpoints_listed_late_sweep().as_dict()
+
+
+@shared_task(name="rewind.checkpoints.retention")
+def checkpoints_retention() -> dict[str, object]:
+    """Refresh when each tagged checkpoint leaves its VPG's journal, then warn of those leaving
+    soon (see rewind.checkpoints.retention). Safe to overlap: every record is a compare-and-swap.
+    """
+    report = retention_refresh_sweep()
+    report.warned = [row.pk for row in retention_warnings_sweep()]
+    return report.as_dict()

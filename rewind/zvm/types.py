@@ -155,6 +155,31 @@ def _failover_test_running(f: Fields) -> bool:
 
 
 @dataclass(frozen=True)
+class JournalHistory:
+    """A VPG's ``HistoryStatusApi``: how far back its journal reaches, and its oldest checkpoint.
+
+    Each field is None when the ZVM leaves it out (the swagger lists all three; which ones a
+    ZVM fills is undocumented). ``actual_minutes`` is the history the journal holds now;
+    ``configured_minutes`` the history it is set to keep.
+    """
+
+    actual_minutes: int | None = None
+    configured_minutes: int | None = None
+    earliest: Checkpoint | None = None
+
+    @classmethod
+    def from_json(cls, raw: object) -> JournalHistory:
+        f = Fields(raw)
+        actual, configured = f.integer("ActualHistoryInMinutes"), f.integer("ConfiguredHistoryInMinutes")
+        return cls(
+            # A negative history is nonsense, not a fact to estimate from.
+            actual_minutes=actual if actual is not None and actual >= 0 else None,
+            configured_minutes=configured if configured is not None and configured > 0 else None,
+            earliest=_optional_checkpoint(f.get("EarliestCheckpoint")),
+        )
+
+
+@dataclass(frozen=True)
 class Vpg:
     identifier: str | None
     name: str | None
@@ -166,6 +191,7 @@ class Vpg:
     recovery_site_name: str | None
     failover_test_running: bool = False
     progress_percentage: int | None = None
+    history: JournalHistory = field(default_factory=JournalHistory)
 
     @classmethod
     def from_json(cls, raw: object) -> Vpg:
@@ -182,6 +208,7 @@ class Vpg:
             recovery_site_name=f.text("RecoverySiteName", "TargetSite"),
             failover_test_running=_failover_test_running(f),
             progress_percentage=None if progress is None else round(progress),
+            history=JournalHistory.from_json(f.get("HistoryStatusApi", "HistoryStatus")),
         )
 
 
