@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
+from django.db.models import Exists, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
+from django.utils.safestring import SafeString
 
-from rewind.admin_base import ReadOnlyAdmin
+from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress, guards_waiting_for_worker
 from rewind.workers.selectors import workers_seen
@@ -19,7 +21,7 @@ class TaggedCheckpointInline(admin.TabularInline):
     can_delete = False
     fields = readonly_fields = (
         "vpg_name",
-        "status",
+        "outcome",
         "site",
         "recovery_site_name",
         "task_id",
@@ -36,13 +38,37 @@ class TaggedCheckpointInline(admin.TabularInline):
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
+    @admin.display(description="status")
+    def outcome(self, obj: TaggedCheckpoint) -> SafeString:
+        return status_badge(obj.status)
+
+
+class TimedOutFilter(admin.SimpleListFilter):
+    """Guards with a VPG whose checkpoint was not listed in time (the dashboard's "timed out" links here)."""
+
+    title = "a checkpoint timed out"
+    parameter_name = "timed_out"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ChangeGuard]) -> QuerySet[ChangeGuard]:
+        timed_out = Exists(
+            TaggedCheckpoint.objects.filter(guard=OuterRef("pk"), status=TaggedCheckpoint.Status.TIMED_OUT)
+        )
+        if self.value() == "yes":
+            return queryset.filter(timed_out)
+        if self.value() == "no":
+            return queryset.exclude(timed_out)
+        return queryset
+
 
 @admin.register(ChangeGuard)
 class GuardAdmin(ReadOnlyAdmin):
     """Guards and their tagged checkpoints: a read-only record; the wait task is their only writer."""
 
-    list_display = ["id", "requested_at", "agent_name", "vm_name", "tool", "change_id", "status", "finished_at"]
-    list_filter = ["status", "agent_name", "vm_name"]
+    list_display = ["id", "requested_at", "agent_name", "vm_name", "tool", "change_id", status_column(), "finished_at"]
+    list_filter = ["status", TimedOutFilter, "agent_name", "vm_name"]
     search_fields = ["vm_name", "vm_identifier", "change_id", "tag", "agent_name", "request_id"]
     date_hierarchy = "requested_at"
     inlines = [TaggedCheckpointInline]
