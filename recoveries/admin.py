@@ -215,12 +215,15 @@ class FlrSessionAdmin(ReadOnlyAdmin):
     def live_view(self, request: HttpRequest) -> HttpResponse:
         if not (request.user.has_perm(END_PERMISSION) or request.user.has_perm("recoveries.view_flrsession")):
             raise PermissionDenied
-        listing = flr_sessions_everywhere(live_only=True)
+        # ?site=<pk>: one site's sessions (the dashboard's per-site numbers link here).
+        only = site_enabled_get(site_pk=int(request.GET["site"])) if request.GET.get("site", "").isdigit() else None
+        listing = flr_sessions_everywhere(live_only=True, site_pk=only.pk if only else None)
         context = {
             **self.admin_site.each_context(request),
-            "title": "Live FLR sessions on every site",
+            "title": f"Live FLR sessions on {only.name}" if only else "Live FLR sessions on every site",
             "opts": self.model._meta,
             "listing": listing,
+            "only": only,
             "can_end": request.user.has_perm(END_PERMISSION),
         }
         return TemplateResponse(request, "admin/recoveries/flrsession/live.html", context)
