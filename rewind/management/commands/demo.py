@@ -155,8 +155,16 @@ class Command(BaseCommand):
                 f"   Waiting for a person: log in as {DEMO_APPROVER} (make run printed the password; it is in "
                 f"{settings.VAR_DIR / ('demo-' + DEMO_APPROVER + '-password')}) and click Approve. Ctrl-C stops waiting."
             )
-        deadline = time.monotonic() + options["timeout_s"]
-        said = asked["status"]
+        try:
+            return self._poll(recovery_id, asked["status"], options["timeout_s"])
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"stopped waiting: recovery #{recovery_id} stays as it is until someone decides or it expires "
+                f"({asked['expires_at']}), and the guest keeps the bad file"
+            ) from None
+
+    def _poll(self, recovery_id: int, said: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
         while True:
             out = self.agent.call("zerto_recovery_status", {"id": recovery_id})
             if out["status"] != said:
@@ -165,7 +173,7 @@ class Command(BaseCommand):
             if out["status"] in FINISHED:
                 return dict(out)
             if time.monotonic() > deadline:
-                raise CommandError(f"recovery #{recovery_id} is still {out['status']} after {options['timeout_s']:g} s")
+                raise CommandError(f"recovery #{recovery_id} is still {out['status']} after {timeout_s:g} s")
             time.sleep(POLL_S)
 
     def _approve(self, recovery_id: int) -> None:
