@@ -16,9 +16,6 @@ class Count:
     url: str
     tone: str = ""  # a badge tone ("bad", "attention") for a number that is bad news when above 0
 
-    def __bool__(self) -> bool:
-        return self.value > 0
-
 
 def changelist_url(model: type[Model], **filters: str | int) -> str:
     """The admin list of ``model`` with ``filters`` as its query string (``status__exact="failed"``)."""
