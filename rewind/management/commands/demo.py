@@ -114,7 +114,7 @@ class Command(BaseCommand):
         self._show_diff(good, bad, f"{path} before the edit", f"{path} after the edit")
         asked = self.agent.call(
             "zerto_recover_file",
-            {"vm": vm, "path": path, "reason": "nginx no longer starts after my edit", "change_id": change_id},
+            {"vm": vm, "path": path, "reason": f"my edit broke {path}; I need it as it was", "change_id": change_id},
         )
         self._step(3, f"The agent asks for the file back: recovery #{asked['id']} is {asked['status']}")
         self.stdout.write(f"   Approve it here: {asked['approval_url']}\n")
