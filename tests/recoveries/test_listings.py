@@ -18,7 +18,7 @@ def _foreign_ids(site: Any) -> set[str]:
     return {s["session_id"] for s in FlrSiteListing.objects.get(site=site).foreign}
 
 
-def test_a_sweep_keeps_the_sessions_it_did_not_open_and_is_recorded(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_a_sweep_keeps_the_sessions_it_did_not_open_and_is_recorded(transactional_db, sim, sites) -> None:
     theirs = sim.open_foreign_session("site-b", "web01", "vpg-web")
     # A session this service recorded (its recovery ended): it is no one else's.
     ours = sim.open_foreign_session("site-b", "db01", "vpg-db")
@@ -40,7 +40,7 @@ def test_a_sweep_keeps_the_sessions_it_did_not_open_and_is_recorded(transactiona
     assert not sweep.acted
 
 
-def test_a_site_that_cannot_be_listed_keeps_its_last_listing(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_a_site_that_cannot_be_listed_keeps_its_last_listing(transactional_db, sim, sites) -> None:
     theirs = sim.open_foreign_session("site-b", "web01", "vpg-web")
     recoveries_reap()
     before = FlrSiteListing.objects.get(site=sites["site-b"]).listed_at
@@ -51,10 +51,12 @@ def test_a_site_that_cannot_be_listed_keeps_its_last_listing(transactional_db, s
     assert "Site B" in report.site_errors
     assert FlrSiteListing.objects.get(site=sites["site-b"]).listed_at == before
     assert _foreign_ids(sites["site-b"]) == {theirs}
-    assert set(ReaperSweep.objects.order_by("-started_at").first().report["site_errors"]) == {"Site B"}
+    last = ReaperSweep.objects.order_by("-started_at").first()
+    assert last is not None
+    assert set(last.report["site_errors"]) == {"Site B"}
 
 
-def test_the_live_page_listing_refreshes_what_the_dashboard_shows(transactional_db, sim, sites) -> None:  # type: ignore[no-untyped-def]
+def test_the_live_page_listing_refreshes_what_the_dashboard_shows(transactional_db, sim, sites) -> None:
     recoveries_reap()
     assert _foreign_ids(sites["site-b"]) == set()
     theirs = sim.open_foreign_session("site-b", "web01", "vpg-web")

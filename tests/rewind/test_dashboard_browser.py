@@ -95,7 +95,7 @@ def _rows_behind(page: Any, href: str) -> int:
     return int(found.group(1))
 
 
-def test_the_dashboard_shows_what_waits_first_and_each_number_opens_its_list(live_server, page, scene) -> None:  # type: ignore[no-untyped-def]
+def test_the_dashboard_shows_what_waits_first_and_each_number_opens_its_list(live_server, page, scene) -> None:
     pending, late, foreign = scene["pending"], scene["late"], scene["foreign"]
     _log_in(page, live_server)
 
@@ -147,7 +147,7 @@ def test_the_dashboard_shows_what_waits_first_and_each_number_opens_its_list(liv
     assert foreign in page.inner_text("#live-sessions")
 
 
-def test_the_index_groups_the_lists_and_the_audit_list_fits_the_screen(live_server, page, scene) -> None:  # type: ignore[no-untyped-def]
+def test_the_index_groups_the_lists_and_the_audit_list_fits_the_screen(live_server, page, scene) -> None:
     page.set_viewport_size({"width": 1280, "height": 900})
     _log_in(page, live_server)
     groups = page.locator("#content-related .module caption").all_inner_texts()

@@ -43,7 +43,7 @@ class ScriptedAgent:
         try:
             async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=660.0)) as http:
                 transport = streamable_http_client(self.mcp_url, http_client=http)
-                async with Client(transport, mode="auto") as client:  # type: ignore[arg-type]
+                async with Client(transport, mode="auto") as client:
                     result = await client.call_tool(tool, arguments, progress_callback=on_progress)
         except Exception as exc:  # the SDK wraps transport failures in groups and its own errors
             raise AgentCallError(f"{tool}: the MCP call to {self.mcp_url} failed: {_plain(exc)}") from exc
