@@ -17,7 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from recoveries.models import FlrSession, RecoveryApproval, RecoveryRequest
+from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -30,7 +30,7 @@ from recoveries.selectors import (
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
-from rewind.admin_base import ReadOnlyAdmin
+from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.audit import Actor
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
@@ -78,10 +78,10 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
 
     @admin.display(description="Status", ordering="status")
     def state(self, obj: RecoveryRequest) -> str:
-        """The status; for a run waiting for its recovery site, which one and since when."""
+        """The status as a badge; for a run waiting for its recovery site, which one and since when."""
         if obj.status == RecoveryRequest.Status.WAITING:
-            return waiting_message(obj)
-        return obj.get_status_display()
+            return format_html('{}<br><span class="rw-sub">{}</span>', status_badge(obj.status), waiting_message(obj))
+        return status_badge(obj.status)
 
     @admin.display(description="Review")
     def review(self, obj: RecoveryRequest) -> str:
@@ -188,13 +188,30 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/confirm.html", context)
 
 
+class LiveFilter(admin.SimpleListFilter):
+    """Sessions that may still hold a mount (the dashboard's "live" counts link here)."""
+
+    title = "live"
+    parameter_name = "live"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Live (may hold a mount)"), ("no", "Ended")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[FlrSession]) -> QuerySet[FlrSession]:
+        if self.value() == "yes":
+            return queryset.filter(status__in=FlrSession.LIVE)
+        if self.value() == "no":
+            return queryset.exclude(status__in=FlrSession.LIVE)
+        return queryset
+
+
 @admin.register(FlrSession)
 class FlrSessionAdmin(ReadOnlyAdmin):
     list_display = [
         "id",
         "site",
         "session_id",
-        "status",
+        status_column(),
         "recovery",
         "attempt",
         "created_at",
@@ -202,7 +219,7 @@ class FlrSessionAdmin(ReadOnlyAdmin):
         "ended_at",
         "end_reason",
     ]
-    list_filter = ["status", "site"]
+    list_filter = [LiveFilter, "status", "site"]
     search_fields = ["session_id", "vm_identifier", "vpg_identifier"]
     list_select_related = ["site", "recovery"]
     change_list_template = "admin/recoveries/flrsession/change_list.html"
@@ -221,12 +238,15 @@ class FlrSessionAdmin(ReadOnlyAdmin):
     def live_view(self, request: HttpRequest) -> HttpResponse:
         if not (request.user.has_perm(END_PERMISSION) or request.user.has_perm("recoveries.view_flrsession")):
             raise PermissionDenied
-        listing = flr_sessions_everywhere(live_only=True)
+        # ?site=<pk>: one site's sessions (the dashboard's per-site numbers link here).
+        only = site_enabled_get(site_pk=int(request.GET["site"])) if request.GET.get("site", "").isdigit() else None
+        listing = flr_sessions_everywhere(live_only=True, site_pk=only.pk if only else None)
         context = {
             **self.admin_site.each_context(request),
-            "title": "Live FLR sessions on every site",
+            "title": f"Live FLR sessions on {only.name}" if only else "Live FLR sessions on every site",
             "opts": self.model._meta,
             "listing": listing,
+            "only": only,
             "can_end": request.user.has_perm(END_PERMISSION),
         }
         return TemplateResponse(request, "admin/recoveries/flrsession/live.html", context)
@@ -264,3 +284,25 @@ class FlrSessionAdmin(ReadOnlyAdmin):
             "live_url": live,
         }
         return TemplateResponse(request, "admin/recoveries/flrsession/confirm_end.html", context)
+
+
+@admin.register(ReaperSweep)
+class ReaperSweepAdmin(ReadOnlyAdmin):
+    """Every sweep of the reaper in the last days: when, how long, and what it did."""
+
+    list_display = ["started_at", "duration", "acted", "summary"]
+    list_filter = ["acted"]
+    date_hierarchy = "started_at"
+    fields = readonly_fields = ("started_at", "finished_at", "acted", "report")
+
+    @admin.display(description="took")
+    def duration(self, obj: ReaperSweep) -> str:
+        return f"{(obj.finished_at - obj.started_at).total_seconds():.1f} s"
+
+    @admin.display(description="what it did")
+    def summary(self, obj: ReaperSweep) -> str:
+        done = [f"{k.replace('_', ' ')}: {v}" for k, v in sorted(obj.report.items()) if k != "site_errors" and v]
+        errors = obj.report.get("site_errors") or {}
+        if errors:
+            done.append("could not sweep " + ", ".join(sorted(errors)))
+        return "; ".join(done) or "nothing to do"

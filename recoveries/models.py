@@ -186,21 +186,49 @@ class FlrSession(models.Model):
 
 
 class FlrSiteListing(models.Model):
-    """What one site's ZVM listed last: how many live FLR sessions, ours and others'.
+    """What one site's ZVM listed last: how many live FLR sessions, ours and others', and which
+    the others' are.
 
     Written whenever a full listing of the site is read: every reaper sweep lists every
     enabled site, and so do the admin's live-sessions page and ``zerto_list_flr_sessions``.
     ``/metrics`` reports it with its time, since other operators' sessions are known only
-    from such a listing.
+    from such a listing; the dashboard shows the others' sessions from it, because only a
+    person may end them and asking every ZVM on each page view would make the admin as slow
+    as its slowest ZVM.
     """
 
     site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="flr_listing")
     listed_at = models.DateTimeField()
     live_ours = models.PositiveIntegerField(help_text="Live sessions listed that this service recorded.")
     live_foreign = models.PositiveIntegerField(help_text="Live sessions listed that someone else opened.")
+    # [{session_id, status, vm_identifier, vpg_identifier, checkpoint_identifier, mount_time}], as listed.
+    foreign = models.JSONField(default=list, blank=True, help_text="The live sessions someone else opened.")
 
     class Meta:
         verbose_name = "FLR site listing"
 
     def __str__(self) -> str:
         return f"{self.site_id}: {self.live_ours} ours, {self.live_foreign} foreign at {self.listed_at:%Y-%m-%d %H:%M}"
+
+
+class ReaperSweep(models.Model):
+    """One run of the reaper: when, for how long, and what it did (its report).
+
+    Written by ``recoveries.reaper`` at the end of every sweep; sweeps older than
+    ``reaper.SWEEPS_KEPT`` are pruned by the next one.
+    """
+
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField()
+    report = models.JSONField(default=dict, help_text="The counts of ReapReport and the sites it could not sweep.")
+    acted = models.BooleanField(
+        default=False, db_index=True, help_text="It unmounted, ended, expired, failed or purged something."
+    )
+
+    class Meta:
+        ordering = ["-started_at"]
+        verbose_name = "reaper sweep"
+        verbose_name_plural = "reaper sweeps"
+
+    def __str__(self) -> str:
+        return f"reaper sweep at {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -12,7 +12,8 @@ listing that fails says nothing (the site is skipped), and when several sessions
 touched and the row is not ended. A session this service did not record is never touched.
 Stale pending requests are expired, and the recovered files of requests finished more than
 REWIND_RECOVERED_RETENTION_DAYS ago are deleted. Every step is a compare-and-swap: sweeps
-may overlap.
+may overlap. Each sweep is recorded (``ReaperSweep``) with its report, so people can see when
+it last ran and what it did.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from django.db import connection, connections, transaction
 from django.utils import timezone
 
 from recoveries.listing import flr_listing_record
-from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.models import FlrSession, ReaperSweep, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
 from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
@@ -46,6 +47,8 @@ MOUNT_CALL_GRACE = timedelta(minutes=2)
 # How long after the mount call's answer (at most the read timeout after the row was
 # recorded) a session the ZVM was still creating may take to be listed.
 UNKNOWN_SETTLE = timedelta(minutes=2)
+# Sweeps run every few minutes; a week of them says when it last ran and when it last acted.
+SWEEPS_KEPT = timedelta(days=7)
 
 
 @dataclass
@@ -64,16 +67,38 @@ class ReapReport:
     def as_dict(self) -> dict[str, object]:
         return self.__dict__.copy()
 
+    @property
+    def acted(self) -> bool:
+        """Whether the sweep changed anything (or failed to): what people look for in its record."""
+        return any(value for name, value in self.as_dict().items() if name != "site_errors")
+
 
 def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
-    """One sweep. ``now`` may be moved forward (tests, the command) to treat runs as overdue."""
-    now = now or timezone.now()
+    """One sweep, recorded with its report. ``now`` may be moved forward (tests, the command) to
+    treat runs as overdue."""
+    started_at = timezone.now()
+    report = _sweep(now or started_at)
+    reaper_sweep_record(started_at=started_at, report=report)
+    return report
+
+
+def reaper_sweep_record(*, started_at: datetime, report: ReapReport) -> ReaperSweep:
+    """Record one sweep and forget the sweeps older than ``SWEEPS_KEPT``."""
+    finished_at = timezone.now()
+    sweep = ReaperSweep.objects.create(
+        started_at=started_at, finished_at=finished_at, report=report.as_dict(), acted=report.acted
+    )
+    ReaperSweep.objects.filter(started_at__lt=finished_at - SWEEPS_KEPT).delete()
+    return sweep
+
+
+def _sweep(now: datetime) -> ReapReport:
     report = ReapReport()
     report.expired_requests = recovery_requests_expire_stale(now=now)
     report.overdue_recoveries = _fail_overdue(now)
     report.purged_results, report.purge_failed = recovery_results_purge_expired(now=now)
     # Every enabled site, not only those holding sessions of ours: the listing also tells how
-    # many sessions others hold there (``FlrSiteListing``, reported by /metrics).
+    # many sessions others hold there, and which (``FlrSiteListing``: /metrics, the dashboard).
     sites = list(Site.objects.filter(enabled=True).order_by("name"))
     # Each site in a thread of its own, so a stuck ZVM delays no other site's sweep (its circuit
     # makes it fail at once after the first timeout). A site still running at the limit is

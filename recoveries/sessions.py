@@ -348,11 +348,14 @@ class SessionListing:
     errors: dict[str, str]
 
 
-def flr_sessions_everywhere(*, live_only: bool = True) -> SessionListing:
-    """Every FLR session every enabled site's ZVM lists, with ours marked (one call per site)."""
+def flr_sessions_everywhere(*, live_only: bool = True, site_pk: int | None = None) -> SessionListing:
+    """Every FLR session every enabled site's ZVM lists (or only ``site_pk``'s), with ours marked
+    (one call per site). Each site's listing is recorded (``FlrSiteListing``).
+    """
     sessions: list[LiveSession] = []
     errors: dict[str, str] = {}
-    for site in Site.objects.filter(enabled=True):
+    sites = Site.objects.filter(enabled=True)
+    for site in sites if site_pk is None else sites.filter(pk=site_pk):
         try:
             listed = site_client(site).list_flr_sessions()
         except ZvmError as exc:

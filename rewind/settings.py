@@ -60,7 +60,7 @@ REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or "http://127.0.0.1:8000").rs
 REWIND_PUBLIC_URL_CONFIGURED = env_str("REWIND_PUBLIC_URL") is not None
 
 INSTALLED_APPS = [
-    "django.contrib.admin",
+    "rewind.dashboard.apps.OperatorsAdminConfig",  # Django's admin, with the dashboard as its index
     "django.contrib.auth",
     "django.contrib.contenttypes",
     "django.contrib.sessions",

@@ -79,3 +79,10 @@ class RecoveryAction(StrEnum):
 
 class McpAction(StrEnum):
     TOOL_CALLED = "mcp.tool.called"
+
+
+class AuditLogAction(StrEnum):
+    """A check of the chain itself (``manage.py audit_verify``), kept in the chain it checked."""
+
+    CHAIN_VERIFIED = "audit.chain.verified"
+    CHAIN_BROKEN = "audit.chain.broken"

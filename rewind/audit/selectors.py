@@ -6,9 +6,10 @@ from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any, cast
 
-from django.db.models import Count, F, QuerySet
+from django.db.models import Count, F, Q, QuerySet
 from django.db.models.fields.json import KT
 
+from rewind.audit.actions import AuditLogAction
 from rewind.audit.models import AuditEvent
 from rewind.errors import NotFoundError
 
@@ -81,3 +82,29 @@ def audit_counts(
     return [
         (tuple("" if row[f"k{i}"] is None else str(row[f"k{i}"]) for i in range(len(keys))), row["n"]) for row in rows
     ]
+
+
+VERIFICATION_ACTIONS = (AuditLogAction.CHAIN_VERIFIED, AuditLogAction.CHAIN_BROKEN)
+
+
+def audit_last_verification() -> AuditEvent | None:
+    """The newest recorded check of the chain (``manage.py audit_verify``), whatever it found."""
+    return AuditEvent.objects.filter(action__in=[str(a) for a in VERIFICATION_ACTIONS]).order_by("-seq").first()
+
+
+def audit_event_trail(*, targets: Iterable[tuple[str, str]], request_ids: Iterable[str] = ()) -> QuerySet[AuditEvent]:
+    """Everything that happened in the calls that touched any of ``targets``, oldest first.
+
+    A target is ``(target_type, target_id)`` as stored (``recoveries.recoveryrequest``, ``"17"``).
+    The calls are the request ids of the events on those targets, plus ``request_ids``: one
+    request id ties an MCP call, its tasks, its ZVM calls and its audit events together.
+    """
+    on_targets = Q()
+    for target_type, target_id in targets:
+        on_targets |= Q(target_type=target_type, target_id=str(target_id))
+    ids = {rid for rid in request_ids if rid}
+    if on_targets:
+        ids |= set(AuditEvent.objects.filter(on_targets).exclude(request_id="").values_list("request_id", flat=True))
+    return AuditEvent.objects.filter(
+        Q(request_id__in=ids) | on_targets if on_targets else Q(request_id__in=ids)
+    ).order_by("seq")

@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Min, QuerySet
+from django.db.models import Exists, Min, OuterRef, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
+from django.utils.safestring import SafeString
 
-from rewind.admin_base import ReadOnlyAdmin
+from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress, guards_waiting_for_worker
@@ -22,7 +23,7 @@ class TaggedCheckpointInline(admin.TabularInline):
     can_delete = False
     fields = readonly_fields = (
         "vpg_name",
-        "status",
+        "outcome",
         "site",
         "recovery_site_name",
         "task_id",
@@ -48,6 +49,30 @@ class TaggedCheckpointInline(admin.TabularInline):
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
 
+    @admin.display(description="status")
+    def outcome(self, obj: TaggedCheckpoint) -> SafeString:
+        return status_badge(obj.status)
+
+
+class TimedOutFilter(admin.SimpleListFilter):
+    """Guards with a VPG whose checkpoint was not listed in time (the dashboard's "timed out" links here)."""
+
+    title = "a checkpoint timed out"
+    parameter_name = "timed_out"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        return [("yes", "Yes"), ("no", "No")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[ChangeGuard]) -> QuerySet[ChangeGuard]:
+        timed_out = Exists(
+            TaggedCheckpoint.objects.filter(guard=OuterRef("pk"), status=TaggedCheckpoint.Status.TIMED_OUT)
+        )
+        if self.value() == "yes":
+            return queryset.filter(timed_out)
+        if self.value() == "no":
+            return queryset.exclude(timed_out)
+        return queryset
+
 
 @admin.register(ChangeGuard)
 class GuardAdmin(ReadOnlyAdmin):
@@ -60,11 +85,11 @@ class GuardAdmin(ReadOnlyAdmin):
         "vm_name",
         "tool",
         "change_id",
-        "status",
+        status_column(),
         "finished_at",
         "leaves_journal",
     ]
-    list_filter = ["status", "agent_name", "vm_name"]
+    list_filter = ["status", TimedOutFilter, "agent_name", "vm_name"]
     search_fields = ["vm_name", "vm_identifier", "change_id", "tag", "agent_name", "request_id"]
     date_hierarchy = "requested_at"
     inlines = [TaggedCheckpointInline]

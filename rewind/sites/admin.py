@@ -8,8 +8,9 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.utils.html import format_html
 
-from rewind.admin_base import actor_for
+from rewind.admin_base import actor_for, status_badge
 from rewind.errors import ApplicationError
 from rewind.sites.models import Site
 from rewind.sites.selectors import site_get
@@ -99,7 +100,9 @@ class SiteAdmin(admin.ModelAdmin):
         """available / unavailable since T: reason (the site's circuit, shared by every process)."""
         if obj.pk is None:
             return "-"
-        return site_availability_text(obj)
+        text = site_availability_text(obj)
+        word = text if text in ("available", "disabled") else "unavailable"
+        return format_html("{} {}", status_badge(word), text.removeprefix(word).strip())
 
     def save_model(self, request: HttpRequest, obj: Site, form: Any, change: bool) -> None:
         data = form.cleaned_data

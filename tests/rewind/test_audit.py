@@ -72,6 +72,30 @@ def test_it_names_the_row_whose_field_was_changed(column: str) -> None:
         call_command("audit_verify")
 
 
+@pytest.mark.django_db
+def test_each_verification_is_recorded_in_the_chain_it_checked(capsys: pytest.CaptureFixture[str]) -> None:
+    _record(2)
+    call_command("audit_verify")
+    event = AuditEvent.objects.order_by("-seq").first()
+    assert event is not None
+    assert (event.seq, event.action, event.actor) == (3, "audit.chain.verified", "manage.py audit_verify")
+    assert event.data["events"] == 2
+    assert "recorded as audit event #3" in capsys.readouterr().out
+    assert verify_chain() == (3, None)  # the record is itself part of the chain
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_broken_chain_is_recorded_as_broken() -> None:
+    events = _record(4)
+    _raw_update(events[2], "actor", "'mallory'")
+    with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
+        call_command("audit_verify")
+    event = AuditEvent.objects.order_by("-seq").first()
+    assert event is not None
+    assert event.action == "audit.chain.broken"
+    assert (event.data["broken_at"], event.data["events"]) == (3, 2)
+
+
 @pytest.mark.django_db(transaction=True)
 def test_it_detects_a_deleted_row() -> None:
     events = _record(4)

@@ -1,8 +1,9 @@
-"""The demo bootstrap behind ``make run``: demo people, demo sites, and the process supervisor."""
+"""The demo behind ``make run``: demo people, demo sites, the process supervisor, and ``manage.py demo``."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -13,7 +14,7 @@ import pytest
 import requests
 from django.conf import settings
 from django.contrib.auth.models import User
-from django.core.management import call_command
+from django.core.management import CommandError, call_command
 
 from rewind.models import Site
 from rewind.processes import Proc
@@ -74,3 +75,75 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     assert left == []
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)
+
+
+def _stack(tmp_path: Path) -> tuple[Proc, dict[str, str]]:
+    """``manage.py runstack`` (what ``make run`` runs) in a state folder of its own, on free ports, up."""
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(free_port()), REWIND_SIM_PORT=str(free_port()))
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120
+    )
+    proc = Proc(
+        "runstack",
+        [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        log=tmp_path / "run.log",
+        cwd=settings.BASE_DIR,
+        env=env,
+    )
+    try:
+        proc.wait_for_output("Press Ctrl-C", timeout=90)
+    except BaseException:
+        proc.stop(sig=signal.SIGINT, timeout=60)
+        raise
+    return proc, env
+
+
+@pytest.mark.timeout(420)
+def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
+    proc, env = _stack(tmp_path)
+    try:
+        # A second terminal: the same state folder and ports as make run, nothing else.
+        done = subprocess.run(
+            [sys.executable, "manage.py", "demo", "--auto-approve"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        proc.stop(sig=signal.SIGINT, timeout=60)
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-3000:] + proc.output()[-3000:]
+    assert "Approve it here: http://127.0.0.1:" in out
+    # The diff from the agent's bad edit back to the recovered file.
+    assert "--- web01:/etc/nginx/nginx.conf as the agent left it" in out
+    assert "-    worker_connections 4096\n+    worker_connections 768;" in out
+    assert re.search(r"Unmount: done \(FLR session \S+\)", out)
+    trail = out[out.index("Audit trail of the change:") :]
+    for action in (
+        "guard.created",
+        "guard.checkpoint.listed",
+        "guard.ok",
+        "recoveries.request.requested",
+        "recoveries.request.approved",
+        "recoveries.session.mounted",
+        "recoveries.file.downloaded",
+        "recoveries.session.unmounted",
+        "recoveries.request.succeeded",
+    ):
+        assert action in trail, action
+    assert "user:approver" in trail
+    assert "agent:demo-agent" in trail
+
+
+def test_manage_demo_says_how_to_start_the_stack_when_nothing_answers() -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(CommandError, match=r"does not answer at http://127\.0\.0\.1:\d+: start it with `make run`"):
+        call_command("demo", url=closed, auto_approve=True)
+
+
+def test_manage_demo_refuses_a_database_that_is_not_the_stacks(live_server, sim) -> None:
+    with pytest.raises(CommandError, match=r"no site on the simulator at .*same REWIND_VAR_DIR or DATABASE_URL"):
+        call_command("demo", url=live_server.url, sim_url=sim.url, auto_approve=True)

@@ -1,0 +1,131 @@
+"""Whether the service itself is well: its sites, its workers, the reaper, the audit chain.
+
+Database reads, plus the shared stores for the sites' circuits and tokens (``rewind.sites.health``);
+never a ZVM call.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from recoveries.models import ReaperSweep
+from rewind.audit.actions import AuditLogAction, RecoveryAction
+from rewind.audit.models import AuditEvent
+from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_last_verification
+from rewind.dashboard.links import Count, at, change_url, changelist_url, count
+from rewind.sites.health import SiteHealth, sites_health
+from rewind.workers.models import WorkerHeartbeat
+from rewind.workers.selectors import WorkersSeen, workers_seen
+
+# A verification older than this is shown as stale: run manage.py audit_verify (daily, from cron).
+VERIFY_STALE_AFTER = timedelta(hours=24)
+
+
+def site_health_list(now: datetime) -> list[SiteHealth]:
+    return sites_health(now)
+
+
+@dataclass(frozen=True)
+class Workers:
+    seen: WorkersSeen
+    alive: Count
+    text: str
+
+
+def workers_status(now: datetime) -> Workers:
+    seen = workers_seen(now)
+    return Workers(
+        seen, Count(seen.alive, changelist_url(WorkerHeartbeat), "" if seen.alive else "bad"), seen.describe(now)
+    )
+
+
+@dataclass(frozen=True)
+class ReaperAction:
+    label: str
+    count: Count
+
+
+@dataclass(frozen=True)
+class ReaperStatus:
+    last: ReaperSweep | None
+    last_url: str
+    overdue: bool  # no sweep for two intervals: is beat running?
+    interval_s: int
+    last_acted: ReaperSweep | None  # the latest sweep that changed something, and what it did
+    actions: list[ReaperAction]
+    site_errors: dict[str, str]  # of the last sweep
+    sweeps: Count
+
+
+# What a sweep reports, and the audit action it recorded each of as.
+_REPORTED = (
+    ("unmounted", "unmounted", RecoveryAction.SESSION_REAPED),
+    ("unmount_failed", "unmount failed", RecoveryAction.SESSION_UNMOUNT_FAILED),
+    ("vanished", "gone from the ZVM", RecoveryAction.SESSION_VANISHED),
+    ("unknown_ended", "lost mounts ended", RecoveryAction.SESSION_VANISHED),
+    ("found_unknown", "lost mounts found", None),
+    ("expired_requests", "requests expired", RecoveryAction.EXPIRED),
+    ("overdue_recoveries", "overdue runs failed", RecoveryAction.FAILED),
+    ("purged_results", "recovered files deleted", RecoveryAction.RESULT_PURGED),
+    ("purge_failed", "deletions failed", None),
+)
+
+
+def _actions(sweep: ReaperSweep) -> list[ReaperAction]:
+    out = []
+    window = {"time__gte": at(sweep.started_at), "time__lte": at(sweep.finished_at), "actor_type__exact": "system"}
+    for key, label, action in _REPORTED:
+        value = int(sweep.report.get(key) or 0)
+        if not value:
+            continue
+        url = changelist_url(AuditEvent, action__exact=str(action), **window) if action else change_url(sweep)
+        out.append(ReaperAction(label, Count(value, url, "bad" if "fail" in key else "")))
+    return out
+
+
+def reaper_status(now: datetime) -> ReaperStatus:
+    last = ReaperSweep.objects.order_by("-started_at").first()
+    acted = ReaperSweep.objects.filter(acted=True).order_by("-started_at").first()
+    interval = settings.REWIND_REAPER_INTERVAL_S
+    overdue = last is None or now - last.finished_at > timedelta(seconds=2 * interval)
+    return ReaperStatus(
+        last=last,
+        last_url=change_url(last) if last else changelist_url(ReaperSweep),
+        overdue=overdue,
+        interval_s=interval,
+        last_acted=acted,
+        actions=_actions(acted) if acted else [],
+        site_errors=dict(last.report.get("site_errors") or {}) if last else {},
+        sweeps=count(ReaperSweep.objects.count(), ReaperSweep),
+    )
+
+
+@dataclass(frozen=True)
+class AuditStatus:
+    last: AuditEvent | None  # the newest recorded verification
+    ok: bool | None
+    stale: bool
+    events: Count  # every event in the log
+    since_verified: Count  # appended after the last verification: not yet proven
+    verifications: Count
+
+
+def audit_status(now: datetime) -> AuditStatus:
+    last = audit_last_verification()
+    newest = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    after = last.seq if last else 0
+    return AuditStatus(
+        last=last,
+        ok=None if last is None else last.action == AuditLogAction.CHAIN_VERIFIED,
+        stale=last is None or now - last.time > VERIFY_STALE_AFTER,
+        events=Count(newest, changelist_url(AuditEvent)),
+        since_verified=count(max(0, newest - after), AuditEvent, seq__gt=after),
+        verifications=count(
+            AuditEvent.objects.filter(action__in=[str(a) for a in VERIFICATION_ACTIONS]).count(),
+            AuditEvent,
+            action__in=",".join(VERIFICATION_ACTIONS),
+        ),
+    )

@@ -1,0 +1,278 @@
+"""``manage.py demo``: the loop the product exists for, against the simulator, end to end.
+
+A scripted agent drives it over MCP (streamable HTTP, the official SDK client) against the
+stack ``make run`` started: it guards a VM before an ssh edit, makes a bad edit in the simulated
+guest, asks for the file back, and a person approves in the browser (or ``--auto-approve``
+approves as the demo approver, through the same service the admin's button calls). Then it
+prints the recovered bytes, the diff against the bad file, the unmount report and the audit
+trail of the change, and puts the good file back.
+
+The agent's token is issued through the agents service for this run and revoked at its end;
+this command must therefore use the stack's database (the same ``REWIND_VAR_DIR`` or
+``DATABASE_URL``), which it checks.
+"""
+
+from __future__ import annotations
+
+import base64
+import difflib
+import os
+import time
+import warnings
+from typing import Any
+
+import requests
+from django.conf import settings
+from django.contrib.auth import get_user_model
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+from django.utils.text import Truncator
+from urllib3.exceptions import InsecureRequestWarning
+
+from recoveries.services import recovery_request_approve
+from rewind.agents import agent_token_issue_by_name, agent_token_revoke
+from rewind.audit import Actor
+from rewind.audit.selectors import audit_event_trail
+from rewind.errors import ApplicationError
+from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
+from rewind.sites.models import Site
+
+DEMO_AGENT = "demo-agent"
+DEMO_APPROVER = "approver"  # created by demo_setup (make run); not the agent's owner, so it may approve
+ACTOR = Actor.system("manage.py demo")
+FINISHED = ("succeeded", "failed", "denied", "expired")
+POLL_S = 1.0
+
+
+def _default_url() -> str:
+    if settings.REWIND_PUBLIC_URL_CONFIGURED:
+        return str(settings.REWIND_PUBLIC_URL)
+    return f"http://127.0.0.1:{os.environ.get('REWIND_PORT', '8000')}"
+
+
+def _default_sim_url() -> str:
+    return f"https://127.0.0.1:{os.environ.get('REWIND_SIM_PORT', '9443')}"
+
+
+def bad_edit(text: str) -> str:
+    """The agent's mistake: raise nginx's connection limit and forget the semicolon (any other file
+    gets a line that does not belong in it)."""
+    if "worker_connections 768;" in text:
+        return text.replace("worker_connections 768;", "worker_connections 4096")
+    return text + "include /etc/nginx/conf.d/*.conf\n"
+
+
+class Command(BaseCommand):
+    help = (
+        "Run the demo loop against a running stack (make run): guard a VM over MCP, break a file in the "
+        "simulated guest, ask for it back, wait for a person to approve (or --auto-approve), then print the "
+        "recovered bytes, the diff, the unmount report and the audit trail."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--url", default=_default_url(), help="the service (default: REWIND_PUBLIC_URL, else port REWIND_PORT)"
+        )
+        parser.add_argument(
+            "--sim-url", default=_default_sim_url(), help="the ZVM simulator (default: port REWIND_SIM_PORT)"
+        )
+        parser.add_argument("--vm", default="web01", help="the VM the agent changes (default web01)")
+        parser.add_argument("--path", default="/etc/nginx/nginx.conf", help="the guest file it breaks")
+        parser.add_argument(
+            "--auto-approve",
+            action="store_true",
+            help=f"approve as the demo approver ({DEMO_APPROVER}) instead of waiting for a person (for CI)",
+        )
+        parser.add_argument(
+            "--timeout-s", type=float, default=3600.0, help="give up waiting for the recovery after this long"
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        url = options["url"].rstrip("/")
+        sim_url = options["sim_url"].rstrip("/")
+        self.sim = _Sim(sim_url)
+        self._check_running(url, sim_url)
+        vm, path = options["vm"], options["path"]
+        issued = agent_token_issue_by_name(actor=ACTOR, name=DEMO_AGENT, label="manage.py demo")
+        self.agent = ScriptedAgent(f"{url}/mcp", issued.issued.token)
+        self.stdout.write(f"Agent {issued.agent.name} connects to {url}/mcp with a token issued for this run.\n")
+        try:
+            self._run(vm, path, options)
+        except AgentCallError as exc:
+            raise CommandError(str(exc)) from None
+        finally:
+            agent_token_revoke(actor=ACTOR, token=issued.issued.row)
+
+    # --- the loop ----------------------------------------------------------------------------
+    def _run(self, vm: str, path: str, options: dict[str, Any]) -> None:
+        change_id = f"demo-{timezone.now():%Y%m%dT%H%M%S}"
+        guard = self._guard(vm, path, change_id)
+        good = self.sim.read(vm, path)
+        bad = bad_edit(good)
+        self._step(2, f"The agent edits {vm}:{path} over ssh, and gets it wrong")
+        self.sim.write(vm, path, bad)
+        self._show_diff(good, bad, f"{path} before the edit", f"{path} after the edit")
+        asked = self.agent.call(
+            "zerto_recover_file",
+            {"vm": vm, "path": path, "reason": f"my edit broke {path}; I need it as it was", "change_id": change_id},
+        )
+        self._step(3, f"The agent asks for the file back: recovery #{asked['id']} is {asked['status']}")
+        self.stdout.write(f"   Approve it here: {asked['approval_url']}\n")
+        done = self._await(asked, options)
+        recovered = self._report(done, bad, vm, path)
+        self._trail(guard["id"], done["id"])
+        if recovered is not None:
+            self.sim.write(vm, path, recovered)
+            self._step(6, f"The agent puts the recovered file back on {vm}")
+
+    def _guard(self, vm: str, path: str, change_id: str) -> dict[str, Any]:
+        self._step(1, f"The agent guards {vm} before running ssh/exec on it (change {change_id})")
+        guard = self.agent.call(
+            "zerto_guard_before_mutate",
+            {
+                "tool": "ssh/exec",
+                "arguments": {"host": vm, "command": f"sed -i 's/768;/4096/' {path}"},
+                "action": f"edit {path.rsplit('/', 1)[-1]}",
+                "change_id": change_id,
+            },
+            on_message=lambda message: self.stdout.write(f"   … {message}"),
+        )
+        if not guard.get("ok"):
+            raise CommandError(f"the guard says not to proceed: {guard.get('must_not_proceed')}")
+        self.stdout.write(f"   ok: tag {guard['tag']!r}")
+        for vpg in guard["vpgs"]:
+            self.stdout.write(
+                f"   {vpg['name']}: checkpoint {vpg['checkpoint_identifier']} at {vpg['checkpoint_timestamp']}"
+            )
+        return guard
+
+    def _await(self, asked: dict[str, Any], options: dict[str, Any]) -> dict[str, Any]:
+        recovery_id = asked["id"]
+        if options["auto_approve"]:
+            self._approve(recovery_id)
+        else:
+            self.stdout.write(
+                f"   Waiting for a person: log in as {DEMO_APPROVER} (make run printed the password; it is in "
+                f"{settings.VAR_DIR / ('demo-' + DEMO_APPROVER + '-password')}) and click Approve. Ctrl-C stops waiting."
+            )
+        try:
+            return self._poll(recovery_id, asked["status"], options["timeout_s"])
+        except KeyboardInterrupt:
+            raise CommandError(
+                f"stopped waiting: recovery #{recovery_id} stays as it is until someone decides or it expires "
+                f"({asked['expires_at']}), and the guest keeps the bad file"
+            ) from None
+
+    def _poll(self, recovery_id: int, said: str, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            out = self.agent.call("zerto_recovery_status", {"id": recovery_id})
+            if out["status"] != said:
+                said = out["status"]
+                self.stdout.write(f"   recovery #{recovery_id}: {said}")
+            if out["status"] in FINISHED:
+                return dict(out)
+            if time.monotonic() > deadline:
+                raise CommandError(f"recovery #{recovery_id} is still {out['status']} after {timeout_s:g} s")
+            time.sleep(POLL_S)
+
+    def _approve(self, recovery_id: int) -> None:
+        approver = get_user_model().objects.filter(username=DEMO_APPROVER).first()
+        if approver is None:
+            raise CommandError(
+                f"there is no user {DEMO_APPROVER!r} to approve as: make run creates the demo people "
+                "(or run manage.py demo_setup --sim-url ...)"
+            )
+        try:
+            recovery_request_approve(recovery_id=recovery_id, user=approver)
+        except ApplicationError as exc:
+            raise CommandError(f"{DEMO_APPROVER} could not approve: {exc.message}") from None
+        self._step(4, f"{DEMO_APPROVER} approves recovery #{recovery_id} (--auto-approve)")
+
+    def _report(self, done: dict[str, Any], bad: str, vm: str, path: str) -> str | None:
+        result = done.get("result") or {}
+        self._step(5, f"Recovery #{done['id']} {done['status']}")
+        if done["status"] != "succeeded":
+            raise CommandError(f"recovery #{done['id']} {done['status']}: {done.get('error') or result.get('error')}")
+        content = result.get("content")
+        if content is None:
+            raise CommandError(f"the recovered file came back as a link, not inline: {result.get('url')}")
+        recovered = content if result.get("encoding") == "utf-8" else base64.b64decode(content).decode()
+        self.stdout.write(f"   {result['size']} bytes, sha256 {result['sha256']}\n")
+        self.stdout.write("--- recovered bytes " + "-" * 50)
+        self.stdout.write(recovered.rstrip("\n"))
+        self.stdout.write("-" * 70 + "\n")
+        self._show_diff(bad, recovered, f"{vm}:{path} as the agent left it", f"{vm}:{path} recovered")
+        unmount = result.get("unmount") or {}
+        state = "done" if unmount.get("ok") else "NOT confirmed"
+        self.stdout.write(f"Unmount: {state} (FLR session {unmount.get('session_id')})")
+        if unmount.get("warning"):
+            self.stdout.write(f"   warning: {unmount['warning']}")
+        return str(recovered)
+
+    def _trail(self, guard_id: int, recovery_id: int) -> None:
+        self.stdout.write("\nAudit trail of the change:")
+        targets = [("rewind.changeguard", str(guard_id)), ("recoveries.recoveryrequest", str(recovery_id))]
+        for e in audit_event_trail(targets=targets):
+            when = timezone.localtime(e.time).strftime("%H:%M:%S")
+            who = f"{e.actor_type}:{e.actor}"
+            target = Truncator(e.target_repr).chars(60)
+            self.stdout.write(f"  #{e.seq:<5} {when}  {who:<24} {e.action:<38} {target}".rstrip())
+
+    # --- helpers ------------------------------------------------------------------------------
+    def _step(self, number: int, text: str) -> None:
+        self.stdout.write(self.style.MIGRATE_HEADING(f"\n{number}. {text}"))
+
+    def _show_diff(self, before: str, after: str, before_name: str, after_name: str) -> None:
+        diff = difflib.unified_diff(
+            before.splitlines(keepends=True), after.splitlines(keepends=True), before_name, after_name
+        )
+        self.stdout.write("".join(diff).rstrip("\n") or "   (no difference)")
+
+    def _check_running(self, url: str, sim_url: str) -> None:
+        try:
+            requests.get(f"{url}/health/", timeout=5).raise_for_status()
+        except requests.RequestException:
+            raise CommandError(
+                f"the service does not answer at {url}: start it with `make run` in another terminal (or give --url)"
+            ) from None
+        try:
+            self.sim.state()
+        except requests.RequestException as exc:
+            raise CommandError(
+                f"the ZVM simulator does not answer at {sim_url} ({type(exc).__name__}): `make run` starts it "
+                "(or give --sim-url)"
+            ) from None
+        sites = list(Site.objects.filter(enabled=True).values_list("name", "base_url"))
+        if not any(base.startswith(sim_url + "/") for _, base in sites):
+            where = ", ".join(f"{name} at {base}" for name, base in sites) or "no site at all"
+            raise CommandError(
+                f"this database has no site on the simulator at {sim_url} ({where}): run this command with the "
+                "stack's settings (the same REWIND_VAR_DIR or DATABASE_URL as make run)"
+            )
+
+
+class _Sim:
+    """The simulator's control API: the guest's files, as the agent's ssh would see them."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.http = requests.Session()
+
+    def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", InsecureRequestWarning)
+            # Per request: a session's verify=False loses to REQUESTS_CA_BUNDLE; the certificate is self-signed.
+            resp = self.http.request(method, f"{self.url}{path}", timeout=30, verify=False, **kwargs)
+        if resp.status_code >= 400:
+            raise CommandError(f"the simulator refused {method} {path}: {resp.status_code} {resp.text[:300]}")
+        return resp
+
+    def state(self) -> Any:
+        return self._request("GET", "/_sim/state").json()
+
+    def read(self, vm: str, path: str) -> str:
+        return self._request("GET", f"/_sim/vms/{vm}/files", params={"path": path}).content.decode()
+
+    def write(self, vm: str, path: str, text: str) -> None:
+        self._request("PUT", f"/_sim/vms/{vm}/files", json={"path": path, "text": text})
