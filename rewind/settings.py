@@ -23,6 +23,7 @@ from rewind.env import (
     env_str,
     sqlite_database,
 )
+from rewind.notifications.config import notify_urls_setting, site_notify_urls_setting
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("REWIND_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -234,6 +235,11 @@ for _address in REWIND_APPROVER_EMAILS:
     if _address.count("@") != 1 or any(c.isspace() or c in '<>,;"' for c in _address):
         raise ImproperlyConfigured(f"REWIND_APPROVER_EMAILS: {_address!r} is not a plain email address")
 
+# --- Notifications (Apprise): README "Notifications" -----------------------------------------
+# URLs carry credentials: secrets (NAME_FILE works), checked with Apprise here, never shown whole.
+REWIND_NOTIFY_URLS = notify_urls_setting("REWIND_NOTIFY_URLS")
+REWIND_NOTIFY_SITE_URLS = site_notify_urls_setting("REWIND_NOTIFY_SITE_URLS")
+
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
 MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
@@ -253,5 +259,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"rewind": {"level": _log_level}, "catalog": {"level": _log_level}, "recoveries": {"level": _log_level}},
+    "loggers": {
+        "rewind": {"level": _log_level},
+        "catalog": {"level": _log_level},
+        "recoveries": {"level": _log_level},
+        # Apprise's debug and trace output holds notification URLs; its warnings say what failed.
+        "apprise": {"level": "WARNING"},
+    },
 }
