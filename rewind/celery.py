@@ -14,7 +14,7 @@ app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Parts inside the rewind app keep their tasks in their own package.
-app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites"])
+app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications"])
 
 
 @app.on_after_finalize.connect
@@ -45,6 +45,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
         "checkpoints-listed-late": {
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),
+        },
+        # Close notification deliveries whose worker died mid-send; queue again those whose task
+        # was lost. Safe to overlap: compare-and-swap.
+        "notifications-settle": {
+            "task": "rewind.notifications.settle",
+            "schedule": 300.0,
         },
     }
 
