@@ -239,6 +239,8 @@ for _address in REWIND_APPROVER_EMAILS:
 # URLs carry credentials: secrets (NAME_FILE works), checked with Apprise here, never shown whole.
 REWIND_NOTIFY_URLS = notify_urls_setting("REWIND_NOTIFY_URLS")
 REWIND_NOTIFY_SITE_URLS = site_notify_urls_setting("REWIND_NOTIFY_SITE_URLS")
+# A pending recovery is announced again this many minutes before it expires (0: not at all).
+REWIND_NOTIFY_EXPIRY_WARN_MIN = env_int("REWIND_NOTIFY_EXPIRY_WARN_MIN", 10, minimum=0)
 
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)

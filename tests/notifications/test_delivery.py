@@ -181,6 +181,7 @@ def test_the_admin_lists_the_channels_masked_and_sends_a_test_through_the_task(
     page = admin_client.get(changelist).content.decode()
     assert f"json://rewind:****@127.0.0.1:{receiver.port}/hook" in page
     assert "events of site Site B" in page
+    assert "Approver e-mail" in page
     assert PASSWORD not in page
 
     site_b = next(c for c in channels_configured() if c.sites == frozenset({"Site B"}))
