@@ -46,10 +46,15 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.checkpoints.listed_late",
             "schedule": float(settings.REWIND_LATE_LISTING_INTERVAL_S),
         },
-        # Tell the channels about pending recoveries that expire within REWIND_NOTIFY_EXPIRY_WARN_MIN.
-        # Each event is recorded once per channel (a unique key decides), so sweeps may overlap.
+        # Tell the channels about pending recoveries that expire within REWIND_NOTIFY_EXPIRY_WARN_MIN,
+        # and sites unreachable for REWIND_NOTIFY_SITE_DOWN_MIN. Each event is recorded once per
+        # channel (a unique key decides), so sweeps may overlap.
         "recoveries-warn-expiring": {
             "task": "recoveries.warn_expiring",
+            "schedule": 60.0,
+        },
+        "sites-notify-down": {
+            "task": "rewind.sites.notify_down",
             "schedule": 60.0,
         },
         # Close notification deliveries whose worker died mid-send; queue again those whose task

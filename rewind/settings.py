@@ -241,6 +241,8 @@ REWIND_NOTIFY_URLS = notify_urls_setting("REWIND_NOTIFY_URLS")
 REWIND_NOTIFY_SITE_URLS = site_notify_urls_setting("REWIND_NOTIFY_SITE_URLS")
 # A pending recovery is announced again this many minutes before it expires (0: not at all).
 REWIND_NOTIFY_EXPIRY_WARN_MIN = env_int("REWIND_NOTIFY_EXPIRY_WARN_MIN", 10, minimum=0)
+# A site whose ZVM has not answered (its circuit open) for this many minutes is announced, once per outage.
+REWIND_NOTIFY_SITE_DOWN_MIN = env_int("REWIND_NOTIFY_SITE_DOWN_MIN", 10, minimum=1)
 
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)

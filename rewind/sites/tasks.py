@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from rewind.sites.announce import sites_announce_down
 from rewind.sites.services import sites_probe
 
 
@@ -12,3 +13,9 @@ def sites_probe_task() -> dict[str, object]:
     """Give each site whose circuit is open and due its one trial call (``sites_probe``). Safe to overlap."""
     report = sites_probe()
     return {"probed": report.probed, "skipped": report.skipped, "audited": report.audited}
+
+
+@shared_task(name="rewind.sites.notify_down", ignore_result=True)
+def sites_notify_down_task() -> list[str]:
+    """Tell the channels about sites unreachable for REWIND_NOTIFY_SITE_DOWN_MIN, once per outage. Safe to overlap."""
+    return sites_announce_down()
