@@ -21,7 +21,7 @@ from datetime import datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, models, transaction
+from django.db import IntegrityError, models, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -95,13 +95,18 @@ def notification_send(
     ``dedupe_key`` names the event, including its kind ("recovery:12:awaits-approval"): a
     channel that has a delivery with this key gets nothing more. Records one delivery per
     new channel in the caller's transaction (or its own) and queues them once it commits.
-    Returns the deliveries recorded now. Never raises for a database error: that is logged,
-    and the caller's transaction goes on without the notification. Safe to repeat.
+    Returns the deliveries recorded now. Never raises: a failure is logged, and the caller's
+    transaction goes on without the notification. Safe to repeat.
     """
     try:
         channels = channels_for(kind, sites)
-    except Exception:  # a channel Apprise cannot read (settings changed under a test): log, never fail the flow
-        logger.exception("the channels of the %s notification %s could not be read; not sent", kind, dedupe_key)
+    except Exception as exc:  # settings Apprise cannot read: log (the type only, the text may hold a URL)
+        logger.warning(
+            "the channels of the %s notification %s could not be read (%s); not sent",
+            kind,
+            dedupe_key,
+            type(exc).__name__,
+        )
         return []
     return _record(
         kind=kind,
@@ -154,8 +159,10 @@ def _record(
                 row = _create(kind, dedupe_key, title, body, channel, target, rid)
                 if row is not None:
                     created.append(row)
-    except DatabaseError as exc:
-        logger.warning("the %s notification %s could not be recorded (%s); not sent", kind, dedupe_key, exc)
+    except Exception as exc:  # a database that refuses the row, mostly: the caller's change goes on without it
+        logger.warning(
+            "the %s notification %s could not be recorded (%s: %s); not sent", kind, dedupe_key, type(exc).__name__, exc
+        )
         return []
     if created:
         queued = [(_queued(d), by_key[d.channel]) for d in created]

@@ -214,3 +214,25 @@ def test_only_people_allowed_to_may_send_a_test(client: Any, receiver: Receiver,
     assert "Send a test notification" not in page.content.decode()
     assert client.post(reverse("admin:rewind_notificationdelivery_test")).status_code == 403
     assert not NotificationDelivery.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_database_error_while_recording_leaves_the_callers_transaction_usable(
+    receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from django.db import OperationalError, transaction
+
+    settings.REWIND_NOTIFY_URLS = [receiver.url()]
+
+    def refuse(*args: Any) -> None:
+        NotificationDelivery.objects.create(kind="test", dedupe_key="half", channel="x", title="t", body="b")
+        raise OperationalError("the database refused the row")
+
+    monkeypatch.setattr(services, "_create", refuse)
+    with transaction.atomic():
+        assert _send() == []
+        # The caller's own work goes on in the same transaction; the half-made row is gone.
+        assert NotificationDelivery.objects.count() == 0
+        User.objects.create_user("after", "after@example.com", "pw")
+    assert User.objects.filter(username="after").exists()
+    assert "could not be recorded (OperationalError" in caplog.text
