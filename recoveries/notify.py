@@ -1,8 +1,11 @@
-"""Telling approvers by email that a recovery request waits for them.
+"""Telling approvers by email that a recovery request waits for them: the built-in channel
+"approver e-mail" of ``rewind.notifications``.
 
-Runs in the Celery task ``recoveries.notify_approvers``, queued when the request commits, so
-a slow or broken mail server never delays or fails the request itself: the request is in the
-admin queue either way, and the mail is only the cue to look there.
+The request records the event "awaits approval" for every channel (``recoveries.announce``);
+this channel's delivery is then sent by the Celery task ``recoveries.notify_approvers``, queued
+when the request commits, so a slow or broken mail server never delays or fails the request
+itself: the request is in the admin queue either way, and the mail is only the cue to look
+there. Its delivery is listed with every other channel's, and audited under its own codes.
 
 Recipients are the people who could act on the mail: active staff users (the review page is
 in the admin) with an email address who hold ``recoveries.approve_recovery`` directly,
@@ -17,6 +20,7 @@ import logging
 import re
 from datetime import UTC, datetime
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
@@ -28,10 +32,20 @@ from recoveries.models import RecoveryRequest
 from recoveries.selectors import approval_url
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
+from rewind.notifications.channels import BuiltinChannel, QueuedDelivery
+from rewind.notifications.models import NotificationDelivery, NotificationKind
+from rewind.notifications.services import (
+    notification_delivery_claim,
+    notification_delivery_close,
+    notification_delivery_get,
+    notification_delivery_record,
+    notification_delivery_release,
+)
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
 SUBJECT_MAX = 150
+NOTIFY_TASK = "recoveries.notify_approvers"
 
 
 def approver_addresses(recovery: RecoveryRequest) -> list[str]:
@@ -57,7 +71,7 @@ def approver_addresses(recovery: RecoveryRequest) -> list[str]:
     return sorted(out.values(), key=str.casefold)
 
 
-def _when(value: datetime | None) -> str:
+def when(value: datetime | None) -> str:
     return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC" if value else "unknown"
 
 
@@ -66,29 +80,42 @@ def _one_line(text: str, limit: int) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailMessage:
-    """The mail itself: plain text, one message to every recipient (all are staff of this service)."""
+def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
+    """Subject and lines of "awaits approval": what an approver needs to decide, and where.
+
+    The same words go to the approver e-mail and to every other channel.
+    """
     r = recovery
     subject = _one_line(
         f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}", SUBJECT_MAX
     )
     reason = "\n".join("    " + line for line in (r.reason or "").splitlines()) or "    (none)"
     approvals = "two different people" if r.approvals_required > 1 else "one person"
+    lines = [
+        f"Agent {r.agent_name} asks for a file back from a checkpoint. It runs only after {approvals} approve.",
+        "",
+        f"VM:          {r.vm_name} ({r.vm_identifier})",
+        f"Path:        {r.path}",
+        f"Agent:       {r.agent_name}",
+        f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
+        f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",
+        f"             taken {when(r.checkpoint_timestamp)} (id {r.checkpoint_identifier})",
+        f"Expires:     {when(r.expires_at)}",
+        "Reason:",
+        reason,
+        "",
+        f"Review, then approve or deny: {approval_url(r)}",
+    ]
+    return subject, lines
+
+
+def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailMessage:
+    """The mail itself: plain text, one message to every recipient (all are staff of this service)."""
+    r = recovery
+    subject, lines = approval_summary(r)
     body = "\n".join(
         [
-            f"Agent {r.agent_name} asks for a file back from a checkpoint. It runs only after {approvals} approve.",
-            "",
-            f"VM:          {r.vm_name} ({r.vm_identifier})",
-            f"Path:        {r.path}",
-            f"Agent:       {r.agent_name}",
-            f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
-            f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",
-            f"             taken {_when(r.checkpoint_timestamp)} (id {r.checkpoint_identifier})",
-            f"Expires:     {_when(r.expires_at)}",
-            "Reason:",
-            reason,
-            "",
-            f"Review, then approve or deny: {approval_url(r)}",
+            *lines,
             "",
             "You get this mail because you may approve file recoveries in zerto-rewind. The owner of the",
             f"agent is not asked: they may not approve their own agent's request. Request id {r.request_id}.",
@@ -103,19 +130,69 @@ def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailM
     )
 
 
-def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None) -> str:
-    """Mail the approvers of a pending request; returns what happened, in a word.
+def awaits_approval_key(recovery_id: int) -> str:
+    """The event "recovery #id awaits approval", for every channel (the approver e-mail included)."""
+    return f"recovery:{recovery_id}:awaits-approval"
 
-    Raises what the mail backend raises (``OSError``, ``smtplib.SMTPException``): the task
-    retries those. Nothing is sent for a request that is gone, decided or expired, or when
-    nobody has an address. A repeat (a retry after a failed send) sends again.
+
+def _queue_mail(queued: QueuedDelivery) -> None:
+    # By name: the task module imports this one.
+    current_app.signature(NOTIFY_TASK, args=(int(queued.target_id), queued.request_id)).delay()
+
+
+APPROVER_EMAIL = BuiltinChannel(
+    key="approver-email",
+    label="Approver e-mail (staff who may approve, and REWIND_APPROVER_EMAILS)",
+    kinds=frozenset({NotificationKind.RECOVERY_AWAITS_APPROVAL}),
+    queue=_queue_mail,
+)
+
+
+def _mail_delivery(recovery_id: int, recovery: RecoveryRequest | None, request_id: str) -> NotificationDelivery | None:
+    """This request's approver e-mail delivery: recorded with the request; recorded now when a task
+    queued without one (before deliveries were recorded) runs."""
+    found = notification_delivery_get(dedupe_key=awaits_approval_key(recovery_id), channel=APPROVER_EMAIL.key)
+    if found is not None or recovery is None:
+        return found
+    subject, lines = approval_summary(recovery)
+    return notification_delivery_record(
+        kind=NotificationKind.RECOVERY_AWAITS_APPROVAL,
+        dedupe_key=awaits_approval_key(recovery_id),
+        channel=APPROVER_EMAIL.key,
+        title=subject,
+        body="\n".join(lines),
+        target=recovery,
+        request_id=request_id,
+    )
+
+
+def _skip(delivery: NotificationDelivery | None, why: str) -> None:
+    if delivery is not None:
+        notification_delivery_close(delivery=delivery, status=NotificationDelivery.Status.SKIPPED, error=why)
+
+
+def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None, last_try: bool = True) -> str:
+    """Mail the approvers of a pending request: the approver e-mail channel's delivery of
+    "awaits approval". Returns what happened, in a word.
+
+    The delivery is claimed before the mail goes, so a repeated or redelivered task mails once.
+    When the backend raises ``OSError`` (``smtplib.SMTPException`` is one) the delivery waits
+    for the next try and the error is raised for the task to retry; on ``last_try`` the failure
+    is recorded and audited instead. Nothing is sent for a request that is gone, decided or
+    expired, or when nobody has an address: the delivery is then recorded as skipped.
     """
     recovery = RecoveryRequest.objects.select_related("agent__owner").filter(pk=recovery_id).first()
-    if recovery is None:
+    delivery = _mail_delivery(recovery_id, recovery, request_id or "")
+    if recovery is None or delivery is None:
+        _skip(delivery, "the request is gone")
         return "gone"
     if recovery.status != RecoveryRequest.Status.PENDING or recovery.is_expired_now:
         logger.info("recovery #%s is %s; approvers not notified", recovery.pk, recovery.status)
+        _skip(delivery, f"the request is {recovery.status}")
         return "not pending"
+    if not notification_delivery_claim(delivery=delivery):
+        delivery.refresh_from_db()
+        return f"already {delivery.status}"
     recipients = approver_addresses(recovery)
     if not recipients:
         logger.warning(
@@ -123,37 +200,53 @@ def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None
             "give them one or set REWIND_APPROVER_EMAILS",
             recovery.pk,
         )
+        _skip(delivery, "no approver has an email address")
         return "no recipients"
-    sent = approval_message(recovery, recipients).send()
+    try:
+        sent = approval_message(recovery, recipients).send()
+    except OSError as exc:
+        if last_try:
+            recovery_notify_failed(recovery=recovery, delivery=delivery, error=exc, request_id=request_id)
+            return "failed"
+        notification_delivery_release(delivery=delivery, error=_error_text(exc))
+        raise
     if not sent:
-        return "not sent"  # the backend said why (no mail configured)
+        _skip(delivery, "no mail server is configured (EMAIL_HOST)")
+        return "not sent"  # the backend said why
     with transaction.atomic():
+        notification_delivery_close(delivery=delivery, status=NotificationDelivery.Status.SENT)
         audit_record(
             actor=SYSTEM,
             action=RecoveryAction.NOTIFIED,
             target=recovery,
-            data={"recipients": recipients, "count": len(recipients)},
+            data={"recipients": recipients, "count": len(recipients), "delivery": delivery.pk},
             request_id=request_id,
         )
     return "sent"
 
 
+def _error_text(error: BaseException) -> str:
+    return _one_line(f"{type(error).__name__}: {error}", 500)
+
+
 def recovery_notify_failed(
-    *, recovery_id: int, error: BaseException, attempts: int, request_id: str | None = None
+    *,
+    recovery: RecoveryRequest,
+    delivery: NotificationDelivery,
+    error: BaseException,
+    request_id: str | None = None,
 ) -> None:
     """Record that no mail went out after every attempt; the request itself is unaffected."""
-    message = _one_line(f"{type(error).__name__}: {error}", 500)
+    message = _error_text(error)
     logger.warning(
-        "could not notify the approvers of recovery #%s after %d attempts: %s", recovery_id, attempts, message
+        "could not notify the approvers of recovery #%s after %d attempts: %s", recovery.pk, delivery.attempts, message
     )
-    recovery = RecoveryRequest.objects.filter(pk=recovery_id).first()
-    if recovery is None:
-        return
     with transaction.atomic():
+        notification_delivery_close(delivery=delivery, status=NotificationDelivery.Status.FAILED, error=message)
         audit_record(
             actor=SYSTEM,
             action=RecoveryAction.NOTIFY_FAILED,
             target=recovery,
-            data={"error": message, "attempts": attempts},
+            data={"error": delivery.last_error, "attempts": delivery.attempts, "delivery": delivery.pk},
             request_id=request_id,
         )

@@ -18,6 +18,7 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
 
+from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
@@ -92,7 +93,9 @@ def recovery_request_create(
             data=_describe(recovery),
             request_id=rid,
         )
-        _queue_notify(recovery.pk, rid)
+        # Every channel (the approver e-mail among them) is told once this commits; a channel
+        # that fails never fails the request, which waits in the admin queue regardless.
+        recovery_announce(recovery=recovery, request_id=rid)
     logger.info(
         "recovery #%s of %s:%s by agent %s waits for approval",
         recovery.pk,
@@ -109,12 +112,6 @@ def _queue(task_name: str, *args: object) -> None:
     By name, so this module does not import the tasks, which import it.
     """
     current_app.signature(task_name, args=args).delay()
-
-
-def _queue_notify(recovery_id: int, request_id: str) -> None:
-    # robust: the request is committed and waits in the admin queue; a broker that cannot take
-    # the mail task is logged, never turned into a failure of the request the agent just made.
-    transaction.on_commit(lambda: _queue("recoveries.notify_approvers", recovery_id, request_id), robust=True)
 
 
 def _describe(recovery: RecoveryRequest) -> dict[str, object]:

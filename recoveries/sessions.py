@@ -17,6 +17,7 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from recoveries.announce import flr_session_announce_unmount_failed
 from recoveries.listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.selectors import calling_agent, live_sessions_url
@@ -138,7 +139,7 @@ def session_unmount(
         _ended(row, actor, "already gone when unmounted", request_id)
         return UnmountReport(True, row.session_id)
     except ZvmError as exc:
-        session_transition(
+        if session_transition(
             row=row,
             to=S.UNMOUNT_FAILED,
             actor=actor,
@@ -146,7 +147,8 @@ def session_unmount(
             data={"error": str(exc)},
             last_error=str(exc)[:2000],
             request_id=request_id,
-        )
+        ):
+            flr_session_announce_unmount_failed(row=row, error=str(exc), request_id=request_id)
         return UnmountReport(False, row.session_id, f"the unmount failed: {exc}; the reaper will try again")
     if wait_gone_s <= 0:
         return UnmountReport(True, row.session_id)

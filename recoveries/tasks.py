@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from celery import Task, shared_task
 
-from recoveries.notify import recovery_notify_approvers, recovery_notify_failed
+from recoveries.announce import recovery_requests_warn_expiring
+from recoveries.notify import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.reaper import recoveries_reap
 from recoveries.runner import recovery_run
 from recoveries.site_wait import recoveries_resume_waiting
@@ -36,16 +37,26 @@ def recoveries_resume_waiting_task() -> dict[str, object]:
 NOTIFY_MAX_RETRIES = 5
 
 
-@shared_task(name="recoveries.notify_approvers", bind=True, max_retries=NOTIFY_MAX_RETRIES)
+@shared_task(
+    name=NOTIFY_TASK,
+    bind=True,
+    # smtplib.SMTPException, refused connections and timeouts are all OSError.
+    autoretry_for=(OSError,),
+    retry_backoff=30,
+    retry_backoff_max=480,
+    retry_jitter=False,
+    max_retries=NOTIFY_MAX_RETRIES,
+)
 def recoveries_notify_approvers(self: Task, recovery_id: int, request_id: str | None = None) -> str:
-    """Mail the approvers of a new request; retried on SMTP and network errors, a bounded number of times."""
+    """Mail the approvers of a new request (the approver e-mail channel's delivery); retried on
+    SMTP and network errors, a bounded number of times, then recorded failed."""
     with bound_request_id(request_id) as rid:
-        try:
-            return recovery_notify_approvers(recovery_id=recovery_id, request_id=rid)
-        except OSError as exc:  # smtplib.SMTPException, refused connections and timeouts are all OSError
-            if self.request.retries >= NOTIFY_MAX_RETRIES:
-                recovery_notify_failed(
-                    recovery_id=recovery_id, error=exc, attempts=self.request.retries + 1, request_id=rid
-                )
-                return "failed"
-            raise self.retry(exc=exc, countdown=30 * 2**self.request.retries) from None
+        return recovery_notify_approvers(
+            recovery_id=recovery_id, request_id=rid, last_try=self.request.retries >= NOTIFY_MAX_RETRIES
+        )
+
+
+@shared_task(name="recoveries.warn_expiring", ignore_result=True)
+def recoveries_warn_expiring() -> int:
+    """Tell the channels about pending requests close to their expiry, once each. Safe to overlap."""
+    return recovery_requests_warn_expiring()

@@ -14,7 +14,7 @@ app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Parts inside the rewind app keep their tasks in their own package.
-app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites"])
+app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications"])
 
 
 @app.on_after_finalize.connect
@@ -64,6 +64,23 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
         "checkpoints-retention": {
             "task": "rewind.checkpoints.retention",
             "schedule": float(settings.REWIND_RETENTION_INTERVAL_S),
+        },
+        # Tell the channels about pending recoveries that expire within REWIND_NOTIFY_EXPIRY_WARN_MIN,
+        # and sites unreachable for REWIND_NOTIFY_SITE_DOWN_MIN. Each event is recorded once per
+        # channel (a unique key decides), so sweeps may overlap.
+        "recoveries-warn-expiring": {
+            "task": "recoveries.warn_expiring",
+            "schedule": 60.0,
+        },
+        "sites-notify-down": {
+            "task": "rewind.sites.notify_down",
+            "schedule": 60.0,
+        },
+        # Close notification deliveries whose worker died mid-send; queue again those whose task
+        # was lost. Safe to overlap: compare-and-swap.
+        "notifications-settle": {
+            "task": "rewind.notifications.settle",
+            "schedule": 300.0,
         },
     }
 

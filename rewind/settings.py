@@ -24,6 +24,7 @@ from rewind.env import (
     env_str,
     sqlite_database,
 )
+from rewind.notifications.config import notify_urls_setting, site_notify_urls_setting
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("REWIND_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -278,6 +279,15 @@ for _address in REWIND_APPROVER_EMAILS:
     if _address.count("@") != 1 or any(c.isspace() or c in '<>,;"' for c in _address):
         raise ImproperlyConfigured(f"REWIND_APPROVER_EMAILS: {_address!r} is not a plain email address")
 
+# --- Notifications (Apprise): README "Notifications" -----------------------------------------
+# URLs carry credentials: secrets (NAME_FILE works), checked with Apprise here, never shown whole.
+REWIND_NOTIFY_URLS = notify_urls_setting("REWIND_NOTIFY_URLS")
+REWIND_NOTIFY_SITE_URLS = site_notify_urls_setting("REWIND_NOTIFY_SITE_URLS")
+# A pending recovery is announced again this many minutes before it expires (0: not at all).
+REWIND_NOTIFY_EXPIRY_WARN_MIN = env_int("REWIND_NOTIFY_EXPIRY_WARN_MIN", 10, minimum=0)
+# A site whose ZVM has not answered (its circuit open) for this many minutes is announced, once per outage.
+REWIND_NOTIFY_SITE_DOWN_MIN = env_int("REWIND_NOTIFY_SITE_DOWN_MIN", 10, minimum=1)
+
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
 MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
@@ -303,5 +313,11 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": "WARNING"},
-    "loggers": {"rewind": {"level": _log_level}, "catalog": {"level": _log_level}, "recoveries": {"level": _log_level}},
+    "loggers": {
+        "rewind": {"level": _log_level},
+        "catalog": {"level": _log_level},
+        "recoveries": {"level": _log_level},
+        # Apprise's debug and trace output holds notification URLs; its warnings say what failed.
+        "apprise": {"level": "WARNING"},
+    },
 }

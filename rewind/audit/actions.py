@@ -77,6 +77,13 @@ class RecoveryAction(StrEnum):
     SESSION_ENDED_BY_HAND = "recoveries.session.ended_by_hand"
 
 
+class NotificationAction(StrEnum):
+    # The approver e-mail keeps its own codes (``recoveries.request.notified`` / ``notify_failed``).
+    SENT = "notification.sent"
+    FAILED = "notification.failed"
+    TEST_REQUESTED = "notification.test_requested"
+
+
 class McpAction(StrEnum):
     TOOL_CALLED = "mcp.tool.called"
 

@@ -15,6 +15,7 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
+from rewind.checkpoints.announce import guard_announce_failed
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 from rewind.zvm.clock import from_zvm, to_zvm
@@ -188,4 +189,6 @@ def guard_finish(guard: ChangeGuard) -> str:
                     "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED],
                 },
             )
+            if not ok:
+                guard_announce_failed(guard=guard, rows=rows)
     return status

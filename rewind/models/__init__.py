@@ -2,6 +2,7 @@ from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
 from rewind.mcp.models import McpRateCount
+from rewind.notifications.models import NotificationDelivery
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
 from rewind.workers.models import WorkerHeartbeat
 
@@ -13,6 +14,7 @@ __all__ = [
     "ChangeGuard",
     "ChangeGuardVpg",
     "McpRateCount",
+    "NotificationDelivery",
     "Site",
     "SiteCircuit",
     "SitePoller",
