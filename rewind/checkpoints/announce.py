@@ -46,3 +46,32 @@ def _announce_failed(guard: ChangeGuard, rows: list[TaggedCheckpoint]) -> None:
         target=guard,
         request_id=guard.request_id or None,
     )
+
+
+def checkpoint_announce_leaving_journal(*, row: TaggedCheckpoint) -> None:
+    """Tell every channel a guard's checkpoint is about to leave its VPG's journal; called in the
+    transaction that records the warning, which it never fails. Once per row (the dedupe key)."""
+    with notifying(f"the retention warning of tagged checkpoint #{row.pk}"):
+        _announce_leaving(row)
+
+
+def _announce_leaving(row: TaggedCheckpoint) -> None:
+    guard = row.guard
+    when = row.leaves_journal_at.isoformat().replace("+00:00", "Z") if row.leaves_journal_at else "unknown"
+    lines = [
+        f"The checkpoint guard #{guard.pk} took of VM {guard.vm_name} on VPG {row.vpg_name} leaves the journal "
+        f"at about {when}; after that no file can be recovered from it.",
+        f"Change:  {guard.change_id} by agent {guard.agent_name}",
+        f"Tag:     {guard.tag}",
+        "",
+        f"Guard: {settings.REWIND_PUBLIC_URL}{reverse('admin:rewind_changeguard_change', args=[guard.pk])}",
+    ]
+    notification_send(
+        kind=NotificationKind.CHECKPOINT_LEAVING_JOURNAL,
+        dedupe_key=f"guard:{guard.pk}:vpg:{row.pk}:leaves-journal",
+        title=f"[zerto-rewind] Checkpoint of {guard.vm_name} leaves the journal at about {when}",
+        body="\n".join(lines),
+        sites=[row.site.name] if row.site else [],
+        target=guard,
+        request_id=guard.request_id or None,
+    )

@@ -33,6 +33,7 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
+from rewind.checkpoints.announce import checkpoint_announce_leaving_journal
 from rewind.checkpoints.forecast import JournalForecast, journal_forecast
 from rewind.checkpoints.models import TaggedCheckpoint
 from rewind.sites import site_client, site_clock_offset_s
@@ -253,6 +254,7 @@ def retention_warning_record(*, row: TaggedCheckpoint, now: datetime | None = No
                 "warn_hours": settings.REWIND_RETENTION_WARN_H,
             },
         )
+        checkpoint_announce_leaving_journal(row=row)
     row.retention_warned_at = now
     logger.info(
         "guard %s: the checkpoint on VPG %s leaves the journal at about %s",

@@ -107,3 +107,26 @@ def test_a_notification_that_cannot_be_recorded_never_fails_the_guard(
     guard.refresh_from_db()
     assert guard.status == ChangeGuard.Status.FAILED
     assert "could not record the notification that guard" in caplog.text
+
+
+def test_a_checkpoint_about_to_leave_the_journal_is_announced_once(receiver: Receiver, settings: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from rewind.checkpoints.retention import retention_warning_record
+
+    site = site_create(actor=SETUP, name="Site A", base_url="https://zvm-a.example.com")
+    settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
+    row = _guard(site).vpgs.get(vpg_name="vpg-web")
+    row.leaves_journal_at = timezone.now() + timedelta(hours=3)
+    row.save(update_fields=["leaves_journal_at"])
+
+    assert retention_warning_record(row=row) is True
+    assert retention_warning_record(row=row) is False  # warned once: nothing more is sent
+
+    (delivery,) = NotificationDelivery.objects.filter(kind=NotificationKind.CHECKPOINT_LEAVING_JOURNAL)
+    assert delivery.dedupe_key == f"guard:{row.guard_id}:vpg:{row.pk}:leaves-journal"
+    assert "web01" in delivery.title
+    assert "vpg-web" in delivery.body
+    assert "no file can be recovered from it" in delivery.body
