@@ -68,6 +68,11 @@ class TtlCache:
                 self._values[key] = (self.clock() + ttl, value)
             return value
 
+    def fresh(self, key: Any) -> bool:
+        """Whether ``key`` holds a value that has not expired (nothing is loaded)."""
+        hit = self._values.get(key)
+        return hit is not None and hit[0] > self.clock()
+
     def put(self, key: Any, ttl: float, value: Any) -> None:
         if ttl <= 0:
             return

@@ -103,22 +103,48 @@ def _directory(h: _Handle) -> _Directory:
     return state.cache.get(("dir", h.site.pk, h.site.base_url), state.directory_ttl(), load)
 
 
+def _inventory(h: _Handle) -> tuple[VmRow, ...]:
+    """Every VM row the site lists (one unfiltered ``GET /v1/vms``), kept for the cache time."""
+    return state.cache.get(("all", h.site.pk), state.ttl(), lambda: tuple(h.client.list_vms()))
+
+
+def _from_inventory(h: _Handle) -> tuple[VmRow, ...] | None:
+    """The site's whole VM list when it is at hand or a burst of look-ups makes it the cheaper way."""
+    if state.cache.fresh(("all", h.site.pk)) or state.in_burst(h.site.pk):
+        return _inventory(h)
+    return None
+
+
+def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[VmRow]]:
+    def load() -> list[VmRow]:
+        state.query_note(h.site.pk)
+        return query()
+
+    return load
+
+
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
     wanted = name.casefold()
-    rows = state.cache.get(("name", h.site.pk, wanted), state.ttl(), lambda: h.client.list_vms(vm_name=name))
+    rows = _from_inventory(h)
+    if rows is None:
+        load = _queried(h, lambda: h.client.list_vms(vm_name=name))
+        rows = tuple(state.cache.get(("name", h.site.pk, wanted), state.ttl(), load))
     return [r for r in rows if (r.vm_name or "").casefold() == wanted]
 
 
 def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
     wanted = identifier.casefold()
-    rows = state.cache.get(("id", h.site.pk, wanted), state.ttl(), lambda: h.client.list_vms(vm_identifier=identifier))
+    rows = _from_inventory(h)
+    if rows is None:
+        load = _queried(h, lambda: h.client.list_vms(vm_identifier=identifier))
+        rows = tuple(state.cache.get(("id", h.site.pk, wanted), state.ttl(), load))
     return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
 
 
 def _ip_index(h: _Handle) -> dict[str, tuple[VmRow, ...]]:
     def load() -> dict[str, tuple[VmRow, ...]]:
         index: dict[str, list[VmRow]] = {}
-        for row in h.client.list_vms():
+        for row in _inventory(h):
             for ip in row.ip_addresses:
                 index.setdefault(_normal_ip(ip), []).append(row)
         return {ip: tuple(rows) for ip, rows in index.items()}

@@ -36,11 +36,39 @@ _sites: tuple[SitesFingerprint, list[Site]] | None = None
 pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
 
 
+# Many look-ups at one site within one cache period (agents guarding at the start of a change
+# window) are answered from one listing of all the site's VMs instead of one query per VM:
+# after this many queries at a site within the cache time, the next reads the whole list.
+# The list is kept exactly as long as a query's answer, so no answer is staler than it would be.
+BURST_QUERIES = 3
+_queries: dict[int, list[float]] = {}
+_queries_lock = threading.Lock()
+
+
+def query_note(site_pk: int) -> None:
+    """Count one per-VM query sent to the site (for ``in_burst``)."""
+    now = cache.clock()
+    with _queries_lock:
+        recent = [t for t in _queries.get(site_pk, ()) if t > now - ttl()]
+        _queries[site_pk] = [*recent[-BURST_QUERIES:], now]
+
+
+def in_burst(site_pk: int) -> bool:
+    """True when the site was asked about ``BURST_QUERIES`` VMs within the cache time (never with the cache off)."""
+    if ttl() <= 0:
+        return False
+    now = cache.clock()
+    with _queries_lock:
+        return sum(1 for t in _queries.get(site_pk, ()) if t > now - ttl()) >= BURST_QUERIES
+
+
 def protection_cache_clear() -> None:
     """Forget cached look-ups, directories, sites and clients (tests, or after changing sites)."""
     global _sites
     cache.clear()
     answers.clear()
+    with _queries_lock:
+        _queries.clear()
     _sites = None
     with _clients_lock:
         _clients.clear()

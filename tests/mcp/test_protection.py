@@ -78,8 +78,31 @@ def test_it_reads_each_site_s_full_vm_list_once_per_cache_period(sim: Any, two_s
     before = sim.calls("site-a").get("GET /v1/vms", 0)
     for host in ips:
         find_protection(host, resolver=lambda h: [ips[h]])
-    # One filtered name look-up per host, and a single unfiltered listing for the IP index.
-    assert sim.calls("site-a").get("GET /v1/vms", 0) - before == len(ips) + 1
+    # The first host: a filtered name look-up, then one unfiltered listing for the IP index;
+    # the other hosts are looked for in that listing, kept for the cache period.
+    assert sim.calls("site-a").get("GET /v1/vms", 0) - before == 2
+
+
+def test_a_burst_of_look_ups_at_a_site_reads_its_vm_list_once(sim: Any, two_sites: Any) -> None:
+    from rewind.protection.state import BURST_QUERIES
+
+    find_protection("db01")  # logs in, and is the first query at each site
+    before = sim.calls("site-a").get("GET /v1/vms", 0)
+    names = ["web01", "app01", "win01", "edge01", "file01"]
+    found = {}
+    for name in names:
+        try:
+            found[name] = find_protection(name, resolver=lambda h: []).vm_name
+        except VmNotFoundError:
+            found[name] = None
+    spent = sim.calls("site-a").get("GET /v1/vms", 0) - before
+    # BURST_QUERIES queries in a cache period, then one listing of every VM answers the rest.
+    assert spent == BURST_QUERIES - 1 + 1, spent
+    assert found["web01"] == "web01"
+    assert found["app01"] == "app01"
+    with pytest.raises(VmNotFoundError):
+        find_protection("ghost01", resolver=lambda h: [])
+    assert sim.calls("site-a").get("GET /v1/vms", 0) - before == spent, "answered from the listing"
 
 
 def test_it_caches_name_lookups_per_site(sim: Any, two_sites: Any) -> None:
