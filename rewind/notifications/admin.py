@@ -20,6 +20,8 @@ TEST_PERMISSION = "rewind.send_test_notification"
 
 @admin.register(NotificationDelivery)
 class NotificationDeliveryAdmin(ReadOnlyAdmin):
+    # What was told to whom sits beside the audit log on the admin index (rewind.dashboard.grouping).
+    operator_group = "audit"
     list_display = ["created_at", "kind", "status", "channel_label", "attempts", "title", "last_error", "finished_at"]
     list_filter = ["status", "kind"]
     search_fields = ["dedupe_key", "title", "channel_label", "target_id", "request_id"]
