@@ -24,9 +24,9 @@ Processes the tests start (the simulator, uvicorn, a Celery worker) are ``rewind
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -156,3 +156,26 @@ def viewer(db: None) -> User:
 @pytest.fixture
 def superuser(db: None) -> User:
     return make_user("root", password="pw-root-123", superuser=True)
+
+
+@pytest.fixture
+def receiver() -> Iterator[Any]:
+    """A webhook receiver on 127.0.0.1 for notification channels (tests.notifications.receiver)."""
+    from tests.notifications.receiver import running_receiver
+
+    with running_receiver() as r:
+        yield r
+
+
+@pytest.fixture
+def eager() -> Iterator[None]:
+    """Tasks queued on commit run right here: for tests where the queue is not what they are about."""
+    from rewind.celery import app
+
+    app.loader.import_default_modules()  # every task registered: one not registered here would go to the broker
+    before = app.conf.task_always_eager
+    app.conf.task_always_eager = True
+    try:
+        yield
+    finally:
+        app.conf.task_always_eager = before

@@ -3,7 +3,6 @@ the approver e-mail), "expires soon", and a mount of ours that could not be unmo
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
@@ -17,31 +16,13 @@ from recoveries.selectors import approval_url
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.sessions import session_unmount
 from rewind.audit import SYSTEM
-from rewind.celery import app
 from rewind.models import AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.tasks import DELIVER_MAX_RETRIES
 from rewind.sites import site_client
-from tests.notifications.receiver import PASSWORD, Receiver, running_receiver
+from tests.notifications.receiver import PASSWORD, Receiver
 
 Status = NotificationDelivery.Status
-
-
-@pytest.fixture
-def receiver() -> Iterator[Receiver]:
-    with running_receiver() as r:
-        yield r
-
-
-@pytest.fixture
-def eager() -> Iterator[None]:
-    app.loader.import_default_modules()  # every task registered: one not registered here would go to the broker
-    before = app.conf.task_always_eager
-    app.conf.task_always_eager = True
-    try:
-        yield
-    finally:
-        app.conf.task_always_eager = before
 
 
 def _request(agent: Any, tagged: Any, vm: str = "web01", path: str = "/etc/hostname") -> RecoveryRequest:
