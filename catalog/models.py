@@ -57,7 +57,7 @@ class MutatingTool(models.Model):
 
 
 class ToolSighting(models.Model):
-    """A tool the guard was asked about that no enabled catalog entry covers."""
+    """A tool the guard was asked about, or the gateway saw listed, that no enabled catalog entry covers."""
 
     class Status(models.TextChoices):
         UNCLASSIFIED = "unclassified"
@@ -70,6 +70,11 @@ class ToolSighting(models.Model):
     last_seen_at = models.DateTimeField()
     agents = models.JSONField(default=list, help_text="Names of the agents that asked about it.")
     argument_names = models.JSONField(default=list, help_text="Every argument name seen in its calls.")
+    # Known before any call when an upstream of the gateway lists the tool (proactive sighting).
+    annotations = models.JSONField(null=True, blank=True, help_text="The tool's MCP annotations, as listed.")
+    suggested_vm_arg = models.CharField(
+        max_length=100, blank=True, help_text="The argument that most likely names the VM; classify with it."
+    )
     status = models.CharField(max_length=12, choices=Status.choices, default=Status.UNCLASSIFIED, db_index=True)
     classified_by = models.CharField(max_length=150, blank=True, editable=False)
     classified_at = models.DateTimeField(null=True, blank=True, editable=False)

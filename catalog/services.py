@@ -13,6 +13,7 @@ Rules:
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -175,29 +176,58 @@ def _merged(existing: list[Any], new: list[str]) -> list[str]:
     return out
 
 
-def tool_sighting_record(*, tool: str, agent_name: str, argument_names: list[str]) -> ToolSighting:
-    """Count one guard call for an unlisted tool. Call inside the caller's transaction.
+def _locked_sighting(tool: str, now: datetime) -> ToolSighting:
+    # The row is created once (unique tool) and then locked to merge, so two at once both count.
+    if not ToolSighting.objects.filter(tool=tool).exists():
+        try:
+            with transaction.atomic():
+                ToolSighting.objects.create(tool=tool, last_seen_at=now)
+        except IntegrityError:
+            pass  # a concurrent first sighting created it
+    return ToolSighting.objects.select_for_update().get(tool=tool)
 
-    Safe under concurrency: the row is created once (unique tool) and then locked to merge
-    the lists, so two agents sighting the same tool at once both count.
+
+def tool_sighting_record(
+    *, tool: str, agent_name: str, argument_names: list[str], suggested_vm_arg: str = ""
+) -> ToolSighting:
+    """Count one call of an unlisted tool (guarded by hand or forwarded). Call inside the caller's transaction.
+
+    ``suggested_vm_arg``: an argument seen holding a protected VM's name; it replaces a guess.
     """
     tool = normalize_tool_name(tool)
     names = sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]
     now = timezone.now()
     with transaction.atomic():
-        if not ToolSighting.objects.filter(tool=tool).exists():
-            try:
-                with transaction.atomic():
-                    ToolSighting.objects.create(tool=tool, last_seen_at=now)
-            except IntegrityError:
-                pass  # a concurrent first sighting created it
-        sighting = ToolSighting.objects.select_for_update().get(tool=tool)
+        sighting = _locked_sighting(tool, now)
         sighting.count += 1
         sighting.last_seen_at = now
         sighting.agents = _merged(sighting.agents, [agent_name])
         sighting.argument_names = _merged(sighting.argument_names, names)
-        sighting.save(update_fields=["count", "last_seen_at", "agents", "argument_names"])
+        if suggested_vm_arg:
+            sighting.suggested_vm_arg = suggested_vm_arg[:100]
+        sighting.save(update_fields=["count", "last_seen_at", "agents", "argument_names", "suggested_vm_arg"])
     return sighting
+
+
+def tool_sighting_listed(
+    *, tool: str, argument_names: list[str], annotations: dict[str, Any] | None, suggested_vm_arg: str
+) -> tuple[ToolSighting, bool]:
+    """Record a tool an upstream listed before anyone called it; returns (sighting, new).
+
+    Counts no call. A listing refreshes the annotations and fills a missing suggestion; a
+    suggestion learned from a call (a protected VM seen in that argument) is kept.
+    """
+    tool = normalize_tool_name(tool)
+    names = sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]
+    with transaction.atomic():
+        new = not ToolSighting.objects.filter(tool=tool).exists()
+        sighting = _locked_sighting(tool, timezone.now())
+        sighting.argument_names = _merged(sighting.argument_names, names)
+        sighting.annotations = annotations
+        if not sighting.suggested_vm_arg:
+            sighting.suggested_vm_arg = suggested_vm_arg[:100]
+        sighting.save(update_fields=["argument_names", "annotations", "suggested_vm_arg"])
+    return sighting, new
 
 
 def _sighting_snapshot(s: ToolSighting) -> dict[str, Any]:

@@ -16,6 +16,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
                     path("", include("rewind.audit.urls")),
                     path("", include("rewind.sites.urls")),
                     path("", include("rewind.agents.urls")),
+                    path("", include("rewind.gateway.urls")),
                     path("", include("rewind.rest.urls")),
                 ],
                 "rewind-api",

@@ -14,7 +14,7 @@ app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Parts inside the rewind app keep their tasks in their own package.
-app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications"])
+app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications", "rewind.gateway"])
 
 
 @app.on_after_finalize.connect
@@ -78,6 +78,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
         },
         # Close notification deliveries whose worker died mid-send; queue again those whose task
         # was lost. Safe to overlap: compare-and-swap.
+        # List each upstream MCP server's tools again: a tool added upstream is exported (and
+        # becomes a sighting) without anyone asking; one that went away is no longer listed.
+        "gateway-refresh-tools": {
+            "task": "rewind.gateway.refresh_tools",
+            "schedule": float(settings.REWIND_GATEWAY_REFRESH_INTERVAL_S),
+        },
         "notifications-settle": {
             "task": "rewind.notifications.settle",
             "schedule": 300.0,

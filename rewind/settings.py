@@ -247,6 +247,8 @@ REWIND_LATE_LISTING_INTERVAL_S = env_int("REWIND_LATE_LISTING_INTERVAL_S", 120, 
 # The retention forecast: how often each VPG's journal history is read to estimate when its
 # tagged checkpoints leave the journal, and how long before that a warning is recorded (0: none).
 REWIND_RETENTION_INTERVAL_S = env_int("REWIND_RETENTION_INTERVAL_S", 600, minimum=30)
+# How often every upstream MCP server of the gateway is asked for its tools again.
+REWIND_GATEWAY_REFRESH_INTERVAL_S = env_int("REWIND_GATEWAY_REFRESH_INTERVAL_S", 300, minimum=10)
 REWIND_RETENTION_WARN_H = env_float("REWIND_RETENTION_WARN_H", 24.0, minimum=0)
 
 # --- Recoveries --------------------------------------------------------------------------

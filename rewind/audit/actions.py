@@ -84,6 +84,17 @@ class NotificationAction(StrEnum):
     TEST_REQUESTED = "notification.test_requested"
 
 
+class GatewayAction(StrEnum):
+    UPSTREAM_CREATED = "gateway.upstream.created"
+    UPSTREAM_CHANGED = "gateway.upstream.changed"
+    UPSTREAM_REMOVED = "gateway.upstream.removed"
+    TOOLS_LISTED = "gateway.upstream.tools_listed"
+    TOOLS_LIST_FAILED = "gateway.upstream.tools_list_failed"
+    TOOL_POLICY_CHANGED = "gateway.tool.policy_changed"
+    CALL_DECIDED = "gateway.call.decided"
+    CALL_FINISHED = "gateway.call.finished"
+
+
 class McpAction(StrEnum):
     TOOL_CALLED = "mcp.tool.called"
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 from django.utils import timezone
 from mcp.server import MCPServer
@@ -89,6 +89,12 @@ ToolArguments = Annotated[
         'restart nginx"}: the VM is read from them'
     ),
 ]
+
+
+class ProgressReporter(Protocol):
+    """Where a waiting guard reports progress: the tool's ``Context``, or a relay that forwards to one."""
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None: ...
 
 
 class VpgCheckpointOut(BaseModel):
@@ -175,7 +181,7 @@ def _report_out(report: GuardReport, *, catalog_entry: str | None = None, reused
     )
 
 
-def _outcome_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
+def guard_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
     if not outcome.guarded:
         return GuardOut(
             ok=True,
@@ -254,7 +260,7 @@ def _status(guard_id: int) -> GuardOut:
     return _report_out(guard_report(_own_guard(guard_id)))
 
 
-async def _wait(out: GuardOut, ctx: Context | None) -> GuardOut:
+async def guard_wait(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
     """Poll the record until the guard ends or its deadline passes, streaming progress.
 
     Progress is "VPGs listed so far / total"; while the guard is queued (for a worker, or
@@ -300,7 +306,7 @@ def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None
         change_id=change_id,
         timeout_s=timeout_s,
     )
-    return _outcome_out(outcome)
+    return guard_out(outcome)
 
 
 def _guard(
@@ -315,7 +321,7 @@ def _guard(
         change_id=change_id,
         timeout_s=timeout_s,
     )
-    return _outcome_out(outcome, tool=tool.strip().lower())
+    return guard_out(outcome, tool=tool.strip().lower())
 
 
 async def zerto_create_tagged_checkpoint(
@@ -336,7 +342,7 @@ async def zerto_create_tagged_checkpoint(
     make the change; `landed` says which checkpoints did land. `wait=false` answers at once with `id`.
     """
     out = await run_db(_create, vm, action, change_id, timeout_s)
-    return guard_result(await _wait(out, ctx) if wait else out, pending_is_error=wait)
+    return guard_result(await guard_wait(out, ctx) if wait else out, pending_is_error=wait)
 
 
 async def zerto_guard_before_mutate(
@@ -357,7 +363,7 @@ async def zerto_guard_before_mutate(
     is missing is an error. `ok` false: do not make the change (`must_not_proceed` says why).
     """
     out = await run_db(_guard, tool, arguments, action, change_id, None)
-    return guard_result(await _wait(out, ctx) if wait else out, pending_is_error=wait)
+    return guard_result(await guard_wait(out, ctx) if wait else out, pending_is_error=wait)
 
 
 async def zerto_checkpoint_status(

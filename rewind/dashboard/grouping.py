@@ -33,6 +33,7 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group("sessions", "FLR sessions", ("recoveries.flrsession", "recoveries.reapersweep", "recoveries.flrlisting")),
     Group("catalog", "The catalog", ("catalog.mutatingtool", "catalog.toolsighting"), ("catalog",)),
+    Group("gateway", "Gateway", ("rewind.upstream", "rewind.upstreamtool", "rewind.gatewaycall"), ("rewind.gateway",)),
     Group(
         "access",
         "Agents and sites",
@@ -57,6 +58,9 @@ LABELS = {
     "rewind.sitepoller": "Site pollers",
     "rewind.workerheartbeat": "Workers",
     "rewind.auditevent": "Audit log",
+    "rewind.upstream": "Upstream MCP servers",
+    "rewind.upstreamtool": "Upstream tools (exposed names)",
+    "rewind.gatewaycall": "Calls through the gateway",
 }
 
 _BY_KEY = {g.key: g for g in (*GROUPS, OTHER)}

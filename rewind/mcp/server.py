@@ -49,6 +49,7 @@ from mcp.server.request_state import RequestStateSecurity
 from mcp.server.transport_security import TransportSecuritySettings
 from mcp.shared.exceptions import MCPError
 from mcp_types import INVALID_PARAMS, CallToolResult, GetPromptResult, InputRequiredResult
+from mcp_types import Tool as MCPTool
 from pydantic import AnyHttpUrl, ValidationError
 
 from rewind import __version__
@@ -60,6 +61,7 @@ from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
+from rewind.mcp.providers import ToolProvider
 from rewind.mcp.ratelimit import rate_limiter
 from rewind.requestid import bound_request_id
 from rewind.zvm import ZvmError
@@ -131,9 +133,31 @@ def _audited_arguments(arguments: dict[str, Any]) -> Any:
 class RewindMCPServer(MCPServer):
     """``MCPServer`` with the framework duties above wrapped around every tool call."""
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._providers: list[ToolProvider] = []
+
+    def add_tool_provider(self, provider: ToolProvider) -> None:
+        self._providers.append(provider)
+
+    async def list_tools(self) -> list[MCPTool]:
+        tools = await super().list_tools()
+        for provider in self._providers:
+            tools += await provider.tools()
+        return tools
+
+    async def _provider_of(self, name: str) -> ToolProvider | None:
+        for provider in self._providers:
+            if await provider.has(name):
+                return provider
+        return None
+
     async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is None:
+            provider = await self._provider_of(name)
+            if provider is not None:
+                return await provider.call(name, arguments, context)
             raise MCPError(
                 code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
             )

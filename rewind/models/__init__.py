@@ -1,6 +1,7 @@
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
+from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.mcp.models import McpRateCount
 from rewind.notifications.models import NotificationDelivery
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
@@ -13,12 +14,15 @@ __all__ = [
     "AuditEvent",
     "ChangeGuard",
     "ChangeGuardVpg",
+    "GatewayCall",
     "McpRateCount",
     "NotificationDelivery",
     "Site",
     "SiteCircuit",
     "SitePoller",
     "TaggedCheckpoint",
+    "Upstream",
+    "UpstreamTool",
     "WorkerHeartbeat",
     "ZvmRateWindow",
     "ZvmRequestCount",

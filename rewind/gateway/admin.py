@@ -1,0 +1,286 @@
+"""The gateway in the admin: upstreams (edited through the services, credentials write-only, a
+"Test connection" action that lists the tools), each tool's exposed name and policy, and every
+forwarded call with its call id."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
+
+from rewind.admin_base import ReadOnlyAdmin, actor_for, status_badge
+from rewind.errors import ApplicationError
+from rewind.gateway.links import UpstreamUnavailable
+from rewind.gateway.listing import upstream_tools_refresh
+from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.services import upstream_create, upstream_tool_set_policy, upstream_update
+
+
+def _json_object(text: str, what: str) -> dict[str, Any] | None:
+    if not text.strip():
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise forms.ValidationError(f"{what} must be a JSON object: {exc.msg} at character {exc.pos}") from None
+    if not isinstance(value, dict):
+        raise forms.ValidationError(f"{what} must be a JSON object of names to text values")
+    return value
+
+
+class UpstreamForm(forms.ModelForm):
+    # Write-only, like site passwords: what is stored is never sent back to the browser.
+    headers = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text='HTTP: the upstream\'s own credentials as JSON, e.g. {"Authorization": "Bearer ..."}. '
+        "Stored encrypted; leave empty to keep the stored ones; {} removes them.",
+    )
+    env = forms.CharField(
+        widget=forms.Textarea(attrs={"rows": 3}),
+        required=False,
+        help_text="stdio: extra environment variables as JSON (the command gets no other variable of this "
+        "service). Stored encrypted; leave empty to keep; {} removes them.",
+    )
+    command_json = forms.CharField(
+        label="Command",
+        required=False,
+        help_text='stdio: the program and its arguments as a JSON list, e.g. ["npx", "-y", "ssh-mcp"]',
+    )
+
+    class Meta:
+        model = Upstream
+        fields = ["name", "transport", "url", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.instance.pk:
+            self.fields["name"].disabled = True  # exposed names and catalog entries are built from it
+            self.fields["command_json"].initial = json.dumps(self.instance.command)
+
+    def clean_headers(self) -> dict[str, Any] | None:
+        return _json_object(self.cleaned_data["headers"], "headers")
+
+    def clean_env(self) -> dict[str, Any] | None:
+        return _json_object(self.cleaned_data["env"], "env")
+
+    def clean_command_json(self) -> list[Any]:
+        text = self.cleaned_data["command_json"].strip()
+        if not text:
+            return []
+        try:
+            value = json.loads(text)
+        except json.JSONDecodeError:
+            raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]') from None
+        if not isinstance(value, list):
+            raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]')
+        return value
+
+
+class UpstreamToolInline(admin.TabularInline):
+    model = UpstreamTool
+    extra = 0
+    can_delete = False
+    fields = ["name", "exposed_name", "catalog", "state", "problem", "policy", "read_only", "last_listed_at"]
+    readonly_fields = ["name", "exposed_name", "catalog", "state", "problem", "policy", "read_only", "last_listed_at"]
+    show_change_link = True
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.display(description="catalog name")
+    def catalog(self, obj: UpstreamTool) -> str:
+        return obj.catalog_name
+
+    @admin.display(description="read-only", boolean=True)
+    def read_only(self, obj: UpstreamTool) -> bool:
+        return obj.read_only
+
+
+@admin.register(Upstream)
+class UpstreamAdmin(admin.ModelAdmin):
+    form = UpstreamForm
+    list_display = [
+        "name",
+        "transport",
+        "endpoint",
+        "enabled",
+        "default_policy",
+        "tool_count",
+        "tools_listed_at",
+        "last_error",
+    ]
+    list_filter = ["enabled", "transport", "default_policy"]
+    search_fields = ["name", "url"]
+    readonly_fields = ["tools_listed_at", "last_error"]
+    inlines = [UpstreamToolInline]
+    actions = ["test_connection"]
+
+    @admin.display(description="endpoint")
+    def endpoint(self, obj: Upstream) -> str:
+        return obj.url if obj.transport == Upstream.Transport.HTTP else " ".join(obj.command)
+
+    @admin.display(description="tools exported")
+    def tool_count(self, obj: Upstream) -> int:
+        return obj.tools.filter(state=UpstreamTool.State.EXPORTED).count()
+
+    def save_model(self, request: HttpRequest, obj: Upstream, form: Any, change: bool) -> None:
+        data = form.cleaned_data
+        fields = {
+            k: data[k] for k in ("transport", "url", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy")
+        }
+        fields["command"] = data["command_json"]
+        try:
+            if change:
+                saved = upstream_update(
+                    actor=actor_for(request),
+                    upstream=Upstream.objects.get(pk=obj.pk),
+                    headers=data["headers"],
+                    env=data["env"],
+                    **fields,
+                )
+            else:
+                saved = upstream_create(
+                    actor=actor_for(request), name=data["name"], headers=data["headers"], env=data["env"], **fields
+                )
+        except ApplicationError as exc:
+            # The form checked shapes; the service checks the rest. Nothing was saved.
+            self.message_user(request, exc.message, messages.ERROR)
+            raise forms.ValidationError(exc.message) from None
+        obj.pk = saved.pk
+
+    @admin.action(description="Test connection (list its tools)")
+    def test_connection(self, request: HttpRequest, queryset: QuerySet[Upstream]) -> None:
+        for upstream in queryset:
+            try:
+                report = upstream_tools_refresh(upstream)
+            except UpstreamUnavailable as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+                continue
+            names = ", ".join(report.exported) or "none"
+            self.message_user(
+                request, f"{upstream.name}: OK, {len(report.exported)} tools exported ({names})", messages.SUCCESS
+            )
+            for name in report.collisions:
+                tool = upstream.tools.get(name=name)
+                self.message_user(request, f"{upstream.name}/{name} refused: {tool.problem}", messages.WARNING)
+            if report.new_sightings:
+                self.message_user(
+                    request,
+                    f"{upstream.name}: {len(report.new_sightings)} tools the catalog does not list were added to "
+                    "Unlisted tools seen; classify them before agents call them",
+                    messages.INFO,
+                )
+
+
+class UpstreamToolForm(forms.ModelForm):
+    class Meta:
+        model = UpstreamTool
+        fields = ["policy"]
+
+
+@admin.register(UpstreamTool)
+class UpstreamToolAdmin(admin.ModelAdmin):
+    """The mapping agents see (exposed name) beside the catalog's name; only the policy is edited here."""
+
+    form = UpstreamToolForm
+    list_display = ["exposed_name", "catalog", "state_badge", "policy_shown", "read_only", "problem", "last_listed_at"]
+    list_filter = ["state", "upstream", "policy"]
+    search_fields = ["exposed_name", "name", "upstream__name"]
+    readonly_fields = [
+        "upstream",
+        "name",
+        "exposed_name",
+        "state",
+        "problem",
+        "description",
+        "input_schema",
+        "annotations",
+    ]
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+    @admin.display(description="catalog name", ordering="name")
+    def catalog(self, obj: UpstreamTool) -> str:
+        return obj.catalog_name
+
+    @admin.display(description="state", ordering="state")
+    def state_badge(self, obj: UpstreamTool) -> str:
+        return status_badge(obj.state)
+
+    @admin.display(description="policy")
+    def policy_shown(self, obj: UpstreamTool) -> str:
+        if obj.policy:
+            return obj.policy
+        return f"(default) {Policy.PASS if obj.read_only else obj.upstream.default_policy}"
+
+    @admin.display(description="read-only", boolean=True)
+    def read_only(self, obj: UpstreamTool) -> bool:
+        return obj.read_only
+
+    def save_model(self, request: HttpRequest, obj: UpstreamTool, form: Any, change: bool) -> None:
+        upstream_tool_set_policy(
+            actor=actor_for(request), tool=UpstreamTool.objects.get(pk=obj.pk), policy=form.cleaned_data["policy"]
+        )
+
+
+@admin.register(GatewayCall)
+class GatewayCallAdmin(ReadOnlyAdmin):
+    list_display = [
+        "call_id",
+        "agent_name",
+        "tool_name",
+        "decision_badge",
+        "outcome",
+        "vm",
+        "guard_link",
+        "forwarded_at",
+        "received_at",
+    ]
+    list_filter = ["decision", "outcome", "upstream_name"]
+    search_fields = ["call_id", "agent_name", "tool", "vm", "change_id"]
+    readonly_fields = [
+        "call_id",
+        "agent_name",
+        "upstream_name",
+        "tool",
+        "exposed_name",
+        "arguments",
+        "decision",
+        "reason",
+        "catalog_entry",
+        "policy",
+        "vm",
+        "vm_arg",
+        "change_id",
+        "guard_link",
+        "outcome",
+        "error",
+        "received_at",
+        "forwarded_at",
+        "ended_at",
+        "request_id",
+    ]
+    exclude = ["upstream", "guard", "agent_id"]
+
+    @admin.display(description="tool", ordering="tool")
+    def tool_name(self, obj: GatewayCall) -> str:
+        return f"{obj.upstream_name}/{obj.tool}"
+
+    @admin.display(description="decision", ordering="decision")
+    def decision_badge(self, obj: GatewayCall) -> str:
+        return status_badge(obj.decision or "deciding")
+
+    @admin.display(description="guard")
+    def guard_link(self, obj: GatewayCall) -> str:
+        if obj.guard_id is None:
+            return "-"
+        url = reverse("admin:rewind_changeguard_change", args=[obj.guard_id])
+        return format_html('<a href="{}">#{} ({})</a>', url, obj.guard_id, obj.change_id)

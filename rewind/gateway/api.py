@@ -1,0 +1,219 @@
+"""The gateway over REST: upstreams (list, create, update, test connection with its tool list),
+their tools (exposed names, policy) and the calls forwarded through the gateway.
+
+Header and environment values never leave the server: an upstream shows their names only.
+On update an omitted ``headers``/``env`` keeps the stored ones; ``{}`` removes them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from rewind.errors import NotFoundError
+from rewind.gateway.links import UpstreamUnavailable
+from rewind.gateway.listing import upstream_tools_refresh
+from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.services import (
+    upstream_create,
+    upstream_env,
+    upstream_headers,
+    upstream_tool_set_policy,
+    upstream_update,
+)
+from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.rest.permissions import HasModelPermission, actor_of
+
+
+def _upstream(pk: int) -> Upstream:
+    found = Upstream.objects.filter(pk=pk).first()
+    if found is None:
+        raise NotFoundError(f"no upstream #{pk}")
+    return found
+
+
+class UpstreamToolSerializer(serializers.ModelSerializer):
+    catalog_name = serializers.CharField(read_only=True)
+    read_only = serializers.BooleanField(read_only=True)
+
+    class Meta:
+        model = UpstreamTool
+        fields = [
+            "id",
+            "name",
+            "exposed_name",
+            "catalog_name",
+            "state",
+            "problem",
+            "policy",
+            "read_only",
+            "annotations",
+            "last_listed_at",
+        ]
+
+
+class UpstreamOutputSerializer(serializers.ModelSerializer):
+    header_names = serializers.SerializerMethodField()
+    env_names = serializers.SerializerMethodField()
+    tools = UpstreamToolSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = Upstream
+        fields = [
+            "id",
+            "name",
+            "transport",
+            "url",
+            "command",
+            "header_names",
+            "env_names",
+            "enabled",
+            "connect_timeout_s",
+            "call_timeout_s",
+            "default_policy",
+            "tools_listed_at",
+            "last_error",
+            "tools",
+            "created_at",
+            "updated_at",
+        ]
+
+    def get_header_names(self, upstream: Upstream) -> list[str]:
+        return sorted(upstream_headers(upstream))
+
+    def get_env_names(self, upstream: Upstream) -> list[str]:
+        return sorted(upstream_env(upstream))
+
+
+class UpstreamInputSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=40)
+    transport = serializers.ChoiceField(choices=Upstream.Transport.values, default=Upstream.Transport.HTTP)
+    url = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
+    headers = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+    command = serializers.ListField(child=serializers.CharField(), required=False, default=list)
+    env = serializers.DictField(child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False)
+    enabled = serializers.BooleanField(required=False, default=True)
+    connect_timeout_s = serializers.FloatField(required=False, default=10.0)
+    call_timeout_s = serializers.FloatField(required=False, default=300.0)
+    default_policy = serializers.ChoiceField(choices=Policy.values, default=Policy.GUARD_IF_PROTECTED)
+
+
+class UpstreamListApi(APIView):
+    """Upstream MCP servers whose tools agents call through /mcp."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_upstream", "POST": "rewind.add_upstream"}
+    pagination_class = BoundedLimitOffsetPagination
+
+    @extend_schema(responses=UpstreamOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return paginated_response(
+            queryset=Upstream.objects.prefetch_related("tools"),
+            serializer_class=UpstreamOutputSerializer,
+            request=request,
+            view=self,
+        )
+
+    @extend_schema(
+        request=UpstreamInputSerializer,
+        responses={201: UpstreamOutputSerializer},
+        description="Add an upstream (audited).",
+    )
+    def post(self, request: Request) -> Response:
+        data = UpstreamInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        upstream = upstream_create(actor=actor_of(request), **data.validated_data)
+        return Response(UpstreamOutputSerializer(upstream).data, status=status.HTTP_201_CREATED)
+
+
+class UpstreamDetailApi(APIView):
+    """An upstream. The name cannot change: exposed names and catalog entries are built from it."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_upstream", "PATCH": "rewind.change_upstream"}
+
+    @extend_schema(responses=UpstreamOutputSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        return Response(UpstreamOutputSerializer(_upstream(pk)).data)
+
+    @extend_schema(request=UpstreamInputSerializer, responses=UpstreamOutputSerializer)
+    def patch(self, request: Request, pk: int) -> Response:
+        upstream = _upstream(pk)
+        data = UpstreamInputSerializer(data=request.data, partial=True)
+        data.is_valid(raise_exception=True)
+        fields: dict[str, Any] = dict(data.validated_data)
+        if "name" in fields and fields.pop("name").strip().lower() != upstream.name:
+            raise serializers.ValidationError({"name": "an upstream's name cannot change; add a new upstream instead"})
+        upstream = upstream_update(actor=actor_of(request), upstream=upstream, **fields)
+        return Response(UpstreamOutputSerializer(upstream).data)
+
+
+class UpstreamCheckApi(APIView):
+    """Connect and list the upstream's tools (stored, refused collisions named). A failure is in the body."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.change_upstream"}
+
+    @extend_schema(request=None, responses=UpstreamOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        upstream = _upstream(pk)
+        try:
+            report = upstream_tools_refresh(upstream)
+        except UpstreamUnavailable as exc:
+            return Response({"ok": False, "error": exc.message})
+        upstream.refresh_from_db()
+        return Response(
+            {"ok": True, "error": None, **report.__dict__, "upstream_detail": UpstreamOutputSerializer(upstream).data}
+        )
+
+
+class UpstreamToolPolicyApi(APIView):
+    """Set one tool's policy (``""``: read-only tools pass, others follow the upstream's default)."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.change_upstreamtool"}
+
+    @extend_schema(
+        request={"application/json": {"type": "object", "properties": {"policy": {"type": "string"}}}},
+        responses=UpstreamToolSerializer,
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        tool = UpstreamTool.objects.select_related("upstream").filter(pk=pk).first()
+        if tool is None:
+            raise NotFoundError(f"no upstream tool #{pk}")
+        policy = request.data.get("policy", "") if isinstance(request.data, dict) else None
+        if not isinstance(policy, str):
+            raise serializers.ValidationError({"policy": "give a string: pass, guard-if-protected, hold or empty"})
+        return Response(
+            UpstreamToolSerializer(upstream_tool_set_policy(actor=actor_of(request), tool=tool, policy=policy)).data
+        )
+
+
+class GatewayCallSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = GatewayCall
+        exclude = ["upstream", "agent_id"]
+
+
+class GatewayCallListApi(APIView):
+    """Calls agents made through the gateway, newest first; ``?agent=`` and ``?decision=`` filter."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "rewind.view_gatewaycall"}
+    pagination_class = BoundedLimitOffsetPagination
+
+    @extend_schema(responses=GatewayCallSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        calls = GatewayCall.objects.all()
+        if agent := request.query_params.get("agent"):
+            calls = calls.filter(agent_name=agent)
+        if decision := request.query_params.get("decision"):
+            calls = calls.filter(decision=decision)
+        return paginated_response(queryset=calls, serializer_class=GatewayCallSerializer, request=request, view=self)

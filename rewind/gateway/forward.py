@@ -1,0 +1,258 @@
+"""One call of an upstream tool through the gateway: check, decide, guard, forward, record.
+
+Order, and what each step leaves behind:
+1. the arguments are checked against the upstream's input schema; a mismatch is refused
+   before any guard runs;
+2. the call gets its row and call id; the decision (``policy.plan_call``) is recorded and
+   audited before anything is forwarded, so a decision that cannot be written forwards nothing;
+3. a guarded call waits for the guard with progress, exactly as ``zerto_guard_before_mutate``
+   does, and is forwarded only when the guard is ok; otherwise the guard's "DO NOT PROCEED"
+   answer is returned and the upstream sees nothing;
+4. the call goes to the upstream with its arguments; its result, error and progress come back
+   as they are, with ``_meta`` naming the call id (what ``zerto_recover_file``'s
+   ``before_call`` takes) and the guard.
+
+An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
+retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from jsonschema import SchemaError
+from jsonschema.validators import validator_for
+from mcp.server.mcpserver import Context
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult, TextContent
+
+from rewind.checkpoints.mcp_tools import GuardOut, guard_out, guard_result, guard_wait
+from rewind.checkpoints.services import checkpoint_request_create
+from rewind.errors import ApplicationError
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
+from rewind.gateway.models import GatewayCall, UpstreamTool
+from rewind.gateway.naming import catalog_name
+from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
+from rewind.gateway.services import gateway_call_decide, gateway_call_finish, gateway_call_open
+from rewind.mcp.context import current_agent_id, current_agent_name, run_db
+from rewind.requestid import current_request_id
+
+logger = logging.getLogger(__name__)
+
+META_CALL_ID = "zerto-rewind/call_id"
+META_GUARD = "zerto-rewind/guard"
+META_CHANGE_ID = "zerto-rewind/change_id"
+# The forwarded call's own bound, beyond the upstream's call timeout: the SDK's read timeout
+# covers each round, this covers the whole call (a stream that trickles forever).
+HARD_BOUND_GRACE_S = 5.0
+
+
+class ProgressRelay:
+    """Progress for one call: the guard's first, then the upstream's after it, always rising.
+
+    The spec wants each notification's progress above the last; the upstream counts from its
+    own zero, so its values are shifted past where the guard ended.
+    """
+
+    def __init__(self, ctx: Context | None) -> None:
+        self._ctx = ctx
+        self._last = 0.0
+        self._base = 0.0
+
+    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
+        if self._ctx is None:
+            return
+        value = self._base + progress
+        if value <= self._last:
+            return
+        self._last = value
+        await self._ctx.report_progress(value, None if total is None else self._base + total, message)
+
+    def upstream_starts(self) -> None:
+        self._base = self._last
+
+    async def from_upstream(self, progress: float, total: float | None, message: str | None) -> None:
+        try:
+            await self.report_progress(progress, total, message)
+        except Exception:  # the agent went away: the call itself goes on
+            logger.debug("could not relay progress", exc_info=True)
+
+
+def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | None:
+    """Why the arguments do not fit the upstream's input schema, in one sentence; None when they do."""
+    schema = tool.input_schema or {"type": "object"}
+    try:
+        cls = validator_for(schema)
+        cls.check_schema(schema)
+    except SchemaError:
+        return f"{tool.exposed_name}: the upstream's input schema is not valid JSON Schema, so no call is forwarded"
+    errors = sorted(cls(schema).iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    if not errors:
+        return None
+    said = []
+    for error in errors[:5]:
+        where = ".".join(str(p) for p in error.absolute_path)
+        said.append(f"{where}: {error.message}" if where else error.message)
+    return f"the arguments do not match {tool.exposed_name}'s input schema, so nothing was forwarded: " + "; ".join(
+        s[:200] for s in said
+    )
+
+
+def _meta_change_id(ctx: Context | None) -> str | None:
+    if ctx is None:
+        return None
+    try:
+        meta = ctx.request_context.meta or {}
+    except (AttributeError, ValueError):
+        return None
+    value = meta.get(META_CHANGE_ID) if isinstance(meta, Mapping) else None
+    return str(value) if value is not None else None
+
+
+def _error(text: str, call: GatewayCall, guard: dict[str, Any] | None = None) -> CallToolResult:
+    return _with_meta(CallToolResult(content=[TextContent(type="text", text=text)], is_error=True), call, guard)
+
+
+def _with_meta(result: CallToolResult, call: GatewayCall, guard: dict[str, Any] | None) -> CallToolResult:
+    meta = dict(result.meta or {})
+    meta[META_CALL_ID] = call.call_id
+    if guard is not None:
+        meta[META_GUARD] = guard
+    return result.model_copy(update={"meta": meta})
+
+
+def _guard_meta(out: GuardOut) -> dict[str, Any]:
+    return {
+        "id": out.id,
+        "ok": out.ok,
+        "change_id": out.change_id,
+        "tag": out.tag,
+        "vm": out.vm,
+        "checkpoints": [
+            {"vpg": v.name, "checkpoint_identifier": v.checkpoint_identifier, "status": v.status} for v in out.vpgs
+        ],
+    }
+
+
+def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: str | None) -> GuardOut:
+    name = catalog_name(tool.upstream.name, tool.name)
+    outcome = checkpoint_request_create(
+        agent_name=call.agent_name,
+        agent_id=call.agent_id,
+        vm=plan.vm,
+        action=f"{name} via the gateway",
+        change_id=change_id or f"gw-{call.call_id}",
+        tool=name,
+        request_id=call.request_id or None,
+    )
+    return guard_out(outcome, tool=name)
+
+
+def _decide(call: GatewayCall, plan: Plan, decision: str, reason: str, **fields: Any) -> GatewayCall:
+    return gateway_call_decide(
+        call=call,
+        decision=decision,
+        reason=reason,
+        catalog_entry=plan.catalog_entry,
+        policy=plan.policy,
+        vm=plan.vm,
+        vm_arg=plan.vm_arg,
+        **fields,
+    )
+
+
+def _passed(call: GatewayCall, tool: UpstreamTool, plan: Plan, arguments: Mapping[str, Any]) -> GatewayCall:
+    from catalog.services import tool_sighting_record
+
+    name = catalog_name(tool.upstream.name, tool.name)
+    if not plan.catalog_entry:
+        try:
+            tool_sighting_record(tool=name, agent_name=call.agent_name, argument_names=[str(k) for k in arguments])
+        except ApplicationError:
+            pass  # a name the catalog cannot hold: the call row and its audit still record it
+    return _decide(call, plan, GatewayCall.Decision.PASSED, plan.reason)
+
+
+async def forward_call(
+    tool: UpstreamTool, spec: UpstreamSpec, arguments: dict[str, Any], ctx: Context | None
+) -> CallToolResult:
+    """The whole gateway path for one call; always answers with a result (errors as ``isError``)."""
+    problem = schema_problem(tool, arguments)
+    call = await run_db(
+        gateway_call_open,
+        agent_name=current_agent_name(),
+        agent_id=current_agent_id(),
+        tool=tool,
+        arguments=arguments,
+        request_id=current_request_id() or "",
+    )
+    refusal = Plan("refuse", "")
+    if problem is not None:
+        await run_db(_decide, call, refusal, GatewayCall.Decision.REFUSED, problem)
+        return _error(problem, call)
+    try:
+        plan = await run_db(plan_call, tool, arguments)
+    except ApplicationError as exc:
+        await run_db(_decide, call, refusal, GatewayCall.Decision.REFUSED, exc.message)
+        return _error(f"not forwarded: {exc.message}", call)
+    relay = ProgressRelay(ctx)
+    guard: dict[str, Any] | None = None
+    if plan.action == HOLD:
+        await run_db(_decide, call, plan, GatewayCall.Decision.HELD, plan.reason)
+        return _error(f"not forwarded: {plan.reason}", call)
+    if plan.action == GUARD:
+        try:
+            out = await run_db(_guard_start, call, tool, plan, _meta_change_id(ctx))
+        except ApplicationError as exc:
+            await run_db(_decide, call, plan, GatewayCall.Decision.REFUSED, exc.message)
+            return _error(f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}", call)
+        out = await guard_wait(out, relay)
+        guard = _guard_meta(out)
+        fields = {"guard_id": out.id, "change_id": out.change_id or ""}
+        if not out.ok:
+            reason = out.must_not_proceed or f"the guard ended {out.status}"
+            await run_db(_decide, call, plan, GatewayCall.Decision.REFUSED, f"guard not ok: {reason}", **fields)
+            return _with_meta(guard_result(out), call, guard)
+        await run_db(_decide, call, plan, GatewayCall.Decision.GUARDED, plan.reason, **fields)
+    else:
+        await run_db(_passed, call, tool, plan, arguments)
+    relay.upstream_starts()
+    return _with_meta(await _send(tool, spec, call, arguments, relay), call, guard)
+
+
+async def _send(
+    tool: UpstreamTool, spec: UpstreamSpec, call: GatewayCall, arguments: dict[str, Any], relay: ProgressRelay
+) -> CallToolResult:
+    link = link_for(spec)
+    try:
+        async with asyncio.timeout(spec.call_timeout_s + HARD_BOUND_GRACE_S):
+            client = await link.client()
+            result = await client.call_tool(
+                tool.name, arguments, read_timeout_seconds=spec.call_timeout_s, progress_callback=relay.from_upstream
+            )
+    except UpstreamUnavailable as exc:
+        return await _failed(call, f"not forwarded: {exc.message}")
+    except MCPError as exc:
+        # The upstream answered with a JSON-RPC error (or the SDK's read timeout fired): the
+        # session itself is fine. The call may or may not have run upstream.
+        text = f"upstream {spec.name} answered the call of {tool.name} with an error: {str(exc)[:300]}"
+        return await _failed(call, text, outcome=GatewayCall.Outcome.ERROR)
+    except (Exception, BaseExceptionGroup) as exc:
+        link.discard()
+        why = unavailable(spec, exc, doing=f"calling {tool.name}").message
+        if isinstance(exc, TimeoutError):
+            why = f"upstream {spec.name} did not finish {tool.name} within {spec.call_timeout_s:g} s"
+        return await _failed(call, f"{why}; the call may or may not have run there")
+    outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
+    await run_db(gateway_call_finish, call=call, outcome=outcome)
+    return result
+
+
+async def _failed(
+    call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
+) -> CallToolResult:
+    await run_db(gateway_call_finish, call=call, outcome=outcome, error=text)
+    return _error(text, call)

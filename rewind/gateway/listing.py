@@ -1,0 +1,70 @@
+"""Refresh an upstream's tool list: ask it (a session of its own), then store what it said."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import Callable, Coroutine
+from typing import Any, TypeVar
+
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, open_client, unavailable
+from rewind.gateway.models import Upstream
+from rewind.gateway.services import (
+    ListedTool,
+    ListingReport,
+    upstream_listing_failed,
+    upstream_spec,
+    upstream_tools_record,
+)
+
+T = TypeVar("T")
+
+
+def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
+    """Run a coroutine from sync code, also when the calling thread already runs an event loop."""
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(lambda: asyncio.run(make())).result()
+
+
+async def list_upstream_tools(spec: UpstreamSpec) -> list[ListedTool]:
+    async with open_client(spec) as client:
+        try:
+            async with asyncio.timeout(spec.connect_timeout_s + spec.call_timeout_s):
+                result = await client.list_tools()
+        except (Exception, BaseExceptionGroup) as exc:
+            raise unavailable(spec, exc, doing="listing its tools") from None
+    return [
+        ListedTool(
+            name=t.name,
+            title=t.title or (t.annotations.title if t.annotations and t.annotations.title else "") or "",
+            description=t.description or "",
+            input_schema=dict(t.input_schema),
+            output_schema=dict(t.output_schema) if t.output_schema is not None else None,
+            annotations=t.annotations.model_dump(by_alias=True, exclude_none=True) if t.annotations else None,
+            meta=dict(t.meta) if t.meta else None,
+        )
+        for t in result.tools
+    ]
+
+
+def upstream_tools_refresh(upstream: Upstream) -> ListingReport:
+    """List and store the upstream's tools; raises ``UpstreamUnavailable`` (recorded) when it cannot."""
+    spec = upstream_spec(upstream)
+    try:
+        listed = run_async(lambda: list_upstream_tools(spec))
+    except UpstreamUnavailable as exc:
+        upstream_listing_failed(upstream=upstream, error=exc.message)
+        raise
+    return upstream_tools_record(upstream=upstream, listed=listed, reserved=set())
+
+
+def upstreams_refresh() -> dict[str, str]:
+    """Every enabled upstream's list, each bounded by its own timeouts; what each ended with."""
+    said: dict[str, str] = {}
+    for upstream in Upstream.objects.filter(enabled=True):
+        try:
+            report = upstream_tools_refresh(upstream)
+            said[upstream.name] = f"{len(report.exported)} tools, {len(report.collisions)} refused"
+        except UpstreamUnavailable as exc:
+            said[upstream.name] = exc.message
+    return said

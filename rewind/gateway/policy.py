@@ -1,0 +1,135 @@
+"""What a call of an upstream tool may do before it is forwarded: guard, pass, hold, or refuse.
+
+In order:
+1. The catalog lists the tool (``server/tool`` or ``server/*``): guard the VM its ``vm_arg``
+   names, exactly as ``zerto_guard_before_mutate`` does. A missing VM argument refuses the call.
+2. A person classified the tool read-only (its sighting is ignored): pass.
+3. Otherwise the tool's policy, or the upstream's default for tools not annotated read-only
+   (read-only ones pass): ``pass``; ``hold`` (refused until classified); ``guard-if-protected``:
+   guard on the first argument that names a VM some VPG protects, else pass.
+
+Fail-closed: when a look-up cannot tell (a site is unavailable, a name matches several VMs)
+the call is refused, never passed.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from catalog.models import ToolSighting
+from catalog.services import TOOL_RE, mutating_tool_match
+from rewind.checkpoints.services import vm_from_arguments
+from rewind.errors import ApplicationError
+from rewind.gateway.models import Policy, UpstreamTool
+from rewind.gateway.naming import catalog_name
+from rewind.gateway.services import VM_ARG_NAMES
+from rewind.protection import SitesUnavailableError, VmAmbiguousError, VmNotFoundError, find_protection
+
+GUARD, PASS, HOLD = "guard", "pass", "hold"
+# A value worth asking the ZVMs about: a host name, FQDN, IP or vmIdentifier, maybe user@ or :port.
+_HOST_LIKE = re.compile(r"^(?:[^@\s]{1,64}@)?[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
+# Look-ups per call at most: a tool with many string arguments must not cost a look-up each.
+MAX_LOOKUPS = 6
+
+
+@dataclass(frozen=True)
+class Plan:
+    action: str  # guard, pass or hold
+    reason: str
+    catalog_entry: str = ""
+    policy: str = ""
+    vm: str = ""
+    vm_arg: str = ""
+
+
+def _host(value: str) -> str:
+    host = value.strip().rsplit("@", 1)[-1]
+    if host.count(":") == 1 and host.split(":")[1].isdigit():
+        host = host.split(":")[0]
+    return host
+
+
+def _single(value: Any) -> Any:
+    return value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
+
+
+def _candidates(arguments: Mapping[str, Any], first: str) -> Iterator[tuple[str, str, bool]]:
+    """(argument, host, named): arguments whose name says "machine" first, then any host-like string."""
+    by_lower = {str(k).lower(): str(k) for k in arguments}
+    named = [by_lower[n.lower()] for n in (first, *VM_ARG_NAMES) if n and n.lower() in by_lower]
+    for key in [*dict.fromkeys(named), *(str(k) for k in arguments if str(k) not in named)]:
+        value = _single(arguments.get(key))
+        if isinstance(value, str) and _HOST_LIKE.match(value.strip()):
+            yield key, _host(value), key in named
+
+
+def _no_dns(_host: str) -> list[str]:
+    return []
+
+
+def protected_vm_argument(arguments: Mapping[str, Any], *, suggested: str = "") -> tuple[str, str] | None:
+    """(argument, VM) for the first argument naming a VM that some VPG protects, else None.
+
+    Arguments named like a machine are also resolved through DNS; other strings only by VM name
+    or identifier (a command line is not worth a DNS query). Raises ``ApplicationError`` when it
+    cannot tell: the call must then be refused.
+    """
+    for asked, (key, host, named) in enumerate(_candidates(arguments, suggested)):
+        if asked >= MAX_LOOKUPS:
+            break
+        try:
+            found = find_protection(host) if named else find_protection(host, resolver=_no_dns)
+        except VmNotFoundError:
+            continue
+        except (VmAmbiguousError, SitesUnavailableError) as exc:
+            raise ApplicationError(
+                f"could not tell whether argument {key!r} names a protected VM, so the call is refused: {exc}"
+            ) from None
+        if found.vpgs:
+            return key, host
+    return None
+
+
+def _sighting_status(name: str) -> str | None:
+    return ToolSighting.objects.filter(tool=name).values_list("status", flat=True).first()
+
+
+def effective_policy(tool: UpstreamTool) -> str:
+    if tool.policy:
+        return tool.policy
+    return Policy.PASS if tool.read_only else tool.upstream.default_policy
+
+
+def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
+    """Decide; raises ``ApplicationError`` (the call is refused, nothing forwarded) when it cannot."""
+    name = catalog_name(tool.upstream.name, tool.name)
+    listed = TOOL_RE.match(name) is not None
+    entry = mutating_tool_match(name) if listed else None
+    if entry is not None:
+        vm = vm_from_arguments(entry, arguments)
+        return Plan(GUARD, f"the catalog lists it ({entry.pattern})", entry.pattern, "", vm, entry.vm_arg)
+    if listed and _sighting_status(name) == ToolSighting.Status.IGNORED:
+        return Plan(PASS, "a person classified it read-only")
+    policy = effective_policy(tool)
+    if policy == Policy.PASS:
+        return Plan(
+            PASS,
+            "policy pass" + (" (annotated read-only)" if not tool.policy and tool.read_only else ""),
+            policy=policy,
+        )
+    if policy == Policy.HOLD:
+        return Plan(
+            HOLD,
+            f"{name} is held until a person classifies it (admin: Catalog, Tool sightings, or the tool's policy "
+            "under Gateway, Upstream tools); nothing was forwarded",
+            policy=policy,
+        )
+    suggested = ToolSighting.objects.filter(tool=name).values_list("suggested_vm_arg", flat=True).first() or ""
+    found = protected_vm_argument(arguments, suggested=suggested)
+    if found is None:
+        return Plan(PASS, "no argument names a protected VM", policy=policy)
+    key, vm = found
+    return Plan(GUARD, f"argument {key!r} names protected VM {vm}", "", policy, vm, key)

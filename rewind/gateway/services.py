@@ -1,0 +1,427 @@
+"""Every change to upstreams, their tools and forwarded calls goes through here, audited in the same transaction."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import secrets
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import urlsplit
+
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.services import tool_sighting_listed
+from rewind.audit import Actor, audit_record, mask_secrets
+from rewind.audit.actions import GatewayAction
+from rewind.crypto import decrypt, encrypt
+from rewind.errors import ApplicationError
+from rewind.gateway.links import UpstreamSpec
+from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
+
+CONNECT_TIMEOUT_RANGE = (1.0, 120.0)
+CALL_TIMEOUT_RANGE = (1.0, 3600.0)
+_HEADER_NAME = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]{1,100}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
+# Arguments that usually name the machine a tool acts on, most telling first: the suggestion
+# a person starts from when classifying a sighting, and where guard-if-protected looks first.
+VM_ARG_NAMES = ("host", "hosts", "hostname", "computer_name", "computername", "vm", "vm_name", "target", "server")
+
+
+def _snapshot(upstream: Upstream) -> dict[str, Any]:
+    # Header and variable names only: their values may be credentials.
+    return {
+        "name": upstream.name,
+        "transport": upstream.transport,
+        "url": upstream.url,
+        "command": upstream.command,
+        "header_names": sorted(upstream_headers(upstream)),
+        "env_names": sorted(upstream_env(upstream)),
+        "enabled": upstream.enabled,
+        "connect_timeout_s": upstream.connect_timeout_s,
+        "call_timeout_s": upstream.call_timeout_s,
+        "default_policy": upstream.default_policy,
+    }
+
+
+def _decrypted_map(ciphertext: str) -> dict[str, str]:
+    return json.loads(decrypt(ciphertext)) if ciphertext else {}
+
+
+def upstream_headers(upstream: Upstream) -> dict[str, str]:
+    return _decrypted_map(upstream.headers_encrypted)
+
+
+def upstream_env(upstream: Upstream) -> dict[str, str]:
+    return _decrypted_map(upstream.env_encrypted)
+
+
+def _clean_map(value: Mapping[str, Any] | None, *, what: str, key_rule: re.Pattern[str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ApplicationError(f"{what} must be an object of names to text values")
+    out: dict[str, str] = {}
+    for key, val in value.items():
+        if not isinstance(key, str) or not key_rule.match(key):
+            raise ApplicationError(f"{what}: {str(key)[:40]!r} is not a valid name")
+        if not isinstance(val, str) or "\n" in val or "\r" in val:
+            raise ApplicationError(f"{what}: the value of {key} must be one line of text")
+        out[key] = val
+    return out
+
+
+def _clean_seconds(value: Any, name: str, bounds: tuple[float, float]) -> float:
+    low, high = bounds
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ApplicationError(f"{name} must be a number of seconds from {low:g} to {high:g}")
+    if not low <= value <= high:
+        raise ApplicationError(f"{name} must be a number of seconds from {low:g} to {high:g}")
+    return float(value)
+
+
+def _clean_command(command: Any) -> list[str]:
+    if not isinstance(command, Sequence) or isinstance(command, str) or not command:
+        raise ApplicationError(
+            'a stdio upstream needs its command as a list: the program, then its arguments, e.g. ["npx", "ssh-mcp"]'
+        )
+    if not all(isinstance(part, str) and part and "\x00" not in part for part in command):
+        raise ApplicationError("every part of the command must be non-empty text")
+    return list(command)
+
+
+def _clean_url(url: str) -> str:
+    parts = urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ApplicationError(
+            "an HTTP upstream needs its MCP endpoint as an http(s) URL, e.g. https://ssh-mcp.internal/mcp"
+        )
+    if parts.username or parts.password:
+        raise ApplicationError("put credentials in the upstream's headers, not in its URL")
+    return url.strip()
+
+
+def _validate(upstream: Upstream) -> None:
+    if not UPSTREAM_NAME.match(upstream.name):
+        raise ApplicationError(f"an upstream name is {UPSTREAM_NAME_RULE}")
+    if upstream.transport == Upstream.Transport.HTTP:
+        upstream.url = _clean_url(upstream.url)
+    elif upstream.transport == Upstream.Transport.STDIO:
+        upstream.command = _clean_command(upstream.command)
+    else:
+        raise ApplicationError("transport must be http or stdio")
+    if upstream.default_policy not in Policy.values:
+        raise ApplicationError(f"default_policy must be one of {', '.join(Policy.values)}")
+    upstream.connect_timeout_s = _clean_seconds(upstream.connect_timeout_s, "connect_timeout_s", CONNECT_TIMEOUT_RANGE)
+    upstream.call_timeout_s = _clean_seconds(upstream.call_timeout_s, "call_timeout_s", CALL_TIMEOUT_RANGE)
+
+
+@transaction.atomic
+def upstream_create(
+    *,
+    actor: Actor,
+    name: str,
+    transport: str = Upstream.Transport.HTTP,
+    url: str = "",
+    headers: Mapping[str, str] | None = None,
+    command: Sequence[str] | None = None,
+    env: Mapping[str, str] | None = None,
+    enabled: bool = True,
+    connect_timeout_s: float = 10.0,
+    call_timeout_s: float = 300.0,
+    default_policy: str = Policy.GUARD_IF_PROTECTED,
+) -> Upstream:
+    upstream = Upstream(
+        name=str(name).strip().lower(),
+        transport=transport,
+        url=url,
+        command=list(command or []),
+        enabled=enabled,
+        connect_timeout_s=connect_timeout_s,
+        call_timeout_s=call_timeout_s,
+        default_policy=default_policy,
+        headers_encrypted=encrypt(json.dumps(_clean_map(headers, what="headers", key_rule=_HEADER_NAME))),
+        env_encrypted=encrypt(json.dumps(_clean_map(env, what="env", key_rule=_ENV_NAME))),
+    )
+    _validate(upstream)
+    if Upstream.objects.filter(name=upstream.name).exists():
+        raise ApplicationError(f"an upstream named {upstream.name!r} already exists")
+    upstream.save()
+    audit_record(
+        actor=actor, action=GatewayAction.UPSTREAM_CREATED, target=upstream, data={"after": _snapshot(upstream)}
+    )
+    return upstream
+
+
+_EDITABLE = ("transport", "url", "command", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy")
+
+
+@transaction.atomic
+def upstream_update(
+    *,
+    actor: Actor,
+    upstream: Upstream,
+    headers: Mapping[str, str] | None = None,
+    env: Mapping[str, str] | None = None,
+    **fields: Any,
+) -> Upstream:
+    """Change settings; ``headers``/``env`` replace the stored ones when given. The name stays:
+    catalog entries and exposed names are built from it."""
+    unknown = set(fields) - set(_EDITABLE)
+    if unknown:
+        raise ApplicationError(f"these cannot be changed: {', '.join(sorted(unknown))}")
+    locked = Upstream.objects.select_for_update().get(pk=upstream.pk)
+    before = _snapshot(locked)
+    for key, value in fields.items():
+        setattr(locked, key, value)
+    if headers is not None:
+        locked.headers_encrypted = encrypt(json.dumps(_clean_map(headers, what="headers", key_rule=_HEADER_NAME)))
+    if env is not None:
+        locked.env_encrypted = encrypt(json.dumps(_clean_map(env, what="env", key_rule=_ENV_NAME)))
+    _validate(locked)
+    locked.save()
+    audit_record(
+        actor=actor,
+        action=GatewayAction.UPSTREAM_CHANGED,
+        target=locked,
+        data={
+            "before": before,
+            "after": _snapshot(locked),
+            "credentials_replaced": headers is not None or env is not None,
+        },
+    )
+    return locked
+
+
+def upstream_spec(upstream: Upstream) -> UpstreamSpec:
+    return UpstreamSpec(
+        pk=upstream.pk,
+        name=upstream.name,
+        transport=upstream.transport,
+        url=upstream.url,
+        headers=tuple(sorted(upstream_headers(upstream).items())),
+        command=tuple(upstream.command),
+        env=tuple(sorted(upstream_env(upstream).items())),
+        connect_timeout_s=upstream.connect_timeout_s,
+        call_timeout_s=upstream.call_timeout_s,
+        version=upstream.updated_at.isoformat() if upstream.updated_at else "",
+    )
+
+
+# -- listing -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ListedTool:
+    """One tool as an upstream listed it (the SDK's ``Tool``, as plain data)."""
+
+    name: str
+    title: str
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None
+    annotations: dict[str, Any] | None
+    meta: dict[str, Any] | None
+
+
+@dataclass
+class ListingReport:
+    upstream: str
+    exported: list[str] = field(default_factory=list)
+    collisions: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
+    new_sightings: list[str] = field(default_factory=list)
+
+
+def suggested_vm_arg(input_schema: Mapping[str, Any]) -> str:
+    """The argument most likely to name the VM: a usual name, else one that mentions host or vm."""
+    properties = input_schema.get("properties")
+    names = [str(k) for k in properties] if isinstance(properties, Mapping) else []
+    by_lower = {n.lower(): n for n in names}
+    for usual in VM_ARG_NAMES:
+        if usual in by_lower:
+            return by_lower[usual]
+    return next((n for n in names if any(w in n.lower() for w in ("host", "vm", "computer", "machine"))), "")
+
+
+def _argument_names(input_schema: Mapping[str, Any]) -> list[str]:
+    properties = input_schema.get("properties")
+    return [str(k) for k in properties] if isinstance(properties, Mapping) else []
+
+
+@transaction.atomic
+def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], reserved: set[str]) -> ListingReport:
+    """Store what an upstream listed; each exposed name is checked against every other exported name.
+
+    ``reserved``: the names this server's own tools use. A tool whose exposed name another
+    tool already holds (this server's, another upstream's, or one listed before it) is refused:
+    it is kept with state ``collision`` and the name it wanted, and agents do not see it.
+    A tool the catalog does not list becomes a sighting before anyone calls it.
+    """
+    locked = Upstream.objects.select_for_update().get(pk=upstream.pk)
+    now = timezone.now()
+    report = ListingReport(upstream=locked.name)
+    taken = set(reserved) | set(
+        UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED)
+        .exclude(upstream=locked)
+        .values_list("exposed_name", flat=True)
+    )
+    known = {t.name: t for t in locked.tools.all()}
+    seen: set[str] = set()
+    for tool in listed:
+        if tool.name in seen:
+            continue
+        seen.add(tool.name)
+        exposed = exposed_name(locked.name, tool.name)
+        row = known.get(tool.name) or UpstreamTool(upstream=locked, name=tool.name)
+        row.exposed_name = exposed
+        row.title, row.description = tool.title[:200], tool.description
+        row.input_schema, row.output_schema = tool.input_schema, tool.output_schema
+        row.annotations, row.meta = tool.annotations, tool.meta
+        row.last_listed_at = now
+        if exposed in taken:
+            row.state = UpstreamTool.State.COLLISION
+            row.problem = f"its name here, {exposed}, is already another tool's; rename it upstream to export it"
+            report.collisions.append(tool.name)
+        else:
+            row.state, row.problem = UpstreamTool.State.EXPORTED, ""
+            taken.add(exposed)
+            report.exported.append(tool.name)
+        row.save()
+        if _catalog_name_valid(locked.name, tool.name):
+            _sighting, new = tool_sighting_listed(
+                tool=catalog_name(locked.name, tool.name),
+                argument_names=_argument_names(tool.input_schema),
+                annotations=tool.annotations,
+                suggested_vm_arg=suggested_vm_arg(tool.input_schema),
+            )
+            if new:
+                report.new_sightings.append(tool.name)
+    for name, row in known.items():
+        if name not in seen and row.state != UpstreamTool.State.GONE:
+            row.state, row.problem = UpstreamTool.State.GONE, "the upstream's last listing did not have it"
+            row.save(update_fields=["state", "problem"])
+            report.gone.append(name)
+    locked.tools_listed_at, locked.last_error = now, ""
+    locked.save(update_fields=["tools_listed_at", "last_error"])
+    audit_record(
+        actor=Actor.system("gateway"),
+        action=GatewayAction.TOOLS_LISTED,
+        target=locked,
+        data={k: v for k, v in report.__dict__.items() if k != "upstream"},
+    )
+    return report
+
+
+def _catalog_name_valid(server: str, tool: str) -> bool:
+    from catalog.services import TOOL_RE
+
+    return bool(TOOL_RE.match(catalog_name(server, tool)))
+
+
+@transaction.atomic
+def upstream_listing_failed(*, upstream: Upstream, error: str) -> None:
+    changed = Upstream.objects.filter(pk=upstream.pk).exclude(last_error=error).update(last_error=error[:1000])
+    if changed:
+        audit_record(
+            actor=Actor.system("gateway"),
+            action=GatewayAction.TOOLS_LIST_FAILED,
+            target=upstream,
+            data={"error": error[:500]},
+        )
+
+
+@transaction.atomic
+def upstream_tool_set_policy(*, actor: Actor, tool: UpstreamTool, policy: str) -> UpstreamTool:
+    if policy and policy not in Policy.values:
+        raise ApplicationError(f"policy must be empty or one of {', '.join(Policy.values)}")
+    locked = UpstreamTool.objects.select_for_update().get(pk=tool.pk)
+    before = locked.policy
+    locked.policy = policy
+    locked.save(update_fields=["policy"])
+    audit_record(
+        actor=actor,
+        action=GatewayAction.TOOL_POLICY_CHANGED,
+        target=("gateway.tool", f"{tool.upstream.name}/{tool.name}"),
+        data={"before": before, "after": policy},
+    )
+    return locked
+
+
+# -- calls ---------------------------------------------------------------------------------
+
+
+def new_call_id() -> str:
+    return "gwc_" + secrets.token_urlsafe(12)
+
+
+def gateway_call_open(
+    *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
+) -> GatewayCall:
+    """The call's row, before anything is decided: it exists even if the decision fails."""
+    return GatewayCall.objects.create(
+        call_id=new_call_id(),
+        agent_name=agent_name,
+        agent_id=agent_id,
+        upstream=tool.upstream,
+        upstream_name=tool.upstream.name,
+        tool=tool.name,
+        exposed_name=tool.exposed_name,
+        arguments=mask_secrets(dict(arguments)),
+        request_id=request_id,
+    )
+
+
+@transaction.atomic
+def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", **fields: Any) -> GatewayCall:
+    """Record the decision and, for a forwarded call, its start time, audited: fail-closed.
+
+    If this cannot be written, nothing is forwarded.
+    """
+    call.decision, call.reason = decision, reason[:500]
+    for key, value in fields.items():
+        setattr(call, key, value)
+    forwarded = decision in (GatewayCall.Decision.GUARDED, GatewayCall.Decision.PASSED)
+    if forwarded:
+        call.outcome, call.forwarded_at = GatewayCall.Outcome.FORWARDED, timezone.now()
+    else:
+        call.outcome, call.ended_at = GatewayCall.Outcome.NOT_FORWARDED, timezone.now()
+    call.save()
+    audit_record(
+        actor=Actor.agent(call.agent_name),
+        action=GatewayAction.CALL_DECIDED,
+        target=("gateway.call", call.call_id),
+        request_id=call.request_id or None,
+        data={
+            "call_id": call.call_id,
+            "tool": f"{call.upstream_name}/{call.tool}",
+            "decision": decision,
+            "reason": call.reason,
+            "catalog_entry": call.catalog_entry,
+            "policy": call.policy,
+            "vm": call.vm,
+            "vm_arg": call.vm_arg,
+            "change_id": call.change_id,
+            "guard": call.guard_id,
+            "forwarded_at": call.forwarded_at.isoformat() if call.forwarded_at else None,
+        },
+    )
+    return call
+
+
+@transaction.atomic
+def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> GatewayCall:
+    call.outcome, call.error, call.ended_at = outcome, error[:500], timezone.now()
+    call.save(update_fields=["outcome", "error", "ended_at"])
+    audit_record(
+        actor=Actor.agent(call.agent_name),
+        action=GatewayAction.CALL_FINISHED,
+        target=("gateway.call", call.call_id),
+        request_id=call.request_id or None,
+        data={"call_id": call.call_id, "outcome": outcome, "error": call.error},
+    )
+    return call
