@@ -1,0 +1,383 @@
+"""A small "guest shell" MCP server: an upstream for gateway tests that changes files inside the
+simulator's guests, the way an ssh or WinRM MCP server changes files inside real VMs.
+
+It edits the guests through the simulator's control API (``/_sim/vms/{vm}/files``), so a test
+can break a config file through it and then recover the file from a journal checkpoint.
+
+Run it over stdio or as streamable HTTP (stateless, at ``/mcp``)::
+
+    python -m tests.gateway.guestshell --stdio --sim-url URL --ca-bundle PATH [--record FILE]
+    python -m tests.gateway.guestshell --http --port 0 --sim-url URL --ca-bundle PATH
+                                       [--host 127.0.0.1] [--token T] [--record FILE]
+
+Over HTTP it prints ``guestshell ready on http://127.0.0.1:PORT/mcp`` once it listens (``--port 0``
+picks a free port). ``--token T`` makes every HTTP request need ``Authorization: Bearer T`` (401
+otherwise). ``--record FILE`` appends one JSON line per tool call it receives:
+``{"tool", "arguments", "authorization"}`` (the request's Authorization header, or null over
+stdio), so a test can tell which calls reached this upstream and with which credentials.
+
+The options may come from the environment instead: ``GUESTSHELL_SIM_URL``, ``GUESTSHELL_CA_BUNDLE``,
+``GUESTSHELL_TOKEN``, ``GUESTSHELL_RECORD``.
+
+Tools: ``exec`` (a tiny shell: ``cat``, ``rm``, ``echo TEXT > PATH``, ``echo TEXT >> PATH``,
+``sed -i 's/OLD/NEW/[g]' PATH``), ``write_file``, ``read_file``, ``append_line`` (its VM argument
+is ``computer_name``) and ``slow`` (sleeps, reporting progress each second).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shlex
+import sys
+import threading
+from collections.abc import Awaitable, Callable, MutableMapping
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import quote
+
+import requests
+import uvicorn
+from mcp.server import MCPServer
+from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
+from mcp.server.mcpserver import Context
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+READY = "guestshell ready on "
+MCP_PATH = "/mcp"
+
+Host = Annotated[
+    str,
+    Field(description="The VM to act on, by name as the hypervisor knows it (e.g. web01); user@host is accepted."),
+]
+GuestPath = Annotated[
+    str,
+    Field(description="An absolute path inside the guest: /etc/nginx/nginx.conf or C:\\inetpub\\web.config."),
+]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+
+class Guests:
+    """The simulator's guests, through its control API (blocking calls, made on worker threads)."""
+
+    def __init__(self, sim_url: str, ca_bundle: str | None) -> None:
+        self.base = sim_url.rstrip("/")
+        self.http = requests.Session()
+        self.http.trust_env = False
+        self.http.verify = ca_bundle if ca_bundle else True
+
+    def _url(self, host: str) -> str:
+        vm = host.rpartition("@")[2].strip()
+        if not vm:
+            raise ToolError("no host given")
+        return f"{self.base}/_sim/vms/{quote(vm, safe='')}/files"
+
+    def _fail(self, resp: requests.Response, host: str, path: str) -> ToolError:
+        try:
+            detail = resp.json().get("Message") or resp.text
+        except ValueError:
+            detail = resp.text
+        if resp.status_code == 404:
+            return ToolError(f"{host}:{path}: No such file or host ({detail})")
+        return ToolError(f"{host}:{path}: {detail} (status {resp.status_code})")
+
+    def read(self, host: str, path: str) -> bytes:
+        resp = self.http.get(self._url(host), params={"path": path}, timeout=30)
+        if resp.status_code != 200:
+            raise self._fail(resp, host, path)
+        return resp.content
+
+    def read_text(self, host: str, path: str, *, missing_ok: bool = False) -> str:
+        try:
+            data = self.read(host, path)
+        except ToolError:
+            if missing_ok:
+                return ""
+            raise
+        try:
+            return data.decode()
+        except UnicodeDecodeError as exc:
+            raise ToolError(f"{host}:{path} is not UTF-8 text") from exc
+
+    def write(self, host: str, path: str, text: str) -> int:
+        resp = self.http.put(self._url(host), json={"path": path, "text": text}, timeout=30)
+        if resp.status_code != 200:
+            raise self._fail(resp, host, path)
+        return int(resp.json()["size"])
+
+    def delete(self, host: str, path: str) -> None:
+        resp = self.http.delete(self._url(host), params={"path": path}, timeout=30)
+        if resp.status_code != 200:
+            raise self._fail(resp, host, path)
+
+
+class Recorder:
+    """One JSON line per tool call received, appended to ``path`` (nothing without a path)."""
+
+    def __init__(self, path: str | None) -> None:
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+
+    def record(self, tool: Any, arguments: Any, authorization: str | None) -> None:
+        if self.path is None:
+            return
+        line = json.dumps({"tool": tool, "arguments": arguments, "authorization": authorization}, default=str)
+        with self._lock, self.path.open("a", encoding="utf-8") as out:
+            out.write(line + "\n")
+
+    async def __call__(self, ctx: ServerRequestContext[Any, Any], call_next: CallNext) -> HandlerResult:
+        """Server middleware: sees every tools/call before validation, so even a call whose
+        arguments the tool refuses counts as received."""
+        if ctx.method == "tools/call" and ctx.request_id is not None:
+            params = ctx.params or {}
+            headers = getattr(ctx.request, "headers", None)  # a Starlette request over HTTP; None over stdio
+            self.record(params.get("name"), params.get("arguments"), headers.get("authorization") if headers else None)
+        return await call_next(ctx)
+
+
+def _lex(command: str) -> list[str]:
+    """Shell words; quotes group, backslashes stay literal (Windows paths), > and >> stand alone."""
+    lexer = shlex.shlex(command, posix=True, punctuation_chars="<>|;&")
+    lexer.whitespace_split = True
+    lexer.escape = ""
+    try:
+        return list(lexer)
+    except ValueError as exc:
+        raise ToolError(f"cannot parse the command: {exc}") from exc
+
+
+def _sed_expression(expr: str) -> tuple[str, str, bool]:
+    """'s/OLD/NEW/' or 's/OLD/NEW/g' (any delimiter, backslash escapes it) -> (old, new, global)."""
+    if len(expr) < 2 or expr[0] != "s":
+        raise ToolError(f"sed: only s/OLD/NEW/[g] is supported, not {expr!r}")
+    delim = expr[1]
+    parts: list[str] = [""]
+    i = 2
+    while i < len(expr):
+        ch = expr[i]
+        if ch == "\\" and i + 1 < len(expr) and expr[i + 1] == delim:
+            parts[-1] += delim
+            i += 2
+            continue
+        if ch == delim:
+            parts.append("")
+        else:
+            parts[-1] += ch
+        i += 1
+    if len(parts) != 3 or parts[2] not in ("", "g") or not parts[0]:
+        raise ToolError(f"sed: bad expression {expr!r}; use s/OLD/NEW/ or s/OLD/NEW/g")
+    return parts[0], parts[1], parts[2] == "g"
+
+
+class Shell:
+    """The commands ``exec`` understands."""
+
+    def __init__(self, guests: Guests) -> None:
+        self.guests = guests
+
+    def run(self, host: str, command: str) -> str:
+        words = _lex(command)
+        if not words:
+            raise ToolError("empty command")
+        name, args = words[0], words[1:]
+        if name == "cat" and len(args) == 1:
+            return self.guests.read_text(host, args[0])
+        if name == "rm":
+            paths = [a for a in args if a not in ("-f",)]
+            if len(paths) != 1:
+                raise ToolError("usage: rm [-f] PATH")
+            try:
+                self.guests.delete(host, paths[0])
+            except ToolError:
+                if "-f" not in args:
+                    raise
+            return ""
+        if name == "echo":
+            return self._echo(host, args)
+        if name == "sed":
+            return self._sed(host, args)
+        raise ToolError(f"{name}: command not found (this shell knows cat, rm, echo > / >>, sed -i 's/a/b/')")
+
+    def _echo(self, host: str, args: list[str]) -> str:
+        newline = "\n"
+        if args[:1] == ["-n"]:
+            newline, args = "", args[1:]
+        redirect = next((i for i, a in enumerate(args) if a in (">", ">>")), None)
+        if redirect is None:
+            return " ".join(args) + newline
+        if redirect != len(args) - 2:
+            raise ToolError("usage: echo TEXT > PATH or echo TEXT >> PATH")
+        text = " ".join(args[:redirect]) + newline
+        path = args[-1]
+        if args[redirect] == ">>":
+            text = self.guests.read_text(host, path, missing_ok=True) + text
+        self.guests.write(host, path, text)
+        return ""
+
+    def _sed(self, host: str, args: list[str]) -> str:
+        rest = [a for a in args if a != "-e"]
+        if not rest or rest[0] != "-i" or len(rest) != 3:
+            raise ToolError("usage: sed -i 's/OLD/NEW/[g]' PATH")
+        old, new, every = _sed_expression(rest[1])
+        path = rest[2]
+        lines = self.guests.read_text(host, path).splitlines(keepends=True)
+        # sed works line by line: without g, the first match on each line.
+        changed = [line.replace(old, new) if every else line.replace(old, new, 1) for line in lines]
+        self.guests.write(host, path, "".join(changed))
+        return ""
+
+
+def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
+    server = MCPServer(
+        "guestshell",
+        instructions="Change and read files inside lab VMs (a test upstream for zerto-rewind).",
+        middleware=[recorder],
+    )
+    shell = Shell(guests)
+
+    @server.tool(
+        name="exec",
+        annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Run a shell command"),
+    )
+    def exec_(
+        host: Host,
+        command: Annotated[
+            str,
+            Field(
+                description="A command: cat PATH, rm PATH, echo TEXT > PATH, echo TEXT >> PATH, "
+                "or sed -i 's/OLD/NEW/[g]' PATH (literal text, not regular expressions)."
+            ),
+        ],
+    ) -> str:
+        """Run a shell command on a VM and return its output (file edits return nothing)."""
+        return shell.run(host, command)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write a file"))
+    def write_file(
+        host: Host,
+        path: GuestPath,
+        content: Annotated[str, Field(description="The whole new content of the file (UTF-8 text).")],
+    ) -> str:
+        """Create or replace a file on a VM."""
+        size = guests.write(host, path, content)
+        return f"wrote {size} bytes to {host}:{path}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file"))
+    def read_file(host: Host, path: GuestPath) -> str:
+        """Return the content of a file on a VM."""
+        return guests.read_text(host, path)
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, title="Append a line"))
+    def append_line(
+        computer_name: Annotated[str, Field(description="The VM to act on, by name (e.g. web01).")],
+        path: GuestPath,
+        line: Annotated[str, Field(description="The line to add at the end of the file (no newline needed).")],
+    ) -> str:
+        """Append one line to a file on a computer (the file is created when missing)."""
+        text = guests.read_text(computer_name, path, missing_ok=True)
+        if text and not text.endswith("\n"):
+            text += "\n"
+        guests.write(computer_name, path, text + line.rstrip("\n") + "\n")
+        return f"appended to {computer_name}:{path}"
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Wait"))
+    async def slow(
+        seconds: Annotated[float, Field(ge=0, le=600, description="How long to wait, in seconds.")],
+        ctx: Context,
+    ) -> str:
+        """Wait this long, reporting progress every second, then answer "done"."""
+        waited = 0.0
+        while waited < seconds:
+            step = min(1.0, seconds - waited)
+            await asyncio.sleep(step)
+            waited += step
+            await ctx.report_progress(waited, seconds, f"{waited:g} of {seconds:g} s")
+        return "done"
+
+    return server
+
+
+class BearerGate:
+    """ASGI middleware: 401 unless the request carries ``Authorization: Bearer <token>``."""
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]], token: str) -> None:
+        self.app = app
+        self.expected = f"Bearer {token}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and dict(scope["headers"]).get(b"authorization") != self.expected:
+            body = b'{"error": "invalid_token", "error_description": "a valid bearer token is required"}'
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 401,
+                    "headers": [
+                        (b"content-type", b"application/json"),
+                        (b"content-length", str(len(body)).encode()),
+                        (b"www-authenticate", b'Bearer error="invalid_token"'),
+                    ],
+                }
+            )
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
+class _Server(uvicorn.Server):
+    """Prints the ready line, with the port really bound, once the socket listens."""
+
+    async def startup(self, sockets: list | None = None) -> None:
+        await super().startup(sockets)
+        if self.started:
+            port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+            print(f"{READY}http://{self.config.host}:{port}{MCP_PATH}", flush=True)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    env = os.environ.get
+    p = argparse.ArgumentParser(prog="python -m tests.gateway.guestshell", description=__doc__.split("\n\n")[0])
+    mode = p.add_mutually_exclusive_group(required=True)
+    mode.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
+    mode.add_argument("--http", action="store_true", help="serve streamable HTTP (stateless) at /mcp")
+    p.add_argument("--host", default="127.0.0.1", help="address to listen on with --http (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="port with --http (default 0: a free one, in the ready line)")
+    p.add_argument("--sim-url", default=env("GUESTSHELL_SIM_URL"), help="the simulator's root URL (GUESTSHELL_SIM_URL)")
+    p.add_argument(
+        "--ca-bundle", default=env("GUESTSHELL_CA_BUNDLE"), help="the simulator's CA bundle (GUESTSHELL_CA_BUNDLE)"
+    )
+    p.add_argument(
+        "--token", default=env("GUESTSHELL_TOKEN"), help="with --http, require this bearer token (GUESTSHELL_TOKEN)"
+    )
+    p.add_argument(
+        "--record", default=env("GUESTSHELL_RECORD"), help="append one JSON line per tool call here (GUESTSHELL_RECORD)"
+    )
+    args = p.parse_args(argv)
+    if not args.sim_url:
+        p.error("--sim-url (or GUESTSHELL_SIM_URL) is required")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record))
+    if args.stdio:
+        server.run("stdio")
+        return 0
+    app: Any = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, host=args.host)
+    if args.token:
+        app = BearerGate(app, args.token)
+    config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")
+    _Server(config).run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
