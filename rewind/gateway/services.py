@@ -139,7 +139,7 @@ def upstream_create(
         name=str(name).strip().lower(),
         transport=transport,
         url=url,
-        command=list(command or []),
+        command=command if command is not None else [],
         enabled=enabled,
         connect_timeout_s=connect_timeout_s,
         call_timeout_s=call_timeout_s,

@@ -1,0 +1,142 @@
+"""Exposed names that real hosts accept, collisions refused at listing, and upstream settings' bad input."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+
+from catalog.models import ToolSighting
+from rewind.audit import Actor
+from rewind.errors import ApplicationError
+from rewind.gateway.models import Upstream, UpstreamTool
+from rewind.gateway.naming import MAX_LEN, exposed_name
+from rewind.gateway.services import (
+    ListedTool,
+    upstream_create,
+    upstream_headers,
+    upstream_tools_record,
+    upstream_update,
+)
+from rewind.models import AuditEvent
+
+ADMIN = Actor.user("admin")
+HOSTS_ACCEPT = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")  # the narrowest: OpenAI-style functions, Windsurf
+
+
+def listed(name: str, **schema: Any) -> ListedTool:
+    return ListedTool(name, "", "", {"type": "object", "properties": schema}, None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("server", "tool", "expected"),
+    [
+        ("ssh", "exec", "ssh__exec"),
+        ("ansible", "playbook.run", "ansible__playbook_run"),
+        ("smb", "files/write", "smb__files_write"),
+        ("ps", "Invoke Command", "ps__Invoke_Command"),
+    ],
+)
+def test_exposed_names_use_only_what_every_host_accepts(server: str, tool: str, expected: str) -> None:
+    assert exposed_name(server, tool) == expected
+
+
+def test_a_long_name_is_shortened_the_same_way_every_time_with_a_hash() -> None:
+    long_tool = "a-very-long-tool-name-that-no-host-would-take-as-is"
+    name = exposed_name("windows-remote", long_tool)
+    assert len(name) == MAX_LEN
+    assert HOSTS_ACCEPT.match(name)
+    assert name == exposed_name("windows-remote", long_tool)
+    assert name != exposed_name("windows-remote", long_tool + "2")
+    # Claude Code's prefix mcp__<server>__ still fits in 64 with a server name of up to 17 characters.
+    assert len(f"mcp__{'z' * 17}__{name}") <= 64
+
+
+def test_our_own_tool_names_never_look_like_an_exposed_name() -> None:
+    from rewind.mcp.server import tool_modules
+
+    assert tool_modules()  # the check below must look at something
+    from rewind.mcp.server import build_server
+
+    server = build_server(token_store=_NoTokens())
+    own = [t.name for t in server._tool_manager.list_tools()]
+    assert own and all("__" not in n for n in own), own
+
+
+class _NoTokens:
+    touch_interval_s = 60.0
+
+    def key(self, token: str) -> None:
+        return None
+
+    def find(self, key: str) -> None:
+        return None
+
+    def touch(self, key: str) -> None:
+        return None
+
+
+def test_a_tool_whose_name_is_taken_is_refused_at_listing_and_says_why(db: None) -> None:
+    first = upstream_create(actor=ADMIN, name="a", url="http://127.0.0.1:1/mcp")
+    second = upstream_create(actor=ADMIN, name="a__b", url="http://127.0.0.1:2/mcp")
+    upstream_tools_record(upstream=first, listed=[listed("b__exec", host={"type": "string"})], reserved=set())
+    report = upstream_tools_record(upstream=second, listed=[listed("exec"), listed("read")], reserved=set())
+    assert report.collisions == ["exec"]
+    assert report.exported == ["read"]
+    refused = UpstreamTool.objects.get(upstream=second, name="exec")
+    assert refused.state == "collision"
+    assert "a__b__exec" in refused.problem
+    # Within one listing too: two spellings that map to the same exposed name.
+    report = upstream_tools_record(upstream=first, listed=[listed("x.y"), listed("x_y")], reserved=set())
+    assert report.exported == ["x.y"]
+    assert report.collisions == ["x_y"]
+    assert UpstreamTool.objects.get(upstream=first, name="b__exec").state == "gone"
+
+
+def test_listing_makes_sightings_with_a_suggested_vm_argument(db: None) -> None:
+    up = upstream_create(actor=ADMIN, name="win", url="http://127.0.0.1:1/mcp")
+    report = upstream_tools_record(
+        upstream=up,
+        listed=[listed("run", ComputerName={"type": "string"}, script={"type": "string"}), listed("ping", target={})],
+        reserved=set(),
+    )
+    assert sorted(report.new_sightings) == ["ping", "run"]
+    assert ToolSighting.objects.get(tool="win/run").suggested_vm_arg == "ComputerName"
+    assert ToolSighting.objects.get(tool="win/ping").suggested_vm_arg == "target"
+    again = upstream_tools_record(upstream=up, listed=[listed("run")], reserved=set())
+    assert again.new_sightings == []
+
+
+@pytest.mark.parametrize(
+    ("fields", "message"),
+    [
+        ({"name": "SSH server"}, "an upstream name is"),
+        ({"name": "ssh", "url": "ftp://h/mcp"}, "http(s) URL"),
+        ({"name": "ssh", "url": "https://user:pw@h/mcp"}, "not in its URL"),
+        ({"name": "ssh", "transport": "stdio", "command": []}, "needs its command as a list"),
+        ({"name": "ssh", "transport": "stdio", "command": "npx ssh-mcp"}, "needs its command as a list"),
+        ({"name": "ssh", "transport": "carrier-pigeon"}, "transport must be"),
+        ({"name": "ssh", "url": "https://h/mcp", "connect_timeout_s": 0}, "connect_timeout_s"),
+        ({"name": "ssh", "url": "https://h/mcp", "call_timeout_s": float("nan")}, "call_timeout_s"),
+        ({"name": "ssh", "url": "https://h/mcp", "default_policy": "yolo"}, "default_policy"),
+        ({"name": "ssh", "url": "https://h/mcp", "headers": {"Bad Header": "x"}}, "not a valid name"),
+        ({"name": "ssh", "url": "https://h/mcp", "headers": {"X-A": "a\r\nX-B: b"}}, "one line"),
+    ],
+)
+def test_bad_upstream_settings_are_refused_and_change_nothing(db: None, fields: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApplicationError, match=re.escape(message)):
+        upstream_create(actor=ADMIN, **fields)
+    assert not Upstream.objects.exists()
+    assert not AuditEvent.objects.filter(action__startswith="gateway.").exists()
+
+
+def test_credentials_are_stored_encrypted_and_never_audited(db: None) -> None:
+    up = upstream_create(actor=ADMIN, name="ssh", url="https://h/mcp", headers={"Authorization": "Bearer s3cret-value"})
+    up.refresh_from_db()
+    assert "s3cret-value" not in up.headers_encrypted
+    assert upstream_headers(up) == {"Authorization": "Bearer s3cret-value"}
+    upstream_update(actor=ADMIN, upstream=up, headers={"Authorization": "Bearer other-s3cret"})
+    audited = str(list(AuditEvent.objects.values_list("data", flat=True)))
+    assert "s3cret" not in audited
+    assert "Authorization" in audited  # the names are, so a reader sees what changed
