@@ -94,7 +94,9 @@ ToolArguments = Annotated[
 class ProgressReporter(Protocol):
     """Where a waiting guard reports progress: the tool's ``Context``, or a relay that forwards to one."""
 
-    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None: ...
+    async def report_progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None: ...
 
 
 class VpgCheckpointOut(BaseModel):

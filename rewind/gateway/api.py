@@ -39,7 +39,7 @@ def _upstream(pk: int) -> Upstream:
 
 class UpstreamToolSerializer(serializers.ModelSerializer):
     catalog_name = serializers.CharField(read_only=True)
-    read_only = serializers.BooleanField(read_only=True)
+    annotated_read_only = serializers.BooleanField(source="read_only", read_only=True)
 
     class Meta:
         model = UpstreamTool
@@ -51,7 +51,7 @@ class UpstreamToolSerializer(serializers.ModelSerializer):
             "state",
             "problem",
             "policy",
-            "read_only",
+            "annotated_read_only",
             "annotations",
             "last_listed_at",
         ]

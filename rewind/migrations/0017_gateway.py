@@ -5,90 +5,224 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0016_notification_delivery'),
+        ("rewind", "0016_notification_delivery"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Upstream',
+            name="Upstream",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='The server part of catalog names (ssh in ssh/exec): lower-case letters, digits, - and _.', max_length=40, unique=True)),
-                ('transport', models.CharField(choices=[('http', 'streamable HTTP'), ('stdio', 'stdio (a command this service starts)')], default='http', max_length=5)),
-                ('url', models.URLField(blank=True, help_text="Streamable HTTP: the server's MCP endpoint, e.g. https://h/mcp")),
-                ('headers_encrypted', models.TextField(blank=True, editable=False)),
-                ('command', models.JSONField(blank=True, default=list, help_text='stdio: the program and its arguments, e.g. ["npx", "ssh-mcp"]')),
-                ('env_encrypted', models.TextField(blank=True, editable=False)),
-                ('enabled', models.BooleanField(default=True)),
-                ('connect_timeout_s', models.FloatField(default=10.0, help_text='Seconds to connect and agree a protocol.')),
-                ('call_timeout_s', models.FloatField(default=300.0, help_text='Seconds a forwarded call may take.')),
-                ('default_policy', models.CharField(choices=[('pass', 'pass: forward and record the sighting'), ('guard-if-protected', 'guard-if-protected: guard when an argument names a protected VM'), ('hold', 'hold: refuse until a person classifies the tool')], default='guard-if-protected', help_text='For its tools the catalog does not list and that are not annotated read-only (those pass unless their own policy says otherwise).', max_length=20)),
-                ('tools_listed_at', models.DateTimeField(blank=True, editable=False, null=True)),
-                ('last_error', models.TextField(blank=True, editable=False)),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
-                ('updated_at', models.DateTimeField(auto_now=True)),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="The server part of catalog names (ssh in ssh/exec): lower-case letters, digits, - and _.",
+                        max_length=40,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "transport",
+                    models.CharField(
+                        choices=[("http", "streamable HTTP"), ("stdio", "stdio (a command this service starts)")],
+                        default="http",
+                        max_length=5,
+                    ),
+                ),
+                (
+                    "url",
+                    models.URLField(
+                        blank=True, help_text="Streamable HTTP: the server's MCP endpoint, e.g. https://h/mcp"
+                    ),
+                ),
+                ("headers_encrypted", models.TextField(blank=True, editable=False)),
+                (
+                    "command",
+                    models.JSONField(
+                        blank=True,
+                        default=list,
+                        help_text='stdio: the program and its arguments, e.g. ["npx", "ssh-mcp"]',
+                    ),
+                ),
+                ("env_encrypted", models.TextField(blank=True, editable=False)),
+                ("enabled", models.BooleanField(default=True)),
+                (
+                    "connect_timeout_s",
+                    models.FloatField(default=10.0, help_text="Seconds to connect and agree a protocol."),
+                ),
+                ("call_timeout_s", models.FloatField(default=300.0, help_text="Seconds a forwarded call may take.")),
+                (
+                    "default_policy",
+                    models.CharField(
+                        choices=[
+                            ("pass", "pass: forward and record the sighting"),
+                            ("guard-if-protected", "guard-if-protected: guard when an argument names a protected VM"),
+                            ("hold", "hold: refuse until a person classifies the tool"),
+                        ],
+                        default="guard-if-protected",
+                        help_text="For its tools the catalog does not list and that are not annotated read-only (those pass unless their own policy says otherwise).",
+                        max_length=20,
+                    ),
+                ),
+                ("tools_listed_at", models.DateTimeField(blank=True, editable=False, null=True)),
+                ("last_error", models.TextField(blank=True, editable=False)),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
+                ("updated_at", models.DateTimeField(auto_now=True)),
             ],
             options={
-                'ordering': ['name'],
-                'constraints': [models.CheckConstraint(condition=models.Q(('transport__in', ['http', 'stdio'])), name='upstream_transport_valid'), models.CheckConstraint(condition=models.Q(('default_policy__in', ['pass', 'guard-if-protected', 'hold'])), name='upstream_policy_valid')],
+                "ordering": ["name"],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("transport__in", ["http", "stdio"])), name="upstream_transport_valid"
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("default_policy__in", ["pass", "guard-if-protected", "hold"])),
+                        name="upstream_policy_valid",
+                    ),
+                ],
             },
         ),
         migrations.CreateModel(
-            name='GatewayCall',
+            name="GatewayCall",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('call_id', models.CharField(max_length=40, unique=True)),
-                ('agent_name', models.CharField(db_index=True, max_length=64)),
-                ('agent_id', models.IntegerField(blank=True, null=True)),
-                ('upstream_name', models.CharField(max_length=40)),
-                ('tool', models.CharField(help_text="The upstream's name for the tool.", max_length=200)),
-                ('exposed_name', models.CharField(max_length=40)),
-                ('arguments', models.JSONField(default=dict, help_text='Masked like audit rows.')),
-                ('decision', models.CharField(blank=True, choices=[('guarded', 'Guarded'), ('passed', 'Passed'), ('refused', 'Refused'), ('held', 'Held')], max_length=10)),
-                ('reason', models.CharField(blank=True, max_length=500)),
-                ('catalog_entry', models.CharField(blank=True, max_length=200)),
-                ('policy', models.CharField(blank=True, max_length=20)),
-                ('vm', models.CharField(blank=True, max_length=255)),
-                ('vm_arg', models.CharField(blank=True, max_length=100)),
-                ('change_id', models.CharField(blank=True, max_length=100)),
-                ('outcome', models.CharField(choices=[('deciding', 'Deciding'), ('forwarded', 'Forwarded'), ('ok', 'Ok'), ('error', 'Error'), ('upstream_failed', 'Upstream Failed'), ('not_forwarded', 'Not Forwarded')], default='deciding', max_length=16)),
-                ('error', models.CharField(blank=True, max_length=500)),
-                ('received_at', models.DateTimeField(auto_now_add=True)),
-                ('forwarded_at', models.DateTimeField(blank=True, help_text='When the call left for the upstream (our clock): what an undo goes before.', null=True)),
-                ('ended_at', models.DateTimeField(blank=True, null=True)),
-                ('request_id', models.CharField(blank=True, max_length=64)),
-                ('guard', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='gateway_calls', to='rewind.changeguard')),
-                ('upstream', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='calls', to='rewind.upstream')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("call_id", models.CharField(max_length=40, unique=True)),
+                ("agent_name", models.CharField(db_index=True, max_length=64)),
+                ("agent_id", models.IntegerField(blank=True, null=True)),
+                ("upstream_name", models.CharField(max_length=40)),
+                ("tool", models.CharField(help_text="The upstream's name for the tool.", max_length=200)),
+                ("exposed_name", models.CharField(max_length=40)),
+                ("arguments", models.JSONField(default=dict, help_text="Masked like audit rows.")),
+                (
+                    "decision",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("guarded", "Guarded"),
+                            ("passed", "Passed"),
+                            ("refused", "Refused"),
+                            ("held", "Held"),
+                        ],
+                        max_length=10,
+                    ),
+                ),
+                ("reason", models.CharField(blank=True, max_length=500)),
+                ("catalog_entry", models.CharField(blank=True, max_length=200)),
+                ("policy", models.CharField(blank=True, max_length=20)),
+                ("vm", models.CharField(blank=True, max_length=255)),
+                ("vm_arg", models.CharField(blank=True, max_length=100)),
+                ("change_id", models.CharField(blank=True, max_length=100)),
+                (
+                    "outcome",
+                    models.CharField(
+                        choices=[
+                            ("deciding", "Deciding"),
+                            ("forwarded", "Forwarded"),
+                            ("ok", "Ok"),
+                            ("error", "Error"),
+                            ("upstream_failed", "Upstream Failed"),
+                            ("not_forwarded", "Not Forwarded"),
+                        ],
+                        default="deciding",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.CharField(blank=True, max_length=500)),
+                ("received_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "forwarded_at",
+                    models.DateTimeField(
+                        blank=True,
+                        help_text="When the call left for the upstream (our clock): what an undo goes before.",
+                        null=True,
+                    ),
+                ),
+                ("ended_at", models.DateTimeField(blank=True, null=True)),
+                ("request_id", models.CharField(blank=True, max_length=64)),
+                (
+                    "guard",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="gateway_calls",
+                        to="rewind.changeguard",
+                    ),
+                ),
+                (
+                    "upstream",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="calls",
+                        to="rewind.upstream",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-received_at'],
-                'indexes': [models.Index(fields=['agent_name', '-received_at'], name='gateway_call_agent_idx')],
+                "ordering": ["-received_at"],
+                "indexes": [models.Index(fields=["agent_name", "-received_at"], name="gateway_call_agent_idx")],
             },
         ),
         migrations.CreateModel(
-            name='UpstreamTool',
+            name="UpstreamTool",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="The upstream's own name for the tool.", max_length=200)),
-                ('exposed_name', models.CharField(db_index=True, max_length=40)),
-                ('title', models.CharField(blank=True, max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('input_schema', models.JSONField(default=dict)),
-                ('output_schema', models.JSONField(blank=True, null=True)),
-                ('annotations', models.JSONField(blank=True, null=True)),
-                ('meta', models.JSONField(blank=True, null=True)),
-                ('policy', models.CharField(blank=True, choices=[('pass', 'pass: forward and record the sighting'), ('guard-if-protected', 'guard-if-protected: guard when an argument names a protected VM'), ('hold', 'hold: refuse until a person classifies the tool')], help_text="Empty: read-only tools pass, others follow the upstream's default policy.", max_length=20)),
-                ('state', models.CharField(choices=[('exported', 'Exported'), ('collision', 'Collision'), ('gone', 'Gone')], default='exported', max_length=10)),
-                ('problem', models.CharField(blank=True, max_length=300)),
-                ('first_listed_at', models.DateTimeField(auto_now_add=True)),
-                ('last_listed_at', models.DateTimeField()),
-                ('upstream', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='tools', to='rewind.upstream')),
+                ("id", models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name="ID")),
+                ("name", models.CharField(help_text="The upstream's own name for the tool.", max_length=200)),
+                ("exposed_name", models.CharField(db_index=True, max_length=40)),
+                ("title", models.CharField(blank=True, max_length=200)),
+                ("description", models.TextField(blank=True)),
+                ("input_schema", models.JSONField(default=dict)),
+                ("output_schema", models.JSONField(blank=True, null=True)),
+                ("annotations", models.JSONField(blank=True, null=True)),
+                ("meta", models.JSONField(blank=True, null=True)),
+                (
+                    "policy",
+                    models.CharField(
+                        blank=True,
+                        choices=[
+                            ("pass", "pass: forward and record the sighting"),
+                            ("guard-if-protected", "guard-if-protected: guard when an argument names a protected VM"),
+                            ("hold", "hold: refuse until a person classifies the tool"),
+                        ],
+                        help_text="Empty: read-only tools pass, others follow the upstream's default policy.",
+                        max_length=20,
+                    ),
+                ),
+                (
+                    "state",
+                    models.CharField(
+                        choices=[("exported", "Exported"), ("collision", "Collision"), ("gone", "Gone")],
+                        default="exported",
+                        max_length=10,
+                    ),
+                ),
+                ("problem", models.CharField(blank=True, max_length=300)),
+                ("first_listed_at", models.DateTimeField(auto_now_add=True)),
+                ("last_listed_at", models.DateTimeField()),
+                (
+                    "upstream",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="tools", to="rewind.upstream"
+                    ),
+                ),
             ],
             options={
-                'ordering': ['upstream__name', 'name'],
-                'constraints': [models.UniqueConstraint(fields=('upstream', 'name'), name='upstream_tool_unique'), models.UniqueConstraint(condition=models.Q(('state', 'exported')), fields=('exposed_name',), name='upstream_tool_exposed_unique'), models.CheckConstraint(condition=models.Q(('state__in', ['exported', 'collision', 'gone'])), name='upstream_tool_state_valid')],
+                "ordering": ["upstream__name", "name"],
+                "constraints": [
+                    models.UniqueConstraint(fields=("upstream", "name"), name="upstream_tool_unique"),
+                    models.UniqueConstraint(
+                        condition=models.Q(("state", "exported")),
+                        fields=("exposed_name",),
+                        name="upstream_tool_exposed_unique",
+                    ),
+                    models.CheckConstraint(
+                        condition=models.Q(("state__in", ["exported", "collision", "gone"])),
+                        name="upstream_tool_state_valid",
+                    ),
+                ],
             },
         ),
     ]

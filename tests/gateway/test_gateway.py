@@ -69,6 +69,7 @@ def test_upstream_tools_are_listed_beside_ours_with_their_schemas_and_annotation
     sighting = ToolSighting.objects.get(tool="guestshell/append_line")
     assert sighting.count == 0
     assert sighting.suggested_vm_arg == "computer_name"
+    assert sighting.annotations is not None
     assert sighting.annotations["readOnlyHint"] is False
 
 
@@ -96,9 +97,11 @@ def test_a_catalog_listed_tool_is_guarded_then_forwarded_with_the_upstreams_own_
     row = GatewayCall.objects.get(call_id=call_id)
     assert (row.decision, row.outcome, row.catalog_entry, row.vm) == ("guarded", "ok", "guestshell/exec", "web01")
     assert row.forwarded_at is not None
+    assert guard.finished_at is not None
     assert row.forwarded_at >= guard.finished_at
     values = [p[0] for p in progress]
-    assert values and values == sorted(set(values)), values
+    assert values
+    assert values == sorted(set(values)), values
     # The upstream saw the call once, with its own token; the agent's never left this service.
     seen = guestshell_http.calls()
     assert [c["tool"] for c in seen] == ["exec"]
