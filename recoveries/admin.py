@@ -25,6 +25,7 @@ from recoveries.selectors import (
     recovery_site,
     result_dict,
     site_enabled_get,
+    undone_call,
     waiting_message,
 )
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
@@ -144,6 +145,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "journal_badge": self.leaves_journal(recovery),
             "waiting": waiting_message(recovery) if recovery.status == RecoveryRequest.Status.WAITING else "",
             "site_unavailable": recovery_site_unavailable(recovery),
+            "undone_call": undone_call(recovery),
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 

@@ -55,6 +55,20 @@ ChangeIdChoice = Annotated[
     Selector | None,
     Field(description='The change_id you guarded the change with, e.g. "CHG-2291": its checkpoint is used'),
 ]
+BeforeCall = Annotated[
+    Selector | None,
+    Field(
+        description="Undo a call made through this gateway: its call id (from the result's _meta "
+        '"zerto-rewind/call_id", e.g. "gwc_3k9..."); the newest journal checkpoint before the call is used'
+    ),
+]
+PointInTime = Annotated[
+    Selector | None,
+    Field(
+        description='Undo everything since a time: ISO 8601 with zone, e.g. "2026-12-01T09:30:00Z"; the newest '
+        "journal checkpoint before it is used"
+    ),
+]
 RecoveryId = Annotated[
     RecordId, Field(description="The recovery request's id from zerto_recover_file: a JSON integer, e.g. 17")
 ]
@@ -65,7 +79,9 @@ class CheckpointOut(BaseModel):
     timestamp: str | None
     tag: str
     change_id: str
-    source: str = Field(description="change_id | tag | checkpoint_id | latest_tagged (the default)")
+    source: str = Field(
+        description="change_id | tag | checkpoint_id | latest_tagged (the default) | before_call | point_in_time"
+    )
     vpg_identifier: str
     vpg_name: str
     recovery_site: str
@@ -82,6 +98,13 @@ class CheckpointOut(BaseModel):
     )
     left_journal_seen_at: str | None = Field(
         None, description="Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered"
+    )
+    before_call: str | None = Field(None, description="An undo: the gateway call this checkpoint was chosen before")
+    before: str | None = Field(
+        None, description="An undo: the moment undone (the call's start, or point_in_time), UTC on this service's clock"
+    )
+    before_by_s: float | None = Field(
+        None, description="An undo: how many seconds before that moment the chosen checkpoint was taken"
     )
 
 
@@ -173,7 +196,15 @@ def _out(recovery: Any) -> RecoveryOut:
     )
 
 
-def _create(vm: str, path: str, reason: str, checkpoint: str | None, change_id: str | None) -> RecoveryOut:
+def _create(
+    vm: str,
+    path: str,
+    reason: str,
+    checkpoint: str | None,
+    change_id: str | None,
+    before_call: str | None = None,
+    point_in_time: str | None = None,
+) -> RecoveryOut:
     recovery = recovery_request_create(
         agent=calling_agent(agent_id=current_agent_id()),
         vm=vm,
@@ -181,6 +212,8 @@ def _create(vm: str, path: str, reason: str, checkpoint: str | None, change_id: 
         reason=reason,
         checkpoint=checkpoint,
         change_id=change_id,
+        before_call=before_call,
+        point_in_time=point_in_time,
     )
     return _out(recovery)
 
@@ -223,6 +256,8 @@ async def zerto_recover_file(
     reason: Reason,
     checkpoint: CheckpointChoice = None,
     change_id: ChangeIdChoice = None,
+    before_call: BeforeCall = None,
+    point_in_time: PointInTime = None,
     wait: Annotated[
         Flag,
         Field(
@@ -238,11 +273,13 @@ async def zerto_recover_file(
     `path` is the absolute guest path: Linux `/etc/nginx/nginx.conf` or Windows `C:\\inetpub\\web.config`.
     Choose the checkpoint with `change_id` (the change you guarded), or `checkpoint` (a tag this service put
     on a checkpoint, or a checkpoint identifier); without either, the newest tagged checkpoint this service
-    made for the VM is used. `reason` is shown to the approver. The answer carries the request id, its status
+    made for the VM is used. To undo a change nobody guarded, give `before_call` (the call id a tool called
+    through this gateway returned in `_meta`) or `point_in_time` (ISO 8601 with zone): the newest journal
+    checkpoint strictly before it is used, and the answer says how far before. `reason` is shown to the approver. The answer carries the request id, its status
     and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
     notifications) until the recovery ends; otherwise poll zerto_recovery_status.
     """
-    out = await run_db(_create, vm, path, reason, checkpoint, change_id)
+    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time)
     return await _wait(out, ctx) if wait else out
 
 

@@ -32,6 +32,8 @@ class RecoveryRequest(models.Model):
         TAG = "tag"
         CHECKPOINT_ID = "checkpoint_id"
         LATEST_TAGGED = "latest_tagged"  # default: the newest tagged checkpoint this service made
+        BEFORE_CALL = "before_call"  # undo: the newest journal checkpoint before a gateway call
+        POINT_IN_TIME = "point_in_time"  # undo: the newest journal checkpoint before a time
 
     FINISHED = (Status.DENIED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED)
 
@@ -51,6 +53,10 @@ class RecoveryRequest(models.Model):
     checkpoint_tag = models.CharField(max_length=255, blank=True)
     change_id = models.CharField(max_length=100, blank=True)
     checkpoint_source = models.CharField(max_length=20, choices=CheckpointSource.choices)
+    # An undo: the gateway call (or the time) the checkpoint was chosen before, and by how much.
+    undo_call_id = models.CharField(max_length=40, blank=True)
+    undo_before = models.DateTimeField(null=True, blank=True, help_text="The moment undone, on our clock.")
+    undo_before_by_s = models.FloatField(null=True, blank=True)
     checkpoint_listed_late_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -32,12 +32,13 @@ clock offsets (``rewind.zvm.clock``), since either ZVM's clock may run minutes o
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from django.db.models import QuerySet
 
 from recoveries.models import RecoveryRequest
+from recoveries.undo import MIN_MARGIN_S, SEARCH_BACK, Moment
 from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.retention import left_journal_text, retention_recheck_due
@@ -45,8 +46,9 @@ from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import Protection, VpgProtection, find_protection
 from rewind.sites import site_circuit, site_client, site_clock_offset_s
 from rewind.sites.models import Site
-from rewind.zvm import ZvmError
-from rewind.zvm.clock import from_zvm, to_zvm
+from rewind.zvm import ZvmClient, ZvmError
+from rewind.zvm.clock import ClockOffset, from_zvm, to_zvm
+from rewind.zvm.types import Checkpoint
 
 Source = RecoveryRequest.CheckpointSource
 
@@ -65,16 +67,24 @@ class BoundCheckpoint:
     change_id: str
     source: str
     listed_late_at: datetime | None = None  # the guard timed out; Zerto listed the checkpoint after
+    before_by_s: float | None = None  # an undo: how far before the moment the checkpoint lies
 
 
-def bind_checkpoint(*, vm: str, checkpoint: str | None = None, change_id: str | None = None) -> BoundCheckpoint:
+def bind_checkpoint(
+    *, vm: str, checkpoint: str | None = None, change_id: str | None = None, before: Moment | None = None
+) -> BoundCheckpoint:
     """Resolve the VM and the one checkpoint to mount. Raises ``ApplicationError`` with the reason.
 
+    ``before``: an undo, the newest journal checkpoint strictly before that moment (``recoveries.undo``).
     May call the ZVMs (VM lookup; a bare checkpoint id is looked up at the recovery site);
     holds no transaction.
     """
     protection = find_protection(vm)
     usable = _usable_vpgs(protection)
+    if before is not None:
+        if (checkpoint or "").strip() or (change_id or "").strip():
+            raise ApplicationError("name the checkpoint one way: change_id, checkpoint, before_call or point_in_time")
+        return _before_moment(protection, usable, before)
     checkpoint = (checkpoint or "").strip() or None
     change_id = (change_id or "").strip() or None
     if change_id:
@@ -257,6 +267,67 @@ def _from_checkpoint_id(
         f"{checkpoint_id!r} is neither a tag this service made nor a checkpoint listed for VM "
         f"{protection.vm_name} on a VPG recoverable here{detail}"
     )
+
+
+def _margin_s(offset: ClockOffset | None) -> float:
+    return max(MIN_MARGIN_S, offset.uncertainty_s if offset is not None else 0.0)
+
+
+def _limit(moment: Moment, client: ZvmClient, site: Site) -> datetime:
+    """The moment on the site's clock, less the margin: a checkpoint must be strictly before it."""
+    offset = client.clock_offset()
+    offset_s = offset.offset_s if offset is not None else site_clock_offset_s(site)
+    return to_zvm(moment.at, offset_s) - timedelta(seconds=_margin_s(offset))
+
+
+def _newest_before(client: ZvmClient, site: Site, vpg_id: str, moment: Moment) -> tuple[Checkpoint | None, datetime]:
+    limit = _limit(moment, client, site)
+    listed = client.list_checkpoints(vpg_id, start=limit - SEARCH_BACK, end=limit + timedelta(seconds=5))
+    limit = _limit(moment, client, site)  # the listing's answer measured the clock again
+    before = [c for c in listed if c.identifier and c.timestamp is not None and c.timestamp < limit]
+    if not before:  # nothing in the last hour before it: the whole journal up to it
+        listed = client.list_checkpoints(vpg_id, end=limit)
+        before = [c for c in listed if c.identifier and c.timestamp is not None and c.timestamp < limit]
+    return (max(before, key=lambda c: c.timestamp or limit) if before else None), limit
+
+
+def _before_moment(protection: Protection, usable: dict[str, VpgProtection], moment: Moment) -> BoundCheckpoint:
+    """The newest journal checkpoint strictly before ``moment``, on a VPG recoverable here."""
+    problems: list[str] = []
+    healthy = _healthy_site_pks(usable.values())
+    for vpg in sorted(usable.values(), key=lambda v: _preference(v, healthy)):
+        site_pk = vpg.recovery_site.site_pk
+        site = Site.objects.filter(pk=site_pk, enabled=True).first() if site_pk is not None else None
+        if site is None:
+            continue
+        client = site_client(site)
+        try:
+            found, limit = _newest_before(client, site, vpg.identifier, moment)
+            if found is None:
+                earliest = client.checkpoint_stats(vpg.identifier).earliest
+                oldest = f"{earliest.timestamp:%Y-%m-%d %H:%M:%S} UTC" if earliest and earliest.timestamp else "unknown"
+                problems.append(
+                    f"the journal of VPG {vpg.name} holds no checkpoint before {moment.described}: the moment is "
+                    f"older than the journal (its oldest checkpoint is from {oldest} on {site.name}'s clock)"
+                )
+                continue
+        except ZvmError as exc:
+            problems.append(f"VPG {vpg.name} on {site.name}: {exc}")
+            continue
+        assert found.identifier is not None
+        assert found.timestamp is not None
+        by_s = (limit - found.timestamp).total_seconds() + _margin_s(client.clock_offset())
+        return replace(
+            _bound(protection, vpg, found.identifier, found.timestamp, found.tag or "", "", _source_of(moment)),
+            before_by_s=round(by_s, 3),
+        )
+    raise ApplicationError(
+        f"no checkpoint before {moment.described} can be recovered for VM {protection.vm_name}: " + "; ".join(problems)
+    )
+
+
+def _source_of(moment: Moment) -> str:
+    return Source.BEFORE_CALL if moment.call_id else Source.POINT_IN_TIME
 
 
 def checkpoint_window(when: datetime) -> tuple[datetime, datetime]:

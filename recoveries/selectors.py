@@ -16,6 +16,7 @@ from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
 from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
 from rewind.errors import NotFoundError, PermissionDeniedError
+from rewind.gateway.models import GatewayCall
 from rewind.sites.models import Site
 
 
@@ -114,6 +115,9 @@ def checkpoint_dict(r: RecoveryRequest) -> dict[str, Any]:
         # The retention forecast of our tagged checkpoint (none for a bare journal checkpoint id).
         "leaves_journal_at": journal.leaves_at.isoformat() if journal.leaves_at else None,
         "left_journal_seen_at": journal.left_seen_at.isoformat() if journal.left_seen_at else None,
+        "before_call": r.undo_call_id or None,
+        "before": r.undo_before.isoformat() if r.undo_before else None,
+        "before_by_s": r.undo_before_by_s,
     }
 
 
@@ -244,3 +248,8 @@ def flr_site_listings() -> list[tuple[str, datetime, int]]:
     """``(site name, listed at, live sessions of others)`` from each site's last listing (``/metrics``)."""
     rows = FlrSiteListing.objects.order_by("site__name").values_list("site__name", "listed_at", "live_foreign")
     return list(rows)
+
+
+def undone_call(r: RecoveryRequest) -> GatewayCall | None:
+    """The gateway call a ``before_call`` recovery undoes, for the approver to read."""
+    return GatewayCall.objects.filter(call_id=r.undo_call_id).first() if r.undo_call_id else None

@@ -22,6 +22,7 @@ from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
+from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.models import Agent
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
@@ -34,6 +35,16 @@ APPROVE_PERMISSION = "recoveries.approve_recovery"
 MAX_REASON_LENGTH = 2000
 
 
+def _moment(agent: Agent, before_call: str | None, point_in_time: str | None) -> Moment | None:
+    if before_call is not None and point_in_time is not None:
+        raise ApplicationError("give before_call or point_in_time, not both")
+    if before_call is not None:
+        return moment_of_call(before_call, agent_name=agent.name)
+    if point_in_time is not None:
+        return moment_of_time(point_in_time)
+    return None
+
+
 def recovery_request_create(
     *,
     agent: Agent,
@@ -42,9 +53,14 @@ def recovery_request_create(
     reason: str,
     checkpoint: str | None = None,
     change_id: str | None = None,
+    before_call: str | None = None,
+    point_in_time: str | None = None,
     request_id: str | None = None,
 ) -> RecoveryRequest:
     """Record a pending request bound to one VM, path and checkpoint.
+
+    ``before_call`` (a gateway call id of this agent) or ``point_in_time`` (ISO 8601) undo a
+    change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
 
     Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
     checkpoint); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
@@ -60,7 +76,8 @@ def recovery_request_create(
         raise ApplicationError("name the VM (its name, hostname or identifier)")
     if not agent.is_active:
         raise PermissionDeniedError(f"agent {agent.name} is disabled")
-    bound = bind_checkpoint(vm=str(vm).strip(), checkpoint=checkpoint, change_id=change_id)
+    moment = _moment(agent, before_call, point_in_time)
+    bound = bind_checkpoint(vm=str(vm).strip(), checkpoint=checkpoint, change_id=change_id, before=moment)
     rid = request_id or current_request_id()
     with transaction.atomic():
         recovery = RecoveryRequest.objects.create(
@@ -78,6 +95,9 @@ def recovery_request_create(
             change_id=bound.change_id,
             checkpoint_source=bound.source,
             checkpoint_listed_late_at=bound.listed_late_at,
+            undo_call_id=moment.call_id if moment else "",
+            undo_before=moment.at if moment else None,
+            undo_before_by_s=bound.before_by_s,
             vpg_identifier=bound.vpg_identifier,
             vpg_name=bound.vpg_name,
             recovery_site_identifier=bound.recovery_site_identifier,
@@ -128,6 +148,9 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "change_id": recovery.change_id,
         "source": recovery.checkpoint_source,
         "checkpoint_listed_late": recovery.checkpoint_listed_late_at is not None,
+        "undo_call_id": recovery.undo_call_id,
+        "undo_before": recovery.undo_before.isoformat() if recovery.undo_before else None,
+        "undo_before_by_s": recovery.undo_before_by_s,
         "reason": recovery.reason,
         "expires_at": recovery.expires_at.isoformat(),
     }

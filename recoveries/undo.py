@@ -1,0 +1,75 @@
+"""Undo a change nobody guarded: the newest journal checkpoint strictly before a moment.
+
+The moment is a call forwarded through the gateway (``before_call``: its call id, whose
+``forwarded_at`` is when it left for the upstream) or a time the agent names
+(``point_in_time``). Zerto keeps a journal checkpoint every few seconds, so the file as it was
+just before the call is there even though nothing was tagged.
+
+"Before" is judged on the recovery site's clock, which the checkpoint times are on: our moment
+is converted through the site's measured offset (``rewind.zvm.clock``), minus a safety margin of
+the offset's uncertainty (at least ``MIN_MARGIN_S``), so a checkpoint taken a moment after the
+call on a clock running ahead is never taken for one before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from django.utils import timezone
+
+from rewind.errors import ApplicationError, NotFoundError
+from rewind.gateway.models import GatewayCall
+
+# The Date header that measures a ZVM's clock has whole seconds: never trust less than this.
+MIN_MARGIN_S = 1.0
+# How far back the checkpoint listing looks first; a journal holds one every few seconds.
+SEARCH_BACK = timedelta(hours=1)
+
+
+@dataclass(frozen=True)
+class Moment:
+    at: datetime  # on our clock
+    call_id: str
+    described: str
+
+
+def moment_of_call(call_id: str, *, agent_name: str) -> Moment:
+    """The moment a call of this agent left for its upstream. Another agent's call is not found."""
+    value = (call_id or "").strip()
+    call = GatewayCall.objects.filter(call_id=value).first() if value else None
+    if call is None or call.agent_name != agent_name:
+        raise NotFoundError(
+            f"you made no call {value[:60]!r} through the gateway (before_call takes a call id of yours)"
+        )
+    if call.forwarded_at is None:
+        raise ApplicationError(
+            f"call {call.call_id} was never forwarded ({call.decision or 'undecided'}): it changed nothing to undo"
+        )
+    when = call.forwarded_at.astimezone(UTC)
+    return Moment(
+        when,
+        call.call_id,
+        f"call {call.call_id} ({call.upstream_name}/{call.tool}, forwarded {when:%Y-%m-%d %H:%M:%S} UTC)",
+    )
+
+
+def moment_of_time(text: str) -> Moment:
+    """An ISO 8601 time with its zone; refused in the future."""
+    value = (text or "").strip()
+    try:
+        when = datetime.fromisoformat(value)
+    except ValueError:
+        raise ApplicationError(
+            f"point_in_time {value[:40]!r} is not an ISO 8601 time; give one like 2026-12-01T09:30:00Z"
+        ) from None
+    if when.tzinfo is None:
+        raise ApplicationError("point_in_time needs its time zone, e.g. 2026-12-01T09:30:00Z or +01:00")
+    now = timezone.now()
+    if when > now:
+        raise ApplicationError(
+            f"point_in_time {when.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC is in the future (it is now "
+            f"{now:%Y-%m-%d %H:%M:%S} UTC); nothing can be recovered from a checkpoint not yet taken"
+        )
+    when = when.astimezone(UTC)
+    return Moment(when, "", f"point in time {when:%Y-%m-%d %H:%M:%S} UTC")
