@@ -194,6 +194,13 @@ class SimHandle:
         """The VPG's journal keeps ``minutes`` of history; older checkpoints leave it at once."""
         return self.control("POST", f"vpgs/{vpg}/journal", {"history_minutes": minutes})
 
+    def set_auto_checkpoints(self, seconds: float, vpg: str | None = None) -> dict[str, Any]:
+        """An automatic journal checkpoint every ``seconds`` from now on (0: none), in one VPG's
+        journal or (``vpg`` None) every VPG's; those taken so far stay."""
+        if vpg is None:
+            return self.control("POST", "journals", {"auto_checkpoint_s": seconds})
+        return self.control("POST", f"vpgs/{vpg}/journal", {"auto_checkpoint_s": seconds})
+
     def journal(self, vpg: str) -> dict[str, Any]:
         return self.control("GET", f"vpgs/{vpg}/journal")
 

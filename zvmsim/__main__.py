@@ -15,7 +15,7 @@ import uvicorn
 
 from .app import create_app
 from .config import SimConfig
-from .journal import DEFAULT_HISTORY_S
+from .journal import DEFAULT_AUTO_CHECKPOINT_S, DEFAULT_HISTORY_S, MIN_AUTO_CHECKPOINT_S
 from .tls import ensure_certs
 from .variants import CHOICES, PRESETS, VariantError, Variants, preset, validate
 
@@ -71,6 +71,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         default=DEFAULT_HISTORY_S / 60,
         help="journal history of every VPG: older checkpoints leave the journal (default 1440, one day; "
         "per VPG at run time with POST /_sim/vpgs/{vpg}/journal)",
+    )
+    p.add_argument(
+        "--auto-checkpoint-s",
+        type=float,
+        default=DEFAULT_AUTO_CHECKPOINT_S,
+        help=f"an automatic (untagged) journal checkpoint in every VPG this often, in seconds; 0 for none "
+        f"(default {DEFAULT_AUTO_CHECKPOINT_S:g}; per VPG at run time with POST /_sim/vpgs/{{vpg}}/journal, "
+        "for all with POST /_sim/journals)",
     )
     p.add_argument("--access-log", action="store_true", help="log every request to stderr")
     v = p.add_argument_group(
@@ -172,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
         mount_seconds=args.mount_seconds,
         unmount_seconds=args.unmount_seconds,
         journal_history_s=args.journal_history_minutes * 60,
+        auto_checkpoint_s=args.auto_checkpoint_s,
     )
+    if config.auto_checkpoint_s != 0 and not config.auto_checkpoint_s >= MIN_AUTO_CHECKPOINT_S:
+        raise SystemExit(f"zvmsim: --auto-checkpoint-s must be 0 (none) or at least {MIN_AUTO_CHECKPOINT_S:g}")
     if config.journal_history_s <= 0:
         raise SystemExit("zvmsim: --journal-history-minutes must be above 0")
     certfile: str | None = None

@@ -289,6 +289,7 @@ def _journal_json(world: World, vpg_ref: str) -> dict[str, Any]:
     configured, actual, earliest = world.journal_history(vpg)
     return {
         "vpg": vpg.identifier,
+        "auto_checkpoint_s": world.journal(vpg).auto_interval_s,
         "history_minutes": configured / 60,
         "actual_history_minutes": actual / 60,
         "earliest": None
@@ -302,15 +303,47 @@ async def journal_get(call: Call) -> Response:
     return j(_journal_json(call.world, call.params["vpg"]))
 
 
+def _auto_seconds(body: dict[str, Any]) -> float:
+    seconds = body.get("auto_checkpoint_s")
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds):
+        raise ApiError(400, "auto_checkpoint_s must be a number of seconds (0: no automatic checkpoints)")
+    return float(seconds)
+
+
 @CONTROL.route("POST", "/_sim/vpgs/{vpg}/journal")
 async def journal_set(call: Call) -> Response:
-    """{"history_minutes": N}: the VPG's journal keeps N minutes; older checkpoints leave it at once."""
+    """{"history_minutes": N}: the VPG's journal keeps N minutes; older checkpoints leave it at once.
+    {"auto_checkpoint_s": S}: an automatic checkpoint every S seconds from now on (0: none).
+    Either key, or both."""
     body = await call.json_object()
+    vpg = call.world.one_vpg(call.params["vpg"])
+    if "history_minutes" not in body and "auto_checkpoint_s" not in body:
+        raise ApiError(400, "give history_minutes, auto_checkpoint_s, or both")
     minutes = body.get("history_minutes")
-    if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+    if "history_minutes" in body and (
+        isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0
+    ):
         raise ApiError(400, "history_minutes must be a number above 0")
-    call.world.set_journal_history(call.world.one_vpg(call.params["vpg"]), float(minutes) * 60)
+    seconds = _auto_seconds(body) if "auto_checkpoint_s" in body else None
+    if seconds is not None:
+        call.world.set_auto_checkpoints(vpg, seconds)
+    if minutes is not None:
+        call.world.set_journal_history(vpg, float(minutes) * 60)
     return j(_journal_json(call.world, call.params["vpg"]))
+
+
+@CONTROL.route("GET", "/_sim/journals")
+async def journals_get(call: Call) -> Response:
+    return j({"auto_checkpoint_s": call.world.auto_checkpoint_s})
+
+
+@CONTROL.route("POST", "/_sim/journals")
+async def journals_set(call: Call) -> Response:
+    """{"auto_checkpoint_s": S}: every VPG's journal takes an automatic checkpoint every S seconds
+    from now on (0: none); those taken so far stay. /_sim/reset goes back to the command line's."""
+    body = await call.json_object()
+    call.world.set_auto_checkpoints(None, _auto_seconds(body))
+    return j({"auto_checkpoint_s": call.world.auto_checkpoint_s})
 
 
 def _clock_json(world: World) -> dict[str, Any]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter, defaultdict, deque
+from functools import partial
 from typing import Any
 
 from . import flr as flrmod
@@ -15,7 +16,7 @@ from .faults import Faults
 from .guestfs import Entry, FsPathError, FsView, GuestFs
 from .ids import random_guid
 from .inventory import Inventory, Site, Vm, Vpg, build_inventory
-from .journal import Checkpoint, CheckpointIds, Journal, Task, seeded_journal
+from .journal import MIN_AUTO_CHECKPOINT_S, Checkpoint, CheckpointIds, Journal, Task, seeded_journal
 from .variants import Variants, VariantTable
 
 
@@ -68,6 +69,8 @@ class World:
         # Seconds the simulated world runs ahead of the real clock (POST /_sim/clock): tests
         # let hours pass (checkpoints age out of journals, tokens expire) without waiting.
         self.time_shift_s = 0.0
+        # Automatic journal checkpoints every this many seconds, for journals not told otherwise.
+        self.auto_checkpoint_s = config.auto_checkpoint_s
 
     def now(self) -> float:
         """True time in the simulated world (each site's ZVM may show it off, see site_time)."""
@@ -134,8 +137,11 @@ class World:
     def journal(self, vpg: Vpg) -> Journal:
         key = vpg.identifier.lower()
         if key not in self.journals:
-            self.journals[key] = seeded_journal(vpg.index, self.epoch, self.config.journal_history_s)
+            self.journals[key] = self._seeded_journal(vpg)
         return self.journals[key]
+
+    def _seeded_journal(self, vpg: Vpg) -> Journal:
+        return seeded_journal(vpg.index, self.epoch, self.config.journal_history_s, self.auto_checkpoint_s)
 
     def journal_history(self, vpg: Vpg) -> tuple[float, float, Checkpoint | None]:
         """(configured history s, actual history s, earliest listed checkpoint) of a VPG's journal."""
@@ -143,9 +149,8 @@ class World:
         key = vpg.identifier.lower()
         # Listing thousands of VPGs must not build thousands of journals: an untouched one is
         # the seeded journal, whose facts follow from the seed alone.
-        journal = self.journals.get(key) or seeded_journal(vpg.index, self.epoch, self.config.journal_history_s)
-        listed = journal.listed(now)
-        return journal.history_s, journal.actual_history_s(now), listed[0] if listed else None
+        journal = self.journals.get(key) or self._seeded_journal(vpg)
+        return journal.history_s, journal.actual_history_s(now), journal.earliest(now)
 
     def set_journal_history(self, vpg: Vpg, history_s: float) -> Journal:
         """Change how much history a VPG's journal keeps (a VPG setting on a real ZVM)."""
@@ -179,9 +184,31 @@ class World:
             slow = self.faults.take("checkpoint_listing_delay", site.slug)
             if slow:
                 visible_at = done_at + float(slow.params["seconds"])
-        captures = {vm.identifier.lower(): view for vm in self.inv.vms_of(vpg) if (view := vm.capture()) is not None}
-        self.journal(vpg).checkpoints.append(Checkpoint(self.cp_ids.next(), now, tag, 1, captures, visible_at))
+        self.journal(vpg).checkpoints.append(
+            Checkpoint(self.cp_ids.next(), now, tag, 1, self._captures(vpg), visible_at)
+        )
         return task
+
+    def _captures(self, vpg: Vpg) -> dict[str, FsView]:
+        """Frozen views of the VPG's guest trees as they are now (copy on write: O(partitions))."""
+        return {vm.identifier.lower(): view for vm in self.inv.vms_of(vpg) if (view := vm.capture()) is not None}
+
+    def _seal(self, vpg: Vpg) -> None:
+        """Fix the VPG's pending automatic checkpoints to the trees as they are now."""
+        self.journal(vpg).seal(self.now(), partial(self._captures, vpg))
+
+    def set_auto_checkpoints(self, vpg: Vpg | None, seconds: float) -> None:
+        """An automatic journal checkpoint every ``seconds`` from now on (0: none), for one VPG or
+        (``vpg`` None) every VPG. Those taken so far stay."""
+        if seconds != 0 and not seconds >= MIN_AUTO_CHECKPOINT_S:
+            raise ApiError(400, f"auto_checkpoint_s must be 0 (none) or at least {MIN_AUTO_CHECKPOINT_S}")
+        now = self.now()
+        if vpg is not None:
+            self.journal(vpg).set_auto_interval(seconds, now, partial(self._captures, vpg))
+            return
+        self.auto_checkpoint_s = seconds
+        for each in self.inv.vpgs.values():
+            self.journal(each).set_auto_interval(seconds, now, partial(self._captures, each))
 
     def _new_task(self, site: Site, type_: str, started: float, done_at: float | None, **links: Any) -> Task:
         task = Task(f"{random_guid()}.{site.identifier}", type_, site.slug, started, done_at, **links)
@@ -196,8 +223,14 @@ class World:
         return task
 
     def resync(self, vpg: Vpg) -> None:
-        history = self.journal(vpg).history_s
-        self.journals[vpg.identifier.lower()] = Journal([], started_at=self.now(), history_s=history)
+        old = self.journal(vpg)
+        self.journals[vpg.identifier.lower()] = Journal(
+            [],
+            started_at=self.now(),
+            history_s=old.history_s,
+            vpg_index=vpg.index,
+            auto_interval_s=old.auto_interval_s,
+        )
 
     # ---- FLR ------------------------------------------------------------------------------
     def sessions(self, slug: str) -> flrmod.FlrState:
@@ -224,6 +257,7 @@ class World:
             )
         if vpg.in_initial_sync:
             raise ApiError(400, f"VPG '{vpg.name}' is in initial sync; no checkpoint can be mounted")
+        self._seal(vpg)  # an automatic checkpoint mounted now holds the trees as they are
         journal = self.journal(vpg)
         if checkpoint_id is None:  # only the control API omits it: take the latest
             listed = journal.listed(self.now())
@@ -370,13 +404,20 @@ class World:
     def live_fs(self, vm: Vm) -> GuestFs:
         return vm.fs(self.epoch)
 
+    def _before_change(self, vm: Vm) -> None:
+        """Seal the automatic checkpoints of every VPG protecting ``vm``: they keep the old trees."""
+        for vpg in self.inv.vpgs_of(vm):
+            self._seal(vpg)
+
     def set_file(self, vm: Vm, path: str, content: Content) -> str:
+        self._before_change(vm)
         try:
             return self.live_fs(vm).write(path, content, self.now())
         except FsPathError as exc:
             raise ApiError(400, str(exc)) from exc
 
     def delete_file(self, vm: Vm, path: str) -> str:
+        self._before_change(vm)
         try:
             return self.live_fs(vm).delete(path)
         except FsPathError as exc:

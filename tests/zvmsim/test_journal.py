@@ -87,6 +87,12 @@ def test_after_a_resync_the_actual_history_grows_up_to_the_configured_one(sim: S
     assert _history(zvm_a, "vpg-db")["ActualHistoryInMinutes"] == 20  # type: ignore[index]
     _advance(sim, HOUR, zvm_a)
     assert _history(zvm_a, "vpg-db")["ActualHistoryInMinutes"] == 60  # type: ignore[index]
+    # Only automatic checkpoints taken since the resync; without them, none at all.
+    earliest = _history(zvm_a, "vpg-db")["EarliestCheckpoint"]  # type: ignore[index]
+    assert (earliest["Type"], earliest["Tag"]) == (0, None)
+    sim.set_auto_checkpoints(0, "vpg-db")
+    sim.resync("vpg-db")
+    _advance(sim, 20 * 60, zvm_a)
     assert _history(zvm_a, "vpg-db")["EarliestCheckpoint"] is None  # type: ignore[index]
 
 
