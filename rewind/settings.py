@@ -172,6 +172,8 @@ SPECTACULAR_SETTINGS = {
         "RecoveryStatusEnum": "recoveries.models.RecoveryRequest.Status",
         "SightingStatusEnum": "catalog.models.ToolSighting.Status",
         "ActorTypeEnum": "rewind.audit.models.AuditEvent.ActorType",
+        "GatewayPolicyEnum": "rewind.gateway.models.Policy",
+        "UpstreamTransportEnum": "rewind.gateway.models.Upstream.Transport",
     },
 }
 

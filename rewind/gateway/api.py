@@ -92,7 +92,7 @@ class UpstreamOutputSerializer(serializers.ModelSerializer):
 
 class UpstreamInputSerializer(serializers.Serializer):
     name = serializers.CharField(max_length=40)
-    transport = serializers.ChoiceField(choices=Upstream.Transport.values, default=Upstream.Transport.HTTP)
+    transport = serializers.ChoiceField(choices=Upstream.Transport.choices, default=Upstream.Transport.HTTP)
     url = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
     headers = serializers.DictField(
         child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
@@ -102,7 +102,7 @@ class UpstreamInputSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(required=False, default=True)
     connect_timeout_s = serializers.FloatField(required=False, default=10.0)
     call_timeout_s = serializers.FloatField(required=False, default=300.0)
-    default_policy = serializers.ChoiceField(choices=Policy.values, default=Policy.GUARD_IF_PROTECTED)
+    default_policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.GUARD_IF_PROTECTED)
 
 
 class UpstreamListApi(APIView):

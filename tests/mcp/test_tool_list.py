@@ -7,7 +7,8 @@ from rewind.mcp.server import build_server, tool_modules
 from tests.mcp.test_transport import run
 
 
-def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order() -> None:
+def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order(db: None) -> None:
+    # With no upstream configured the gateway adds nothing (tests/gateway covers its tools).
     tools = run(build_server(token_store=AgentTokenStore()).list_tools())
     assert [t.name for t in tools] == [
         "zerto_create_tagged_checkpoint",
@@ -29,4 +30,5 @@ def test_it_finds_each_parts_tools_module() -> None:
         "rewind.protection.mcp_tools",
         "catalog.mcp_tools",
         "recoveries.mcp_tools",
+        "rewind.gateway.mcp_tools",
     }

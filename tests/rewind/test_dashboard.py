@@ -312,6 +312,7 @@ def test_the_index_groups_the_models_by_what_operators_do(admin_client: Client) 
         "Guards and checkpoints",
         "FLR sessions",
         "The catalog",
+        "Gateway",
         "Agents and sites",
         "The audit",
         "People",
