@@ -102,6 +102,8 @@ def test_the_run_checks_again_and_says_the_checkpoint_left_the_journal(
     sim, sites, agent, people, tagged, preset: str
 ) -> None:
     sim.set_variants(preset=preset)
+    if preset == "history-missing":
+        sim.set_auto_checkpoints(0, "vpg-db")  # so that its journal is empty two hours later
     tagged("db01", "chg-slow")
     sim.set_journal_history("vpg-db", 60)
     recovery = _ask(agent, "chg-slow")

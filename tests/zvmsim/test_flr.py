@@ -36,6 +36,8 @@ def test_a_checkpoint_keeps_the_file_as_it_was(sim: SimHandle, zvm_a: Zvm, zvm_b
 
 
 def test_journal_checkpoints_hold_the_seed_tree(sim: SimHandle, zvm_b: Zvm) -> None:
+    # The latest is a seeded one (not an automatic one taken after the change on a slow run).
+    sim.set_auto_checkpoints(0, "vpg-web")
     original = sim.read_file("web01", "/etc/nginx/nginx.conf")
     assert b"server_name web01" in original
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="changed\n")
