@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -88,7 +89,7 @@ def test_after_a_resync_the_actual_history_grows_up_to_the_configured_one(sim: S
     _advance(sim, HOUR, zvm_a)
     assert _history(zvm_a, "vpg-db")["ActualHistoryInMinutes"] == 60  # type: ignore[index]
     # Only automatic checkpoints taken since the resync; without them, none at all.
-    earliest = _history(zvm_a, "vpg-db")["EarliestCheckpoint"]  # type: ignore[index]
+    earliest: Any = _history(zvm_a, "vpg-db")["EarliestCheckpoint"]  # type: ignore[index]
     assert (earliest["Type"], earliest["Tag"]) == (0, None)
     sim.set_auto_checkpoints(0, "vpg-db")
     sim.resync("vpg-db")
