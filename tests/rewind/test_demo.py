@@ -112,8 +112,23 @@ def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
             text=True,
             timeout=300,
         )
+        # The same loop through the gateway: the agent calls the guest shell's exec, no zerto tool first.
+        through = subprocess.run(
+            [sys.executable, "manage.py", "demo", "--gateway", "--auto-approve"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     finally:
         proc.stop(sig=signal.SIGINT, timeout=60)
+    gateway_out = through.stdout
+    assert through.returncode == 0, gateway_out[-4000:] + through.stderr[-3000:] + proc.output()[-3000:]
+    assert "without asking any zerto tool first" in gateway_out
+    assert re.search(r"call gwc_\S+: guarded on the way through, change gw-gwc_", gateway_out)
+    assert "+    worker_connections 768;" in gateway_out
+    assert "recoveries.request.succeeded" in gateway_out
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-3000:] + proc.output()[-3000:]
     assert "Approve it here: http://127.0.0.1:" in out

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
+from mcp_types import CallToolResult
 
 
 class AgentCallError(Exception):
@@ -26,11 +27,19 @@ class ScriptedAgent:
 
     def call(self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None = None) -> Any:
         """One tool call in a session of its own (the endpoint is stateless); its structured answer."""
+        return self.call_result(tool, arguments, on_message).structured_content
+
+    def call_result(
+        self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None = None
+    ) -> CallToolResult:
+        """The whole result (its ``_meta`` too); raises ``AgentCallError`` when it is an error."""
         # A thread of its own: a caller that already runs an event loop cannot nest asyncio.run.
         with ThreadPoolExecutor(1) as pool:
             return pool.submit(asyncio.run, self._call(tool, arguments, on_message)).result()
 
-    async def _call(self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None) -> Any:
+    async def _call(
+        self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None
+    ) -> CallToolResult:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
 
@@ -50,7 +59,7 @@ class ScriptedAgent:
         if result.is_error:
             text = " ".join(getattr(part, "text", "") for part in result.content).strip()
             raise AgentCallError(f"{tool} refused: {text or 'no reason given'}")
-        return result.structured_content
+        return result
 
 
 def _plain(exc: BaseException) -> str:

@@ -35,6 +35,7 @@ from rewind.audit import Actor
 from rewind.audit.selectors import audit_event_trail
 from rewind.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
+from rewind.management.commands._demo_gateway import EXEC, UPSTREAM, ensure_guest_shell, guard_lines, sed_command
 from rewind.sites.models import Site
 
 DEMO_AGENT = "demo-agent"
@@ -84,6 +85,12 @@ class Command(BaseCommand):
             help=f"approve as the demo approver ({DEMO_APPROVER}) instead of waiting for a person (for CI)",
         )
         parser.add_argument(
+            "--gateway",
+            action="store_true",
+            help="the agent connects only to /mcp and calls the guest shell's exec through the gateway, which "
+            "guards the VM on the way; the agent never calls a zerto tool before its change",
+        )
+        parser.add_argument(
             "--timeout-s", type=float, default=3600.0, help="give up waiting for the recovery after this long"
         )
 
@@ -97,7 +104,10 @@ class Command(BaseCommand):
         self.agent = ScriptedAgent(f"{url}/mcp", issued.issued.token)
         self.stdout.write(f"Agent {issued.agent.name} connects to {url}/mcp with a token issued for this run.\n")
         try:
-            self._run(vm, path, options)
+            if options["gateway"]:
+                self._run_gateway(vm, path, options, sim_url)
+            else:
+                self._run(vm, path, options)
         except AgentCallError as exc:
             raise CommandError(str(exc)) from None
         finally:
@@ -124,6 +134,37 @@ class Command(BaseCommand):
         if recovered is not None:
             self.sim.write(vm, path, recovered)
             self._step(6, f"The agent puts the recovered file back on {vm}")
+
+    def _run_gateway(self, vm: str, path: str, options: dict[str, Any], sim_url: str) -> None:
+        _upstream, said = ensure_guest_shell(sim_url)
+        self.stdout.write("Gateway: " + "; ".join(said))
+        good = self.sim.read(vm, path)
+        self._step(1, f"The agent runs {EXEC} on {vm} through /mcp, without asking any zerto tool first")
+        done_call = self.agent.call_result(
+            EXEC, {"host": vm, "command": sed_command(path)}, on_message=lambda m: self.stdout.write(f"   … {m}")
+        )
+        meta = dict(done_call.meta or {})
+        self.stdout.write("\n".join(guard_lines(meta)))
+        guard = meta.get("zerto-rewind/guard") or {}
+        if not guard.get("ok"):
+            raise CommandError(f"the call was not guarded: {meta}")
+        bad = self.sim.read(vm, path)
+        self._step(2, "The edit went through, and it is wrong")
+        self._show_diff(good, bad, f"{path} before the call", f"{path} after the call")
+        asked = self.agent.call(
+            "zerto_recover_file",
+            {"vm": vm, "path": path, "reason": f"{EXEC} broke {path}", "change_id": guard["change_id"]},
+        )
+        self._step(
+            3, f"The agent asks for the file back with that change id: recovery #{asked['id']} is {asked['status']}"
+        )
+        self.stdout.write(f"   Approve it here: {asked['approval_url']}\n")
+        done = self._await(asked, options)
+        recovered = self._report(done, bad, vm, path)
+        self._trail(guard["id"], done["id"])
+        if recovered is not None:
+            self.agent.call_result(f"{UPSTREAM}__write_file", {"host": vm, "path": path, "content": recovered})
+            self._step(6, f"The agent puts the file back with {UPSTREAM}__write_file (the gateway guards that too)")
 
     def _guard(self, vm: str, path: str, change_id: str) -> dict[str, Any]:
         self._step(1, f"The agent guards {vm} before running ssh/exec on it (change {change_id})")
