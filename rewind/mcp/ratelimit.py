@@ -94,7 +94,8 @@ class RedisRateLimiter:
 
     def __init__(self, url: str, per_minute: int) -> None:
         self.per_minute = per_minute
-        self._interval_us = 60_000_000 // per_minute
+        # At least 1 µs: a limit above 60 million a minute would otherwise round to 0 and refuse all.
+        self._interval_us = max(1, 60_000_000 // per_minute)
         self._tolerance_us = self._interval_us * (per_minute - 1)
         self._local = LocalRateLimiter(per_minute)
         self._link = RedisLink(url, logger=logger)
@@ -133,7 +134,8 @@ class DbRateLimiter:
 
     def __init__(self, per_minute: int) -> None:
         self.per_minute = per_minute
-        self._interval_us = 60_000_000 // per_minute
+        # At least 1 µs: a limit above 60 million a minute would otherwise round to 0 and refuse all.
+        self._interval_us = max(1, 60_000_000 // per_minute)
         self._tolerance_us = self._interval_us * (per_minute - 1)
         self._local = LocalRateLimiter(per_minute)
         self._down_until = 0.0

@@ -1,0 +1,173 @@
+#!/usr/bin/env python
+"""Benchmark: calls through the gateway beside the same calls made straight to the upstream.
+
+    .venv/bin/python bench/gateway.py [--clients 16] [--seconds 4] [--rounds 3] [--guarded 7]
+
+All on 127.0.0.1, every process bounded and stopped at the end: a fresh state folder (SQLite +
+filesystem broker) under var/bench-gateway; the ZVM simulator with sites A and B; the guest
+shell (tests/gateway/guestshell.py) over streamable HTTP with a bearer token, added as upstream
+``guestshell`` with its tools listed and ``guestshell/exec`` in the catalog; the app under
+uvicorn (one worker) and one Celery worker for the guards.
+
+1. Pass-through: ``guestshell__read_file`` (annotated read-only, so its policy passes it) through
+   /mcp against ``read_file`` straight to the guest shell, --clients concurrent clients each a loop
+   of 2026-07-28 ``tools/call`` POSTs for --seconds after a warm-up, alternating direct and gateway
+   phases for --rounds rounds (the machine is shared: a slow spell then hits both sides). Target:
+   gateway p50 ≤ 1.2 × direct p50.
+2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
+   ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
+   ``guestshell__exec`` through the gateway, which guards then forwards. Target: p50(c) ≤ 1.1 ×
+   (p50(a) + p50(b)).
+
+Prints figures and ratios measured in this one run; no thresholds are asserted. The load
+generator shares the machine's cores with the servers; read the figures as relative.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import (
+    PYTHON,
+    REPO,
+    START_TIMEOUT,
+    Proc,
+    django_setup,
+    fresh_dir,
+    register_sites,
+    start_sim,
+    start_worker,
+)
+from bench.mcp_find import PROTOCOL, Result, call_body, call_ok, load, make_agent, start_uvicorn
+
+GUEST_READY = "guestshell ready on "
+NGINX = "/etc/nginx/nginx.conf"
+
+
+def start_guest_shell(work: Path, sim_url: str, token: str) -> tuple[Proc, str]:
+    cmd = [
+        PYTHON, "-m", "tests.gateway.guestshell", "--http", "--port", "0", "--sim-url", sim_url,
+        "--ca-bundle", str(work / "certs" / "ca.pem"), "--token", token,
+    ]  # fmt: skip
+    proc = Proc("guestshell", cmd, log=work / "guestshell.log", cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    out = proc.wait_for_output(GUEST_READY, timeout=START_TIMEOUT)
+    return proc, out.split(GUEST_READY, 1)[1].split()[0]
+
+
+def add_upstream(url: str, token: str) -> None:
+    from catalog.services import mutating_tool_add
+    from rewind.audit import Actor
+    from rewind.gateway.listing import upstream_tools_refresh
+    from rewind.gateway.services import upstream_create
+
+    actor = Actor.user("bench")
+    upstream = upstream_create(actor=actor, name="guestshell", url=url, headers={"Authorization": f"Bearer {token}"})
+    upstream_tools_refresh(upstream)
+    mutating_tool_add(actor=actor, pattern="guestshell/exec", vm_arg="host", description="bench")
+
+
+async def one_call(url: str, token: str, tool: str, arguments: dict[str, Any], rpc_id: int) -> float:
+    """One ``tools/call`` POST, its wall time in ms; raises when the answer is an error."""
+    import httpx2
+
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": PROTOCOL,
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": tool,
+        "Authorization": f"Bearer {token}",
+    }
+    async with httpx2.AsyncClient(timeout=120.0) as http:
+        t0 = time.perf_counter()
+        resp = await http.post(url, content=call_body(rpc_id, tool, arguments), headers=headers)
+        ms = (time.perf_counter() - t0) * 1000
+    if not call_ok(resp.status_code, resp.text):
+        raise RuntimeError(f"{tool} failed: HTTP {resp.status_code}: {resp.text[:400]}")
+    return ms
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--clients", type=int, default=16)
+    parser.add_argument("--seconds", type=float, default=4.0)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--warmup", type=float, default=1.5)
+    parser.add_argument("--guarded", type=int, default=7, help="guarded calls (and guards alone) measured")
+    args = parser.parse_args()
+
+    work = fresh_dir(REPO / "var" / "bench-gateway")
+    django_setup(work / "state", MCP_RATE_LIMIT_PER_MINUTE="100000000")
+    procs: list[Proc] = []
+    try:
+        sim, sim_url = start_sim(work, "--vms", "50")
+        procs.append(sim)
+        register_sites(sim_url, ["site-a", "site-b"])
+        shell_token = "bench-upstream-token"
+        shell, shell_url = start_guest_shell(work, sim_url, shell_token)
+        procs.append(shell)
+        add_upstream(shell_url, shell_token)
+        token = make_agent()
+        env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+        env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+        app, app_url = start_uvicorn("app", "rewind.asgi:application", env, work, workers=1)
+        procs.append(app)
+        procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
+        print(f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()}", flush=True)
+        read = {"host": "web01", "path": NGINX}
+
+        direct: list[Result] = []
+        gateway: list[Result] = []
+        for _ in range(args.rounds):
+            for label, url, tok, tool, out in (
+                ("direct read_file", shell_url, shell_token, "read_file", direct),
+                ("gateway guestshell__read_file", app_url, token, "guestshell__read_file", gateway),
+            ):
+                result = asyncio.run(
+                    load(label, url, tok, tool, lambda _n: read, args.clients, args.seconds, args.warmup)
+                )
+                print(result.line(), flush=True)
+                out.append(result)
+        ratios = [g.pct(0.5) / d.pct(0.5) for g, d in zip(gateway, direct, strict=True)]
+        pass_ratio = statistics.median(ratios)
+        print(
+            f"\npass-through p50 ratio gateway/direct: {pass_ratio:.2f} (rounds: "
+            f"{', '.join(f'{r:.2f}' for r in ratios)}; target ≤ 1.20)",
+            flush=True,
+        )
+
+        ids = itertools.count(1)
+        guard_ms, exec_ms, guarded_ms = [], [], []
+        for i in range(args.guarded):
+            command = f"echo bench-{i} > /tmp/bench-{i}"
+            guard_args = {
+                "tool": "guestshell/exec",
+                "arguments": {"host": "web01", "command": command},
+                "action": f"bench {i}",
+            }
+            guard_ms.append(asyncio.run(one_call(app_url, token, "zerto_guard_before_mutate", guard_args, next(ids))))
+            exec_args = {"host": "web01", "command": command}
+            exec_ms.append(asyncio.run(one_call(shell_url, shell_token, "exec", exec_args, next(ids))))
+            guarded_ms.append(asyncio.run(one_call(app_url, token, "guestshell__exec", exec_args, next(ids))))
+        g, e, c = (statistics.median(v) for v in (guard_ms, exec_ms, guarded_ms))
+        print(f"\nguard alone          p50 {g:8.1f} ms   ({', '.join(f'{v:.0f}' for v in guard_ms)})")
+        print(f"exec direct          p50 {e:8.1f} ms")
+        print(f"guestshell__exec     p50 {c:8.1f} ms   ({', '.join(f'{v:.0f}' for v in guarded_ms)})")
+        print(f"guarded call / (guard alone + direct call): {c / (g + e):.3f} (target ≤ 1.10)", flush=True)
+    finally:
+        for proc in reversed(procs):
+            proc.stop(timeout=15)
+
+
+if __name__ == "__main__":
+    main()
