@@ -4,12 +4,14 @@ A new guard queues no task of its own: its rows wait ``pending`` and it kicks th
 each of its sites (``poller.poller_kick``). Each round of a site's poller first runs this
 batch, then polls. One batch:
 
-1. takes the site's pending rows, oldest guard first, as many as the site's request cap
+1. claims every queued guard of the site for the pollers in one UPDATE (running, ``attempts``
+   + 1), those left for a later batch too, so they read as queued behind the site's cap, not
+   as waiting for a worker: a live lease of a wait task (a resumed guard, ``run:<id>``) is
+   left alone, and its rows too;
+2. takes the site's pending rows, oldest guard first, as many as the site's request cap
    lets through in about ``BATCH_S`` (the rest are the next round's, which is due at once),
    of guards waiting for someone to insert (``queued:<token>``) or already the pollers'
    (a guard with VPGs at two sites, claimed by the other site's round);
-2. claims those guards for the pollers in one UPDATE (running, ``attempts`` + 1): a live
-   lease of a wait task (a resumed guard, ``run:<id>``) is left alone, and its rows too;
 3. ends the rows of guards past their deadline without inserting; moves the others to
    "inserting" and audits each attempt, in **one** transaction (compare-and-swap: a row
    another run took is not in it);
@@ -94,25 +96,20 @@ def batch_size(site: Site, default_per_s: float) -> int:
 def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> BatchReport:
     """Insert up to ``limit`` pending rows of the site's queued guards (see the module). Repeatable."""
     report = BatchReport()
-    candidates = list(
-        TaggedCheckpoint.objects.filter(batch_rows(site.pk))
-        .order_by("guard__requested_at", "pk")
-        .values_list("pk", "guard_id")[:limit]
-    )
-    if not candidates:
-        return report
     now = timezone.now()
-    _claim([g for _, g in candidates], now)
+    _claim(site.pk, now)
     rows = list(
         TaggedCheckpoint.objects.filter(
-            pk__in=[pk for pk, _ in candidates],
+            site_id=site.pk,
             status=TaggedCheckpoint.Status.PENDING,
             guard__status=ChangeGuard.Status.RUNNING,
             guard__lease_owner=POLLER_OWNER,
         )
         .select_related("guard", "site")
-        .order_by("guard__requested_at", "pk")
+        .order_by("guard__requested_at", "pk")[:limit]
     )
+    if not rows:
+        return report
     if not site.enabled:
         _end_all(rows, TaggedCheckpoint.Status.FAILED, NOT_CONFIGURED, report)
         return report
@@ -126,11 +123,12 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
     return report
 
 
-def _claim(guard_ids: list[int], now: datetime) -> None:
-    """The queued guards become the pollers' (one UPDATE); those already the pollers' stay as they are."""
-    ChangeGuard.objects.filter(
-        pk__in=set(guard_ids), status__in=UNFINISHED, lease_owner__startswith=QUEUED_PREFIX
-    ).update(
+def _claim(site_id: int, now: datetime) -> None:
+    """Every queued guard with a row at the site becomes the pollers' (one UPDATE), also those
+    left for a later batch: they are then "running", queued behind the site's request cap, and
+    no longer read as waiting for a worker. Guards already the pollers' stay as they are."""
+    queued = TaggedCheckpoint.objects.filter(batch_rows(site_id)).values("guard_id")
+    ChangeGuard.objects.filter(pk__in=queued, status__in=UNFINISHED, lease_owner__startswith=QUEUED_PREFIX).update(
         status=ChangeGuard.Status.RUNNING,
         started_at=Coalesce(F("started_at"), now),
         lease_owner=POLLER_OWNER,
@@ -158,7 +156,8 @@ def _mark_attempts(rows: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
     with transaction.atomic():
         pending = TaggedCheckpoint.objects.filter(pk__in=list(by_pk), status=TaggedCheckpoint.Status.PENDING)
         # Locked (PostgreSQL) or under the write lock (SQLite): the UPDATE below changes exactly these.
-        won = sorted(pending.select_for_update().values_list("pk", flat=True), key=list(by_pk).index)
+        order = {pk: i for i, pk in enumerate(by_pk)}
+        won = sorted(pending.select_for_update().values_list("pk", flat=True), key=order.__getitem__)
         TaggedCheckpoint.objects.filter(pk__in=won, status=TaggedCheckpoint.Status.PENDING).update(
             status=TaggedCheckpoint.Status.INSERTING, insert_started_at=now, outcome_unknown_since=None
         )

@@ -61,7 +61,9 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
         assert time.monotonic() < deadline, [r.status for r in rows]
         assert not rows.filter(status=TaggedCheckpoint.Status.LISTED).exists(), "listed before all were inserted"
         time.sleep(0.05)
-    requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id__in=[str(g.pk) for g in guards])
+    requested = AuditEvent.objects.filter(
+        action="guard.checkpoint.requested", target_id__in=[str(g.pk) for g in guards]
+    )
     assert requested.count() == 12, "one audited attempt per row"
     assert ChangeGuard.objects.filter(pk__in=[g.pk for g in guards], lease_owner="poller", attempts=1).count() == 6
     for guard in guards:
