@@ -2,6 +2,7 @@
 """Benchmark: many guards at once beside one guard, and what their waiting holds in the worker.
 
     .venv/bin/python bench/guard_concurrency.py [--delay 5] [--warmup 6] [--runs 5] [--raised-cap 100] [--vms 400]
+        [--sizes 16,200]
 
 The shape of ``make run`` (rewind/management/commands/runstack.py) on a fresh state folder,
 var/bench-guard-concurrency (SQLite + filesystem broker): one Celery worker, prefork ``-c 4``,
@@ -15,7 +16,8 @@ bounded and stopped at the end. Prints figures and ratios measured in this one r
    its time to list (rewind/checkpoints/pacing.py);
 2. the single-guard reference: --runs guards one after the other, 1.1 s apart, each of a VM of
    its own; their median wall time;
-3. at the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s per site): 16, then 200 concurrent guards;
+3. at the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s per site): 16, then 200 concurrent guards
+   (--sizes);
 4. the simulator reset and the worker restarted with --raised-cap in its environment (this
    process's look-ups use it too); the same 16 and 200 VMs again (new change ids), to tell the
    cap from the design. The learned time to list carries over, and is printed before each run.
@@ -312,6 +314,9 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5, help="single guards for the reference; median (default 5)")
     parser.add_argument("--raised-cap", type=float, default=100.0, help="the cap of the second runs (default 100)")
     parser.add_argument("--vms", type=int, default=400, help="filler VMs in the simulator (default 400)")
+    parser.add_argument(
+        "--sizes", default="16,200", help="the concurrent runs, comma-separated, at both caps (default 16,200)"
+    )
     args = parser.parse_args()
     django_setup(fresh_dir(STATE))
     sim_proc, url = start_sim(STATE, "--vms", str(args.vms))
@@ -333,19 +338,24 @@ def main() -> None:
 def report(sim: Sim, stack: Stack, args: argparse.Namespace) -> None:
     from django.conf import settings
 
-    vms = sim.eligible_vms(9 * args.warmup + args.runs + 16 + 200)  # the first ones of each site warm up
+    sizes = [int(n) for n in args.sizes.split(",") if n.strip()]
+    vms = sim.eligible_vms(9 * args.warmup + args.runs + sum(sizes))  # the first ones of each site warm up
     warm = [[v for v, s in vms if s == slug][: args.warmup] for slug in SLUGS]
     rest = [v for v, _ in vms if not any(v in w for w in warm)]
-    ref_vms, vms16, vms200 = rest[: args.runs], rest[args.runs : args.runs + 16], rest[args.runs + 16 :][:200]
+    ref_vms, rest = rest[: args.runs], rest[args.runs :]
+    groups = []
+    for n in sizes:
+        groups.append(rest[:n])
+        rest = rest[n:]
     placed = dict(vms)
     reference = warm_up_and_reference(warm, ref_vms, args)
     print(
         "concurrent guards: filler VMs in inventory order, spread over the sites as the filler inventory "
-        "spreads them; the same 16 and 200 VMs at both caps"
+        f"spreads them; the same {' and '.join(map(str, sizes))} VMs at both caps"
     )
     cap = float(settings.ZVM_MAX_REQUESTS_PER_S)
     print(f"\n=== default cap: ZVM_MAX_REQUESTS_PER_S {cap:g} requests/s per site ===")
-    for group in (vms16, vms200):
+    for group in groups:
         concurrent(sim, stack, group, placed, reference, cap, args)
     print(f"\npeak requests in any 1 s at the default cap (this phase, warm-up included): {sim.peaks()} (cap {cap:g})")
     stack.stop_worker()
@@ -353,7 +363,7 @@ def report(sim: Sim, stack: Stack, args: argparse.Namespace) -> None:
     _set_cap(args.raised_cap)
     stack.start_worker()
     print(f"\n=== RAISED cap: ZVM_MAX_REQUESTS_PER_S {args.raised_cap:g} requests/s per site (worker and look-ups) ===")
-    for group in (vms16, vms200):
+    for group in groups:
         concurrent(sim, stack, group, placed, reference, args.raised_cap, args)
     print(f"\npeak requests in any 1 s at the raised cap: {sim.peaks()} (cap {args.raised_cap:g})")
 
@@ -483,7 +493,10 @@ def _print_requests(
 def _print_worker(run: Run, facts: GuardFacts, log: WorkerLog, sampler: PoolSampler) -> None:
     end = run.started + run.wall_s
     spans = [s for s in log.spans if s[2] >= run.started and s[1] <= end + 1.0]
-    inserted = max((e for n, _, e in spans if n == WAIT_TASK), default=run.started)
+    # Inserts are made by the sites' poll rounds (one batch per round), or by a guard's own wait
+    # task where one ran: the waiting stretch starts once the last of either is done.
+    last_insert = max((s for s, _ in facts.waiting), default=run.started)
+    inserted = max(max((e for n, _, e in spans if n == WAIT_TASK), default=run.started), last_insert)
     waiting_then = sum(1 for start, finished in facts.waiting if start <= inserted < finished)
     rounds = executing(spans, {POLL_TASK}, inserted, end)
     beat = executing(spans, BEAT_TASKS, inserted, end)

@@ -26,6 +26,9 @@ UNFINISHED = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
 # Once its checkpoints are inserted a guard's lease is the site pollers': each round extends
 # it to its next round plus this grace. It runs out only when a poller's chain died.
 POLLER_OWNER = "poller"
+# A guard nobody works on yet: "queued:<token>". Its wait task (when one was queued) claims it
+# by the token; the insert batch of its site's poller claims any queued guard.
+QUEUED_PREFIX = "queued:"
 POLLER_GRACE_S = 30
 WAIT_TASK = "rewind.checkpoints.wait"  # in queued messages: never rename
 

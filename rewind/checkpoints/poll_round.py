@@ -56,6 +56,7 @@ RETRY_S = 2.0
 
 @dataclass
 class RoundReport:
+    inserted: int = 0
     due: int = 0
     listed: int = 0
     ended: int = 0

@@ -10,14 +10,16 @@ or is queued at a time; the ``SitePoller`` row says which (``queued:<token>`` or
   when none is alive, moves a queued round earlier (the replaced message finds its token
   gone and does nothing), and leaves a running round a note (``wanted_at``) that it reads
   when it schedules its successor;
-- a round claims the row, asks the ZVM about the rows that are due, extends the leases of
-  the guards it serves, and queues the next round at the earliest time a row is due;
+- a round claims the row, inserts the checkpoints of the site's queued guards in one batch
+  (``insert_batch``: a new guard queues no task of its own, it kicks its sites' pollers),
+  asks the ZVM about the rows that are due, extends the leases of the guards it serves, and
+  queues the next round at the earliest time a row is due (at once while guards are queued);
 - a chain that died (worker killed, message lost) has an expired lease: the beat's sweep
   (``pollers_restart_stale``) or the next kick starts another. Every row keeps its own
   state, so nothing is lost and nothing is asked twice.
 
-Guards are served in order of arrival: a round asks for its due rows oldest guard first, so
-when the site's request cap is the bottleneck the oldest waits least.
+Guards are served in order of arrival: a round inserts and asks for its due rows oldest guard
+first, so when the site's request cap is the bottleneck the oldest waits least.
 """
 
 from __future__ import annotations
@@ -28,11 +30,13 @@ import uuid
 from datetime import datetime, timedelta
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
 
-from rewind.checkpoints.lease import POLLER_GRACE_S, POLLER_OWNER
+from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
+from rewind.checkpoints.lease import POLLER_GRACE_S, POLLER_OWNER, QUEUED_PREFIX, UNFINISHED
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of
 from rewind.checkpoints.rows import INSERTED, guard_finish, row_finish
@@ -105,29 +109,14 @@ def poller_round(site_id: int, token: str | None = None) -> str:
         return "skipped: another round holds the site"
     report = _round(site_id, run_id)
     _schedule_next(site_id, run_id, report)
-    return f"{report.due} due, {report.listed} listed, {report.ended} ended, {report.requests} requests"
+    return (
+        f"{report.inserted} inserted, {report.due} due, {report.listed} listed, {report.ended} ended, "
+        f"{report.requests} requests"
+    )
 
 
 def _round(site_id: int, run_id: str) -> RoundReport:
-    rows = list(
-        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=INSERTED)
-        .select_related("guard")
-        .order_by("guard__requested_at", "pk")
-    )
     site = Site.objects.filter(pk=site_id).first()
-    if not rows:
-        return RoundReport()
-    if site is None or not site.enabled:
-        error = "the protected site's ZVM is not configured (or is disabled) here"
-        for row in rows:
-            row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)
-        _finish_guards(rows)
-        return RoundReport(ended=len(rows))
-    # A long round (many VPGs under the site's request cap) must not let its guards look abandoned.
-    ChangeGuard.objects.filter(pk__in={r.guard_id for r in rows}, lease_owner=POLLER_OWNER).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=ROUND_LEASE_S + POLLER_GRACE_S)
-    )
-    client = site_client(site)
     last_renew = [time.monotonic()]
 
     def renew() -> None:
@@ -137,12 +126,39 @@ def _round(site_id: int, run_id: str) -> RoundReport:
             )
             last_renew[0] = time.monotonic()
 
+    batch = BatchReport()
+    if site is not None:
+        # First the queued guards' inserts, oldest first; then the poll, which their rows join once due.
+        batch = site_insert_batch(site, renew, limit=batch_size(site, float(settings.ZVM_MAX_REQUESTS_PER_S)))
+        for guard in batch.guards:
+            guard_finish(guard)
+    rows = list(
+        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=INSERTED)
+        .select_related("guard")
+        .order_by("guard__requested_at", "pk")
+    )
+    if not rows:
+        return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
+    if site is None or not site.enabled:
+        error = "the protected site's ZVM is not configured (or is disabled) here"
+        for row in rows:
+            row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)
+        _finish_guards(rows)
+        return RoundReport(ended=len(rows) + batch.ended)
+    # A long round (many VPGs under the site's request cap) must not let its guards look abandoned.
+    ChangeGuard.objects.filter(pk__in={r.guard_id for r in rows}, lease_owner=POLLER_OWNER).update(
+        lease_expires_at=timezone.now() + timedelta(seconds=ROUND_LEASE_S + POLLER_GRACE_S)
+    )
+    client = site_client(site)
     offset = client.clock_offset()
     offset_s = offset.offset_s if offset is not None else site_clock_offset_s(site)
     report = SiteRound(site, client, offset_s, renew).run(rows)
     site_record_clock(site=site, measured=client.clock_offset())
     SitePoller.objects.filter(pk=site_id, lease_owner=run_id).update(last_error=report.error[:2000])
     _finish_guards(rows)
+    report.inserted = batch.inserted
+    report.ended += batch.ended
+    report.requests += batch.calls
     return report
 
 
@@ -161,6 +177,8 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
         due = waiting.aggregate(at=Min("next_poll_at"))["at"]
         if due is None and waiting.exists():
             due = timezone.now()  # a row handed over without a time: look at once
+        if TaggedCheckpoint.objects.filter(batch_rows(site_id)).exists():
+            due = timezone.now()  # queued guards left for the next batch
         at = min((t for t in (due, poller.wanted_at) if t is not None), default=None)
         same = Q(pk=site_id, lease_owner=run_id) & (
             Q(wanted_at=poller.wanted_at) if poller.wanted_at else Q(wanted_at__isnull=True)
@@ -180,22 +198,22 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
 
 
 def _extend_guard_leases(site_id: int, next_round_at: datetime) -> None:
+    """The guards the next round serves (waiting, or queued for its batch) stay the pollers' until then."""
     guard_ids = (
-        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=INSERTED)
+        TaggedCheckpoint.objects.filter(Q(site_id=site_id, status__in=INSERTED) | batch_rows(site_id))
         .values_list("guard_id", flat=True)
         .distinct()
     )
-    ChangeGuard.objects.filter(pk__in=list(guard_ids), lease_owner=POLLER_OWNER).update(
-        lease_expires_at=next_round_at + timedelta(seconds=POLLER_GRACE_S)
-    )
+    ChangeGuard.objects.filter(
+        Q(lease_owner=POLLER_OWNER) | Q(lease_owner__startswith=QUEUED_PREFIX), pk__in=list(guard_ids)
+    ).update(lease_expires_at=next_round_at + timedelta(seconds=POLLER_GRACE_S))
 
 
 def pollers_restart_stale() -> int:
     """The beat's sweep: start a round for every site with waiting rows whose poller's chain died."""
     now = timezone.now()
-    sites = set(
-        TaggedCheckpoint.objects.filter(status__in=INSERTED, site__isnull=False).values_list("site_id", flat=True)
-    )
+    waiting = Q(status__in=INSERTED) | Q(status=TaggedCheckpoint.Status.PENDING, guard__status__in=UNFINISHED)
+    sites = set(TaggedCheckpoint.objects.filter(waiting, site__isnull=False).values_list("site_id", flat=True))
     alive = set(
         SitePoller.objects.filter(site_id__in=sites, lease_expires_at__gt=now).values_list("site_id", flat=True)
     )

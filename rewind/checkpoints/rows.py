@@ -8,12 +8,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import QuerySet
 from django.utils import timezone
 
-from rewind.audit import Actor, audit_record
+from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.announce import guard_announce_failed
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -51,22 +52,27 @@ def mark_attempt(row: TaggedCheckpoint, guard: ChangeGuard, rows: QuerySet[Tagge
             status=TaggedCheckpoint.Status.INSERTING, insert_started_at=timezone.now(), outcome_unknown_since=None
         )
         if won:
-            audit_record(
-                actor=Actor.agent(guard.agent_name),
-                action=GuardAction.CHECKPOINT_REQUESTED,
-                target=guard,
-                request_id=guard.request_id,
-                data={
-                    "vpg": row.vpg_name,
-                    "vpg_identifier": row.vpg_identifier,
-                    "retry": retry,
-                    "site": row.site.name if row.site else "",
-                    "tag": guard.tag,
-                },
-            )
+            audit_append([attempt_entry(row, guard, retry=retry)])
     if won:
         row.refresh_from_db()
     return bool(won)
+
+
+def attempt_entry(row: TaggedCheckpoint, guard: ChangeGuard, *, retry: bool) -> AuditEntry:
+    """The audit event of an insert attempt (``guard.checkpoint.requested``), recorded before the call."""
+    return AuditEntry(
+        actor=Actor.agent(guard.agent_name),
+        action=GuardAction.CHECKPOINT_REQUESTED,
+        target=guard,
+        request_id=guard.request_id,
+        data={
+            "vpg": row.vpg_name,
+            "vpg_identifier": row.vpg_identifier,
+            "retry": retry,
+            "site": row.site.name if row.site else "",
+            "tag": guard.tag,
+        },
+    )
 
 
 @dataclass(frozen=True)
@@ -74,28 +80,58 @@ class InsertFailed:
     error: str
 
 
+@dataclass(frozen=True)
+class InsertAnswer:
+    """What one insert call came to: its task id, a failure to end the row with, or an unknown outcome."""
+
+    task_id: str = ""
+    failed: InsertFailed | None = None
+    unknown: str = ""  # the call's answer was lost (the ZVM may have acted): why
+
+
+def insert_call(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) -> InsertAnswer:
+    """Make the insert call for a row marked "inserting" and classify the outcome. No database."""
+    try:
+        return InsertAnswer(task_id=client.insert_tagged_checkpoint(row.vpg_identifier, guard.tag))
+    except (ZvmAuthError, ZvmNotFoundError) as exc:
+        return InsertAnswer(failed=InsertFailed(str(exc)))
+    except ZvmRejectedError as exc:
+        return InsertAnswer(failed=InsertFailed(f"the ZVM refused the checkpoint: {exc}"))
+    except ZvmError as exc:
+        # The ZVM may have acted before the answer was lost: do not repeat the call; the
+        # poller resolves it by the tag and the ZVM's task list.
+        return InsertAnswer(unknown=f"the insert call's outcome is unknown ({exc})")
+
+
+def insert_record(row_id: int, answer: InsertAnswer, **extra: Any) -> bool:
+    """Record a task id (the row waits) or an unknown outcome on a row still "inserting" without one.
+
+    ``extra``: more fields to set in the same UPDATE (the batch's next poll time). A failure
+    is not recorded here: the caller ends the row with ``row_finish``. False when the row had
+    moved on (another run adopted a task for it).
+    """
+    rows = TaggedCheckpoint.objects.filter(pk=row_id, status=TaggedCheckpoint.Status.INSERTING, task_id="")
+    if answer.task_id:
+        fields: dict[str, Any] = {
+            "task_id": answer.task_id,
+            "status": TaggedCheckpoint.Status.WAITING,
+            "error": "",
+            "outcome_unknown_since": None,
+        }
+    else:
+        fields = {"error": answer.unknown[:2000], "outcome_unknown_since": timezone.now()}
+    return bool(rows.update(**fields, **extra))
+
+
 def call_insert(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) -> InsertFailed | None:
     """Make the insert call for a row marked "inserting"; record its task id, or that its outcome is unknown.
 
     Returns the failure to finish the row with, or None (the row waits, or its outcome is unknown).
     """
-    try:
-        task_id = client.insert_tagged_checkpoint(row.vpg_identifier, guard.tag)
-    except (ZvmAuthError, ZvmNotFoundError) as exc:
-        return InsertFailed(str(exc))
-    except ZvmRejectedError as exc:
-        return InsertFailed(f"the ZVM refused the checkpoint: {exc}")
-    except ZvmError as exc:
-        # The ZVM may have acted before the answer was lost: do not repeat the call; the
-        # poller resolves it by the tag and the ZVM's task list.
-        TaggedCheckpoint.objects.filter(pk=row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
-            error=f"the insert call's outcome is unknown ({exc})"[:2000], outcome_unknown_since=timezone.now()
-        )
-        row.refresh_from_db()
-        return None
-    TaggedCheckpoint.objects.filter(pk=row.pk, status=TaggedCheckpoint.Status.INSERTING, task_id="").update(
-        task_id=task_id, status=TaggedCheckpoint.Status.WAITING, error="", outcome_unknown_since=None
-    )
+    answer = insert_call(client, row, guard)
+    if answer.failed is not None:
+        return answer.failed
+    insert_record(row.pk, answer)
     row.refresh_from_db()
     return None
 

@@ -3,8 +3,11 @@
 Flow: ``guard_before_mutate`` looks the tool up in the catalog (unlisted: audited pass
 through + sighting), finds the VM in the arguments and calls ``checkpoint_request_create``,
 which finds the protection, refuses per the insert rules, records a guard with one tagged
-checkpoint per VPG and queues the wait task (``rewind.checkpoints.wait``) after commit. The task
-inserts and waits (``rewind.checkpoints.wait``); callers poll the record.
+checkpoint per VPG and, after commit, kicks the poller of each site its VPGs are protected at:
+the site's next poll round inserts the checkpoints of every queued guard in one batch, then
+waits for them to be listed (``rewind.checkpoints.poller``). A guard with a VPG whose site is
+not registered here goes to the wait task (``rewind.checkpoints.wait``), which ends that row.
+Callers poll the record.
 
 Refusal is all or nothing: when any VPG protecting the VM cannot take a checkpoint, nothing
 is inserted anywhere. A partial set of checkpoints would let a change go ahead with a VPG
@@ -18,6 +21,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import partial
 from typing import Any
 
 from django.conf import settings
@@ -30,6 +34,7 @@ from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.lease import QUEUE_GRACE_S, UNFINISHED, queue_wait
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.poller import poller_kick
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import find_protection
@@ -148,7 +153,7 @@ def checkpoint_request_create(
                     "vpgs": [v.name for v in protection.vpgs],
                 },
             )
-            queue_wait(guard, token)
+            _queue_insert(guard, token, [v.protected_site.site_pk for v in protection.vpgs])
     except IntegrityError:
         # A concurrent request with the same change id for this VM won; return its record.
         winner = ChangeGuard.objects.get(vm_identifier=protection.vm_identifier, change_id=change)
@@ -158,6 +163,19 @@ def checkpoint_request_create(
             ) from None
         return GuardOutcome(guarded=True, guard=winner, created=False, vm=vm, change_id=change)
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
+
+
+def _queue_insert(guard: ChangeGuard, token: str, site_ids: list[int | None]) -> None:
+    """Once committed, kick the poller of each of the guard's sites: its next round inserts, one batch per site.
+
+    ``robust``: a kick that fails leaves the guard queued; its lease runs out and it is resumed
+    through the wait task (``guard_resume_if_stale``), so it is never lost.
+    """
+    if any(site_id is None for site_id in site_ids):
+        queue_wait(guard, token)
+        return
+    for site_id in sorted({s for s in site_ids if s is not None}):
+        transaction.on_commit(partial(poller_kick, site_id), robust=True)
 
 
 def _tagged_checkpoint(guard: ChangeGuard, vpg: Any) -> TaggedCheckpoint:

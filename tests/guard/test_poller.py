@@ -21,7 +21,7 @@ from django.utils import timezone
 from rewind.checkpoints import pacing
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import checkpoint_request_create
-from rewind.models import ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
+from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
 from rewind.sites import site_client
 from rewind.workers.selectors import STALE_AFTER_S, workers_seen
 from rewind.workers.services import worker_heartbeat_record
@@ -49,18 +49,23 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     sim: Any, sites: Any, agent: Any, worker: WorkerProcess
 ) -> None:
     # Six guards of one VM (six change ids: six checkpoints on the same two VPGs), listed 4 s
-    # after their insert. With one task per waiting guard a 3-slot worker would run them in
-    # two batches; here every insert task has returned while the checkpoints still wait.
+    # after their insert. No guard queues a task of its own: the site poller's rounds insert
+    # them in batches, and every checkpoint is inserted while none is listed yet.
     sim.add_fault("checkpoint_listing_delay", seconds=4)
     before = _succeeded_waits(worker)
     calls_before = sim.calls("site-a")
     guards = [_request(agent, "web01") for _ in range(6)]
+    rows = TaggedCheckpoint.objects.filter(guard__in=guards)
     deadline = time.monotonic() + 60
-    while _succeeded_waits(worker) - before < len(guards):
-        assert time.monotonic() < deadline, "the insert tasks did not return"
+    while rows.filter(status=TaggedCheckpoint.Status.WAITING).count() < 12:
+        assert time.monotonic() < deadline, [r.status for r in rows]
+        assert not rows.filter(status=TaggedCheckpoint.Status.LISTED).exists(), "listed before all were inserted"
         time.sleep(0.05)
-    waiting = TaggedCheckpoint.objects.filter(guard__in=guards, status=TaggedCheckpoint.Status.WAITING).count()
-    assert waiting == 12, "every insert task returned before the checkpoints were listed: none of them waited"
+    requested = AuditEvent.objects.filter(
+        action="guard.checkpoint.requested", target_id__in=[str(g.pk) for g in guards]
+    )
+    assert requested.count() == 12, "one audited attempt per row"
+    assert ChangeGuard.objects.filter(pk__in=[g.pk for g in guards], lease_owner="poller", attempts=1).count() == 6
     for guard in guards:
         assert wait_finished(guard, timeout=90).status == ChangeGuard.Status.OK
     poller = SitePoller.objects.get(site=sites["site-a"])
@@ -77,6 +82,7 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     assert listings <= one_guard, spent
     assert task_reads == 0, f"the task states come from one task list per round: {spent}"
     assert poller.lease_owner == "", "the chain ends when nothing waits"
+    assert _succeeded_waits(worker) == before, "no guard needed a task of its own"
 
 
 def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, agent: Any, worker: WorkerProcess) -> None:

@@ -1,0 +1,239 @@
+"""A site's insert batch: the pending tagged checkpoints of the site's queued guards, inserted in one pass.
+
+A new guard queues no task of its own: its rows wait ``pending`` and it kicks the poller of
+each of its sites (``poller.poller_kick``). Each round of a site's poller first runs this
+batch, then polls. One batch:
+
+1. claims every queued guard of the site for the pollers in one UPDATE (running, ``attempts``
+   + 1), those left for a later batch too, so they read as queued behind the site's cap, not
+   as waiting for a worker: a live lease of a wait task (a resumed guard, ``run:<id>``) is
+   left alone, and its rows too;
+2. takes the site's pending rows, oldest guard first, as many as the site's request cap
+   lets through in about ``BATCH_S`` (the rest are the next round's, which is due at once),
+   of guards waiting for someone to insert (``queued:<token>``) or already the pollers'
+   (a guard with VPGs at two sites, claimed by the other site's round);
+3. ends the rows of guards past their deadline without inserting; moves the others to
+   "inserting" and audits each attempt, in **one** transaction (compare-and-swap: a row
+   another run took is not in it);
+4. makes the insert calls on ``THREADS`` threads, each paced by the site's shared request
+   cap, so the cap, not one call's round trip, bounds the batch;
+5. records every answer in **one** transaction: the task id (the row waits, due at the time
+   the site's pacing says), an unknown outcome (the poller resolves it by tag and task list,
+   never by calling again at once), or the failure that ends the row, audited.
+
+No transaction is held across a ZVM call. A batch cut off after step 3 leaves its rows
+"inserting" with no task id: the guards' lease runs out, the guard is resumed, and the
+resumed run hands the rows to the poller as outcome unknown, as for a wait task that died.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection, transaction
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from rewind.audit import audit_append
+from rewind.checkpoints import pacing
+from rewind.checkpoints.lease import POLLER_GRACE_S, POLLER_OWNER, QUEUED_PREFIX, UNFINISHED
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.rows import (
+    InsertAnswer,
+    attempt_entry,
+    guard_deadline,
+    insert_call,
+    insert_record,
+    row_finish,
+)
+from rewind.checkpoints.selectors import site_listing_times_s
+from rewind.sites import site_client
+from rewind.sites.models import Site
+
+logger = logging.getLogger(__name__)
+
+# A batch holds what the site's cap lets through in about this long, at least BATCH_MIN rows:
+# a longer one would keep the round from polling the rows inserted before it.
+BATCH_S = 2.0
+BATCH_MIN = 8
+THREADS = 8
+# The poller's lease is renewed this often while the calls run (see poller.ROUND_LEASE_S).
+RENEW_EVERY_S = 2.0
+
+NOT_CONFIGURED = "the protected site's ZVM is not configured (or is disabled) here"
+TOO_LATE = "not inserted: the guard had already timed out"
+
+
+@dataclass
+class BatchReport:
+    inserted: int = 0  # calls answered with a task id
+    unknown: int = 0  # calls whose answer was lost
+    ended: int = 0  # rows ended here (too late, refused, site gone)
+    guards: list[ChangeGuard] = field(default_factory=list)  # guards with a row ended here
+
+    @property
+    def calls(self) -> int:
+        return self.inserted + self.unknown
+
+
+def batch_rows(site_id: int) -> Q:
+    """The rows an insert batch of the site may take: pending, of a guard queued or the pollers'."""
+    queued = Q(guard__lease_owner__startswith=QUEUED_PREFIX) | Q(guard__lease_owner=POLLER_OWNER)
+    return Q(site_id=site_id, status=TaggedCheckpoint.Status.PENDING, guard__status__in=UNFINISHED) & queued
+
+
+def batch_size(site: Site, default_per_s: float) -> int:
+    per_s = site.max_requests_per_s or default_per_s
+    return max(BATCH_MIN, math.ceil(per_s * BATCH_S))
+
+
+def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> BatchReport:
+    """Insert up to ``limit`` pending rows of the site's queued guards (see the module). Repeatable."""
+    report = BatchReport()
+    now = timezone.now()
+    _claim(site.pk, now)
+    rows = list(
+        TaggedCheckpoint.objects.filter(
+            site_id=site.pk,
+            status=TaggedCheckpoint.Status.PENDING,
+            guard__status=ChangeGuard.Status.RUNNING,
+            guard__lease_owner=POLLER_OWNER,
+        )
+        .select_related("guard", "site")
+        .order_by("guard__requested_at", "pk")[:limit]
+    )
+    if not rows:
+        return report
+    if not site.enabled:
+        _end_all(rows, TaggedCheckpoint.Status.FAILED, NOT_CONFIGURED, report)
+        return report
+    late = [r for r in rows if now >= guard_deadline(r.guard)]
+    _end_all(late, TaggedCheckpoint.Status.TIMED_OUT, TOO_LATE, report)
+    marked = _mark_attempts([r for r in rows if r not in late])
+    if not marked:
+        return report
+    answers = _call_all(site, marked, renew)
+    _record(marked, answers, report)
+    return report
+
+
+def _claim(site_id: int, now: datetime) -> None:
+    """Every queued guard with a row at the site becomes the pollers' (one UPDATE), also those
+    left for a later batch: they are then "running", queued behind the site's request cap, and
+    no longer read as waiting for a worker. Guards already the pollers' stay as they are."""
+    queued = TaggedCheckpoint.objects.filter(batch_rows(site_id)).values("guard_id")
+    ChangeGuard.objects.filter(pk__in=queued, status__in=UNFINISHED, lease_owner__startswith=QUEUED_PREFIX).update(
+        status=ChangeGuard.Status.RUNNING,
+        started_at=Coalesce(F("started_at"), now),
+        lease_owner=POLLER_OWNER,
+        lease_expires_at=now + timedelta(seconds=POLLER_GRACE_S),
+        attempts=F("attempts") + 1,
+    )
+
+
+def _end_all(rows: list[TaggedCheckpoint], status: str, error: str, report: BatchReport) -> None:
+    if not rows:
+        return
+    with transaction.atomic():
+        for row in rows:
+            if row_finish(row.pk, row.guard, status, error=error):
+                report.ended += 1
+                report.guards.append(row.guard)
+
+
+def _mark_attempts(rows: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
+    """CAS the rows still pending to "inserting" and audit every attempt: one transaction, before any call."""
+    if not rows:
+        return []
+    by_pk = {r.pk: r for r in rows}
+    now = timezone.now()
+    with transaction.atomic():
+        pending = TaggedCheckpoint.objects.filter(pk__in=list(by_pk), status=TaggedCheckpoint.Status.PENDING)
+        # Locked (PostgreSQL) or under the write lock (SQLite): the UPDATE below changes exactly these.
+        order = {pk: i for i, pk in enumerate(by_pk)}
+        won = sorted(pending.select_for_update().values_list("pk", flat=True), key=order.__getitem__)
+        TaggedCheckpoint.objects.filter(pk__in=won, status=TaggedCheckpoint.Status.PENDING).update(
+            status=TaggedCheckpoint.Status.INSERTING, insert_started_at=now, outcome_unknown_since=None
+        )
+        audit_append([attempt_entry(by_pk[pk], by_pk[pk].guard, retry=False) for pk in won])
+    marked = [by_pk[pk] for pk in won]
+    for row in marked:
+        row.status, row.insert_started_at = TaggedCheckpoint.Status.INSERTING, now
+    return marked
+
+
+@dataclass
+class _Answered:
+    answer: InsertAnswer
+    at: datetime  # when the answer came: the ZVM made its task just before
+
+
+def _call_all(site: Site, rows: list[TaggedCheckpoint], renew: Callable[[], None]) -> dict[int, _Answered]:
+    """The insert calls on up to ``THREADS`` threads; the poller's lease is renewed meanwhile."""
+    answers: dict[int, _Answered] = {}
+    todo = list(reversed(rows))
+    lock = threading.Lock()
+
+    def work() -> None:
+        try:
+            while True:
+                with lock:
+                    if not todo:
+                        return
+                    row = todo.pop()
+                try:
+                    client = site_client(site, request_id=row.guard.request_id)
+                    answer = insert_call(client, row, row.guard)
+                except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
+                    logger.exception("insert batch of site %s: the insert of row %s failed", site.name, row.pk)
+                    answer = InsertAnswer(unknown=f"internal error ({type(exc).__name__})")
+                with lock:
+                    answers[row.pk] = _Answered(answer, timezone.now())
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(THREADS, len(rows)))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        while t.is_alive():
+            t.join(RENEW_EVERY_S)
+            renew()
+    return answers
+
+
+def _record(rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report: BatchReport) -> None:
+    """Every answer of the batch in one transaction; each row gets its first poll time."""
+    now = timezone.now()
+    fc = pacing.forecast(site_listing_times_s(rows[0].site_id, limit=pacing.HISTORY)) if rows else None
+    with transaction.atomic():
+        for row in rows:
+            got = answers.get(row.pk)
+            if got is None:  # its thread died before answering: as good as a lost answer
+                got = _Answered(InsertAnswer(unknown="the insert call's outcome is unknown (no answer)"), now)
+            answer = got.answer
+            if answer.failed is not None:
+                if row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=answer.failed.error):
+                    report.ended += 1
+                    report.guards.append(row.guard)
+                continue
+            remaining = (guard_deadline(row.guard) - now).total_seconds()
+            # The listing time is counted from the task's making (the answer), not from when the
+            # batch began: the cap may have held the call back, and pacing must not learn that.
+            start = got.at if answer.task_id else row.insert_started_at or now
+            elapsed = (now - start).total_seconds()
+            extra: dict[str, object] = {
+                "next_poll_at": now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc))
+            }
+            if answer.task_id:
+                extra["insert_started_at"] = got.at
+                report.inserted += 1
+            else:
+                report.unknown += 1
+            insert_record(row.pk, answer, **extra)
