@@ -92,7 +92,6 @@ class GatewayAction(StrEnum):
     TOOLS_LIST_FAILED = "gateway.upstream.tools_list_failed"
     TOOL_POLICY_CHANGED = "gateway.tool.policy_changed"
     CALL_DECIDED = "gateway.call.decided"
-    CALL_FINISHED = "gateway.call.finished"
 
 
 class McpAction(StrEnum):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from jsonschema import SchemaError
@@ -36,7 +37,13 @@ from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, un
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
-from rewind.gateway.services import gateway_call_decide, gateway_call_finish, gateway_call_open
+from rewind.gateway.services import (
+    exported_tool,
+    gateway_call_decide,
+    gateway_call_finish,
+    gateway_call_open,
+    gateway_call_record,
+)
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 from rewind.requestid import current_request_id
 
@@ -137,6 +144,24 @@ def _guard_meta(out: GuardOut) -> dict[str, Any]:
     }
 
 
+@dataclass
+class Prepared:
+    """What the preparation step decided; ``answer`` set: answer with it, nothing is forwarded."""
+
+    tool: UpstreamTool
+    spec: UpstreamSpec
+    call: GatewayCall
+    plan: Plan
+    answer: str | None = None
+    guard: GuardOut | None = None
+
+
+def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
+    gateway_call_decide(
+        call=call, decision=decision, reason=reason, catalog_entry=plan.catalog_entry, policy=plan.policy, vm=plan.vm
+    )
+
+
 def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: str | None) -> GuardOut:
     name = catalog_name(tool.upstream.name, tool.name)
     outcome = checkpoint_request_create(
@@ -151,76 +176,93 @@ def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: s
     return guard_out(outcome, tool=name)
 
 
-def _decide(call: GatewayCall, plan: Plan, decision: str, reason: str, **fields: Any) -> GatewayCall:
-    return gateway_call_decide(
-        call=call,
-        decision=decision,
-        reason=reason,
-        catalog_entry=plan.catalog_entry,
-        policy=plan.policy,
-        vm=plan.vm,
-        vm_arg=plan.vm_arg,
-        **fields,
-    )
+def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prepared | None:
+    """Steps 1-2 and the start of 3, on one thread hop; None when ``name`` is not exported (any more).
 
+    A call decided at once (passed, held, refused) is one transaction: its row, its sighting, its
+    audit. A call to guard gets its row first, then its guard.
+    """
+    found = exported_tool(name)
+    if found is None:
+        return None
+    tool, spec = found
+    who: dict[str, Any] = {
+        "agent_name": current_agent_name(),
+        "agent_id": current_agent_id(),
+        "tool": tool,
+        "arguments": arguments,
+        "request_id": current_request_id() or "",
+    }
+    refused = Plan("refuse", "")
 
-def _passed(call: GatewayCall, tool: UpstreamTool, plan: Plan, arguments: Mapping[str, Any]) -> GatewayCall:
-    from catalog.services import tool_sighting_record
+    def decided(plan: Plan, decision: str, reason: str, answer: str | None, sighted: bool = False) -> Prepared:
+        fields: dict[str, Any] = {
+            "catalog_entry": plan.catalog_entry,
+            "policy": plan.policy,
+            "vm": plan.vm,
+            "vm_arg": plan.vm_arg,
+        }
+        call = gateway_call_record(**who, decision=decision, reason=reason, sighted=sighted, **fields)
+        return Prepared(tool, spec, call, plan, answer)
 
-    name = catalog_name(tool.upstream.name, tool.name)
-    if not plan.catalog_entry:
-        try:
-            tool_sighting_record(tool=name, agent_name=call.agent_name, argument_names=[str(k) for k in arguments])
-        except ApplicationError:
-            pass  # a name the catalog cannot hold: the call row and its audit still record it
-    return _decide(call, plan, GatewayCall.Decision.PASSED, plan.reason)
-
-
-async def forward_call(
-    tool: UpstreamTool, spec: UpstreamSpec, arguments: dict[str, Any], ctx: Context | None
-) -> CallToolResult:
-    """The whole gateway path for one call; always answers with a result (errors as ``isError``)."""
     problem = schema_problem(tool, arguments)
-    call = await run_db(
-        gateway_call_open,
-        agent_name=current_agent_name(),
-        agent_id=current_agent_id(),
-        tool=tool,
-        arguments=arguments,
-        request_id=current_request_id() or "",
-    )
-    refusal = Plan("refuse", "")
     if problem is not None:
-        await run_db(_decide, call, refusal, GatewayCall.Decision.REFUSED, problem)
-        return _error(problem, call)
+        return decided(refused, GatewayCall.Decision.REFUSED, problem, problem)
     try:
-        plan = await run_db(plan_call, tool, arguments)
+        plan = plan_call(tool, arguments)
     except ApplicationError as exc:
-        await run_db(_decide, call, refusal, GatewayCall.Decision.REFUSED, exc.message)
-        return _error(f"not forwarded: {exc.message}", call)
+        return decided(refused, GatewayCall.Decision.REFUSED, exc.message, f"not forwarded: {exc.message}")
+    if plan.action == HOLD:
+        return decided(plan, GatewayCall.Decision.HELD, plan.reason, f"not forwarded: {plan.reason}")
+    if plan.action != GUARD:
+        return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None, sighted=not plan.catalog_entry)
+    call = gateway_call_open(**who)
+    try:
+        guard = _guard_start(call, tool, plan, change_id)
+    except ApplicationError as exc:
+        _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
+        return Prepared(tool, spec, call, plan, f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}")
+    return Prepared(tool, spec, call, plan, guard=guard)
+
+
+def _guard_decided(ready: Prepared, out: GuardOut) -> None:
+    plan = ready.plan
+    fields = {
+        "catalog_entry": plan.catalog_entry,
+        "policy": plan.policy,
+        "vm": plan.vm,
+        "vm_arg": plan.vm_arg,
+        "guard_id": out.id,
+        "change_id": out.change_id or "",
+    }
+    if out.ok:
+        gateway_call_decide(call=ready.call, decision=GatewayCall.Decision.GUARDED, reason=plan.reason, **fields)
+        return
+    reason = f"guard not ok: {out.must_not_proceed or 'the guard ended ' + out.status}"
+    gateway_call_decide(call=ready.call, decision=GatewayCall.Decision.REFUSED, reason=reason, **fields)
+
+
+async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None) -> CallToolResult | None:
+    """The whole gateway path for one call; None when ``name`` is not an exported tool (any more).
+
+    Always answers with a result otherwise (errors as ``isError``).
+    """
+    ready = await run_db(prepare, name, arguments, _meta_change_id(ctx))
+    if ready is None:
+        return None
+    if ready.answer is not None:
+        return _error(ready.answer, ready.call)
     relay = ProgressRelay(ctx)
     guard: dict[str, Any] | None = None
-    if plan.action == HOLD:
-        await run_db(_decide, call, plan, GatewayCall.Decision.HELD, plan.reason)
-        return _error(f"not forwarded: {plan.reason}", call)
-    if plan.action == GUARD:
-        try:
-            out = await run_db(_guard_start, call, tool, plan, _meta_change_id(ctx))
-        except ApplicationError as exc:
-            await run_db(_decide, call, plan, GatewayCall.Decision.REFUSED, exc.message)
-            return _error(f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}", call)
-        out = await guard_wait(out, relay)
+    if ready.guard is not None:
+        out = await guard_wait(ready.guard, relay)
         guard = _guard_meta(out)
-        fields = {"guard_id": out.id, "change_id": out.change_id or ""}
+        await run_db(_guard_decided, ready, out)
         if not out.ok:
-            reason = out.must_not_proceed or f"the guard ended {out.status}"
-            await run_db(_decide, call, plan, GatewayCall.Decision.REFUSED, f"guard not ok: {reason}", **fields)
-            return _with_meta(guard_result(out), call, guard)
-        await run_db(_decide, call, plan, GatewayCall.Decision.GUARDED, plan.reason, **fields)
-    else:
-        await run_db(_passed, call, tool, plan, arguments)
+            return _with_meta(guard_result(out), ready.call, guard)
     relay.upstream_starts()
-    return _with_meta(await _send(tool, spec, call, arguments, relay), call, guard)
+    result = await _send(ready.tool, ready.spec, ready.call, arguments, relay)
+    return _with_meta(result, ready.call, guard)
 
 
 async def _send(

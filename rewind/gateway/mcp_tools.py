@@ -19,10 +19,8 @@ from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
 from mcp_types import Tool as MCPTool
 
 from rewind.gateway.forward import forward_call
-from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.naming import SEPARATOR
-from rewind.gateway.services import upstream_spec
 from rewind.mcp.context import run_db
 from rewind.mcp.server import RewindMCPServer
 
@@ -60,11 +58,6 @@ def _names() -> frozenset[str]:
     return frozenset(_exported().values_list("exposed_name", flat=True))
 
 
-def _tool_and_spec(name: str) -> tuple[UpstreamTool, UpstreamSpec] | None:
-    tool = _exported().filter(exposed_name=name).first()
-    return None if tool is None else (tool, upstream_spec(tool.upstream))
-
-
 class GatewayTools:
     """The provider the MCP server asks for tools it does not hold itself."""
 
@@ -86,14 +79,13 @@ class GatewayTools:
         return await self._known(name, NAMES_TTL_S) or await self._known(name, MISS_RECHECK_S)
 
     async def call(self, name: str, arguments: dict[str, Any], context: Context | None) -> CallToolResult:
-        found = await run_db(_tool_and_spec, name)
-        if found is None:  # removed, switched off or refused since this process last looked
+        result = await forward_call(name, arguments, context)
+        if result is None:  # removed, switched off or refused since this process last looked
             self._names_at = float("-inf")
             raise MCPError(
                 code=INVALID_PARAMS, message=f"unknown tool {name[:60]}: tools/list names the tools of this server"
             )
-        tool, spec = found
-        return await forward_call(tool, spec, arguments, context)
+        return result
 
 
 def register(server: MCPServer) -> None:

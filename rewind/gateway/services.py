@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.services import tool_sighting_listed
+from catalog.services import TOOL_RE, tool_sighting_listed, tool_sighting_record
 from rewind.audit import Actor, audit_record, mask_secrets
 from rewind.audit.actions import GatewayAction
 from rewind.crypto import decrypt, encrypt
@@ -318,7 +318,6 @@ def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], r
 
 
 def _catalog_name_valid(server: str, tool: str) -> bool:
-    from catalog.services import TOOL_RE
 
     return bool(TOOL_RE.match(catalog_name(server, tool)))
 
@@ -359,11 +358,20 @@ def new_call_id() -> str:
     return "gwc_" + secrets.token_urlsafe(12)
 
 
-def gateway_call_open(
+def exported_tool(exposed: str) -> tuple[UpstreamTool, UpstreamSpec] | None:
+    """The tool agents call by ``exposed`` and how to reach its upstream, read afresh; None when not exported."""
+    tool = (
+        UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED, upstream__enabled=True, exposed_name=exposed)
+        .select_related("upstream")
+        .first()
+    )
+    return None if tool is None else (tool, upstream_spec(tool.upstream))
+
+
+def _new_call(
     *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
 ) -> GatewayCall:
-    """The call's row, before anything is decided: it exists even if the decision fails."""
-    return GatewayCall.objects.create(
+    return GatewayCall(
         call_id=new_call_id(),
         agent_name=agent_name,
         agent_id=agent_id,
@@ -374,6 +382,42 @@ def gateway_call_open(
         arguments=mask_secrets(dict(arguments)),
         request_id=request_id,
     )
+
+
+def gateway_call_open(
+    *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
+) -> GatewayCall:
+    """The row of a call whose decision takes a while (a guard): it exists even if deciding fails."""
+    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
+    call.save()
+    return call
+
+
+@transaction.atomic
+def gateway_call_record(
+    *,
+    agent_name: str,
+    agent_id: int | None,
+    tool: UpstreamTool,
+    arguments: Mapping[str, Any],
+    request_id: str,
+    decision: str,
+    reason: str,
+    sighted: bool = False,
+    **fields: Any,
+) -> GatewayCall:
+    """A call decided at once (passed, held or refused): its row, its sighting and its audit, in one transaction."""
+    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
+    if sighted:
+        try:
+            tool_sighting_record(
+                tool=catalog_name(tool.upstream.name, tool.name),
+                agent_name=agent_name,
+                argument_names=[str(k) for k in arguments],
+            )
+        except ApplicationError:
+            pass  # a name the catalog cannot hold: the call row and its audit still record it
+    return gateway_call_decide(call=call, decision=decision, reason=reason, **fields)
 
 
 @transaction.atomic
@@ -413,15 +457,7 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
     return call
 
 
-@transaction.atomic
-def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> GatewayCall:
-    call.outcome, call.error, call.ended_at = outcome, error[:500], timezone.now()
-    call.save(update_fields=["outcome", "error", "ended_at"])
-    audit_record(
-        actor=Actor.agent(call.agent_name),
-        action=GatewayAction.CALL_FINISHED,
-        target=("gateway.call", call.call_id),
-        request_id=call.request_id or None,
-        data={"call_id": call.call_id, "outcome": outcome, "error": call.error},
-    )
-    return call
+def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> None:
+    """How the forwarded call ended. Not a second audit row: the call's ``mcp.tool.called`` row
+    (same request id as its ``gateway.call.decided`` row) records the outcome and the error."""
+    GatewayCall.objects.filter(pk=call.pk).update(outcome=outcome, error=error[:500], ended_at=timezone.now())
