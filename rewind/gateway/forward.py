@@ -19,8 +19,6 @@ retried call with the same change id reuses the guard. Otherwise each call gets 
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -32,8 +30,6 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-from rewind.audit import Actor
-from rewind.audit.actions import GatewayAction
 from rewind.checkpoints.mcp_tools import GuardOut, guard_out, guard_result, guard_wait
 from rewind.checkpoints.services import checkpoint_request_create
 from rewind.errors import ApplicationError
@@ -42,16 +38,12 @@ from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
 from rewind.gateway.services import (
-    call_decided,
-    call_decided_target,
-    call_saved_with_sighting,
     exported_tool,
     gateway_call_decide,
     gateway_call_finish,
     gateway_call_open,
-    new_call,
+    gateway_call_record,
 )
-from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 from rewind.requestid import current_request_id
 
@@ -96,24 +88,15 @@ class ProgressRelay:
             logger.debug("could not relay progress", exc_info=True)
 
 
-@functools.lru_cache(maxsize=512)
-def _validator(schema_json: str) -> Any:
-    """The checked validator of one schema (checking a schema costs more than using it), or None if invalid."""
-    schema = json.loads(schema_json)
-    cls = validator_for(schema)
-    try:
-        cls.check_schema(schema)
-    except SchemaError:
-        return None
-    return cls(schema)
-
-
 def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | None:
     """Why the arguments do not fit the upstream's input schema, in one sentence; None when they do."""
-    validator = _validator(json.dumps(tool.input_schema or {"type": "object"}, sort_keys=True))
-    if validator is None:
+    schema = tool.input_schema or {"type": "object"}
+    try:
+        cls = validator_for(schema)
+        cls.check_schema(schema)
+    except SchemaError:
         return f"{tool.exposed_name}: the upstream's input schema is not valid JSON Schema, so no call is forwarded"
-    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    errors = sorted(cls(schema).iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
     said = []
@@ -161,9 +144,6 @@ def _guard_meta(out: GuardOut) -> dict[str, Any]:
     }
 
 
-REFUSED = Plan("refuse", "")
-
-
 @dataclass
 class Prepared:
     """What the preparation step decided; ``answer`` set: answer with it, nothing is forwarded."""
@@ -174,7 +154,6 @@ class Prepared:
     plan: Plan
     answer: str | None = None
     guard: GuardOut | None = None
-    audit: dict[str, Any] | None = None  # a call decided at once: its event, not yet written
 
 
 def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
@@ -200,9 +179,8 @@ def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: s
 def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prepared | None:
     """Steps 1-2 and the start of 3, on one thread hop; None when ``name`` is not exported (any more).
 
-    A call decided at once (passed, held, refused) is only read and decided here: its row, its
-    sighting and its audit event are written together by the MCP audit writer (``commit``),
-    batched with the other calls of the moment. A call to guard gets its row first, then its guard.
+    A call decided at once (passed, held, refused) is one transaction: its row, its sighting, its
+    audit. A call to guard gets its row first, then its guard.
     """
     found = exported_tool(name)
     if found is None:
@@ -215,24 +193,29 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         "arguments": arguments,
         "request_id": current_request_id() or "",
     }
+    refused = Plan("refuse", "")
 
-    def decided(plan: Plan, decision: str, reason: str, answer: str | None) -> Prepared:
-        call = new_call(**who)
-        fields = {"catalog_entry": plan.catalog_entry, "policy": plan.policy, "vm": plan.vm, "vm_arg": plan.vm_arg}
-        audit = call_decided(call, decision=decision, reason=reason, **fields)
-        return Prepared(tool, spec, call, plan, answer, audit=audit)
+    def decided(plan: Plan, decision: str, reason: str, answer: str | None, sighted: bool = False) -> Prepared:
+        fields: dict[str, Any] = {
+            "catalog_entry": plan.catalog_entry,
+            "policy": plan.policy,
+            "vm": plan.vm,
+            "vm_arg": plan.vm_arg,
+        }
+        call = gateway_call_record(**who, decision=decision, reason=reason, sighted=sighted, **fields)
+        return Prepared(tool, spec, call, plan, answer)
 
     problem = schema_problem(tool, arguments)
     if problem is not None:
-        return decided(REFUSED, GatewayCall.Decision.REFUSED, problem, problem)
+        return decided(refused, GatewayCall.Decision.REFUSED, problem, problem)
     try:
         plan = plan_call(tool, arguments)
     except ApplicationError as exc:
-        return decided(REFUSED, GatewayCall.Decision.REFUSED, exc.message, f"not forwarded: {exc.message}")
+        return decided(refused, GatewayCall.Decision.REFUSED, exc.message, f"not forwarded: {exc.message}")
     if plan.action == HOLD:
         return decided(plan, GatewayCall.Decision.HELD, plan.reason, f"not forwarded: {plan.reason}")
     if plan.action != GUARD:
-        return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None)
+        return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None, sighted=not plan.catalog_entry)
     call = gateway_call_open(**who)
     try:
         guard = _guard_start(call, tool, plan, change_id)
@@ -240,29 +223,6 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
         return Prepared(tool, spec, call, plan, f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}")
     return Prepared(tool, spec, call, plan, guard=guard)
-
-
-async def commit(ready: Prepared, arguments: dict[str, Any]) -> str | None:
-    """Write a call decided at once, with its audit event, before anything is forwarded; None when
-    written, else why not (then nothing is forwarded: fail-closed)."""
-    if ready.audit is None:
-        return None
-    call = ready.call
-    sighted = call.decision == GatewayCall.Decision.PASSED and not call.catalog_entry
-    names = [str(k) for k in arguments]
-    try:
-        await audit_writer.record(
-            actor=Actor.agent(call.agent_name),
-            action=GatewayAction.CALL_DECIDED,
-            target=call_decided_target(call),
-            data=ready.audit,
-            request_id=call.request_id,
-            before=lambda: call_saved_with_sighting(call, sighted=sighted, argument_names=names),
-        )
-    except Exception:
-        logger.exception("could not record the decision of gateway call %s", call.call_id)
-        return f"the decision on this call could not be recorded (request {call.request_id}), so nothing was forwarded"
-    return None
 
 
 def _guard_decided(ready: Prepared, out: GuardOut) -> None:
@@ -290,9 +250,6 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
     ready = await run_db(prepare, name, arguments, _meta_change_id(ctx))
     if ready is None:
         return None
-    not_recorded = await commit(ready, arguments)
-    if not_recorded is not None:
-        return _error(not_recorded, ready.call)
     if ready.answer is not None:
         return _error(ready.answer, ready.call)
     relay = ProgressRelay(ctx)
@@ -332,20 +289,12 @@ async def _send(
             why = f"upstream {spec.name} did not finish {tool.name} within {spec.call_timeout_s:g} s"
         return await _failed(call, f"{why}; the call may or may not have run there")
     outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
-    await _finish(call, outcome)
+    await run_db(gateway_call_finish, call=call, outcome=outcome)
     return result
 
 
 async def _failed(
     call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
 ) -> CallToolResult:
-    await _finish(call, outcome, text)
+    await run_db(gateway_call_finish, call=call, outcome=outcome, error=text)
     return _error(text, call)
-
-
-async def _finish(call: GatewayCall, outcome: str, error: str = "") -> None:
-    """How the call ended, written in the audit writer's next batch (a write every call makes)."""
-    try:
-        await audit_writer.write(lambda: gateway_call_finish(call=call, outcome=outcome, error=error))
-    except Exception:  # the answer goes back anyway: the call did run
-        logger.exception("could not record how gateway call %s ended", call.call_id)

@@ -197,24 +197,7 @@ def upstream_update(
     return locked
 
 
-# Decrypted once per process for each version of an upstream's settings: a call needs them all.
-_specs: dict[tuple[int, str], UpstreamSpec] = {}
-SPECS_KEPT = 256
-
-
 def upstream_spec(upstream: Upstream) -> UpstreamSpec:
-    """How to reach the upstream (its credentials decrypted)."""
-    key = (upstream.pk, upstream.updated_at.isoformat() if upstream.updated_at else "")
-    spec = _specs.get(key)
-    if spec is None or not key[1]:
-        spec = _build_spec(upstream)
-        if len(_specs) >= SPECS_KEPT:
-            _specs.clear()
-        _specs[key] = spec
-    return spec
-
-
-def _build_spec(upstream: Upstream) -> UpstreamSpec:
     return UpstreamSpec(
         pk=upstream.pk,
         name=upstream.name,
@@ -385,7 +368,7 @@ def exported_tool(exposed: str) -> tuple[UpstreamTool, UpstreamSpec] | None:
     return None if tool is None else (tool, upstream_spec(tool.upstream))
 
 
-def new_call(
+def _new_call(
     *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
 ) -> GatewayCall:
     return GatewayCall(
@@ -405,70 +388,71 @@ def gateway_call_open(
     *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
 ) -> GatewayCall:
     """The row of a call whose decision takes a while (a guard): it exists even if deciding fails."""
-    call = new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
+    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
     call.save()
     return call
 
 
-def call_decided(call: GatewayCall, *, decision: str, reason: str = "", **fields: Any) -> dict[str, Any]:
-    """Set the decision on the (unsaved) row and, for a forwarded call, its start time; the audit data."""
-    call.decision, call.reason = decision, reason[:500]
-    for key, value in fields.items():
-        setattr(call, key, value)
-    if decision in (GatewayCall.Decision.GUARDED, GatewayCall.Decision.PASSED):
-        call.outcome, call.forwarded_at = GatewayCall.Outcome.FORWARDED, timezone.now()
-    else:
-        call.outcome, call.ended_at = GatewayCall.Outcome.NOT_FORWARDED, timezone.now()
-    return {
-        "call_id": call.call_id,
-        "tool": f"{call.upstream_name}/{call.tool}",
-        "decision": decision,
-        "reason": call.reason,
-        "catalog_entry": call.catalog_entry,
-        "policy": call.policy,
-        "vm": call.vm,
-        "vm_arg": call.vm_arg,
-        "change_id": call.change_id,
-        "guard": call.guard_id,
-        "forwarded_at": call.forwarded_at.isoformat() if call.forwarded_at else None,
-    }
-
-
-def call_saved_with_sighting(call: GatewayCall, *, sighted: bool, argument_names: list[str]) -> None:
-    """Write the decided row and, for an unlisted tool, count its sighting: the writes of its audit event.
-
-    Runs inside the caller's transaction (the MCP audit writer's batch, ``rewind.mcp.auditlog``).
-    """
-    call.save()
+@transaction.atomic
+def gateway_call_record(
+    *,
+    agent_name: str,
+    agent_id: int | None,
+    tool: UpstreamTool,
+    arguments: Mapping[str, Any],
+    request_id: str,
+    decision: str,
+    reason: str,
+    sighted: bool = False,
+    **fields: Any,
+) -> GatewayCall:
+    """A call decided at once (passed, held or refused): its row, its sighting and its audit, in one transaction."""
+    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
     if sighted:
         try:
             tool_sighting_record(
-                tool=catalog_name(call.upstream_name, call.tool),
-                agent_name=call.agent_name,
-                argument_names=argument_names,
+                tool=catalog_name(tool.upstream.name, tool.name),
+                agent_name=agent_name,
+                argument_names=[str(k) for k in arguments],
             )
         except ApplicationError:
             pass  # a name the catalog cannot hold: the call row and its audit still record it
-
-
-def call_decided_target(call: GatewayCall) -> tuple[str, str]:
-    return ("gateway.call", call.call_id)
+    return gateway_call_decide(call=call, decision=decision, reason=reason, **fields)
 
 
 @transaction.atomic
 def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", **fields: Any) -> GatewayCall:
-    """Record the decision of a call already saved (a guarded one), audited: fail-closed.
+    """Record the decision and, for a forwarded call, its start time, audited: fail-closed.
 
     If this cannot be written, nothing is forwarded.
     """
-    data = call_decided(call, decision=decision, reason=reason, **fields)
+    call.decision, call.reason = decision, reason[:500]
+    for key, value in fields.items():
+        setattr(call, key, value)
+    forwarded = decision in (GatewayCall.Decision.GUARDED, GatewayCall.Decision.PASSED)
+    if forwarded:
+        call.outcome, call.forwarded_at = GatewayCall.Outcome.FORWARDED, timezone.now()
+    else:
+        call.outcome, call.ended_at = GatewayCall.Outcome.NOT_FORWARDED, timezone.now()
     call.save()
     audit_record(
         actor=Actor.agent(call.agent_name),
         action=GatewayAction.CALL_DECIDED,
-        target=call_decided_target(call),
+        target=("gateway.call", call.call_id),
         request_id=call.request_id or None,
-        data=data,
+        data={
+            "call_id": call.call_id,
+            "tool": f"{call.upstream_name}/{call.tool}",
+            "decision": decision,
+            "reason": call.reason,
+            "catalog_entry": call.catalog_entry,
+            "policy": call.policy,
+            "vm": call.vm,
+            "vm_arg": call.vm_arg,
+            "change_id": call.change_id,
+            "guard": call.guard_id,
+            "forwarded_at": call.forwarded_at.isoformat() if call.forwarded_at else None,
+        },
     )
     return call
 
@@ -476,4 +460,4 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
 def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> None:
     """How the forwarded call ended. Not a second audit row: the call's ``mcp.tool.called`` row
     (same request id as its ``gateway.call.decided`` row) records the outcome and the error."""
-    GatewayCall.objects.filter(call_id=call.call_id).update(outcome=outcome, error=error[:500], ended_at=timezone.now())
+    GatewayCall.objects.filter(pk=call.pk).update(outcome=outcome, error=error[:500], ended_at=timezone.now())

@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -51,9 +51,6 @@ class _Pending:
     request_id: str
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
-    # Writes that belong with the row: run first, in the same transaction (a part's own record
-    # of the call, whose audit row this is). An empty ``action`` means the writes alone.
-    before: Callable[[], object] | None = None
 
 
 @dataclass
@@ -91,33 +88,14 @@ class AuditWriter:
                 self._running -= 1
 
     async def record(
-        self,
-        *,
-        actor: Actor,
-        action: str,
-        target: tuple[str, str],
-        data: dict[str, Any],
-        request_id: str,
-        before: Callable[[], object] | None = None,
+        self, *, actor: Actor, action: str, target: tuple[str, str], data: dict[str, Any], request_id: str
     ) -> None:
-        """Return once the event is committed; raise what the database raised otherwise.
-
-        ``before`` runs first in the same transaction (it may run twice: again alone if its
-        batch failed), so what it writes and the event commit together or not at all.
-        """
+        """Return once the event is committed; raise what the database raised otherwise."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._ensure_thread()
-        self._queue.put(_Pending(actor, action, target, data, request_id, loop, future, before))
+        self._queue.put(_Pending(actor, action, target, data, request_id, loop, future))
         await future
-
-    async def write(self, fn: Callable[[], object]) -> None:
-        """Run ``fn`` (database writes, no event) in the writer's next batch; return once committed.
-
-        For a write every call makes: the writer's thread never contends with itself for the
-        database lock, as the pool's threads would.
-        """
-        await self.record(actor=Actor.system(), action="", target=("", ""), data={}, request_id="", before=fn)
 
     def _ensure_thread(self) -> None:
         if self._thread is not None and self._thread.is_alive():
@@ -205,13 +183,8 @@ class AuditWriter:
 
 
 def _append_many(batch: list[_Pending]) -> None:
-    """Run each item's writes, then append the events to the chain in order; the caller holds the transaction."""
-    for item in batch:
-        if item.before is not None:
-            item.before()
-    entries = [AuditEntry(i.actor, i.action, i.target, i.data, i.request_id) for i in batch if i.action]
-    if entries:
-        audit_append(entries)
+    """Append ``batch`` to the chain in order; the caller holds the transaction."""
+    audit_append([AuditEntry(i.actor, i.action, i.target, i.data, i.request_id) for i in batch])
 
 
 audit_writer = AuditWriter()
