@@ -19,6 +19,8 @@ retried call with the same change id reuses the guard. Otherwise each call gets 
 from __future__ import annotations
 
 import asyncio
+import functools
+import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -88,15 +90,24 @@ class ProgressRelay:
             logger.debug("could not relay progress", exc_info=True)
 
 
-def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | None:
-    """Why the arguments do not fit the upstream's input schema, in one sentence; None when they do."""
-    schema = tool.input_schema or {"type": "object"}
+@functools.lru_cache(maxsize=512)
+def _validator(schema_json: str) -> Any:
+    """The checked validator of one schema (checking a schema costs more than using it), or None if invalid."""
+    schema = json.loads(schema_json)
+    cls = validator_for(schema)
     try:
-        cls = validator_for(schema)
         cls.check_schema(schema)
     except SchemaError:
+        return None
+    return cls(schema)
+
+
+def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | None:
+    """Why the arguments do not fit the upstream's input schema, in one sentence; None when they do."""
+    validator = _validator(json.dumps(tool.input_schema or {"type": "object"}, sort_keys=True))
+    if validator is None:
         return f"{tool.exposed_name}: the upstream's input schema is not valid JSON Schema, so no call is forwarded"
-    errors = sorted(cls(schema).iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
+    errors = sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.absolute_path))
     if not errors:
         return None
     said = []

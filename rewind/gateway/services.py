@@ -197,7 +197,24 @@ def upstream_update(
     return locked
 
 
+# Decrypted once per process for each version of an upstream's settings: every call needs them.
+_specs: dict[tuple[int, str], UpstreamSpec] = {}
+SPECS_KEPT = 256
+
+
 def upstream_spec(upstream: Upstream) -> UpstreamSpec:
+    """How to reach the upstream (its credentials decrypted)."""
+    key = (upstream.pk, upstream.updated_at.isoformat() if upstream.updated_at else "")
+    spec = _specs.get(key)
+    if spec is None or not key[1]:
+        spec = _build_spec(upstream)
+        if len(_specs) >= SPECS_KEPT:
+            _specs.clear()
+        _specs[key] = spec
+    return spec
+
+
+def _build_spec(upstream: Upstream) -> UpstreamSpec:
     return UpstreamSpec(
         pk=upstream.pk,
         name=upstream.name,
