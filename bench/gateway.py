@@ -17,7 +17,7 @@ uvicorn (one worker) and one Celery worker for the guards.
    gateway when nothing queues for the cores.
 2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
    ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
-   ``guestshell__exec`` through the gateway, which guards then forwards. Target: p50(c) ≤ 1.1 ×
+   ``guestshell__exec`` through the gateway, which guards then forwards. Target: p50(c) ≤ 1.1 x
    (p50(a) + p50(b)).
 
 Prints figures and ratios measured in this one run; no thresholds are asserted. The load
