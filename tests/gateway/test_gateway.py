@@ -3,16 +3,22 @@ the guest shell as a real upstream MCP server, over HTTP and stdio."""
 
 from __future__ import annotations
 
+import contextlib
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, get_default_environment
 
 from catalog.models import ToolSighting
 from catalog.services import mutating_tool_add
 from rewind.audit import Actor
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, _target
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Upstream
-from rewind.gateway.services import upstream_create, upstream_update
+from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
 from rewind.models import AuditEvent, ChangeGuard
 from tests.gateway.conftest import GuestShellHttp, GuestShellStdio
 from tests.mcp.test_transport import run
@@ -266,3 +272,87 @@ def test_an_upstream_that_is_down_is_a_clear_error_and_others_still_work(
     assert row.outcome == "upstream_failed"
     ok = call(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
     assert not ok.is_error, text(ok)
+
+
+class _Junk(BaseHTTPRequestHandler):
+    """An "MCP server" that answers every request with a web page."""
+
+    def do_POST(self) -> None:
+        body = b"<html><body>It works!</body></html>"
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def junk_url() -> Any:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Junk)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}/mcp"
+    server.shutdown()
+
+
+def test_an_upstream_that_answers_garbage_is_a_clear_error_and_others_still_work(
+    mcp_sites: Any, agent_token: Any, mcp_client: Any, guestshell_http: GuestShellHttp, junk_url: str
+) -> None:
+    add_http_upstream(guestshell_http)
+    junk = upstream_create(actor=ADMIN, name="junk", url=junk_url, connect_timeout_s=3, default_policy="pass")
+    with pytest.raises(UpstreamUnavailable, match="upstream junk"):
+        upstream_tools_refresh(junk)
+    junk.refresh_from_db()
+    assert "upstream junk" in junk.last_error
+    # As if it had listed a tool before it broke.
+    schema = {"type": "object", "properties": {"host": {"type": "string"}}}
+    upstream_tools_record(upstream=junk, listed=[ListedTool("peek", "", "", schema, None, None, None)], reserved=set())
+    _agent, token = agent_token
+    result = call(mcp_client, token, "junk__peek", {"host": "web01"})
+    assert result.is_error
+    assert "upstream junk" in text(result)
+    ok = call(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
+    assert not ok.is_error, text(ok)
+
+
+def test_a_slow_upstream_is_cut_off_at_its_call_timeout(
+    mcp_sites: Any, agent_token: Any, mcp_client: Any, guestshell_http: GuestShellHttp
+) -> None:
+    add_http_upstream(guestshell_http, call_timeout_s=1)
+    _agent, token = agent_token
+    started = time.monotonic()
+    result = call(mcp_client, token, "guestshell__slow", {"seconds": 8})
+    assert time.monotonic() - started < 7
+    assert result.is_error
+    assert "upstream guestshell" in text(result)
+    row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
+    assert row.outcome in ("error", "upstream_failed")
+    assert row.error
+
+
+def test_a_stdio_upstream_gets_only_its_own_environment() -> None:
+    """Not this service's keys (the database URL, the encryption key...): the SDK passes its safe
+    defaults (PATH, HOME...) and the upstream's configured variables, nothing else."""
+    spec = UpstreamSpec(
+        pk=1,
+        name="s",
+        transport="stdio",
+        url="",
+        headers=(),
+        command=("python", "-m", "x"),
+        env=(("TOKEN", "its-own"),),
+        connect_timeout_s=5,
+        call_timeout_s=5,
+        version="v",
+    )
+    params = _target(spec, contextlib.AsyncExitStack())
+    assert params.env == {"TOKEN": "its-own"}
+    inherited = set(get_default_environment())
+    assert inherited <= set(DEFAULT_INHERITED_ENV_VARS)
+    assert not {k for k in inherited if k.startswith(("REWIND", "DJANGO", "DATABASE", "REDIS", "MCP_"))}
+    assert "its-own" not in repr(spec)
