@@ -47,6 +47,7 @@ def test_a_person_adds_an_upstream_tests_it_and_agents_see_its_tools(
     page.wait_for_url("**/admin/rewind/upstream/")
     upstream = Upstream.objects.get(name="guestshell")
     assert upstream_headers(upstream) == guestshell_http.headers
+    assert guestshell_http.token
     assert guestshell_http.token not in str(list(AuditEvent.objects.values_list("data", flat=True)))
 
     page.check(f"input[name=_selected_action][value='{upstream.pk}']")
