@@ -30,10 +30,12 @@ def _parts() -> tuple[dict[str, Any], str]:
 
 
 @pytest.fixture(scope="module")
-def schemas() -> dict[str, dict[str, Any]]:
+def schemas(django_db_setup: None, django_db_blocker: Any) -> dict[str, dict[str, Any]]:
     from rewind.agents.mcp_auth import AgentTokenStore
 
-    tools = run(build_server(token_store=AgentTokenStore()).list_tools())
+    # The list reads the gateway's upstream tools from the database (none here: only ours).
+    with django_db_blocker.unblock():
+        tools = run(build_server(token_store=AgentTokenStore()).list_tools())
     return {tool.name: tool.input_schema for tool in tools}
 
 
