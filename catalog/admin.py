@@ -124,6 +124,9 @@ class ClassifyMutatingForm(forms.Form):
         vm_arg = self.fields["vm_arg"]
         assert isinstance(vm_arg, forms.ChoiceField)
         vm_arg.choices = [("", "—")] + [(n, n) for n in names]
+        # Known before any call when the gateway listed the tool, or learned from a call that named a protected VM.
+        if sighting.suggested_vm_arg in names:
+            vm_arg.initial = sighting.suggested_vm_arg
         self.fields["description"].initial = f"Changes a guest ({sighting.tool})"
 
     def clean(self) -> dict[str, Any]:
@@ -137,7 +140,17 @@ class ClassifyMutatingForm(forms.Form):
 
 @admin.register(ToolSighting)
 class ToolSightingAdmin(ReadOnlyAdmin):
-    list_display = ["tool", "status", "count", "first_seen_at", "last_seen_at", "agent_list", "argument_list"]
+    list_display = [
+        "tool",
+        "status",
+        "count",
+        "first_seen_at",
+        "last_seen_at",
+        "agent_list",
+        "argument_list",
+        "suggested_vm_arg",
+        "read_only_hint",
+    ]
     list_filter = ["status"]
     search_fields = ["tool"]
     readonly_fields = [
@@ -147,6 +160,8 @@ class ToolSightingAdmin(ReadOnlyAdmin):
         "last_seen_at",
         "agents",
         "argument_names",
+        "suggested_vm_arg",
+        "annotations",
         "status",
         "classified_by",
         "classified_at",
@@ -156,6 +171,10 @@ class ToolSightingAdmin(ReadOnlyAdmin):
     @admin.display(description="agents")
     def agent_list(self, obj: ToolSighting) -> str:
         return ", ".join(str(a) for a in obj.agents)
+
+    @admin.display(description="annotated read-only", boolean=True)
+    def read_only_hint(self, obj: ToolSighting) -> bool | None:
+        return None if obj.annotations is None else bool(obj.annotations.get("readOnlyHint"))
 
     @admin.display(description="arguments seen")
     def argument_list(self, obj: ToolSighting) -> str:

@@ -227,7 +227,7 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         return decided(plan, GatewayCall.Decision.HELD, plan.reason, f"not forwarded: {plan.reason}")
     if plan.action != GUARD:
         return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None, sighted=not plan.catalog_entry)
-    call = gateway_call_open(**who)
+    call = gateway_call_open(**who, suggested_vm_arg="" if plan.catalog_entry else plan.vm_arg)
     try:
         guard = _guard_start(call, tool, plan, change_id)
     except ApplicationError as exc:

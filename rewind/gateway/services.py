@@ -401,13 +401,38 @@ def _new_call(
     )
 
 
+@transaction.atomic
 def gateway_call_open(
-    *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
+    *,
+    agent_name: str,
+    agent_id: int | None,
+    tool: UpstreamTool,
+    arguments: Mapping[str, Any],
+    request_id: str,
+    suggested_vm_arg: str = "",
 ) -> GatewayCall:
-    """The row of a call whose decision takes a while (a guard): it exists even if deciding fails."""
+    """The row of a call whose decision takes a while (a guard): it exists even if deciding fails.
+
+    ``suggested_vm_arg``: an unlisted tool guarded by its policy counts as a sighting, with the
+    argument that named a protected VM as the one to classify it with.
+    """
     call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
     call.save()
+    if suggested_vm_arg:
+        _sighting(tool, agent_name, arguments, suggested_vm_arg)
     return call
+
+
+def _sighting(tool: UpstreamTool, agent_name: str, arguments: Mapping[str, Any], suggested_vm_arg: str = "") -> None:
+    try:
+        tool_sighting_record(
+            tool=catalog_name(tool.upstream.name, tool.name),
+            agent_name=agent_name,
+            argument_names=[str(k) for k in arguments],
+            suggested_vm_arg=suggested_vm_arg,
+        )
+    except ApplicationError:
+        pass  # a name the catalog cannot hold: the call row and its audit still record it
 
 
 @transaction.atomic
@@ -426,14 +451,7 @@ def gateway_call_record(
     """A call decided at once (passed, held or refused): its row, its sighting and its audit, in one transaction."""
     call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
     if sighted:
-        try:
-            tool_sighting_record(
-                tool=catalog_name(tool.upstream.name, tool.name),
-                agent_name=agent_name,
-                argument_names=[str(k) for k in arguments],
-            )
-        except ApplicationError:
-            pass  # a name the catalog cannot hold: the call row and its audit still record it
+        _sighting(tool, agent_name, arguments)
     return gateway_call_decide(call=call, decision=decision, reason=reason, **fields)
 
 

@@ -176,6 +176,8 @@ def test_an_unlisted_tool_follows_its_upstreams_policy(
         assert row.decision == "guarded"
         assert row.vm_arg == "computer_name"
         assert result.meta["zerto-rewind/guard"]["ok"] is True
+        sighting = ToolSighting.objects.get(tool="guestshell/append_line")
+        assert (sighting.count, sighting.suggested_vm_arg) == (1, "computer_name")
     elif forwarded:
         assert row.decision == "passed"
         assert ToolSighting.objects.get(tool="guestshell/append_line").count == 1
