@@ -7,6 +7,8 @@ import concurrent.futures
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from django.db import connections
+
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, open_client, unavailable
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import (
@@ -18,6 +20,10 @@ from rewind.gateway.services import (
 )
 
 T = TypeVar("T")
+# A listing is one request: it gets the connect timeout plus at most this, whatever calls may take.
+LISTING_LIMIT_S = 60.0
+# Upstreams listed at once by the beat: one that hangs costs only its own thread.
+REFRESH_THREADS = 8
 
 
 def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
@@ -29,7 +35,7 @@ def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 async def list_upstream_tools(spec: UpstreamSpec) -> list[ListedTool]:
     async with open_client(spec) as client:
         try:
-            async with asyncio.timeout(spec.connect_timeout_s + spec.call_timeout_s):
+            async with asyncio.timeout(spec.connect_timeout_s + min(spec.call_timeout_s, LISTING_LIMIT_S)):
                 result = await client.list_tools()
         except (Exception, BaseExceptionGroup) as exc:
             raise unavailable(spec, exc, doing="listing its tools") from None
@@ -58,13 +64,21 @@ def upstream_tools_refresh(upstream: Upstream) -> ListingReport:
     return upstream_tools_record(upstream=upstream, listed=listed, reserved=set())
 
 
+def _refresh_one(upstream: Upstream) -> str:
+    try:
+        report = upstream_tools_refresh(upstream)
+    except UpstreamUnavailable as exc:
+        return exc.message
+    finally:
+        connections.close_all()  # this thread's own connections
+    return f"{len(report.exported)} tools, {len(report.collisions)} refused"
+
+
 def upstreams_refresh() -> dict[str, str]:
-    """Every enabled upstream's list, each bounded by its own timeouts; what each ended with."""
-    said: dict[str, str] = {}
-    for upstream in Upstream.objects.filter(enabled=True):
-        try:
-            report = upstream_tools_refresh(upstream)
-            said[upstream.name] = f"{len(report.exported)} tools, {len(report.collisions)} refused"
-        except UpstreamUnavailable as exc:
-            said[upstream.name] = exc.message
-    return said
+    """Every enabled upstream's list, at once, each bounded by its own timeouts; what each ended with."""
+    upstreams = list(Upstream.objects.filter(enabled=True))
+    if not upstreams:
+        return {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(REFRESH_THREADS, len(upstreams))) as pool:
+        outcomes = list(pool.map(_refresh_one, upstreams))
+    return {u.name: said for u, said in zip(upstreams, outcomes, strict=True)}

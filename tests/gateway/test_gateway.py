@@ -17,7 +17,7 @@ from catalog.services import mutating_tool_add
 from rewind.audit import Actor
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, _target
 from rewind.gateway.listing import upstream_tools_refresh
-from rewind.gateway.models import GatewayCall, Upstream
+from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
 from rewind.models import AuditEvent, ChangeGuard
 from tests.gateway.conftest import GuestShellHttp, GuestShellStdio
@@ -358,3 +358,17 @@ def test_a_stdio_upstream_gets_only_its_own_environment() -> None:
     assert inherited <= set(DEFAULT_INHERITED_ENV_VARS)
     assert not {k for k in inherited if k.startswith(("REWIND", "DJANGO", "DATABASE", "REDIS", "MCP_"))}
     assert "its-own" not in repr(spec)
+
+
+def test_the_beat_lists_every_upstream_at_once_and_a_down_one_only_reports_itself(
+    transactional_db: None, guestshell_http: GuestShellHttp
+) -> None:
+    from rewind.gateway.listing import upstreams_refresh
+
+    upstream_create(actor=ADMIN, name="guestshell", url=guestshell_http.url, headers=guestshell_http.headers)
+    upstream_create(actor=ADMIN, name="gone", url="http://127.0.0.1:9/mcp", connect_timeout_s=2)
+    said = upstreams_refresh()
+    assert said["guestshell"] == "5 tools, 0 refused"
+    assert said["gone"].startswith("upstream gone is unavailable")
+    assert Upstream.objects.get(name="gone").last_error == said["gone"]
+    assert UpstreamTool.objects.filter(upstream__name="guestshell", state="exported").count() == 5
