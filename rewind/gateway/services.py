@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
@@ -22,6 +23,7 @@ from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
+from rewind.mcp.endpoint import MCP_PATH
 
 CONNECT_TIMEOUT_RANGE = (1.0, 120.0)
 CALL_TIMEOUT_RANGE = (1.0, 3600.0)
@@ -102,6 +104,9 @@ def _clean_url(url: str) -> str:
         )
     if parts.username or parts.password:
         raise ApplicationError("put credentials in the upstream's headers, not in its URL")
+    own = urlsplit(settings.REWIND_PUBLIC_URL)
+    if parts.netloc.lower() == own.netloc.lower() and parts.path.rstrip("/") == MCP_PATH:
+        raise ApplicationError("that is this service's own MCP endpoint: an upstream must be another server")
     return url.strip()
 
 

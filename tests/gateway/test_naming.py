@@ -103,6 +103,7 @@ def test_listing_makes_sightings_with_a_suggested_vm_argument(db: None) -> None:
         ({"name": "SSH server"}, "an upstream name is"),
         ({"name": "ssh", "url": "ftp://h/mcp"}, "http(s) URL"),
         ({"name": "ssh", "url": "https://user:pw@h/mcp"}, "not in its URL"),
+        ({"name": "ssh", "url": "http://127.0.0.1:8000/mcp"}, "this service's own MCP endpoint"),
         ({"name": "ssh", "transport": "stdio", "command": []}, "needs its command as a list"),
         ({"name": "ssh", "transport": "stdio", "command": "npx ssh-mcp"}, "needs its command as a list"),
         ({"name": "ssh", "transport": "carrier-pigeon"}, "transport must be"),
