@@ -4,7 +4,8 @@ The list is what the last listing of each upstream stored in the database (refre
 beat, the admin's "Test connection" and the REST check), so every worker and replica answers
 the same in stateless mode. A call reads its tool's row afresh, so a policy set in the admin or
 an upstream switched off applies to the next call on every worker. Only "is this one of the
-gateway's names" is kept per process, briefly, to route a call without a query.
+gateway's names" is kept per process, briefly, to route a call without a query; a name not kept
+is looked up at once, so a tool listed a moment ago by another process is callable.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from rewind.mcp.server import RewindMCPServer
 # After the zerto tools: agents read those first, and some clients show only the head of the list.
 TOOLS_POSITION = 900
 NAMES_TTL_S = 5.0
-MISS_RECHECK_S = 1.0
 
 
 def _exported() -> Any:
@@ -76,7 +76,13 @@ class GatewayTools:
     async def has(self, name: str) -> bool:
         if SEPARATOR not in name:  # every exposed name has it; the zerto tools never do
             return False
-        return await self._known(name, NAMES_TTL_S) or await self._known(name, MISS_RECHECK_S)
+        if await self._known(name, NAMES_TTL_S):
+            return True
+        # Not among the names this process kept: listed since (maybe by another worker), or not a tool.
+        found = await run_db(_exported().filter(exposed_name=name).exists)
+        if found:
+            self._names_at = float("-inf")
+        return found
 
     async def call(self, name: str, arguments: dict[str, Any], context: Context | None) -> CallToolResult:
         result = await forward_call(name, arguments, context)
