@@ -156,6 +156,7 @@ def test_the_index_groups_the_lists_and_the_audit_list_fits_the_screen(live_serv
         "guards and checkpoints",
         "flr sessions",
         "the catalog",
+        "gateway",
         "agents and sites",
         "the audit",
         "people",
