@@ -20,6 +20,7 @@ from recoveries.selectors import flr_sessions_live_ours_by_site, flr_site_listin
 from rewind.audit.actions import McpAction, RecoveryAction
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.selectors import guard_counts_by_status, guard_waits_by_status
+from rewind.gateway.selectors import gateway_call_counts, upstream_tool_counts, upstreams_failing
 from rewind.metrics.tally import AuditTally
 from rewind.sites.zvm_shared import request_counter
 
@@ -133,6 +134,33 @@ def _mcp_calls() -> Iterator[Metric]:
     yield family
 
 
+def _gateway() -> Iterator[Metric]:
+    calls = CounterMetricFamily(
+        "rewind_gateway_calls",
+        "Calls through the gateway, by upstream, decision (guarded, passed, held, refused) and outcome.",
+        labels=["upstream", "decision", "outcome"],
+    )
+    for (upstream, decision, outcome), n in sorted(gateway_call_counts().items()):
+        calls.add_metric([upstream, decision, outcome], n)
+    yield calls
+    tools = GaugeMetricFamily(
+        "rewind_gateway_tools",
+        "Upstream tools, by upstream and state (exported, collision, gone).",
+        labels=["upstream", "state"],
+    )
+    for (upstream, state), n in sorted(upstream_tool_counts().items()):
+        tools.add_metric([upstream, state], n)
+    yield tools
+    failing = GaugeMetricFamily(
+        "rewind_gateway_upstream_listing_failed",
+        "1 when the enabled upstream's last tool listing failed (it may be down).",
+        labels=["upstream"],
+    )
+    for upstream, failed in sorted(upstreams_failing().items()):
+        failing.add_metric([upstream], 1 if failed else 0)
+    yield failing
+
+
 SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "guards": _guards,
     "guard_waits": _guard_waits,
@@ -141,6 +169,7 @@ SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "approvals": _approvals,
     "reaper": _reaper,
     "mcp_calls": _mcp_calls,
+    "gateway": _gateway,
 }
 
 

@@ -130,3 +130,24 @@ def test_credentials_are_stored_encrypted_and_never_audited(db: None) -> None:
     audited = str(list(AuditEvent.objects.values_list("data", flat=True)))
     assert "s3cret" not in audited
     assert "Authorization" in audited  # the names are, so a reader sees what changed
+
+
+def test_metrics_count_gateway_calls_tools_and_failing_upstreams(db: None, client: Any, settings: Any) -> None:
+    from rewind.gateway.services import gateway_call_record, upstream_listing_failed
+    from tests.rewind.test_metrics import TOKEN, scrape, value
+
+    settings.REWIND_METRICS_TOKEN = TOKEN
+    settings.REWIND_METRICS_ALLOWED_NETWORKS = []
+    up = upstream_create(actor=ADMIN, name="ssh", url="http://127.0.0.1:1/mcp")
+    upstream_tools_record(upstream=up, listed=[listed("exec"), listed("read")], reserved=set())
+    tool = UpstreamTool.objects.get(upstream=up, name="exec")
+    for decision in ("passed", "passed", "held"):
+        gateway_call_record(
+            agent_name="a", agent_id=None, tool=tool, arguments={}, request_id="r", decision=decision, reason=""
+        )
+    upstream_listing_failed(upstream=up, error="upstream ssh is unavailable")
+    samples = scrape(client)
+    assert value(samples, "rewind_gateway_calls_total", upstream="ssh", decision="passed", outcome="forwarded") == 2
+    assert value(samples, "rewind_gateway_calls_total", upstream="ssh", decision="held", outcome="not_forwarded") == 1
+    assert value(samples, "rewind_gateway_tools", upstream="ssh", state="exported") == 2
+    assert value(samples, "rewind_gateway_upstream_listing_failed", upstream="ssh") == 1
