@@ -300,10 +300,11 @@ def vm_from_arguments(entry: MutatingTool, arguments: Mapping[str, Any]) -> str:
         raise ApplicationError(
             f"argument {entry.vm_arg!r} (catalog entry {entry.pattern!r}) must name one VM; guard each host separately"
         )
-    return _host_only(value.strip())
+    return host_only(value.strip())
 
 
-def _host_only(value: str) -> str:
+def host_only(value: str) -> str:
+    """The host of ``user@host``, ``host:port`` or ``[ipv6]``: what names a VM in a tool argument."""
     host = value.rsplit("@", 1)[-1]
     if host.count(":") == 1:  # host:port; a bare IPv6 address has several colons
         name, port = host.split(":")

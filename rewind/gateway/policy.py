@@ -21,7 +21,7 @@ from typing import Any
 
 from catalog.models import ToolSighting
 from catalog.services import TOOL_RE, mutating_tool_match
-from rewind.checkpoints.services import vm_from_arguments
+from rewind.checkpoints.services import host_only, vm_from_arguments
 from rewind.errors import ApplicationError
 from rewind.gateway.models import Policy, UpstreamTool
 from rewind.gateway.naming import catalog_name
@@ -45,13 +45,6 @@ class Plan:
     vm_arg: str = ""
 
 
-def _host(value: str) -> str:
-    host = value.strip().rsplit("@", 1)[-1]
-    if host.count(":") == 1 and host.split(":")[1].isdigit():
-        host = host.split(":")[0]
-    return host
-
-
 def _single(value: Any) -> Any:
     return value[0] if isinstance(value, (list, tuple)) and len(value) == 1 else value
 
@@ -63,7 +56,7 @@ def _candidates(arguments: Mapping[str, Any], first: str) -> Iterator[tuple[str,
     for key in [*dict.fromkeys(named), *(str(k) for k in arguments if str(k) not in named)]:
         value = _single(arguments.get(key))
         if isinstance(value, str) and _HOST_LIKE.match(value.strip()):
-            yield key, _host(value), key in named
+            yield key, host_only(value.strip()), key in named
 
 
 def _no_dns(_host: str) -> list[str]:

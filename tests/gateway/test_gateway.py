@@ -21,6 +21,7 @@ from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
 from rewind.models import AuditEvent, ChangeGuard
 from tests.gateway.conftest import GuestShellHttp, GuestShellStdio
+from tests.guard.test_mcp import _call as call
 from tests.mcp.test_transport import run
 
 pytestmark = pytest.mark.timeout(240)
@@ -32,18 +33,6 @@ def add_http_upstream(shell: GuestShellHttp, name: str = "guestshell", **fields:
     upstream = upstream_create(actor=ADMIN, name=name, transport="http", url=shell.url, headers=shell.headers, **fields)
     upstream_tools_refresh(upstream)
     return upstream
-
-
-def call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
-    async def go() -> Any:
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            if progress is not None:
-                progress.append((value, total, message))
-
-        async with mcp_client(token) as client:
-            return await client.call_tool(tool, args, progress_callback=on_progress)
-
-    return run(go())
 
 
 def list_tools(mcp_client: Any, token: str) -> dict[str, Any]:
