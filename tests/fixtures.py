@@ -18,15 +18,30 @@ Personas (each a ``User``; the passwords are ``pw-<name>`` or ``pw-<name>-123`` 
 - ``staff_no_perms`` sam, ``viewer`` vera (every view permission of the REST API) and
   ``superuser`` root.
 
+Tasks:
+- ``eager``: tasks queued on commit run at once, right there;
+- ``inline_tasks`` (``InlineTasks``): the Celery messages this process sends are kept here and
+  run in this process, each at its own time (countdown), by ``inline_tasks.wait_for(probe)``.
+  For flows whose queue is not what the test is about (a guard's poll rounds that queue each
+  other, a recovery's run): the worker's own task functions, with no broker and no worker.
+  Tests of the queue itself (a killed worker, redelivery, the beat's sweeps restarting a dead
+  chain, servers in other processes queueing work) use the real ``worker`` of tests.conftest.
+
 Processes the tests start (the simulator, uvicorn, a Celery worker) are ``rewind.processes.Proc``
 (see tests.simfixtures, tests.mcpfixtures and tests.conftest).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import heapq
+import itertools
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pytest
 
@@ -179,3 +194,98 @@ def eager() -> Iterator[None]:
         yield
     finally:
         app.conf.task_always_eager = before
+
+
+T = TypeVar("T")
+
+
+@dataclass(order=True)
+class _Message:
+    due: float  # time.monotonic() at which it may run
+    seq: int  # ties run in the order they were sent
+    name: str = field(compare=False)
+    args: Sequence[Any] = field(compare=False)
+    kwargs: Mapping[str, Any] = field(compare=False)
+
+
+class InlineTasks:
+    """Celery messages sent by this process, run in this process at their own time.
+
+    ``send_task`` keeps each message (every way of queueing ends there: ``send_task``,
+    ``signature(...).delay()``, ``apply_async``) with the moment its countdown or eta allows;
+    ``run_due`` runs the due ones, oldest first, with the registered task's own function
+    (``Task.apply``, which raises what the task raised). Thread-safe: MCP worker threads and a
+    guard's VPG threads may queue too.
+    """
+
+    def __init__(self, app: Any) -> None:
+        self._app = app
+        self._queue: list[_Message] = []
+        self._seq = itertools.count()
+        self._lock = threading.Lock()
+        self.ran: list[str] = []  # task names in the order they ran
+
+    def send_task(
+        self,
+        name: str,
+        args: Sequence[Any] | None = None,
+        kwargs: Mapping[str, Any] | None = None,
+        countdown: float | None = None,
+        eta: datetime | None = None,
+        **_options: Any,
+    ) -> Any:
+        delay = float(countdown or 0.0)
+        if eta is not None:
+            delay = max(delay, (eta - datetime.now(eta.tzinfo)).total_seconds())
+        message = _Message(time.monotonic() + max(0.0, delay), next(self._seq), name, tuple(args or ()), kwargs or {})
+        with self._lock:
+            heapq.heappush(self._queue, message)
+        return self._app.AsyncResult(uuid.uuid4().hex)
+
+    def pending(self) -> list[str]:
+        with self._lock:
+            return [m.name for m in sorted(self._queue)]
+
+    def run_due(self) -> int:
+        """Run every message whose time has come (including those the runs queue for now); how many ran."""
+        ran = 0
+        while True:
+            with self._lock:
+                if not self._queue or self._queue[0].due > time.monotonic():
+                    return ran
+                message = heapq.heappop(self._queue)
+            self._app.tasks[message.name].apply(args=message.args, kwargs=message.kwargs, throw=True)
+            self.ran.append(message.name)
+            ran += 1
+
+    def wait_for(self, probe: Callable[[], T | None], timeout: float = 60.0) -> T:
+        """Run due messages until ``probe()`` is truthy; return it. A bound on a hang, not a speed check.
+
+        Between checks it waits for the next message's time, at most 0.1 s: what the tests wait
+        for (a checkpoint the simulator lists after its delay, a mount it finishes) is on the
+        simulator's side too.
+        """
+        deadline = time.monotonic() + timeout
+        while True:
+            value = probe()
+            if value:
+                return value
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"condition not met in {timeout} s; queued here: {self.pending()}")
+            if self.run_due():
+                continue
+            with self._lock:
+                next_due = self._queue[0].due if self._queue else None
+            pause = 0.1 if next_due is None else min(0.1, next_due - time.monotonic())
+            time.sleep(max(0.005, pause))
+
+
+@pytest.fixture
+def inline_tasks(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> InlineTasks:
+    """Queued tasks run in this process (``InlineTasks``); the test's data is committed, as a worker's would be."""
+    from rewind.celery import app
+
+    app.loader.import_default_modules()  # every task registered, so each message has its function
+    tasks = InlineTasks(app)
+    monkeypatch.setattr(app, "send_task", tasks.send_task)
+    return tasks

@@ -13,7 +13,7 @@ from recoveries.models import RecoveryRequest
 from rewind.models import Agent, ChangeGuard, ChangeGuardVpg, Site
 from rewind.protection import protection_cache_clear
 from rewind.sites import site_client
-from tests.fixtures import People
+from tests.fixtures import InlineTasks, People
 
 
 @pytest.fixture(autouse=True)
@@ -64,7 +64,10 @@ def insert_tagged_checkpoint(
     return guard
 
 
-def _wait(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
+def _wait(probe: Callable[[], Any], timeout: float = 30.0, tasks: InlineTasks | None = None) -> Any:
+    """Wait until ``probe()`` is truthy: running the queued tasks here (``tasks``), or while a worker runs them."""
+    if tasks is not None:
+        return tasks.wait_for(probe, timeout)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = probe()
@@ -74,14 +77,16 @@ def _wait(probe: Callable[[], Any], timeout: float = 30.0) -> Any:
     raise AssertionError("condition not met in time")
 
 
-def wait_finished(recovery: RecoveryRequest, timeout: float = 180.0) -> RecoveryRequest:
-    """Wait until the worker finished the run (a bound on a hang, not a speed check)."""
+def wait_finished(
+    recovery: RecoveryRequest, timeout: float = 180.0, tasks: InlineTasks | None = None
+) -> RecoveryRequest:
+    """Wait until the run finished, in this process (``tasks``) or in the worker (a bound on a hang, not a speed check)."""
 
     def done() -> bool:
         recovery.refresh_from_db()
         return recovery.status in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED)
 
-    _wait(done, timeout)
+    _wait(done, timeout, tasks)
     return recovery
 
 

@@ -1,4 +1,9 @@
-"""The runner and the reaper when the ZVM or the worker misbehave."""
+"""The runner and the reaper when the ZVM or the worker misbehave.
+
+Where the worker is not what misbehaves, the run is the runner's task in this process
+(``inline_tasks``); a ZVM restart in the middle of a run, a killed worker and the worker's memory
+need the real worker.
+"""
 
 from __future__ import annotations
 
@@ -33,11 +38,11 @@ def _live_ids(sim: Any, slug: str) -> set[str]:
 
 
 def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
     tagged("db01")
     sim.add_fault("unmount_fail", site="site-b", count=1)
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
+    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
     assert recovery.ok is True
@@ -58,10 +63,12 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     assert FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
 
 
-def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(worker, sim, sites, people, agent, tagged) -> None:
+def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(
+    inline_tasks, sim, sites, people, agent, tagged
+) -> None:
     tagged("db01")
     sim.add_fault("mount_unparseable", site="site-b", count=1)
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
+    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "unusable" in recovery.error
@@ -155,10 +162,10 @@ def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, si
     assert FlrSession.objects.filter(recovery=recovery).count() == 1
 
 
-def test_the_reaper_never_touches_another_operators_session(worker, sim, sites, people, agent, tagged) -> None:
+def test_the_reaper_never_touches_another_operators_session(inline_tasks, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"))
+    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
     recoveries_reap(now=timezone.now() + timedelta(days=1))
     assert _live_ids(sim, "site-b") == {foreign}

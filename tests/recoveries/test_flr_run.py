@@ -1,4 +1,5 @@
-"""The FLR runner end to end: real worker, simulator over HTTPS, real files."""
+"""The FLR runner end to end: its task run in this process (the queue is not under test), the
+simulator over HTTPS, real files."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ def _live(sim: Any, slug: str) -> list[dict[str, Any]]:
 
 
 def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
     old = sim.read_file("web01", "/etc/nginx/nginx.conf")
     tagged("web01", "chg-nginx")
@@ -35,7 +36,7 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     assert recovery.vpg_name in ("vpg-web", "vpg-web-dr")
 
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     data = Path(recovery.stored_path).read_bytes()
@@ -61,12 +62,12 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     } <= actions
 
 
-def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, tagged) -> None:
+def test_it_maps_a_separate_boot_partition(inline_tasks, sim, sites, people, agent, tagged) -> None:
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/grub/grub.cfg")
     assert recovery.checkpoint_source == RecoveryRequest.CheckpointSource.LATEST_TAGGED
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert recovery.flr_path == "partition#1 Ext4/grub/grub.cfg"
     assert Path(recovery.stored_path).read_bytes() == sim.read_file("web01", "/boot/grub/grub.cfg")
@@ -80,7 +81,7 @@ def test_it_maps_a_separate_boot_partition(worker, sim, sites, people, agent, ta
     ],
 )
 def test_it_recovers_a_windows_path_skipping_system_reserved(
-    worker, sim, sites, people, agent, tagged, path, normalized, flr_path
+    inline_tasks, sim, sites, people, agent, tagged, path, normalized, flr_path
 ) -> None:
     old = sim.read_file("win01", path)
     tagged("win01")
@@ -88,7 +89,7 @@ def test_it_recovers_a_windows_path_skipping_system_reserved(
     recovery = _request(agent, "win01", path)
     assert recovery.normalized_path == normalized
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert recovery.flr_path == flr_path
     assert Path(recovery.stored_path).read_bytes() == old
@@ -99,49 +100,49 @@ def test_it_recovers_a_windows_path_skipping_system_reserved(
     [("/etc", "not a file"), ("/etc/nope.conf", "does not exist")],
 )
 def test_it_fails_clearly_for_a_directory_or_an_absent_file(
-    worker, sim, sites, people, agent, tagged, path, message
+    inline_tasks, sim, sites, people, agent, tagged, path, message
 ) -> None:
     tagged("db01")
     recovery = _request(agent, "db01", path)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert message in recovery.error
     assert recovery.unmount_ok is True
     assert _live(sim, "site-b") == []
 
 
-def test_it_reports_a_mount_failure(worker, sim, sites, people, agent, tagged) -> None:
+def test_it_reports_a_mount_failure(inline_tasks, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     sim.add_fault("mount_fail", site="site-b")
     recovery = _request(agent, "db01", "/etc/my.cnf")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "MountFailed" in recovery.error
     assert _live(sim, "site-b") == []
 
 
-def test_it_fails_when_a_resync_wiped_the_checkpoint(worker, sim, sites, people, agent, tagged) -> None:
+def test_it_fails_when_a_resync_wiped_the_checkpoint(inline_tasks, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     recovery = _request(agent, "db01", "/etc/my.cnf")
     sim.resync("vpg-db")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "no longer exists" in recovery.error
     assert not FlrSession.objects.filter(recovery=recovery).exists()
 
 
 def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
     sim.set_file("web01", "partition#2 Ext4/boot/extra.cfg", text="hidden under the mount point")
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/extra.cfg")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     # /etc/fstab mounts the boot partition on /boot, so the guest sees its copy.
     assert recovery.flr_path == "partition#1 Ext4/extra.cfg"
@@ -149,7 +150,7 @@ def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
 
 
 def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
     sim.delete_file("web01", "/etc/fstab")
     sim.set_file("web01", "/boot/extra.cfg", text="on the boot partition")
@@ -157,7 +158,7 @@ def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/extra.cfg")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "ambiguous" in recovery.error
     assert "partition#1 Ext4/extra.cfg" in recovery.error

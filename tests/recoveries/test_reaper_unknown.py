@@ -18,18 +18,20 @@ from recoveries.reaper import _settle_time, recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.models import AuditEvent
 from rewind.sites import site_client
+from tests.fixtures import InlineTasks
 from tests.recoveries.conftest import wait_finished
 
 pytestmark = pytest.mark.timeout(300)
 S = FlrSession.Status
 
 
-def _failed_mount(sim: Any, agent: Any, people: Any, tagged: Any) -> FlrSession:
+def _failed_mount(tasks: InlineTasks, sim: Any, agent: Any, people: Any, tagged: Any) -> FlrSession:
+    """A recovery whose mount was answered 500, run by the runner's task in this process."""
     tagged("db01")
     sim.add_fault("http_error", site="site-b", status=500, path_regex=r"/v1/flrs$", method="POST", count=1)
     recovery = recovery_request_create(agent=agent, vm="db01", path="/etc/my.cnf", reason="undo")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     row = FlrSession.objects.get(recovery=recovery)
     assert row.status == S.UNKNOWN
@@ -47,9 +49,9 @@ def _ended_events(row: FlrSession) -> int:
 
 
 def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
-    row = _failed_mount(sim, agent, people, tagged)
+    row = _failed_mount(inline_tasks, sim, agent, people, tagged)
 
     # Right after the failure the ZVM may still be creating the session: nothing is ended.
     early = recoveries_reap()
@@ -72,8 +74,8 @@ def test_a_mount_answered_500_is_ended_once_settled_and_the_zvm_lists_nothing(
     assert recoveries_reap(now=_later()).unknown_ended == 0  # once
 
 
-def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, people, agent, tagged) -> None:
-    row = _failed_mount(sim, agent, people, tagged)
+def test_a_failed_session_listing_is_never_read_as_absent(inline_tasks, sim, sites, people, agent, tagged) -> None:
+    row = _failed_mount(inline_tasks, sim, agent, people, tagged)
     sim.add_fault("http_error", site="site-b", status=503, path_regex=r"/v1/flrs$", method="GET")
 
     report = recoveries_reap(now=_later())
@@ -88,10 +90,10 @@ def test_a_failed_session_listing_is_never_read_as_absent(worker, sim, sites, pe
 
 
 def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
     """The ZVM answered 500 but created the session afterwards: the sweep adopts and unmounts it."""
-    row = _failed_mount(sim, agent, people, tagged)
+    row = _failed_mount(inline_tasks, sim, agent, people, tagged)
     late = site_client(sites["site-b"]).flr_mount(
         vpg_id=row.vpg_identifier, vm_id=row.vm_identifier, checkpoint_id=row.checkpoint_identifier
     )
@@ -109,9 +111,9 @@ def test_a_session_listed_late_is_found_and_unmounted_not_ended_unseen(
 
 
 def test_several_fitting_sessions_are_left_alone_and_the_row_is_not_ended(
-    worker, sim, sites, people, agent, tagged
+    inline_tasks, sim, sites, people, agent, tagged
 ) -> None:
-    row = _failed_mount(sim, agent, people, tagged)
+    row = _failed_mount(inline_tasks, sim, agent, people, tagged)
     one = sim.open_foreign_session("site-b", "db01", "vpg-db", row.checkpoint_identifier)
     two = sim.open_foreign_session("site-b", "db01", "vpg-db", row.checkpoint_identifier)
 

@@ -117,16 +117,16 @@ def test_a_file_that_cannot_be_deleted_is_left_for_the_next_sweep(sim, sites, ag
 
 
 def test_a_real_recovery_is_purged_after_the_retention_period(
-    worker, sim, sites, people, agent, tagged, settings
+    inline_tasks, sim, sites, people, agent, tagged, settings
 ) -> None:
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
     assert recovery.status == "succeeded", recovery.error
     stored = Path(recovery.stored_path)
     assert stored.is_file()
-    settings.REWIND_STORAGE_DIR = stored.parent.parent  # where the worker put it
+    settings.REWIND_STORAGE_DIR = stored.parent.parent  # where the run put it
     settings.REWIND_RECOVERED_RETENTION_DAYS = 7
     assert recoveries_reap(now=timezone.now() + timedelta(days=6)).purged_results == 0
     assert recoveries_reap(now=timezone.now() + timedelta(days=8)).purged_results == 1

@@ -1,13 +1,12 @@
 """A recovery whose recovery site is down waits for it: no worker hangs, it runs when the site answers, until it expires.
 
-Real worker, simulator over HTTPS. Site B (the recovery site of db01's VPG) hangs on every path
-and is marked unavailable by one timed-out call of the test; the worker's run is refused by its
-circuit at once. Behaviour only (statuses, audit, the requests the simulator saw), never timings.
+The runner's task run in this process (``inline_tasks``), the simulator over HTTPS. Site B (the
+recovery site of db01's VPG) hangs on every path and is marked unavailable by one timed-out call
+of the test; the run is refused by its circuit at once, so it never waits for the hung ZVM. Behaviour only (statuses, audit, the requests the simulator saw), never timings.
 """
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -28,6 +27,7 @@ from rewind.models import AuditEvent, Site, SiteCircuit
 from rewind.sites import site_circuit, site_client, sites_probe
 from rewind.sites.circuit import CIRCUIT_PREFIX
 from rewind.zvm import ZvmTransientError
+from tests.fixtures import InlineTasks
 from tests.recoveries.conftest import wait_finished
 
 pytestmark = pytest.mark.timeout(300)
@@ -65,15 +65,15 @@ def _approved_request(agent: Any, people: Any, tagged: Any) -> RecoveryRequest:
     return recovery_request_create(agent=agent, vm="db01", path=PATH, reason="config broke", change_id="chg-db")
 
 
-def _wait_waiting(recovery: RecoveryRequest, timeout: float = 180.0) -> RecoveryRequest:
-    """Until the worker parked the run (a bound on a hang, not a speed check)."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+def _wait_waiting(tasks: InlineTasks, recovery: RecoveryRequest, timeout: float = 180.0) -> RecoveryRequest:
+    """Until the run parked (a bound on a hang, not a speed check)."""
+
+    def parked() -> bool:
         recovery.refresh_from_db()
-        if recovery.status not in (RecoveryRequest.Status.APPROVED, RecoveryRequest.Status.RUNNING):
-            return recovery
-        time.sleep(0.1)
-    raise AssertionError(f"recovery {recovery.pk} still {recovery.status} after {timeout} s")
+        return recovery.status not in (RecoveryRequest.Status.APPROVED, RecoveryRequest.Status.RUNNING)
+
+    tasks.wait_for(parked, timeout)
+    return recovery
 
 
 def _actions(recovery: RecoveryRequest) -> list[str]:
@@ -81,7 +81,7 @@ def _actions(recovery: RecoveryRequest) -> list[str]:
 
 
 def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_answers(
-    worker: Any, sim: Any, sites: dict[str, Site], people: Any, agent: Any, tagged: Any, site_b_down: int
+    inline_tasks: InlineTasks, sim: Any, sites: dict[str, Site], people: Any, agent: Any, tagged: Any, site_b_down: int
 ) -> None:
     old = sim.read_file("db01", PATH)
     recovery = _approved_request(agent, people, tagged)
@@ -89,10 +89,10 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     seen = _seen(sim, "site-b")
 
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)  # approving is still allowed
-    recovery = _wait_waiting(recovery)
+    recovery = _wait_waiting(inline_tasks, recovery)
 
     assert recovery.status == RecoveryRequest.Status.WAITING
-    assert _seen(sim, "site-b") == seen  # the worker never waited for the hung ZVM
+    assert _seen(sim, "site-b") == seen  # the run never waited for the hung ZVM
     assert recovery.site_unavailable_since is not None
     assert "did not answer" in recovery.site_unavailable_reason
     waiting = recovery_dict(recovery)["waiting_for_site"]
@@ -114,7 +114,7 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     assert sites_probe().probed == {"Site B": "available"}
     assert recoveries_resume_waiting().queued == 1
     assert recoveries_resume_waiting().queued == 0  # queued once, not per sweep
-    recovery = wait_finished(recovery)
+    recovery = wait_finished(recovery, tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert Path(recovery.stored_path).read_bytes() == old
@@ -125,11 +125,11 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
 
 
 def test_a_run_still_waiting_when_the_request_expires_fails_saying_so(
-    worker: Any, sim: Any, sites: dict[str, Site], people: Any, agent: Any, tagged: Any, site_b_down: int
+    inline_tasks: InlineTasks, sim: Any, sites: dict[str, Site], people: Any, agent: Any, tagged: Any, site_b_down: int
 ) -> None:
     recovery = _approved_request(agent, people, tagged)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = _wait_waiting(recovery)
+    recovery = _wait_waiting(inline_tasks, recovery)
     assert recovery.status == RecoveryRequest.Status.WAITING
 
     report = recoveries_resume_waiting(now=recovery.expires_at + timedelta(seconds=1))

@@ -6,6 +6,9 @@ plausible way ("hostile" makes all of them go that way at once), and the same fl
 hold: a guard is ok, the right file comes back byte for byte from the right partition, the
 mount is gone afterwards, and a missing file or a folder is refused clearly.
 
+The guard's poll rounds and the recovery's run are the worker's own task functions, run in the
+test's process (``inline_tasks``): the queue is not what these tests are about.
+
 Run one variant: ``pytest tests/recoveries/test_variant_matrix.py -k browse-400``.
 """
 
@@ -20,7 +23,8 @@ from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.checkpoints.services import checkpoint_request_create
 from rewind.models import ChangeGuard
-from tests.recoveries.conftest import _wait, wait_finished
+from tests.fixtures import InlineTasks
+from tests.recoveries.conftest import wait_finished
 from zvmsim.variants import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,7 +37,7 @@ def variant(request: pytest.FixtureRequest, sim: Any) -> str:
     return str(request.param)
 
 
-def _guarded(agent: Any, vm: str, change_id: str) -> ChangeGuard:
+def _guarded(tasks: InlineTasks, agent: Any, vm: str, change_id: str) -> ChangeGuard:
     outcome = checkpoint_request_create(
         agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config", change_id=change_id, timeout_s=120
     )
@@ -44,15 +48,15 @@ def _guarded(agent: Any, vm: str, change_id: str) -> ChangeGuard:
         guard = ChangeGuard.objects.get(pk=guard_id)
         return guard if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) else None
 
-    guard: ChangeGuard = _wait(finished, 150)
+    guard = tasks.wait_for(finished, 150)
     assert guard.status == ChangeGuard.Status.OK, [(r.vpg_name, r.status, r.error) for r in guard.vpgs.all()]
     return guard
 
 
-def _recovered(agent: Any, people: Any, vm: str, path: str, change_id: str) -> RecoveryRequest:
+def _recovered(tasks: InlineTasks, agent: Any, people: Any, vm: str, path: str, change_id: str) -> RecoveryRequest:
     recovery = recovery_request_create(agent=agent, vm=vm, path=path, reason="the change broke it", change_id=change_id)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    return wait_finished(recovery)
+    return wait_finished(recovery, tasks=tasks)
 
 
 def _no_live_mounts(sim: Any) -> list[dict[str, Any]]:
@@ -72,54 +76,56 @@ def _assert_recovered(recovery: RecoveryRequest, flr_path: str, expected: bytes)
 
 
 def test_linux_files_come_back_from_root_and_from_a_separate_boot_partition(
-    variant, worker, sim, sites, people, agent
+    variant, inline_tasks, sim, sites, people, agent
 ) -> None:
     nginx, grub = sim.read_file("web01", "/etc/nginx/nginx.conf"), sim.read_file("web01", "/boot/grub/grub.cfg")
-    _guarded(agent, "web01", "chg-linux")
+    _guarded(inline_tasks, agent, "web01", "chg-linux")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken by the change\n")
     sim.set_file("web01", "/boot/grub/grub.cfg", text="broken too\n")
 
     _assert_recovered(
-        _recovered(agent, people, "web01", "/etc/nginx/nginx.conf", "chg-linux"),
+        _recovered(inline_tasks, agent, people, "web01", "/etc/nginx/nginx.conf", "chg-linux"),
         "partition#2 Ext4/etc/nginx/nginx.conf",
         nginx,
     )
     _assert_recovered(
-        _recovered(agent, people, "web01", "/boot/grub/grub.cfg", "chg-linux"), "partition#1 Ext4/grub/grub.cfg", grub
+        _recovered(inline_tasks, agent, people, "web01", "/boot/grub/grub.cfg", "chg-linux"),
+        "partition#1 Ext4/grub/grub.cfg",
+        grub,
     )
     assert _no_live_mounts(sim) == []
 
 
-def test_windows_paths_in_any_case_on_c_and_d(variant, worker, sim, sites, people, agent) -> None:
+def test_windows_paths_in_any_case_on_c_and_d(variant, inline_tasks, sim, sites, people, agent) -> None:
     config, report = (
         sim.read_file("win01", "C:\\inetpub\\wwwroot\\Web.config"),
         sim.read_file("win01", "D:\\data\\report.csv"),
     )
-    _guarded(agent, "win01", "chg-win")
+    _guarded(inline_tasks, agent, "win01", "chg-win")
     sim.set_file("win01", "C:\\inetpub\\wwwroot\\Web.config", text="clobbered")
     sim.set_file("win01", "D:\\data\\report.csv", text="clobbered")
 
     _assert_recovered(
-        _recovered(agent, people, "win01", "c:\\INETPUB\\WWWROOT\\Web.Config", "chg-win"),
+        _recovered(inline_tasks, agent, people, "win01", "c:\\INETPUB\\WWWROOT\\Web.Config", "chg-win"),
         "partition#2 NTFS/inetpub/wwwroot/Web.config",
         config,
     )
     _assert_recovered(
-        _recovered(agent, people, "win01", "D:\\DATA\\Report.CSV", "chg-win"),
+        _recovered(inline_tasks, agent, people, "win01", "D:\\DATA\\Report.CSV", "chg-win"),
         "partition#3 NTFS/data/report.csv",
         report,
     )
     assert _no_live_mounts(sim) == []
 
 
-def test_a_missing_file_or_a_folder_is_refused_clearly(variant, worker, sim, sites, people, agent) -> None:
-    _guarded(agent, "web01", "chg-bad")
+def test_a_missing_file_or_a_folder_is_refused_clearly(variant, inline_tasks, sim, sites, people, agent) -> None:
+    _guarded(inline_tasks, agent, "web01", "chg-bad")
     for path, message in (
         ("/etc/nginx/missing.conf", "does not exist"),
         ("/etc/nginx", "not a file"),
         ("/boot/grub/nope.cfg", "does not exist"),
     ):
-        recovery = _recovered(agent, people, "web01", path, "chg-bad")
+        recovery = _recovered(inline_tasks, agent, people, "web01", path, "chg-bad")
         assert recovery.status == RecoveryRequest.Status.FAILED, path
         assert message in recovery.error, recovery.error
         assert "HTTP" not in recovery.error  # an error status was not passed off as the answer
