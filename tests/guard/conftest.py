@@ -10,6 +10,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from rewind.models import Agent, ChangeGuard
+from tests.fixtures import InlineTasks
 
 
 @pytest.fixture(autouse=True)
@@ -36,8 +37,16 @@ def agent(db: None) -> Agent:
     return Agent.objects.create(name="ops-bot", owner=owner)
 
 
-def wait_finished(guard: ChangeGuard, timeout: float = 60.0) -> ChangeGuard:
-    """Poll the record until the wait task finished it (the worker runs in another process)."""
+def wait_finished(guard: ChangeGuard, timeout: float = 60.0, tasks: InlineTasks | None = None) -> ChangeGuard:
+    """Until the guard ended: its tasks run here (``tasks``), or the worker runs them in another process."""
+
+    def ended() -> bool:
+        guard.refresh_from_db()
+        return guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
+
+    if tasks is not None:
+        tasks.wait_for(ended, timeout)
+        return guard
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         guard.refresh_from_db()

@@ -1,4 +1,8 @@
-"""Tagged checkpoints against the simulator with a real Celery worker."""
+"""Tagged checkpoints against the simulator.
+
+The insert step and the site pollers' rounds run in this process (``inline_tasks``); a worker
+killed mid-wait or mid-call needs the real Celery worker.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from django.db import connection
 from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume
 from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
+from tests.fixtures import InlineTasks
 from tests.guard.conftest import tagged, wait_finished
 
 
@@ -22,7 +27,10 @@ def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
     return outcome.guard
 
 
-def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0) -> None:
+def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0, tasks: InlineTasks | None = None) -> None:
+    if tasks is not None:
+        tasks.wait_for(lambda: all(r.status == status for r in guard.vpgs.all()), timeout)
+        return
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if all(r.status == status for r in guard.vpgs.all()):
@@ -31,8 +39,10 @@ def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0) -> None:
     raise AssertionError(f"rows of guard {guard.pk} not all {status}: {[r.status for r in guard.vpgs.all()]}")
 
 
-def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
-    guard = wait_finished(_request(agent, "app01", action="edit app.conf"))
+def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
+    guard = wait_finished(_request(agent, "app01", action="edit app.conf"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
@@ -50,24 +60,26 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(sim: Any, sites
     assert "guard.ok" in actions
 
 
-def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
-    guard = wait_finished(_request(agent, "db01"))
+def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
+    guard = wait_finished(_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
     assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=")
     assert guard.tag.endswith("Z")
 
 
-def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1.5)
-    guard = wait_finished(_request(agent, "web01"))
+    guard = wait_finished(_request(agent, "web01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     assert all(r.waited_ms is not None and r.waited_ms >= 1500 for r in guard.vpgs.all())
 
 
-def test_it_fails_when_the_checkpoint_is_never_listed(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_it_fails_when_the_checkpoint_is_never_listed(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
     sim.add_fault("checkpoint_never_listed", count=1)
-    guard = wait_finished(_request(agent, "web01", timeout_s=3))
+    guard = wait_finished(_request(agent, "web01", timeout_s=3), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     statuses = sorted(r.status for r in guard.vpgs.all())
     assert statuses == [TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.TIMED_OUT]
@@ -76,25 +88,27 @@ def test_it_fails_when_the_checkpoint_is_never_listed(sim: Any, sites: Any, agen
     assert AuditEvent.objects.filter(action="guard.failed", target_id=str(guard.pk)).exists()
 
 
-def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("task_fail", message="Journal is full", count=1)
-    guard = wait_finished(_request(agent, "db01"))
+    guard = wait_finished(_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.FAILED
     assert "Journal is full" in row.error
 
 
-def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=2)
     guard = _request(agent, "app01")
-    _wait_rows(guard, TaggedCheckpoint.Status.WAITING)
+    _wait_rows(guard, TaggedCheckpoint.Status.WAITING, tasks=inline_tasks)
     sim.add_fault("expire_tokens")
-    guard = wait_finished(guard)
+    guard = wait_finished(guard, tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
 
 
-def test_concurrent_requests_with_one_change_id_insert_once(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_concurrent_requests_with_one_change_id_insert_once(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
     outcomes: list[Any] = []
     errors: list[BaseException] = []
     start = threading.Barrier(4)
@@ -118,16 +132,18 @@ def test_concurrent_requests_with_one_change_id_insert_once(sim: Any, sites: Any
     assert not errors, errors
     assert len({o.guard.pk for o in outcomes}) == 1
     assert sum(o.created for o in outcomes) == 1
-    guard = wait_finished(outcomes[0].guard)
+    guard = wait_finished(outcomes[0].guard, tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     for vpg in ("vpg-web", "vpg-web-dr"):
         assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
 
 
-def test_the_same_change_id_returns_the_existing_record(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_the_same_change_id_returns_the_existing_record(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
     first = checkpoint_request_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
     assert first.guard is not None
-    wait_finished(first.guard)
+    wait_finished(first.guard, tasks=inline_tasks)
     again = checkpoint_request_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
     assert not again.created
     assert again.guard is not None
@@ -226,10 +242,12 @@ def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
     )
 
 
-def test_an_insert_that_never_reached_the_zvm_is_made_once_more(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
+def test_an_insert_that_never_reached_the_zvm_is_made_once_more(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
     # A 502 from a proxy: the ZVM never saw the call. No tag, no insert task → insert again, once.
     sim.add_fault("http_error", site="site-a", status=502, path_regex="/checkpoints$", method="POST", count=1)
-    guard = wait_finished(_request(agent, "db01", timeout_s=60))
+    guard = wait_finished(_request(agent, "db01", timeout_s=60), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk))
     assert [e.data["retry"] for e in requested.order_by("seq")] == [False, True]

@@ -10,6 +10,7 @@ from django.core.management import call_command
 from rewind.checkpoints import pacing
 from rewind.checkpoints.services import checkpoint_request_create
 from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
+from tests.fixtures import InlineTasks
 from tests.guard.conftest import tagged, wait_finished
 
 FIVE_MINUTES = 300.0
@@ -31,10 +32,10 @@ def _calls(sim: Any, slug: str) -> int:
 
 @pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
 def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
-    sim: Any, sites: Any, agent: Any, worker: Any, offset_s: float
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, offset_s: float
 ) -> None:
     _clock(sim, "site-a", offset_s)
-    guard = wait_finished(_request(agent, "app01", timeout_s=40))
+    guard = wait_finished(_request(agent, "app01", timeout_s=40), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     for vpg in ("vpg-app-1", "vpg-app-2", "vpg-app-3"):
         assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
@@ -52,12 +53,12 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
 
 @pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
 def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
-    sim: Any, sites: Any, agent: Any, worker: Any, offset_s: float
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, offset_s: float
 ) -> None:
     _clock(sim, "site-a", offset_s)
     sim.add_fault("checkpoint_never_listed", site="site-a")
     before = _calls(sim, "site-a")
-    guard = wait_finished(_request(agent, "db01", timeout_s=4))
+    guard = wait_finished(_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT

@@ -18,6 +18,7 @@ from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.selectors import guard_report
 from rewind.checkpoints.services import checkpoint_request_create
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
+from tests.fixtures import InlineTasks
 from tests.guard.conftest import tagged, wait_finished
 from tests.mcp.test_transport import run
 from tests.mcpfixtures import make_agent_token
@@ -26,13 +27,13 @@ pytestmark = pytest.mark.timeout(300)
 DELAY_S = 6.0
 
 
-def _timed_out_guard(sim: Any, agent: Any, change_id: str) -> ChangeGuard:
+def _timed_out_guard(sim: Any, agent: Any, change_id: str, tasks: InlineTasks | None = None) -> ChangeGuard:
     sim.add_fault("checkpoint_listing_delay", seconds=DELAY_S, count=1)
     outcome = checkpoint_request_create(
         agent_name=agent.name, agent_id=agent.pk, vm="db01", action="edit my.cnf", change_id=change_id, timeout_s=1
     )
     assert outcome.guard is not None
-    guard = wait_finished(outcome.guard)
+    guard = wait_finished(outcome.guard, tasks=tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT
@@ -56,9 +57,9 @@ def _late_events(guard: ChangeGuard) -> list[AuditEvent]:
 
 
 def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(
-    sim: Any, sites: Any, agent: Any, worker: Any
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
-    guard = _timed_out_guard(sim, agent, "chg-late-1")
+    guard = _timed_out_guard(sim, agent, "chg-late-1", tasks=inline_tasks)
 
     # Not listed yet: the sweep looks, finds nothing, records nothing.
     early = checkpoints_listed_late_sweep()
@@ -105,8 +106,8 @@ def test_a_checkpoint_listed_after_the_timeout_is_recorded_late_and_recoverable(
     assert by_default.checkpoint_listed_late_at is not None
 
 
-def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, worker: Any) -> None:
-    guard = _timed_out_guard(sim, agent, "chg-late-2")
+def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
+    guard = _timed_out_guard(sim, agent, "chg-late-2", tasks=inline_tasks)
     _wait_listed_on_zvm(sim, guard)
     sim.add_fault("http_error", site="site-a", status=500, path_regex="/checkpoints$", method="GET")
 
@@ -124,9 +125,9 @@ def test_a_listing_error_records_nothing(sim: Any, sites: Any, agent: Any, worke
 
 
 def test_a_guard_past_the_horizon_is_not_looked_at(
-    sim: Any, sites: Any, agent: Any, worker: Any, settings: Any
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, settings: Any
 ) -> None:
-    guard = _timed_out_guard(sim, agent, "chg-late-3")
+    guard = _timed_out_guard(sim, agent, "chg-late-3", tasks=inline_tasks)
     _wait_listed_on_zvm(sim, guard)
     TaggedCheckpoint.objects.filter(guard=guard).update(insert_started_at=guard.requested_at.replace(year=2020))
 
@@ -160,8 +161,10 @@ def test_a_recovery_over_mcp_finds_the_late_checkpoint_itself(
     assert len(_late_events(guard)) == 1
 
 
-def test_admin_and_rest_show_the_late_listing(sim: Any, sites: Any, agent: Any, worker: Any, admin_user: Any) -> None:
-    guard = _timed_out_guard(sim, agent, "chg-late-5")
+def test_admin_and_rest_show_the_late_listing(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, admin_user: Any
+) -> None:
+    guard = _timed_out_guard(sim, agent, "chg-late-5", tasks=inline_tasks)
     _wait_listed_on_zvm(sim, guard)
     checkpoints_listed_late_sweep()
     client = Client()
