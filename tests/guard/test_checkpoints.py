@@ -39,6 +39,14 @@ def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0, tasks: In
     raise AssertionError(f"rows of guard {guard.pk} not all {status}: {[r.status for r in guard.vpgs.all()]}")
 
 
+def _wait_calls(sim: Any, slug: str, key: str, count: int, timeout: float = 30.0) -> None:
+    """Until the simulator has seen ``count`` calls of ``key`` (a bound on a hang, not a delay)."""
+    deadline = time.monotonic() + timeout
+    while sim.calls(slug).get(key, 0) < count:
+        assert time.monotonic() < deadline, f"the simulator saw no {key} on {slug}: {sim.calls(slug)}"
+        time.sleep(0.05)
+
+
 def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
@@ -217,7 +225,8 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
     sim.add_fault("hang", seconds=2, path_regex="/checkpoints$", method="POST", count=1)
     guard = _request(agent, "db01", timeout_s=120)
     _wait_rows(guard, TaggedCheckpoint.Status.INSERTING)
-    time.sleep(0.5)
+    # In flight: the simulator counted the insert call, whose answer the hang holds for 2 s.
+    _wait_calls(sim, "site-a", "POST /v1/vpgs/{vpg_id}/checkpoints", 1)
     worker.kill()
     worker.start()
     guard = _wait_via_status(guard.pk, timeout=90)

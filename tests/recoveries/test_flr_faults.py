@@ -8,7 +8,6 @@ need the real worker.
 from __future__ import annotations
 
 import hashlib
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -191,4 +190,3 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     print(f"worker peak RSS {peak_mib:.0f} MiB for a {size >> 20} MiB file")
     assert 0 < peak_mib < 200  # the file is never held whole in memory
     Path(recovery.stored_path).unlink()
-    time.sleep(0)

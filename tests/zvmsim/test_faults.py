@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 
 import pytest
 import requests
@@ -26,7 +25,8 @@ def test_checkpoint_listing_delay(sim: SimHandle, zvm_a: Zvm) -> None:
     vpg, task = _insert(zvm_a, "vpg-db", "slow")
     assert zvm_a.wait_task(task)["Status"]["State"] == 6
     assert _tags(zvm_a, vpg) == []
-    wait_for(lambda: _tags(zvm_a, vpg) == ["slow"])
+    sim.advance_clock(3)  # listed 3 s after its task completed, which is already past
+    assert _tags(zvm_a, vpg) == ["slow"]
 
 
 def test_checkpoint_never_listed(sim: SimHandle, zvm_a: Zvm) -> None:
@@ -50,11 +50,13 @@ def test_task_fail(sim: SimHandle, zvm_a: Zvm) -> None:
 def test_task_delay(sim: SimHandle, zvm_a: Zvm) -> None:
     sim.add_fault("task_delay", seconds=60)
     _, task = _insert(zvm_a, "vpg-db", "waiting")
-    time.sleep(0.5)
+    sim.advance_clock(30)  # far past an undelayed task's 0.3 s, half of this one's 60
     status = zvm_a.get(f"v1/tasks/{task}")["Status"]
     assert status["State"] == 1
-    assert status["Progress"] < 100
+    assert 45 <= status["Progress"] < 100  # about half way
     assert zvm_a.get("v1/tasks", params={"status": "InProgress"})[0]["TaskIdentifier"] == task
+    sim.advance_clock(30)
+    assert zvm_a.get(f"v1/tasks/{task}")["Status"]["State"] == 6
 
 
 def test_http_error_with_count_and_method(sim: SimHandle, zvm_a: Zvm) -> None:
@@ -136,10 +138,12 @@ def test_mount_fail(sim: SimHandle, zvm_b: Zvm) -> None:
 
 
 def test_mount_delay(sim: SimHandle, zvm_b: Zvm) -> None:
-    sim.add_fault("mount_delay", seconds=1)
+    sim.add_fault("mount_delay", seconds=60)
     session = zvm_b.mount("vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    sim.advance_clock(30)  # far past an undelayed mount's 0.3 s
     assert zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "MountInProgress"
-    assert zvm_b.wait_mounted(session) == "MountCompletedSuccessfully"
+    sim.advance_clock(30)
+    assert zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "MountCompletedSuccessfully"
 
 
 def test_unmount_fail_keeps_the_session(sim: SimHandle, zvm_b: Zvm) -> None:

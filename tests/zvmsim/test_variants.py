@@ -92,12 +92,14 @@ def test_zip_members_are_named_as_the_variant_says(sim: SimHandle, zvm_b: Zvm, n
 @pytest.mark.parametrize("pending", [404, 409])
 def test_a_delayed_download_answers_pending_until_ready(sim: SimHandle, zvm_b: Zvm, pending: int) -> None:
     session = _mounted(zvm_b, "vpg-web", "web01")
-    sim.set_variants("site-b", download_ready_after_s=1.0, download_pending_status=pending)
+    sim.set_variants("site-b", download_ready_after_s=60.0, download_pending_status=pending)
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     first = zvm_b.request("GET", url)
     assert first.status_code == pending
     assert "being prepared" in first.json()["Message"]
-    ready = wait_for(lambda: (r := zvm_b.request("GET", url)).status_code == 200 and r, 30)
+    sim.advance_clock(60)
+    ready = zvm_b.request("GET", url)
+    assert ready.status_code == 200
     assert b"server_name web01" in ready.content
 
 
