@@ -57,7 +57,7 @@ def run(url: str, size: int, worker: Proc) -> None:
     from django.utils import timezone
 
     from recoveries.services import recovery_request_approve, recovery_request_create
-    from rewind.models import Agent, ChangeGuard, ChangeGuardVpg
+    from rewind.models import Agent, ChangeGuard, TaggedCheckpoint
     from rewind.sites import site_client
 
     control = sim_control()
@@ -90,7 +90,7 @@ def run(url: str, size: int, worker: Proc) -> None:
         status="ok",
         timeout_s=60,
     )
-    ChangeGuardVpg.objects.create(
+    TaggedCheckpoint.objects.create(
         guard=guard,
         vpg_identifier=vpg["identifier"],
         vpg_name=vpg["name"],

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from recoveries.models import RecoveryRequest
-from rewind.models import Agent, ChangeGuard, ChangeGuardVpg, Site
+from rewind.models import Agent, ChangeGuard, Site, TaggedCheckpoint
 from rewind.protection import protection_cache_clear
 from rewind.sites import site_client
 from tests.fixtures import InlineTasks, People
@@ -49,7 +49,7 @@ def insert_tagged_checkpoint(
         # The lambdas run before the loop moves on, so binding the loop variables is safe.
         _wait(lambda: client.get_task(task_id).completed)  # noqa: B023
         found = _wait(lambda: next((c for c in client.list_checkpoints(vpg["identifier"]) if c.tag == tag), None))  # noqa: B023
-        ChangeGuardVpg.objects.create(
+        TaggedCheckpoint.objects.create(
             guard=guard,
             vpg_identifier=vpg["identifier"],
             vpg_name=vpg["name"],
@@ -59,7 +59,7 @@ def insert_tagged_checkpoint(
             recovery_site_name=sites[vpg["recovery"]].name,
             checkpoint_identifier=found.identifier,
             checkpoint_timestamp=found.timestamp,
-            status=ChangeGuardVpg.Status.LISTED,
+            status=TaggedCheckpoint.Status.LISTED,
         )
     return guard
 

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 from recoveries.resolve import bind_checkpoint, checkpoint_window
-from rewind.models import ChangeGuardVpg
+from rewind.models import TaggedCheckpoint
 from rewind.sites import site_client
 
 
@@ -15,7 +15,7 @@ def test_the_checkpoint_time_is_converted_to_the_recovery_sites_clock(sim: Any, 
     sim.control("POST", "variants", {"site": "site-a", "clock_offset_s": -300})
     sim.control("POST", "variants", {"site": "site-b", "clock_offset_s": 120})
     guard = tagged("db01")
-    row = ChangeGuardVpg.objects.get(guard=guard)
+    row = TaggedCheckpoint.objects.get(guard=guard)
     assert row.checkpoint_timestamp is not None
 
     bound = bind_checkpoint(vm="db01", change_id="chg-1")
@@ -32,5 +32,5 @@ def test_the_checkpoint_time_is_converted_to_the_recovery_sites_clock(sim: Any, 
 
 def test_clocks_that_agree_with_ours_leave_the_time_as_listed(sim: Any, sites: Any, tagged: Any) -> None:
     guard = tagged("db01")
-    row = ChangeGuardVpg.objects.get(guard=guard)
+    row = TaggedCheckpoint.objects.get(guard=guard)
     assert bind_checkpoint(vm="db01", change_id="chg-1").checkpoint_timestamp == row.checkpoint_timestamp

@@ -8,7 +8,7 @@ import pytest
 
 from recoveries.services import recovery_request_create
 from rewind.audit import Actor
-from rewind.models import ChangeGuard, ChangeGuardVpg, Site
+from rewind.models import ChangeGuard, Site, TaggedCheckpoint
 from rewind.sites import site_check, site_update
 from rewind.sites.zvm_shared import shared_breaker
 
@@ -29,7 +29,7 @@ def _make_unhealthy(sim: Any, site: Site) -> None:
 
 def _only_on(guard: ChangeGuard, vpg_name: str) -> None:
     """As if the other VPGs' inserts of this change had failed."""
-    guard.vpgs.exclude(vpg_name=vpg_name).update(status=ChangeGuardVpg.Status.FAILED)
+    guard.vpgs.exclude(vpg_name=vpg_name).update(status=TaggedCheckpoint.Status.FAILED)
 
 
 def test_with_two_vpgs_to_the_same_site_the_newest_change_wins_then_the_name(sim, sites, agent, tagged) -> None:
