@@ -121,7 +121,9 @@ class DbPacer:
                 type(exc).__name__,
             )
             return LOCAL_PACER.reserve(key, per_s)
-        return max(0.0, slot - now)
+        # Counted from now, after the commit: a commit that waited for the write lock must not
+        # be slept on top of the slot, or the sender arrives in the next window, over the cap.
+        return max(0.0, slot - time.time())
 
     @staticmethod
     def _locked_row(key: str) -> ZvmRateWindow:

@@ -13,6 +13,7 @@ import os
 import subprocess
 import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -211,3 +212,19 @@ def test_a_call_inside_a_transaction_holds_no_lock_on_the_shared_cap() -> None:
     assert ZvmRateWindow.objects.get(key="zvm-in-tx").recent == before
     pacer.reserve("zvm-in-tx", 5.0)
     assert len(ZvmRateWindow.objects.get(key="zvm-in-tx").recent.split()) == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slow commit (the write lock held by another process) is not added to the sender's wait."""
+    import rewind.sites.zvm_shared as shared
+
+    pacer = DbPacer()
+    # One request per 1.05 s window; reads of the clock: the first reservation (inside, then
+    # after its commit), the second inside its transaction at 100.1, its commit done at 100.4.
+    readings = iter([100.0, 100.0, 100.1, 100.4])
+    monkeypatch.setattr(shared, "time", SimpleNamespace(time=lambda: next(readings)))
+    assert pacer.reserve("zvm-slow-commit", 1.0) == 0.0
+    wait = pacer.reserve("zvm-slow-commit", 1.0)
+    # Its slot is 100.0 + 1.05; counted from 100.4, not from 100.1 (which would send it 0.3 s late).
+    assert wait == pytest.approx(101.05 - 100.4)
