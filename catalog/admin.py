@@ -12,6 +12,7 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from catalog.models import MutatingTool, ToolSighting
+from catalog.selectors import mutating_tool_get
 from catalog.services import (
     mutating_tool_add,
     mutating_tool_remove,
@@ -21,7 +22,7 @@ from catalog.services import (
     tool_sighting_classify_readonly,
     validate_entry_fields,
 )
-from rewind.admin_base import ReadOnlyAdmin
+from rewind.admin_base import ReadOnlyAdmin, show_saved
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
 
@@ -74,7 +75,7 @@ class MutatingToolAdmin(admin.ModelAdmin):
         fields = {k: data[k] for k in ("vm_arg", "platform", "description", "enabled") if k in data}
         try:
             if change:
-                saved = mutating_tool_update(actor=_actor(request), tool=MutatingTool.objects.get(pk=obj.pk), **fields)
+                saved = mutating_tool_update(actor=_actor(request), tool=mutating_tool_get(obj.pk), **fields)
             else:
                 saved = mutating_tool_add(
                     actor=_actor(request),
@@ -88,8 +89,7 @@ class MutatingToolAdmin(admin.ModelAdmin):
         except ApplicationError as exc:
             self.message_user(request, exc.message, messages.ERROR)
             return
-        obj.pk = saved.pk
-        obj.refresh_from_db()
+        show_saved(obj, mutating_tool_get(saved.pk))
 
     def delete_model(self, request: HttpRequest, obj: MutatingTool) -> None:
         mutating_tool_remove(actor=_actor(request), tool=obj)

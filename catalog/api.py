@@ -17,7 +17,13 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.models import MutatingTool, ToolSighting
-from catalog.selectors import mutating_tool_get, mutating_tool_queryset, tool_sighting_get, tool_sighting_queryset
+from catalog.selectors import (
+    mutating_tool_get,
+    mutating_tool_pattern_taken,
+    mutating_tool_queryset,
+    tool_sighting_get,
+    tool_sighting_queryset,
+)
 from catalog.services import (
     VM_ARG_RE,
     mutating_tool_add,
@@ -99,7 +105,7 @@ class MutatingToolListApi(APIView):
                 pattern = normalize_pattern(value)
             except ApplicationError as exc:
                 raise serializers.ValidationError(exc.message) from None
-            if MutatingTool.objects.filter(pattern=pattern).exists():
+            if mutating_tool_pattern_taken(pattern):
                 raise serializers.ValidationError(f"the catalog already has an entry {pattern!r}")
             return pattern
 
@@ -241,7 +247,7 @@ class ToolSightingClassifyApi(APIView):
             )
         else:
             tool_sighting_classify_readonly(actor=actor_of(request), sighting=sighting)
-        sighting.refresh_from_db()
+        sighting = tool_sighting_get(pk)  # as classifying left it
         return Response(
             {
                 "sighting": ToolSightingOutputSerializer(sighting).data,

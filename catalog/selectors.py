@@ -24,6 +24,11 @@ def mutating_tool_get(pk: int) -> MutatingTool:
     return tool
 
 
+def mutating_tool_pattern_taken(pattern: str) -> bool:
+    """Whether an entry has ``pattern`` (normalized) already: the form says so before the service refuses it."""
+    return MutatingTool.objects.filter(pattern=pattern).exists()
+
+
 def tool_sighting_queryset(*, status: str | None = None) -> QuerySet[ToolSighting]:
     qs = ToolSighting.objects.all()
     if status:

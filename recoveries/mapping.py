@@ -156,8 +156,9 @@ class _Browser:
 def _with_full_path(folder: str, item: BrowseItem) -> BrowseItem:
     """The item with its path from the mount root, however the ZVM spelled it.
 
-    Item paths appear to be full paths (fact sheet, INFERRED); a ZVM that gives only the
-    name still gets browsed correctly: the name is joined to the parent's own path.
+    Item paths appear to be full paths (inferred: the API documentation does not say); a ZVM
+    that gives only the name still gets browsed correctly: the name is joined to the parent's
+    own path.
     """
     path = item.path.strip("/")
     if folder and not path.lower().startswith(folder.lower() + "/"):

@@ -75,6 +75,17 @@ def status_column(field: str = "status", description: str = "status") -> Callabl
     return status
 
 
+def show_saved(obj: Model, saved: Model) -> None:
+    """Give the admin's own instance the values of ``saved``, the row a service wrote.
+
+    A ``save_model`` that saves through a service leaves the admin holding the form's instance;
+    the admin then names it in its message and its log entry, so it must show what was stored.
+    """
+    for f in saved._meta.concrete_fields:
+        setattr(obj, f.attname, getattr(saved, f.attname))
+    obj._state.db = saved._state.db
+
+
 def actor_for(request: HttpRequest) -> Actor:
     """The signed-in person, as the actor of what an admin action changes."""
     return Actor.user(request.user.get_username())

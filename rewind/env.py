@@ -153,8 +153,8 @@ def database_from_url(name: str, url: str, *, var_dir: Path) -> dict[str, object
 
 
 def sqlite_database(path: Path, *, test_path: Path) -> dict[str, object]:
-    # Measured (shared/infra.md): IMMEDIATE removes "database is locked" in read-then-write
-    # transactions; WAL lets readers run beside the single writer.
+    # Measured: IMMEDIATE removes "database is locked" in read-then-write transactions; WAL
+    # lets readers run beside the single writer.
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": path,

@@ -44,7 +44,7 @@ class Checkpoint:
     identifier: str
     timestamp: float
     tag: str | None
-    type: int  # 0 journal, 1 tagged (a guess, see zvm-api.md §6)
+    type: int  # 0 journal, 1 tagged (a guess: the API documentation does not say)
     # vm identifier (lower) -> captured tree; a VM absent here holds its pristine tree
     captures: dict[str, FsView] = field(default_factory=dict)
     visible_at: float | None = 0.0  # None: never listed

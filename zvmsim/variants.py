@@ -1,8 +1,8 @@
 """Behaviours the ZVM API leaves undocumented, each selectable per site.
 
-The fact sheet (zvm-api.md) marks these UNKNOWN or CONFLICT, and the client must work with
-every plausible answer. Each field's default is what this simulator did before variants
-existed; every other value is one a real ZVM could plausibly give. They are set on the
+The API's documentation leaves these unknown, or says two things about them, and the client
+must work with every plausible answer. Each field's default is what this simulator did before
+variants existed; every other value is one a real ZVM could plausibly give. They are set on the
 command line (for every site) and changed at run time through ``POST /_sim/variants``
 (for one site or all); ``/_sim/reset`` goes back to the command line's values.
 

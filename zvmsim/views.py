@@ -1,4 +1,4 @@
-"""PascalCase JSON shapes of the ZVM 10.x API (zvm-api.md §3-§8)."""
+"""PascalCase JSON shapes of the ZVM 10.x API (what the documentation leaves open: ``zvmsim.variants``)."""
 
 from __future__ import annotations
 

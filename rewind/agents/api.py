@@ -182,7 +182,8 @@ class AgentTokenRevokeApi(APIView):
         )
     )
     def post(self, request: Request, pk: int, token_id: int) -> Response:
-        token = agent_token_get(agent=agent_get(pk), token_id=token_id)
+        agent = agent_get(pk)
+        token = agent_token_get(agent=agent, token_id=token_id)
         revoked = agent_token_revoke(actor=actor_of(request), token=token, request_id=request_id_of(request))
-        token.refresh_from_db()
+        token = agent_token_get(agent=agent, token_id=token_id)  # as revoking left it
         return Response({"revoked": revoked, "token": AgentTokenOutputSerializer(token).data})

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Exists, Min, OuterRef, QuerySet
+from django.db.models import Min, QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -13,7 +13,7 @@ from django.utils.safestring import SafeString
 from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
-from rewind.checkpoints.selectors import guard_progress, guards_waiting_for_worker
+from rewind.checkpoints.selectors import guard_progress, guards_timed_out, guards_waiting_for_worker
 from rewind.workers.selectors import workers_seen
 
 
@@ -64,13 +64,8 @@ class TimedOutFilter(admin.SimpleListFilter):
         return [("yes", "Yes"), ("no", "No")]
 
     def queryset(self, request: HttpRequest, queryset: QuerySet[ChangeGuard]) -> QuerySet[ChangeGuard]:
-        timed_out = Exists(
-            TaggedCheckpoint.objects.filter(guard=OuterRef("pk"), status=TaggedCheckpoint.Status.TIMED_OUT)
-        )
-        if self.value() == "yes":
-            return queryset.filter(timed_out)
-        if self.value() == "no":
-            return queryset.exclude(timed_out)
+        if self.value() in ("yes", "no"):
+            return guards_timed_out(queryset, timed_out=self.value() == "yes")
         return queryset
 
 

@@ -38,11 +38,13 @@ from rewind.checkpoints.rows import (
     row_since,
 )
 from rewind.checkpoints.selectors import site_listing_times_s
-from rewind.checkpoints.zvmtasks import INSERT_TASK_TYPE
 from rewind.sites.models import Site
 from rewind.zvm import Checkpoint, Task, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
 logger = logging.getLogger(__name__)
+
+# The type of the ZVM tasks that insert a tagged checkpoint.
+INSERT_TASK_TYPE = "InsertTaggedCP"
 
 # An insert whose outcome is unknown is repeated only when, this long after we started
 # wondering, the ZVM lists neither the tag nor an insert task for the VPG.

@@ -12,6 +12,7 @@ from typing import Any, cast
 from django.db.models import (
     Count,
     DurationField,
+    Exists,
     ExpressionWrapper,
     F,
     Min,
@@ -298,6 +299,13 @@ def guard_list(
     if change_id:
         qs = qs.filter(change_id=change_id)
     return qs.order_by("-requested_at", "-pk")
+
+
+def guards_timed_out(guards: QuerySet[ChangeGuard], *, timed_out: bool) -> QuerySet[ChangeGuard]:
+    """``guards`` narrowed to those with a VPG whose checkpoint was not listed in time
+    (``timed_out=False``: those without): the admin's filter the dashboard's "timed out" links to."""
+    has_one = Exists(TaggedCheckpoint.objects.filter(guard=OuterRef("pk"), status=TaggedCheckpoint.Status.TIMED_OUT))
+    return guards.filter(has_one) if timed_out else guards.exclude(has_one)
 
 
 def guard_get(pk: int) -> ChangeGuard:

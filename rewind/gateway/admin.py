@@ -19,6 +19,7 @@ from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.selectors import upstream_exported_count, upstream_get, upstream_tool_get, upstream_tool_problem
 from rewind.gateway.services import upstream_create, upstream_tool_set_policy, upstream_update
 
 
@@ -128,7 +129,7 @@ class UpstreamAdmin(admin.ModelAdmin):
 
     @admin.display(description="tools exported")
     def tool_count(self, obj: Upstream) -> int:
-        return obj.tools.filter(state=UpstreamTool.State.EXPORTED).count()
+        return upstream_exported_count(obj)
 
     def save_model(self, request: HttpRequest, obj: Upstream, form: Any, change: bool) -> None:
         data = form.cleaned_data
@@ -136,11 +137,12 @@ class UpstreamAdmin(admin.ModelAdmin):
             k: data[k] for k in ("transport", "url", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy")
         }
         fields["command"] = data["command_json"]
+        stored = upstream_get(obj.pk) if change else None
         try:
-            if change:
+            if stored is not None:
                 saved = upstream_update(
                     actor=actor_for(request),
-                    upstream=Upstream.objects.get(pk=obj.pk),
+                    upstream=stored,
                     headers=data["headers"],
                     env=data["env"],
                     **fields,
@@ -168,8 +170,8 @@ class UpstreamAdmin(admin.ModelAdmin):
                 request, f"{upstream.name}: OK, {len(report.exported)} tools exported ({names})", messages.SUCCESS
             )
             for name in report.collisions:
-                tool = upstream.tools.get(name=name)
-                self.message_user(request, f"{upstream.name}/{name} refused: {tool.problem}", messages.WARNING)
+                problem = upstream_tool_problem(upstream=upstream, name=name)
+                self.message_user(request, f"{upstream.name}/{name} refused: {problem}", messages.WARNING)
             if report.new_sightings:
                 self.message_user(
                     request,
@@ -227,7 +229,7 @@ class UpstreamToolAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: UpstreamTool, form: Any, change: bool) -> None:
         upstream_tool_set_policy(
-            actor=actor_for(request), tool=UpstreamTool.objects.get(pk=obj.pk), policy=form.cleaned_data["policy"]
+            actor=actor_for(request), tool=upstream_tool_get(obj.pk), policy=form.cleaned_data["policy"]
         )
 
 

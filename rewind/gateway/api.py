@@ -15,10 +15,10 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import NotFoundError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.selectors import gateway_call_list, upstream_get, upstream_list, upstream_tool_get
 from rewind.gateway.services import (
     upstream_create,
     upstream_env,
@@ -28,13 +28,6 @@ from rewind.gateway.services import (
 )
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
-
-
-def _upstream(pk: int) -> Upstream:
-    found = Upstream.objects.filter(pk=pk).first()
-    if found is None:
-        raise NotFoundError(f"no upstream #{pk}")
-    return found
 
 
 class UpstreamToolSerializer(serializers.ModelSerializer):
@@ -115,7 +108,7 @@ class UpstreamListApi(APIView):
     @extend_schema(responses=UpstreamOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
         return paginated_response(
-            queryset=Upstream.objects.prefetch_related("tools"),
+            queryset=upstream_list(),
             serializer_class=UpstreamOutputSerializer,
             request=request,
             view=self,
@@ -141,11 +134,11 @@ class UpstreamDetailApi(APIView):
 
     @extend_schema(responses=UpstreamOutputSerializer)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(UpstreamOutputSerializer(_upstream(pk)).data)
+        return Response(UpstreamOutputSerializer(upstream_get(pk)).data)
 
     @extend_schema(request=UpstreamInputSerializer, responses=UpstreamOutputSerializer)
     def patch(self, request: Request, pk: int) -> Response:
-        upstream = _upstream(pk)
+        upstream = upstream_get(pk)
         data = UpstreamInputSerializer(data=request.data, partial=True)
         data.is_valid(raise_exception=True)
         fields: dict[str, Any] = dict(data.validated_data)
@@ -163,12 +156,12 @@ class UpstreamCheckApi(APIView):
 
     @extend_schema(request=None, responses=UpstreamOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
-        upstream = _upstream(pk)
+        upstream = upstream_get(pk)
         try:
             report = upstream_tools_refresh(upstream)
         except UpstreamUnavailable as exc:
             return Response({"ok": False, "error": exc.message})
-        upstream.refresh_from_db()
+        upstream = upstream_get(pk)  # as the listing left it
         return Response(
             {"ok": True, "error": None, **report.__dict__, "upstream_detail": UpstreamOutputSerializer(upstream).data}
         )
@@ -185,9 +178,7 @@ class UpstreamToolPolicyApi(APIView):
         responses=UpstreamToolSerializer,
     )
     def post(self, request: Request, pk: int) -> Response:
-        tool = UpstreamTool.objects.select_related("upstream").filter(pk=pk).first()
-        if tool is None:
-            raise NotFoundError(f"no upstream tool #{pk}")
+        tool = upstream_tool_get(pk)
         policy = request.data.get("policy", "") if isinstance(request.data, dict) else None
         if not isinstance(policy, str):
             raise serializers.ValidationError({"policy": "give a string: pass, guard-if-protected, hold or empty"})
@@ -211,9 +202,7 @@ class GatewayCallListApi(APIView):
 
     @extend_schema(responses=GatewayCallSerializer(many=True))
     def get(self, request: Request) -> Response:
-        calls = GatewayCall.objects.all()
-        if agent := request.query_params.get("agent"):
-            calls = calls.filter(agent_name=agent)
-        if decision := request.query_params.get("decision"):
-            calls = calls.filter(decision=decision)
+        calls = gateway_call_list(
+            agent=request.query_params.get("agent"), decision=request.query_params.get("decision")
+        )
         return paginated_response(queryset=calls, serializer_class=GatewayCallSerializer, request=request, view=self)

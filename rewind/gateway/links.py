@@ -174,9 +174,3 @@ def link_for(spec: UpstreamSpec) -> Link:
             link.discard()
         link = links[spec.pk] = Link(spec)
     return link
-
-
-def close_links() -> None:
-    """Close every session of this loop (tests, and a settings change seen by every worker)."""
-    for link in _links.pop(asyncio.get_running_loop(), {}).values():
-        link.discard()

@@ -22,18 +22,13 @@ from mcp_types import Tool as MCPTool
 from rewind.gateway.forward import forward_call
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.naming import SEPARATOR
+from rewind.gateway.selectors import exported_name_exists, exported_names, exported_tools
 from rewind.mcp.context import run_db
 from rewind.mcp.server import RewindMCPServer
 
 # After the zerto tools: agents read those first, and some clients show only the head of the list.
 TOOLS_POSITION = 900
 NAMES_TTL_S = 5.0
-
-
-def _exported() -> Any:
-    return UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED, upstream__enabled=True).select_related(
-        "upstream"
-    )
 
 
 def as_mcp_tool(t: UpstreamTool) -> MCPTool:
@@ -51,11 +46,7 @@ def as_mcp_tool(t: UpstreamTool) -> MCPTool:
 
 
 def _listing() -> list[MCPTool]:
-    return [as_mcp_tool(t) for t in _exported().order_by("upstream__name", "name")]
-
-
-def _names() -> frozenset[str]:
-    return frozenset(_exported().values_list("exposed_name", flat=True))
+    return [as_mcp_tool(t) for t in exported_tools()]
 
 
 class GatewayTools:
@@ -67,7 +58,7 @@ class GatewayTools:
 
     async def _known(self, name: str, max_age: float) -> bool:
         if time.monotonic() - self._names_at >= max_age:
-            self._names, self._names_at = await run_db(_names), time.monotonic()
+            self._names, self._names_at = await run_db(exported_names), time.monotonic()
         return name in self._names
 
     async def tools(self) -> list[MCPTool]:
@@ -79,7 +70,7 @@ class GatewayTools:
         if await self._known(name, NAMES_TTL_S):
             return True
         # Not among the names this process kept: listed since (maybe by another worker), or not a tool.
-        found = await run_db(_exported().filter(exposed_name=name).exists)
+        found = await run_db(exported_name_exists, name)
         if found:
             self._names_at = float("-inf")
         return found

@@ -2,9 +2,74 @@
 
 from __future__ import annotations
 
-from django.db.models import Count
+from django.db.models import Count, QuerySet
 
+from rewind.errors import NotFoundError
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
+
+
+def upstream_list() -> QuerySet[Upstream]:
+    """Every upstream with its tools in one more query: each one is shown with its tool list."""
+    return Upstream.objects.prefetch_related("tools")
+
+
+def upstream_get(pk: int) -> Upstream:
+    """The upstream ``pk``, read afresh. Raises NotFoundError."""
+    found = Upstream.objects.filter(pk=pk).first()
+    if found is None:
+        raise NotFoundError(f"no upstream #{pk}")
+    return found
+
+
+def upstream_tool_get(pk: int) -> UpstreamTool:
+    """The tool ``pk`` with its upstream (a policy change is audited under ``upstream/tool``). Raises NotFoundError."""
+    tool = UpstreamTool.objects.select_related("upstream").filter(pk=pk).first()
+    if tool is None:
+        raise NotFoundError(f"no upstream tool #{pk}")
+    return tool
+
+
+def upstream_tool_problem(*, upstream: Upstream, name: str) -> str:
+    """Why the upstream's tool ``name`` is not exported (empty when it is): what a refused tool is told."""
+    return upstream.tools.get(name=name).problem
+
+
+def upstream_exported_count(upstream: Upstream) -> int:
+    """How many of the upstream's tools agents can call."""
+    return upstream.tools.filter(state=UpstreamTool.State.EXPORTED).count()
+
+
+def _exported() -> QuerySet[UpstreamTool]:
+    return UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED, upstream__enabled=True).select_related(
+        "upstream"
+    )
+
+
+def exported_tools() -> list[UpstreamTool]:
+    """The tools agents see on /mcp: exported by an enabled upstream, by upstream then name.
+
+    Read from what the last listings stored, so every worker and replica answers the same."""
+    return list(_exported().order_by("upstream__name", "name"))
+
+
+def exported_names() -> frozenset[str]:
+    """The exposed names of ``exported_tools``: what a process keeps briefly to route a call without a query."""
+    return frozenset(_exported().values_list("exposed_name", flat=True))
+
+
+def exported_name_exists(exposed_name: str) -> bool:
+    """Whether ``exposed_name`` is an exported tool now (listed since a process last kept the names, maybe)."""
+    return _exported().filter(exposed_name=exposed_name).exists()
+
+
+def gateway_call_list(*, agent: str | None = None, decision: str | None = None) -> QuerySet[GatewayCall]:
+    """Calls through the gateway in the model's order (newest first), by agent name and decision when given."""
+    calls = GatewayCall.objects.all()
+    if agent:
+        calls = calls.filter(agent_name=agent)
+    if decision:
+        calls = calls.filter(decision=decision)
+    return calls
 
 
 def gateway_call_counts() -> dict[tuple[str, str, str], int]:

@@ -119,7 +119,3 @@ class CachedTokenVerifier:
     @property
     def how_to_get_a_token(self) -> str:
         return self._store.how_to_get_a_token
-
-    def forget_all(self) -> None:
-        with self._lock:
-            self._cache.clear()

@@ -21,7 +21,7 @@ and peer sites: names and types), which changes only when sites are paired or re
 least a minute (``state.DIRECTORY_MIN_TTL_S``).
 
 Sites that cannot be asked (the rule; see ``_complete_or_refuse``). Every VPG of a VM has the
-VM's own site as its protected site (fact sheet: a VPG replicates VMs from its protected site
+VM's own site as its protected site (a VPG replicates VMs from its protected site
 to its recovery site), and the ZVM of a site lists every VM protected there with every VPG
 that protects it (``GET /v1/vms`` gives one row per VM and VPG; a row whose ProtectedSite is
 the ``LocalSiteApi`` link is the answering ZVM's own). So:

@@ -135,7 +135,8 @@ def _call(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class ZvmClient:
-    # While a download link is being prepared the ZVM may answer 404/409 (fact sheet §8).
+    # While a download link is being prepared the ZVM may answer 404/409 (which one is unknown:
+    # the simulator's ``download_pending_status`` variant gives either).
     # How long a link may answer 404/409 before it serves the bytes (undocumented: a ZVM may
     # prepare a large zip first). Asked again after 0.5 s, doubling up to every 2 s.
     download_ready_timeout_s = 60.0
