@@ -16,7 +16,7 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
    insert + listing time, the floor. Requests are the simulator's per-site call counters
    (``GET /_sim/sites/{slug}/calls``) summed over sites A, B and C, diffed around each guard:
    they include the protection lookup (``/v1/vms`` on every site) and any login. Times are
-   wall clock from the call of ``checkpoint_request_create`` (lookup included) until the
+   wall clock from the call of ``guard_create`` (lookup included) until the
    record reads ok, sampled every 10 ms; the wait alone is the slowest VPG's insert start →
    seen listed. The measured guards are 1.1 s apart, so one guard's calls do not queue behind
    the last one's in site A's request cap;
@@ -108,10 +108,10 @@ class Bench:
 
     def request(self, vm: str) -> tuple[int | None, str]:
         """Record a guard of ``vm`` (lookup included); its pk, or None and the refusal."""
-        from rewind.checkpoints.services import checkpoint_request_create
+        from rewind.checkpoints.services import guard_create
 
         self.n += 1
-        outcome = checkpoint_request_create(agent_name="bench", vm=vm, action="bench", change_id=f"bench-{self.n}")
+        outcome = guard_create(agent_name="bench", vm=vm, action="bench", change_id=f"bench-{self.n}")
         if outcome.guard is None:
             return None, str(outcome.refusal)
         return outcome.guard.pk, ""

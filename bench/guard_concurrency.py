@@ -8,7 +8,7 @@ The shape of ``make run`` (rewind/management/commands/runstack.py) on a fresh st
 var/bench-guard-concurrency (SQLite + filesystem broker): one Celery worker, prefork ``-c 4``,
 and the beat; the ZVM simulator with --vms filler VMs and sites A, B and C registered, listing a
 tagged checkpoint --delay s (5) after its 0.3 s insert task. Guards are created as
-bench/guard.py creates them: ``checkpoint_request_create`` (the protection look-up included)
+bench/guard.py creates them: ``guard_create`` (the protection look-up included)
 from threads of this process, one thread per guard, all released at once. Every process is
 bounded and stopped at the end. Prints figures and ratios measured in this one run; no asserts.
 
@@ -174,7 +174,7 @@ def run_guards(vms: list[str], prefix: str) -> Run:
     """Create a guard of each VM at once, each from a thread of its own; read them until all are finished."""
     from django.db import connection
 
-    from rewind.checkpoints.services import checkpoint_request_create
+    from rewind.checkpoints.services import guard_create
 
     pks: list[int] = []
     refused: list[str] = []
@@ -183,7 +183,7 @@ def run_guards(vms: list[str], prefix: str) -> Run:
     def create(vm: str) -> None:
         try:
             go.wait()
-            outcome = checkpoint_request_create(agent_name="bench", vm=vm, action="bench", change_id=f"{prefix}-{vm}")
+            outcome = guard_create(agent_name="bench", vm=vm, action="bench", change_id=f"{prefix}-{vm}")
             with lock:
                 if outcome.guard is None:
                     refused.append(f"{vm}: {outcome.refusal}")

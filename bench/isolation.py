@@ -43,11 +43,11 @@ def lookups(runs: int) -> list[float]:
 
 
 def guard_s(n: int) -> float:
-    from rewind.checkpoints.services import checkpoint_request_create
+    from rewind.checkpoints.services import guard_create
     from rewind.models import ChangeGuard
 
     started = time.perf_counter()
-    outcome = checkpoint_request_create(agent_name="bench", vm="web01", action="bench", change_id=f"iso-{n}")
+    outcome = guard_create(agent_name="bench", vm="web01", action="bench", change_id=f"iso-{n}")
     if outcome.guard is None:
         raise SystemExit(f"guard refused: {outcome.refusal}")
     while (status := ChangeGuard.objects.values_list("status", flat=True).get(pk=outcome.guard.pk)) not in (

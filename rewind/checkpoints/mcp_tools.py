@@ -28,8 +28,8 @@ from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress,
 from rewind.checkpoints.services import (
     TIMEOUT_MAX_S,
     GuardOutcome,
-    checkpoint_request_create,
     guard_before_mutate,
+    guard_create,
     guard_read_and_resume,
 )
 from rewind.errors import NotFoundError
@@ -135,7 +135,7 @@ class GuardOut(BaseModel):
     must_not_proceed: str | None = Field(
         default=None, description="Why you must not make the change, when you must not"
     )
-    id: int | None = Field(default=None, description="Checkpoint request id for zerto_checkpoint_status")
+    id: int | None = Field(default=None, description="The guard's id, for zerto_checkpoint_status")
     change_id: str | None = None
     tag: str | None = None
     vm: str | None = None
@@ -228,7 +228,7 @@ def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolRes
         )
     if not out.finished and not pending_is_error:
         head = (
-            f"Do not proceed yet: checkpoint request #{out.id} is not finished "
+            f"Do not proceed yet: guard #{out.id} is not finished "
             f"({out.listed}/{out.total} VPGs list the checkpoint). Call zerto_checkpoint_status with id "
             f"{out.id} until finished is true, and proceed only if ok is true."
         )
@@ -254,7 +254,7 @@ def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolRes
 def _own_guard(guard_id: int) -> ChangeGuard:
     guard = guard_read_and_resume(guard_id)
     if guard.agent_name != current_agent_name():
-        raise NotFoundError(f"you have no checkpoint request #{guard_id}")
+        raise NotFoundError(f"you have no guard #{guard_id}")
     return guard
 
 
@@ -280,7 +280,7 @@ async def guard_wait(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
     last_resume = started
     while True:
         progress = await run_db(guard_progress, guard_id)
-        words = f"checkpoint request #{guard_id}: {progress.listed}/{progress.total} VPGs list the checkpoint"
+        words = f"guard #{guard_id}: {progress.listed}/{progress.total} VPGs list the checkpoint"
         if progress.waiting_for:
             words += f"; {progress.waiting_for}"
         value = float(progress.listed) if progress.listed > reported else min(reported + 0.01, progress.listed + 0.99)
@@ -300,7 +300,7 @@ async def guard_wait(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
 
 
 def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
-    outcome = checkpoint_request_create(
+    outcome = guard_create(
         agent_name=current_agent_name(),
         agent_id=current_agent_id(),
         vm=vm,
@@ -371,10 +371,10 @@ async def zerto_guard_before_mutate(
 async def zerto_checkpoint_status(
     id: Annotated[
         RecordId,
-        Field(description="The checkpoint request's id from the guard's answer: a JSON integer, e.g. 42"),
+        Field(description="The guard's id from its answer: a JSON integer, e.g. 42"),
     ],
 ) -> Annotated[CallToolResult, GuardOut]:
-    """Status of one of your checkpoint requests (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
+    """Status of one of your guards (from zerto_create_tagged_checkpoint or zerto_guard_before_mutate).
 
     `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.
     """
@@ -397,6 +397,6 @@ def register(server: MCPServer) -> None:
     for fn, title, hints in (
         (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),
         (zerto_guard_before_mutate, "Guard a VM before changing it", changes),
-        (zerto_checkpoint_status, "Status of a checkpoint request", reads),
+        (zerto_checkpoint_status, "Status of a guard", reads),
     ):
         server.tool(name=fn.__name__, title=title, annotations=hints(title))(fn)

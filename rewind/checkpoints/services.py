@@ -1,7 +1,7 @@
 """Guard before mutate and tagged checkpoints: the services that create and resume guards.
 
 Flow: ``guard_before_mutate`` looks the tool up in the catalog (unlisted: audited pass
-through + sighting), finds the VM in the arguments and calls ``checkpoint_request_create``,
+through + sighting), finds the VM in the arguments and calls ``guard_create``,
 which finds the protection, refuses per the insert rules, records a guard with one tagged
 checkpoint per VPG and, after commit, kicks the poller of each site its VPGs are protected at:
 the site's next poll round inserts the checkpoints of every queued guard in one batch, then
@@ -54,7 +54,7 @@ class RefusedVpg:
 
 @dataclass(frozen=True)
 class GuardOutcome:
-    """What a guard or checkpoint request did.
+    """What creating a guard did.
 
     ``guarded`` False: the tool is not in the catalog (passed through, nothing recorded but
     the sighting). ``guard`` None with ``refusal`` set: refused, nothing inserted anywhere.
@@ -79,7 +79,7 @@ def clean_timeout(timeout_s: int | float | None) -> int:
     return round(timeout_s)
 
 
-def checkpoint_request_create(
+def guard_create(
     *,
     agent_name: str,
     agent_id: int | None = None,
@@ -90,7 +90,7 @@ def checkpoint_request_create(
     timeout_s: int | float | None = None,
     request_id: str | None = None,
 ) -> GuardOutcome:
-    """Record a tagged checkpoint request for every VPG of ``vm`` and queue the wait.
+    """Record a guard: a tagged checkpoint requested on every VPG of ``vm`` and queue the wait.
 
     Raises ApplicationError (bad input, unknown or ambiguous VM) with nothing changed.
     Repeatable: the same ``change_id`` for the same VM returns the existing record, also
@@ -270,7 +270,7 @@ def guard_read_and_resume(guard_id: int | str) -> ChangeGuard:
     try:
         guard = ChangeGuard.objects.get(pk=int(guard_id))
     except (ValueError, TypeError, ChangeGuard.DoesNotExist):
-        raise NotFoundError(f"no checkpoint request with id {guard_id!r}") from None
+        raise NotFoundError(f"no guard with id {guard_id!r}") from None
     guard_resume_if_stale(guard)
     return guard
 
@@ -348,7 +348,7 @@ def guard_before_mutate(
             )
         return GuardOutcome(guarded=False)
     vm = vm_from_arguments(entry, arguments)
-    outcome = checkpoint_request_create(
+    outcome = guard_create(
         agent_name=agent_name,
         agent_id=agent_id,
         vm=vm,

@@ -33,7 +33,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from rewind.checkpoints.mcp_tools import GuardOut, guard_out, guard_result, guard_wait
-from rewind.checkpoints.services import checkpoint_request_create
+from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
 from rewind.gateway.models import GatewayCall, UpstreamTool
@@ -175,7 +175,7 @@ def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
 
 def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: str | None) -> GuardOut:
     name = catalog_name(tool.upstream.name, tool.name)
-    outcome = checkpoint_request_create(
+    outcome = guard_create(
         agent_name=call.agent_name,
         agent_id=call.agent_id,
         vm=plan.vm,

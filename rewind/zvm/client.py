@@ -258,7 +258,7 @@ class ZvmClient:
         Changes the ZVM and is never retried here: a repeat adds a second checkpoint.
         """
         resp = self._request("POST", f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", json_body={"checkpointName": tag})
-        return self._string(resp, "the checkpoint request")
+        return self._string(resp, "the tagged checkpoint insert")
 
     @_call
     def get_task(self, task_id: str) -> Task:

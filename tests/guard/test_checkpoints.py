@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from django.db import connection
 
-from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume
+from rewind.checkpoints.services import guard_create, guard_read_and_resume
 from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
 from tests.fixtures import InlineTasks
@@ -22,7 +22,7 @@ from tests.guard.conftest import tagged, wait_finished
 
 def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
     action = kw.pop("action", "edit config")
-    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=action, **kw)
+    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=action, **kw)
     assert outcome.guard is not None, outcome.refusal
     return outcome.guard
 
@@ -124,9 +124,7 @@ def test_concurrent_requests_with_one_change_id_insert_once(
     def request() -> None:
         try:
             start.wait()
-            outcomes.append(
-                checkpoint_request_create(agent_name=agent.name, vm="web01", action="edit", change_id="CHG-42")
-            )
+            outcomes.append(guard_create(agent_name=agent.name, vm="web01", action="edit", change_id="CHG-42"))
         except BaseException as exc:
             errors.append(exc)
         finally:
@@ -149,10 +147,10 @@ def test_concurrent_requests_with_one_change_id_insert_once(
 def test_the_same_change_id_returns_the_existing_record(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
-    first = checkpoint_request_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
+    first = guard_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
     assert first.guard is not None
     wait_finished(first.guard, tasks=inline_tasks)
-    again = checkpoint_request_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
+    again = guard_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
     assert not again.created
     assert again.guard is not None
     assert again.guard.pk == first.guard.pk
@@ -167,7 +165,7 @@ def test_the_same_change_id_returns_the_existing_record(
 def test_it_refuses_vms_that_cannot_take_a_checkpoint(
     sim: Any, sites: Any, agent: Any, db: None, vm: str, reason: str
 ) -> None:
-    outcome = checkpoint_request_create(agent_name=agent.name, vm=vm, action="edit")
+    outcome = guard_create(agent_name=agent.name, vm=vm, action="edit")
     assert outcome.guard is None
     assert outcome.refusal
     assert reason in outcome.refusal
@@ -193,7 +191,7 @@ def test_it_rejects_bad_input_and_changes_nothing(
     sim: Any, sites: Any, agent: Any, db: None, kwargs: Any, message: str
 ) -> None:
     with pytest.raises(ApplicationError, match=message):
-        checkpoint_request_create(agent_name=agent.name, **kwargs)
+        guard_create(agent_name=agent.name, **kwargs)
     assert not ChangeGuard.objects.exists()
     assert not AuditEvent.objects.filter(action__startswith="guard.").exists()
 

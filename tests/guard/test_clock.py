@@ -8,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from rewind.checkpoints import pacing
-from rewind.checkpoints.services import checkpoint_request_create
+from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
 from tests.fixtures import InlineTasks
 from tests.guard.conftest import tagged, wait_finished
@@ -21,7 +21,7 @@ def _clock(sim: Any, slug: str | None, offset_s: float) -> None:
 
 
 def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
-    outcome = checkpoint_request_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit", **kw)
+    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit", **kw)
     assert outcome.guard is not None, outcome.refusal
     return outcome.guard
 

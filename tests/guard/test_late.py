@@ -16,7 +16,7 @@ from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_create
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.selectors import guard_report
-from rewind.checkpoints.services import checkpoint_request_create
+from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
 from tests.fixtures import InlineTasks
 from tests.guard.conftest import tagged, wait_finished
@@ -29,7 +29,7 @@ DELAY_S = 6.0
 
 def _timed_out_guard(sim: Any, agent: Any, change_id: str, tasks: InlineTasks | None = None) -> ChangeGuard:
     sim.add_fault("checkpoint_listing_delay", seconds=DELAY_S, count=1)
-    outcome = checkpoint_request_create(
+    outcome = guard_create(
         agent_name=agent.name, agent_id=agent.pk, vm="db01", action="edit my.cnf", change_id=change_id, timeout_s=1
     )
     assert outcome.guard is not None

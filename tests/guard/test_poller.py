@@ -20,7 +20,7 @@ from django.utils import timezone
 
 from rewind.checkpoints import pacing
 from rewind.checkpoints.selectors import guard_progress
-from rewind.checkpoints.services import checkpoint_request_create
+from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
 from rewind.sites import site_client
 from rewind.workers.selectors import STALE_AFTER_S, workers_seen
@@ -34,7 +34,7 @@ from tests.simfixtures import SimHandle, run_sim
 
 
 def _request(agent: Any, vm: str, timeout_s: int = 120) -> ChangeGuard:
-    out = checkpoint_request_create(
+    out = guard_create(
         agent_name=agent.name, vm=vm, action="edit", change_id=f"chg-{uuid.uuid4().hex[:12]}", timeout_s=timeout_s
     )
     assert out.guard is not None, out.refusal

@@ -10,13 +10,13 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from rewind.checkpoints.services import checkpoint_request_create, guard_read_and_resume, guards_resume_stale
+from rewind.checkpoints.services import guard_create, guard_read_and_resume, guards_resume_stale
 from rewind.models import AuditEvent, ChangeGuard
 
 
 @pytest.fixture
 def guard(sim: Any, sites: Any, agent: Any, db: None) -> ChangeGuard:
-    outcome = checkpoint_request_create(agent_name=agent.name, vm="web01", action="edit")
+    outcome = guard_create(agent_name=agent.name, vm="web01", action="edit")
     assert outcome.guard is not None
     return outcome.guard
 

@@ -21,7 +21,7 @@ import pytest
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_approve, recovery_request_create
-from rewind.checkpoints.services import checkpoint_request_create
+from rewind.checkpoints.services import guard_create
 from rewind.models import ChangeGuard
 from tests.fixtures import InlineTasks
 from tests.recoveries.conftest import wait_finished
@@ -38,7 +38,7 @@ def variant(request: pytest.FixtureRequest, sim: Any) -> str:
 
 
 def _guarded(tasks: InlineTasks, agent: Any, vm: str, change_id: str) -> ChangeGuard:
-    outcome = checkpoint_request_create(
+    outcome = guard_create(
         agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit config", change_id=change_id, timeout_s=120
     )
     assert outcome.guard is not None, outcome.refusal
