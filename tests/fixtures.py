@@ -199,6 +199,20 @@ def eager() -> Iterator[None]:
 T = TypeVar("T")
 
 
+def wait_until(probe: Callable[[], T | None], timeout: float = 30.0, *, what: str = "", every: float = 0.05) -> T:
+    """``probe()`` once it is truthy: for what another process does (a worker, a server, the
+    simulator). ``timeout`` bounds a hang; it is not a speed check. Tasks of the test's own
+    process run through ``InlineTasks.wait_for`` instead."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{what or 'the condition'} not met in {timeout} s")
+        time.sleep(every)
+
+
 @dataclass(order=True)
 class _Message:
     due: float  # time.monotonic() at which it may run

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import importlib
-import time
 from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
 
 from rewind.models import Agent, ChangeGuard
-from tests.fixtures import InlineTasks
+from tests.fixtures import InlineTasks, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -46,14 +45,9 @@ def wait_finished(guard: ChangeGuard, timeout: float = 60.0, tasks: InlineTasks 
 
     if tasks is not None:
         tasks.wait_for(ended, timeout)
-        return guard
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        guard.refresh_from_db()
-        if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
-            return guard
-        time.sleep(0.1)
-    raise AssertionError(f"guard {guard.pk} still {guard.status} after {timeout} s")
+    else:
+        wait_until(ended, timeout, what=f"the end of guard {guard.pk}", every=0.1)
+    return guard
 
 
 def tagged(sim: Any, slug: str, vpg_name: str, tag: str) -> list[dict[str, Any]]:

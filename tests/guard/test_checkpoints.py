@@ -16,7 +16,7 @@ from django.db import connection
 from rewind.checkpoints.services import guard_create, guard_read_and_resume
 from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
-from tests.fixtures import InlineTasks
+from tests.fixtures import InlineTasks, wait_until
 from tests.guard.conftest import tagged, wait_finished
 
 
@@ -28,23 +28,18 @@ def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
 
 
 def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0, tasks: InlineTasks | None = None) -> None:
+    def reached() -> bool:
+        return all(r.status == status for r in guard.vpgs.all())
+
     if tasks is not None:
-        tasks.wait_for(lambda: all(r.status == status for r in guard.vpgs.all()), timeout)
-        return
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if all(r.status == status for r in guard.vpgs.all()):
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"rows of guard {guard.pk} not all {status}: {[r.status for r in guard.vpgs.all()]}")
+        tasks.wait_for(reached, timeout)
+    else:
+        wait_until(reached, timeout, what=f"every row of guard {guard.pk} {status}")
 
 
 def _wait_calls(sim: Any, slug: str, key: str, count: int, timeout: float = 30.0) -> None:
     """Until the simulator has seen ``count`` calls of ``key`` (a bound on a hang, not a delay)."""
-    deadline = time.monotonic() + timeout
-    while sim.calls(slug).get(key, 0) < count:
-        assert time.monotonic() < deadline, f"the simulator saw no {key} on {slug}: {sim.calls(slug)}"
-        time.sleep(0.05)
+    wait_until(lambda: sim.calls(slug).get(key, 0) >= count, timeout, what=f"{count} x {key} on {slug}")
 
 
 def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -13,7 +12,7 @@ from recoveries.models import RecoveryRequest
 from rewind.models import Agent, ChangeGuard, Site, TaggedCheckpoint
 from rewind.protection import protection_cache_clear
 from rewind.sites import site_client
-from tests.fixtures import InlineTasks, People
+from tests.fixtures import InlineTasks, People, wait_until
 
 
 @pytest.fixture(autouse=True)
@@ -68,13 +67,7 @@ def _wait(probe: Callable[[], Any], timeout: float = 30.0, tasks: InlineTasks | 
     """Wait until ``probe()`` is truthy: running the queued tasks here (``tasks``), or while a worker runs them."""
     if tasks is not None:
         return tasks.wait_for(probe, timeout)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = probe()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError("condition not met in time")
+    return wait_until(probe, timeout, every=0.1)
 
 
 def wait_finished(

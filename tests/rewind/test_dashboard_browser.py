@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import time
 from typing import Any
 
 import pytest
@@ -18,6 +17,7 @@ from recoveries.services import recovery_request_create
 from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import Agent, ChangeGuard, Site
 from rewind.protection import protection_cache_clear
+from tests.fixtures import wait_until
 from tests.guard.conftest import install_starter_catalog, wait_finished
 from tests.mcpfixtures import register_sites
 
@@ -39,13 +39,6 @@ def _guard(agent: Agent, vm: str, change_id: str, **kwargs: Any) -> ChangeGuard:
     )
     assert outcome.guard is not None
     return wait_finished(outcome.guard)
-
-
-def _until(probe: Any, timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.2)
 
 
 @pytest.fixture
@@ -70,7 +63,9 @@ def scene(sim: Any, worker: Any, settings: Any) -> dict[str, Any]:
     where = Site.objects.get(identifier=pending.recovery_site_identifier)
     foreign = sim.open_foreign_session(where.base_url.rsplit("/", 1)[-1], "web01", pending.vpg_name)
     # The approvers' notice runs in the worker; wait for it so no number moves under the test.
-    _until(lambda: TaskResult.objects.filter(task_name="recoveries.notify_approvers", status="SUCCESS").exists())
+    wait_until(
+        lambda: TaskResult.objects.filter(task_name="recoveries.notify_approvers", status="SUCCESS").exists(), 60
+    )
     recoveries_reap()
     call_command("audit_verify")
     return {"landed": landed, "late": late, "pending": pending, "foreign": foreign, "site": where}

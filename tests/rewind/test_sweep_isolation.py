@@ -9,7 +9,6 @@ timing is measured, the waits below are bounds on a hang.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from datetime import timedelta
@@ -27,6 +26,7 @@ from rewind.checkpoints.services import guards_resume_stale
 from rewind.sites import site_check, site_create
 from rewind.sites.models import Site
 from rewind.sites.refresh import sites_identity_refresh
+from tests.fixtures import wait_until
 from tests.recoveries.conftest import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -60,14 +60,6 @@ def in_background() -> Iterator[Callable[[Callable[[], Any]], Future[Any]]]:
         yield pool.submit
 
 
-def _until(probe: Callable[[], bool]) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not probe():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not done within {BOUND_S} s")
-        time.sleep(0.05)
-
-
 def _hang(sim: Any, slug: str = "site-a") -> int:
     """Hang every path of the site until the faults are cleared; the requests it saw so far."""
     seen = sum(sim.calls(slug).values())
@@ -95,7 +87,9 @@ def test_the_reaper_ends_the_healthy_sites_sessions_while_another_site_hangs(
 
     _hang(sim)
     sweep = in_background(recoveries_reap)
-    _until(lambda: status("site-b") == status("site-c") == FlrSession.Status.ENDED)  # vanished from their ZVMs
+    wait_until(
+        lambda: status("site-b") == status("site-c") == FlrSession.Status.ENDED, BOUND_S
+    )  # vanished from their ZVMs
     assert not sweep.done()  # still held up by Site A: the others did not wait for it
     assert status("site-a") == FlrSession.Status.MOUNTED
     sim.clear_faults()
@@ -123,7 +117,7 @@ def test_the_late_listing_sweep_records_the_healthy_sites_checkpoints_while_anot
 
     _hang(sim)
     sweep = in_background(checkpoints_listed_late_sweep)
-    _until(lambda: recorded("win01") and recorded("edge01"))
+    wait_until(lambda: recorded("win01") and recorded("edge01"), BOUND_S)
     assert not sweep.done()
     assert not recorded("db01")
     sim.clear_faults()
@@ -142,7 +136,7 @@ def test_the_identity_refresh_refreshes_the_healthy_sites_while_another_site_han
 
     _hang(sim)
     sweep = in_background(sites_identity_refresh)
-    _until(lambda: refreshed("site-b") and refreshed("site-c"))
+    wait_until(lambda: refreshed("site-b") and refreshed("site-c"), BOUND_S)
     assert not sweep.done()
     assert not refreshed("site-a")
     sim.clear_faults()

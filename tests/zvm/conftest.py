@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 
 from rewind.zvm import ZvmClient, ZvmConnection
+from tests.fixtures import wait_until
 from tests.simfixtures import CLIENT_ID, PASSWORD, USERNAME, SimHandle
 
 TOKEN_CALL = "POST /auth/realms/zerto/protocol/openid-connect/token"
@@ -54,11 +54,4 @@ def calls(sim: SimHandle, slug: str, key: str) -> int:
 
 def wait_for(check: Callable[[], T | None], what: str, timeout: float = 20.0) -> T:
     """Poll ``check`` until it returns something truthy (a bound, not a timing assertion)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what}")
-        time.sleep(0.05)
+    return wait_until(check, timeout, what=what)

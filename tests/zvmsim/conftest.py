@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 import requests
 
+from tests.fixtures import wait_until
 from tests.simfixtures import CLIENT_ID, PASSWORD, USERNAME, SimHandle
 
 TOKEN_PATH = "/auth/realms/zerto/protocol/openid-connect/token"
@@ -102,14 +102,7 @@ def _done(task: dict[str, Any]) -> dict[str, Any] | None:
 def wait_for(probe: Callable[[], Any], timeout: float = 30, step: float = 0.05) -> Any:
     """Poll until probe() returns something truthy; fail the test after timeout (not a timing
     assertion: only a guard against hanging forever)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = probe()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"condition not met after {timeout} s")
-        time.sleep(step)
+    return wait_until(probe, timeout, every=step)
 
 
 @pytest.fixture
