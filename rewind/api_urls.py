@@ -17,7 +17,7 @@ urlpatterns: list[URLPattern | URLResolver] = [
                     path("", include("rewind.sites.urls")),
                     path("", include("rewind.agents.urls")),
                     path("", include("rewind.gateway.urls")),
-                    path("", include("rewind.rest.urls")),
+                    path("", include("rewind.checkpoints.urls")),
                 ],
                 "rewind-api",
             )

@@ -1,4 +1,4 @@
-"""REST routes of guards: /api/guards/ (names in the ``rewind-api`` namespace, see rewind.rest.urls)."""
+"""REST routes of guards: /api/guards/ (names in the ``rewind-api`` namespace, see rewind.api_urls)."""
 
 from __future__ import annotations
 
