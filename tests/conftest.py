@@ -25,6 +25,21 @@ READY = "ready."  # what a Celery worker logs once it takes tasks
 os.environ.setdefault("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
 
 
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """Under ``REWIND_TESTS_NO_SKIPS=1`` (``.ci/run`` sets it) a skipped test fails, saying why.
+
+    Every skip here names what is missing (Chromium, Node's packages, Redis); CI installs all of
+    it, so a skip there means its install broke, and it must not pass unnoticed.
+    """
+    outcome = yield
+    report = outcome.get_result()  # type: ignore[attr-defined]
+    if report.skipped and os.environ.get("REWIND_TESTS_NO_SKIPS") == "1" and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where nothing may be skipped (REWIND_TESTS_NO_SKIPS=1): {reason}"
+
+
 def test_database_url() -> str:
     """A DATABASE_URL pointing at the test database, for processes the tests start."""
     conf = connection.settings_dict
