@@ -52,8 +52,8 @@ from rewind.checkpoints.rows import (
     insert_record,
     row_finish,
 )
-from rewind.checkpoints.selectors import site_listing_times_s
-from rewind.sites import site_client
+from rewind.checkpoints.selectors import site_listing_times_s, site_waiting_vpgs
+from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
 
 logger = logging.getLogger(__name__)
@@ -88,9 +88,8 @@ def batch_rows(site_id: int) -> Q:
     return Q(site_id=site_id, status=TaggedCheckpoint.Status.PENDING, guard__status__in=UNFINISHED) & queued
 
 
-def batch_size(site: Site, default_per_s: float) -> int:
-    per_s = site.max_requests_per_s or default_per_s
-    return max(BATCH_MIN, math.ceil(per_s * BATCH_S))
+def batch_size(site: Site) -> int:
+    return max(BATCH_MIN, math.ceil(site_request_cap(site) * BATCH_S))
 
 
 def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> BatchReport:
@@ -119,7 +118,7 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
     if not marked:
         return report
     answers = _call_all(site, marked, renew)
-    _record(marked, answers, report)
+    _record(site, marked, answers, report)
     return report
 
 
@@ -208,10 +207,15 @@ def _call_all(site: Site, rows: list[TaggedCheckpoint], renew: Callable[[], None
     return answers
 
 
-def _record(rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report: BatchReport) -> None:
-    """Every answer of the batch in one transaction; each row gets its first poll time."""
+def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report: BatchReport) -> None:
+    """Every answer of the batch in one transaction; each row gets its first poll time.
+
+    That time follows the site's pacing, at the window's end when the site is crowded: the
+    batch's VPGs and those already waiting there, looked at once each, outlast the window.
+    """
     now = timezone.now()
-    fc = pacing.forecast(site_listing_times_s(rows[0].site_id, limit=pacing.HISTORY)) if rows else None
+    fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+    crowded = pacing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)
     with transaction.atomic():
         for row in rows:
             got = answers.get(row.pk)
@@ -229,7 +233,7 @@ def _record(rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report:
             start = got.at if answer.task_id else row.insert_started_at or now
             elapsed = (now - start).total_seconds()
             extra: dict[str, object] = {
-                "next_poll_at": now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc))
+                "next_poll_at": now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc, crowded=crowded))
             }
             if answer.task_id:
                 extra["insert_started_at"] = got.at

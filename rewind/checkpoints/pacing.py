@@ -12,6 +12,12 @@ learns that time from the site's recent guards and spends its calls around it:
 Without enough history the gaps start small and grow with the time waited, so a fast ZVM is
 still seen quickly and a slow one costs few calls.
 
+A **crowded** site (``crowded``: one look at each of its waiting VPGs takes longer, under its
+request cap, than the whole window) cannot ask often near the moment: a round of looks outlasts
+the window, and every look before the moment takes a slot another guard's insert or listing
+needed. There the first look waits for the window's end, where it almost always finds the
+checkpoint, so each VPG costs about one listing.
+
 Pure: no clock, no database, no ZVM. The wait task (and a future poller that holds no
 worker) feeds it seconds and gets seconds back.
 """
@@ -68,12 +74,19 @@ def forecast(samples_s: Sequence[float]) -> Forecast | None:
     return Forecast(expected_s=expected, early_s=early)
 
 
-def next_gap(elapsed_s: float, remaining_s: float, fc: Forecast | None) -> float:
+def crowded(vpgs: int, per_s: float, fc: Forecast | None) -> bool:
+    """Whether one look at each of a site's ``vpgs`` waiting VPGs, at ``per_s`` requests per
+    second, takes longer than the forecast's whole window (see the module)."""
+    return fc is not None and per_s > 0 and vpgs / per_s > 2 * fc.early_s
+
+
+def next_gap(elapsed_s: float, remaining_s: float, fc: Forecast | None, *, crowded: bool = False) -> float:
     """Seconds to sleep before the next call, ``elapsed_s`` after the insert started.
 
     Never past the deadline (``remaining_s``), so a timeout is honoured to the poll.
+    ``crowded``: the site is (see ``crowded``); the first look waits for the window's end.
     """
-    gap = _cold_gap(elapsed_s) if fc is None else _forecast_gap(elapsed_s, fc)
+    gap = _cold_gap(elapsed_s) if fc is None else _forecast_gap(elapsed_s, fc, crowded)
     return max(0.0, min(gap, remaining_s))
 
 
@@ -81,12 +94,13 @@ def _cold_gap(elapsed_s: float) -> float:
     return min(MAX_GAP_S, max(COLD_FIRST_S, COLD_FRACTION * elapsed_s))
 
 
-def _forecast_gap(elapsed_s: float, fc: Forecast) -> float:
+def _forecast_gap(elapsed_s: float, fc: Forecast, crowded: bool) -> float:
     near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s, 2 * fc.early_s / WINDOW_ASKS)
-    if elapsed_s < fc.window_start_s:
-        # Wake at the window's start (not a fixed share of it): the first look lands just before
-        # the moment the ZVM usually lists, whatever the expectation.
-        return min(LONG_SLEEP_S, max(MIN_GAP_S, fc.window_start_s - elapsed_s))
+    first_look_s = fc.window_end_s if crowded else fc.window_start_s
+    if elapsed_s < first_look_s:
+        # Wake at that moment (not a fixed share of it): the first look lands just before the
+        # moment the ZVM usually lists (just after it when crowded), whatever the expectation.
+        return min(LONG_SLEEP_S, max(MIN_GAP_S, first_look_s - elapsed_s))
     if elapsed_s <= fc.window_end_s:
         return near
     overdue = elapsed_s - fc.window_end_s

@@ -38,6 +38,7 @@ from rewind.checkpoints.rows import (
     row_since,
 )
 from rewind.checkpoints.selectors import site_listing_times_s
+from rewind.sites import site_request_cap
 from rewind.sites.models import Site
 from rewind.zvm import Checkpoint, Task, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
@@ -78,12 +79,15 @@ class SiteRound:
         self.now = timezone.now()
         self.report = RoundReport()
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+        self.crowded = False
 
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
         """Ask about the rows that are due; what an answer says about rows not yet due is used too."""
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
         self.report.due = len(due)
         self.report.guards = {r.guard_id for r in rows}
+        waiting_vpgs = len({r.vpg_identifier for r in rows if r.status not in FINAL})
+        self.crowded = pacing.crowded(waiting_vpgs, site_request_cap(self.site), self.fc)
         if not due:
             return self.report
         try:
@@ -257,7 +261,7 @@ class SiteRound:
             else:
                 start = row.insert_started_at or row.guard.requested_at
                 elapsed = (self.now - start).total_seconds()
-                gap = pacing.next_gap(elapsed, remaining, self.fc)
+                gap = pacing.next_gap(elapsed, remaining, self.fc, crowded=self.crowded)
             TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
                 next_poll_at=self.now + timedelta(seconds=gap),
                 task_started_at=row.task_started_at,

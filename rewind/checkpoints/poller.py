@@ -30,7 +30,6 @@ import uuid
 from datetime import datetime, timedelta
 
 from celery import current_app
-from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
@@ -129,7 +128,7 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     batch = BatchReport()
     if site is not None:
         # First the queued guards' inserts, oldest first; then the poll, which their rows join once due.
-        batch = site_insert_batch(site, renew, limit=batch_size(site, float(settings.ZVM_MAX_REQUESTS_PER_S)))
+        batch = site_insert_batch(site, renew, limit=batch_size(site))
         for guard in batch.guards:
             guard_finish(guard)
     rows = list(

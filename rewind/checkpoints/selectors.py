@@ -232,6 +232,14 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
     return [ms / 1000 for ms in waited if ms is not None]
 
 
+def site_waiting_vpgs(site_id: int) -> int:
+    """How many distinct VPGs of the site have a tagged checkpoint inserted and not yet listed or ended."""
+    waiting = (TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
+    return (
+        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=waiting).values("vpg_identifier").distinct().count()
+    )
+
+
 @dataclass(frozen=True)
 class JournalState:
     """What the retention forecast knows of one checkpoint (both None: nothing)."""

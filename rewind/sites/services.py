@@ -152,6 +152,11 @@ def _ca_bundle_path(site: Site) -> str | None:
     return str(path)
 
 
+def site_request_cap(site: Site) -> float:
+    """The most requests per second to the site's ZVM from all our processes: its own, else the default."""
+    return site.max_requests_per_s or float(settings.ZVM_MAX_REQUESTS_PER_S)
+
+
 def site_connection(site: Site) -> ZvmConnection:
     return ZvmConnection(
         site_name=site.name,
@@ -164,7 +169,7 @@ def site_connection(site: Site) -> ZvmConnection:
         ca_bundle=_ca_bundle_path(site),
         connect_timeout=settings.ZVM_CONNECT_TIMEOUT_S,
         read_timeout=settings.ZVM_READ_TIMEOUT_S,
-        max_requests_per_s=site.max_requests_per_s or settings.ZVM_MAX_REQUESTS_PER_S,
+        max_requests_per_s=site_request_cap(site),
         circuit_key=str(site.pk) if site.pk else "",
     )
 

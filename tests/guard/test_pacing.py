@@ -104,3 +104,30 @@ def test_a_wide_window_is_asked_a_bounded_number_of_times() -> None:
         elapsed += next_gap(elapsed, 100.0, fc)
         asks += 1
     assert asks <= WINDOW_ASKS + 1
+
+
+def test_a_site_is_crowded_when_one_look_at_each_vpg_outlasts_the_window() -> None:
+    from rewind.checkpoints.pacing import crowded
+
+    fc = Forecast(expected_s=5.2, early_s=0.26)  # a window of 0.52 s
+    assert not crowded(3, 10.0, fc)  # 0.3 s for one look at each of 3 VPGs at 10/s
+    assert crowded(10, 10.0, fc)  # 1 s
+    assert not crowded(40, 100.0, fc)
+    assert crowded(129, 100.0, fc)
+    assert not crowded(500, 10.0, None)  # no forecast: the cold schedule, crowded or not
+
+
+def test_a_crowded_site_looks_first_at_the_windows_end_and_finds_it_in_one_look() -> None:
+    fc = forecast([5.2] * 20)
+    assert fc is not None
+    calm = next_gap(0.0, 300.0, fc)
+    busy = next_gap(0.0, 300.0, fc, crowded=True)
+    assert calm == fc.window_start_s
+    assert busy == fc.window_end_s
+    # Past its first look a crowded row is asked as any other: the ZVM was slower than usual.
+    assert next_gap(fc.window_end_s + 1.0, 300.0, fc, crowded=True) == next_gap(fc.window_end_s + 1.0, 300.0, fc)
+    looks, t = [], 0.0
+    while t < 5.2:
+        t += next_gap(t, 300.0 - t, fc, crowded=True)
+        looks.append(t)
+    assert len(looks) == 1
