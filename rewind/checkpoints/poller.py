@@ -54,24 +54,29 @@ _CAS_TRIES = 8
 def poller_kick(site_id: int, at: datetime | None = None) -> None:
     """Make sure a round of the site's poller runs no later than ``at`` (default: now)."""
     at = at or timezone.now()
-    SitePoller.objects.get_or_create(site_id=site_id)
+    poller, _ = SitePoller.objects.get_or_create(site_id=site_id)
     for _ in range(_CAS_TRIES):
-        poller = SitePoller.objects.get(pk=site_id)
-        now = timezone.now()
-        alive = poller.lease_expires_at is not None and poller.lease_expires_at > now
-        if alive and poller.lease_owner.startswith("run:"):
-            noted = SitePoller.objects.filter(pk=site_id, lease_owner=poller.lease_owner).update(
-                wanted_at=at if poller.wanted_at is None else min(poller.wanted_at, at)
-            )
-            if noted:
-                return
-            continue
-        if alive and poller.next_round_at is not None and poller.next_round_at <= at:
+        if _kicked(poller, at):
             return
-        seen = Q(pk=site_id, lease_owner=poller.lease_owner, lease_expires_at=poller.lease_expires_at)
-        if _queue_round(seen, site_id, at):
-            return
+        poller = SitePoller.objects.get(pk=site_id)  # another process changed it meanwhile: read it again
     logger.warning("poller of site %s: could not be kicked after %s tries", site_id, _CAS_TRIES)
+
+
+def _kicked(poller: SitePoller, at: datetime) -> bool:
+    """One compare-and-swap try of ``poller_kick`` from what ``poller`` read; False: the row changed meanwhile."""
+    site_id = poller.pk
+    alive = poller.lease_expires_at is not None and poller.lease_expires_at > timezone.now()
+    if alive and poller.lease_owner.startswith("run:"):
+        if poller.wanted_at is not None and poller.wanted_at <= at:
+            # Noted as soon or sooner already: the running round queues its successor by then,
+            # and that round's batch sees this guard's rows (committed before this kick).
+            return True
+        later = Q(wanted_at__isnull=True) | Q(wanted_at__gt=at)
+        return bool(SitePoller.objects.filter(later, pk=site_id, lease_owner=poller.lease_owner).update(wanted_at=at))
+    if alive and poller.next_round_at is not None and poller.next_round_at <= at:
+        return True
+    seen = Q(pk=site_id, lease_owner=poller.lease_owner, lease_expires_at=poller.lease_expires_at)
+    return _queue_round(seen, site_id, at)
 
 
 def _queue_round(rows: Q, site_id: int, at: datetime) -> bool:
