@@ -211,6 +211,10 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# How long the worker's ETA timer may sleep before it looks at its schedule again. A countdown
+# task (the pollers' next round) that arrives while the timer sleeps towards a later entry waits
+# for that sleep to end: at the default 1 s, rounds ran up to a second after their time.
+CELERY_WORKER_TIMER_PRECISION = 0.05
 CELERY_TASK_TIME_LIMIT = env_int("CELERY_TASK_TIME_LIMIT_S", 3600, minimum=10)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
