@@ -14,7 +14,9 @@ uvicorn (one worker) and one Celery worker for the guards.
    of 2026-07-28 ``tools/call`` POSTs for --seconds after a warm-up, alternating direct and gateway
    phases for --rounds rounds (the machine is shared: a slow spell then hits both sides). Target:
    gateway p50 ≤ 1.2 x direct p50. Then the same with one client: what one call costs the
-   gateway when nothing queues for the cores.
+   gateway when nothing queues for the cores. Each phase also prints the CPU each server spent
+   per call (its process group, from /proc), and each client count the ratio that CPU alone
+   implies when the cores set the pace: (gateway's own + upstream's) ÷ upstream's.
 2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
    ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
    ``guestshell__exec`` through the gateway, which guards then forwards. Target: p50(c) ≤ 1.1 x
@@ -33,6 +35,7 @@ import os
 import statistics
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
@@ -75,6 +78,36 @@ def add_upstream(url: str, token: str) -> None:
     upstream = upstream_create(actor=actor, name="guestshell", url=url, headers={"Authorization": f"Bearer {token}"})
     upstream_tools_refresh(upstream)
     mutating_tool_add(actor=actor, pattern="guestshell/exec", vm_arg="host", description="bench")
+
+
+def cpu_of(procs: dict[str, Proc]) -> dict[str, float]:
+    return {name: proc.cpu_seconds() for name, proc in procs.items()}
+
+
+def cpu_line(spent: dict[str, float], calls: int) -> str:
+    return "; CPU ms/call " + ", ".join(f"{name} {s * 1000 / max(1, calls):.2f}" for name, s in spent.items())
+
+
+def cpu_bound(cpu_per_call: dict[str, list[dict[str, float]]], clients: int) -> str:
+    """What the servers' CPU per call says about the ratio when the cores, not waiting, set the pace.
+
+    A direct call costs the upstream (guest shell + simulator) U ms of CPU; through the gateway
+    the same U plus the gateway's own G. With every client queued for the same cores, calls go
+    at most as fast as their CPU allows, so the p50 ratio tends to (G + U) / U: the 1.2 target
+    needs G <= 0.2 U. The load generator's own CPU is left out on both sides.
+    """
+
+    def median_of(label: str, name: str) -> float:
+        return statistics.median(sample[name] for sample in cpu_per_call[label])
+
+    direct, gateway = f"direct read_file, {clients} clients", f"gateway guestshell__read_file, {clients} clients"
+    upstream = median_of(direct, "guest shell") + median_of(direct, "simulator")
+    own = median_of(gateway, "gateway")
+    return (
+        f"CPU per call, {clients} clients: the gateway's own {own:.2f} ms beside the upstream's {upstream:.2f} ms "
+        f"(guest shell + simulator, direct): CPU-bound ratio (G + U) / U = {(own + upstream) / upstream:.2f}; "
+        f"1.2 needs the gateway at <= {0.2 * upstream:.2f} ms/call"
+    )
 
 
 async def one_call(url: str, token: str, tool: str, arguments: dict[str, Any], rpc_id: int) -> float:
@@ -143,6 +176,8 @@ def main() -> None:
             flush=True,
         )
         read = {"host": "web01", "path": NGINX}
+        servers_cpu = {"gateway": app, "guest shell": shell, "simulator": sim}
+        cpu_per_call: dict[str, list[dict[str, float]]] = defaultdict(list)
 
         for clients in (args.clients, 1):
             direct: list[Result] = []
@@ -158,19 +193,23 @@ def main() -> None:
                         gateway,
                     ),
                 ):
+                    before = cpu_of(servers_cpu)
                     result = asyncio.run(
                         load(label, url, tok, tool, lambda _n: read, clients, args.seconds, args.warmup)
                     )
-                    print(result.line(), flush=True)
+                    spent = {name: cpu - before[name] for name, cpu in cpu_of(servers_cpu).items()}
+                    print(result.line() + cpu_line(spent, result.sent), flush=True)
                     out.append(result)
+                    cpu_per_call[label].append({name: s * 1000 / max(1, result.sent) for name, s in spent.items()})
             ratios = [g.pct(0.5) / d.pct(0.5) for g, d in zip(gateway, direct, strict=True)]
             extra = statistics.median(g.pct(0.5) - d.pct(0.5) for g, d in zip(gateway, direct, strict=True))
             target = "; target ≤ 1.20" if clients == args.clients else "; the gateway's own latency, nothing queued"
             print(
                 f"pass-through p50 ratio gateway/direct, {clients} clients: {statistics.median(ratios):.2f} "
-                f"(+{extra:.1f} ms; rounds: {', '.join(f'{r:.2f}' for r in ratios)}{target})\n",
+                f"(+{extra:.1f} ms; rounds: {', '.join(f'{r:.2f}' for r in ratios)}{target})",
                 flush=True,
             )
+            print(cpu_bound(cpu_per_call, clients) + "\n", flush=True)
 
         ids = itertools.count(1)
         guard_ms, exec_ms, guarded_ms = [], [], []

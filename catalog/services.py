@@ -178,12 +178,15 @@ def _merged(existing: list[Any], new: list[str]) -> list[str]:
 
 def _locked_sighting(tool: str, now: datetime) -> ToolSighting:
     # The row is created once (unique tool) and then locked to merge, so two at once both count.
-    if not ToolSighting.objects.filter(tool=tool).exists():
-        try:
-            with transaction.atomic():
-                ToolSighting.objects.create(tool=tool, last_seen_at=now)
-        except IntegrityError:
-            pass  # a concurrent first sighting created it
+    # Every call of an unlisted tool comes here: a row that exists costs one query.
+    locked = ToolSighting.objects.select_for_update().filter(tool=tool).first()
+    if locked is not None:
+        return locked
+    try:
+        with transaction.atomic():
+            ToolSighting.objects.create(tool=tool, last_seen_at=now)
+    except IntegrityError:
+        pass  # a concurrent first sighting created it
     return ToolSighting.objects.select_for_update().get(tool=tool)
 
 
