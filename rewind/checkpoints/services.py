@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
-from rewind.audit import Actor, audit_record
+from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.lease import QUEUE_GRACE_S, UNFINISHED, queue_wait
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -138,7 +138,8 @@ def guard_create(
                 lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
             )
             TaggedCheckpoint.objects.bulk_create([_tagged_checkpoint(guard, v) for v in protection.vpgs])
-            audit_record(
+            # audit_append: every guard passes here, and nothing reads the event back.
+            created = AuditEntry(
                 actor=Actor.agent(agent_name),
                 action=GuardAction.CREATED,
                 target=guard,
@@ -153,6 +154,7 @@ def guard_create(
                     "vpgs": [v.name for v in protection.vpgs],
                 },
             )
+            audit_append([created])
             _queue_insert(guard, token, [v.protected_site.site_pk for v in protection.vpgs])
     except IntegrityError:
         # A concurrent request with the same change id for this VM won; return its record.

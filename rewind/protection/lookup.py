@@ -123,37 +123,57 @@ def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[
     return load
 
 
+def _indexed(h: _Handle, kind: str, keys: Callable[[VmRow], Iterable[str]]) -> dict[str, tuple[VmRow, ...]]:
+    """The site's whole VM list by ``keys(row)``, built once per list fetched.
+
+    A look-up under load answers from the list many times a second: scanning every row each
+    time grows with the inventory, the index does not. Keyed by the list itself (the entry
+    holds it, so its id is not reused), so an index never outlives the list it was built from.
+    """
+    rows = _inventory(h)
+
+    def build() -> tuple[tuple[VmRow, ...], dict[str, tuple[VmRow, ...]]]:
+        index: dict[str, list[VmRow]] = {}
+        for row in rows:
+            for key in keys(row):
+                index.setdefault(key, []).append(row)
+        return rows, {key: tuple(found) for key, found in index.items()}
+
+    return state.cache.get((kind, h.site.pk, id(rows)), state.ttl(), build)[1]
+
+
+def _by_name(row: VmRow) -> Iterable[str]:
+    return (row.vm_name.casefold(),) if row.vm_name else ()
+
+
+def _by_identifier(row: VmRow) -> Iterable[str]:
+    return (row.vm_identifier.casefold(),) if row.vm_identifier else ()
+
+
+def _by_ip(row: VmRow) -> Iterable[str]:
+    return {_normal_ip(ip) for ip in row.ip_addresses}
+
+
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
     wanted = name.casefold()
-    rows = _from_inventory(h)
-    if rows is None:
-        load = _queried(h, lambda: h.client.list_vms(vm_name=name))
-        rows = tuple(state.cache.get(("name", h.site.pk, wanted), state.ttl(), load))
+    if _from_inventory(h) is not None:
+        return list(_indexed(h, "by-name", _by_name).get(wanted, ()))
+    load = _queried(h, lambda: h.client.list_vms(vm_name=name))
+    rows = state.cache.get(("name", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_name or "").casefold() == wanted]
 
 
 def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
     wanted = identifier.casefold()
-    rows = _from_inventory(h)
-    if rows is None:
-        load = _queried(h, lambda: h.client.list_vms(vm_identifier=identifier))
-        rows = tuple(state.cache.get(("id", h.site.pk, wanted), state.ttl(), load))
+    if _from_inventory(h) is not None:
+        return list(_indexed(h, "by-identifier", _by_identifier).get(wanted, ()))
+    load = _queried(h, lambda: h.client.list_vms(vm_identifier=identifier))
+    rows = state.cache.get(("id", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
 
 
-def _ip_index(h: _Handle) -> dict[str, tuple[VmRow, ...]]:
-    def load() -> dict[str, tuple[VmRow, ...]]:
-        index: dict[str, list[VmRow]] = {}
-        for row in _inventory(h):
-            for ip in row.ip_addresses:
-                index.setdefault(_normal_ip(ip), []).append(row)
-        return {ip: tuple(rows) for ip, rows in index.items()}
-
-    return state.cache.get(("ips", h.site.pk), state.ttl(), load)
-
-
 def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
-    index = _ip_index(h)
+    index = _indexed(h, "by-ip", _by_ip)
     return [row for ip in ips for row in index.get(ip, ())]
 
 

@@ -105,6 +105,46 @@ def test_a_burst_of_look_ups_at_a_site_reads_its_vm_list_once(sim: Any, two_site
     assert sim.calls("site-a").get("GET /v1/vms", 0) - before == spent, "answered from the listing"
 
 
+def _site_list_at_hand(sim: Any) -> int:
+    """Look-ups enough for site-a to read its whole VM list; the GET /v1/vms it has counted since."""
+    from rewind.protection.state import BURST_QUERIES
+
+    for name in ["db01", "web01", "app01", "win01", "edge01"][: BURST_QUERIES + 2]:
+        try:
+            find_protection(name, resolver=lambda h: [])
+        except VmNotFoundError:
+            pass
+    return sim.calls("site-a").get("GET /v1/vms", 0)
+
+
+def test_names_identifiers_and_addresses_are_answered_from_the_site_list(sim: Any, two_sites: Any) -> None:
+    spent = _site_list_at_hand(sim)
+    web01 = find_protection("WEB01", resolver=no_dns)
+    assert web01.vm_name == "web01"
+    assert find_protection(web01.vm_identifier, resolver=no_dns).vm_name == "web01"
+    assert find_protection("10.0.0.12", resolver=no_dns).vm_name == "app01"
+    with pytest.raises(VmNotFoundError):
+        find_protection("10.9.9.9", resolver=no_dns)
+    assert sim.calls("site-a").get("GET /v1/vms", 0) == spent, "every answer came from the list at hand"
+
+
+def test_an_answer_from_the_site_list_never_outlives_the_list(sim: Any, two_sites: Any) -> None:
+    from rewind.models import Site
+    from rewind.protection import state
+
+    _site_list_at_hand(sim)
+    assert find_protection("web01", resolver=no_dns).vm_name == "web01"
+    assert find_protection("10.0.0.11", resolver=no_dns).vm_name == "web01"
+    # The next fetch of each list no longer holds web01 (say it was unprotected meanwhile).
+    for site in Site.objects.all():
+        listed = state.cache.get(("all", site.pk), 60.0, lambda: ())
+        assert listed, f"{site.name}'s list is at hand"
+        state.cache.put(("all", site.pk), 60.0, tuple(r for r in listed if r.vm_name != "web01"))
+    for query in ("web01", "10.0.0.11"):
+        with pytest.raises(VmNotFoundError):
+            find_protection(query, resolver=lambda h: [])
+
+
 def test_it_caches_name_lookups_per_site(sim: Any, two_sites: Any) -> None:
     find_protection("db01")
     after_first = sim.calls("site-b").get("GET /v1/vms", 0)
