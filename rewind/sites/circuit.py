@@ -15,6 +15,7 @@ probe's catch-up, ``circuit_audit_catch_up``) says how many flaps it summarises.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Mapping
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from django.conf import settings
-from django.db import DatabaseError, IntegrityError, transaction
+from django.db import DatabaseError, IntegrityError, connection, transaction
 from redis.exceptions import RedisError, WatchError
 from redis.typing import EncodableT, FieldT
 
@@ -290,6 +291,42 @@ def _row_state(row: SiteCircuit | None, enabled: bool = True) -> CircuitState:
     )
 
 
+@dataclass(frozen=True)
+class _HotSql:
+    admission: str  # the site's enabled flag and its circuit, one row or none
+    not_clean: str  # a row when the circuit is anything but closed with no failures
+
+
+@functools.cache
+def _hot_sql(vendor: str) -> _HotSql:
+    """The two reads every ZVM call makes, as plain SQL: through the ORM, building them cost
+    several times what the database spends answering (measured: 0.5 ms a call each, SQLite)."""
+    quote = connection.ops.quote_name
+    site, circuit = quote(Site._meta.db_table), quote(SiteCircuit._meta.db_table)
+
+    def col(model: Any, name: str) -> str:
+        return quote(model._meta.get_field(name).column)
+
+    site_id = col(SiteCircuit, "site")
+    return _HotSql(
+        admission=(
+            f"SELECT s.{col(Site, 'enabled')}, c.{col(SiteCircuit, 'state')}, c.{col(SiteCircuit, 'next_trial_at')}, "
+            f"c.{col(SiteCircuit, 'opens')} FROM {site} s LEFT JOIN {circuit} c ON c.{site_id} = s.{col(Site, 'id')} "
+            f"WHERE s.{col(Site, 'id')} = %s"
+        ),
+        not_clean=(
+            f"SELECT 1 FROM {circuit} WHERE {site_id} = %s "
+            f"AND NOT ({col(SiteCircuit, 'state')} = 'closed' AND {col(SiteCircuit, 'failures')} = 0)"
+        ),
+    )
+
+
+def _fetch_one(sql: str, params: list[Any]) -> tuple[Any, ...] | None:
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchone()
+
+
 class DbBreaker:
     """Circuits in ``SiteCircuit`` rows; a call's admission is one read (with the site's ``enabled``)."""
 
@@ -298,15 +335,11 @@ class DbBreaker:
         if pk is None:
             return _LOCAL.admit(key)
         try:
-            row = (
-                Site.objects.filter(pk=pk)
-                .values_list("enabled", "circuit__state", "circuit__next_trial_at", "circuit__opens")
-                .first()
-            )
+            row = _fetch_one(_hot_sql(connection.vendor).admission, [pk])
             if row is None:
                 return None
             enabled, state, next_trial_at, opens = row
-            if not enabled:
+            if not enabled:  # SQLite answers 0 or 1
                 return self.state(key)
             if state != OPEN:
                 return None
@@ -368,7 +401,7 @@ class DbBreaker:
             _LOCAL.answered(key, site_name)
             return
         try:
-            if not SiteCircuit.objects.filter(site_id=pk).exclude(state="closed", failures=0).exists():
+            if _fetch_one(_hot_sql(connection.vendor).not_clean, [pk]) is None:
                 return  # the common case: one read, no write
 
             def change(cur: CircuitState, book: AuditBook, now: float) -> Any:

