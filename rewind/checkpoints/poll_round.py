@@ -283,7 +283,9 @@ class SiteRound:
             )
 
     def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
-        listed_after = listing_time_ms(row, self.now) if status == TaggedCheckpoint.Status.LISTED else None
+        listed_after = None
+        if status == TaggedCheckpoint.Status.LISTED:
+            listed_after = listing_time_ms(row, self.now, held=self.fc if self.crowded else None)
         finished = row_finish(
             row.pk,
             row.guard,
@@ -304,13 +306,19 @@ class SiteRound:
 UNSEEN_SHARE = 0.8
 
 
-def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime) -> int | None:
+def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Forecast | None = None) -> int | None:
     """How long the ZVM took to list the row's checkpoint, for the site's pacing to learn from.
 
     Between the last look that did not find it and the one that did (the midpoint); when the
     first look found it, an upper bound only, so ``UNSEEN_SHARE`` of it. When we saw it is
     not the answer: under load the poller looks late, and learning that lateness would make
     every later guard look late too.
+
+    ``held``: the forecast of a crowded round, whose first looks wait for the window's end on
+    purpose. A first look that found the checkpoint there only says the forecast held, so the
+    forecast is the sample: shrinking it would move the next window early, where every look
+    misses and takes a slot another guard needed (measured: the learned time of a site fell
+    from 5.3 s to 4.3 s over one burst of 200 guards at cap 10).
     """
     start = row.insert_started_at
     if start is None:
@@ -319,6 +327,8 @@ def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime) -> int | None:
     if row.last_miss_at is not None and row.last_miss_at > start:
         missed = (row.last_miss_at - start).total_seconds()
         return max(0, int((missed + seen) / 2 * 1000))
+    if held is not None:
+        return max(0, int(min(seen, held.expected_s) * 1000))
     return max(0, int(seen * UNSEEN_SHARE * 1000))
 
 

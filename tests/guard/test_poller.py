@@ -259,3 +259,27 @@ def test_the_pacing_learns_the_zvms_listing_time_not_when_the_poller_looked() ->
     row.last_miss_at = start - timedelta(seconds=1)
     assert listing_time_ms(row, start + timedelta(seconds=10)) == int(10_000 * UNSEEN_SHARE)
     assert listing_time_ms(TaggedCheckpoint(insert_started_at=None), start) is None
+
+
+def test_a_crowded_sites_first_look_at_the_windows_end_keeps_the_forecast() -> None:
+    from rewind.checkpoints.poll_round import UNSEEN_SHARE, listing_time_ms
+
+    start = timezone.now()
+    held = pacing.forecast([5.3, 5.2, 5.4, 5.3])
+    assert held is not None
+    row = TaggedCheckpoint(insert_started_at=start)
+    # Found at the first look, which a crowded round placed at the window's end (5.55 s): the
+    # forecast held, and that is the sample, not a share of when the look came.
+    assert listing_time_ms(row, start + timedelta(seconds=5.9), held=held) == 5300
+    assert listing_time_ms(row, start + timedelta(seconds=5.9)) == int(5900 * UNSEEN_SHARE)
+    # Seen sooner than the forecast (the round came early): no more than when it was seen.
+    assert listing_time_ms(row, start + timedelta(seconds=4.0), held=held) == 4000
+    # A miss before the hit brackets the time, crowded or not.
+    row.last_miss_at = start + timedelta(seconds=5.5)
+    assert listing_time_ms(row, start + timedelta(seconds=6.5), held=held) == 6000
+    # Samples like these keep a crowded site's forecast where it was, burst after burst.
+    hit = listing_time_ms(TaggedCheckpoint(insert_started_at=start), start + timedelta(seconds=5.8), held=held)
+    assert hit is not None
+    again = pacing.forecast([hit / 1000] * 10 + [5.3] * 10)
+    assert again is not None
+    assert again.expected_s == pytest.approx(5.3)
