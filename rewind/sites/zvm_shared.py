@@ -151,7 +151,8 @@ def _pacer_sql(vendor: str) -> _PacerSql:
     the statements (measured: 1.1 ms a reservation through the ORM, SQLite)."""
     quote = connection.ops.quote_name
     table = quote(ZvmRateWindow._meta.db_table)
-    key, recent = (quote(ZvmRateWindow._meta.get_field(f).column) for f in ("key", "recent"))
+    column_of = {f.name: f.column or f.name for f in ZvmRateWindow._meta.concrete_fields}
+    key, recent = quote(column_of["key"]), quote(column_of["recent"])
     lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
     return _PacerSql(
         read=f"SELECT {recent} FROM {table} WHERE {key} = %s{lock}",
