@@ -95,8 +95,16 @@ def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, age
         assert time.monotonic() < deadline
         time.sleep(0.05)
     # The queued round's message is lost: its token no longer matches, and its lease runs out.
-    SitePoller.objects.update(lease_owner="queued:lost", lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert pollers_restart_stale() >= 1
+    # The worker's main process (which holds the message until its countdown ends) is stopped
+    # meanwhile: sent on time, the message would claim the expired lease itself, and the chain
+    # would not be dead.
+    assert worker.proc is not None
+    worker.proc.send(signal.SIGSTOP, group=False)
+    try:
+        SitePoller.objects.update(lease_owner="queued:lost", lease_expires_at=timezone.now() - timedelta(seconds=1))
+        assert pollers_restart_stale() >= 1
+    finally:
+        worker.proc.send(signal.SIGCONT, group=False)
     assert wait_finished(guard, timeout=60).status == ChangeGuard.Status.OK
 
 
