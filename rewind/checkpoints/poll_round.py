@@ -66,6 +66,7 @@ class RoundReport:
     requests: int = 0
     error: str = ""
     guards: set[int] = field(default_factory=set)
+    ended_guards: set[int] = field(default_factory=set)  # guards a row of which ended this round
 
 
 class SiteRound:
@@ -90,6 +91,7 @@ class SiteRound:
         self.crowded = pacing.crowded(waiting_vpgs, site_request_cap(self.site), self.fc)
         if not due:
             return self.report
+        before = {r.pk: _task_state(r) for r in rows}
         try:
             tasks = self._tasks(due, rows)
             self._read_task_states(due, rows, tasks)
@@ -101,7 +103,10 @@ class SiteRound:
             self.report.error = str(exc)
             logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
         self._reschedule(due)
-        self._keep_task_states([r for r in rows if r not in due])
+        due_pks = {r.pk for r in due}
+        # Rows not due keep their time; only those this round learned something about are written
+        # (a site with many waiting rows would otherwise rewrite every one of them every round).
+        self._keep_task_states([r for r in rows if r.pk not in due_pks and _task_state(r) != before[r.pk]])
         return self.report
 
     # -- 1. insert tasks -------------------------------------------------------------------
@@ -130,11 +135,12 @@ class SiteRound:
     def _read_task_states(
         self, due: list[TaggedCheckpoint], rows: list[TaggedCheckpoint], tasks: dict[str, Task]
     ) -> None:
+        due_pks = {r.pk for r in due}
         for row in rows:
             if not self._needs_task(row) or row.status in FINAL:
                 continue
             task = tasks.get(row.task_id)
-            if task is None and row not in due:
+            if task is None and row.pk not in due_pks:
                 continue  # not in the list and not due: its own turn will read it
             task = task or self._one_task(row)
             if task is None:
@@ -297,6 +303,7 @@ class SiteRound:
         )
         if finished:
             self.report.ended += 1
+        self.report.ended_guards.add(row.guard_id)
         row.status = status
 
 
@@ -330,6 +337,11 @@ def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Fo
     if held is not None:
         return max(0, int(min(seen, held.expected_s) * 1000))
     return max(0, int(seen * UNSEEN_SHARE * 1000))
+
+
+def _task_state(row: TaggedCheckpoint) -> tuple[datetime | None, datetime | None, datetime | None]:
+    """What a round may learn about a row that is not due (``SiteRound._keep_task_states``)."""
+    return row.task_started_at, row.task_completed_at, row.last_miss_at
 
 
 def _is_insert_of(task: Task, vpg_id: str) -> bool:

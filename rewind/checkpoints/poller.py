@@ -159,7 +159,8 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     report = SiteRound(site, client, offset_s, renew).run(rows)
     site_record_clock(site=site, measured=client.clock_offset())
     SitePoller.objects.filter(pk=site_id, lease_owner=run_id).update(last_error=report.error[:2000])
-    _finish_guards(rows)
+    # Only a guard a row of which ended here can have become finished (one query per guard).
+    _finish_guards([r for r in rows if r.guard_id in report.ended_guards])
     report.inserted = batch.inserted
     report.ended += batch.ended
     report.requests += batch.calls
