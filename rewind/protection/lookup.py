@@ -123,23 +123,30 @@ def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[
     return load
 
 
-def _indexed(h: _Handle, kind: str, keys: Callable[[VmRow], Iterable[str]]) -> dict[str, tuple[VmRow, ...]]:
+_Index = dict[str, tuple[VmRow, ...]]
+# (kind, site id) -> (the VM list it was built from, the index). Derived, and checked against the
+# list at hand on every use, so it needs no clearing; one per kind and site, so it stays small.
+_indexes: dict[tuple[str, int], tuple[tuple[VmRow, ...], _Index]] = {}
+
+
+def _indexed(h: _Handle, kind: str, keys: Callable[[VmRow], Iterable[str]]) -> _Index:
     """The site's whole VM list by ``keys(row)``, built once per list fetched.
 
     A look-up under load answers from the list many times a second: scanning every row each
-    time grows with the inventory, the index does not. Keyed by the list itself (the entry
-    holds it, so its id is not reused), so an index never outlives the list it was built from.
+    time grows with the inventory, the index does not. It is rebuilt as soon as the list at
+    hand is another one, so it never outlives the list it came from.
     """
     rows = _inventory(h)
-
-    def build() -> tuple[tuple[VmRow, ...], dict[str, tuple[VmRow, ...]]]:
-        index: dict[str, list[VmRow]] = {}
-        for row in rows:
-            for key in keys(row):
-                index.setdefault(key, []).append(row)
-        return rows, {key: tuple(found) for key, found in index.items()}
-
-    return state.cache.get((kind, h.site.pk, id(rows)), state.ttl(), build)[1]
+    held = _indexes.get((kind, h.site.pk))
+    if held is not None and held[0] is rows:
+        return held[1]
+    index: dict[str, list[VmRow]] = {}
+    for row in rows:
+        for key in keys(row):
+            index.setdefault(key, []).append(row)
+    built = {key: tuple(found) for key, found in index.items()}
+    _indexes[(kind, h.site.pk)] = (rows, built)  # one assignment: a racing builder only repeats the work
+    return built
 
 
 def _by_name(row: VmRow) -> Iterable[str]:
