@@ -19,13 +19,12 @@ seconds, so hosts sharing one database must keep their clocks in step (NTP).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
 import time
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 
 from django.conf import settings
 from django.db import DatabaseError, IntegrityError, connection, transaction
@@ -145,7 +144,7 @@ class _PacerSql:
     write: str
 
 
-@functools.cache
+@cache
 def _pacer_sql(vendor: str) -> _PacerSql:
     """Every ZVM request runs these two: plain SQL, as the ORM's statement building cost more than
     the statements (measured: 1.1 ms a reservation through the ORM, SQLite)."""
