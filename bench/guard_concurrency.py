@@ -49,12 +49,12 @@ Figures of a concurrent run:
       find that out: it counts as a round);
   (b) /proc every 0.1 s: pool processes busy (an extra thread, CPU used, or blocked elsewhere
       than idle pool processes block), their CPU seconds, and their threads.
-  Both are read over the waiting stretch: from the end of the last insert step (the last
-  ``rewind.checkpoints.wait`` task) to the last guard read ok, when every unfinished guard has
+  Both are read over the waiting stretch: from the last insert (made by a poll round's insert
+  batch, the one place checkpoints are inserted) to the last guard read ok, when every unfinished guard has
   its checkpoints inserted and only waits. Target: nothing executing there but poll rounds
   (``rewind.checkpoints.poll_site``: one per site holds the site at a time, but the successor a
   round queues may start in its last milliseconds, so one more than the sites can show); the
-  beat's periodic tasks are counted apart. Over the whole run, the seconds pool processes spent in insert steps and in
+  beat's periodic tasks are counted apart. Over the whole run, the seconds pool processes spent in
   poll rounds are printed beside the guard-seconds spent waiting (each guard's last insert
   start → finished): one task per waiting guard, the design before issue 13, would hold a pool
   process for about the latter.
@@ -94,7 +94,6 @@ from rewind.processes import ProcessError
 STATE = REPO / "var" / "bench-guard-concurrency"
 SLUGS = ("site-a", "site-b", "site-c")
 SIM_TASK_SECONDS = 0.3  # zvmsim's default time an insert task stays InProgress
-WAIT_TASK = "rewind.checkpoints.wait"
 POLL_TASK = "rewind.checkpoints.poll_site"
 BEAT_TASKS = {
     "recoveries.reap",
@@ -517,10 +516,9 @@ def _print_requests(
 def _print_worker(run: Run, facts: GuardFacts, log: WorkerLog, sampler: PoolSampler) -> None:
     end = run.started + run.wall_s
     spans = [s for s in log.spans if s[2] >= run.started and s[1] <= end + 1.0]
-    # Inserts are made by the sites' poll rounds (one batch per round), or by a guard's own wait
-    # task where one ran: the waiting stretch starts once the last of either is done.
-    last_insert = max((s for s, _ in facts.waiting), default=run.started)
-    inserted = max(max((e for n, _, e in spans if n == WAIT_TASK), default=run.started), last_insert)
+    # Inserts are made by the sites' poll rounds (one batch per round): the waiting stretch starts
+    # once the last insert is made.
+    inserted = max((s for s, _ in facts.waiting), default=run.started)
     waiting_then = sum(1 for start, finished in facts.waiting if start <= inserted < finished)
     rounds = executing(spans, {POLL_TASK}, inserted, end)
     beat = executing(spans, BEAT_TASKS, inserted, end)
@@ -540,13 +538,12 @@ def _print_worker(run: Run, facts: GuardFacts, log: WorkerLog, sampler: PoolSamp
         f"mean {busy_mean:.2f}; CPU {cpu_s:.2f} s; threads max {threads} (one per idle process; "
         f"max {sampler.over(run.started, end)[3]} over the whole run)"
     )
-    held = {n: sum(min(e, end) - max(s, run.started) for m, s, e in spans if m == n) for n in (WAIT_TASK, POLL_TASK)}
+    held = sum(min(e, end) - max(s, run.started) for m, s, e in spans if m == POLL_TASK)
     waited = sum(max(0.0, f - s) for s, f in facts.waiting)
     peak_waiting = executing([("w", s, f) for s, f in facts.waiting], {"w"}, run.started, end)[0]
     print(
-        f"  whole run: pool processes held by insert steps {held[WAIT_TASK]:.1f} s "
-        f"(at most {executing(spans, {WAIT_TASK}, run.started, end)[0]} at once), by poll rounds "
-        f"{held[POLL_TASK]:.1f} s, for {waited:.0f} guard-seconds of waiting (at most {peak_waiting} guards at once)"
+        f"  whole run: pool processes held by poll rounds (their insert batches included) "
+        f"{held:.1f} s, for {waited:.0f} guard-seconds of waiting (at most {peak_waiting} guards at once)"
     )
     problems = [p for at, p in log.problems if run.started <= at <= end + 1.0]
     for p in sorted(set(problems))[:5]:

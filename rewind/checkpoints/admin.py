@@ -1,4 +1,4 @@
-"""Guards and their tagged checkpoints in the admin: a read-only record; the wait task is their only writer."""
+"""Guards and their tagged checkpoints in the admin: a read-only record; the site pollers are their only writers."""
 
 from __future__ import annotations
 
@@ -71,7 +71,7 @@ class TimedOutFilter(admin.SimpleListFilter):
 
 @admin.register(ChangeGuard)
 class GuardAdmin(ReadOnlyAdmin):
-    """Guards and their tagged checkpoints: a read-only record; the wait task is their only writer."""
+    """Guards and their tagged checkpoints: a read-only record; the site pollers are their only writers."""
 
     list_display = [
         "id",
@@ -103,7 +103,6 @@ class GuardAdmin(ReadOnlyAdmin):
         "requested_at",
         "started_at",
         "finished_at",
-        "attempts",
         "waiting_for",
     )
 

@@ -4,14 +4,13 @@ A new guard queues no task of its own: its rows wait ``pending`` and it kicks th
 each of its sites (``poller.poller_kick``). Each round of a site's poller first runs this
 batch, then polls. One batch:
 
-1. claims every queued guard of the site for the pollers in one UPDATE (running, ``attempts``
-   + 1), those left for a later batch too, so they read as queued behind the site's cap, not
-   as waiting for a worker: a live lease of a wait task (a resumed guard, ``run:<id>``) is
-   left alone, and its rows too;
-2. takes the site's pending rows, oldest guard first, as many as the site's request cap
-   lets through in about ``BATCH_S`` (the rest are the next round's, which is due at once),
-   of guards waiting for someone to insert (``queued:<token>``) or already the pollers'
-   (a guard with VPGs at two sites, claimed by the other site's round);
+1. moves every pending guard with a row at the site to running in one UPDATE, those left for
+   a later batch too, so they read as queued behind the site's cap, not as waiting for a
+   worker;
+2. takes the site's pending rows of unfinished guards, oldest guard first, as many as the
+   site's request cap lets through in about ``BATCH_S`` (the rest are the next round's, which
+   is due at once); a row the poll found with neither tag nor task after a lost answer is
+   pending again, once (``reinserted``), and is taken like any other;
 3. ends the rows of guards past their deadline without inserting; moves the others to
    "inserting" and audits each attempt, in **one** transaction (compare-and-swap: a row
    another run took is not in it);
@@ -22,8 +21,8 @@ batch, then polls. One batch:
    never by calling again at once), or the failure that ends the row, audited.
 
 No transaction is held across a ZVM call. A batch cut off after step 3 leaves its rows
-"inserting" with no task id: the guards' lease runs out, the guard is resumed, and the
-resumed run hands the rows to the poller as outcome unknown, as for a wait task that died.
+"inserting" with no task id: the site's poller lease runs out, the sweep starts another round,
+and that round treats them as inserts whose outcome is unknown (``poller._note_cut_off_inserts``).
 """
 
 from __future__ import annotations
@@ -42,12 +41,10 @@ from django.utils import timezone
 
 from rewind.audit import audit_append
 from rewind.checkpoints import pacing
-from rewind.checkpoints.lease import POLLER_GRACE_S, POLLER_OWNER, QUEUED_PREFIX, UNFINISHED
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import (
     InsertAnswer,
     attempt_entry,
-    guard_deadline,
     insert_call,
     insert_record,
     row_finish,
@@ -83,9 +80,8 @@ class BatchReport:
 
 
 def batch_rows(site_id: int) -> Q:
-    """The rows an insert batch of the site may take: pending, of a guard queued or the pollers'."""
-    queued = Q(guard__lease_owner__startswith=QUEUED_PREFIX) | Q(guard__lease_owner=POLLER_OWNER)
-    return Q(site_id=site_id, status=TaggedCheckpoint.Status.PENDING, guard__status__in=UNFINISHED) & queued
+    """The rows an insert batch of the site takes: pending, of an unfinished guard."""
+    return Q(site_id=site_id, status=TaggedCheckpoint.Status.PENDING, guard__status__in=ChangeGuard.UNFINISHED)
 
 
 def batch_size(site: Site) -> int:
@@ -98,12 +94,7 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
     now = timezone.now()
     _claim(site.pk, now)
     rows = list(
-        TaggedCheckpoint.objects.filter(
-            site_id=site.pk,
-            status=TaggedCheckpoint.Status.PENDING,
-            guard__status=ChangeGuard.Status.RUNNING,
-            guard__lease_owner=POLLER_OWNER,
-        )
+        TaggedCheckpoint.objects.filter(batch_rows(site.pk))
         .select_related("guard", "site")
         .order_by("guard__requested_at", "pk")[:limit]
     )
@@ -112,7 +103,7 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
     if not site.enabled:
         _end_all(rows, TaggedCheckpoint.Status.FAILED, NOT_CONFIGURED, report)
         return report
-    late = [r for r in rows if now >= guard_deadline(r.guard)]
+    late = [r for r in rows if now >= r.guard.deadline]
     _end_all(late, TaggedCheckpoint.Status.TIMED_OUT, TOO_LATE, report)
     marked = _mark_attempts([r for r in rows if r not in late])
     if not marked:
@@ -123,16 +114,12 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
 
 
 def _claim(site_id: int, now: datetime) -> None:
-    """Every queued guard with a row at the site becomes the pollers' (one UPDATE), also those
-    left for a later batch: they are then "running", queued behind the site's request cap, and
-    no longer read as waiting for a worker. Guards already the pollers' stay as they are."""
-    queued = TaggedCheckpoint.objects.filter(batch_rows(site_id)).values("guard_id")
-    ChangeGuard.objects.filter(pk__in=queued, status__in=UNFINISHED, lease_owner__startswith=QUEUED_PREFIX).update(
-        status=ChangeGuard.Status.RUNNING,
-        started_at=Coalesce(F("started_at"), now),
-        lease_owner=POLLER_OWNER,
-        lease_expires_at=now + timedelta(seconds=POLLER_GRACE_S),
-        attempts=F("attempts") + 1,
+    """Every pending guard with a row at the site becomes running (one UPDATE), also those left
+    for a later batch: they are then queued behind the site's request cap, and no longer read
+    as waiting for a worker."""
+    pending = TaggedCheckpoint.objects.filter(batch_rows(site_id)).values("guard_id")
+    ChangeGuard.objects.filter(pk__in=pending, status=ChangeGuard.Status.PENDING).update(
+        status=ChangeGuard.Status.RUNNING, started_at=Coalesce(F("started_at"), now)
     )
 
 
@@ -160,7 +147,7 @@ def _mark_attempts(rows: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
         TaggedCheckpoint.objects.filter(pk__in=won, status=TaggedCheckpoint.Status.PENDING).update(
             status=TaggedCheckpoint.Status.INSERTING, insert_started_at=now, outcome_unknown_since=None
         )
-        audit_append([attempt_entry(by_pk[pk], by_pk[pk].guard, retry=False) for pk in won])
+        audit_append([attempt_entry(by_pk[pk], by_pk[pk].guard, retry=by_pk[pk].reinserted) for pk in won])
     marked = [by_pk[pk] for pk in won]
     for row in marked:
         row.status, row.insert_started_at = TaggedCheckpoint.Status.INSERTING, now
@@ -227,7 +214,7 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
                     report.ended += 1
                     report.guards.append(row.guard)
                 continue
-            remaining = (guard_deadline(row.guard) - now).total_seconds()
+            remaining = (row.guard.deadline - now).total_seconds()
             # The listing time is counted from the task's making (the answer), not from when the
             # batch began: the cap may have held the call back, and pacing must not learn that.
             start = got.at if answer.task_id else row.insert_started_at or now

@@ -36,6 +36,7 @@ from django.utils import timezone
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import TaggedCheckpoint
+from rewind.checkpoints.rows import LIST_LOOKBACK
 from rewind.sites import site_client, site_clock_offset_s
 from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
@@ -43,8 +44,6 @@ from rewind.zvm import Checkpoint, ZvmError
 from rewind.zvm.clock import to_zvm
 
 logger = logging.getLogger(__name__)
-# Site clocks and our clock disagree a little; the insert's own listing looks back as far.
-LOOKBACK = timedelta(minutes=1)
 # Rows looked at per sweep: a backlog is worked off over a few sweeps, never in one long one.
 SWEEP_MAX_ROWS = 2000
 
@@ -128,7 +127,7 @@ def _check_vpg(group: list[TaggedCheckpoint], report: LateReport) -> None:
 def _list(group: list[TaggedCheckpoint], report: LateReport) -> list[Checkpoint] | None:
     first = group[0]
     assert first.site is not None
-    since = min(r.insert_started_at for r in group if r.insert_started_at is not None) - LOOKBACK
+    since = min(r.insert_started_at for r in group if r.insert_started_at is not None) - LIST_LOOKBACK
     try:
         # startDate on the ZVM's clock, which may run minutes off ours.
         listed = site_client(first.site).list_checkpoints(

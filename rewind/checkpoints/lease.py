@@ -1,46 +1,56 @@
-"""The guard's lease, and handing it to a queued wait task.
+"""The lease of a site's poller: who may run its next round, and until when.
 
-A queued wait task holds ``queued:<token>`` for ``QUEUE_GRACE_S``; the running task holds its
-run id for ``LEASE_S``, renewed every ``LEASE_S / 3`` by a heartbeat thread; once the
-checkpoints are inserted, the site pollers hold ``poller``, extended by every round. An expired lease
-on an unfinished guard means its task died (worker killed, message lost): it is queued again.
-
-The wait task is queued by its name, so the services and the wait need not import the task
-module (which imports them).
+A ``SitePoller`` row is idle (no lease), queued (``queued:<token>``: a round waits in the queue
+with that token) or running (``run:<id>``: a round runs, renewing the lease between its ZVM
+calls). An expired lease means the chain died (worker killed, message lost): the next kick or
+the beat's sweep starts another. The strings are stored; code reads them through ``Lease``.
 """
 
 from __future__ import annotations
 
-from celery import current_app
-from django.db import transaction
+import uuid
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 
-from rewind.checkpoints.models import ChangeGuard
+# A running round holds the site this long, renewed between its ZVM calls.
+ROUND_LEASE_S = 15
+# A queued round that has not started this long after its time is replaced (its message may be lost).
+QUEUE_GRACE_S = 30
 
-# A queued wait task that has not started after this long is queued again (its message may
-# be lost); a running task renews its lease every LEASE_S / 3 from a heartbeat thread.
-QUEUE_GRACE_S = 60
-LEASE_S = 15
-# The wait task's hard time limit is the guard's timeout plus this margin.
-TASK_MARGIN_S = 120
-UNFINISHED = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
-# Once its checkpoints are inserted a guard's lease is the site pollers': each round extends
-# it to its next round plus this grace. It runs out only when a poller's chain died.
-POLLER_OWNER = "poller"
-# A guard nobody works on yet: "queued:<token>". Its wait task (when one was queued) claims it
-# by the token; the insert batch of its site's poller claims any queued guard.
-QUEUED_PREFIX = "queued:"
-POLLER_GRACE_S = 30
-WAIT_TASK = "rewind.checkpoints.wait"  # in queued messages: never rename
+_QUEUED = "queued:"
+_RUNNING = "run:"
 
 
-def queue_wait(guard: ChangeGuard, token: str) -> None:
-    """Queue the wait task once the current transaction commits, holding ``queued:<token>``.
+@dataclass(frozen=True)
+class Lease:
+    owner: str = ""
+    expires_at: datetime | None = None
 
-    ``robust``: if the broker is down the record stays queued-but-unstarted and is queued
-    again once its lease runs out (``guard_resume_if_stale``), so the caller still gets it.
-    """
-    guard_id, rid, limit = guard.pk, guard.request_id, guard.timeout_s + TASK_MARGIN_S
-    transaction.on_commit(
-        lambda: current_app.send_task(WAIT_TASK, args=[guard_id, rid], kwargs={"lease_token": token}, time_limit=limit),
-        robust=True,
-    )
+    @classmethod
+    def queued(cls, at: datetime) -> Lease:
+        """A round queued to start at ``at``; its message carries the lease's ``token``."""
+        return cls(f"{_QUEUED}{uuid.uuid4().hex}", at + timedelta(seconds=QUEUE_GRACE_S))
+
+    @classmethod
+    def running(cls, now: datetime) -> Lease:
+        return cls(f"{_RUNNING}{uuid.uuid4().hex}", now + timedelta(seconds=ROUND_LEASE_S))
+
+    @staticmethod
+    def queued_owner(token: str) -> str:
+        """The owner a queued round's message claims by its token."""
+        return f"{_QUEUED}{token}"
+
+    @property
+    def token(self) -> str:
+        """The token a queued round's message carries ("" unless queued)."""
+        return self.owner.removeprefix(_QUEUED) if self.owner.startswith(_QUEUED) else ""
+
+    def alive(self, now: datetime) -> bool:
+        return bool(self.owner) and self.expires_at is not None and self.expires_at > now
+
+    def is_running(self, now: datetime) -> bool:
+        return self.alive(now) and self.owner.startswith(_RUNNING)
+
+    def fields(self) -> dict[str, object]:
+        """The ``SitePoller`` columns that store it."""
+        return {"lease_owner": self.owner, "lease_expires_at": self.expires_at}

@@ -262,7 +262,7 @@ def _status(guard_id: int) -> GuardOut:
     return _report_out(guard_report(_own_guard(guard_id)))
 
 
-async def guard_wait(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
+async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
     """Poll the record until the guard ends or its deadline passes, streaming progress.
 
     Progress is "VPGs listed so far / total"; while the guard is queued (for a worker, or
@@ -290,7 +290,7 @@ async def guard_wait(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
         if progress.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) or time.monotonic() >= deadline:
             break
         if time.monotonic() - last_resume >= RESUME_EVERY_S:
-            await run_db(guard_read_and_resume, guard_id)  # re-queues the insert if its worker died
+            await run_db(guard_read_and_resume, guard_id)  # restarts a dead poller of its sites
             last_resume = time.monotonic()
         waited = time.monotonic() - started
         pause = max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited))
@@ -344,7 +344,7 @@ async def zerto_create_tagged_checkpoint(
     make the change; `landed` says which checkpoints did land. `wait=false` answers at once with `id`.
     """
     out = await run_db(_create, vm, action, change_id, timeout_s)
-    return guard_result(await guard_wait(out, ctx) if wait else out, pending_is_error=wait)
+    return guard_result(await guard_follow(out, ctx) if wait else out, pending_is_error=wait)
 
 
 async def zerto_guard_before_mutate(
@@ -365,7 +365,7 @@ async def zerto_guard_before_mutate(
     is missing is an error. `ok` false: do not make the change (`must_not_proceed` says why).
     """
     out = await run_db(_guard, tool, arguments, action, change_id, None)
-    return guard_result(await guard_wait(out, ctx) if wait else out, pending_is_error=wait)
+    return guard_result(await guard_follow(out, ctx) if wait else out, pending_is_error=wait)
 
 
 async def zerto_checkpoint_status(

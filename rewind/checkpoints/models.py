@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from datetime import datetime, timedelta
+
 from django.db import models
+
+from rewind.checkpoints.lease import Lease
 
 
 class ChangeGuard(models.Model):
@@ -12,10 +16,13 @@ class ChangeGuard(models.Model):
     """
 
     class Status(models.TextChoices):
-        PENDING = "pending"  # recorded, the wait task not started yet
+        PENDING = "pending"  # recorded; its sites' pollers have not taken it into an insert batch yet
         RUNNING = "running"  # inserting / waiting for the checkpoints to be listed
         OK = "ok"  # every VPG lists the tagged checkpoint
         FAILED = "failed"  # at least one VPG failed or timed out: do not proceed
+
+    UNFINISHED = (Status.PENDING, Status.RUNNING)
+    FINISHED = (Status.OK, Status.FAILED)
 
     agent = models.ForeignKey("rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="guards")
     agent_name = models.CharField(max_length=64, db_index=True)
@@ -32,12 +39,8 @@ class ChangeGuard(models.Model):
     requested_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
-    # Who is working on the guard: "queued:<token>" while a wait task is queued, then the
-    # running task's execution id, renewed by its heartbeat. An expired lease on an
-    # unfinished guard means its task died (worker killed, message lost): it is re-queued.
-    lease_owner = models.CharField(max_length=80, blank=True, editable=False)
-    lease_expires_at = models.DateTimeField(null=True, blank=True, editable=False)
-    attempts = models.PositiveSmallIntegerField(default=0, editable=False, help_text="Wait tasks started so far.")
+    # Nobody holds a guard: its rows are the site pollers' (``rewind.checkpoints.poller``), and a
+    # poller whose chain died is restarted by the beat's sweep or the next status read.
 
     class Meta:
         verbose_name = "guard"
@@ -49,6 +52,11 @@ class ChangeGuard(models.Model):
 
     def __str__(self) -> str:
         return self.tag
+
+    @property
+    def deadline(self) -> datetime:
+        """From the request, not from when a poller got to it: queued time counts against ``timeout_s``."""
+        return self.requested_at + timedelta(seconds=self.timeout_s)
 
 
 class ChangeGuardVpg(models.Model):
@@ -67,6 +75,11 @@ class ChangeGuardVpg(models.Model):
         LISTED = "listed"  # the ZVM lists the checkpoint with our tag
         FAILED = "failed"
         TIMED_OUT = "timed_out"
+
+    FINAL = (Status.LISTED, Status.FAILED, Status.TIMED_OUT)
+    NOT_FINAL = (Status.PENDING, Status.INSERTING, Status.WAITING)
+    # What the site poller's rounds ask the ZVM about: the insert was made (or its outcome is unknown).
+    INSERTED = (Status.INSERTING, Status.WAITING)
 
     guard = models.ForeignKey(ChangeGuard, on_delete=models.CASCADE, related_name="vpgs")
     vpg_identifier = models.CharField(max_length=64)
@@ -159,9 +172,10 @@ class SitePoller(models.Model):
 
     One chain of short poll rounds per site (``rewind.checkpoints.poller``): a round is a
     Celery task that asks the ZVM once for all of the site's waiting rows, then queues the
-    next round with a countdown. ``lease_owner`` is ``queued:<token>`` while the next round
-    waits in the queue and ``run:<id>`` while one runs; an expired lease means the chain
-    died (worker killed, message lost) and the next kick or sweep starts another.
+    next round with a countdown. ``lease_owner`` and ``lease_expires_at`` hold its
+    ``rewind.checkpoints.lease.Lease``: queued while the next round waits in the queue, running
+    while one runs; an expired lease means the chain died (worker killed, message lost) and the
+    next kick or sweep starts another.
     """
 
     site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="poller")
@@ -181,3 +195,7 @@ class SitePoller(models.Model):
 
     def __str__(self) -> str:
         return f"poller of site {self.site_id}"
+
+    @property
+    def lease(self) -> Lease:
+        return Lease(self.lease_owner, self.lease_expires_at)

@@ -18,8 +18,8 @@ the window, and every look before the moment takes a slot another guard's insert
 needed. There the first look waits for the window's end, where it almost always finds the
 checkpoint, so each VPG costs about one listing.
 
-Pure: no clock, no database, no ZVM. The wait task (and a future poller that holds no
-worker) feeds it seconds and gets seconds back.
+Pure: no clock, no database, no ZVM. The insert batch and the poll round feed it seconds
+and get seconds back.
 """
 
 from __future__ import annotations

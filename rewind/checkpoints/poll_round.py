@@ -10,7 +10,8 @@ guards' arrival:
 2. the checkpoint list (``startDate`` window) once per VPG whose insert task completed —
    several guards on one VPG share it;
 3. an insert whose answer was lost: a task of that VPG not claimed by any row is adopted;
-   with neither tag nor task ``SETTLE_S`` later the insert is made once more.
+   with neither tag nor task ``SETTLE_S`` later the row is pending again, once, and the next
+   round's insert batch makes the call (the batch is the one place a checkpoint is inserted).
 
 So ZVM requests grow with the VPGs, not with guards times polls, and the site's request cap
 bounds them all. A row not done gets its next time from ``pacing`` (what the site's ZVM
@@ -29,14 +30,7 @@ from django.utils import timezone
 
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
-from rewind.checkpoints.rows import (
-    FINAL,
-    call_insert,
-    guard_deadline,
-    mark_attempt,
-    row_finish,
-    row_since,
-)
+from rewind.checkpoints.rows import row_finish, row_since
 from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
@@ -87,7 +81,7 @@ class SiteRound:
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
         self.report.due = len(due)
         self.report.guards = {r.guard_id for r in rows}
-        waiting_vpgs = len({r.vpg_identifier for r in rows if r.status not in FINAL})
+        waiting_vpgs = len({r.vpg_identifier for r in rows if r.status not in TaggedCheckpoint.FINAL})
         self.crowded = pacing.crowded(waiting_vpgs, site_request_cap(self.site), self.fc)
         if not due:
             return self.report
@@ -137,7 +131,7 @@ class SiteRound:
     ) -> None:
         due_pks = {r.pk for r in due}
         for row in rows:
-            if not self._needs_task(row) or row.status in FINAL:
+            if not self._needs_task(row) or row.status in TaggedCheckpoint.FINAL:
                 continue
             task = tasks.get(row.task_id)
             if task is None and row.pk not in due_pks:
@@ -192,36 +186,28 @@ class SiteRound:
 
     def _reinsert_unknown(self, due: list[TaggedCheckpoint]) -> None:
         for row in due:
-            if row.status in FINAL or row.task_id or row.status != TaggedCheckpoint.Status.INSERTING:
+            if row.task_id or row.status != TaggedCheckpoint.Status.INSERTING:
                 continue
             since = row.outcome_unknown_since
             if row.reinserted or since is None or (self.now - since).total_seconds() < SETTLE_S:
                 continue
-            # No tag and no insert task: the call never reached the ZVM. Insert once more.
-            rows = TaggedCheckpoint.objects.filter(
+            # No tag and no insert task: the call never reached the ZVM. The next batch inserts once more.
+            requeued = TaggedCheckpoint.objects.filter(
                 pk=row.pk,
                 status=TaggedCheckpoint.Status.INSERTING,
                 task_id="",
                 insert_started_at=row.insert_started_at,
                 reinserted=False,
-            )
-            guard = row.guard
-            if not mark_attempt(row, guard, rows, retry=True):
-                continue
-            TaggedCheckpoint.objects.filter(pk=row.pk).update(reinserted=True)
-            row.reinserted = True
-            self.report.requests += 1
-            failed = call_insert(self.client, row, guard)
-            self.renew()
-            if failed is not None:
-                self._end(row, TaggedCheckpoint.Status.FAILED, failed.error)
+            ).update(status=TaggedCheckpoint.Status.PENDING, reinserted=True, next_poll_at=None)
+            if requeued:
+                row.status, row.reinserted = TaggedCheckpoint.Status.PENDING, True
 
     # -- 2. checkpoint lists -----------------------------------------------------------------
     def _list(self, due: list[TaggedCheckpoint], every: list[TaggedCheckpoint]) -> None:
         """One listing per VPG with a due row; it is matched against every waiting row of that VPG."""
         by_vpg: dict[str, list[TaggedCheckpoint]] = defaultdict(list)
         for row in every:
-            if row.status not in FINAL and (row.task_completed_at is not None or not row.task_id):
+            if row.status not in TaggedCheckpoint.FINAL and (row.task_completed_at is not None or not row.task_id):
                 by_vpg[row.vpg_identifier].append(row)
         wanted = {r.vpg_identifier for r in due}
         for vpg_id, rows in by_vpg.items():
@@ -255,9 +241,9 @@ class SiteRound:
     # -- the rows' next times -------------------------------------------------------------
     def _reschedule(self, due: list[TaggedCheckpoint]) -> None:
         for row in due:
-            if row.status in FINAL:
-                continue
-            deadline = guard_deadline(row.guard)
+            if row.status in TaggedCheckpoint.FINAL or row.status == TaggedCheckpoint.Status.PENDING:
+                continue  # ended, or back with the insert batch
+            deadline = row.guard.deadline
             remaining = (deadline - self.now).total_seconds()
             if remaining <= 0:
                 self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error))
@@ -280,7 +266,7 @@ class SiteRound:
     def _keep_task_states(rows: list[TaggedCheckpoint]) -> None:
         """Rows not due keep their time, and what the task list said about them."""
         for row in rows:
-            if row.status in FINAL:
+            if row.status in TaggedCheckpoint.FINAL:
                 continue
             TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
                 task_started_at=row.task_started_at,

@@ -3,20 +3,21 @@
 A round (``poll_round.SiteRound``) is a Celery task that runs for as long as its ZVM calls
 take, then queues the next round with a countdown and returns: between rounds nothing
 holds a worker slot, a thread or a database connection. At most one round per site runs
-or is queued at a time; the ``SitePoller`` row says which (``queued:<token>`` or
-``run:<id>``) and until when that holds:
+or is queued at a time; the ``SitePoller`` row's ``lease.Lease`` says which (queued or
+running) and until when that holds:
 
 - ``poller_kick(site, at)`` makes sure a round runs no later than ``at``: it starts a chain
   when none is alive, moves a queued round earlier (the replaced message finds its token
   gone and does nothing), and leaves a running round a note (``wanted_at``) that it reads
   when it schedules its successor;
-- a round claims the row, inserts the checkpoints of the site's queued guards in one batch
-  (``insert_batch``: a new guard queues no task of its own, it kicks its sites' pollers),
-  asks the ZVM about the rows that are due, extends the leases of the guards it serves, and
-  queues the next round at the earliest time a row is due (at once while guards are queued);
+- a round claims the row, inserts the pending checkpoints of the site's guards in one batch
+  (``insert_batch``, the one place a checkpoint is inserted: a new guard queues no task of
+  its own, it kicks its sites' pollers), asks the ZVM about the rows that are due, and queues
+  the next round at the earliest time a row is due (at once while pending rows remain);
 - a chain that died (worker killed, message lost) has an expired lease: the beat's sweep
-  (``pollers_restart_stale``) or the next kick starts another. Every row keeps its own
-  state, so nothing is lost and nothing is asked twice.
+  (``pollers_restart_stale``), a read of one of its guards (``pollers_restart_dead``) or the
+  next kick starts another. Every row keeps its own state, so nothing is lost and nothing is
+  asked twice; a guard holds no lease of its own.
 
 Guards are served in order of arrival: a round inserts and asks for its due rows oldest guard
 first, so when the site's request cap is the bottleneck the oldest waits least.
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import logging
 import time
-import uuid
 from datetime import datetime, timedelta
 
 from celery import current_app
@@ -35,18 +35,16 @@ from django.db.models import F, Min, Q
 from django.utils import timezone
 
 from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
-from rewind.checkpoints.lease import POLLER_GRACE_S, POLLER_OWNER, QUEUED_PREFIX, UNFINISHED
+from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of
-from rewind.checkpoints.rows import INSERTED, guard_finish, row_finish
+from rewind.checkpoints.rows import guard_finish, row_finish
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
 
 logger = logging.getLogger(__name__)
 
 POLL_TASK = "rewind.checkpoints.poll_site"  # in queued messages: never rename
-ROUND_LEASE_S = 15  # a running round holds the site this long, renewed between its ZVM calls
-QUEUE_GRACE_S = 30  # a queued round that has not started this long after its time is replaced
 _RENEW_EVERY_S = ROUND_LEASE_S / 3
 _CAS_TRIES = 8
 
@@ -65,8 +63,9 @@ def poller_kick(site_id: int, at: datetime | None = None) -> None:
 def _kicked(poller: SitePoller, at: datetime) -> bool:
     """One compare-and-swap try of ``poller_kick`` from what ``poller`` read; False: the row changed meanwhile."""
     site_id = poller.pk
-    alive = poller.lease_expires_at is not None and poller.lease_expires_at > timezone.now()
-    if alive and poller.lease_owner.startswith("run:"):
+    now = timezone.now()
+    alive = poller.lease.alive(now)
+    if poller.lease.is_running(now):
         if poller.wanted_at is not None and poller.wanted_at <= at:
             # Noted as soon or sooner already: the running round queues its successor by then,
             # and that round's batch sees this guard's rows (committed before this kick).
@@ -81,13 +80,9 @@ def _kicked(poller: SitePoller, at: datetime) -> bool:
 
 def _queue_round(rows: Q, site_id: int, at: datetime) -> bool:
     """CAS the poller row matched by ``rows`` to a newly queued round at ``at``; send it once committed."""
-    token = uuid.uuid4().hex
-    won = SitePoller.objects.filter(rows).update(
-        lease_owner=f"queued:{token}",
-        next_round_at=at,
-        wanted_at=None,
-        lease_expires_at=at + timedelta(seconds=QUEUE_GRACE_S),
-    )
+    lease = Lease.queued(at)
+    token = lease.token
+    won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None)
     if won:
         countdown = max(0.0, (at - timezone.now()).total_seconds())
         transaction.on_commit(
@@ -98,16 +93,14 @@ def _queue_round(rows: Q, site_id: int, at: datetime) -> bool:
 
 def poller_round(site_id: int, token: str | None = None) -> str:
     """Run one round of the site's poller if it is this round's turn. Returns what happened, for the task log."""
-    run_id = f"run:{uuid.uuid4().hex}"
     now = timezone.now()
+    lease = Lease.running(now)
+    run_id = lease.owner
     free = Q(lease_expires_at__isnull=True) | Q(lease_expires_at__lt=now)
     if token:
-        free |= Q(lease_owner=f"queued:{token}")
+        free |= Q(lease_owner=Lease.queued_owner(token))
     claimed = SitePoller.objects.filter(free, pk=site_id).update(
-        lease_owner=run_id,
-        lease_expires_at=now + timedelta(seconds=ROUND_LEASE_S),
-        last_round_at=now,
-        rounds=F("rounds") + 1,
+        **lease.fields(), last_round_at=now, rounds=F("rounds") + 1
     )
     if not claimed:
         return "skipped: another round holds the site"
@@ -136,8 +129,9 @@ def _round(site_id: int, run_id: str) -> RoundReport:
         batch = site_insert_batch(site, renew, limit=batch_size(site))
         for guard in batch.guards:
             guard_finish(guard)
+    _note_cut_off_inserts(site_id)
     rows = list(
-        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=INSERTED)
+        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
         .select_related("guard")
         .order_by("guard__requested_at", "pk")
     )
@@ -149,10 +143,6 @@ def _round(site_id: int, run_id: str) -> RoundReport:
             row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)
         _finish_guards(rows)
         return RoundReport(ended=len(rows) + batch.ended)
-    # A long round (many VPGs under the site's request cap) must not let its guards look abandoned.
-    ChangeGuard.objects.filter(pk__in={r.guard_id for r in rows}, lease_owner=POLLER_OWNER).update(
-        lease_expires_at=timezone.now() + timedelta(seconds=ROUND_LEASE_S + POLLER_GRACE_S)
-    )
     client = site_client(site)
     offset = client.clock_offset()
     offset_s = offset.offset_s if offset is not None else site_clock_offset_s(site)
@@ -167,6 +157,18 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     return report
 
 
+def _note_cut_off_inserts(site_id: int) -> None:
+    """Rows a batch cut off mid-call left "inserting" with no answer: their outcome is unknown.
+
+    This round's own batch recorded an answer for every row it marked, so such a row is an
+    earlier round's, whose worker died during the calls. The poll adopts its task by the tag
+    and the task list, or has it inserted once more after ``poll_round.SETTLE_S``.
+    """
+    TaggedCheckpoint.objects.filter(
+        site_id=site_id, status=TaggedCheckpoint.Status.INSERTING, task_id="", outcome_unknown_since__isnull=True
+    ).update(outcome_unknown_since=timezone.now())
+
+
 def _finish_guards(rows: list[TaggedCheckpoint]) -> None:
     for guard in guards_of(rows):
         guard_finish(guard)
@@ -178,7 +180,7 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
         poller = SitePoller.objects.get(pk=site_id)
         if poller.lease_owner != run_id:
             return  # our lease ran out and another round took over
-        waiting = TaggedCheckpoint.objects.filter(site_id=site_id, status__in=INSERTED)
+        waiting = TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
         due = waiting.aggregate(at=Min("next_poll_at"))["at"]
         if due is None and waiting.exists():
             due = timezone.now()  # a row handed over without a time: look at once
@@ -197,31 +199,25 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
             continue
         at = max(at, timezone.now())
         if _queue_round(same, site_id, at):
-            _extend_guard_leases(site_id, at)
             return
     logger.warning("poller of site %s: could not queue its next round; the sweep will restart it", site_id)
 
 
-def _extend_guard_leases(site_id: int, next_round_at: datetime) -> None:
-    """The guards the next round serves (waiting, or queued for its batch) stay the pollers' until then."""
-    guard_ids = (
-        TaggedCheckpoint.objects.filter(Q(site_id=site_id, status__in=INSERTED) | batch_rows(site_id))
-        .values_list("guard_id", flat=True)
-        .distinct()
-    )
-    ChangeGuard.objects.filter(
-        Q(lease_owner=POLLER_OWNER) | Q(lease_owner__startswith=QUEUED_PREFIX), pk__in=list(guard_ids)
-    ).update(lease_expires_at=next_round_at + timedelta(seconds=POLLER_GRACE_S))
-
-
 def pollers_restart_stale() -> int:
     """The beat's sweep: start a round for every site with waiting rows whose poller's chain died."""
-    now = timezone.now()
-    waiting = Q(status__in=INSERTED) | Q(status=TaggedCheckpoint.Status.PENDING, guard__status__in=UNFINISHED)
-    sites = set(TaggedCheckpoint.objects.filter(waiting, site__isnull=False).values_list("site_id", flat=True))
-    alive = set(
-        SitePoller.objects.filter(site_id__in=sites, lease_expires_at__gt=now).values_list("site_id", flat=True)
+    waiting = Q(status__in=TaggedCheckpoint.INSERTED) | Q(
+        status=TaggedCheckpoint.Status.PENDING, guard__status__in=ChangeGuard.UNFINISHED
     )
-    for site_id in sites - alive:
+    sites = set(TaggedCheckpoint.objects.filter(waiting, site__isnull=False).values_list("site_id", flat=True))
+    return pollers_restart_dead(sites)
+
+
+def pollers_restart_dead(site_ids: set[int]) -> int:
+    """Start a round for each of these sites whose poller's chain died (or never started). Returns how many."""
+    now = timezone.now()
+    alive = set(
+        SitePoller.objects.filter(site_id__in=site_ids, lease_expires_at__gt=now).values_list("site_id", flat=True)
+    )
+    for site_id in sorted(site_ids - alive):
         poller_kick(site_id, now)
-    return len(sites - alive)
+    return len(site_ids - alive)

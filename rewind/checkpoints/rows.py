@@ -1,4 +1,4 @@
-"""The steps on one tagged checkpoint row that the insert step and the site poller share.
+"""The steps on one tagged checkpoint row that the insert batch and the poll round share.
 
 Every record is a compare-and-swap on the row's status, audited in the same transaction,
 and no transaction is held across a ZVM call: record the attempt → call → record the outcome.
@@ -11,26 +11,17 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import QuerySet
 from django.utils import timezone
 
-from rewind.audit import Actor, AuditEntry, audit_append, audit_record
+from rewind.audit import Actor, AuditEntry, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.announce import guard_announce_failed
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 from rewind.zvm.clock import from_zvm, to_zvm
 
-FINAL = (TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.FAILED, TaggedCheckpoint.Status.TIMED_OUT)
-NOT_FINAL = (TaggedCheckpoint.Status.PENDING, TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
-# What the site poller owns: rows whose insert was made (or whose outcome is unknown).
-INSERTED = (TaggedCheckpoint.Status.INSERTING, TaggedCheckpoint.Status.WAITING)
+# How far before our insert a checkpoint or task list is asked to start: clocks and rounding.
 LIST_LOOKBACK = timedelta(minutes=1)
-
-
-def guard_deadline(guard: ChangeGuard) -> datetime:
-    """From the request, not from when a worker or poller got to it: queued time counts against ``timeout_s``."""
-    return guard.requested_at + timedelta(seconds=guard.timeout_s)
 
 
 def row_since(row: TaggedCheckpoint, offset_s: float) -> datetime:
@@ -43,19 +34,6 @@ def row_since(row: TaggedCheckpoint, offset_s: float) -> datetime:
         return row.task_started_at - LIST_LOOKBACK
     start = row.insert_started_at or row.guard.started_at or row.guard.requested_at
     return to_zvm(start, offset_s) - LIST_LOOKBACK
-
-
-def mark_attempt(row: TaggedCheckpoint, guard: ChangeGuard, rows: QuerySet[TaggedCheckpoint], *, retry: bool) -> bool:
-    """CAS the row to "inserting" and audit the attempt, before the call (fail-closed)."""
-    with transaction.atomic():
-        won = rows.update(
-            status=TaggedCheckpoint.Status.INSERTING, insert_started_at=timezone.now(), outcome_unknown_since=None
-        )
-        if won:
-            audit_append([attempt_entry(row, guard, retry=retry)])
-    if won:
-        row.refresh_from_db()
-    return bool(won)
 
 
 def attempt_entry(row: TaggedCheckpoint, guard: ChangeGuard, *, retry: bool) -> AuditEntry:
@@ -123,19 +101,6 @@ def insert_record(row_id: int, answer: InsertAnswer, **extra: Any) -> bool:
     return bool(rows.update(**fields, **extra))
 
 
-def call_insert(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) -> InsertFailed | None:
-    """Make the insert call for a row marked "inserting"; record its task id, or that its outcome is unknown.
-
-    Returns the failure to finish the row with, or None (the row waits, or its outcome is unknown).
-    """
-    answer = insert_call(client, row, guard)
-    if answer.failed is not None:
-        return answer.failed
-    insert_record(row.pk, answer)
-    row.refresh_from_db()
-    return None
-
-
 def row_finish(
     row_id: int,
     guard: ChangeGuard,
@@ -155,7 +120,7 @@ def row_finish(
     start = row.insert_started_at or guard.started_at or timezone.now()
     waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
     with transaction.atomic():
-        won = TaggedCheckpoint.objects.filter(pk=row_id, status__in=NOT_FINAL).update(
+        won = TaggedCheckpoint.objects.filter(pk=row_id, status__in=TaggedCheckpoint.NOT_FINAL).update(
             status=status,
             error=error[:2000],
             checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
@@ -202,15 +167,16 @@ def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, obj
 def guard_finish(guard: ChangeGuard) -> str:
     """End the guard once every row has ended: ok when all are listed. Returns what happened."""
     rows = list(TaggedCheckpoint.objects.filter(guard=guard))
-    if any(r.status not in FINAL for r in rows):
+    if any(r.status not in TaggedCheckpoint.FINAL for r in rows):
         return "unfinished rows remain"
     ok = all(r.status == TaggedCheckpoint.Status.LISTED for r in rows)
     status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
     listed = TaggedCheckpoint.Status.LISTED
     error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != listed)
     with transaction.atomic():
-        won = ChangeGuard.objects.filter(pk=guard.pk, status=ChangeGuard.Status.RUNNING).update(
-            status=status, error=error[:4000], finished_at=timezone.now(), lease_owner="", lease_expires_at=None
+        # Unfinished, not only running: a guard failed before any batch took it up is still pending.
+        won = ChangeGuard.objects.filter(pk=guard.pk, status__in=ChangeGuard.UNFINISHED).update(
+            status=status, error=error[:4000], finished_at=timezone.now()
         )
         if won:
             audit_record(

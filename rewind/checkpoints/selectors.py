@@ -30,8 +30,6 @@ from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
 from rewind.workers.selectors import workers_seen
 
-FINAL_ROW = (TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.FAILED, TaggedCheckpoint.Status.TIMED_OUT)
-
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat().replace("+00:00", "Z") if value else None
@@ -114,7 +112,7 @@ def guard_progress(guard_id: int, now: datetime | None = None) -> GuardProgress:
         return GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None)
     rows = list(TaggedCheckpoint.objects.filter(guard_id=guard_id).values_list("status", "site_id", "site__name"))
     listed = sum(1 for status, _, _ in rows if status == TaggedCheckpoint.Status.LISTED)
-    deadline = guard.requested_at + timedelta(seconds=guard.timeout_s)
+    deadline = guard.deadline
     return GuardProgress(
         status=guard.status,
         listed=listed,

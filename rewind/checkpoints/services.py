@@ -4,10 +4,10 @@ Flow: ``guard_before_mutate`` looks the tool up in the catalog (unlisted: audite
 through + sighting), finds the VM in the arguments and calls ``guard_create``,
 which finds the protection, refuses per the insert rules, records a guard with one tagged
 checkpoint per VPG and, after commit, kicks the poller of each site its VPGs are protected at:
-the site's next poll round inserts the checkpoints of every queued guard in one batch, then
-waits for them to be listed (``rewind.checkpoints.poller``). A guard with a VPG whose site is
-not registered here goes to the wait task (``rewind.checkpoints.wait``), which ends that row.
-Callers poll the record.
+the site's next poll round inserts the checkpoints of every pending guard in one batch, then
+waits for them to be listed (``rewind.checkpoints.poller``). A VPG whose protected site is
+not configured here cannot take a checkpoint (no poller could insert it), so such a guard is
+refused like any other, nothing inserted. Callers poll the record; a read restarts the pollers of its sites whose chain died.
 
 Refusal is all or nothing: when any VPG protecting the VM cannot take a checkpoint, nothing
 is inserted anywhere. A partial set of checkpoints would let a change go ahead with a VPG
@@ -17,24 +17,23 @@ that cannot undo it, and would leave tags behind that no change used.
 from __future__ import annotations
 
 import logging
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import timedelta
 from functools import partial
 from typing import Any
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import QuerySet
 from django.utils import timezone
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
-from rewind.checkpoints.lease import QUEUE_GRACE_S, UNFINISHED, queue_wait
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
-from rewind.checkpoints.poller import poller_kick
+from rewind.checkpoints.poller import poller_kick, pollers_restart_dead
+from rewind.checkpoints.rows import guard_finish, row_finish
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import find_protection
@@ -120,7 +119,6 @@ def guard_create(
     now = timezone.now()
     vm_name = protection.vm_name or protection.vm_identifier
     tag = build_tag(agent=agent_name, action=action, vm=vm_name, change_id=change, now=now)
-    token = uuid.uuid4().hex
     try:
         with transaction.atomic():
             guard = ChangeGuard.objects.create(
@@ -134,8 +132,6 @@ def guard_create(
                 tag=tag,
                 request_id=rid,
                 timeout_s=timeout,
-                lease_owner=f"queued:{token}",
-                lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S),
             )
             TaggedCheckpoint.objects.bulk_create([_tagged_checkpoint(guard, v) for v in protection.vpgs])
             # audit_append: every guard passes here, and nothing reads the event back.
@@ -155,7 +151,7 @@ def guard_create(
                 },
             )
             audit_append([created])
-            _queue_insert(guard, token, [v.protected_site.site_pk for v in protection.vpgs])
+            _queue_insert(guard, {v.protected_site.site_pk for v in protection.vpgs if v.protected_site.site_pk})
     except IntegrityError:
         # A concurrent request with the same change id for this VM won; return its record.
         winner = ChangeGuard.objects.get(vm_identifier=protection.vm_identifier, change_id=change)
@@ -167,16 +163,14 @@ def guard_create(
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
 
 
-def _queue_insert(guard: ChangeGuard, token: str, site_ids: list[int | None]) -> None:
+def _queue_insert(guard: ChangeGuard, site_ids: set[int]) -> None:
     """Once committed, kick the poller of each of the guard's sites: its next round inserts, one batch per site.
 
-    ``robust``: a kick that fails leaves the guard queued; its lease runs out and it is resumed
-    through the wait task (``guard_resume_if_stale``), so it is never lost.
+    ``robust``: a kick that fails (the broker is down) leaves the poller's queued lease to run
+    out; the beat's sweep or the next read of the guard starts the round then, so the guard is
+    never lost.
     """
-    if any(site_id is None for site_id in site_ids):
-        queue_wait(guard, token)
-        return
-    for site_id in sorted({s for s in site_ids if s is not None}):
+    for site_id in sorted(site_ids):
         transaction.on_commit(partial(poller_kick, site_id), robust=True)
 
 
@@ -226,48 +220,67 @@ def _refuse(
 
 
 def guard_resume_if_stale(guard: ChangeGuard) -> bool:
-    """Queue the wait again when the guard is unfinished and nobody holds a live lease.
+    """Restart the pollers of the guard's sites whose chain died; end its rows no site answers for.
 
-    Called by the beat and by every status read, so a guard whose worker died (or whose
-    message was lost) finishes anyway. The compare-and-swap on the lease makes concurrent
-    callers queue it once; the task's own claim makes a duplicate message harmless.
+    Called by every status read (and so by a waiting caller), so a guard finishes even when no
+    beat runs. A guard holds no lease: whether it is served is whether its sites' pollers are
+    alive. True when it restarted a poller or ended a row. Safe to call concurrently.
     """
-    now = timezone.now()
-    if guard.status not in UNFINISHED or (guard.lease_expires_at and guard.lease_expires_at > now):
+    if guard.status not in ChangeGuard.UNFINISHED:
         return False
-    token = uuid.uuid4().hex
-    with transaction.atomic():
-        won = ChangeGuard.objects.filter(
-            pk=guard.pk, status__in=UNFINISHED, lease_owner=guard.lease_owner, lease_expires_at=guard.lease_expires_at
-        ).update(lease_owner=f"queued:{token}", lease_expires_at=now + timedelta(seconds=QUEUE_GRACE_S))
-        if not won:
-            return False
-        audit_record(
-            actor=Actor.system(),
-            action=GuardAction.RESUMED,
-            target=guard,
-            request_id=guard.request_id,
-            data={"status": guard.status, "attempts": guard.attempts, "previous_lease": guard.lease_owner},
-        )
-        queue_wait(guard, token)
-    guard.refresh_from_db()
-    return True
+    unfinished = list(guard.vpgs.filter(status__in=TaggedCheckpoint.NOT_FINAL).values_list("pk", "site_id"))
+    if any(site_id is None for _, site_id in unfinished):
+        guards_orphaned_finish(ChangeGuard.objects.filter(pk=guard.pk))
+        guard.refresh_from_db()
+        return True
+    sites = {site_id for _, site_id in unfinished if site_id is not None}
+    restarted = pollers_restart_dead(sites)
+    if restarted:
+        with transaction.atomic():
+            audit_record(
+                actor=Actor.system(),
+                action=GuardAction.RESUMED,
+                target=guard,
+                request_id=guard.request_id,
+                data={"status": guard.status, "pollers_restarted": restarted},
+            )
+    return bool(restarted)
 
 
-def guards_resume_stale() -> int:
-    """The beat's sweep: resume every unfinished guard whose lease ran out. Safe to overlap.
+def guards_orphaned_finish(guards: QuerySet[ChangeGuard] | None = None) -> int:
+    """End the unfinished rows whose site was removed from this service while they waited, then their guards.
 
-    It asks no ZVM (it only queues each guard's wait), so a stuck site cannot delay it; the
-    calls of a resumed wait to a site marked unavailable are refused at once by its circuit.
+    Nobody can answer for such a row: no site, so no poller. The beat's sweep runs it over
+    every guard. Returns how many rows it ended.
     """
-    stale = ChangeGuard.objects.filter(status__in=UNFINISHED, lease_expires_at__lt=timezone.now())
-    return sum(guard_resume_if_stale(g) for g in stale[:500])
+    rows = TaggedCheckpoint.objects.filter(
+        site__isnull=True, status__in=TaggedCheckpoint.NOT_FINAL, guard__status__in=ChangeGuard.UNFINISHED
+    ).select_related("guard")
+    if guards is not None:
+        rows = rows.filter(guard__in=guards)
+    error = "the protected site was removed from this service while the checkpoint was pending"
+    ended = [row for row in rows[:500] if row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)]
+    for guard in {row.guard_id: row.guard for row in ended}.values():
+        guard_finish(guard)
+    return len(ended)
+
+
+def guard_insert_requeue(guard_id: int) -> str:
+    """Kick the pollers of an unfinished guard's sites: for wait messages queued before the pollers inserted."""
+    guard = ChangeGuard.objects.filter(pk=guard_id, status__in=ChangeGuard.UNFINISHED).first()
+    if guard is None:
+        return "skipped: finished or gone"
+    guards_orphaned_finish(ChangeGuard.objects.filter(pk=guard.pk))
+    sites = set(guard.vpgs.filter(site__isnull=False).values_list("site_id", flat=True))
+    for site_id in sorted(sites):
+        poller_kick(site_id)
+    return f"handed to the poller of {len(sites)} site(s)"
 
 
 def guard_read_and_resume(guard_id: int | str) -> ChangeGuard:
-    """A guard by id, queued again first when its task died. Raises NotFoundError.
+    """A guard by id, its sites' dead pollers restarted first (``guard_resume_if_stale``). Raises NotFoundError.
 
-    Writes (the resume); a plain read is ``selectors.guard_get``.
+    Writes (the restart); a plain read is ``selectors.guard_get``.
     """
     try:
         guard = ChangeGuard.objects.get(pk=int(guard_id))

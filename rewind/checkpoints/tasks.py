@@ -1,7 +1,7 @@
 """Celery tasks of guards and tagged checkpoints: thin wrappers that take ids and call services.
 
 The task names (``rewind.checkpoints.*``) are in queued messages and the beat schedule: keep
-them. The services queue the wait by its name (``lease.queue_wait``), never through this module.
+them. The services queue poll rounds by name (``poller.POLL_TASK``), never through this module.
 """
 
 from __future__ import annotations
@@ -9,26 +9,21 @@ from __future__ import annotations
 from celery import shared_task
 
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
-from rewind.checkpoints.lease import WAIT_TASK
 from rewind.checkpoints.poller import POLL_TASK, poller_round, pollers_restart_stale
 from rewind.checkpoints.retention import retention_refresh_sweep, retention_warnings_sweep
-from rewind.checkpoints.services import guards_resume_stale
-from rewind.checkpoints.wait import guard_wait
+from rewind.checkpoints.services import guard_insert_requeue, guards_orphaned_finish
 from rewind.requestid import bound_request_id
 
+# Queued by versions that inserted a guard's checkpoints in a task of its own; nothing queues it now.
+LEGACY_WAIT_TASK = "rewind.checkpoints.wait"
 
-@shared_task(name=WAIT_TASK, acks_late=True, ignore_result=False)
+
+@shared_task(name=LEGACY_WAIT_TASK, acks_late=True, ignore_result=True)
 def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: str | None = None) -> str:
-    """Insert the tagged checkpoints of one guard and hand the wait to the site pollers
-    (see rewind.checkpoints.wait). The task name is kept from when it also waited.
-
-    Safe to run twice: the guard's lease lets one run work at a time and every step is a
-    compare-and-swap. If the task dies, the lease expires and the guard is queued again
-    (``rewind.checkpoints.resume_stale`` or a status read). The hard time limit is set per
-    call (guard timeout + margin) by ``queue_wait``.
-    """
+    """A message an earlier version queued for one guard: hand the guard to its sites' pollers,
+    whose insert batch is the one place checkpoints are inserted. Safe to run twice (a kick is)."""
     with bound_request_id(request_id):
-        return guard_wait(guard_id, lease_token)
+        return guard_insert_requeue(guard_id)
 
 
 @shared_task(name=POLL_TASK, acks_late=True, ignore_result=True)
@@ -43,9 +38,9 @@ def checkpoints_poll_site(site_id: int, token: str | None = None) -> str:
 
 @shared_task(name="rewind.checkpoints.resume_stale")
 def checkpoints_resume_stale() -> int:
-    """Queue again every unfinished guard whose wait task died, and restart every site poller
-    whose chain died. Safe to overlap."""
-    return guards_resume_stale() + pollers_restart_stale()
+    """End the rows whose site was removed while they waited, and restart every site poller whose
+    chain died (the guards it served carry on from their rows' state). Safe to overlap."""
+    return guards_orphaned_finish() + pollers_restart_stale()
 
 
 @shared_task(name="rewind.checkpoints.listed_late")

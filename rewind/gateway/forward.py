@@ -32,7 +32,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-from rewind.checkpoints.mcp_tools import GuardOut, guard_out, guard_result, guard_wait
+from rewind.checkpoints.mcp_tools import GuardOut, guard_follow, guard_out, guard_result
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
@@ -266,7 +266,7 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
     relay = ProgressRelay(ctx)
     guard: dict[str, Any] | None = None
     if ready.guard is not None:
-        out = await guard_wait(ready.guard, relay)
+        out = await guard_follow(ready.guard, relay)
         guard = _guard_meta(out)
         await run_db(_guard_decided, ready, out)
         if not out.ok:

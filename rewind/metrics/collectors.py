@@ -30,7 +30,6 @@ logger = logging.getLogger(__name__)
 # REWIND_CHECKPOINT_TIMEOUT_S (300 s by default) ends the wait.
 GUARD_WAIT_BOUNDS = (1.0, 2.0, 5.0, 10.0, 20.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1800.0)
 FINAL_GUARD = (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
-UNFINISHED_GUARD = (ChangeGuard.Status.PENDING, ChangeGuard.Status.RUNNING)
 # What only the reaper writes, and the recoveries it failed for running too long (their audit
 # data says "by": "reaper"). The runner also marks sessions vanished and records failed
 # unmounts, so those are not counted here.
@@ -49,7 +48,7 @@ def _guards() -> Iterator[Metric]:
     for status in FINAL_GUARD:
         finished.add_metric([status], counts.get(status, 0))
     unfinished = GaugeMetricFamily("rewind_guards_unfinished", "Guards not finished yet, by status.", labels=["status"])
-    for status in UNFINISHED_GUARD:
+    for status in ChangeGuard.UNFINISHED:
         unfinished.add_metric([status], counts.get(status, 0))
     yield finished
     yield unfinished

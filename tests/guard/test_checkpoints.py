@@ -229,7 +229,7 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
 
 
 def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
-    """Poll like an agent does: a status read re-queues a guard whose task died."""
+    """Poll like an agent does: a status read restarts a dead poller of the guard's sites."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         guard = guard_read_and_resume(guard_id)
@@ -239,8 +239,8 @@ def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
     guard = ChangeGuard.objects.get(pk=guard_id)
     rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
     raise AssertionError(
-        f"guard {guard_id} not finished after {timeout} s: {guard.status} lease {guard.lease_owner} until "
-        f"{guard.lease_expires_at}, {guard.attempts} attempts, rows {rows}"
+        f"guard {guard_id} not finished after {timeout} s: {guard.status}, rows {rows}, "
+        f"pollers {list(SitePoller.objects.values_list('site_id', 'lease_owner', 'lease_expires_at'))}"
     )
 
 

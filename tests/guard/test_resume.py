@@ -1,4 +1,5 @@
-"""A guard whose wait task died is queued again once its lease runs out; never twice at once."""
+"""A guard holds no lease: its sites' pollers do. A poller whose chain died is restarted by the
+beat's sweep or by a read of one of its guards, once; rows whose site was removed are ended."""
 
 from __future__ import annotations
 
@@ -10,52 +11,87 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.utils import timezone
 
-from rewind.checkpoints.services import guard_create, guard_read_and_resume, guards_resume_stale
-from rewind.models import AuditEvent, ChangeGuard
+from rewind.checkpoints.poller import POLL_TASK, pollers_restart_stale
+from rewind.checkpoints.services import guard_create, guard_read_and_resume, guards_orphaned_finish
+from rewind.checkpoints.tasks import LEGACY_WAIT_TASK, checkpoint_wait
+from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
+from tests.fixtures import InlineTasks
 
 
 @pytest.fixture
-def guard(sim: Any, sites: Any, agent: Any, db: None) -> ChangeGuard:
+def guard(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> ChangeGuard:
     outcome = guard_create(agent_name=agent.name, vm="web01", action="edit")
     assert outcome.guard is not None
+    assert inline_tasks.pending() == [POLL_TASK], "creating a guard kicks its site's poller, nothing else"
     return outcome.guard
 
 
-def _expire(guard: ChangeGuard) -> None:
-    ChangeGuard.objects.filter(pk=guard.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+def _kill_chain() -> None:
+    # The queued round's message is lost: its token no longer matches, and its lease ran out.
+    SitePoller.objects.update(lease_owner="queued:lost", lease_expires_at=timezone.now() - timedelta(seconds=1))
 
 
-def test_a_queued_guard_holds_a_lease_until_its_task_starts(guard: ChangeGuard) -> None:
-    assert guard.lease_owner.startswith("queued:")
-    assert guard.lease_expires_at is not None
-    assert guard.lease_expires_at > timezone.now()
-    assert guards_resume_stale() == 0
+def test_the_sweep_restarts_a_dead_poller_of_a_waiting_guard_once(
+    guard: ChangeGuard, inline_tasks: InlineTasks
+) -> None:
+    assert pollers_restart_stale() == 0, "the queued round's lease is live"
+    _kill_chain()
+    assert pollers_restart_stale() == 1
+    assert pollers_restart_stale() == 0
+    assert inline_tasks.pending() == [POLL_TASK, POLL_TASK]
+    assert SitePoller.objects.get().lease.token, "a queued round holds the site"
 
 
-def test_the_sweep_queues_a_stale_guard_once(guard: ChangeGuard, django_capture_on_commit_callbacks: Any) -> None:
-    _expire(guard)
-    with django_capture_on_commit_callbacks() as queued:
-        assert guards_resume_stale() == 1
-        assert guards_resume_stale() == 0  # the new lease is live
-    assert len(queued) == 1
-    guard.refresh_from_db()
-    assert guard.lease_owner.startswith("queued:")
-    assert guard.lease_expires_at is not None
-    assert guard.lease_expires_at > timezone.now()
+def test_a_status_read_restarts_a_dead_poller_and_audits_it(guard: ChangeGuard, inline_tasks: InlineTasks) -> None:
+    guard_read_and_resume(guard.pk)
+    assert AuditEvent.objects.filter(action="guard.resumed").count() == 0, "its poller is alive"
+    _kill_chain()
+    guard_read_and_resume(guard.pk)
+    guard_read_and_resume(guard.pk)  # the new chain is alive: nothing more
+    assert inline_tasks.pending() == [POLL_TASK, POLL_TASK]
     assert AuditEvent.objects.filter(action="guard.resumed", target_id=str(guard.pk)).count() == 1
 
 
-def test_a_status_read_resumes_a_stale_guard(guard: ChangeGuard, django_capture_on_commit_callbacks: Any) -> None:
-    _expire(guard)
-    with django_capture_on_commit_callbacks() as queued:
-        guard_read_and_resume(guard.pk)
-    assert len(queued) == 1
+def test_a_restarted_chain_inserts_each_checkpoint_once(guard: ChangeGuard, inline_tasks: InlineTasks) -> None:
+    _kill_chain()
+    assert pollers_restart_stale() == 1
+    done = inline_tasks.wait_for(
+        lambda: ChangeGuard.objects.filter(pk=guard.pk, status__in=ChangeGuard.FINISHED).first()
+    )
+    assert done.status == ChangeGuard.Status.OK, done.error
+    requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk))
+    assert requested.count() == guard.vpgs.count(), "the lost round's message found its token gone and did nothing"
 
 
-def test_a_finished_guard_is_left_alone(guard: ChangeGuard) -> None:
+def test_a_finished_guard_is_left_alone(guard: ChangeGuard, inline_tasks: InlineTasks) -> None:
     ChangeGuard.objects.filter(pk=guard.pk).update(status=ChangeGuard.Status.FAILED)
-    _expire(guard)
-    assert guards_resume_stale() == 0
+    TaggedCheckpoint.objects.filter(guard=guard).update(status=TaggedCheckpoint.Status.FAILED)
+    _kill_chain()
+    guard_read_and_resume(guard.pk)
+    assert pollers_restart_stale() == 0
+    assert inline_tasks.pending() == [POLL_TASK]
+
+
+def test_rows_whose_site_was_removed_end_and_fail_their_guard(guard: ChangeGuard, sites: Any) -> None:
+    sites["site-a"].delete()
+    assert guards_orphaned_finish() == guard.vpgs.count()
+    guard.refresh_from_db()
+    assert guard.status == ChangeGuard.Status.FAILED
+    assert "removed from this service" in guard.error
+    assert guards_orphaned_finish() == 0
+
+
+def test_a_wait_message_queued_by_an_earlier_version_hands_the_guard_to_the_pollers(
+    guard: ChangeGuard, inline_tasks: InlineTasks
+) -> None:
+    assert checkpoint_wait.name == LEGACY_WAIT_TASK
+    _kill_chain()
+    assert "handed to the poller of 1 site" in checkpoint_wait(guard.pk, guard.request_id, lease_token="old")
+    assert inline_tasks.pending() == [POLL_TASK, POLL_TASK]
+    done = inline_tasks.wait_for(
+        lambda: ChangeGuard.objects.filter(pk=guard.pk, status__in=ChangeGuard.FINISHED).first()
+    )
+    assert done.status == ChangeGuard.Status.OK, done.error
 
 
 def test_the_guard_admin_shows_each_vpg_read_only(guard: ChangeGuard) -> None:

@@ -1,4 +1,4 @@
-"""One hung site delays no other site's sweep: the reaper, late listings, the identity refresh, stale guards.
+"""One hung site delays no other site's sweep: the reaper, late listings, the identity refresh, dead pollers.
 
 Site A, the first in every sweep's order, hangs on every path until the test clears the fault
 (the simulator then answers it). Each sweep runs in a thread of the test; the other sites' rows
@@ -22,7 +22,7 @@ from recoveries.reaper import recoveries_reap
 from rewind.audit import Actor
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
-from rewind.checkpoints.services import guards_resume_stale
+from rewind.checkpoints.poller import pollers_restart_stale
 from rewind.sites import site_check, site_create
 from rewind.sites.models import Site
 from rewind.sites.refresh import sites_identity_refresh
@@ -161,15 +161,14 @@ def test_the_identity_refresh_does_not_ask_a_site_marked_unavailable(
     assert "unavailable since" in c.last_error
 
 
-def test_the_stale_guard_sweep_asks_no_zvm_so_a_hung_site_delays_nothing(
+def test_the_dead_poller_sweep_asks_no_zvm_so_a_hung_site_delays_nothing(
     sim: Any, db: None, django_capture_on_commit_callbacks: Any
 ) -> None:
-    # In the test's transaction, so the queued waits are only captured, never sent to a broker.
-    _register(sim)
-    long_ago = timezone.now() - timedelta(minutes=5)
-    for vm in ("web01", "edge01"):  # protected at Site A and at Site C
+    # In the test's transaction, so the queued rounds are only captured, never sent to a broker.
+    registered = _register(sim)
+    for vm, slug in (("web01", "site-a"), ("edge01", "site-c")):
         info = sim.vm(vm)
-        ChangeGuard.objects.create(
+        guard = ChangeGuard.objects.create(
             agent_name="ops-bot",
             action="edit",
             vm_identifier=info["identifier"],
@@ -177,12 +176,11 @@ def test_the_stale_guard_sweep_asks_no_zvm_so_a_hung_site_delays_nothing(
             change_id="chg",
             tag=f"tag {vm}",
             timeout_s=60,
-            lease_owner="dead-worker",
-            lease_expires_at=long_ago,
         )
+        TaggedCheckpoint.objects.create(guard=guard, vpg_identifier=f"vpg-{vm}", vpg_name=vm, site=registered[slug])
     seen = _hang(sim, "site-c")
     with django_capture_on_commit_callbacks() as queued:
-        assert guards_resume_stale() == 2
+        assert pollers_restart_stale() == 2  # no poller chain was ever started for either site
     assert len(queued) == 2
     assert sum(sim.calls("site-c").values()) == seen
     sim.clear_faults()
