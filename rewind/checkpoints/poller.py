@@ -129,12 +129,12 @@ def _round(site_id: int, run_id: str) -> RoundReport:
         batch = site_insert_batch(site, renew, limit=batch_size(site))
         for guard in batch.guards:
             guard_finish(guard)
-    _note_cut_off_inserts(site_id)
     rows = list(
         TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
         .select_related("guard")
         .order_by("guard__requested_at", "pk")
     )
+    _note_cut_off_inserts(rows)
     if not rows:
         return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
     if site is None or not site.enabled:
@@ -157,16 +157,24 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     return report
 
 
-def _note_cut_off_inserts(site_id: int) -> None:
+def _note_cut_off_inserts(rows: list[TaggedCheckpoint]) -> None:
     """Rows a batch cut off mid-call left "inserting" with no answer: their outcome is unknown.
 
     This round's own batch recorded an answer for every row it marked, so such a row is an
     earlier round's, whose worker died during the calls. The poll adopts its task by the tag
-    and the task list, or has it inserted once more after ``poll_round.SETTLE_S``.
+    and the task list, or has it inserted once more after ``poll_round.SETTLE_S``. Written
+    only when there is one: most rounds find none and take no write lock for it.
     """
-    TaggedCheckpoint.objects.filter(
-        site_id=site_id, status=TaggedCheckpoint.Status.INSERTING, task_id="", outcome_unknown_since__isnull=True
-    ).update(outcome_unknown_since=timezone.now())
+    cut = [r for r in rows if r.status == TaggedCheckpoint.Status.INSERTING and not r.task_id]
+    cut = [r for r in cut if r.outcome_unknown_since is None]
+    if not cut:
+        return
+    now = timezone.now()
+    TaggedCheckpoint.objects.filter(pk__in=[r.pk for r in cut], outcome_unknown_since__isnull=True).update(
+        outcome_unknown_since=now
+    )
+    for row in cut:
+        row.outcome_unknown_since = now
 
 
 def _finish_guards(rows: list[TaggedCheckpoint]) -> None:
@@ -214,6 +222,8 @@ def pollers_restart_stale() -> int:
 
 def pollers_restart_dead(site_ids: set[int]) -> int:
     """Start a round for each of these sites whose poller's chain died (or never started). Returns how many."""
+    if not site_ids:
+        return 0
     now = timezone.now()
     alive = set(
         SitePoller.objects.filter(site_id__in=site_ids, lease_expires_at__gt=now).values_list("site_id", flat=True)

@@ -7,7 +7,8 @@ checkpoint per VPG and, after commit, kicks the poller of each site its VPGs are
 the site's next poll round inserts the checkpoints of every pending guard in one batch, then
 waits for them to be listed (``rewind.checkpoints.poller``). A VPG whose protected site is
 not configured here cannot take a checkpoint (no poller could insert it), so such a guard is
-refused like any other, nothing inserted. Callers poll the record; a read restarts the pollers of its sites whose chain died.
+refused like any other, nothing inserted. Callers poll the record; a read restarts the
+pollers of its sites whose chain died.
 
 Refusal is all or nothing: when any VPG protecting the VM cannot take a checkpoint, nothing
 is inserted anywhere. A partial set of checkpoints would let a change go ahead with a VPG
@@ -151,7 +152,7 @@ def guard_create(
                 },
             )
             audit_append([created])
-            _queue_insert(guard, {v.protected_site.site_pk for v in protection.vpgs if v.protected_site.site_pk})
+            _queue_insert({v.protected_site.site_pk for v in protection.vpgs if v.protected_site.site_pk})
     except IntegrityError:
         # A concurrent request with the same change id for this VM won; return its record.
         winner = ChangeGuard.objects.get(vm_identifier=protection.vm_identifier, change_id=change)
@@ -163,7 +164,7 @@ def guard_create(
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
 
 
-def _queue_insert(guard: ChangeGuard, site_ids: set[int]) -> None:
+def _queue_insert(site_ids: set[int]) -> None:
     """Once committed, kick the poller of each of the guard's sites: its next round inserts, one batch per site.
 
     ``robust``: a kick that fails (the broker is down) leaves the poller's queued lease to run
@@ -228,13 +229,12 @@ def guard_resume_if_stale(guard: ChangeGuard) -> bool:
     """
     if guard.status not in ChangeGuard.UNFINISHED:
         return False
-    unfinished = list(guard.vpgs.filter(status__in=TaggedCheckpoint.NOT_FINAL).values_list("pk", "site_id"))
-    if any(site_id is None for _, site_id in unfinished):
-        guards_orphaned_finish(ChangeGuard.objects.filter(pk=guard.pk))
+    sites = set(guard.vpgs.filter(status__in=TaggedCheckpoint.NOT_FINAL).values_list("site_id", flat=True))
+    ended = 0
+    if None in sites:
+        ended = guards_orphaned_finish(ChangeGuard.objects.filter(pk=guard.pk))
         guard.refresh_from_db()
-        return True
-    sites = {site_id for _, site_id in unfinished if site_id is not None}
-    restarted = pollers_restart_dead(sites)
+    restarted = pollers_restart_dead({s for s in sites if s is not None})
     if restarted:
         with transaction.atomic():
             audit_record(
@@ -244,7 +244,7 @@ def guard_resume_if_stale(guard: ChangeGuard) -> bool:
                 request_id=guard.request_id,
                 data={"status": guard.status, "pollers_restarted": restarted},
             )
-    return bool(restarted)
+    return bool(ended or restarted)
 
 
 def guards_orphaned_finish(guards: QuerySet[ChangeGuard] | None = None) -> int:
@@ -266,15 +266,13 @@ def guards_orphaned_finish(guards: QuerySet[ChangeGuard] | None = None) -> int:
 
 
 def guard_insert_requeue(guard_id: int) -> str:
-    """Kick the pollers of an unfinished guard's sites: for wait messages queued before the pollers inserted."""
+    """For wait messages queued before the pollers inserted: the guard is resumed like on a status read."""
     guard = ChangeGuard.objects.filter(pk=guard_id, status__in=ChangeGuard.UNFINISHED).first()
     if guard is None:
         return "skipped: finished or gone"
-    guards_orphaned_finish(ChangeGuard.objects.filter(pk=guard.pk))
-    sites = set(guard.vpgs.filter(site__isnull=False).values_list("site_id", flat=True))
-    for site_id in sorted(sites):
-        poller_kick(site_id)
-    return f"handed to the poller of {len(sites)} site(s)"
+    guard_resume_if_stale(guard)
+    sites = guard.vpgs.filter(site__isnull=False).values_list("site_id", flat=True).distinct()
+    return f"handed to the poller of {sites.count()} site(s)"
 
 
 def guard_read_and_resume(guard_id: int | str) -> ChangeGuard:
