@@ -1,5 +1,5 @@
 """Shared fixtures: a real Celery worker, and the plugins every package gets: the ZVM simulator
-(tests.simfixtures), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures)."""
+(tests.simfixtures), the quick run's markers (tests.markers), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from django.db import connection
 
 from rewind.processes import Proc
 
-pytest_plugins = ["tests.simfixtures", "tests.fixtures", "tests.mcpfixtures"]
+pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures"]
 
 READY = "ready."  # what a Celery worker logs once it takes tasks
 

@@ -24,6 +24,7 @@ import pytest
 import requests
 
 from rewind.processes import Proc, ProcessError
+from tests.markers import processes_allowed
 
 REPO = Path(__file__).resolve().parent.parent
 _VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -229,8 +230,13 @@ class SimHandle:
 
 @pytest.fixture(scope="session")
 def sim_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SimServer]:
-    with run_sim(tmp_path_factory.mktemp("zvmsim")) as server:
+    # The one process every run has, the quick run included (tests.markers).
+    with processes_allowed():
+        server = start_sim(tmp_path_factory.mktemp("zvmsim"))
+    try:
         yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture

@@ -148,6 +148,7 @@ def test_a_missing_or_wrong_token_gets_401(guestshell_http: GuestShellHttp, head
     assert guestshell_http.calls() == []
 
 
+@pytest.mark.process
 def test_without_a_token_it_serves_anyone(tmp_path: Path, sim_server: SimServer, sim: SimHandle) -> None:
     with run_guestshell(tmp_path, sim_server) as server:
         assert server.token is None

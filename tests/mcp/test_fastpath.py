@@ -444,6 +444,7 @@ _PROBE = textwrap.dedent("""
 """)
 
 
+@pytest.mark.process
 def test_a_worker_freezes_its_startup_heap_during_the_lifespan() -> None:
     import os
 

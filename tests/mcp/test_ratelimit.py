@@ -122,6 +122,7 @@ def test_without_the_database_it_counts_per_process_and_says_so(
     assert next(r.getMessage() for r in caplog.records).startswith("rate limits are counted per process")
 
 
+@pytest.mark.process
 def test_the_endpoint_counts_once_for_two_workers_without_redis(
     tmp_path: Any, transactional_db: None, sim: Any
 ) -> None:
@@ -142,6 +143,7 @@ def test_the_endpoint_counts_once_for_two_workers_without_redis(
     assert "counted per process" not in log
 
 
+@pytest.mark.process
 def test_the_endpoint_counts_in_redis_when_it_is_configured(
     tmp_path: Any, transactional_db: None, sim: Any, redis_url: str
 ) -> None:

@@ -166,6 +166,7 @@ def test_it_answers_malformed_json_rpc_with_a_json_rpc_error(mcp_server: Any, ag
     assert resp.json()["error"]["code"] in (-32600, -32602)
 
 
+@pytest.mark.process
 def test_it_rate_limits_an_agent(tmp_path: Any, transactional_db: None, sim: Any) -> None:
     from tests.conftest import test_database_url
     from tests.fixtures import register_sites

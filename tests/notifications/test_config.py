@@ -57,6 +57,7 @@ def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess[
         ("REWIND_NOTIFY_SITE_URLS", f'["json://u:{SECRET}@h/x"]', ["REWIND_NOTIFY_SITE_URLS", "JSON object"]),
     ],
 )
+@pytest.mark.process
 def test_a_malformed_notification_url_stops_start_up_naming_the_setting(
     tmp_path: Path, name: str, value: str, words: list[str]
 ) -> None:
@@ -70,6 +71,7 @@ def test_a_malformed_notification_url_stops_start_up_naming_the_setting(
     assert "Traceback" not in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.process
 def test_valid_urls_start_from_a_file_and_settings_never_show_them(tmp_path: Path) -> None:
     urls = tmp_path / "urls"
     urls.write_text(f"json://u:{SECRET}@127.0.0.1:9/a\nmailto://mailer:{SECRET}@example.com\n")

@@ -230,6 +230,7 @@ def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(
         ({"EMAIL_PORT": "smtp"}, "EMAIL_PORT must be an integer"),
     ],
 )
+@pytest.mark.process
 def test_mail_settings_are_read_strictly(tmp_path: Any, env: dict[str, str], expected: str) -> None:
     keep = {k: v for k, v in os.environ.items() if not k.startswith(("EMAIL_", "REWIND_", "DJANGO_"))}
     code = "import django; django.setup(); from django.conf import settings; print(settings.EMAIL_BACKEND)"

@@ -42,6 +42,7 @@ def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:
     assert "FAILED" not in second
 
 
+@pytest.mark.process
 def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     port, sim_port = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
@@ -100,6 +101,7 @@ def _stack(tmp_path: Path) -> tuple[Proc, dict[str, str]]:
 
 
 @pytest.mark.timeout(420)
+@pytest.mark.process
 def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
     proc, env = _stack(tmp_path)
     try:

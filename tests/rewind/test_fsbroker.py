@@ -59,6 +59,7 @@ def test_a_message_file_is_visible_only_once_it_is_whole(channel: Any, queue_fol
     assert os.listdir(queue_folder) == []
 
 
+@pytest.mark.process
 def test_the_embedded_broker_uses_it(tmp_path: Path) -> None:
     """With no REDIS_URL the Celery app publishes through this transport (checked in a fresh process)."""
     env = {k: v for k, v in os.environ.items() if k not in ("REDIS_URL", "DATABASE_URL")}

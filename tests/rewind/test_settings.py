@@ -27,6 +27,7 @@ def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.process
 def test_it_starts_with_nothing_set(tmp_path: Path) -> None:
     result = _start(tmp_path)
     assert result.returncode == 0, result.stderr
@@ -47,6 +48,7 @@ def test_it_starts_with_nothing_set(tmp_path: Path) -> None:
         ("DJANGO_SECRET_KEY_FILE", "/nonexistent/secret"),
     ],
 )
+@pytest.mark.process
 def test_it_refuses_to_start_on_a_malformed_variable(tmp_path: Path, name: str, value: str) -> None:
     result = _start(tmp_path, **{name: value})
     assert result.returncode != 0
@@ -54,6 +56,7 @@ def test_it_refuses_to_start_on_a_malformed_variable(tmp_path: Path, name: str, 
     assert "Traceback" not in result.stderr.splitlines()[-1]
 
 
+@pytest.mark.process
 def test_it_refuses_a_secret_given_twice(tmp_path: Path) -> None:
     secret_file = tmp_path / "key"
     secret_file.write_text("from-file")
@@ -64,6 +67,7 @@ def test_it_refuses_a_secret_given_twice(tmp_path: Path) -> None:
     assert "direct" not in result.stderr.split("DJANGO_SECRET_KEY")[0]
 
 
+@pytest.mark.process
 def test_it_reads_secrets_from_files(tmp_path: Path) -> None:
     key_file = tmp_path / "enc"
     key_file.write_text("not-a-fernet-key")

@@ -22,8 +22,9 @@ from rewind.sites.models import Site, SiteCircuit
 from rewind.sites.zvm_shared import shared_breaker
 from rewind.zvm import ZvmAuthError, ZvmNotFoundError, ZvmSiteUnavailable, ZvmTransientError, ZvmUnparseableResponse
 from tests.fixtures import make_sites
+from tests.workerenv import private_redis_url
 
-REDIS_URL = "redis://127.0.0.1:6379/8"
+REDIS_URL = private_redis_url(1)  # a database of its own beside the suite's (tests.workerenv)
 ADMIN = Actor.user("alice")
 
 
@@ -34,7 +35,7 @@ def _flush(client: redis.Redis) -> None:
 
 @pytest.fixture(params=["db", "redis"])
 def store(request: pytest.FixtureRequest, transactional_db: None, settings: Any) -> Iterator[str]:
-    """The shared store the circuits live in: the database, or Redis (db 8)."""
+    """The shared store the circuits live in: the database, or a Redis database of its own."""
     settings.ZVM_CONNECT_TIMEOUT_S = 0.5
     settings.ZVM_READ_TIMEOUT_S = 0.5
     settings.ZVM_CIRCUIT_PROBE_S = 0.2

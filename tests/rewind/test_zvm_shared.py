@@ -34,9 +34,10 @@ from rewind.zvm import Stores, ZvmClient
 from tests.conftest import test_database_url as database_url_for_processes
 from tests.mcpfixtures import free_port
 from tests.simfixtures import PYTHON, REPO, SimHandle
+from tests.workerenv import private_redis_url
 from tests.zvm.conftest import TOKEN_CALL, calls, connection, site_name
 
-REDIS_URL = "redis://127.0.0.1:6379/7"
+REDIS_URL = private_redis_url(0)  # a database of its own beside the suite's (tests.workerenv)
 STORES = ["redis", "db"]
 
 
@@ -108,6 +109,7 @@ def _hammer(sim: SimHandle, store: str, *, processes: int, per_s: float, each: i
     return reports
 
 
+@pytest.mark.process
 def test_the_cap_holds_across_processes_and_they_log_in_once(sim: SimHandle, store: str) -> None:
     reports = _hammer(sim, store, processes=3, per_s=5, each=8)
     assert [r["errors"] for r in reports] == [[], [], []]

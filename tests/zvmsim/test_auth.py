@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import requests
 
 from tests.simfixtures import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET, SimHandle, run_sim
@@ -114,6 +115,7 @@ def test_expire_tokens_can_target_one_site(sim: SimHandle) -> None:
     assert b.request("GET", "v1/localsite").status_code == 401
 
 
+@pytest.mark.process
 def test_tokens_expire_after_the_configured_ttl(tmp_path: Path) -> None:
     # The simulator's clock moves instead of the test waiting: the token is still good 50 s
     # into its 60 (whatever real time the calls take, well under 10 s), and gone at 60.

@@ -119,6 +119,7 @@ def test_they_can_be_turned_off_per_vpg_or_everywhere(sim: SimHandle, zvm_a: Zvm
     assert sim.journal("vpg-web")["auto_checkpoint_s"] == 5
 
 
+@pytest.mark.process
 def test_the_command_line_sets_or_disables_them(tmp_path: Path) -> None:
     with run_sim(tmp_path, "--auto-checkpoint-s", "0") as server:
         handle = SimHandle(server)

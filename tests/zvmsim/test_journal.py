@@ -154,6 +154,7 @@ def test_bad_journal_settings_are_refused(sim: SimHandle) -> None:
     assert sim.journal("vpg-db")["history_minutes"] == 1440
 
 
+@pytest.mark.process
 def test_the_command_line_sets_every_journal_history(tmp_path: Path) -> None:
     with run_sim(tmp_path, "--journal-history-minutes", "90") as server:
         handle = SimHandle(server)

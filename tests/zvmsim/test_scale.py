@@ -4,10 +4,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.simfixtures import SimHandle, run_sim
 from tests.zvmsim.conftest import Zvm
 
 
+@pytest.mark.process
 def test_it_starts_with_ten_thousand_vms_and_filters_them(tmp_path: Path) -> None:
     with run_sim(tmp_path, "--vms", "10000", "--seed", "7") as server:
         sim = SimHandle(server)
@@ -34,6 +37,7 @@ def test_it_starts_with_ten_thousand_vms_and_filters_them(tmp_path: Path) -> Non
         )
 
 
+@pytest.mark.process
 def test_the_same_seed_gives_the_same_filler(tmp_path: Path) -> None:
     with run_sim(tmp_path / "one", "--vms", "50", "--seed", "3", "--http") as one:
         first = SimHandle(one).vm("vm-00050")

@@ -177,6 +177,7 @@ def test_the_peak_request_rate_is_counted_per_site(sim: SimHandle, zvm_b: Zvm) -
     assert sim.rate("site-c")["requests"] == 0
 
 
+@pytest.mark.process
 def test_variants_come_from_the_command_line(tmp_path: Path) -> None:
     with run_sim(
         tmp_path,
@@ -205,6 +206,7 @@ def test_variants_come_from_the_command_line(tmp_path: Path) -> None:
         assert handle.variants("site-c")["browse_missing_status"] == 400
 
 
+@pytest.mark.process
 def test_a_bad_command_line_variant_stops_the_simulator(tmp_path: Path) -> None:
     with pytest.raises(SimError, match="exited"):
         with run_sim(tmp_path, "--variant", "ntfs_case=maybe"):

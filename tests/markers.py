@@ -1,0 +1,98 @@
+"""pytest plugin: the markers of the quick run (``pytest -m "not process and not browser and not node"``).
+
+- ``process``: the test starts a process of its own (a Celery worker, uvicorn, a simulator with
+  other options, ``manage.py`` in a fresh interpreter) or needs one a fixture starts;
+- ``browser``: it drives Chromium through Playwright;
+- ``node``: it runs the TypeScript MCP client under Node.
+
+A test that asks for a fixture below gets its marker without saying so. One that starts a
+process by hand must say ``@pytest.mark.process``: an unmarked test that starts one fails,
+naming the marker, so the quick run can never start processes unnoticed. The session's
+shared simulator (tests.simfixtures) is the one process every run has; it starts inside
+``processes_allowed()``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import threading
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+PROCESS_FIXTURES = frozenset(
+    {
+        "worker",
+        "celery_worker_process",
+        "mcp_server",
+        "mcp_client",
+        "guestshell_http_server",
+        "guestshell_http",
+        "guestshell_stdio_command",
+        "short_ttl_sim",
+    }
+)
+BROWSER_FIXTURES = frozenset({"page", "context", "browser", "new_context", "browser_type"})
+NODE_FIXTURES = frozenset({"node_mcp_client"})
+MARKERS = {
+    "process": "starts a process of its own (a worker, uvicorn, another simulator, a fresh interpreter)",
+    "browser": "drives Chromium through Playwright",
+    "node": "runs the TypeScript MCP client under Node",
+}
+
+_allowed = threading.local()
+_real_popen_init = subprocess.Popen.__init__
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, meaning in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {meaning}")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & PROCESS_FIXTURES:
+            item.add_marker("process")
+        if names & BROWSER_FIXTURES:
+            item.add_marker("browser")
+        if names & NODE_FIXTURES:
+            item.add_marker("node")
+
+
+@contextlib.contextmanager
+def processes_allowed() -> Iterator[None]:
+    """Let this thread start processes whatever the test's markers (the shared simulator)."""
+    before = getattr(_allowed, "depth", 0)
+    _allowed.depth = before + 1
+    try:
+        yield
+    finally:
+        _allowed.depth = before
+
+
+def _refusing_popen_init(nodeid: str) -> Any:
+    def init(self: subprocess.Popen[Any], *args: Any, **kwargs: Any) -> None:
+        if getattr(_allowed, "depth", 0) == 0:
+            raise AssertionError(
+                f"{nodeid} starts a process ({args[0] if args else kwargs.get('args')!r}) but is not marked"
+                " process: add @pytest.mark.process (or ask for a fixture that marks it) so the quick run leaves it out"
+            )
+        _real_popen_init(self, *args, **kwargs)
+
+    return init
+
+
+@pytest.fixture(autouse=True)
+def _processes_only_when_marked(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Outside tests marked process, browser or node, starting a process fails the test."""
+    if any(request.node.get_closest_marker(name) for name in MARKERS):
+        yield
+        return
+    subprocess.Popen.__init__ = _refusing_popen_init(request.node.nodeid)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        subprocess.Popen.__init__ = _real_popen_init  # type: ignore[method-assign]
