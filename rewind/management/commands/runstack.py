@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -40,8 +41,8 @@ class Command(BaseCommand):
         signal.signal(signal.SIGTERM, self._on_signal)
         try:
             if not options["no_sim"]:
-                sim_url = self._start_simulator(options["sim_port"])
-                call_command("demo_setup", sim_url=sim_url)
+                sim_url, sim_ca = self._start_simulator(options["sim_port"])
+                call_command("demo_setup", sim_url=sim_url, ca_bundle=sim_ca)
             self._start_services(options["port"], options["workers"])
             base = f"http://127.0.0.1:{options['port']}"
             self._wait_until_up("the web server", f"{base}/health/", verify=True)
@@ -67,7 +68,8 @@ class Command(BaseCommand):
         self.children.append(proc)
         return proc
 
-    def _start_simulator(self, port: int) -> str:
+    def _start_simulator(self, port: int) -> tuple[str, Path]:
+        """The simulator's URL and its CA certificate, which it makes in ``cert_dir`` on its first run."""
         cert_dir = settings.VAR_DIR / "sim"
         cert_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(
@@ -75,16 +77,23 @@ class Command(BaseCommand):
             [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", "200"],
         )
         url = f"https://127.0.0.1:{port}"
-        self._wait_until_up("the ZVM simulator", f"{url}/_sim/state", verify=False)
-        return url
+        ca = cert_dir / "ca.pem"
+        # Verified against the simulator's own CA, as the demo sites are (demo_setup pins it).
+        self._wait_until_up("the ZVM simulator", f"{url}/_sim/state", verify=ca)
+        return url, ca
 
-    def _wait_until_up(self, what: str, url: str, *, verify: bool) -> None:
+    def _wait_until_up(self, what: str, url: str, *, verify: bool | Path) -> None:
         def answers() -> bool:
             for other in self.children:
                 if not other.running():
                     raise CommandError(f"{other.name} exited with code {other.returncode} while starting")
+            if isinstance(verify, Path) and not verify.exists():
+                time.sleep(0.15)  # the simulator has not written its certificates yet
+                return False
             try:
-                requests.get(url, verify=verify, timeout=1).raise_for_status()
+                requests.get(
+                    url, verify=str(verify) if isinstance(verify, Path) else verify, timeout=1
+                ).raise_for_status()
             except requests.RequestException:
                 time.sleep(0.15)  # a refused connection returns at once: do not spin
                 return False
