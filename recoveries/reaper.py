@@ -19,12 +19,12 @@ it last ran and what it did.
 from __future__ import annotations
 
 import logging
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from functools import partial
 
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
 from recoveries.listing import flr_listing_record
@@ -33,6 +33,7 @@ from recoveries.services import recovery_requests_expire_stale, recovery_results
 from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
+from rewind.concurrency import run_each
 from rewind.sites import site_client
 from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
@@ -177,36 +178,29 @@ def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
 
 
 def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) -> None:
+    """Unmount the rows, ``UNMOUNT_THREADS`` at a time; the first exception of one is raised
+    once all are done, and then none is counted (the site's sweep reports it as failed)."""
     if not rows:
         return
-    # Pool threads use connections of their own, which cannot see rows of a transaction the
-    # caller still holds open; then the unmounts run here, one after the other.
-    threads = 1 if connection.in_atomic_block else min(UNMOUNT_THREADS, len(rows))
-    if threads == 1:
-        results = _unmount_batch(client, rows)
-    else:
-        batches = [rows[i::threads] for i in range(threads)]
-        with ThreadPoolExecutor(max_workers=threads) as pool:
-            results = [ok for batch in pool.map(lambda b: _in_thread(client, b), batches) for ok in batch]
+    outcomes = run_each(
+        rows,
+        partial(_unmount_one, client),
+        max_threads=UNMOUNT_THREADS,
+        # Threads use connections of their own, which cannot see rows of a transaction the
+        # caller still holds open; then the unmounts run here, one after the other.
+        inline=connection.in_atomic_block or len(rows) == 1,
+        name="reaper-unmount",
+    )
+    results = [outcome.result() for outcome in outcomes]
     report.unmounted += sum(1 for ok in results if ok is True)
     report.unmount_failed += sum(1 for ok in results if ok is False)
 
 
-def _unmount_batch(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
-    out: list[bool | None] = []
-    for row in rows:
-        result = session_unmount(
-            client=client, row=row, actor=SYSTEM, reason="reaped", audit_action=RecoveryAction.SESSION_REAPED
-        )
-        out.append(None if result is None else result.ok)
-    return out
-
-
-def _in_thread(client: ZvmClient, rows: list[FlrSession]) -> list[bool | None]:
-    try:
-        return _unmount_batch(client, rows)
-    finally:
-        connections.close_all()  # this thread's own connections
+def _unmount_one(client: ZvmClient, row: FlrSession) -> bool | None:
+    result = session_unmount(
+        client=client, row=row, actor=SYSTEM, reason="reaped", audit_action=RecoveryAction.SESSION_REAPED
+    )
+    return None if result is None else result.ok
 
 
 def _adopt_unknown(

@@ -36,19 +36,10 @@ PROCESS_FIXTURES = frozenset(
 )
 BROWSER_FIXTURES = frozenset({"page", "context", "browser", "new_context", "browser_type"})
 NODE_FIXTURES = frozenset({"node_mcp_client"})
-MARKERS = {
-    "process": "starts a process of its own (a worker, uvicorn, another simulator, a fresh interpreter)",
-    "browser": "drives Chromium through Playwright",
-    "node": "runs the TypeScript MCP client under Node",
-}
+MARKERS = ("process", "browser", "node")  # registered in pyproject.toml
 
 _allowed = threading.local()
 _real_popen_init = subprocess.Popen.__init__
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    for name, meaning in MARKERS.items():
-        config.addinivalue_line("markers", f"{name}: {meaning}")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

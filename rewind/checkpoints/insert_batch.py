@@ -29,12 +29,11 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -50,6 +49,7 @@ from rewind.checkpoints.rows import (
     row_finish,
 )
 from rewind.checkpoints.selectors import site_listing_times_s, site_waiting_vpgs
+from rewind.concurrency import run_each
 from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
 
@@ -161,37 +161,27 @@ class _Answered:
 
 
 def _call_all(site: Site, rows: list[TaggedCheckpoint], renew: Callable[[], None]) -> dict[int, _Answered]:
-    """The insert calls on up to ``THREADS`` threads; the poller's lease is renewed meanwhile."""
-    answers: dict[int, _Answered] = {}
-    todo = list(reversed(rows))
-    lock = threading.Lock()
+    """The insert calls on up to ``THREADS`` threads; the poller's lease is renewed meanwhile.
 
-    def work() -> None:
+    No time limit of its own: each call is bounded by the client's timeouts, and every
+    answer waited for is one the round can record.
+    """
+
+    def call(row: TaggedCheckpoint) -> _Answered:
         try:
-            while True:
-                with lock:
-                    if not todo:
-                        return
-                    row = todo.pop()
-                try:
-                    client = site_client(site, request_id=row.guard.request_id)
-                    answer = insert_call(client, row, row.guard)
-                except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
-                    logger.exception("insert batch of site %s: the insert of row %s failed", site.name, row.pk)
-                    answer = InsertAnswer(unknown=f"internal error ({type(exc).__name__})")
-                with lock:
-                    answers[row.pk] = _Answered(answer, timezone.now())
-        finally:
-            connection.close()
+            client = site_client(site, request_id=row.guard.request_id)
+            answer = insert_call(client, row, row.guard)
+        except Exception as exc:  # anything unforeseen must still end the row, or the guard hangs
+            logger.exception("insert batch of site %s: the insert of row %s failed", site.name, row.pk)
+            answer = InsertAnswer(unknown=f"internal error ({type(exc).__name__})")
+        return _Answered(answer, timezone.now())
 
-    threads = [threading.Thread(target=work, daemon=True) for _ in range(min(THREADS, len(rows)))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        while t.is_alive():
-            t.join(RENEW_EVERY_S)
-            renew()
-    return answers
+    outcomes = run_each(
+        rows, call, max_threads=THREADS, name=f"insert-{site.pk}", heartbeat=renew, heartbeat_s=RENEW_EVERY_S
+    )
+    # A call without a value ended by something no ``except Exception`` catches: ``_record``
+    # takes its row as one whose answer was lost.
+    return {o.item.pk: o.value for o in outcomes if o.value is not None}
 
 
 def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report: BatchReport) -> None:

@@ -67,7 +67,12 @@ def live_sessions_per_site(now: datetime) -> list[SiteSessions]:
                 foreign=Count(foreign, f"{live_page}?site={site.pk}", "attention" if foreign else ""),
                 listed_at=listing.listed_at if listing else None,
                 listing_error=errors.get(site.name, ""),
-                listing_stale=listing_stale(listing.listed_at if listing else None, now),
+                listing_stale=listing_stale(
+                    listing.listed_at if listing else None,
+                    now,
+                    since=site.created_at,
+                    error=errors.get(site.name, ""),
+                ),
             )
         )
     return out

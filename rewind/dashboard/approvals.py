@@ -66,7 +66,7 @@ class SiteListing:
     site: Site
     listed_at: datetime | None
     error: str  # why the reaper's last sweep could not list it
-    stale: bool  # not listed for two reaper intervals: what is shown may be out of date
+    stale: bool  # a listing was due and did not come (``listing_stale``): what is shown may be out of date
 
 
 @dataclass(frozen=True)
@@ -92,8 +92,17 @@ def _open_recoveries(identifiers: set[str]) -> dict[tuple[str, str], list[Recove
     return found
 
 
-def listing_stale(listed_at: datetime | None, now: datetime) -> bool:
-    return listed_at is None or now - listed_at > timedelta(seconds=2 * settings.REWIND_REAPER_INTERVAL_S)
+def listing_stale(listed_at: datetime | None, now: datetime, *, since: datetime, error: str = "") -> bool:
+    """Whether the site's listing is late: none for two reaper intervals since the last one, or,
+    never listed, since the site was registered (``since``), or a sweep that could not list it.
+
+    A site registered moments ago (the first ``make run``) is not late: the reaper's first sweep
+    comes one interval after beat starts, and until then the site is "not listed yet".
+    """
+    late_after = timedelta(seconds=2 * settings.REWIND_REAPER_INTERVAL_S)
+    if listed_at is None:
+        return bool(error) or now - since > late_after
+    return now - listed_at > late_after
 
 
 def listing_errors() -> dict[str, str]:
@@ -104,7 +113,8 @@ def listing_errors() -> dict[str, str]:
 
 def _site_listing(site: Site, listing: FlrSiteListing | None, errors: dict[str, str], now: datetime) -> SiteListing:
     listed_at = listing.listed_at if listing else None
-    return SiteListing(site, listed_at, errors.get(site.name, ""), listing_stale(listed_at, now))
+    error = errors.get(site.name, "")
+    return SiteListing(site, listed_at, error, listing_stale(listed_at, now, since=site.created_at, error=error))
 
 
 def foreign_sessions(now: datetime) -> ForeignSessions:

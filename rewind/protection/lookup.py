@@ -49,11 +49,11 @@ import logging
 import re
 import socket
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TypeVar
 
+from rewind.concurrency import run_each
 from rewind.errors import ApplicationError
 from rewind.protection import state
 from rewind.protection.cache import Miss, cache_only
@@ -253,13 +253,14 @@ def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: F
     if cached is not None:
         return cached  # the common case under load: no thread hand-off at all
     todo = [h for h in handles if h.site.pk not in failed]
-    futures: list[tuple[_Handle, Future[T] | None]] = (
-        [(todo[0], None)] if len(todo) == 1 else [(h, state.pool.submit(work, h)) for h in todo]
-    )
+    # No time limit: each site's call is bounded by its client's timeouts and circuit, and a
+    # look-up must know what every site said. The ORM is not used there, so no transaction matters.
+    outcomes = run_each(todo, work, inline=len(todo) == 1, name="lookup")
     results: list[tuple[_Handle, T]] = []
-    for h, future in futures:
+    for outcome in outcomes:
+        h = outcome.item
         try:
-            results.append((h, work(h) if future is None else future.result()))
+            results.append((h, outcome.result()))  # any other exception is a bug: raised
         except ZvmError as exc:
             failed[h.site.pk] = (h, exc)
             state.cache.put(_down_key(h), state.ttl(), exc)

@@ -9,7 +9,9 @@
 - the enabled sites, reused while their fingerprint is unchanged;
 - one client per site, from ``rewind.sites.site_client``, kept while the site's row is
   unchanged (so a hot look-up does not decrypt the password on every call);
-- ``pool``: site fan-out and DNS, I/O-bound work off the caller's thread (no ORM there).
+- ``pool``: DNS look-ups, off the caller's thread and bounded in number (``getaddrinfo`` has no
+  timeout, so a stuck one holds a thread until it returns). The sites are asked with
+  ``rewind.concurrency.run_each``.
 """
 
 from __future__ import annotations

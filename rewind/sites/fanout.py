@@ -11,16 +11,13 @@ left to finish in its thread, so the work given must be safe to overlap with the
 
 from __future__ import annotations
 
-import contextvars
 import logging
-import queue
-import threading
-import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from django.db import connection, connections
+from django.db import connection
 
+from rewind.concurrency import Outcome, run_each
 from rewind.sites.models import Site
 from rewind.zvm import ZvmError
 
@@ -62,57 +59,34 @@ def for_each_site[T](
     without the limit: a thread's connection could not see the rows the caller has not
     committed. So does a single site, which has no other to delay.
     """
-    if connection.in_atomic_block or len(sites) <= 1:
-        outcomes = []
-        for site in sites:
-            outcome = _attempt(site, work, label)
-            if on_done is not None:
-                on_done(outcome)
-            outcomes.append(outcome)
-        return outcomes
-    done: queue.Queue[SiteOutcome[T]] = queue.Queue()
-    for site in sites:
-        # A context of its own per thread (one context cannot run in two threads at once).
-        context = contextvars.copy_context()
-        threading.Thread(
-            target=context.run, args=(_in_thread, site, work, label, done), name=f"{label}-{site.pk}", daemon=True
-        ).start()
-    finished: dict[int, SiteOutcome[T]] = {}
-    deadline = time.monotonic() + limit_s
-    while len(finished) < len(sites):
-        try:
-            outcome = done.get(timeout=max(0.0, deadline - time.monotonic()))
-        except queue.Empty:
-            break
-        finished[outcome.site.pk] = outcome
+
+    def report(outcome: Outcome[Site, T]) -> None:
+        site_outcome = _site_outcome(outcome, label, limit_s)
+        outcomes[outcome.item.pk] = site_outcome
         if on_done is not None:
-            on_done(outcome)
-    for site in sites:
-        if site.pk not in finished:
-            logger.warning("%s: site %s is %s (%g s); left to finish", label, site.name, STILL_RUNNING, limit_s)
-            finished[site.pk] = SiteOutcome(site, error=STILL_RUNNING, finished=False)
-            if on_done is not None:
-                on_done(finished[site.pk])
-    return [finished[site.pk] for site in sites]
+            on_done(site_outcome)
+
+    outcomes: dict[int, SiteOutcome[T]] = {}
+    run_each(
+        sites,
+        work,
+        limit_s=limit_s,
+        inline=connection.in_atomic_block or len(sites) <= 1,
+        name=label,
+        on_done=report,
+    )
+    return [outcomes[site.pk] for site in sites]
 
 
-def _attempt[T](site: Site, work: Callable[[Site], T], label: str) -> SiteOutcome[T]:
-    try:
-        return SiteOutcome(site, value=work(site))
-    except ZvmError as exc:
+def _site_outcome[T](outcome: Outcome[Site, T], label: str, limit_s: float) -> SiteOutcome[T]:
+    site, exc = outcome.item, outcome.error
+    if not outcome.finished:
+        logger.warning("%s: site %s is %s (%g s); left to finish", label, site.name, STILL_RUNNING, limit_s)
+        return SiteOutcome(site, error=STILL_RUNNING, finished=False)
+    if isinstance(exc, ZvmError):
         logger.warning("%s: %s", label, exc)
         return SiteOutcome(site, error=str(exc))
-    except Exception as exc:
-        logger.exception("%s: site %s failed", label, site.name)
+    if exc is not None:
+        logger.error("%s: site %s failed", label, site.name, exc_info=exc)
         return SiteOutcome(site, error=f"failed unexpectedly ({type(exc).__name__}); see the service log")
-
-
-def _in_thread[T](site: Site, work: Callable[[Site], T], label: str, done: queue.Queue[SiteOutcome[T]]) -> None:
-    outcome: SiteOutcome[T] = SiteOutcome(site, error="failed unexpectedly; see the service log")
-    try:
-        outcome = _attempt(site, work, label)
-    finally:
-        # This thread's own connections, closed before anyone hears it is done: a caller may
-        # go on to drop the database (tests), which PostgreSQL refuses while one is open.
-        connections.close_all()
-        done.put(outcome)
+    return SiteOutcome(site, value=outcome.value)

@@ -400,17 +400,28 @@ def sites_probe() -> ProbeReport:
     return report
 
 
-def site_register(*, actor: Actor, name: str, base_url: str, username: str, password: str) -> SiteCheck:
+def site_register(
+    *, actor: Actor, name: str, base_url: str, username: str, password: str, ca_bundle: str | None = None
+) -> SiteCheck:
     """The site ``name`` created at ``base_url``, or the existing one moved there; then checked.
 
     For set-ups that name their sites themselves (``demo_setup``, the benchmarks, the tests):
     safe to run again, and a new simulator run on another port only moves the sites. An
-    existing site keeps its stored credentials. The check's outcome is returned, never raised.
+    existing site keeps its stored credentials. ``ca_bundle`` (PEM) pins the ZVM's certificate,
+    replacing a pinned one that differs (a simulator that made itself a new CA); None keeps
+    what is pinned. The check's outcome is returned, never raised.
     """
     site = Site.objects.filter(name=name).first()
     if site is None:
-        site = site_create(actor=actor, name=name, base_url=base_url, username=username, password=password)
-    elif site.base_url != site_base_url_clean(base_url):
-        site = site_update(actor=actor, site=site, base_url=base_url)
-    # Forced: a set-up has just started its ZVM, and a circuit a last run left open must not hide it.
+        site = site_create(
+            actor=actor, name=name, base_url=base_url, username=username, password=password, ca_bundle=ca_bundle or ""
+        )
+    else:
+        changes: dict[str, str] = {}
+        if site.base_url != site_base_url_clean(base_url):
+            changes["base_url"] = base_url
+        if ca_bundle is not None and site.ca_bundle != ca_bundle.strip():
+            changes["ca_bundle"] = ca_bundle.strip()
+        if changes:
+            site = site_update(actor=actor, site=site, **changes)
     return site_check(site=site, actor=actor, force=True)

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
@@ -21,6 +22,11 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--sim-url", required=True, help="simulator root, e.g. https://127.0.0.1:9443")
+        parser.add_argument(
+            "--ca-bundle",
+            type=Path,
+            help="the simulator's CA certificate (its ca.pem): pinned on the demo sites, so their TLS is verified",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         username, password = self._demo_user("admin", superuser=True)
@@ -30,10 +36,18 @@ class Command(BaseCommand):
         username, password = self._demo_user("approver", superuser=False)
         self.stdout.write(f"Demo approver: username {username}  password {password}  (approves file recoveries)")
         actor = Actor.system("demo_setup")
+        # The simulator's certificate is its own CA's, not a public one: pinned, it is verified like
+        # any other, and no call to the demo sites goes out unverified.
+        ca_bundle = options["ca_bundle"].read_text(encoding="utf-8") if options["ca_bundle"] else None
         for name, slug in DEMO_SITES:
             base_url = f"{options['sim_url'].rstrip('/')}/{slug}"
             result = site_register(
-                actor=actor, name=name, base_url=base_url, username=DEMO_ZVM_USER, password=DEMO_ZVM_PASSWORD
+                actor=actor,
+                name=name,
+                base_url=base_url,
+                username=DEMO_ZVM_USER,
+                password=DEMO_ZVM_PASSWORD,
+                ca_bundle=ca_bundle,
             )
             status = f"{result.vpg_count} VPGs" if result.ok else f"FAILED: {result.error}"
             self.stdout.write(f"{name} at {base_url}: {status}")

@@ -7,6 +7,7 @@ import signal
 import socket
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -15,6 +16,10 @@ from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stop_all
+
+# A clean stop takes a few seconds (Celery's warm shutdown, uvicorn's workers): past this, a
+# demo's Ctrl-C should not keep anyone waiting for a task to end, so what is left is killed.
+STOP_TIMEOUT_S = 10.0
 
 
 def _port_free(port: int) -> bool:
@@ -33,15 +38,15 @@ class Command(BaseCommand):
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.children: list[Proc] = []
+        self._spawning = self._stop_asked = self._stopping = False
         for port in (options["port"],) + (() if options["no_sim"] else (options["sim_port"],)):
             if not _port_free(port):
                 raise CommandError(f"port {port} is already in use (set REWIND_PORT / REWIND_SIM_PORT)")
-        previous = signal.signal(signal.SIGINT, self._on_signal)
-        signal.signal(signal.SIGTERM, self._on_signal)
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             if not options["no_sim"]:
-                sim_url = self._start_simulator(options["sim_port"])
-                call_command("demo_setup", sim_url=sim_url)
+                sim_url, sim_ca = self._start_simulator(options["sim_port"])
+                call_command("demo_setup", sim_url=sim_url, ca_bundle=sim_ca)
             self._start_services(options["port"], options["workers"])
             base = f"http://127.0.0.1:{options['port']}"
             self._wait_until_up("the web server", f"{base}/health/", verify=True)
@@ -58,16 +63,26 @@ class Command(BaseCommand):
             pass
         finally:
             self._stop_all()
-            signal.signal(signal.SIGINT, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         # A session of its own (Proc), so the terminal's Ctrl-C reaches only us and we stop the
         # children in order instead of all of them racing. Their output stays on the terminal.
-        proc = Proc(name, argv, cwd=settings.BASE_DIR, env=env)
-        self.children.append(proc)
+        # Being in a session of its own, a child nobody lists here would outlive us: a signal
+        # that comes while it starts waits until it is listed (``_on_signal``).
+        self._spawning = True
+        try:
+            proc = Proc(name, argv, cwd=settings.BASE_DIR, env=env)
+            self.children.append(proc)
+        finally:
+            self._spawning = False
+        if self._stop_asked:
+            raise _Stop()
         return proc
 
-    def _start_simulator(self, port: int) -> str:
+    def _start_simulator(self, port: int) -> tuple[str, Path]:
+        """The simulator's URL and its CA certificate, which it makes in ``cert_dir`` on its first run."""
         cert_dir = settings.VAR_DIR / "sim"
         cert_dir.mkdir(parents=True, exist_ok=True)
         self._spawn(
@@ -75,16 +90,23 @@ class Command(BaseCommand):
             [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", "200"],
         )
         url = f"https://127.0.0.1:{port}"
-        self._wait_until_up("the ZVM simulator", f"{url}/_sim/state", verify=False)
-        return url
+        ca = cert_dir / "ca.pem"
+        # Verified against the simulator's own CA, as the demo sites are (demo_setup pins it).
+        self._wait_until_up("the ZVM simulator", f"{url}/_sim/state", verify=ca)
+        return url, ca
 
-    def _wait_until_up(self, what: str, url: str, *, verify: bool) -> None:
+    def _wait_until_up(self, what: str, url: str, *, verify: bool | Path) -> None:
         def answers() -> bool:
             for other in self.children:
                 if not other.running():
                     raise CommandError(f"{other.name} exited with code {other.returncode} while starting")
+            if isinstance(verify, Path) and not verify.exists():
+                time.sleep(0.15)  # the simulator has not written its certificates yet
+                return False
             try:
-                requests.get(url, verify=verify, timeout=1).raise_for_status()
+                requests.get(
+                    url, verify=str(verify) if isinstance(verify, Path) else verify, timeout=1
+                ).raise_for_status()
             except requests.RequestException:
                 time.sleep(0.15)  # a refused connection returns at once: do not spin
                 return False
@@ -143,14 +165,29 @@ class Command(BaseCommand):
             time.sleep(0.5)
 
     def _on_signal(self, signum: int, frame: object) -> None:
-        raise _Stop()
+        if self._stopping:
+            # Asked again while the children stop: whoever asks will not wait for a clean
+            # shutdown. Killed, never raised: raising here would end this process before its
+            # children and leave them running in their own sessions.
+            self._kill_children()
+        elif self._spawning:
+            self._stop_asked = True  # raised once the child being started is listed
+        else:
+            raise _Stop()
+
+    def _kill_children(self) -> None:
+        for proc in self.children:
+            proc.send(signal.SIGKILL)  # to its whole group: its own children too
 
     def _stop_all(self) -> None:
-        for proc in reversed(self.children):
-            if proc.running():
-                self.stdout.write(f"stopping {proc.name} ...")
+        self._stopping = True
+        left = [proc for proc in self.children if proc.running()]
+        if left:
+            names = ", ".join(proc.name for proc in reversed(left))
+            self.stdout.write(f"stopping {names} (at most {STOP_TIMEOUT_S:.0f} s; Ctrl-C again kills them now) ...")
         # Only each main process is asked: uvicorn and Celery stop their own children cleanly.
-        stop_all(self.children, timeout=15, group=False)
+        # Whatever is left of any group after the bound is killed, so nothing outlives us.
+        stop_all(self.children, timeout=STOP_TIMEOUT_S, group=False)
         self.children.clear()
 
 
