@@ -12,8 +12,9 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recoveries.mcp_tools import CheckpointOut, _out
+from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
+from recoveries.presenters import CheckpointOut
 from recoveries.selectors import recovery_get_for_agent
 from rewind.checkpoints.mcp_tools import VpgCheckpointOut, _report_out
 from rewind.checkpoints.selectors import guard_report
