@@ -24,6 +24,8 @@ from rewind.rest.outputs import Rest
 
 Timestamp = Annotated[str, Rest(field=serializers.DateTimeField)]
 MaybeTimestamp = Annotated[str | None, Rest(field=serializers.DateTimeField)]
+# A recovery may name a checkpoint this service did not tag (a bare journal checkpoint): no forecast then.
+RECOVERY_LEAVES_JOURNAL_AT_DOC = f"{LEAVES_JOURNAL_AT_DOC}; always null for a checkpoint this service did not tag"
 
 
 def _iso(value: Any) -> str | None:
@@ -93,9 +95,9 @@ class CheckpointOut(BaseModel):
         description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
         "said not to proceed); the checkpoint is still a valid point to recover from",
     )
-    leaves_journal_at: Annotated[str | None, Rest(field=serializers.DateTimeField, help_text=LEAVES_JOURNAL_AT_DOC)] = (
-        Field(default=None, description=LEAVES_JOURNAL_AT_DOC)
-    )
+    leaves_journal_at: Annotated[
+        str | None, Rest(field=serializers.DateTimeField, help_text=RECOVERY_LEAVES_JOURNAL_AT_DOC)
+    ] = Field(default=None, description=RECOVERY_LEAVES_JOURNAL_AT_DOC)
     left_journal_seen_at: Annotated[
         str | None, Rest(field=serializers.DateTimeField, help_text=LEFT_JOURNAL_SEEN_AT_DOC)
     ] = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)

@@ -32,7 +32,8 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-from rewind.checkpoints.mcp_tools import GuardOut, guard_follow, guard_out, guard_result
+from rewind.checkpoints.mcp_tools import guard_follow, guard_result
+from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
@@ -140,19 +141,6 @@ def _with_meta(result: CallToolResult, call: GatewayCall, guard: dict[str, Any] 
     if guard is not None:
         meta[META_GUARD] = guard
     return result.model_copy(update={"meta": meta})
-
-
-def _guard_meta(out: GuardOut) -> dict[str, Any]:
-    return {
-        "id": out.id,
-        "ok": out.ok,
-        "change_id": out.change_id,
-        "tag": out.tag,
-        "vm": out.vm,
-        "checkpoints": [
-            {"vpg": v.name, "checkpoint_identifier": v.checkpoint_identifier, "status": v.status} for v in out.vpgs
-        ],
-    }
 
 
 @dataclass
@@ -267,7 +255,7 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
     guard: dict[str, Any] | None = None
     if ready.guard is not None:
         out = await guard_follow(ready.guard, relay)
-        guard = _guard_meta(out)
+        guard = guard_meta(out)
         await run_db(_guard_decided, ready, out)
         if not out.ok:
             return _with_meta(guard_result(out), ready.call, guard)
