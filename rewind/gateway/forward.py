@@ -40,6 +40,7 @@ from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, un
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
+from rewind.gateway.presenters import gateway_call_meta
 from rewind.gateway.services import (
     exported_tool,
     gateway_call_decide,
@@ -52,8 +53,6 @@ from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 
-META_CALL_ID = "zerto-rewind/call_id"
-META_GUARD = "zerto-rewind/guard"
 META_CHANGE_ID = "zerto-rewind/change_id"
 # The forwarded call's own bound, beyond the upstream's call timeout: the SDK's read timeout
 # covers each round, this covers the whole call (a stream that trickles forever).
@@ -136,11 +135,7 @@ def _error(text: str, call: GatewayCall, guard: dict[str, Any] | None = None) ->
 
 
 def _with_meta(result: CallToolResult, call: GatewayCall, guard: dict[str, Any] | None) -> CallToolResult:
-    meta = dict(result.meta or {})
-    meta[META_CALL_ID] = call.call_id
-    if guard is not None:
-        meta[META_GUARD] = guard
-    return result.model_copy(update={"meta": meta})
+    return result.model_copy(update={"meta": {**(result.meta or {}), **gateway_call_meta(call, guard)}})
 
 
 @dataclass
