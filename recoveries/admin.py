@@ -18,15 +18,14 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
+from recoveries.presenters import result_dict, waiting_message
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
     recovery_for_review,
     recovery_site,
-    result_dict,
     site_enabled_get,
     undone_call,
-    waiting_message,
 )
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand

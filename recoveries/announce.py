@@ -17,7 +17,8 @@ from django.utils import timezone
 
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.notify import approval_summary, awaits_approval_key, when
-from recoveries.selectors import approval_url, live_sessions_url, recovery_site
+from recoveries.presenters import approval_url, live_sessions_url
+from recoveries.selectors import recovery_site
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.notifications.services import notification_send, notifying
 

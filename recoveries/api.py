@@ -22,18 +22,14 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recoveries.models import RecoveryRequest
-from recoveries.selectors import (
-    purged_message,
-    recovery_dict,
-    recovery_get,
-    recovery_list,
-    stored_file,
-)
+from recoveries.presenters import RecoveryRecordOut, purged_message, recovery_dict, stored_file
+from recoveries.selectors import recovery_get, recovery_list
 from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
 from rewind.agents import hash_token
 from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
+from rewind.rest.outputs import output_serializer
 from rewind.rest.schema import ErrorSerializer
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
@@ -100,74 +96,8 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-class RecoveryOutputSerializer(serializers.Serializer):
-    """Only for the schema: ``recoveries.selectors.recovery_dict`` builds the body."""
-
-    id = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=RecoveryRequest.Status.choices)
-    agent = serializers.CharField()
-    vm = serializers.CharField()
-    vm_identifier = serializers.CharField()
-    path = serializers.CharField(help_text="The guest path as the agent gave it.")
-    normalized_path = serializers.CharField()
-    reason = serializers.CharField()
-    checkpoint = inline_serializer(
-        "RecoveryCheckpoint",
-        {
-            "identifier": serializers.CharField(),
-            "timestamp": serializers.DateTimeField(allow_null=True),
-            "tag": serializers.CharField(allow_blank=True),
-            "change_id": serializers.CharField(allow_blank=True),
-            "source": serializers.ChoiceField(choices=RecoveryRequest.CheckpointSource.choices),
-            "vpg_identifier": serializers.CharField(),
-            "vpg_name": serializers.CharField(),
-            "recovery_site": serializers.CharField(),
-            "listed_late_at": serializers.DateTimeField(allow_null=True),
-            "leaves_journal_at": serializers.DateTimeField(
-                allow_null=True,
-                help_text="Estimated time the checkpoint leaves its VPG's journal, after which no file can be "
-                "recovered from it; null when not estimated (not a checkpoint this service tagged, or its ZVM "
-                "does not tell its journal history).",
-            ),
-            "left_journal_seen_at": serializers.DateTimeField(
-                allow_null=True, help_text="Set once a ZVM showed the checkpoint gone from the journal."
-            ),
-        },
-    )
-    approvals = inline_serializer(
-        "RecoveryApprovalEntry", {"approver": serializers.CharField(), "at": serializers.DateTimeField()}, many=True
-    )
-    approvals_required = serializers.IntegerField()
-    expires_at = serializers.DateTimeField()
-    decided_by = serializers.CharField(allow_blank=True)
-    created_at = serializers.DateTimeField()
-    started_at = serializers.DateTimeField(allow_null=True)
-    finished_at = serializers.DateTimeField(allow_null=True)
-    error = serializers.CharField(allow_blank=True)
-    request_id = serializers.CharField(allow_blank=True)
-    approval_url = serializers.URLField(help_text="The admin page where a person approves or denies it.")
-    result = inline_serializer(
-        "RecoveryResult",
-        {
-            "ok": serializers.BooleanField(),
-            "sha256": serializers.CharField(allow_null=True),
-            "size": serializers.IntegerField(allow_null=True),
-            "unmount": inline_serializer(
-                "RecoveryUnmount",
-                {
-                    "ok": serializers.BooleanField(),
-                    "session_id": serializers.CharField(allow_blank=True),
-                    "warning": serializers.CharField(required=False),
-                },
-                allow_null=True,
-            ),
-            "url": serializers.URLField(required=False, help_text="Where to download the file."),
-            "error": serializers.CharField(required=False),
-            "purged_at": serializers.DateTimeField(required=False),
-        },
-        allow_null=True,
-        help_text="Set once the run ended (succeeded or failed).",
-    )
+# The schema's description of a recovery, derived from the one definition of its outside shape.
+RecoveryOutputSerializer = output_serializer(RecoveryRecordOut)
 
 
 class RecoveryListApi(APIView):

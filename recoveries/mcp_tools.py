@@ -7,14 +7,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Annotated, Any
+from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import BaseModel, Field, StrictStr
 
-from recoveries.selectors import calling_agent, recovery_dict, recovery_get_for_agent
+from recoveries.models import RecoveryRequest
+from recoveries.presenters import RecoveryOut, recovery_agent_out
+from recoveries.selectors import calling_agent, recovery_get_for_agent
 from recoveries.services import recovery_request_create
 from recoveries.sessions import flr_session_end_for_agent, flr_sessions_everywhere
 from rewind.errors import ApplicationError
@@ -74,86 +76,6 @@ RecoveryId = Annotated[
 ]
 
 
-class CheckpointOut(BaseModel):
-    identifier: str
-    timestamp: str | None
-    tag: str
-    change_id: str
-    source: str = Field(
-        description="change_id | tag | checkpoint_id | latest_tagged (the default) | before_call | point_in_time"
-    )
-    vpg_identifier: str
-    vpg_name: str
-    recovery_site: str
-    listed_late_at: str | None = Field(
-        None,
-        description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
-        "said not to proceed); the checkpoint is still a valid point to recover from",
-    )
-    leaves_journal_at: str | None = Field(
-        None,
-        description="Estimated UTC time (ISO 8601) this checkpoint leaves its VPG's journal; after it, no file "
-        "can be recovered from it. Null when not known (not a checkpoint this service tagged, or the ZVM does "
-        "not tell its journal history)",
-    )
-    left_journal_seen_at: str | None = Field(
-        None, description="Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered"
-    )
-    before_call: str | None = Field(None, description="An undo: the gateway call this checkpoint was chosen before")
-    before: str | None = Field(
-        None, description="An undo: the moment undone (the call's start, or point_in_time), UTC on this service's clock"
-    )
-    before_by_s: float | None = Field(
-        None, description="An undo: how many seconds before that moment the chosen checkpoint was taken"
-    )
-
-
-class UnmountOut(BaseModel):
-    ok: bool
-    session_id: str
-    warning: str | None = None
-
-
-class ResultOut(BaseModel):
-    ok: bool
-    sha256: str | None = None
-    size: int | None = None
-    content: str | None = Field(None, description="The file, when small enough: text, or base64 (see encoding)")
-    encoding: str | None = Field(None, description="utf-8 or base64")
-    url: str | None = Field(None, description="For larger files: GET it with your bearer token")
-    error: str | None = None
-    unmount: UnmountOut | None = None
-
-
-class WaitingOut(BaseModel):
-    site: str = Field(description="The recovery site the run waits for")
-    unavailable_since: str | None = Field(description="Since when that site's ZVM has not answered (UTC)")
-    reason: str = Field(description="Its last failure")
-    message: str = Field(description="The same in one sentence")
-
-
-class RecoveryOut(BaseModel):
-    id: int
-    status: str = Field(
-        description="pending, approved, waiting (approved, but its recovery site is unavailable: see "
-        "waiting_for_site), denied, expired, running, succeeded or failed"
-    )
-    vm: str
-    vm_identifier: str
-    path: str
-    checkpoint: CheckpointOut
-    approval_url: str = Field(description="Where a human reviews and approves or denies this request")
-    approvals_required: int
-    expires_at: str
-    error: str = ""
-    waiting_for_site: WaitingOut | None = Field(
-        None,
-        description="Set while waiting: the run starts again by itself when the site answers, until the request "
-        "expires; nothing to do but poll",
-    )
-    result: ResultOut | None = None
-
-
 class FlrSessionOut(BaseModel):
     site: str
     session_id: str
@@ -178,22 +100,8 @@ class EndSessionOut(BaseModel):
     warning: str | None = None
 
 
-def _out(recovery: Any) -> RecoveryOut:
-    data = recovery_dict(recovery, inline=True)
-    return RecoveryOut(
-        id=data["id"],
-        status=data["status"],
-        vm=data["vm"],
-        vm_identifier=data["vm_identifier"],
-        path=data["path"],
-        checkpoint=CheckpointOut(**data["checkpoint"]),
-        approval_url=data["approval_url"],
-        approvals_required=data["approvals_required"],
-        expires_at=data["expires_at"],
-        error=data["error"],
-        waiting_for_site=WaitingOut(**data["waiting_for_site"]) if data["waiting_for_site"] else None,
-        result=ResultOut(**data["result"]) if data["result"] else None,
-    )
+def _out(recovery: RecoveryRequest) -> RecoveryOut:
+    return recovery_agent_out(recovery)
 
 
 def _create(

@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from recoveries.models import RecoveryRequest
-from recoveries.selectors import approval_url
+from recoveries.presenters import approval_url
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.notifications.channels import BuiltinChannel, QueuedDelivery

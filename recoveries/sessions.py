@@ -20,7 +20,8 @@ from django.utils import timezone
 from recoveries.announce import flr_session_announce_unmount_failed
 from recoveries.listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
-from recoveries.selectors import calling_agent, live_sessions_url
+from recoveries.presenters import live_sessions_url
+from recoveries.selectors import calling_agent
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError

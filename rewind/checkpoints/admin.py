@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin, messages
-from django.db.models import Min, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
@@ -13,7 +13,12 @@ from django.utils.safestring import SafeString
 from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
-from rewind.checkpoints.selectors import guard_progress, guards_timed_out, guards_waiting_for_worker
+from rewind.checkpoints.selectors import (
+    guard_journal_annotations,
+    guard_progress,
+    guards_timed_out,
+    guards_waiting_for_worker,
+)
 from rewind.workers.selectors import workers_seen
 
 
@@ -108,20 +113,11 @@ class GuardAdmin(ReadOnlyAdmin):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[ChangeGuard]:
         # The first of its checkpoints to leave the journal, in the list's one query.
-        return (
-            super()
-            .get_queryset(request)
-            .annotate(
-                first_leaves_journal_at=Min("vpgs__leaves_journal_at"),
-                first_left_journal_seen_at=Min("vpgs__left_journal_seen_at"),
-            )
-        )
+        return super().get_queryset(request).annotate(**guard_journal_annotations())
 
-    @admin.display(description="first to leave the journal", ordering="first_leaves_journal_at")
+    @admin.display(description="first to leave the journal", ordering="leaves_journal_at")
     def leaves_journal(self, obj: ChangeGuard) -> str:
-        return retention_badge(
-            getattr(obj, "first_leaves_journal_at", None), getattr(obj, "first_left_journal_seen_at", None)
-        )
+        return retention_badge(getattr(obj, "leaves_journal_at", None), getattr(obj, "left_journal_seen_at", None))
 
     @admin.display(description="waiting for")
     def waiting_for(self, obj: ChangeGuard) -> str:

@@ -8,79 +8,13 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.models import ChangeGuard
+from rewind.checkpoints.presenters import GuardDetailOutputSerializer, GuardOutputSerializer
 from rewind.checkpoints.selectors import guard_get, guard_list
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_changeguard"}
-_GUARD_FIELDS = [
-    "id",
-    "status",
-    "agent_name",
-    "tool",
-    "action",
-    "vm_name",
-    "vm_identifier",
-    "change_id",
-    "tag",
-    "error",
-    "request_id",
-    "timeout_s",
-    "requested_at",
-    "started_at",
-    "finished_at",
-    "vpgs_total",
-    "vpgs_listed",
-    "leaves_journal_at",
-]
-
-
-class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
-    site = serializers.CharField(source="site.name", default=None)
-
-    class Meta:
-        model = TaggedCheckpoint
-        fields = [
-            "vpg_name",
-            "vpg_identifier",
-            "status",
-            "site",
-            "protected_site_identifier",
-            "recovery_site_identifier",
-            "recovery_site_name",
-            "task_id",
-            "checkpoint_identifier",
-            "checkpoint_timestamp",
-            "listed_late_at",
-            "error",
-            "insert_started_at",
-            "waited_ms",
-            "leaves_journal_at",
-            "journal_estimated_at",
-            "journal_history_minutes",
-            "left_journal_seen_at",
-            "retention_warned_at",
-        ]
-
-
-class GuardOutputSerializer(serializers.ModelSerializer):
-    vpgs_total = serializers.IntegerField(read_only=True)
-    vpgs_listed = serializers.IntegerField(read_only=True)
-    # The first of its checkpoints to leave its VPG's journal (estimated; null: not known).
-    leaves_journal_at = serializers.DateTimeField(read_only=True, allow_null=True)
-
-    class Meta:
-        model = ChangeGuard
-        fields = _GUARD_FIELDS
-
-
-class GuardDetailOutputSerializer(GuardOutputSerializer):
-    vpgs = TaggedCheckpointOutputSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = ChangeGuard
-        fields = [*_GUARD_FIELDS, "vpgs"]
 
 
 class GuardListApi(APIView):

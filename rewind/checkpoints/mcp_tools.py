@@ -21,17 +21,12 @@ from django.utils import timezone
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
-from pydantic import BaseModel, Field, StrictFloat, StrictStr
+from pydantic import Field, StrictFloat, StrictStr
 
 from rewind.checkpoints.models import ChangeGuard
-from rewind.checkpoints.selectors import GuardReport, VpgReport, guard_progress, guard_report
-from rewind.checkpoints.services import (
-    TIMEOUT_MAX_S,
-    GuardOutcome,
-    guard_before_mutate,
-    guard_create,
-    guard_read_and_resume,
-)
+from rewind.checkpoints.presenters import GuardOut, guard_out, guard_report
+from rewind.checkpoints.selectors import guard_progress
+from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
 from rewind.errors import NotFoundError
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
@@ -99,122 +94,6 @@ class ProgressReporter(Protocol):
     ) -> None: ...
 
 
-class VpgCheckpointOut(BaseModel):
-    name: str
-    identifier: str
-    status: str = Field(description="pending, inserting, waiting, listed, failed, timed_out, or refused")
-    checkpoint_identifier: str | None = None
-    checkpoint_timestamp: str | None = Field(default=None, description="UTC, ISO 8601")
-    error: str | None = None
-    waited_ms: int | None = None
-    recovery_site: str | None = None
-    listed_late_at: str | None = Field(
-        default=None,
-        description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
-        "from, but the guard stays not ok",
-    )
-    leaves_journal_at: str | None = Field(
-        default=None,
-        description="Estimated UTC time (ISO 8601) this checkpoint leaves the VPG's journal; after it, no file can "
-        "be recovered from it. Refreshed every few minutes; null until estimated, or when the ZVM does not tell "
-        "its journal history",
-    )
-    left_journal_seen_at: str | None = Field(
-        default=None,
-        description="Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered",
-    )
-
-
-class GuardOut(BaseModel):
-    ok: bool = Field(
-        description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)"
-    )
-    guarded: bool = Field(description="False: the tool is not in the mutating-tool catalog; nothing was checkpointed")
-    finished: bool
-    status: str = Field(description="ok, failed, pending, running, refused or pass_through")
-    must_not_proceed: str | None = Field(
-        default=None, description="Why you must not make the change, when you must not"
-    )
-    id: int | None = Field(default=None, description="The guard's id, for zerto_checkpoint_status")
-    change_id: str | None = None
-    tag: str | None = None
-    vm: str | None = None
-    vm_identifier: str | None = None
-    tool: str | None = None
-    catalog_entry: str | None = Field(default=None, description="The catalog entry that matched the tool")
-    reused: bool = Field(
-        default=False, description="An earlier request with the same change_id for this VM was returned"
-    )
-    listed: int = 0
-    total: int = 0
-    waiting_for: str | None = Field(
-        default=None,
-        description="Not finished: what the request is queued behind (a worker, or its site's request cap)",
-    )
-    vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
-    landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
-    note: str | None = None
-
-
-def _vpg_out(v: VpgReport) -> VpgCheckpointOut:
-    return VpgCheckpointOut(**v.__dict__)
-
-
-def _report_out(report: GuardReport, *, catalog_entry: str | None = None, reused: bool = False) -> GuardOut:
-    return GuardOut(
-        ok=report.ok,
-        guarded=True,
-        finished=report.finished,
-        status=report.status,
-        must_not_proceed=report.must_not_proceed,
-        id=report.id,
-        change_id=report.change_id,
-        tag=report.tag,
-        vm=report.vm,
-        vm_identifier=report.vm_identifier,
-        tool=report.tool or None,
-        catalog_entry=catalog_entry,
-        reused=reused,
-        listed=report.listed,
-        total=report.total,
-        waiting_for=report.waiting_for,
-        vpgs=[_vpg_out(v) for v in report.vpgs],
-        landed=[_vpg_out(v) for v in report.landed],
-    )
-
-
-def guard_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
-    if not outcome.guarded:
-        return GuardOut(
-            ok=True,
-            guarded=False,
-            finished=True,
-            status="pass_through",
-            tool=tool,
-            note=f"{tool} is not in the mutating-tool catalog, so no checkpoint was taken. If it can change a VM, "
-            "add it with zerto_add_mutating_tool and guard again.",
-        )
-    if outcome.guard is None:
-        refused = [
-            VpgCheckpointOut(name=r.name, identifier=r.identifier, status="refused", error=r.reason)
-            for r in outcome.refused
-        ]
-        return GuardOut(
-            ok=False,
-            guarded=True,
-            finished=True,
-            status="refused",
-            must_not_proceed=outcome.refusal,
-            change_id=outcome.change_id,
-            vm=outcome.vm,
-            tool=tool,
-            catalog_entry=outcome.entry,
-            vpgs=refused,
-            total=len(refused),
-        )
-    return _report_out(guard_report(outcome.guard), catalog_entry=outcome.entry, reused=not outcome.created)
-
-
 def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolResult:
     """The answer as a tool result: an error, whose text starts by saying not to proceed, unless ``ok``.
 
@@ -259,7 +138,7 @@ def _own_guard(guard_id: int) -> ChangeGuard:
 
 
 def _status(guard_id: int) -> GuardOut:
-    return _report_out(guard_report(_own_guard(guard_id)))
+    return guard_report(_own_guard(guard_id))
 
 
 async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:

@@ -1,11 +1,12 @@
 """Reads of guards and their tagged checkpoints (database only, never a ZVM): querysets for
-REST and the admin, the per-VPG report for the MCP tools, and what the retention forecast
-knows of a checkpoint."""
+REST and the admin, a guard's progress, and what the retention forecast knows of a checkpoint.
+
+What a guard looks like to the outside is ``rewind.checkpoints.presenters``."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
@@ -29,66 +30,6 @@ from django.utils import timezone
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
 from rewind.workers.selectors import workers_seen
-
-
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-@dataclass(frozen=True)
-class VpgReport:
-    name: str
-    identifier: str
-    status: str
-    checkpoint_identifier: str | None = None
-    checkpoint_timestamp: str | None = None
-    error: str | None = None
-    waited_ms: int | None = None
-    recovery_site: str | None = None
-    listed_late_at: str | None = None  # timed out, then listed: recoverable, yet the guard stays not ok
-    leaves_journal_at: str | None = None  # the retention forecast (rewind.checkpoints.retention)
-    left_journal_seen_at: str | None = None
-
-
-@dataclass(frozen=True)
-class GuardReport:
-    id: int
-    ok: bool
-    finished: bool
-    status: str
-    must_not_proceed: str | None
-    vm: str
-    vm_identifier: str
-    change_id: str
-    tag: str
-    tool: str
-    action: str
-    agent: str
-    listed: int
-    total: int
-    vpgs: list[VpgReport] = field(default_factory=list)
-    landed: list[VpgReport] = field(default_factory=list)
-    waiting_for: str | None = None  # unfinished: what it is queued behind (a worker, its site's request cap)
-
-
-def guard_vpg_reports(guard: ChangeGuard) -> list[VpgReport]:
-    return [
-        VpgReport(
-            name=r.vpg_name,
-            identifier=r.vpg_identifier,
-            status=r.status,
-            checkpoint_identifier=r.checkpoint_identifier or None,
-            checkpoint_timestamp=_iso(r.checkpoint_timestamp),
-            error=r.error or None,
-            waited_ms=r.waited_ms,
-            recovery_site=r.recovery_site_name or None,
-            listed_late_at=_iso(r.listed_late_at),
-            leaves_journal_at=_iso(r.leaves_journal_at),
-            left_journal_seen_at=_iso(r.left_journal_seen_at),
-        )
-        for r in TaggedCheckpoint.objects.filter(guard=guard).order_by("vpg_name")
-    ]
-
 
 # After this long without a worker picking a guard up, its waiting caller is told so, with the workers' state.
 NO_WORKER_AFTER_S = 10.0
@@ -167,44 +108,6 @@ def guard_waiting_for(
         )
         parts.append(f"behind {ahead} other guard(s) for {name or 'its site'}'s request cap")
     return "queued to insert its checkpoints, " + "; ".join(parts)
-
-
-def guard_report(guard: ChangeGuard) -> GuardReport:
-    guard.refresh_from_db()
-    vpgs = guard_vpg_reports(guard)
-    finished = guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
-    ok = guard.status == ChangeGuard.Status.OK
-    landed = [v for v in vpgs if v.status == TaggedCheckpoint.Status.LISTED]
-    if ok:
-        reason = None
-    elif finished:
-        reason = f"the checkpoints are not all in place ({guard.error or 'failed'}); do not make the change"
-    else:
-        waiting_for = guard_progress(guard.pk).waiting_for
-        reason = (
-            f"the checkpoints are not listed yet ({len(landed)}/{len(vpgs)} VPGs"
-            + (f"; {waiting_for}" if waiting_for else "")
-            + f"); do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
-        )
-    return GuardReport(
-        id=guard.pk,
-        ok=ok,
-        finished=finished,
-        status=guard.status,
-        must_not_proceed=reason,
-        vm=guard.vm_name,
-        vm_identifier=guard.vm_identifier,
-        change_id=guard.change_id,
-        tag=guard.tag,
-        tool=guard.tool,
-        action=guard.action,
-        agent=guard.agent_name,
-        listed=len(landed),
-        total=len(vpgs),
-        vpgs=vpgs,
-        landed=landed,
-        waiting_for=None if finished else guard_progress(guard.pk).waiting_for,
-    )
 
 
 def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]:
@@ -286,6 +189,16 @@ def journal_state_of(obj: Any) -> JournalState:
     return journal_state_for(vpg_identifier=obj.vpg_identifier, checkpoint_identifier=obj.checkpoint_identifier)
 
 
+def guard_journal_annotations() -> dict[str, Min]:
+    """For a queryset of guards: ``leaves_journal_at``, when the first of its checkpoints leaves its
+    VPG's journal (the guard stops covering every VPG then), and ``left_journal_seen_at``, the first
+    a ZVM showed gone; in the same query."""
+    return {
+        "leaves_journal_at": Min("vpgs__leaves_journal_at"),
+        "left_journal_seen_at": Min("vpgs__left_journal_seen_at"),
+    }
+
+
 def guard_list(
     *, agent: str | None = None, vm: str | None = None, status: str | None = None, change_id: str | None = None
 ) -> QuerySet[ChangeGuard]:
@@ -293,8 +206,7 @@ def guard_list(
     qs = ChangeGuard.objects.annotate(
         vpgs_total=Count("vpgs"),
         vpgs_listed=Count("vpgs", filter=Q(vpgs__status=TaggedCheckpoint.Status.LISTED)),
-        # The first of its checkpoints to leave its journal: when the guard stops covering every VPG.
-        leaves_journal_at=Min("vpgs__leaves_journal_at"),
+        **guard_journal_annotations(),
     )
     if agent:
         qs = qs.filter(agent_name=agent)

@@ -17,7 +17,8 @@ from rest_framework.views import APIView
 
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
-from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.models import Policy, Upstream, UpstreamTool
+from rewind.gateway.presenters import GatewayCallSerializer
 from rewind.gateway.selectors import gateway_call_list, upstream_get, upstream_list, upstream_tool_get
 from rewind.gateway.services import (
     upstream_create,
@@ -185,12 +186,6 @@ class UpstreamToolPolicyApi(APIView):
         return Response(
             UpstreamToolSerializer(upstream_tool_set_policy(actor=actor_of(request), tool=tool, policy=policy)).data
         )
-
-
-class GatewayCallSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = GatewayCall
-        exclude = ["upstream", "agent_id"]
 
 
 class GatewayCallListApi(APIView):

@@ -32,13 +32,15 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-from rewind.checkpoints.mcp_tools import GuardOut, guard_follow, guard_out, guard_result
+from rewind.checkpoints.mcp_tools import guard_follow, guard_result
+from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
+from rewind.gateway.presenters import gateway_call_meta
 from rewind.gateway.services import (
     exported_tool,
     gateway_call_decide,
@@ -51,8 +53,6 @@ from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 
-META_CALL_ID = "zerto-rewind/call_id"
-META_GUARD = "zerto-rewind/guard"
 META_CHANGE_ID = "zerto-rewind/change_id"
 # The forwarded call's own bound, beyond the upstream's call timeout: the SDK's read timeout
 # covers each round, this covers the whole call (a stream that trickles forever).
@@ -135,24 +135,7 @@ def _error(text: str, call: GatewayCall, guard: dict[str, Any] | None = None) ->
 
 
 def _with_meta(result: CallToolResult, call: GatewayCall, guard: dict[str, Any] | None) -> CallToolResult:
-    meta = dict(result.meta or {})
-    meta[META_CALL_ID] = call.call_id
-    if guard is not None:
-        meta[META_GUARD] = guard
-    return result.model_copy(update={"meta": meta})
-
-
-def _guard_meta(out: GuardOut) -> dict[str, Any]:
-    return {
-        "id": out.id,
-        "ok": out.ok,
-        "change_id": out.change_id,
-        "tag": out.tag,
-        "vm": out.vm,
-        "checkpoints": [
-            {"vpg": v.name, "checkpoint_identifier": v.checkpoint_identifier, "status": v.status} for v in out.vpgs
-        ],
-    }
+    return result.model_copy(update={"meta": {**(result.meta or {}), **gateway_call_meta(call, guard)}})
 
 
 @dataclass
@@ -267,7 +250,7 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
     guard: dict[str, Any] | None = None
     if ready.guard is not None:
         out = await guard_follow(ready.guard, relay)
-        guard = _guard_meta(out)
+        guard = guard_meta(out)
         await run_db(_guard_decided, ready, out)
         if not out.ok:
             return _with_meta(guard_result(out), ready.call, guard)

@@ -12,11 +12,11 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recoveries.mcp_tools import CheckpointOut, _out
+from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
+from recoveries.presenters import CheckpointOut
 from recoveries.selectors import recovery_get_for_agent
-from rewind.checkpoints.mcp_tools import VpgCheckpointOut, _report_out
-from rewind.checkpoints.selectors import guard_report
+from rewind.checkpoints.presenters import VpgCheckpointOut, guard_report
 from rewind.models import Agent, ChangeGuard, TaggedCheckpoint
 
 pytestmark = pytest.mark.django_db
@@ -68,7 +68,7 @@ def test_the_guard_views_carry_the_estimate(api: Any, viewer: Any, guard: Change
 
 
 def test_zerto_checkpoint_status_carries_the_estimate_with_a_description(guard: ChangeGuard) -> None:
-    out = _report_out(guard_report(guard))
+    out = guard_report(guard)
     dr = next(v for v in out.vpgs if v.name == "vpg-web-dr")
     assert dr.leaves_journal_at == guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at.isoformat().replace(  # type: ignore[union-attr]
         "+00:00", "Z"

@@ -15,7 +15,7 @@ from django.test import Client
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_create
 from rewind.checkpoints.late import checkpoints_listed_late_sweep
-from rewind.checkpoints.selectors import guard_report
+from rewind.checkpoints.presenters import guard_report
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
 from tests.fixtures import InlineTasks

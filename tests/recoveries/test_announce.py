@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from recoveries.announce import recovery_requests_warn_expiring
 from recoveries.models import FlrSession, RecoveryRequest
-from recoveries.selectors import approval_url
+from recoveries.presenters import approval_url
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.sessions import session_unmount
 from rewind.audit import SYSTEM

@@ -350,7 +350,7 @@ def test_the_admin_list_opens_on_the_pending_queue(pending, people) -> None:
 
 
 def test_results_come_inline_as_text_or_base64_and_by_url_when_large(pending, tmp_path, settings) -> None:
-    from recoveries.selectors import result_dict
+    from recoveries.presenters import result_dict
 
     def finish(data: bytes) -> RecoveryRequest:
         stored = tmp_path / f"f{len(data)}"

@@ -13,8 +13,8 @@ from django.urls import reverse
 from django.utils import timezone
 
 from recoveries.models import RecoveryRequest
+from recoveries.presenters import recovery_dict
 from recoveries.reaper import recoveries_reap
-from recoveries.selectors import recovery_dict
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.models import AuditEvent
 

@@ -18,8 +18,8 @@ from django.test import Client
 
 from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
+from recoveries.presenters import recovery_dict
 from recoveries.runner import recovery_run
-from recoveries.selectors import recovery_dict
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.site_wait import recoveries_resume_waiting
 from rewind.audit.actions import RecoveryAction

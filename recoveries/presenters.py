@@ -1,0 +1,316 @@
+"""What a recovery looks like to the outside: one definition for the MCP tools, the REST API and its schema.
+
+``RecoveryOut`` is what an agent reads (``zerto_recover_file``, ``zerto_recovery_status``);
+``RecoveryRecordOut`` adds what only an operator reads, and is the REST body
+(``recovery_dict``) and, through ``rewind.rest.outputs``, its OpenAPI schema. Everything a
+recovery shows is computed here, the links and the inline file included: selectors only query.
+"""
+
+from __future__ import annotations
+
+import base64
+from pathlib import Path
+from typing import Annotated, Any, ClassVar
+
+from django.conf import settings
+from django.urls import reverse
+from pydantic import BaseModel, Field
+from rest_framework import serializers
+
+from recoveries.models import RecoveryRequest
+from rewind.checkpoints.presenters import LEAVES_JOURNAL_AT_DOC, LEFT_JOURNAL_SEEN_AT_DOC
+from rewind.checkpoints.selectors import journal_state_of
+from rewind.rest.outputs import Rest
+
+Timestamp = Annotated[str, Rest(field=serializers.DateTimeField)]
+MaybeTimestamp = Annotated[str | None, Rest(field=serializers.DateTimeField)]
+# A recovery may name a checkpoint this service did not tag (a bare journal checkpoint): no forecast then.
+RECOVERY_LEAVES_JOURNAL_AT_DOC = f"{LEAVES_JOURNAL_AT_DOC}; always null for a checkpoint this service did not tag"
+
+
+def _iso(value: Any) -> str | None:
+    return value.isoformat() if value else None
+
+
+def live_sessions_url() -> str:
+    """The admin page listing every live FLR session, where a person may end any of them."""
+    return settings.REWIND_PUBLIC_URL + reverse("admin:recoveries_flrsession_live")
+
+
+def approval_url(recovery: RecoveryRequest) -> str:
+    """The admin page where a person reviews and approves or denies the request."""
+    return settings.REWIND_PUBLIC_URL + reverse("admin:recoveries_recoveryrequest_review", args=[recovery.pk])
+
+
+def download_url(recovery: RecoveryRequest) -> str:
+    """Authenticated download: the requesting agent's bearer token, or a staff session."""
+    return settings.REWIND_PUBLIC_URL + reverse("recoveries-api:download", args=[recovery.pk])
+
+
+def stored_file(r: RecoveryRequest) -> Path | None:
+    """The recovered file on this server, while it is kept; None otherwise."""
+    if r.status != RecoveryRequest.Status.SUCCEEDED or not r.stored_path or r.purged_at is not None:
+        return None
+    path = Path(r.stored_path)
+    return path if path.is_file() else None
+
+
+def purged_message(r: RecoveryRequest) -> str:
+    return (
+        f"the recovered bytes were deleted on {r.purged_at:%Y-%m-%d %H:%M} UTC after the retention period "
+        "(REWIND_RECOVERED_RETENTION_DAYS); sha256 and size still say what they were"
+    )
+
+
+def waiting_message(r: RecoveryRequest) -> str:
+    """What a person or an agent reads about a request waiting for its recovery site."""
+    since = r.site_unavailable_since
+    text = f"waiting for site {r.recovery_site_name or r.recovery_site_identifier}, unavailable " + (
+        f"since {since:%Y-%m-%d %H:%M:%S} UTC" if since else "lately"
+    )
+    if r.site_unavailable_reason:
+        text += f" ({r.site_unavailable_reason})"
+    if r.resume_queued_at is not None:
+        return text + "; it answers again and the run is queued"
+    return text + (
+        f"; the run starts again when it answers, until the request expires at {r.expires_at:%Y-%m-%d %H:%M:%S} UTC"
+    )
+
+
+class CheckpointOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryCheckpoint"
+
+    identifier: str
+    timestamp: MaybeTimestamp
+    tag: str
+    change_id: str
+    source: Annotated[str, Rest(choices=RecoveryRequest.CheckpointSource.choices)] = Field(
+        description="change_id | tag | checkpoint_id | latest_tagged (the default) | before_call | point_in_time"
+    )
+    vpg_identifier: str
+    vpg_name: str
+    recovery_site: str
+    listed_late_at: MaybeTimestamp = Field(
+        default=None,
+        description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
+        "said not to proceed); the checkpoint is still a valid point to recover from",
+    )
+    leaves_journal_at: Annotated[
+        str | None, Rest(field=serializers.DateTimeField, help_text=RECOVERY_LEAVES_JOURNAL_AT_DOC)
+    ] = Field(default=None, description=RECOVERY_LEAVES_JOURNAL_AT_DOC)
+    left_journal_seen_at: Annotated[
+        str | None, Rest(field=serializers.DateTimeField, help_text=LEFT_JOURNAL_SEEN_AT_DOC)
+    ] = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
+    before_call: str | None = Field(
+        default=None, description="An undo: the gateway call this checkpoint was chosen before"
+    )
+    before: MaybeTimestamp = Field(
+        default=None,
+        description="An undo: the moment undone (the call's start, or point_in_time), UTC on this service's clock",
+    )
+    before_by_s: float | None = Field(
+        default=None, description="An undo: how many seconds before that moment the chosen checkpoint was taken"
+    )
+
+
+class UnmountOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryUnmount"
+
+    ok: bool
+    session_id: str
+    warning: Annotated[str | None, Rest(optional=True)] = None
+
+
+class ResultOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryResult"
+
+    ok: bool
+    sha256: str | None = None
+    size: int | None = None
+    # Inline content is the agent's (MCP) answer only: the REST body always links the file.
+    content: Annotated[str | None, Rest(omit=True)] = Field(
+        default=None, description="The file, when small enough: text, or base64 (see encoding)"
+    )
+    encoding: Annotated[str | None, Rest(omit=True)] = Field(default=None, description="utf-8 or base64")
+    url: Annotated[
+        str | None, Rest(field=serializers.URLField, optional=True, help_text="Where to download the file.")
+    ] = Field(default=None, description="For larger files: GET it with your bearer token")
+    error: Annotated[str | None, Rest(optional=True)] = None
+    unmount: UnmountOut | None = None
+    purged_at: Annotated[str | None, Rest(field=serializers.DateTimeField, optional=True)] = Field(
+        default=None, description="Set once the retention period deleted the recovered bytes (error says so)"
+    )
+
+
+class WaitingOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryWaiting"
+
+    site: str = Field(description="The recovery site the run waits for")
+    unavailable_since: MaybeTimestamp = Field(description="Since when that site's ZVM has not answered (UTC)")
+    reason: str = Field(description="Its last failure")
+    message: str = Field(description="The same in one sentence")
+
+
+# A recovery as its agent reads it (no docstring: it would be the tool's output description).
+class RecoveryOut(BaseModel):
+    id: int
+    status: Annotated[str, Rest(choices=RecoveryRequest.Status.choices)] = Field(
+        description="pending, approved, waiting (approved, but its recovery site is unavailable: see "
+        "waiting_for_site), denied, expired, running, succeeded or failed"
+    )
+    vm: str
+    vm_identifier: str
+    path: Annotated[str, Rest(help_text="The guest path as the agent gave it.")]
+    checkpoint: CheckpointOut
+    approval_url: Annotated[
+        str, Rest(field=serializers.URLField, help_text="The admin page where a person approves or denies it.")
+    ] = Field(description="Where a human reviews and approves or denies this request")
+    approvals_required: int
+    expires_at: Timestamp
+    error: str = ""
+    waiting_for_site: WaitingOut | None = Field(
+        default=None,
+        description="Set while waiting: the run starts again by itself when the site answers, until the request "
+        "expires; nothing to do but poll",
+    )
+    result: Annotated[ResultOut | None, Rest(help_text="Set once the run ended (succeeded or failed).")] = None
+
+
+class ApprovalOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryApprovalEntry"
+
+    approver: str
+    at: Timestamp
+
+
+class RecoveryRecordOut(RecoveryOut):
+    """A recovery as an operator reads it (REST): its agent's view, and who asked, why, who decided, when."""
+
+    rest_name: ClassVar[str] = "Recovery"
+
+    agent: str
+    normalized_path: str
+    reason: str
+    approvals: list[ApprovalOut]
+    decided_by: str
+    created_at: Timestamp
+    started_at: MaybeTimestamp
+    finished_at: MaybeTimestamp
+    request_id: str
+
+
+def checkpoint_out(r: RecoveryRequest) -> CheckpointOut:
+    journal = journal_state_of(r)
+    return CheckpointOut(
+        identifier=r.checkpoint_identifier,
+        timestamp=_iso(r.checkpoint_timestamp),
+        tag=r.checkpoint_tag,
+        change_id=r.change_id,
+        source=r.checkpoint_source,
+        vpg_identifier=r.vpg_identifier,
+        vpg_name=r.vpg_name,
+        recovery_site=r.recovery_site_name or r.recovery_site_identifier,
+        listed_late_at=_iso(r.checkpoint_listed_late_at),
+        # The retention forecast of our tagged checkpoint (none for a bare journal checkpoint id).
+        leaves_journal_at=_iso(journal.leaves_at),
+        left_journal_seen_at=_iso(journal.left_seen_at),
+        before_call=r.undo_call_id or None,
+        before=_iso(r.undo_before),
+        before_by_s=r.undo_before_by_s,
+    )
+
+
+def unmount_out(r: RecoveryRequest) -> UnmountOut | None:
+    if r.unmount_ok is None and not r.unmount_session_id:
+        return None
+    out = UnmountOut(ok=bool(r.unmount_ok), session_id=r.unmount_session_id)
+    if r.unmount_warning:
+        out.warning = r.unmount_warning
+    return out
+
+
+def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
+    """``{ok, content|url, sha256, size, unmount}`` once the run ended; small files inline.
+
+    Inline content is text when it decodes as UTF-8, else base64 (``encoding`` says which).
+    Once the retention period deleted the bytes, ``purged_at`` is set and ``error`` says so.
+    Only the keys that apply are set (the REST body leaves the others out).
+    """
+    if r.status not in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED):
+        return None
+    out = ResultOut(ok=bool(r.ok), sha256=r.sha256 or None, size=r.size, unmount=unmount_out(r))
+    if r.status == RecoveryRequest.Status.FAILED:
+        out.error = r.error
+        return out
+    if r.purged_at is not None:
+        out.purged_at, out.error = r.purged_at.isoformat(), purged_message(r)
+        return out
+    path = stored_file(r)
+    if path is None:
+        out.error = "the recovered file is no longer kept on this server"
+        return out
+    if inline and (r.size or 0) <= settings.REWIND_INLINE_MAX_BYTES:
+        data = path.read_bytes()
+        try:
+            out.content, out.encoding = data.decode("utf-8"), "utf-8"
+        except UnicodeDecodeError:
+            out.content, out.encoding = base64.b64encode(data).decode("ascii"), "base64"
+    else:
+        out.url = download_url(r)
+    return out
+
+
+def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:
+    """``result_out`` as JSON, its unset keys left out (the admin's review page reads it)."""
+    out = result_out(r, inline=inline)
+    return out.model_dump(mode="json", exclude_unset=True) if out is not None else None
+
+
+def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
+    """``{site, unavailable_since, reason, message}`` while the request waits for its recovery site, else None."""
+    if r.status != RecoveryRequest.Status.WAITING:
+        return None
+    return WaitingOut(
+        site=r.recovery_site_name or r.recovery_site_identifier,
+        unavailable_since=_iso(r.site_unavailable_since),
+        reason=r.site_unavailable_reason,
+        message=waiting_message(r),
+    )
+
+
+def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> RecoveryRecordOut:
+    """Everything a recovery shows; ``inline``: a small recovered file comes in the answer."""
+    return RecoveryRecordOut(
+        id=r.pk,
+        status=r.status,
+        agent=r.agent_name,
+        vm=r.vm_name,
+        vm_identifier=r.vm_identifier,
+        path=r.path,
+        normalized_path=r.normalized_path,
+        reason=r.reason,
+        checkpoint=checkpoint_out(r),
+        approvals=[ApprovalOut(approver=a.approver_name, at=a.created_at.isoformat()) for a in r.approvals.all()],
+        approvals_required=r.approvals_required,
+        expires_at=r.expires_at.isoformat(),
+        decided_by=r.decided_by,
+        created_at=r.created_at.isoformat(),
+        started_at=_iso(r.started_at),
+        finished_at=_iso(r.finished_at),
+        error=r.error,
+        waiting_for_site=waiting_out(r),
+        request_id=r.request_id,
+        approval_url=approval_url(r),
+        result=result_out(r, inline=inline),
+    )
+
+
+def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]:
+    """The REST body of a recovery: ``recovery_record_out`` as JSON, unset keys left out."""
+    return recovery_record_out(r, inline=inline).model_dump(mode="json", exclude_unset=True)
+
+
+def recovery_agent_out(r: RecoveryRequest) -> RecoveryOut:
+    """A recovery as its agent reads it, a small recovered file inline."""
+    full = recovery_record_out(r, inline=True)
+    return RecoveryOut.model_validate({name: getattr(full, name) for name in RecoveryOut.model_fields})

@@ -1,0 +1,253 @@
+"""What guards and their tagged checkpoints look like to the outside: one definition each.
+
+The MCP tools answer with these models, the REST views and the OpenAPI schema read the same
+definitions, and every other part that shows a tagged checkpoint's journal forecast (a
+recovery's checkpoint) takes its fields from here. Selectors only query; the shaping is here.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+from rest_framework import serializers
+
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.selectors import guard_progress
+from rewind.checkpoints.services import GuardOutcome
+
+# A checkpoint's retention forecast, as every answer that carries one describes it.
+LEAVES_JOURNAL_AT_DOC = (
+    "Estimated UTC time (ISO 8601) this checkpoint leaves the VPG's journal; after it, no file can be recovered "
+    "from it. Refreshed every few minutes; null until estimated, or when the ZVM does not tell its journal history"
+)
+LEFT_JOURNAL_SEEN_AT_DOC = "Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered"
+
+
+def iso_z(value: datetime | None) -> str | None:
+    """A time as the guard answers write it: ISO 8601, UTC as ``Z`` (DRF's form, so REST and MCP agree)."""
+    return value.isoformat().replace("+00:00", "Z") if value else None
+
+
+class VpgCheckpointOut(BaseModel):
+    name: str
+    identifier: str
+    status: str = Field(description="pending, inserting, waiting, listed, failed, timed_out, or refused")
+    checkpoint_identifier: str | None = None
+    checkpoint_timestamp: str | None = Field(default=None, description="UTC, ISO 8601")
+    error: str | None = None
+    waited_ms: int | None = None
+    recovery_site: str | None = None
+    listed_late_at: str | None = Field(
+        default=None,
+        description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
+        "from, but the guard stays not ok",
+    )
+    leaves_journal_at: str | None = Field(default=None, description=LEAVES_JOURNAL_AT_DOC)
+    left_journal_seen_at: str | None = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
+
+
+class GuardOut(BaseModel):
+    ok: bool = Field(
+        description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)"
+    )
+    guarded: bool = Field(description="False: the tool is not in the mutating-tool catalog; nothing was checkpointed")
+    finished: bool
+    status: str = Field(description="ok, failed, pending, running, refused or pass_through")
+    must_not_proceed: str | None = Field(
+        default=None, description="Why you must not make the change, when you must not"
+    )
+    id: int | None = Field(default=None, description="The guard's id, for zerto_checkpoint_status")
+    change_id: str | None = None
+    tag: str | None = None
+    vm: str | None = None
+    vm_identifier: str | None = None
+    tool: str | None = None
+    catalog_entry: str | None = Field(default=None, description="The catalog entry that matched the tool")
+    reused: bool = Field(
+        default=False, description="An earlier request with the same change_id for this VM was returned"
+    )
+    listed: int = 0
+    total: int = 0
+    waiting_for: str | None = Field(
+        default=None,
+        description="Not finished: what the request is queued behind (a worker, or its site's request cap)",
+    )
+    vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
+    landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
+    note: str | None = None
+
+
+def tagged_checkpoint_out(row: TaggedCheckpoint) -> VpgCheckpointOut:
+    """One VPG's tagged checkpoint as an agent reads it."""
+    return VpgCheckpointOut(
+        name=row.vpg_name,
+        identifier=row.vpg_identifier,
+        status=row.status,
+        checkpoint_identifier=row.checkpoint_identifier or None,
+        checkpoint_timestamp=iso_z(row.checkpoint_timestamp),
+        error=row.error or None,
+        waited_ms=row.waited_ms,
+        recovery_site=row.recovery_site_name or None,
+        listed_late_at=iso_z(row.listed_late_at),  # timed out, then listed: recoverable, yet the guard stays not ok
+        leaves_journal_at=iso_z(row.leaves_journal_at),
+        left_journal_seen_at=iso_z(row.left_journal_seen_at),
+    )
+
+
+def guard_report(guard: ChangeGuard, *, catalog_entry: str | None = None, reused: bool = False) -> GuardOut:
+    """The guard as an agent reads it, read afresh: per VPG, and whether (and why not) to proceed."""
+    guard.refresh_from_db()
+    vpgs = [tagged_checkpoint_out(r) for r in TaggedCheckpoint.objects.filter(guard=guard).order_by("vpg_name")]
+    finished = guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
+    ok = guard.status == ChangeGuard.Status.OK
+    landed = [v for v in vpgs if v.status == TaggedCheckpoint.Status.LISTED]
+    waiting_for = None if finished else guard_progress(guard.pk).waiting_for
+    if ok:
+        reason = None
+    elif finished:
+        reason = f"the checkpoints are not all in place ({guard.error or 'failed'}); do not make the change"
+    else:
+        reason = (
+            f"the checkpoints are not listed yet ({len(landed)}/{len(vpgs)} VPGs"
+            + (f"; {waiting_for}" if waiting_for else "")
+            + f"); do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
+        )
+    return GuardOut(
+        ok=ok,
+        guarded=True,
+        finished=finished,
+        status=guard.status,
+        must_not_proceed=reason,
+        id=guard.pk,
+        change_id=guard.change_id,
+        tag=guard.tag,
+        vm=guard.vm_name,
+        vm_identifier=guard.vm_identifier,
+        tool=guard.tool or None,
+        catalog_entry=catalog_entry,
+        reused=reused,
+        listed=len(landed),
+        total=len(vpgs),
+        waiting_for=waiting_for,
+        vpgs=vpgs,
+        landed=landed,
+    )
+
+
+def guard_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
+    if not outcome.guarded:
+        return GuardOut(
+            ok=True,
+            guarded=False,
+            finished=True,
+            status="pass_through",
+            tool=tool,
+            note=f"{tool} is not in the mutating-tool catalog, so no checkpoint was taken. If it can change a VM, "
+            "add it with zerto_add_mutating_tool and guard again.",
+        )
+    if outcome.guard is None:
+        refused = [
+            VpgCheckpointOut(name=r.name, identifier=r.identifier, status="refused", error=r.reason)
+            for r in outcome.refused
+        ]
+        return GuardOut(
+            ok=False,
+            guarded=True,
+            finished=True,
+            status="refused",
+            must_not_proceed=outcome.refusal,
+            change_id=outcome.change_id,
+            vm=outcome.vm,
+            tool=tool,
+            catalog_entry=outcome.entry,
+            vpgs=refused,
+            total=len(refused),
+        )
+    return guard_report(outcome.guard, catalog_entry=outcome.entry, reused=not outcome.created)
+
+
+def guard_meta(out: GuardOut) -> dict[str, Any]:
+    """The guard in a forwarded call's ``_meta``: which checkpoints it took, in brief."""
+    return {
+        "id": out.id,
+        "ok": out.ok,
+        "change_id": out.change_id,
+        "tag": out.tag,
+        "vm": out.vm,
+        "checkpoints": [
+            {"vpg": v.name, "checkpoint_identifier": v.checkpoint_identifier, "status": v.status} for v in out.vpgs
+        ],
+    }
+
+
+# Over REST, a guard and its tagged checkpoints are their records: the models' fields say their types.
+class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
+    site = serializers.CharField(source="site.name", default=None)
+
+    class Meta:
+        model = TaggedCheckpoint
+        fields = [
+            "vpg_name",
+            "vpg_identifier",
+            "status",
+            "site",
+            "protected_site_identifier",
+            "recovery_site_identifier",
+            "recovery_site_name",
+            "task_id",
+            "checkpoint_identifier",
+            "checkpoint_timestamp",
+            "listed_late_at",
+            "error",
+            "insert_started_at",
+            "waited_ms",
+            "leaves_journal_at",
+            "journal_estimated_at",
+            "journal_history_minutes",
+            "left_journal_seen_at",
+            "retention_warned_at",
+        ]
+
+
+_GUARD_FIELDS = [
+    "id",
+    "status",
+    "agent_name",
+    "tool",
+    "action",
+    "vm_name",
+    "vm_identifier",
+    "change_id",
+    "tag",
+    "error",
+    "request_id",
+    "timeout_s",
+    "requested_at",
+    "started_at",
+    "finished_at",
+    "vpgs_total",
+    "vpgs_listed",
+    "leaves_journal_at",
+]
+
+
+# A guard as ``selectors.guard_list`` annotates it: VPG counts and the first checkpoint to leave its journal.
+class GuardOutputSerializer(serializers.ModelSerializer):
+    vpgs_total = serializers.IntegerField(read_only=True)
+    vpgs_listed = serializers.IntegerField(read_only=True)
+    # The first of its checkpoints to leave its VPG's journal (estimated; null: not known).
+    leaves_journal_at = serializers.DateTimeField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = ChangeGuard
+        fields = _GUARD_FIELDS
+
+
+class GuardDetailOutputSerializer(GuardOutputSerializer):
+    vpgs = TaggedCheckpointOutputSerializer(many=True, read_only=True)
+
+    class Meta:
+        model = ChangeGuard
+        fields = [*_GUARD_FIELDS, "vpgs"]
