@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 
-.PHONY: run test check venv migrate
+.PHONY: run test quicktest check venv migrate
 
 venv: $(STAMP)
 
@@ -29,5 +29,12 @@ check: $(STAMP)
 	$(VENV)/bin/lint-imports --no-cache
 
 # Tests keep their own state folder, so they never touch the running demo's database or queue.
+# They run on every core (pytest-xdist): each worker has its own test database, state folder
+# and Redis database (tests/workerenv.py). TEST_WORKERS=0 runs them in this one process.
+TEST_WORKERS ?= auto
 test: check
-	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest $(PYTEST_ARGS)
+	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+
+# The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py).
+quicktest: $(STAMP)
+	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not process and not browser and not node" $(PYTEST_ARGS)

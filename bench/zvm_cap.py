@@ -9,7 +9,7 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
    second with no cap, with a cap too high to bite (1000/s: the cost of counting alone) and
    with the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s; steady state, after the burst an
    idle ZVM takes), the cap counted in the database and, when a Redis answers, in Redis;
-3. --processes worker processes (tests/rewind/zvm_cap_worker.py), each a client of its own,
+3. --processes worker processes (tests/sites/zvm_cap_worker.py), each a client of its own,
    started together and making --each calls at the default cap: the most requests the
    simulator saw in any one second against the cap, the total, and the logins they made.
 
@@ -124,7 +124,7 @@ class Bench:
         cmd = [
             PYTHON,
             "-m",
-            "tests.rewind.zvm_cap_worker",
+            "tests.sites.zvm_cap_worker",
             target,
             f"{self.sim_url}/{SLUG}",
             self.site_name,

@@ -4,21 +4,19 @@
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-from urllib.parse import quote
+from typing import TYPE_CHECKING, Any
 
 import pytest
-from django.conf import settings
 from django.db import connection
 
-from rewind.processes import Proc
+if TYPE_CHECKING:
+    # Imported where used: a module imported here, before pytest_plugins is read, would miss
+    # pytest's assertion rewriting (the plugins import each other).
+    from tests.helpers import WorkerProcess
 
 pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures"]
 
-READY = "ready."  # what a Celery worker logs once it takes tasks
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be
 # callable from fixtures there.
@@ -38,73 +36,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped where nothing may be skipped (REWIND_TESTS_NO_SKIPS=1): {reason}"
-
-
-def test_database_url() -> str:
-    """A DATABASE_URL pointing at the test database, for processes the tests start."""
-    conf = connection.settings_dict
-    if conf["ENGINE"].endswith("sqlite3"):
-        return f"sqlite:///{Path(conf['NAME']).resolve()}"
-    auth = quote(conf["USER"] or "")
-    if conf["PASSWORD"]:
-        auth += ":" + quote(conf["PASSWORD"])
-    host = conf["HOST"] or "localhost"
-    port = f":{conf['PORT']}" if conf["PORT"] else ""
-    return f"postgres://{auth}@{host}{port}/{conf['NAME']}"
-
-
-class WorkerProcess:
-    """A real ``celery worker`` on the test database and the configured broker (``rewind.processes.Proc``)."""
-
-    def __init__(self, log_path: Path, concurrency: int = 3, name: str = "tests") -> None:
-        self.log_path = log_path
-        self.concurrency = concurrency
-        self.name = name
-        self.proc: Proc | None = None
-
-    def start(self) -> None:
-        """Start it; returns once it is ready (its log says "ready." once more than before)."""
-        env = {**os.environ, "DATABASE_URL": test_database_url()}
-        argv = [
-            sys.executable,
-            "-m",
-            "celery",
-            "-A",
-            "rewind",
-            "worker",
-            "-P",
-            "prefork",
-            "-c",
-            str(self.concurrency),
-            "--loglevel",
-            "INFO",
-            "-n",
-            f"{self.name}-{os.getpid()}@%h",
-            "--without-gossip",
-            "--without-mingle",
-        ]
-        # One log for every start, so a restart's readiness is one "ready." more than the log has.
-        earlier = self.log_path.read_text(errors="replace").count(READY) if self.log_path.exists() else 0
-        self.proc = Proc("celery worker", argv, log=self.log_path, append=True, env=env, cwd=settings.BASE_DIR)
-        self.proc.wait_for_output(READY, count=earlier + 1)
-
-    def running(self) -> bool:
-        return self.proc is not None and self.proc.running()
-
-    def kill(self) -> None:
-        """Kill the worker and its pool children at once (a crash, not a shutdown)."""
-        if self.running():
-            assert self.proc is not None
-            self.proc.kill(timeout=30)
-
-    def stop(self) -> None:
-        """Stop the worker; returns once it and its pool children are gone (their connections closed)."""
-        if self.proc:
-            self.proc.stop(timeout=20)
-
-    def restart(self) -> None:
-        self.stop()
-        self.start()
 
 
 @pytest.fixture(scope="session")
@@ -143,6 +74,8 @@ def celery_worker_process(
     django_db_setup: None, django_db_blocker: object, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[WorkerProcess]:
     _purge_broker()
+    from tests.helpers import WorkerProcess
+
     worker = WorkerProcess(tmp_path_factory.mktemp("celery") / "worker.log")
     worker.start()
     yield worker

@@ -175,8 +175,8 @@ def superuser(db: None) -> User:
 
 @pytest.fixture
 def receiver() -> Iterator[Any]:
-    """A webhook receiver on 127.0.0.1 for notification channels (tests.notifications.receiver)."""
-    from tests.notifications.receiver import running_receiver
+    """A webhook receiver on 127.0.0.1 for notification channels (tests.receiver)."""
+    from tests.receiver import running_receiver
 
     with running_receiver() as r:
         yield r
@@ -303,3 +303,11 @@ def inline_tasks(transactional_db: None, monkeypatch: pytest.MonkeyPatch) -> Inl
     tasks = InlineTasks(app)
     monkeypatch.setattr(app, "send_task", tasks.send_task)
     return tasks
+
+
+@pytest.fixture
+def api() -> Callable[[User | None], Any]:
+    """``api(user)``: a signed-in browser on the REST API, CSRF and all (``tests.helpers.Api``)."""
+    from tests.helpers import Api
+
+    return Api

@@ -107,7 +107,7 @@ def run_uvicorn(work_dir: Path, **kwargs: Any) -> Iterator[UvicornServer]:
 
 @pytest.fixture(scope="session")
 def mcp_server(django_db_setup: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[UvicornServer]:
-    from tests.conftest import test_database_url
+    from tests.helpers import test_database_url
 
     with run_uvicorn(tmp_path_factory.mktemp("uvicorn"), database_url=test_database_url()) as server:
         yield server

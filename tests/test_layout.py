@@ -22,10 +22,15 @@ def _packages() -> list[Path]:
 
 
 def _imports(path: Path) -> list[str]:
+    """The tests.* modules ``path`` imports, relative imports resolved, imports inside functions too."""
     tree = ast.parse(path.read_text(), filename=str(path))
+    package = ".".join(path.relative_to(REPO).parent.parts)
     found: list[str] = []
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = package.rsplit(".", node.level - 1)[0] if node.level > 1 else package
+            found.append(f"{base}.{node.module}" if node.module else base)
+        elif isinstance(node, ast.ImportFrom) and node.module:
             found.append(node.module)
         elif isinstance(node, ast.Import):
             found.extend(alias.name for alias in node.names)

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.guard.conftest import install_starter_catalog
+from tests.helpers import install_starter_catalog
 
 
 @pytest.fixture(autouse=True)

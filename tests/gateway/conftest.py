@@ -1,102 +1,22 @@
-"""Fixtures for gateway tests: the guest shell (``tests.gateway.guestshell``) as a real upstream MCP server.
-
-- ``guestshell_http`` (function): the guest shell over streamable HTTP, requiring a bearer token,
-  against the session's simulator (reset for the test, as ``sim`` does). Yields a
-  :class:`GuestShellHttp`: ``.url`` (``http://127.0.0.1:PORT/mcp``), ``.token``, ``.headers``
-  (the Authorization header to send), ``.calls()`` (the tool calls it received during this test:
-  dicts with ``tool``, ``arguments`` and ``authorization``) and ``.clear()``. The process is
-  shared by the session; the record is emptied before each test.
-- ``guestshell_stdio_command`` (function): how to launch the stdio variant, a
-  :class:`GuestShellStdio`: ``.argv``, ``.env`` (the full environment), ``.cwd``,
-  ``.params()`` (``mcp.client.stdio.StdioServerParameters``) and ``.calls()`` from its own record.
-
-``run_guestshell(work_dir, sim_server, *args)`` starts another HTTP guest shell with other
-options (say, no ``--token``). Each is a ``rewind.processes.Proc``, like the simulator.
-"""
+"""Fixtures for gateway tests: the guest shell as a real upstream MCP server (tests.gateway.support)."""
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import secrets
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from rewind.processes import Proc
-from tests.gateway.guestshell import READY
+from tests.gateway.support import (
+    MODULE,
+    GuestShellHttp,
+    GuestShellStdio,
+    run_guestshell,
+    sim_args,
+)
 from tests.simfixtures import PYTHON, REPO, SimHandle, SimServer
-
-MODULE = "tests.gateway.guestshell"
-
-
-def read_calls(record: Path) -> list[dict[str, Any]]:
-    """The tool calls a guest shell recorded, oldest first."""
-    if not record.exists():
-        return []
-    return [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def sim_args(sim_server: SimServer) -> list[str]:
-    args = ["--sim-url", sim_server.url]
-    if sim_server.ca_bundle:
-        args += ["--ca-bundle", sim_server.ca_bundle]
-    return args
-
-
-@dataclass
-class GuestShellHttp:
-    proc: Proc
-    url: str
-    token: str | None
-    record: Path
-
-    @property
-    def headers(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.token}"} if self.token else {}
-
-    def calls(self) -> list[dict[str, Any]]:
-        return read_calls(self.record)
-
-    def clear(self) -> None:
-        self.record.write_text("", encoding="utf-8")
-
-    def stop(self) -> None:
-        self.proc.stop(timeout=10)
-
-
-def start_guestshell(work_dir: Path, sim_server: SimServer, *args: str, token: str | None = None) -> GuestShellHttp:
-    """Start ``python -m tests.gateway.guestshell --http --port 0`` and wait for its ready line."""
-    work_dir.mkdir(parents=True, exist_ok=True)
-    record = work_dir / "calls.jsonl"
-    record.write_text("", encoding="utf-8")
-    argv = [PYTHON, "-m", MODULE, "--http", "--port", "0", *sim_args(sim_server), "--record", str(record), *args]
-    if token:
-        argv += ["--token", token]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = Proc("guestshell", argv, log=work_dir / "guestshell.log", cwd=REPO, env=env)
-    try:
-        output = proc.wait_for_output(READY, timeout=60)
-    except Exception:
-        proc.kill()
-        raise
-    url = next(line[len(READY) :].strip() for line in output.splitlines() if line.startswith(READY))
-    return GuestShellHttp(proc, url, token, record)
-
-
-@contextlib.contextmanager
-def run_guestshell(
-    work_dir: Path, sim_server: SimServer, *args: str, token: str | None = None
-) -> Iterator[GuestShellHttp]:
-    server = start_guestshell(work_dir, sim_server, *args, token=token)
-    try:
-        yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -111,22 +31,6 @@ def guestshell_http(guestshell_http_server: GuestShellHttp, sim: SimHandle) -> G
     """The HTTP guest shell against a freshly reset simulator, its record emptied."""
     guestshell_http_server.clear()
     return guestshell_http_server
-
-
-@dataclass
-class GuestShellStdio:
-    argv: list[str]
-    env: dict[str, str]
-    record: Path
-    cwd: Path = field(default=REPO)
-
-    def params(self) -> Any:
-        from mcp.client.stdio import StdioServerParameters
-
-        return StdioServerParameters(command=self.argv[0], args=self.argv[1:], env=self.env, cwd=self.cwd)
-
-    def calls(self) -> list[dict[str, Any]]:
-        return read_calls(self.record)
 
 
 @pytest.fixture

@@ -14,8 +14,8 @@ from catalog.models import ToolSighting
 from rewind.gateway.models import Upstream, UpstreamTool
 from rewind.gateway.services import upstream_headers
 from rewind.models import AuditEvent
-from tests.gateway.conftest import GuestShellHttp
-from tests.mcp.test_security import post
+from tests.gateway.support import GuestShellHttp
+from tests.helpers import post
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = [

@@ -20,19 +20,12 @@ from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
 from rewind.models import AuditEvent, ChangeGuard
-from tests.gateway.conftest import GuestShellHttp, GuestShellStdio
-from tests.guard.test_mcp import _call as call
-from tests.mcp.test_transport import run
+from tests.gateway.support import GuestShellHttp, GuestShellStdio, add_http_upstream
+from tests.helpers import call_tool, run, tool_text
 
 pytestmark = pytest.mark.timeout(240)
 NGINX = "/etc/nginx/nginx.conf"
 ADMIN = Actor.user("admin")
-
-
-def add_http_upstream(shell: GuestShellHttp, name: str = "guestshell", **fields: Any) -> Upstream:
-    upstream = upstream_create(actor=ADMIN, name=name, transport="http", url=shell.url, headers=shell.headers, **fields)
-    upstream_tools_refresh(upstream)
-    return upstream
 
 
 def list_tools(mcp_client: Any, token: str) -> dict[str, Any]:
@@ -41,10 +34,6 @@ def list_tools(mcp_client: Any, token: str) -> dict[str, Any]:
             return {t.name: t for t in (await client.list_tools()).tools}
 
     return run(go())
-
-
-def text(result: Any) -> str:
-    return "\n".join(c.text for c in result.content if getattr(c, "text", None))
 
 
 def test_upstream_tools_are_listed_beside_ours_with_their_schemas_and_annotations(
@@ -75,10 +64,10 @@ def test_a_catalog_listed_tool_is_guarded_then_forwarded_with_the_upstreams_own_
     mutating_tool_add(actor=ADMIN, pattern="guestshell/exec", vm_arg="host", description="guest shell")
     agent, token = agent_token
     progress: list[Any] = []
-    result = call(
+    result = call_tool(
         mcp_client, token, "guestshell__exec", {"host": "web01", "command": f"echo broken > {NGINX}"}, progress
     )
-    assert not result.is_error, text(result)
+    assert not result.is_error, tool_text(result)
     assert sim.read_file("web01", NGINX) == b"broken\n"
     meta = result.meta
     call_id = meta["zerto-rewind/call_id"]
@@ -113,9 +102,9 @@ def test_a_guard_that_is_not_ok_forwards_nothing(
     mutating_tool_add(actor=ADMIN, pattern="guestshell/*", vm_arg="host", description="guest shell")
     before = sim.read_file("web01", NGINX)
     _agent, token = agent_token
-    result = call(mcp_client, token, "guestshell__exec", {"host": "no-such-vm", "command": f"rm {NGINX}"})
+    result = call_tool(mcp_client, token, "guestshell__exec", {"host": "no-such-vm", "command": f"rm {NGINX}"})
     assert result.is_error
-    assert "DO NOT PROCEED" in text(result)
+    assert "DO NOT PROCEED" in tool_text(result)
     assert guestshell_http.calls() == []
     assert sim.read_file("web01", NGINX) == before
     row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
@@ -128,10 +117,10 @@ def test_arguments_that_do_not_fit_the_schema_are_refused_before_any_guard(
     add_http_upstream(guestshell_http)
     mutating_tool_add(actor=ADMIN, pattern="guestshell/exec", vm_arg="host", description="guest shell")
     _agent, token = agent_token
-    result = call(mcp_client, token, "guestshell__exec", {"host": "web01", "command": 42})
+    result = call_tool(mcp_client, token, "guestshell__exec", {"host": "web01", "command": 42})
     assert result.is_error
-    assert "do not match guestshell__exec's input schema" in text(result)
-    assert "command" in text(result)
+    assert "do not match guestshell__exec's input schema" in tool_text(result)
+    assert "command" in tool_text(result)
     assert not ChangeGuard.objects.exists()
     assert guestshell_http.calls() == []
 
@@ -154,12 +143,12 @@ def test_an_unlisted_tool_follows_its_upstreams_policy(
     add_http_upstream(guestshell_http, default_policy=policy)
     _agent, token = agent_token
     args = {"computer_name": "web01", "path": NGINX, "line": "# appended"}
-    result = call(mcp_client, token, "guestshell__append_line", args)
+    result = call_tool(mcp_client, token, "guestshell__append_line", args)
     row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
     assert row.policy == policy
     assert bool(guestshell_http.calls()) is forwarded
     assert sim.read_file("web01", NGINX).endswith(b"# appended\n") is forwarded
-    assert result.is_error is not forwarded, text(result)
+    assert result.is_error is not forwarded, tool_text(result)
     assert (row.guard_id is not None) is guarded
     if guarded:
         assert row.decision == "guarded"
@@ -172,7 +161,7 @@ def test_an_unlisted_tool_follows_its_upstreams_policy(
         assert ToolSighting.objects.get(tool="guestshell/append_line").count == 1
     else:
         assert row.decision == "held"
-        assert "held until a person classifies it" in text(result)
+        assert "held until a person classifies it" in tool_text(result)
 
 
 def test_guard_if_protected_passes_when_no_argument_names_a_protected_vm(
@@ -180,8 +169,8 @@ def test_guard_if_protected_passes_when_no_argument_names_a_protected_vm(
 ) -> None:
     add_http_upstream(guestshell_http)
     _agent, token = agent_token
-    result = call(mcp_client, token, "guestshell__slow", {"seconds": 0})
-    assert not result.is_error, text(result)
+    result = call_tool(mcp_client, token, "guestshell__slow", {"seconds": 0})
+    assert not result.is_error, tool_text(result)
     row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
     assert (row.decision, row.policy) == ("passed", "pass")  # annotated read-only: passes by default
 
@@ -214,8 +203,8 @@ def test_progress_from_the_upstream_reaches_the_agent(
     add_http_upstream(guestshell_http)
     _agent, token = agent_token
     progress: list[Any] = []
-    result = call(mcp_client, token, "guestshell__slow", {"seconds": 2}, progress)
-    assert not result.is_error, text(result)
+    result = call_tool(mcp_client, token, "guestshell__slow", {"seconds": 2}, progress)
+    assert not result.is_error, tool_text(result)
     assert len(progress) >= 2
     values = [p[0] for p in progress]
     assert values == sorted(set(values))
@@ -241,8 +230,8 @@ def test_the_stdio_transport_is_started_and_used(
     assert "exec" in report.exported
     mutating_tool_add(actor=ADMIN, pattern="shell2/exec", vm_arg="host", description="guest shell over stdio")
     _agent, token = agent_token
-    result = call(mcp_client, token, "shell2__exec", {"host": "web01", "command": f"echo via-stdio > {NGINX}"})
-    assert not result.is_error, text(result)
+    result = call_tool(mcp_client, token, "shell2__exec", {"host": "web01", "command": f"echo via-stdio > {NGINX}"})
+    assert not result.is_error, tool_text(result)
     assert sim.read_file("web01", NGINX) == b"via-stdio\n"
     assert result.meta["zerto-rewind/guard"]["ok"] is True
     assert [c["tool"] for c in command.calls()] == ["exec"]
@@ -256,13 +245,13 @@ def test_an_upstream_that_is_down_is_a_clear_error_and_others_still_work(
     # It goes away after listing: its port now answers nothing.
     upstream_update(actor=ADMIN, upstream=broken, url="http://127.0.0.1:9/mcp", connect_timeout_s=2)
     _agent, token = agent_token
-    result = call(mcp_client, token, "broken__read_file", {"host": "web01", "path": NGINX})
+    result = call_tool(mcp_client, token, "broken__read_file", {"host": "web01", "path": NGINX})
     assert result.is_error
-    assert "upstream broken" in text(result)
+    assert "upstream broken" in tool_text(result)
     row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
     assert row.outcome == "upstream_failed"
-    ok = call(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
-    assert not ok.is_error, text(ok)
+    ok = call_tool(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
+    assert not ok.is_error, tool_text(ok)
 
 
 class _Junk(BaseHTTPRequestHandler):
@@ -304,11 +293,11 @@ def test_an_upstream_that_answers_garbage_is_a_clear_error_and_others_still_work
     schema = {"type": "object", "properties": {"host": {"type": "string"}}}
     upstream_tools_record(upstream=junk, listed=[ListedTool("peek", "", "", schema, None, None, None)], reserved=set())
     _agent, token = agent_token
-    result = call(mcp_client, token, "junk__peek", {"host": "web01"})
+    result = call_tool(mcp_client, token, "junk__peek", {"host": "web01"})
     assert result.is_error
-    assert "upstream junk" in text(result)
-    ok = call(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
-    assert not ok.is_error, text(ok)
+    assert "upstream junk" in tool_text(result)
+    ok = call_tool(mcp_client, token, "guestshell__read_file", {"host": "web01", "path": NGINX})
+    assert not ok.is_error, tool_text(ok)
 
 
 def test_a_slow_upstream_is_cut_off_at_its_call_timeout(
@@ -317,10 +306,10 @@ def test_a_slow_upstream_is_cut_off_at_its_call_timeout(
     add_http_upstream(guestshell_http, call_timeout_s=1)
     _agent, token = agent_token
     started = time.monotonic()
-    result = call(mcp_client, token, "guestshell__slow", {"seconds": 8})
+    result = call_tool(mcp_client, token, "guestshell__slow", {"seconds": 8})
     assert time.monotonic() - started < 7
     assert result.is_error
-    assert "upstream guestshell" in text(result)
+    assert "upstream guestshell" in tool_text(result)
     row = GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"])
     assert row.outcome in ("error", "upstream_failed")
     assert row.error

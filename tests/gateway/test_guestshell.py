@@ -12,9 +12,9 @@ from mcp import Client
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
-from tests.gateway.conftest import GuestShellHttp, GuestShellStdio, run_guestshell
 from tests.gateway.guestshell import _sed_expression
-from tests.mcp.test_transport import run
+from tests.gateway.support import GuestShellHttp, GuestShellStdio, run_guestshell
+from tests.helpers import run
 from tests.simfixtures import SimHandle, SimServer
 
 TOOLS = {"exec", "write_file", "read_file", "append_line", "slow"}

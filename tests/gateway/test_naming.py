@@ -134,9 +134,9 @@ def test_credentials_are_stored_encrypted_and_never_audited(db: None) -> None:
 
 def test_metrics_count_gateway_calls_tools_and_failing_upstreams(db: None, client: Any, settings: Any) -> None:
     from rewind.gateway.services import gateway_call_record, upstream_listing_failed
-    from tests.rewind.test_metrics import TOKEN, scrape, value
+    from tests.helpers import METRICS_TOKEN, scrape, value
 
-    settings.REWIND_METRICS_TOKEN = TOKEN
+    settings.REWIND_METRICS_TOKEN = METRICS_TOKEN
     settings.REWIND_METRICS_ALLOWED_NETWORKS = []
     up = upstream_create(actor=ADMIN, name="ssh", url="http://127.0.0.1:1/mcp")
     upstream_tools_record(upstream=up, listed=[listed("exec"), listed("read")], reserved=set())

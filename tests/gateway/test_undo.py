@@ -11,10 +11,9 @@ import pytest
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_approve
-from tests.gateway.conftest import GuestShellHttp
-from tests.gateway.test_gateway import add_http_upstream, call, text
+from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.helpers import call_tool, poll_recovery_status, tool_text
 from tests.mcpfixtures import make_agent_token
-from tests.recoveries.test_mcp_tools import _poll_status
 
 pytestmark = pytest.mark.timeout(300)
 NGINX = "/etc/nginx/nginx.conf"
@@ -22,7 +21,7 @@ NGINX = "/etc/nginx/nginx.conf"
 
 def recover(mcp_client: Any, token: str, **how: Any) -> Any:
     args = {"vm": "web01", "path": NGINX, "reason": "the agent broke nginx", **how}
-    return call(mcp_client, token, "zerto_recover_file", args)
+    return call_tool(mcp_client, token, "zerto_recover_file", args)
 
 
 def test_a_passed_call_is_undone_from_the_journal_checkpoint_before_it(
@@ -36,14 +35,16 @@ def test_a_passed_call_is_undone_from_the_journal_checkpoint_before_it(
     add_http_upstream(guestshell_http, default_policy="pass")
     agent, token = make_agent_token()
     old = sim.read_file("web01", NGINX)
-    broke = call(mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "oops\n"})
-    assert not broke.is_error, text(broke)
+    broke = call_tool(
+        mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "oops\n"}
+    )
+    assert not broke.is_error, tool_text(broke)
     assert sim.read_file("web01", NGINX) == b"oops\n"
     call_id = broke.meta["zerto-rewind/call_id"]
     assert "zerto-rewind/guard" not in broke.meta  # nobody guarded it
 
     asked = recover(mcp_client, token, before_call=call_id)
-    assert not asked.is_error, text(asked)
+    assert not asked.is_error, tool_text(asked)
     out = asked.structured_content
     checkpoint = out["checkpoint"]
     assert checkpoint["source"] == "before_call"
@@ -56,7 +57,7 @@ def test_a_passed_call_is_undone_from_the_journal_checkpoint_before_it(
     assert recovery.checkpoint_timestamp < recovery.undo_before
 
     recovery_request_approve(recovery_id=out["id"], user=people.approver)
-    done = _poll_status(mcp_client, token, out["id"])
+    done = poll_recovery_status(mcp_client, token, out["id"])
     assert done["status"] == "succeeded", done
     assert done["result"]["content"].encode() == old
     assert agent.name == recovery.agent_name
@@ -67,10 +68,10 @@ def test_the_approval_page_shows_the_call_being_undone(
 ) -> None:
     add_http_upstream(guestshell_http, default_policy="pass")
     _agent, token = make_agent_token()
-    broke = call(mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "x\n"})
+    broke = call_tool(mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "x\n"})
     call_id = broke.meta["zerto-rewind/call_id"]
     asked = recover(mcp_client, token, before_call=call_id)
-    assert not asked.is_error, text(asked)
+    assert not asked.is_error, tool_text(asked)
     client.force_login(people.approver)
     page = client.get(f"/admin/recoveries/recoveryrequest/{asked.structured_content['id']}/review/").content.decode()
     assert call_id in page
@@ -84,7 +85,7 @@ def test_bad_moments_are_refused_and_say_which(
     add_http_upstream(guestshell_http, default_policy="hold")
     _mine, token = make_agent_token()
     _other, other_token = make_agent_token()
-    held = call(mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "x"})
+    held = call_tool(mcp_client, token, "guestshell__write_file", {"host": "web01", "path": NGINX, "content": "x"})
     assert held.is_error
     held_id = held.meta["zerto-rewind/call_id"]
     future = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
@@ -101,5 +102,5 @@ def test_bad_moments_are_refused_and_say_which(
     for who, how, words in cases:
         result = recover(mcp_client, who, **how)
         assert result.is_error, how
-        assert words in text(result), (how, text(result))
+        assert words in tool_text(result), (how, tool_text(result))
     assert not RecoveryRequest.objects.exists()

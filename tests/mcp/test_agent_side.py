@@ -11,8 +11,7 @@ import httpx2
 import pytest
 
 from rewind import __version__
-from tests.mcp.test_security import LEGACY, _rpc_result, post
-from tests.mcp.test_transport import run
+from tests.helpers import LEGACY, post, rpc_result, run
 
 MODERN = "2026-07-28"
 REPO = Path(__file__).resolve().parents[2]
@@ -191,6 +190,6 @@ def test_a_huge_argument_is_not_echoed_in_a_validation_error(mcp_server: Any, mc
         },
     }
     resp = post(mcp_server.mcp_url, body, agent_token[1])
-    result = _rpc_result(resp)["result"]
+    result = rpc_result(resp)["result"]
     assert result["isError"] is True
     assert len(json.dumps(result)) < 1000

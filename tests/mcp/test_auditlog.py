@@ -11,7 +11,7 @@ from django.db import transaction
 from rewind.audit import Actor, audit_record, verify_chain
 from rewind.mcp.auditlog import _append_many, _Pending, audit_writer
 from rewind.models import AuditEvent
-from tests.mcp.test_transport import run
+from tests.helpers import run
 
 
 @pytest.fixture(autouse=True)

@@ -13,7 +13,7 @@ from django.core.management import CommandError, call_command
 
 from rewind.agents.models import AgentToken
 from rewind.mcp.clientconfig import CLIENTS, client_config
-from tests.mcp.test_transport import run
+from tests.helpers import run
 from tests.mcpfixtures import open_mcp_client
 
 URL = "https://rewind.example.com/mcp"

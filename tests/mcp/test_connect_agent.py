@@ -20,7 +20,7 @@ from rewind.audit import Actor
 from rewind.mcp.clientconfig import CLIENTS
 from rewind.mcp.endpoint import mcp_public_url
 from rewind.models import Agent, AgentToken, AuditEvent
-from tests.mcp.test_transport import run
+from tests.helpers import run
 from tests.mcpfixtures import open_mcp_client
 
 SETUP = Actor.system("tests")

@@ -14,7 +14,7 @@ from django.urls import reverse
 from rewind.agents import agent_create
 from rewind.audit import Actor
 from rewind.models import AgentToken
-from tests.mcp.test_security import post
+from tests.helpers import post
 
 pytestmark = [
     pytest.mark.timeout(300),

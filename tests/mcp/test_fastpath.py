@@ -25,7 +25,7 @@ from rewind.protection import (
 )
 from rewind.protection import state as protection_state
 from tests.fixtures import register_sites
-from tests.mcp.test_transport import _find, run
+from tests.helpers import find_protection_over_mcp, run
 from tests.simfixtures import PYTHON, REPO
 
 WAIT_S = 30.0  # only a bound against hanging forever, never a performance threshold
@@ -162,7 +162,7 @@ def test_a_disabled_site_is_seen_by_the_next_tool_call(
     _, token = agent_token
 
     def vpgs(vm: str) -> dict[str, Any]:
-        _, result = run(_find(mcp_client, token, "auto", vm))
+        _, result = run(find_protection_over_mcp(mcp_client, token, "auto", vm))
         assert not result.is_error, result.content
         return {v["name"]: v for v in result.structured_content["vpgs"]}
 
@@ -448,7 +448,7 @@ _PROBE = textwrap.dedent("""
 def test_a_worker_freezes_its_startup_heap_during_the_lifespan() -> None:
     import os
 
-    from tests.conftest import test_database_url
+    from tests.helpers import test_database_url
 
     env = {**os.environ, "DATABASE_URL": test_database_url()}
     env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)

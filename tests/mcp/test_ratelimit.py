@@ -12,8 +12,7 @@ import redis
 
 from rewind.mcp.models import McpRateCount
 from rewind.mcp.ratelimit import KEY_PREFIX, DbRateLimiter, LocalRateLimiter, RedisRateLimiter, rate_limiter
-from tests.mcp.test_security import _call_body, post
-from tests.mcp.test_transport import run
+from tests.helpers import call_body, post, run
 from tests.mcpfixtures import free_port, make_agent_token, run_uvicorn
 
 
@@ -126,8 +125,8 @@ def test_without_the_database_it_counts_per_process_and_says_so(
 def test_the_endpoint_counts_once_for_two_workers_without_redis(
     tmp_path: Any, transactional_db: None, sim: Any
 ) -> None:
-    from tests.conftest import test_database_url
     from tests.fixtures import register_sites
+    from tests.helpers import test_database_url
 
     register_sites(sim, {"Site A": "site-a"})
     agent, token = make_agent_token()
@@ -136,7 +135,7 @@ def test_the_endpoint_counts_once_for_two_workers_without_redis(
     with run_uvicorn(tmp_path, database_url=test_database_url(), workers=2, env=env) as server:
         # New connections, which either worker may take; with per-process counts two workers
         # would let through up to twice the limit.
-        statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(2 * limit + 2)]
+        statuses = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(2 * limit + 2)]
         log = server.log.read_text()
     assert statuses == [200] * limit + [429] * (limit + 2)
     assert McpRateCount.objects.filter(key=agent.name).exists()
@@ -147,8 +146,8 @@ def test_the_endpoint_counts_once_for_two_workers_without_redis(
 def test_the_endpoint_counts_in_redis_when_it_is_configured(
     tmp_path: Any, transactional_db: None, sim: Any, redis_url: str
 ) -> None:
-    from tests.conftest import test_database_url
     from tests.fixtures import register_sites
+    from tests.helpers import test_database_url
 
     register_sites(sim, {"Site A": "site-a"})
     agent, token = make_agent_token()
@@ -159,7 +158,7 @@ def test_the_endpoint_counts_in_redis_when_it_is_configured(
         workers=2,
         env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": redis_url},
     ) as server:
-        statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(limit + 3)]
+        statuses = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(limit + 3)]
     # Each call comes on a new connection, which either worker may take: together they allow the limit.
     assert statuses == [200] * limit + [429] * 3
     assert redis.Redis.from_url(redis_url).exists(KEY_PREFIX + agent.name)

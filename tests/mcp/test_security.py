@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -13,45 +12,14 @@ from django.utils import timezone
 from rewind.agents import agent_token_revoke, agent_update
 from rewind.audit import Actor
 from rewind.models import AgentToken
-from tests.mcp.test_transport import run
+from tests.helpers import call_body, post, rpc_result, run
 from tests.mcpfixtures import make_agent_token, run_uvicorn
-
-LEGACY = "2025-11-25"
-
-
-def _call_body(vm: str = "web01", rpc_id: int = 1) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": rpc_id,
-        "method": "tools/call",
-        "params": {"name": "zerto_find_protection", "arguments": {"vm": vm}},
-    }
-
-
-def post(url: str, body: Any, token: str | None = None, **headers: str) -> httpx2.Response:
-    """One handshake-era stateless POST (no initialize needed on a stateless server)."""
-    base = {
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": LEGACY,
-    }
-    if token is not None:
-        base["Authorization"] = f"Bearer {token}"
-    content = body if isinstance(body, (bytes, str)) else json.dumps(body)
-    return httpx2.post(url, content=content, headers={**base, **headers}, timeout=30)
-
-
-def _rpc_result(resp: httpx2.Response) -> dict[str, Any]:
-    if resp.headers["content-type"].startswith("text/event-stream"):
-        data = [line[5:].strip() for line in resp.text.splitlines() if line.startswith("data:")]
-        return json.loads([d for d in data if d][-1])
-    return resp.json()
 
 
 def test_it_answers_a_call_with_a_valid_token(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1])
+    resp = post(mcp_server.mcp_url, call_body(), agent_token[1])
     assert resp.status_code == 200
-    assert _rpc_result(resp)["result"]["structuredContent"]["vm_name"] == "web01"
+    assert rpc_result(resp)["result"]["structuredContent"]["vm_name"] == "web01"
 
 
 HOW_TO_GET_ONE = (
@@ -76,51 +44,51 @@ def _assert_401(resp: httpx2.Response, sent: str | None = None, says: str = REFU
 
 
 def test_it_refuses_a_missing_token(mcp_server: Any, transactional_db: None) -> None:
-    _assert_401(post(mcp_server.mcp_url, _call_body()), says=NONE_SENT)
+    _assert_401(post(mcp_server.mcp_url, call_body()), says=NONE_SENT)
 
 
 @pytest.mark.parametrize("authorization", ["Basic cm9vdDpwdw==", "Bearer", "Token rwd_abc"])
 def test_it_refuses_an_authorization_header_that_holds_no_bearer_token(
     authorization: str, mcp_server: Any, transactional_db: None
 ) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), Authorization=authorization)
+    resp = post(mcp_server.mcp_url, call_body(), Authorization=authorization)
     _assert_401(resp, authorization.partition(" ")[2], NONE_SENT)
 
 
 def test_it_refuses_an_unknown_token(mcp_server: Any, transactional_db: None) -> None:
     for token in ("rwd_" + "x" * 43, "not-even-our-format", " rwd_" + "x" * 43, "rwd_" + "z" * 300):
-        _assert_401(post(mcp_server.mcp_url, _call_body(), token), token.strip())
+        _assert_401(post(mcp_server.mcp_url, call_body(), token), token.strip())
 
 
 def test_it_refuses_a_revoked_token(mcp_server: Any, transactional_db: None) -> None:
     _, token = make_agent_token()
     row = AgentToken.objects.get()
     assert agent_token_revoke(actor=Actor.system("tests"), token=row)
-    _assert_401(post(mcp_server.mcp_url, _call_body(), token), token)
+    _assert_401(post(mcp_server.mcp_url, call_body(), token), token)
 
 
 def test_it_refuses_before_reading_a_body_it_would_refuse_anyway(mcp_server: Any, transactional_db: None) -> None:
     from django.conf import settings
 
-    resp = post(mcp_server.mcp_url, _call_body(vm="x" * (settings.MCP_MAX_BODY_BYTES + 10)))
+    resp = post(mcp_server.mcp_url, call_body(vm="x" * (settings.MCP_MAX_BODY_BYTES + 10)))
     _assert_401(resp, says=NONE_SENT)
 
 
 def test_it_refuses_an_expired_token(mcp_server: Any, transactional_db: None) -> None:
     _, token = make_agent_token(expires_at=timezone.now() + timedelta(days=1))
     AgentToken.objects.update(expires_at=timezone.now() - timedelta(seconds=1))
-    _assert_401(post(mcp_server.mcp_url, _call_body(), token))
+    _assert_401(post(mcp_server.mcp_url, call_body(), token))
 
 
 def test_it_refuses_the_token_of_an_inactive_agent(mcp_server: Any, transactional_db: None) -> None:
     agent, token = make_agent_token()
     agent_update(actor=Actor.system("tests"), agent=agent, is_active=False)
-    _assert_401(post(mcp_server.mcp_url, _call_body(), token))
+    _assert_401(post(mcp_server.mcp_url, call_body(), token))
 
 
 def test_it_records_when_a_token_was_last_used(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
     assert AgentToken.objects.get().last_used_at is None
-    post(mcp_server.mcp_url, _call_body(), agent_token[1])
+    post(mcp_server.mcp_url, call_body(), agent_token[1])
     assert AgentToken.objects.get().last_used_at is not None
 
 
@@ -130,26 +98,26 @@ def test_it_publishes_no_oauth_metadata_that_would_point_nowhere(mcp_server: Any
 
 
 def test_it_refuses_a_foreign_host_header(mcp_server: Any, agent_token: Any) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1], Host="evil.example")
+    resp = post(mcp_server.mcp_url, call_body(), agent_token[1], Host="evil.example")
     assert resp.status_code == 421
 
 
 def test_it_refuses_a_foreign_origin(mcp_server: Any, agent_token: Any) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1], Origin="http://evil.example")
+    resp = post(mcp_server.mcp_url, call_body(), agent_token[1], Origin="http://evil.example")
     assert resp.status_code == 403
 
 
 def test_it_accepts_an_allowed_host_on_any_port_and_its_origin(
     mcp_server: Any, mcp_sites: Any, agent_token: Any
 ) -> None:
-    resp = post(mcp_server.mcp_url, _call_body(), agent_token[1], Host="localhost:1234", Origin="http://localhost:3000")
+    resp = post(mcp_server.mcp_url, call_body(), agent_token[1], Host="localhost:1234", Origin="http://localhost:3000")
     assert resp.status_code == 200
 
 
 def test_it_refuses_an_oversized_body_with_a_json_rpc_error(mcp_server: Any, agent_token: Any) -> None:
     from django.conf import settings
 
-    body = _call_body(vm="x" * (settings.MCP_MAX_BODY_BYTES + 10))
+    body = call_body(vm="x" * (settings.MCP_MAX_BODY_BYTES + 10))
     resp = post(mcp_server.mcp_url, body, agent_token[1])
     assert resp.status_code == 413
     error = resp.json()["error"]
@@ -168,8 +136,8 @@ def test_it_answers_malformed_json_rpc_with_a_json_rpc_error(mcp_server: Any, ag
 
 @pytest.mark.process
 def test_it_rate_limits_an_agent(tmp_path: Any, transactional_db: None, sim: Any) -> None:
-    from tests.conftest import test_database_url
     from tests.fixtures import register_sites
+    from tests.helpers import test_database_url
 
     register_sites(sim, {"Site A": "site-a"})
     _, token = make_agent_token()
@@ -178,16 +146,16 @@ def test_it_rate_limits_an_agent(tmp_path: Any, transactional_db: None, sim: Any
     with run_uvicorn(
         tmp_path, database_url=test_database_url(), workers=1, env={"MCP_RATE_LIMIT_PER_MINUTE": str(limit)}
     ) as server:
-        statuses = [post(server.mcp_url, _call_body(rpc_id=i), token).status_code for i in range(limit + 2)]
+        statuses = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(limit + 2)]
         assert statuses[:limit] == [200] * limit
-        refused = post(server.mcp_url, _call_body(rpc_id=99), token)
+        refused = post(server.mcp_url, call_body(rpc_id=99), token)
         assert refused.status_code == 429
         assert int(refused.headers["retry-after"]) >= 1
         error = refused.json()
         assert error["id"] == 99
         assert "rate limit" in error["error"]["message"]
         # The limit is per agent: another agent is not held back.
-        assert post(server.mcp_url, _call_body(), other).status_code == 200
+        assert post(server.mcp_url, call_body(), other).status_code == 200
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rewind.agents.mcp_auth import AgentTokenStore
 from rewind.mcp.server import build_server, tool_modules
-from tests.mcp.test_transport import run
+from tests.helpers import run
 
 
 def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order(db: None) -> None:

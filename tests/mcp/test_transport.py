@@ -5,27 +5,14 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
 from rewind.models import AuditEvent
+from tests.helpers import find_protection_over_mcp, run
 
 MODES = ["legacy", "2026-07-28", "auto"]
-
-
-def run(coro: Any) -> Any:
-    # On a thread of its own: once a Playwright test ran in the session, the main thread has
-    # a running event loop and asyncio.run refuses to nest.
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-async def _find(mcp_client: Any, token: str, mode: str, vm: str) -> tuple[str, Any]:
-    async with mcp_client(token, mode) as client:
-        result = await client.call_tool("zerto_find_protection", {"vm": vm})
-        return client.protocol_version, result
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -35,7 +22,7 @@ def test_it_finds_protection_in_both_protocol_eras(
     _, token = agent_token
     # Several calls, so both uvicorn workers serve some without sticky sessions.
     for _ in range(4):
-        version, result = run(_find(mcp_client, token, mode, "web01"))
+        version, result = run(find_protection_over_mcp(mcp_client, token, mode, "web01"))
         assert not result.is_error, result.content
         assert result.structured_content["vm_name"] == "web01"
     expected = {"legacy": ("2025-11-25", "2025-06-18"), "2026-07-28": ("2026-07-28",), "auto": ("2026-07-28",)}[mode]
@@ -46,7 +33,7 @@ def test_it_lists_both_vpgs_of_a_vm_once_though_two_sites_list_it(
     sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
     _, token = agent_token
-    _, result = run(_find(mcp_client, token, "auto", "web01"))
+    _, result = run(find_protection_over_mcp(mcp_client, token, "auto", "web01"))
     out = result.structured_content
     assert out["vm_identifier"] == sim.vm("web01")["identifier"]
     assert sorted(v["name"] for v in out["vpgs"]) == ["vpg-web", "vpg-web-dr"]
@@ -82,7 +69,7 @@ def test_it_describes_the_tool_with_an_output_schema_and_read_only_hints(
 
 
 def test_it_answers_an_unknown_vm_with_a_tool_error(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
-    _, result = run(_find(mcp_client, agent_token[1], "legacy", "no-such-vm"))
+    _, result = run(find_protection_over_mcp(mcp_client, agent_token[1], "legacy", "no-such-vm"))
     assert result.is_error
     assert "no protected VM matches 'no-such-vm'" in result.content[0].text
 
@@ -90,7 +77,7 @@ def test_it_answers_an_unknown_vm_with_a_tool_error(mcp_sites: Any, agent_token:
 def test_it_lists_the_candidates_of_an_ambiguous_name(
     sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
-    _, result = run(_find(mcp_client, agent_token[1], "2026-07-28", "dup01"))
+    _, result = run(find_protection_over_mcp(mcp_client, agent_token[1], "2026-07-28", "dup01"))
     assert result.is_error
     text = result.content[0].text
     assert "matches 2 VMs" in text
@@ -102,8 +89,8 @@ def test_it_lists_the_candidates_of_an_ambiguous_name(
 
 def test_it_audits_every_tool_call_with_one_request_id(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
     agent, token = agent_token
-    run(_find(mcp_client, token, "auto", "db01"))
-    run(_find(mcp_client, token, "auto", "nope-vm"))
+    run(find_protection_over_mcp(mcp_client, token, "auto", "db01"))
+    run(find_protection_over_mcp(mcp_client, token, "auto", "nope-vm"))
     events = list(AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name).order_by("seq"))
     assert [e.data["outcome"] for e in events] == ["ok", "error"]
     ok, failed = events
@@ -171,11 +158,11 @@ def test_concurrent_calls_keep_the_audit_chain_intact(mcp_sites: Any, agent_toke
 
 
 def test_it_answers_a_2025_06_18_stateless_call(mcp_server: Any, mcp_sites: Any, agent_token: Any) -> None:
-    from tests.mcp.test_security import _call_body, _rpc_result, post
+    from tests.helpers import call_body, post, rpc_result
 
-    resp = post(mcp_server.mcp_url, _call_body("win01"), agent_token[1], **{"MCP-Protocol-Version": "2025-06-18"})
+    resp = post(mcp_server.mcp_url, call_body("win01"), agent_token[1], **{"MCP-Protocol-Version": "2025-06-18"})
     assert resp.status_code == 200
-    assert _rpc_result(resp)["result"]["structuredContent"]["vpgs"][0]["name"] == "vpg-win"
+    assert rpc_result(resp)["result"]["structuredContent"]["vpgs"][0]["name"] == "vpg-win"
 
 
 def test_the_zvm_sees_the_request_id_of_the_audited_call(
@@ -183,7 +170,7 @@ def test_the_zvm_sees_the_request_id_of_the_audited_call(
 ) -> None:
     from rewind.audit import Actor
     from rewind.sites import site_create
-    from tests.zvm.localzvm import serve
+    from tests.localzvm import serve
 
     agent, token = agent_token
     row = {
@@ -206,7 +193,7 @@ def test_the_zvm_sees_the_request_id_of_the_audited_call(
         zvm.routes[("GET", "/v1/vpgs/statuses")] = (200, ["Initializing", "MeetingSLA"])
         zvm.routes[("GET", "/v1/vpgs/substatuses")] = (200, ["None"])
         site_create(actor=Actor.system("tests"), name="X", base_url=zvm.url, username="u", password="p")
-        _, result = run(_find(mcp_client, token, "auto", "solo07"))
+        _, result = run(find_protection_over_mcp(mcp_client, token, "auto", "solo07"))
         assert not result.is_error, result.content
         event = AuditEvent.objects.get(action="mcp.tool.called", actor=agent.name)
         seen = {s.headers.get("X-Request-ID") for s in zvm.seen if "/v1/" in s.path}

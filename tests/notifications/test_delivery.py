@@ -20,7 +20,7 @@ from rewind.notifications.channels import channels_configured
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.services import notification_send, notifications_settle
 from rewind.notifications.tasks import DELIVER_MAX_RETRIES, notifications_deliver
-from tests.notifications.receiver import PASSWORD, Receiver
+from tests.receiver import PASSWORD, Receiver
 
 Status = NotificationDelivery.Status
 

@@ -14,7 +14,7 @@ from rewind.notifications.models import NotificationKind
 from rewind.sites import site_create
 from rewind.sites.announce import sites_announce_down
 from rewind.sites.zvm_shared import shared_breaker
-from tests.notifications.receiver import Receiver
+from tests.receiver import Receiver
 
 SETUP = Actor.system("tests")
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ from django.urls import reverse
 from rewind.models import AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.services import notification_send
-from tests.notifications.receiver import PASSWORD, Receiver
+from tests.receiver import PASSWORD, Receiver
 
 
 def _closed_port() -> int:

@@ -20,7 +20,7 @@ from rewind.models import AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.tasks import DELIVER_MAX_RETRIES
 from rewind.sites import site_client
-from tests.notifications.receiver import PASSWORD, Receiver
+from tests.receiver import PASSWORD, Receiver
 
 Status = NotificationDelivery.Status
 

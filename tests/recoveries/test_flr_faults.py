@@ -21,7 +21,7 @@ from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.models import AuditEvent
 from rewind.sites import site_client
-from tests.recoveries.conftest import _wait, wait_finished
+from tests.helpers import wait_for_tasks, wait_recovery_finished
 
 pytestmark = pytest.mark.timeout(600)
 
@@ -41,7 +41,7 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
 ) -> None:
     tagged("db01")
     sim.add_fault("unmount_fail", site="site-b", count=1)
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
+    recovery = wait_recovery_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
     assert recovery.ok is True
@@ -56,7 +56,7 @@ def test_a_failed_unmount_keeps_ok_with_a_warning_and_the_reaper_unmounts_later(
     assert report.unmounted == 1
     assert _live_ids(sim, "site-b") == set()
     assert AuditEvent.objects.filter(action="recoveries.session.reaped", target_id=str(row.pk)).exists()
-    _wait(
+    wait_for_tasks(
         lambda: recoveries_reap().vanished == 1 or FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
     )
     assert FlrSession.objects.get(pk=row.pk).status == FlrSession.Status.ENDED
@@ -67,7 +67,7 @@ def test_an_unreadable_mount_answer_still_gets_the_session_unmounted(
 ) -> None:
     tagged("db01")
     sim.add_fault("mount_unparseable", site="site-b", count=1)
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
+    recovery = wait_recovery_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "unusable" in recovery.error
@@ -118,10 +118,10 @@ def test_a_zvm_restart_mid_recovery_mounts_again(worker, sim, sites, people, age
     sim.set_file("db01", "/etc/my.cnf", text="[mysqld]\nbroken\n")
     sim.add_fault("mount_delay", site="site-b", seconds=30, count=1)
     recovery = _approved(agent, people, "db01", "/etc/my.cnf")
-    _wait(lambda: FlrSession.objects.filter(recovery=recovery).exclude(session_id="").exists(), 60)
+    wait_for_tasks(lambda: FlrSession.objects.filter(recovery=recovery).exclude(session_id="").exists(), 60)
     sim.add_fault("restart", site="site-b")
 
-    recovery = wait_finished(recovery)
+    recovery = wait_recovery_finished(recovery)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert Path(recovery.stored_path).read_bytes() == old
@@ -136,7 +136,7 @@ def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, si
     tagged("db01")
     sim.add_fault("mount_delay", site="site-b", seconds=600, count=1)
     recovery = _approved(agent, people, "db01", "/etc/my.cnf")
-    row = _wait(lambda: FlrSession.objects.filter(recovery=recovery).exclude(session_id="").first(), 60)
+    row = wait_for_tasks(lambda: FlrSession.objects.filter(recovery=recovery).exclude(session_id="").first(), 60)
     worker.kill()
     worker.start()
     assert _live_ids(sim, "site-b") == {row.session_id}
@@ -164,7 +164,7 @@ def test_a_worker_killed_after_the_mount_leaves_it_to_the_reaper(worker, sim, si
 def test_the_reaper_never_touches_another_operators_session(inline_tasks, sim, sites, people, agent, tagged) -> None:
     tagged("db01")
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
-    recovery = wait_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
+    recovery = wait_recovery_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
     recoveries_reap(now=timezone.now() + timedelta(days=1))
     assert _live_ids(sim, "site-b") == {foreign}
@@ -180,7 +180,7 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     tagged("db01")
     sim.set_file("db01", "/var/lib/big.bin", text="truncated")
 
-    recovery = wait_finished(_approved(agent, people, "db01", "/var/lib/big.bin"), timeout=500)
+    recovery = wait_recovery_finished(_approved(agent, people, "db01", "/var/lib/big.bin"), timeout=500)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert recovery.size == size

@@ -12,7 +12,7 @@ import pytest
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.models import AuditEvent
-from tests.recoveries.conftest import wait_finished
+from tests.helpers import wait_recovery_finished
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -36,7 +36,7 @@ def test_it_recovers_the_old_bytes_of_a_file_changed_after_the_checkpoint(
     assert recovery.vpg_name in ("vpg-web", "vpg-web-dr")
 
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     data = Path(recovery.stored_path).read_bytes()
@@ -67,7 +67,7 @@ def test_it_maps_a_separate_boot_partition(inline_tasks, sim, sites, people, age
     recovery = _request(agent, "web01", "/boot/grub/grub.cfg")
     assert recovery.checkpoint_source == RecoveryRequest.CheckpointSource.LATEST_TAGGED
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert recovery.flr_path == "partition#1 Ext4/grub/grub.cfg"
     assert Path(recovery.stored_path).read_bytes() == sim.read_file("web01", "/boot/grub/grub.cfg")
@@ -89,7 +89,7 @@ def test_it_recovers_a_windows_path_skipping_system_reserved(
     recovery = _request(agent, "win01", path)
     assert recovery.normalized_path == normalized
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert recovery.flr_path == flr_path
     assert Path(recovery.stored_path).read_bytes() == old
@@ -105,7 +105,7 @@ def test_it_fails_clearly_for_a_directory_or_an_absent_file(
     tagged("db01")
     recovery = _request(agent, "db01", path)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert message in recovery.error
     assert recovery.unmount_ok is True
@@ -117,7 +117,7 @@ def test_it_reports_a_mount_failure(inline_tasks, sim, sites, people, agent, tag
     sim.add_fault("mount_fail", site="site-b")
     recovery = _request(agent, "db01", "/etc/my.cnf")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "MountFailed" in recovery.error
     assert _live(sim, "site-b") == []
@@ -128,7 +128,7 @@ def test_it_fails_when_a_resync_wiped_the_checkpoint(inline_tasks, sim, sites, p
     recovery = _request(agent, "db01", "/etc/my.cnf")
     sim.resync("vpg-db")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "no longer exists" in recovery.error
     assert not FlrSession.objects.filter(recovery=recovery).exists()
@@ -142,7 +142,7 @@ def test_a_mounted_partition_hides_what_root_has_under_its_mount_point(
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/extra.cfg")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     # /etc/fstab mounts the boot partition on /boot, so the guest sees its copy.
     assert recovery.flr_path == "partition#1 Ext4/extra.cfg"
@@ -158,7 +158,7 @@ def test_a_path_found_on_two_partitions_without_fstab_is_refused_naming_both(
     tagged("web01")
     recovery = _request(agent, "web01", "/boot/extra.cfg")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "ambiguous" in recovery.error
     assert "partition#1 Ext4/extra.cfg" in recovery.error

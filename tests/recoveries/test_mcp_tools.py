@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -14,42 +12,10 @@ import requests
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_approve
+from tests.helpers import call_tool_async, poll_recovery_status, run, tool_ok
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def run(coro: Any) -> Any:
-    # On a thread of its own: Playwright's sync API keeps an event loop running in the main
-    # thread once a browser test ran in this session, and asyncio.run refuses to nest.
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
-
-
-async def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
-    async with mcp_client(token, "auto") as client:
-        if progress is None:
-            return await client.call_tool(tool, args)
-
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            progress.append((value, total, message))
-
-        return await client.call_tool(tool, args, progress_callback=on_progress)
-
-
-def _ok(result: Any) -> dict[str, Any]:
-    assert not result.is_error, result.content
-    return result.structured_content
-
-
-def _poll_status(mcp_client: Any, token: str, recovery_id: int) -> dict[str, Any]:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        out = _ok(run(_call(mcp_client, token, "zerto_recovery_status", {"id": recovery_id})))
-        if out["status"] in ("succeeded", "failed"):
-            return out
-        time.sleep(0.3)
-    raise AssertionError("the recovery did not finish")
 
 
 def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
@@ -60,9 +26,9 @@ def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     tagged("web01", "chg-9", agent_name=agent.name)
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="oops\n")
 
-    asked = _ok(
+    asked = tool_ok(
         run(
-            _call(
+            call_tool_async(
                 mcp_client,
                 token,
                 "zerto_recover_file",
@@ -77,7 +43,7 @@ def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     assert recovery.agent_name == agent.name
 
     recovery_request_approve(recovery_id=asked["id"], user=people.approver)
-    done = _poll_status(mcp_client, token, asked["id"])
+    done = poll_recovery_status(mcp_client, token, asked["id"])
 
     result = done["result"]
     assert done["status"] == "succeeded"
@@ -90,7 +56,7 @@ def test_an_agent_asks_a_person_approves_and_the_agent_gets_the_old_text(
     assert result["unmount"]["session_id"]
     # Another agent cannot read it.
     _, other = make_agent_token()
-    assert run(_call(mcp_client, other, "zerto_recovery_status", {"id": asked["id"]})).is_error
+    assert run(call_tool_async(mcp_client, other, "zerto_recovery_status", {"id": asked["id"]})).is_error
 
 
 def test_no_tool_lets_an_agent_approve(mcp_server, mcp_client, agent_token) -> None:
@@ -107,7 +73,9 @@ def test_bad_input_is_a_tool_error_and_records_nothing(
     agent, token = make_agent_token()
     tagged("web01", agent_name=agent.name)
     for path in ("etc/hostname", "/etc/../shadow", ""):
-        result = run(_call(mcp_client, token, "zerto_recover_file", {"vm": "web01", "path": path, "reason": "x"}))
+        result = run(
+            call_tool_async(mcp_client, token, "zerto_recover_file", {"vm": "web01", "path": path, "reason": "x"})
+        )
         assert result.is_error
     assert RecoveryRequest.objects.count() == 0
 
@@ -124,7 +92,7 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
 
     async def scenario() -> Any:
         call = asyncio.create_task(
-            _call(
+            call_tool_async(
                 mcp_client,
                 token,
                 "zerto_recover_file",
@@ -138,7 +106,7 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
         await asyncio.to_thread(recovery_request_approve, recovery_id=recovery.pk, user=people.approver)
         return await call
 
-    done = _ok(run(scenario()))
+    done = tool_ok(run(scenario()))
     assert done["status"] == "succeeded"
     assert any("waiting for a human" in (m or "") for _, _, m in progress)
     assert progress[-1][0] == progress[-1][1] == 3
@@ -161,16 +129,20 @@ def test_sessions_are_listed_everywhere_and_agents_end_only_ours(
     foreign = sim.open_foreign_session("site-b", "db01", "vpg-db")
     edge = sim.open_foreign_session("site-b", "edge01", "vpg-edge")
     sim.add_fault("unmount_fail", site="site-b", count=1)
-    asked = _ok(
-        run(_call(mcp_client, token, "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "x"}))
+    asked = tool_ok(
+        run(
+            call_tool_async(
+                mcp_client, token, "zerto_recover_file", {"vm": "db01", "path": "/etc/my.cnf", "reason": "x"}
+            )
+        )
     )
     recovery_request_approve(recovery_id=asked["id"], user=people.approver)
-    done = _poll_status(mcp_client, token, asked["id"])
+    done = poll_recovery_status(mcp_client, token, asked["id"])
     assert done["status"] == "succeeded"
     assert done["result"]["unmount"]["ok"] is False
     ours = done["result"]["unmount"]["session_id"]
 
-    listed = _ok(run(_call(mcp_client, token, "zerto_list_flr_sessions", {})))
+    listed = tool_ok(run(call_tool_async(mcp_client, token, "zerto_list_flr_sessions", {})))
     by_id = {s["session_id"]: s for s in listed["sessions"]}
     assert {foreign, edge, ours} <= set(by_id)
     assert by_id[ours]["ours"] is True
@@ -178,13 +150,17 @@ def test_sessions_are_listed_everywhere_and_agents_end_only_ours(
     assert by_id[foreign]["ours"] is False
     assert by_id[foreign]["site"] == "Site B"
 
-    refused = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": foreign, "confirmed": True}))
+    refused = run(
+        call_tool_async(mcp_client, token, "zerto_end_flr_session", {"session_id": foreign, "confirmed": True})
+    )
     assert refused.is_error
     assert "/admin/recoveries/flrsession/live/" in refused.content[0].text
-    unconfirmed = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": ours}))
+    unconfirmed = run(call_tool_async(mcp_client, token, "zerto_end_flr_session", {"session_id": ours}))
     assert unconfirmed.is_error
     assert "confirmed=true" in unconfirmed.content[0].text
-    ended = _ok(run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": ours, "confirmed": True})))
+    ended = tool_ok(
+        run(call_tool_async(mcp_client, token, "zerto_end_flr_session", {"session_id": ours, "confirmed": True}))
+    )
     assert ended["ok"] is True
     live = {s["session_id"] for s in sim.sessions("site-b") if s["status"] != "UnmountInProgress"}
     assert live == {foreign, edge}

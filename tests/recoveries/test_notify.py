@@ -7,7 +7,6 @@ import re
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -24,6 +23,7 @@ from rewind.agents import agent_token_issue
 from rewind.audit import Actor
 from rewind.celery import app
 from rewind.models import AuditEvent
+from tests.fixtures import wait_until
 
 NOTIFIED = "recoveries.request.notified"
 FAILED = "recoveries.request.notify_failed"
@@ -210,13 +210,12 @@ def test_the_real_worker_runs_the_mail_task_queued_when_the_request_commits(
     recovery = _request(agent, tagged)
     # The worker runs with the deployment's mail settings: no EMAIL_HOST, no DEBUG → no mail.
     args = re.compile(rf"^\"?[\[(]\s*{recovery.pk}\s*,")  # the repr of the arguments, stored as JSON
-    deadline = time.monotonic() + 60  # a bound on a hang, not a speed check
-    done = None
-    while done is None and time.monotonic() < deadline:
+
+    def notified() -> TaskResult | None:
         rows = TaskResult.objects.filter(task_name="recoveries.notify_approvers", status="SUCCESS")
-        done = next((r for r in rows if args.match(r.task_args or "")), None)
-        time.sleep(0.2)
-    assert done is not None, "the notification task did not run"
+        return next((r for r in rows if args.match(r.task_args or "")), None)
+
+    done = wait_until(notified, 60, what="the notification task", every=0.2)  # a bound on a hang
     assert "not sent" in done.result
 
 

@@ -19,7 +19,7 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from rewind.models import AuditEvent
 from rewind.sites import site_client
 from tests.fixtures import InlineTasks
-from tests.recoveries.conftest import wait_finished
+from tests.helpers import wait_recovery_finished
 
 pytestmark = pytest.mark.timeout(300)
 S = FlrSession.Status
@@ -31,7 +31,7 @@ def _failed_mount(tasks: InlineTasks, sim: Any, agent: Any, people: Any, tagged:
     sim.add_fault("http_error", site="site-b", status=500, path_regex=r"/v1/flrs$", method="POST", count=1)
     recovery = recovery_request_create(agent=agent, vm="db01", path="/etc/my.cnf", reason="undo")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=tasks)
+    recovery = wait_recovery_finished(recovery, tasks=tasks)
     assert recovery.status == RecoveryRequest.Status.FAILED
     row = FlrSession.objects.get(recovery=recovery)
     assert row.status == S.UNKNOWN

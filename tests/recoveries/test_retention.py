@@ -17,8 +17,7 @@ from recoveries.presenters import recovery_dict
 from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.models import AuditEvent
-
-from .conftest import wait_finished
+from tests.helpers import wait_recovery_finished
 
 PURGED = "recoveries.result.purged"
 
@@ -122,7 +121,7 @@ def test_a_real_recovery_is_purged_after_the_retention_period(
     tagged("web01")
     recovery = recovery_request_create(agent=agent, vm="web01", path="/etc/hostname", reason="x")
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
     assert recovery.status == "succeeded", recovery.error
     stored = Path(recovery.stored_path)
     assert stored.is_file()

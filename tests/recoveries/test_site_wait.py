@@ -28,7 +28,7 @@ from rewind.sites import site_circuit, site_client, sites_probe
 from rewind.sites.circuit import CIRCUIT_PREFIX
 from rewind.zvm import ZvmTransientError
 from tests.fixtures import InlineTasks
-from tests.recoveries.conftest import wait_finished
+from tests.helpers import wait_recovery_finished
 
 pytestmark = pytest.mark.timeout(300)
 PATH = "/etc/my.cnf"
@@ -114,7 +114,7 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     assert sites_probe().probed == {"Site B": "available"}
     assert recoveries_resume_waiting().queued == 1
     assert recoveries_resume_waiting().queued == 0  # queued once, not per sweep
-    recovery = wait_finished(recovery, tasks=inline_tasks)
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
 
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
     assert Path(recovery.stored_path).read_bytes() == old

@@ -15,8 +15,8 @@ import pytest
 from recoveries.models import FlrSession, RecoveryRequest
 from rewind.models import AuditEvent, ChangeGuard
 from rewind.sites import site_client
+from tests.helpers import call_tool_async, run
 from tests.mcpfixtures import make_agent_token
-from tests.recoveries.test_mcp_tools import _call, run
 
 pytestmark = pytest.mark.timeout(300)
 SLUGS = ("site-a", "site-b", "site-c")
@@ -99,7 +99,7 @@ def test_a_wrong_type_is_refused_naming_the_argument_and_changes_nothing(
     _, token = make_agent_token()
     before = _snapshot(sim)
 
-    result = run(_call(mcp_client, token, tool, args))
+    result = run(call_tool_async(mcp_client, token, tool, args))
 
     assert result.is_error
     text = result.content[0].text
@@ -129,18 +129,24 @@ def test_ending_a_session_needs_json_true(transactional_db, mcp_server, mcp_clie
 
     for confirmed in ("yes", 1, "true", "True", [True], None):
         result = run(
-            _call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": confirmed})
+            call_tool_async(
+                mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": confirmed}
+            )
         )
         assert result.is_error
         assert "confirmed" in result.content[0].text
-    refused = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": False}))
+    refused = run(
+        call_tool_async(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": False})
+    )
     assert refused.is_error
     assert "confirmed=true" in refused.content[0].text
 
     assert _snapshot(sim) == before
     assert session_id in {s["session_id"] for s in sim.sessions("site-b")}
 
-    done = run(_call(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": True}))
+    done = run(
+        call_tool_async(mcp_client, token, "zerto_end_flr_session", {"session_id": session_id, "confirmed": True})
+    )
     assert not done.is_error, done.content
     assert done.structured_content["ok"] is True
     row.refresh_from_db()

@@ -24,7 +24,7 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from rewind.checkpoints.services import guard_create
 from rewind.models import ChangeGuard
 from tests.fixtures import InlineTasks
-from tests.recoveries.conftest import wait_finished
+from tests.helpers import wait_recovery_finished
 from zvmsim.variants import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
@@ -56,7 +56,7 @@ def _guarded(tasks: InlineTasks, agent: Any, vm: str, change_id: str) -> ChangeG
 def _recovered(tasks: InlineTasks, agent: Any, people: Any, vm: str, path: str, change_id: str) -> RecoveryRequest:
     recovery = recovery_request_create(agent=agent, vm=vm, path=path, reason="the change broke it", change_id=change_id)
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    return wait_finished(recovery, tasks=tasks)
+    return wait_recovery_finished(recovery, tasks=tasks)
 
 
 def _no_live_mounts(sim: Any) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from rewind.mcp.server import build_server
-from tests.mcp.test_transport import run
+from tests.helpers import run
 
 SKILL_DIR = Path(__file__).resolve().parents[2] / "skills" / "zerto-rewind"
 SKILL = SKILL_DIR / "SKILL.md"

@@ -22,9 +22,9 @@ from rewind.zvm import (
     ZvmTlsError,
     ZvmTransientError,
 )
+from tests.helpers import TOKEN_CALL, calls, connection
 from tests.simfixtures import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET, SimHandle, SimServer, run_sim
-
-from .conftest import TOKEN_CALL, MakeClient, calls, connection
+from tests.zvm.support import MakeClient
 
 
 def test_it_logs_in_once_and_reuses_the_token(sim: SimHandle, make_client: MakeClient) -> None:

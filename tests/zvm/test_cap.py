@@ -8,9 +8,8 @@ import pytest
 
 from rewind.zvm import LocalPacer, Stores, ZvmClient, ZvmError
 from rewind.zvm.pacing import ARRIVAL_SLACK_S, next_slot, window_shape
+from tests.helpers import TOKEN_CALL, calls, connection
 from tests.simfixtures import SimHandle
-
-from .conftest import TOKEN_CALL, calls, connection
 
 
 def test_the_window_takes_a_burst_of_the_cap_then_one_per_window() -> None:

@@ -19,9 +19,10 @@ from rewind.zvm import (
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
+from tests.fixtures import wait_until
+from tests.helpers import calls
 from tests.simfixtures import SimHandle
-
-from .conftest import MakeClient, calls, wait_for
+from tests.zvm.support import MakeClient
 
 NGINX = "partition#2 Ext4/etc/nginx/nginx.conf"
 
@@ -46,9 +47,10 @@ class Flr:
     def tagged_checkpoint(self, tag: str) -> str:
         since = datetime.now(UTC) - timedelta(minutes=1)
         self.protected.insert_tagged_checkpoint(self.vpg_id, tag)
-        found = wait_for(
+        found = wait_until(
             lambda: [c for c in self.client.list_checkpoints(self.vpg_id, start=since) if c.tag == tag],
-            "the tagged checkpoint",
+            20.0,
+            what="the tagged checkpoint",
         )
         assert found[0].identifier
         return found[0].identifier
@@ -63,7 +65,7 @@ class Flr:
             session = self.client.get_flr_session(session_id)
             return session if session.is_mounted or session.is_terminal else None
 
-        return wait_for(check, "the mount")
+        return wait_until(check, 20.0, what="the mount")
 
     def mounted(self, checkpoint: str | None = None) -> str:
         session_id = self.mount(checkpoint)
@@ -241,7 +243,7 @@ def test_it_unmounts_and_the_session_goes(flr: Flr) -> None:
         assert session.is_terminal, session.status  # unmounting: no longer a live mount
         return False
 
-    wait_for(gone, "the session to go")
+    wait_until(gone, 20.0, what="the session to go")
     assert flr.client.list_flr_sessions(vm_id=flr.vm_id) == []
 
 

@@ -7,9 +7,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from rewind.zvm import Task, ZvmClient, ZvmNotFoundError
+from tests.fixtures import wait_until
+from tests.helpers import calls
 from tests.simfixtures import SimHandle
-
-from .conftest import MakeClient, calls, wait_for
+from tests.zvm.support import MakeClient
 
 
 def _site_ids(sim: SimHandle) -> dict[str, str]:
@@ -99,7 +100,7 @@ def _wait_task(client: ZvmClient, task_id: str) -> Task:
         task = client.get_task(task_id)
         return task if task.completed or task.failed else None
 
-    return wait_for(done, "the task")
+    return wait_until(done, 20.0, what="the task")
 
 
 def test_it_inserts_a_tagged_checkpoint_and_finds_it_listed(make_client: MakeClient) -> None:
@@ -112,11 +113,12 @@ def test_it_inserts_a_tagged_checkpoint_and_finds_it_listed(make_client: MakeCli
     assert not task.failed
     assert task.identifier == task_id
     assert task.progress == 100
-    listed = wait_for(
+    listed = wait_until(
         lambda: [
             c for c in client.list_checkpoints(vpg.identifier or "", start=since) if c.tag == "ai:test | edit | vm=db01"
         ],
-        "the tagged checkpoint",
+        20.0,
+        what="the tagged checkpoint",
     )
     assert len(listed) == 1
     assert listed[0].timestamp

@@ -23,8 +23,7 @@ from rewind.zvm import (
     ZvmTransientError,
     ZvmUnparseableResponse,
 )
-
-from .localzvm import DROP, TOKEN, LocalZvm, serve
+from tests.localzvm import DROP, TOKEN, LocalZvm, serve
 
 PASSWORD = "pw-Sup3r-s3cret"
 SECRET = "cs-T0p-s3cret"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tests.simfixtures import SimHandle
-from tests.zvmsim.conftest import Zvm
+from tests.zvmsim.support import Zvm
 
 
 def test_paths_and_query_keys_are_case_insensitive(zvm_a: Zvm) -> None:

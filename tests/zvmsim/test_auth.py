@@ -8,7 +8,7 @@ import pytest
 import requests
 
 from tests.simfixtures import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET, SimHandle, run_sim
-from tests.zvmsim.conftest import TOKEN_PATH, Zvm
+from tests.zvmsim.support import TOKEN_PATH, Zvm
 
 
 def _token(sim: SimHandle, slug: str, **form: str) -> requests.Response:

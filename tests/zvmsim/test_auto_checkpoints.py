@@ -10,8 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.simfixtures import SimError, SimHandle, run_sim
-from tests.zvmsim.conftest import Zvm
-from tests.zvmsim.test_flr import NGINX_PATH, _download, _mounted
+from tests.zvmsim.support import NGINX_PATH, Zvm, download, mounted
 
 NGINX = "/etc/nginx/nginx.conf"
 
@@ -63,17 +62,17 @@ def test_a_changed_file_comes_back_from_the_automatic_checkpoint_before_the_chan
     after = [r for r in auto if _ts(r) > changed_at + 0.5]
     assert before
     assert after
-    old = _mounted(zvm_b, "vpg-web", "web01", str(before[-1]["CheckpointIdentifier"]))
-    assert _download(zvm_b, old, NGINX_PATH) == original
-    new = _mounted(zvm_b, "vpg-web", "web01", str(after[-1]["CheckpointIdentifier"]))
-    assert _download(zvm_b, new, NGINX_PATH) == b"broken at T\n"
+    old = mounted(zvm_b, "vpg-web", "web01", str(before[-1]["CheckpointIdentifier"]))
+    assert download(zvm_b, old, NGINX_PATH) == original
+    new = mounted(zvm_b, "vpg-web", "web01", str(after[-1]["CheckpointIdentifier"]))
+    assert download(zvm_b, new, NGINX_PATH) == b"broken at T\n"
     # One still pending (after the last change) holds the live tree, and keeps it.
     sim.advance_clock(6)
     latest = str(_auto(_rows(zvm_b, "vpg-web"))[-1]["CheckpointIdentifier"])
-    session = _mounted(zvm_b, "vpg-web", "web01", latest)
+    session = mounted(zvm_b, "vpg-web", "web01", latest)
     sim.set_file("web01", NGINX, text="later\n")
-    assert _download(zvm_b, session, NGINX_PATH) == b"broken again\n"
-    assert _download(zvm_b, _mounted(zvm_b, "vpg-web", "web01", latest), NGINX_PATH) == b"broken again\n"
+    assert download(zvm_b, session, NGINX_PATH) == b"broken again\n"
+    assert download(zvm_b, mounted(zvm_b, "vpg-web", "web01", latest), NGINX_PATH) == b"broken again\n"
 
 
 def test_automatic_checkpoints_age_out_of_the_journal(sim: SimHandle, zvm_a: Zvm) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tests.simfixtures import SimHandle
-from tests.zvmsim.conftest import Zvm
+from tests.zvmsim.support import Zvm
 
 
 def test_insert_runs_a_task_then_lists_the_tagged_checkpoint(zvm_a: Zvm, zvm_b: Zvm) -> None:

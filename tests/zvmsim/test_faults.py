@@ -7,8 +7,9 @@ import threading
 import pytest
 import requests
 
+from tests.fixtures import wait_until
 from tests.simfixtures import SimError, SimHandle
-from tests.zvmsim.conftest import Zvm, wait_for
+from tests.zvmsim.support import Zvm
 
 
 def _insert(zvm: Zvm, vpg_name: str, tag: str) -> tuple[str, str]:
@@ -100,7 +101,7 @@ def test_clearing_the_faults_ends_a_hang_in_progress(sim: SimHandle, zvm_a: Zvm)
     sim.add_fault("hang", site="site-a", seconds=3600, path_regex="localsite")
     asker = threading.Thread(target=ask)
     asker.start()
-    wait_for(lambda: sim.calls("site-a").get("GET /v1/localsite", 0) >= 1)
+    wait_until(lambda: sim.calls("site-a").get("GET /v1/localsite", 0) >= 1)
     assert answers == []  # held while the fault is there
     sim.clear_faults()
     asker.join(60)
@@ -117,7 +118,7 @@ def test_a_hung_insert_still_inserts(sim: SimHandle, zvm_a: Zvm) -> None:
             headers={"Authorization": f"Bearer {zvm_a.token}"},
             timeout=0.5,
         )
-    wait_for(lambda: _tags(zvm_a, vpg) == ["cut-off"])
+    wait_until(lambda: _tags(zvm_a, vpg) == ["cut-off"])
 
 
 def test_latency_applies_per_site(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:

@@ -6,24 +6,9 @@ import hashlib
 import io
 import zipfile
 
+from tests.fixtures import wait_until
 from tests.simfixtures import SimHandle
-from tests.zvmsim.conftest import Zvm, wait_for
-
-NGINX_PATH = "partition#2 Ext4/etc/nginx/nginx.conf"
-
-
-def _mounted(zvm: Zvm, vpg: str, vm: str, checkpoint: str) -> str:
-    session = zvm.mount(vpg, vm, checkpoint)
-    assert zvm.wait_mounted(session) == "MountCompletedSuccessfully"
-    return session
-
-
-def _download(zvm: Zvm, session: str, path: str) -> bytes:
-    url = zvm.post(f"v1/flrs/{session}/download", {"pathList": [path]})
-    assert isinstance(url, str)
-    resp = zvm.request("GET", url)
-    assert resp.status_code == 200, resp.text
-    return resp.content
+from tests.zvmsim.support import NGINX_PATH, Zvm, download, mounted
 
 
 def test_a_checkpoint_keeps_the_file_as_it_was(sim: SimHandle, zvm_a: Zvm, zvm_b: Zvm) -> None:
@@ -31,8 +16,8 @@ def test_a_checkpoint_keeps_the_file_as_it_was(sim: SimHandle, zvm_a: Zvm, zvm_b
     cp = zvm_a.insert_checkpoint("vpg-web", "before-change")
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken config\n")
     assert sim.read_file("web01", "/etc/nginx/nginx.conf") == b"broken config\n"
-    session = _mounted(zvm_b, "vpg-web", "web01", cp)
-    assert _download(zvm_b, session, NGINX_PATH) == b"good config\n"
+    session = mounted(zvm_b, "vpg-web", "web01", cp)
+    assert download(zvm_b, session, NGINX_PATH) == b"good config\n"
 
 
 def test_journal_checkpoints_hold_the_seed_tree(sim: SimHandle, zvm_b: Zvm) -> None:
@@ -41,12 +26,12 @@ def test_journal_checkpoints_hold_the_seed_tree(sim: SimHandle, zvm_b: Zvm) -> N
     original = sim.read_file("web01", "/etc/nginx/nginx.conf")
     assert b"server_name web01" in original
     sim.set_file("web01", "/etc/nginx/nginx.conf", text="changed\n")
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
-    assert _download(zvm_b, session, NGINX_PATH) == original
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    assert download(zvm_b, session, NGINX_PATH) == original
 
 
 def test_browse_lists_partitions_folders_and_files(zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     root = zvm_b.post(f"v1/flrs/{session}/browse", {"path": ""})
     assert root["MainPathItem"]["Path"] == ""
     assert [(i["Path"], i["Type"], i["SizeInBytes"]) for i in root["PathItems"]] == [
@@ -80,7 +65,7 @@ def test_browse_lists_partitions_folders_and_files(zvm_b: Zvm) -> None:
 
 
 def test_browse_and_download_refuse_absent_paths_and_folders(zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     missing = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#2 Ext4/nope"})
     assert missing.status_code == 404
     assert missing.json()["Message"]
@@ -99,21 +84,21 @@ def test_browse_and_download_refuse_absent_paths_and_folders(zvm_b: Zvm) -> None
 
 def test_windows_partitions_and_paths(sim: SimHandle, zvm_a: Zvm) -> None:
     cp = zvm_a.latest_checkpoint("vpg-win")  # win01 is recovered at site-a
-    session = _mounted(zvm_a, "vpg-win", "win01", cp)
+    session = mounted(zvm_a, "vpg-win", "win01", cp)
     root = zvm_a.post(f"v1/flrs/{session}/browse", {"path": ""})
     assert [i["Path"] for i in root["PathItems"]] == ["partition#1 NTFS", "partition#2 NTFS", "partition#3 NTFS"]
     reserved = zvm_a.post(f"v1/flrs/{session}/browse", {"path": "partition#1 NTFS"})
     assert "partition#1 NTFS/bootmgr" in {i["Path"] for i in reserved["PathItems"]}
-    web_config = _download(zvm_a, session, "partition#2 NTFS/inetpub/web.config")
+    web_config = download(zvm_a, session, "partition#2 NTFS/inetpub/web.config")
     assert web_config == sim.read_file("win01", "C:\\inetpub\\web.config")
-    report = _download(zvm_a, session, "partition#3 NTFS/data/report.csv")
+    report = download(zvm_a, session, "partition#3 NTFS/data/report.csv")
     assert report.startswith(b"date,region")
-    hosts = _download(zvm_a, session, "partition#2 NTFS/Windows/System32/drivers/etc/hosts")
+    hosts = download(zvm_a, session, "partition#2 NTFS/Windows/System32/drivers/etc/hosts")
     assert b"win01" in hosts
 
 
 def test_raw_download_with_a_relative_url_is_the_default(zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     assert url.startswith("v1/downloads/")
     resp = zvm_b.request("GET", url)
@@ -127,7 +112,7 @@ def test_raw_download_with_a_relative_url_is_the_default(zvm_b: Zvm) -> None:
 
 def test_zip_and_absolute_downloads_by_variant(sim: SimHandle, zvm_b: Zvm) -> None:
     sim.set_variants(download_format="zip", download_url="absolute")
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     assert url.startswith(f"{zvm_b.base}/v1/downloads/")
     resp = zvm_b.request("GET", url)
@@ -146,17 +131,17 @@ def test_a_large_generated_file_streams_raw_and_zipped(sim: SimHandle, zvm_a: Zv
     live = sim.read_file("db01", "/var/lib/mysql/big.ibd")
     assert len(live) == size
     cp = zvm_a.insert_checkpoint("vpg-db", "big")
-    session = _mounted(zvm_b, "vpg-db", "db01", cp)
-    raw = _download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
+    session = mounted(zvm_b, "vpg-db", "db01", cp)
+    raw = download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
     assert hashlib.sha256(raw).digest() == hashlib.sha256(live).digest()
     sim.set_variants("site-b", download_format="zip")
-    zipped = _download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
+    zipped = download(zvm_b, session, "partition#1 Ext4/var/lib/mysql/big.ibd")
     with zipfile.ZipFile(io.BytesIO(zipped)) as zf:
         assert zf.read("var/lib/mysql/big.ibd") == live
 
 
 def test_several_paths_come_back_as_one_zip(zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH, "partition#2 Ext4/etc/hostname"]})
     with zipfile.ZipFile(io.BytesIO(zvm_b.request("GET", url).content)) as zf:
         assert sorted(zf.namelist()) == ["etc/hostname", "etc/nginx/nginx.conf"]
@@ -165,7 +150,7 @@ def test_several_paths_come_back_as_one_zip(zvm_b: Zvm) -> None:
 
 def test_session_listing_and_both_get_shapes(sim: SimHandle, zvm_b: Zvm) -> None:
     cp = zvm_b.latest_checkpoint("vpg-web")
-    session = _mounted(zvm_b, "vpg-web", "web01", cp)
+    session = mounted(zvm_b, "vpg-web", "web01", cp)
     listed = zvm_b.get("v1/flrs")
     assert [s["FlrSessionIdentifier"] for s in listed] == [session]
     info = listed[0]
@@ -184,7 +169,7 @@ def test_session_listing_and_both_get_shapes(sim: SimHandle, zvm_b: Zvm) -> None
 
 
 def test_unmount_passes_through_unmounting_then_the_session_is_gone(zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
+    session = mounted(zvm_b, "vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     resp = zvm_b.request("DELETE", f"v1/flrs/{session}")
     assert resp.status_code == 200
@@ -193,7 +178,7 @@ def test_unmount_passes_through_unmounting_then_the_session_is_gone(zvm_b: Zvm) 
     assert "." in task_id
     status = zvm_b.request("GET", f"v1/flrs/{session}")
     assert status.status_code == 404 or status.json()[0]["FlrSessionStatus"] == "UnmountInProgress"
-    wait_for(lambda: zvm_b.request("GET", f"v1/flrs/{session}").status_code == 404)
+    wait_until(lambda: zvm_b.request("GET", f"v1/flrs/{session}").status_code == 404)
     assert zvm_b.get("v1/flrs") == []
     assert zvm_b.wait_task(task_id)["Status"]["State"] == 6
     assert zvm_b.request("GET", url).status_code == 404  # the link died with the session
@@ -246,7 +231,7 @@ def test_foreign_sessions_show_up_in_the_api_and_in_control(sim: SimHandle, zvm_
     assert control[foreign]["vm"] == "db01"
     assert control[foreign]["vpg"] == "vpg-db"
     assert sim.sessions("site-a") == []
-    wait_for(lambda: zvm_b.get(f"v1/flrs/{foreign}")[0]["FlrSessionStatus"] == "MountCompletedSuccessfully")
+    wait_until(lambda: zvm_b.get(f"v1/flrs/{foreign}")[0]["FlrSessionStatus"] == "MountCompletedSuccessfully")
 
 
 def test_reset_drops_sessions_tasks_tokens_and_faults(sim: SimHandle, zvm_b: Zvm) -> None:

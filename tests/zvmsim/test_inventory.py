@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.simfixtures import SimError, SimHandle
-from tests.zvmsim.conftest import Zvm
+from tests.zvmsim.support import Zvm
 
 
 def _pairs(rows: list[dict]) -> set[tuple[str, str]]:

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from tests.simfixtures import SimError, SimHandle, run_sim
-from tests.zvmsim.conftest import Zvm
+from tests.zvmsim.support import Zvm
 
 HOUR = 3600.0
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.simfixtures import SimHandle, run_sim
-from tests.zvmsim.conftest import Zvm
+from tests.zvmsim.support import Zvm
 
 
 @pytest.mark.process

@@ -11,13 +11,14 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.fixtures import wait_until
 from tests.simfixtures import SimError, SimHandle, run_sim
-from tests.zvmsim.conftest import Zvm, wait_for
+from tests.zvmsim.support import Zvm
 
 NGINX_PATH = "partition#2 Ext4/etc/nginx/nginx.conf"
 
 
-def _mounted(zvm: Zvm, vpg: str, vm: str) -> str:
+def mounted(zvm: Zvm, vpg: str, vm: str) -> str:
     session = zvm.mount(vpg, vm, zvm.latest_checkpoint(vpg))
     zvm.wait_mounted(session)
     return session
@@ -61,7 +62,7 @@ def test_bad_variants_are_refused_and_change_nothing(sim: SimHandle) -> None:
 
 
 def test_a_missing_browse_path_answers_the_variant_status(sim: SimHandle, zvm_b: Zvm) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01")
+    session = mounted(zvm_b, "vpg-web", "web01")
     sim.set_variants("site-b", browse_missing_status=400)
     resp = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#1 Ext4/etc/nginx"})
     assert resp.status_code == 400
@@ -69,7 +70,7 @@ def test_a_missing_browse_path_answers_the_variant_status(sim: SimHandle, zvm_b:
 
 
 def test_ntfs_names_can_be_case_sensitive(sim: SimHandle, zvm_a: Zvm) -> None:
-    session = _mounted(zvm_a, "vpg-win", "win01")
+    session = mounted(zvm_a, "vpg-win", "win01")
     path = {"path": "partition#2 NTFS/INETPUB"}
     assert zvm_a.request("POST", f"v1/flrs/{session}/browse", json=path).status_code == 200
     sim.set_variants("site-a", ntfs_case="sensitive")
@@ -82,7 +83,7 @@ def test_ntfs_names_can_be_case_sensitive(sim: SimHandle, zvm_a: Zvm) -> None:
     ("naming", "member"), [("path", "etc/nginx/nginx.conf"), ("flr_path", NGINX_PATH), ("basename", "nginx.conf")]
 )
 def test_zip_members_are_named_as_the_variant_says(sim: SimHandle, zvm_b: Zvm, naming: str, member: str) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01")
+    session = mounted(zvm_b, "vpg-web", "web01")
     sim.set_variants("site-b", download_format="zip", zip_member=naming)
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     with zipfile.ZipFile(io.BytesIO(zvm_b.request("GET", url).content)) as zf:
@@ -91,7 +92,7 @@ def test_zip_members_are_named_as_the_variant_says(sim: SimHandle, zvm_b: Zvm, n
 
 @pytest.mark.parametrize("pending", [404, 409])
 def test_a_delayed_download_answers_pending_until_ready(sim: SimHandle, zvm_b: Zvm, pending: int) -> None:
-    session = _mounted(zvm_b, "vpg-web", "web01")
+    session = mounted(zvm_b, "vpg-web", "web01")
     sim.set_variants("site-b", download_ready_after_s=60.0, download_pending_status=pending)
     url = zvm_b.post(f"v1/flrs/{session}/download", {"pathList": [NGINX_PATH]})
     first = zvm_b.request("GET", url)
@@ -106,9 +107,9 @@ def test_a_delayed_download_answers_pending_until_ready(sim: SimHandle, zvm_b: Z
 def test_state_names_and_unmounted_sessions_that_stay_listed(sim: SimHandle, zvm_b: Zvm) -> None:
     sim.set_variants("site-b", mounted_state="MountReady", unmounted_state="NotMounted", unmounted_linger_s=60)
     session = zvm_b.mount("vpg-web", "web01", zvm_b.latest_checkpoint("vpg-web"))
-    wait_for(lambda: zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "MountReady", 30)
+    wait_until(lambda: zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "MountReady", 30)
     assert zvm_b.request("DELETE", f"v1/flrs/{session}").status_code == 200
-    wait_for(lambda: zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "NotMounted", 30)
+    wait_until(lambda: zvm_b.get(f"v1/flrs/{session}")[0]["FlrSessionStatus"] == "NotMounted", 30)
     assert [s["FlrSessionStatus"] for s in zvm_b.get("v1/flrs")] == ["NotMounted"]
     browse = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": ""})
     assert browse.status_code == 400  # listed, but not mounted
@@ -150,7 +151,7 @@ def test_a_site_clock_shifts_every_time_it_shows_and_reads(sim: SimHandle, zvm_a
         rows = zvm_a.get(f"v1/vpgs/{vpg}/checkpoints", params={"startDate": start.strftime("%Y-%m-%dT%H:%M:%SZ")})
         return [r for r in rows if r["Tag"] == "skewed"]
 
-    (listed,) = wait_for(lambda: tagged(now - timedelta(minutes=10)), 30)
+    (listed,) = wait_until(lambda: tagged(now - timedelta(minutes=10)), 30)
     assert abs((_iso(str(listed["TimeStamp"])) - now).total_seconds() + 300) < 30
     # A window from our clock's "one minute ago" lies in this ZVM's future: nothing in it.
     assert tagged(now - timedelta(minutes=1)) == []

@@ -17,7 +17,7 @@ from rewind.checkpoints.services import guard_create, guard_read_and_resume
 from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
 from tests.fixtures import InlineTasks, wait_until
-from tests.guard.conftest import tagged, wait_finished
+from tests.helpers import tagged_rows, wait_guard_finished
 
 
 def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
@@ -45,7 +45,7 @@ def _wait_calls(sim: Any, slug: str, key: str, count: int, timeout: float = 30.0
 def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
-    guard = wait_finished(_request(agent, "app01", action="edit app.conf"), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "app01", action="edit app.conf"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
@@ -55,7 +55,7 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
     # vpg-app-3 replicates to site-c; the insert still goes through the protected site (site-a).
     assert rows[2].site is not None
     assert rows[2].site.name == "Site A"
-    assert len(tagged(sim, "site-a", "vpg-app-3", guard.tag)) == 1
+    assert len(tagged_rows(sim, "site-a", "vpg-app-3", guard.tag)) == 1
     actions = list(AuditEvent.objects.filter(target_id=str(guard.pk)).values_list("action", flat=True))
     assert actions.count("guard.checkpoint.requested") == 3
     assert actions.count("guard.checkpoint.listed") == 3
@@ -64,7 +64,7 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
 
 
 def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
-    guard = wait_finished(_request(agent, "db01"), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
     assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=")
@@ -73,7 +73,7 @@ def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, inline
 
 def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1.5)
-    guard = wait_finished(_request(agent, "web01"), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "web01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     assert all(r.waited_ms is not None and r.waited_ms >= 1500 for r in guard.vpgs.all())
 
@@ -82,7 +82,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
     sim.add_fault("checkpoint_never_listed", count=1)
-    guard = wait_finished(_request(agent, "web01", timeout_s=3), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "web01", timeout_s=3), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     statuses = sorted(r.status for r in guard.vpgs.all())
     assert statuses == [TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.TIMED_OUT]
@@ -93,7 +93,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(
 
 def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("task_fail", message="Journal is full", count=1)
-    guard = wait_finished(_request(agent, "db01"), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.FAILED
@@ -105,7 +105,7 @@ def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: A
     guard = _request(agent, "app01")
     _wait_rows(guard, TaggedCheckpoint.Status.WAITING, tasks=inline_tasks)
     sim.add_fault("expire_tokens")
-    guard = wait_finished(guard, tasks=inline_tasks)
+    guard = wait_guard_finished(guard, tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
 
 
@@ -133,10 +133,10 @@ def test_concurrent_requests_with_one_change_id_insert_once(
     assert not errors, errors
     assert len({o.guard.pk for o in outcomes}) == 1
     assert sum(o.created for o in outcomes) == 1
-    guard = wait_finished(outcomes[0].guard, tasks=inline_tasks)
+    guard = wait_guard_finished(outcomes[0].guard, tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     for vpg in ("vpg-web", "vpg-web-dr"):
-        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
+        assert len(tagged_rows(sim, "site-a", vpg, guard.tag)) == 1
 
 
 def test_the_same_change_id_returns_the_existing_record(
@@ -144,13 +144,13 @@ def test_the_same_change_id_returns_the_existing_record(
 ) -> None:
     first = guard_create(agent_name=agent.name, vm="db01", action="edit", change_id="CHG-1")
     assert first.guard is not None
-    wait_finished(first.guard, tasks=inline_tasks)
+    wait_guard_finished(first.guard, tasks=inline_tasks)
     again = guard_create(agent_name=agent.name, vm="db01", action="something else", change_id="CHG-1")
     assert not again.created
     assert again.guard is not None
     assert again.guard.pk == first.guard.pk
     assert ChangeGuard.objects.count() == 1
-    assert len(tagged(sim, "site-a", "vpg-db", first.guard.tag)) == 1
+    assert len(tagged_rows(sim, "site-a", "vpg-db", first.guard.tag)) == 1
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
     # inserting each VPG's checkpoint once, and the wait was the site poller's.
     assert SitePoller.objects.get(site=sites["site-a"]).rounds >= 1
     for vpg in ("vpg-web", "vpg-web-dr"):
-        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1
+        assert len(tagged_rows(sim, "site-a", vpg, guard.tag)) == 1
     assert AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk)).count() == 2
 
 
@@ -225,7 +225,7 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
     guard = _wait_via_status(guard.pk, timeout=90)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     assert guard.vpgs.get().status == TaggedCheckpoint.Status.LISTED
-    assert len(tagged(sim, "site-a", "vpg-db", guard.tag)) == 1
+    assert len(tagged_rows(sim, "site-a", "vpg-db", guard.tag)) == 1
 
 
 def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
@@ -249,8 +249,8 @@ def test_an_insert_that_never_reached_the_zvm_is_made_once_more(
 ) -> None:
     # A 502 from a proxy: the ZVM never saw the call. No tag, no insert task → insert again, once.
     sim.add_fault("http_error", site="site-a", status=502, path_regex="/checkpoints$", method="POST", count=1)
-    guard = wait_finished(_request(agent, "db01", timeout_s=60), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "db01", timeout_s=60), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk))
     assert [e.data["retry"] for e in requested.order_by("seq")] == [False, True]
-    assert len(tagged(sim, "site-a", "vpg-db", guard.tag)) == 1
+    assert len(tagged_rows(sim, "site-a", "vpg-db", guard.tag)) == 1

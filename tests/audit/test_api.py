@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.models import AuditEvent
-from tests.rewind.test_audit import _raw_update
+from tests.audit.support import raw_update
 
 
 def _seed() -> list[AuditEvent]:
@@ -142,7 +142,7 @@ def test_verify_reports_an_intact_chain(api: Any, viewer: Any) -> None:
 @pytest.mark.django_db(transaction=True)
 def test_verify_names_the_tampered_event(api: Any, viewer: Any) -> None:
     events = _seed()
-    _raw_update(events[2], "actor", "'mallory'")
+    raw_update(events[2], "actor", "'mallory'")
     body = api(viewer).get("/api/audit/verify/").json()
     assert body == {"ok": False, "events": 2, "broken_at": 3, "reason": "its content does not match its hash"}
 

@@ -6,20 +6,7 @@ from typing import Any
 
 from catalog.models import MutatingTool, ToolSighting
 from rewind.models import AuditEvent, ChangeGuard
-from tests.guard.conftest import tagged
-from tests.mcp.test_transport import run
-
-
-def _call(mcp_client: Any, token: str, tool: str, args: dict[str, Any], progress: list[Any] | None = None) -> Any:
-    async def go() -> Any:
-        async def on_progress(value: float, total: float | None, message: str | None) -> None:
-            if progress is not None:
-                progress.append((value, total, message))
-
-        async with mcp_client(token) as client:
-            return await client.call_tool(tool, args, progress_callback=on_progress)
-
-    return run(go())
+from tests.helpers import call_tool, tagged_rows
 
 
 def test_it_guards_a_listed_tool_and_streams_progress(
@@ -28,7 +15,7 @@ def test_it_guards_a_listed_tool_and_streams_progress(
     sim.add_fault("checkpoint_listing_delay", seconds=1)
     agent, token = agent_token
     progress: list[Any] = []
-    result = _call(
+    result = call_tool(
         mcp_client,
         token,
         "zerto_guard_before_mutate",
@@ -54,14 +41,14 @@ def test_it_guards_a_listed_tool_and_streams_progress(
     assert progress[-1][:2] == (2, 2)
     values = [p[0] for p in progress]
     assert values == sorted(set(values)), f"progress must increase with every notification: {values}"
-    assert len(tagged(sim, "site-a", "vpg-web", out["tag"])) == 1
+    assert len(tagged_rows(sim, "site-a", "vpg-web", out["tag"])) == 1
 
 
 def test_it_passes_an_unlisted_tool_through_and_records_the_sighting(
     mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
     agent, token = agent_token
-    result = _call(
+    result = call_tool(
         mcp_client,
         token,
         "zerto_guard_before_mutate",
@@ -79,7 +66,7 @@ def test_it_passes_an_unlisted_tool_through_and_records_the_sighting(
 
 
 def test_a_listed_tool_without_its_vm_argument_is_an_error(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
-    result = _call(
+    result = call_tool(
         mcp_client,
         agent_token[1],
         "zerto_guard_before_mutate",
@@ -97,7 +84,7 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
 ) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1)
     token = agent_token[1]
-    pending = _call(
+    pending = call_tool(
         mcp_client, token, "zerto_create_tagged_checkpoint", {"vm": "db01", "action": "edit my.cnf", "wait": False}
     )
     out = pending.structured_content
@@ -109,7 +96,7 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
     assert out["id"]
     assert "do not make the change" in out["must_not_proceed"]
     for _ in range(100):
-        status = _call(mcp_client, token, "zerto_checkpoint_status", {"id": out["id"]}).structured_content
+        status = call_tool(mcp_client, token, "zerto_checkpoint_status", {"id": out["id"]}).structured_content
         if status["finished"]:
             break
     assert status["ok"] is True
@@ -117,7 +104,9 @@ def test_it_answers_at_once_without_wait_and_the_status_tool_follows(
 
 
 def test_it_refuses_a_vm_protected_from_aws(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
-    result = _call(mcp_client, agent_token[1], "zerto_create_tagged_checkpoint", {"vm": "cloud01", "action": "edit"})
+    result = call_tool(
+        mcp_client, agent_token[1], "zerto_create_tagged_checkpoint", {"vm": "cloud01", "action": "edit"}
+    )
     assert result.is_error
     out = result.structured_content
     assert out["ok"] is False
@@ -129,7 +118,7 @@ def test_it_refuses_a_vm_protected_from_aws(mcp_sites: Any, agent_token: Any, mc
 def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(
     mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
-    result = _call(
+    result = call_tool(
         mcp_client,
         agent_token[1],
         "zerto_guard_before_mutate",
@@ -152,7 +141,7 @@ def test_a_guard_that_is_not_ok_is_an_error_that_says_not_to_proceed(
 
 def test_an_agent_grows_and_reads_the_catalog(mcp_sites: Any, agent_token: Any, mcp_client: Any) -> None:
     agent, token = agent_token
-    added = _call(
+    added = call_tool(
         mcp_client,
         token,
         "zerto_add_mutating_tool",
@@ -161,11 +150,11 @@ def test_an_agent_grows_and_reads_the_catalog(mcp_sites: Any, agent_token: Any, 
     assert added["tool"] == "docker/*"
     assert added["added_by"] == agent.name
     assert added["added_by_kind"] == "agent"
-    listing = _call(mcp_client, token, "zerto_list_mutating_tools", {}).structured_content
+    listing = call_tool(mcp_client, token, "zerto_list_mutating_tools", {}).structured_content
     assert "docker/*" in [t["tool"] for t in listing["tools"]]
     assert "ssh/exec" in [t["tool"] for t in listing["tools"]]
     assert MutatingTool.objects.get(pattern="docker/*").added_by == agent.name
-    again = _call(
+    again = call_tool(
         mcp_client, token, "zerto_add_mutating_tool", {"tool": "docker/*", "vm_arg": "host", "description": "again"}
     )
     assert again.is_error

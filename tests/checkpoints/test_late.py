@@ -6,7 +6,6 @@ guard fails with the VPG row timed out; the checkpoint shows up a few seconds la
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import pytest
@@ -18,9 +17,8 @@ from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.presenters import guard_report
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
-from tests.fixtures import InlineTasks
-from tests.guard.conftest import tagged, wait_finished
-from tests.mcp.test_transport import run
+from tests.fixtures import InlineTasks, wait_until
+from tests.helpers import run, tagged_rows, wait_guard_finished
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,7 +31,7 @@ def _timed_out_guard(sim: Any, agent: Any, change_id: str, tasks: InlineTasks | 
         agent_name=agent.name, agent_id=agent.pk, vm="db01", action="edit my.cnf", change_id=change_id, timeout_s=1
     )
     assert outcome.guard is not None
-    guard = wait_finished(outcome.guard, tasks=tasks)
+    guard = wait_guard_finished(outcome.guard, tasks=tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT
@@ -43,13 +41,13 @@ def _timed_out_guard(sim: Any, agent: Any, change_id: str, tasks: InlineTasks | 
 
 
 def _wait_listed_on_zvm(sim: Any, guard: ChangeGuard) -> dict[str, Any]:
-    deadline = time.monotonic() + DELAY_S + 20
-    while time.monotonic() < deadline:
-        rows = tagged(sim, "site-a", "vpg-db", guard.tag)
-        if rows:
-            return rows[0]
-        time.sleep(0.3)
-    raise AssertionError("the simulator never listed the checkpoint")
+    rows = wait_until(
+        lambda: tagged_rows(sim, "site-a", "vpg-db", guard.tag),
+        DELAY_S + 20,
+        what="the simulator listing the checkpoint",
+        every=0.3,
+    )
+    return rows[0]
 
 
 def _late_events(guard: ChangeGuard) -> list[AuditEvent]:

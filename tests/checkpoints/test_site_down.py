@@ -16,7 +16,7 @@ from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import ChangeGuard, Site
 from rewind.protection import SitesUnavailableError
 from rewind.sites import site_circuit
-from tests.guard.conftest import wait_finished
+from tests.helpers import wait_guard_finished
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -49,7 +49,7 @@ def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_
         outcome = _guard(agent, vm, change)
         assert outcome.refusal is None
         assert outcome.guard is not None
-        guard = wait_finished(outcome.guard)
+        guard = wait_guard_finished(outcome.guard)
         assert guard.status == ChangeGuard.Status.OK, guard.error
         assert all(row.checkpoint_identifier for row in guard.vpgs.all())
     assert site_circuit(sites["site-c"]).is_open

@@ -25,10 +25,9 @@ from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint,
 from rewind.sites import site_client
 from rewind.workers.selectors import STALE_AFTER_S, workers_seen
 from rewind.workers.services import worker_heartbeat_record
-from tests.conftest import WorkerProcess
-from tests.conftest import test_database_url as database_url
-from tests.guard.conftest import wait_finished
-from tests.mcp.test_transport import run
+from tests.fixtures import wait_until
+from tests.helpers import WorkerProcess, run, wait_guard_finished
+from tests.helpers import test_database_url as database_url
 from tests.mcpfixtures import make_agent_token, open_mcp_client, register_sites, run_uvicorn
 from tests.simfixtures import SimHandle, run_sim
 
@@ -67,7 +66,7 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     assert requested.count() == 12, "one audited attempt per row"
     assert ChangeGuard.objects.filter(pk__in=[g.pk for g in guards], status=ChangeGuard.Status.RUNNING).count() == 6
     for guard in guards:
-        assert wait_finished(guard, timeout=90).status == ChangeGuard.Status.OK
+        assert wait_guard_finished(guard, timeout=90).status == ChangeGuard.Status.OK
     poller = SitePoller.objects.get(site=sites["site-a"])
     assert poller.rounds >= 1
     calls = sim.calls("site-a")
@@ -105,7 +104,7 @@ def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, age
         assert pollers_restart_stale() >= 1
     finally:
         worker.proc.send(signal.SIGCONT, group=False)
-    assert wait_finished(guard, timeout=60).status == ChangeGuard.Status.OK
+    assert wait_guard_finished(guard, timeout=60).status == ChangeGuard.Status.OK
 
 
 @pytest.mark.django_db
@@ -148,10 +147,7 @@ def test_a_queued_guard_says_how_many_are_ahead_and_whether_a_worker_is_alive(ag
 
 
 def test_the_worker_reports_its_heartbeat(worker: WorkerProcess) -> None:
-    deadline = time.monotonic() + 30
-    while not WorkerHeartbeat.objects.exists():
-        assert time.monotonic() < deadline, "the worker wrote no heartbeat"
-        time.sleep(0.1)
+    wait_until(WorkerHeartbeat.objects.exists, 30, what="the worker's heartbeat", every=0.1)
     assert workers_seen().alive >= 1
 
 
@@ -190,7 +186,7 @@ def test_a_stopped_worker_does_not_hold_the_agent_past_its_timeout(
     assert any("no worker has picked it up" in p for p in progress), progress
     assert "no worker has picked it up" in out["waiting_for"]
     # Once the worker runs again, the guard ends truthfully: too late to insert anything.
-    guard = wait_finished(ChangeGuard.objects.get(pk=out["id"]), timeout=60)
+    guard = wait_guard_finished(ChangeGuard.objects.get(pk=out["id"]), timeout=60)
     assert guard.status == ChangeGuard.Status.FAILED
     assert "already timed out" in guard.error
     assert not TaggedCheckpoint.objects.filter(guard=guard, insert_started_at__isnull=False).exists()

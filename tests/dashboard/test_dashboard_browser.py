@@ -18,7 +18,7 @@ from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import Agent, ChangeGuard, Site
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.guard.conftest import install_starter_catalog, wait_finished
+from tests.helpers import install_starter_catalog, wait_guard_finished
 from tests.mcpfixtures import register_sites
 
 pytestmark = [
@@ -38,7 +38,7 @@ def _guard(agent: Agent, vm: str, change_id: str, **kwargs: Any) -> ChangeGuard:
         **kwargs,
     )
     assert outcome.guard is not None
-    return wait_finished(outcome.guard)
+    return wait_guard_finished(outcome.guard)
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from typing import Any
 import pytest
 from django.test import Client
 from django.utils import timezone
-from prometheus_client.parser import text_string_to_metric_families
 
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.reaper import recoveries_reap
@@ -19,32 +18,16 @@ from rewind.checkpoints.models import ChangeGuard
 from rewind.metrics import collectors
 from rewind.sites import site_check, site_create
 from rewind.sites.models import Site
+from tests.helpers import METRICS_TOKEN, scrape, value
 
-TOKEN = "metrics-test-token-0123456789"
 SETUP = Actor.system("tests")
-Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
 @pytest.fixture
 def token(settings: Any) -> str:
-    settings.REWIND_METRICS_TOKEN = TOKEN
+    settings.REWIND_METRICS_TOKEN = METRICS_TOKEN
     settings.REWIND_METRICS_ALLOWED_NETWORKS = []
-    return TOKEN
-
-
-def scrape(client: Client) -> Samples:
-    response = client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
-    assert response.status_code == 200, response.content
-    assert response["Content-Type"].startswith("text/plain; version=0.0.4")
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(response.content.decode())
-        for s in family.samples
-    }
-
-
-def value(samples: Samples, name: str, **labels: str) -> float:
-    return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+    return METRICS_TOKEN
 
 
 def make_site(sim: Any, name: str | None = None, base_url: str | None = None) -> Site:
@@ -96,9 +79,9 @@ def test_it_serves_an_allowed_network_and_refuses_others(client: Client, setting
     assert client.get("/metrics").status_code == 403  # the test client is 127.0.0.1
     settings.REWIND_METRICS_ALLOWED_NETWORKS = [ipaddress.ip_network("127.0.0.0/8")]
     assert client.get("/metrics").status_code == 200
-    settings.REWIND_METRICS_TOKEN = TOKEN  # both set: both needed
+    settings.REWIND_METRICS_TOKEN = METRICS_TOKEN  # both set: both needed
     assert client.get("/metrics").status_code == 401
-    assert client.get("/metrics", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+    assert client.get("/metrics", headers={"Authorization": f"Bearer {METRICS_TOKEN}"}).status_code == 200
 
 
 @pytest.mark.django_db

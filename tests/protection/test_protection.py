@@ -17,7 +17,7 @@ from rewind.protection import (
 )
 from rewind.requestid import bound_request_id
 from tests.fixtures import register_sites
-from tests.zvm.localzvm import serve
+from tests.localzvm import serve
 
 
 @pytest.fixture(autouse=True)

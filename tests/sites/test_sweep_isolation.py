@@ -27,7 +27,7 @@ from rewind.sites import site_check, site_create
 from rewind.sites.models import Site
 from rewind.sites.refresh import sites_identity_refresh
 from tests.fixtures import wait_until
-from tests.recoveries.conftest import insert_tagged_checkpoint
+from tests.helpers import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
 SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}

@@ -12,6 +12,7 @@ from django.utils import timezone
 from rewind.audit import Actor, AuditChainError, audit_record, mask_secrets, verify_chain
 from rewind.audit.models import AppendOnlyError
 from rewind.models import AuditChainHead, AuditEvent, Site
+from tests.audit.support import raw_update
 
 append_only = importlib.import_module("rewind.migrations.0002_audit_append_only")
 
@@ -38,20 +39,6 @@ def _record(n: int) -> list[AuditEvent]:
     ]
 
 
-def _raw_update(event: AuditEvent, column: str, sql_value: str) -> None:
-    """Change a row behind the application's back, as someone with database access could."""
-    table = AuditEvent._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-        else:
-            cursor.execute("DROP TRIGGER rewind_auditevent_no_update")
-            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
-            cursor.execute(append_only.SQLITE_UP[0])
-
-
 @pytest.mark.django_db
 def test_it_chains_events_and_verifies() -> None:
     events = _record(5)
@@ -67,7 +54,7 @@ def test_it_chains_events_and_verifies() -> None:
 @pytest.mark.parametrize("column", sorted(TAMPERABLE))
 def test_it_names_the_row_whose_field_was_changed(column: str) -> None:
     events = _record(4)
-    _raw_update(events[2], column, TAMPERABLE[column])
+    raw_update(events[2], column, TAMPERABLE[column])
     with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
         call_command("audit_verify")
 
@@ -87,7 +74,7 @@ def test_each_verification_is_recorded_in_the_chain_it_checked(capsys: pytest.Ca
 @pytest.mark.django_db(transaction=True)
 def test_a_broken_chain_is_recorded_as_broken() -> None:
     events = _record(4)
-    _raw_update(events[2], "actor", "'mallory'")
+    raw_update(events[2], "actor", "'mallory'")
     with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
         call_command("audit_verify")
     event = AuditEvent.objects.order_by("-seq").first()

@@ -31,11 +31,11 @@ from rewind.sites.zvm_shared import (
     redis_stores,
 )
 from rewind.zvm import Stores, ZvmClient
-from tests.conftest import test_database_url as database_url_for_processes
+from tests.helpers import TOKEN_CALL, calls, connection, site_name
+from tests.helpers import test_database_url as database_url_for_processes
 from tests.mcpfixtures import free_port
 from tests.simfixtures import PYTHON, REPO, SimHandle
 from tests.workerenv import private_redis_url
-from tests.zvm.conftest import TOKEN_CALL, calls, connection, site_name
 
 REDIS_URL = private_redis_url(0)  # a database of its own beside the suite's (tests.workerenv)
 STORES = ["redis", "db"]
@@ -87,7 +87,7 @@ def _hammer(sim: SimHandle, store: str, *, processes: int, per_s: float, each: i
     cmd = [
         PYTHON,
         "-m",
-        "tests.rewind.zvm_cap_worker",
+        "tests.sites.zvm_cap_worker",
         target,
         sim.site_url("site-a"),
         site_name(sim, "site-a"),

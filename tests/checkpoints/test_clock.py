@@ -11,7 +11,7 @@ from rewind.checkpoints import pacing
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
 from tests.fixtures import InlineTasks
-from tests.guard.conftest import tagged, wait_finished
+from tests.helpers import tagged_rows, wait_guard_finished
 
 FIVE_MINUTES = 300.0
 
@@ -35,10 +35,10 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, offset_s: float
 ) -> None:
     _clock(sim, "site-a", offset_s)
-    guard = wait_finished(_request(agent, "app01", timeout_s=40), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "app01", timeout_s=40), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     for vpg in ("vpg-app-1", "vpg-app-2", "vpg-app-3"):
-        assert len(tagged(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
+        assert len(tagged_rows(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
     # The wait measured the ZVM's clock and stored it on the site.
     site = Site.objects.get(name="Site A")
     assert site.clock_offset_s is not None
@@ -58,7 +58,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
     _clock(sim, "site-a", offset_s)
     sim.add_fault("checkpoint_never_listed", site="site-a")
     before = _calls(sim, "site-a")
-    guard = wait_finished(_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
+    guard = wait_guard_finished(_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT

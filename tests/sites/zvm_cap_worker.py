@@ -1,6 +1,6 @@
 """One process calling one simulated site through the shared stores; used by the tests and bench/zvm_cap.py.
 
-    python -m tests.rewind.zvm_cap_worker STORE BASE_URL SITE_NAME PER_S CALLS GO_AT
+    python -m tests.sites.zvm_cap_worker STORE BASE_URL SITE_NAME PER_S CALLS GO_AT
 
 STORE is ``db`` or a Redis URL; PER_S 0 means no cap; GO_AT is the wall-clock time to
 start at, so several processes begin together once Django is set up. Prints one JSON line:

@@ -23,7 +23,7 @@ from rewind.checkpoints.retention import (
 )
 from rewind.checkpoints.tasks import checkpoints_retention
 from rewind.models import AuditEvent, ChangeGuard, TaggedCheckpoint
-from tests.recoveries.conftest import insert_tagged_checkpoint
+from tests.helpers import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
 HOUR = 3600.0

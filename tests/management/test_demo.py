@@ -7,7 +7,6 @@ import re
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,7 @@ from django.core.management import CommandError, call_command
 
 from rewind.models import Site
 from rewind.processes import Proc
+from tests.fixtures import wait_until
 from tests.mcpfixtures import free_port
 
 pytestmark = pytest.mark.django_db
@@ -70,10 +70,9 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
         # Ask first: the children live in sessions of their own, so only runstack can stop them.
         proc.stop(sig=signal.SIGINT, timeout=60)
     # A stopped process leaves /proc once it is reaped: a bound on that, not a delay.
-    deadline = time.monotonic() + 10
-    while (left := [pid for pid in children if Path(f"/proc/{pid}").exists()]) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert left == []
+    wait_until(
+        lambda: not [pid for pid in children if Path(f"/proc/{pid}").exists()], 10, what="the stack's processes gone"
+    )
     with pytest.raises(requests.ConnectionError):
         requests.get(f"http://127.0.0.1:{port}/admin/login/", timeout=5)
 
