@@ -63,8 +63,10 @@ class Command(BaseCommand):
             pass
         finally:
             self._stop_all()
+            # A Ctrl-C pressed again after everything stopped must not end this process with a
+            # traceback on its way out: it is already leaving. Other signals as they were.
             for sig, handler in previous.items():
-                signal.signal(sig, handler)
+                signal.signal(sig, signal.SIG_IGN if sig == signal.SIGINT else handler)
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str] | None = None) -> Proc:
         # A session of its own (Proc), so the terminal's Ctrl-C reaches only us and we stop the
