@@ -262,11 +262,13 @@ def tagged_rows(sim: Any, slug: str, vpg_name: str, tag: str) -> list[dict[str, 
     return [r for r in rows if r.get("Tag") == tag]
 
 
-def wait_for_tasks(probe: Callable[[], Any], timeout: float = 30.0, tasks: InlineTasks | None = None) -> Any:
+def wait_for_tasks(
+    probe: Callable[[], Any], timeout: float = 30.0, tasks: InlineTasks | None = None, *, what: str = ""
+) -> Any:
     """Until ``probe()`` is truthy: running the queued tasks here (``tasks``), or while a worker runs them."""
     if tasks is not None:
         return tasks.wait_for(probe, timeout)
-    return wait_until(probe, timeout, every=0.1)
+    return wait_until(probe, timeout, what=what, every=0.1)
 
 
 def wait_guard_finished(guard: ChangeGuard, timeout: float = 60.0, tasks: InlineTasks | None = None) -> ChangeGuard:
@@ -277,7 +279,7 @@ def wait_guard_finished(guard: ChangeGuard, timeout: float = 60.0, tasks: Inline
         guard.refresh_from_db()
         return guard.status in ChangeGuard.FINISHED
 
-    wait_for_tasks(ended, timeout, tasks)
+    wait_for_tasks(ended, timeout, tasks, what=f"the end of guard {guard.pk}")
     return guard
 
 
@@ -291,7 +293,7 @@ def wait_recovery_finished(
         recovery.refresh_from_db()
         return recovery.status in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED)
 
-    wait_for_tasks(done, timeout, tasks)
+    wait_for_tasks(done, timeout, tasks, what=f"the end of recovery {recovery.pk}")
     return recovery
 
 

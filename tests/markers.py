@@ -22,19 +22,13 @@ from typing import Any
 
 import pytest
 
+# The fixtures that start the process, browser or client themselves: a test's fixturenames
+# hold every fixture it needs, those of its fixtures included (``worker``, ``mcp_client`` and
+# ``page`` reach these), so naming the one that starts it is enough.
 PROCESS_FIXTURES = frozenset(
-    {
-        "worker",
-        "celery_worker_process",
-        "mcp_server",
-        "mcp_client",
-        "guestshell_http_server",
-        "guestshell_http",
-        "guestshell_stdio_command",
-        "short_ttl_sim",
-    }
+    {"celery_worker_process", "mcp_server", "guestshell_http_server", "guestshell_stdio_command", "short_ttl_sim"}
 )
-BROWSER_FIXTURES = frozenset({"page", "context", "browser", "new_context", "browser_type"})
+BROWSER_FIXTURES = frozenset({"browser"})
 NODE_FIXTURES = frozenset({"node_mcp_client"})
 MARKERS = ("process", "browser", "node")  # registered in pyproject.toml
 

@@ -424,4 +424,5 @@ def site_register(
             changes["ca_bundle"] = ca_bundle.strip()
         if changes:
             site = site_update(actor=actor, site=site, **changes)
+    # Forced: a set-up has just started its ZVM, and a circuit a last run left open must not hide it.
     return site_check(site=site, actor=actor, force=True)
