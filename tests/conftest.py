@@ -50,7 +50,9 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     """
     yield
     from rewind.mcp.auditlog import audit_writer
+    from rewind.sites.zvm_shared import request_counts_flush
 
+    request_counts_flush()  # its timer would connect again once the database is going
     audit_writer.close_connections()
     if connection.vendor == "postgresql":
         # Threads of this process that ran ORM code (anyio workers behind in-process MCP
@@ -126,6 +128,17 @@ def _zvm_stores_per_process_unless_transactional(request: pytest.FixtureRequest)
         yield
     finally:
         use_shared_stores(shared_stores)
+
+
+@pytest.fixture(autouse=True)
+def _zvm_requests_counted_within_the_test(django_db_blocker: Any) -> Iterator[None]:
+    """A test's ZVM requests are written to the shared count when it ends, not by a timer during the next
+    test (which may have no database access; rewind.sites.requestcount)."""
+    yield
+    from rewind.sites.zvm_shared import request_counts_flush
+
+    with django_db_blocker.unblock():
+        request_counts_flush()
 
 
 @pytest.fixture(autouse=True)

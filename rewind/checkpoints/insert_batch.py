@@ -41,13 +41,7 @@ from django.utils import timezone
 from rewind.audit import audit_append
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
-from rewind.checkpoints.rows import (
-    InsertAnswer,
-    attempt_entry,
-    insert_call,
-    insert_record,
-    row_finish,
-)
+from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s, site_waiting_vpgs
 from rewind.concurrency import run_each
 from rewind.sites import site_client, site_request_cap
@@ -127,13 +121,12 @@ def _claim(site_id: int, now: datetime) -> None:
 
 
 def _end_all(rows: list[TaggedCheckpoint], status: str, error: str, report: BatchReport) -> None:
-    if not rows:
-        return
-    with transaction.atomic():
-        for row in rows:
-            if row_finish(row.pk, row.guard, status, error=error):
-                report.ended += 1
-                report.guards.append(row.guard)
+    _ended(rows_finish([RowEnd(row, status, error) for row in rows]), report)
+
+
+def _ended(ends: list[RowEnd], report: BatchReport) -> None:
+    report.ended += len(ends)
+    report.guards.extend(end.row.guard for end in ends)
 
 
 def _mark_attempts(rows: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
@@ -192,32 +185,44 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
 
     That time follows the site's pacing, at the window's end when the site is crowded: the
     batch's VPGs and those already waiting there, looked at once each, outlast the window.
+    A failure ends its row; a task id makes it wait; a lost answer leaves it "inserting" with
+    the outcome unknown since now, for the poller to resolve by tag and task list.
     """
     now = timezone.now()
     fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
     crowded = pacing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)
-    with transaction.atomic():
-        for row in rows:
-            got = answers.get(row.pk)
-            if got is None:  # its thread died before answering: as good as a lost answer
-                got = _Answered(InsertAnswer(unknown="the insert call's outcome is unknown (no answer)"), now)
-            answer = got.answer
-            if answer.failed is not None:
-                if row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=answer.failed.error):
-                    report.ended += 1
-                    report.guards.append(row.guard)
-                continue
-            remaining = (row.guard.deadline - now).total_seconds()
+    failed: list[RowEnd] = []
+    kept: list[TaggedCheckpoint] = []
+    for row in rows:
+        got = answers.get(row.pk)
+        if got is None:  # its thread died before answering: as good as a lost answer
+            got = _Answered(InsertAnswer(unknown="the insert call's outcome is unknown (no answer)"), now)
+        answer = got.answer
+        if answer.failed is not None:
+            failed.append(RowEnd(row, TaggedCheckpoint.Status.FAILED, answer.failed.error))
+            continue
+        remaining = (row.guard.deadline - now).total_seconds()
+        if answer.task_id:
             # The listing time is counted from the task's making (the answer), not from when the
             # batch began: the cap may have held the call back, and pacing must not learn that.
-            start = got.at if answer.task_id else row.insert_started_at or now
-            elapsed = (now - start).total_seconds()
-            extra: dict[str, object] = {
-                "next_poll_at": now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc, crowded=crowded))
-            }
-            if answer.task_id:
-                extra["insert_started_at"] = got.at
-                report.inserted += 1
-            else:
-                report.unknown += 1
-            insert_record(row.pk, answer, **extra)
+            row.task_id, row.status, row.error, row.outcome_unknown_since = (
+                answer.task_id,
+                TaggedCheckpoint.Status.WAITING,
+                "",
+                None,
+            )
+            row.insert_started_at = got.at
+            report.inserted += 1
+        else:
+            row.error, row.outcome_unknown_since = answer.unknown[:2000], now
+            report.unknown += 1
+        elapsed = (now - (row.insert_started_at or now)).total_seconds()
+        row.next_poll_at = now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc, crowded=crowded))
+        kept.append(row)
+    with transaction.atomic():
+        _ended(rows_finish(failed), report)
+        # Still "inserting" as this batch left them: a row another run adopted a task for meanwhile is left alone.
+        rows_save(kept, _ANSWER_FIELDS, was=TaggedCheckpoint.Status.INSERTING)
+
+
+_ANSWER_FIELDS = ("task_id", "status", "error", "outcome_unknown_since", "insert_started_at", "next_poll_at")

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
-from rewind.checkpoints.rows import row_finish, row_since
+from rewind.checkpoints.rows import RowEnd, row_since, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
@@ -50,6 +50,8 @@ SETTLE_S = 5.0
 DUE_SLACK = timedelta(milliseconds=300)
 # After a round that could not ask the ZVM (it failed, or its circuit is open), its rows ask again this soon.
 RETRY_S = 2.0
+# What a round learns from the task list about rows, due or not.
+_TASK_STATE_FIELDS = ("task_started_at", "task_completed_at", "last_miss_at")
 
 
 @dataclass
@@ -76,6 +78,7 @@ class SiteRound:
         self.report = RoundReport()
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
         self.crowded = False
+        self.ends: list[RowEnd] = []  # rows this round ended, written together at its end
 
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
         """Ask about the rows that are due; what an answer says about rows not yet due is used too."""
@@ -98,10 +101,12 @@ class SiteRound:
             self.report.error = str(exc)
             logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
         self._reschedule(due)
+        self.report.ended += len(rows_finish(self.ends))
         due_pks = {r.pk for r in due}
         # Rows not due keep their time; only those this round learned something about are written
         # (a site with many waiting rows would otherwise rewrite every one of them every round).
-        self._keep_task_states([r for r in rows if r.pk not in due_pks and _task_state(r) != before[r.pk]])
+        learned = [r for r in rows if r.pk not in due_pks and r.status not in TaggedCheckpoint.FINAL]
+        rows_save([r for r in learned if _task_state(r) != before[r.pk]], _TASK_STATE_FIELDS)
         return self.report
 
     # -- 1. insert tasks -------------------------------------------------------------------
@@ -241,6 +246,8 @@ class SiteRound:
 
     # -- the rows' next times -------------------------------------------------------------
     def _reschedule(self, due: list[TaggedCheckpoint]) -> None:
+        """Each due row still waiting gets its next time (one statement for all); one past its deadline ends."""
+        waiting = []
         for row in due:
             if row.status in TaggedCheckpoint.FINAL or row.status == TaggedCheckpoint.Status.PENDING:
                 continue  # ended, or back with the insert batch
@@ -256,41 +263,17 @@ class SiteRound:
                 start = row.insert_started_at or row.guard.requested_at
                 elapsed = (self.now - start).total_seconds()
                 gap = pacing.next_gap(elapsed, remaining, self.fc, crowded=self.crowded)
-            TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
-                next_poll_at=self.now + timedelta(seconds=gap),
-                task_started_at=row.task_started_at,
-                task_completed_at=row.task_completed_at,
-                last_miss_at=row.last_miss_at,
-                error=row.error[:2000],
-            )
-
-    @staticmethod
-    def _keep_task_states(rows: list[TaggedCheckpoint]) -> None:
-        """Rows not due keep their time, and what the task list said about them."""
-        for row in rows:
-            if row.status in TaggedCheckpoint.FINAL:
-                continue
-            TaggedCheckpoint.objects.filter(pk=row.pk, status=row.status).update(
-                task_started_at=row.task_started_at,
-                task_completed_at=row.task_completed_at,
-                last_miss_at=row.last_miss_at,
-            )
+            row.next_poll_at = self.now + timedelta(seconds=gap)
+            row.error = row.error[:2000]
+            waiting.append(row)
+        rows_save(waiting, ("next_poll_at", "error", *_TASK_STATE_FIELDS))
 
     def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
+        """End the row at the end of the round (``rows_finish``, with the round's other ends)."""
         listed_after = None
         if status == TaggedCheckpoint.Status.LISTED:
             listed_after = listing_time_ms(row, self.now, held=self.fc if self.crowded else None)
-        finished = row_finish(
-            row.pk,
-            row.guard,
-            status,
-            error=error,
-            checkpoint=checkpoint,
-            offset_s=self.offset_s,
-            listed_after_ms=listed_after,
-        )
-        if finished:
-            self.report.ended += 1
+        self.ends.append(RowEnd(row, status, error, checkpoint, self.offset_s, listed_after))
         self.report.ended_guards.add(row.guard_id)
         row.status = status
 
@@ -328,7 +311,7 @@ def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Fo
 
 
 def _task_state(row: TaggedCheckpoint) -> tuple[datetime | None, datetime | None, datetime | None]:
-    """What a round may learn about a row that is not due (``SiteRound._keep_task_states``)."""
+    """What a round may learn about a row from the task list, due or not (written at the round's end)."""
     return row.task_started_at, row.task_completed_at, row.last_miss_at
 
 

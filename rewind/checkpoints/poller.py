@@ -39,7 +39,7 @@ from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size,
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of
-from rewind.checkpoints.rows import guard_finish, row_finish
+from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
 from rewind.workers.broker import broker_refused
@@ -137,8 +137,7 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     if site is not None:
         # First the queued guards' inserts, oldest first; then the poll, which their rows join once due.
         batch = site_insert_batch(site, renew, limit=batch_size(site))
-        for guard in batch.guards:
-            guard_finish(guard)
+        guards_finish(batch.guards)
     rows = list(
         TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
         .select_related("guard")
@@ -149,9 +148,8 @@ def _round(site_id: int, run_id: str) -> RoundReport:
         return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
     if site is None or not site.enabled:
         error = "the protected site's ZVM is not configured (or is disabled) here"
-        for row in rows:
-            row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)
-        _finish_guards(rows)
+        rows_finish([RowEnd(row, TaggedCheckpoint.Status.FAILED, error) for row in rows])
+        guards_finish(guards_of(rows))
         return RoundReport(ended=len(rows) + batch.ended)
     client = site_client(site)
     offset = client.clock_offset()
@@ -159,8 +157,8 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     report = SiteRound(site, client, offset_s, renew).run(rows)
     site_record_clock(site=site, measured=client.clock_offset())
     SitePoller.objects.filter(pk=site_id, lease_owner=run_id).update(last_error=report.error[:2000])
-    # Only a guard a row of which ended here can have become finished (one query per guard).
-    _finish_guards([r for r in rows if r.guard_id in report.ended_guards])
+    # Only a guard a row of which ended here can have become finished.
+    guards_finish(guards_of([r for r in rows if r.guard_id in report.ended_guards]))
     report.inserted = batch.inserted
     report.ended += batch.ended
     report.requests += batch.calls
@@ -185,11 +183,6 @@ def _note_cut_off_inserts(rows: list[TaggedCheckpoint]) -> None:
     )
     for row in cut:
         row.outcome_unknown_since = now
-
-
-def _finish_guards(rows: list[TaggedCheckpoint]) -> None:
-    for guard in guards_of(rows):
-        guard_finish(guard)
 
 
 def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:

@@ -6,15 +6,17 @@ and no transaction is held across a ZVM call: record the attempt → call → re
 
 from __future__ import annotations
 
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from rewind.audit import Actor, AuditEntry, audit_record
+from rewind.audit import Actor, AuditEntry, audit_append
 from rewind.audit.actions import GuardAction
+from rewind.bulk import update_rows
 from rewind.checkpoints.announce import guard_announce_failed
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
@@ -81,76 +83,114 @@ def insert_call(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) ->
         return InsertAnswer(unknown=f"the insert call's outcome is unknown ({exc})")
 
 
-def insert_record(row_id: int, answer: InsertAnswer, **extra: Any) -> bool:
-    """Record a task id (the row waits) or an unknown outcome on a row still "inserting" without one.
+def rows_save(
+    rows: Sequence[TaggedCheckpoint], fields: Sequence[str], *, was: str | None = None
+) -> list[TaggedCheckpoint]:
+    """Write ``fields`` of the rows still in status ``was`` (default: the one each holds in memory) in
+    one statement; return those written.
 
-    ``extra``: more fields to set in the same UPDATE (the batch's next poll time). A failure
-    is not recorded here: the caller ends the row with ``row_finish``. False when the row had
-    moved on (another run adopted a task for it).
+    A compare-and-swap on the status: a row another run moved on meanwhile is left as it is.
     """
-    rows = TaggedCheckpoint.objects.filter(pk=row_id, status=TaggedCheckpoint.Status.INSERTING, task_id="")
-    if answer.task_id:
-        fields: dict[str, Any] = {
-            "task_id": answer.task_id,
-            "status": TaggedCheckpoint.Status.WAITING,
-            "error": "",
-            "outcome_unknown_since": None,
-        }
-    else:
-        fields = {"error": answer.unknown[:2000], "outcome_unknown_since": timezone.now()}
-    return bool(rows.update(**fields, **extra))
+    if not rows:
+        return []
+    with transaction.atomic():
+        now_in = dict(
+            TaggedCheckpoint.objects.select_for_update().filter(pk__in=[r.pk for r in rows]).values_list("pk", "status")
+        )
+        same = [r for r in rows if now_in.get(r.pk) == (was or r.status)]
+        if same:
+            update_rows(same, fields)
+    return same
 
 
-def row_finish(
-    row_id: int,
-    guard: ChangeGuard,
-    status: str,
-    *,
-    error: str = "",
-    checkpoint: Checkpoint | None = None,
-    offset_s: float = 0.0,
-    listed_after_ms: int | None = None,
-) -> bool:
-    """End a row (listed, failed or timed out) and audit it; False when it had ended already.
+@dataclass(frozen=True)
+class RowEnd:
+    """How one row ends: listed, failed or timed out, why, and for a listed one its checkpoint.
 
     ``listed_after_ms``: how long the ZVM took to list it, as far as the poller could tell
     (see ``poll_round.listing_time_ms``); what the site's pacing learns from.
     """
-    row = TaggedCheckpoint.objects.get(pk=row_id)
-    start = row.insert_started_at or guard.started_at or timezone.now()
-    waited_ms = max(0, int((timezone.now() - start).total_seconds() * 1000))
+
+    row: TaggedCheckpoint
+    status: str
+    error: str = ""
+    checkpoint: Checkpoint | None = None
+    offset_s: float = 0.0
+    listed_after_ms: int | None = None
+
+
+# The columns ``rows_finish`` writes.
+_END_FIELDS = (
+    "status",
+    "error",
+    "checkpoint_identifier",
+    "checkpoint_timestamp",
+    "waited_ms",
+    "listed_after_ms",
+    "next_poll_at",
+)
+
+
+def rows_finish(ends: Sequence[RowEnd]) -> list[RowEnd]:
+    """End rows, each audited, all in one transaction; return the ends made here (the rows updated in memory too).
+
+    A compare-and-swap: a row that had ended meanwhile (another run got there first) is left
+    as it is, and the first end given for a row wins. One statement for all the rows and one
+    audit append, whatever their number: a round ends dozens at once.
+    """
+    first: dict[int, RowEnd] = {}
+    for end in ends:
+        first.setdefault(end.row.pk, end)
+    if not first:
+        return []
+    now = timezone.now()
     with transaction.atomic():
-        won = TaggedCheckpoint.objects.filter(pk=row_id, status__in=TaggedCheckpoint.NOT_FINAL).update(
-            status=status,
-            error=error[:2000],
-            checkpoint_identifier=(checkpoint.identifier or "") if checkpoint else "",
-            checkpoint_timestamp=checkpoint.timestamp if checkpoint else None,
-            waited_ms=waited_ms,
-            listed_after_ms=listed_after_ms,
-            next_poll_at=None,
+        still_open = set(
+            TaggedCheckpoint.objects.select_for_update()
+            .filter(pk__in=list(first), status__in=TaggedCheckpoint.NOT_FINAL)
+            .values_list("pk", flat=True)
         )
+        won = [end for pk, end in first.items() if pk in still_open]
         if won:
-            audit_record(
-                actor=Actor.system(),
-                action=(
-                    GuardAction.CHECKPOINT_LISTED
-                    if status == TaggedCheckpoint.Status.LISTED
-                    else GuardAction.CHECKPOINT_FAILED
-                ),
-                target=guard,
-                request_id=guard.request_id,
-                data={
-                    "vpg": row.vpg_name,
-                    "vpg_identifier": row.vpg_identifier,
-                    "status": status,
-                    "error": error,
-                    "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
-                    "waited_ms": waited_ms,
-                    "tag": guard.tag,
-                    **_clock_data(checkpoint, offset_s),
-                },
-            )
-    return bool(won)
+            for end in won:
+                _apply_end(end, now)
+            update_rows([end.row for end in won], _END_FIELDS)
+            audit_append([_end_entry(end) for end in won])
+    return won
+
+
+def _apply_end(end: RowEnd, now: datetime) -> None:
+    row, checkpoint = end.row, end.checkpoint
+    start = row.insert_started_at or row.guard.started_at or now
+    row.status = end.status
+    row.error = end.error[:2000]
+    row.checkpoint_identifier = (checkpoint.identifier or "") if checkpoint else ""
+    row.checkpoint_timestamp = checkpoint.timestamp if checkpoint else None
+    row.waited_ms = max(0, int((now - start).total_seconds() * 1000))
+    row.listed_after_ms = end.listed_after_ms
+    row.next_poll_at = None
+
+
+def _end_entry(end: RowEnd) -> AuditEntry:
+    row, guard, checkpoint = end.row, end.row.guard, end.checkpoint
+    return AuditEntry(
+        actor=Actor.system(),
+        action=GuardAction.CHECKPOINT_LISTED
+        if end.status == TaggedCheckpoint.Status.LISTED
+        else GuardAction.CHECKPOINT_FAILED,
+        target=guard,
+        request_id=guard.request_id,
+        data={
+            "vpg": row.vpg_name,
+            "vpg_identifier": row.vpg_identifier,
+            "status": end.status,
+            "error": end.error,
+            "checkpoint_identifier": checkpoint.identifier if checkpoint else None,
+            "waited_ms": row.waited_ms,
+            "tag": guard.tag,
+            **_clock_data(checkpoint, end.offset_s),
+        },
+    )
 
 
 def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, object]:
@@ -164,33 +204,60 @@ def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, obj
     }
 
 
-def guard_finish(guard: ChangeGuard) -> str:
-    """End the guard once every row has ended: ok when all are listed. Returns what happened."""
-    rows = list(TaggedCheckpoint.objects.filter(guard=guard))
-    if any(r.status not in TaggedCheckpoint.FINAL for r in rows):
-        return "unfinished rows remain"
-    ok = all(r.status == TaggedCheckpoint.Status.LISTED for r in rows)
-    status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
-    listed = TaggedCheckpoint.Status.LISTED
-    error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != listed)
+def guards_finish(guards: Iterable[ChangeGuard]) -> None:
+    """End each guard whose rows have all ended (ok when all are listed), audited, in one transaction.
+
+    A compare-and-swap on the guards still unfinished: one that another run ended is left as
+    it is. A failed guard is announced (``guard_announce_failed``) in the same transaction.
+    """
+    by_pk = {guard.pk: guard for guard in guards}
+    if not by_pk:
+        return
+    rows: dict[int, list[TaggedCheckpoint]] = defaultdict(list)
+    for row in TaggedCheckpoint.objects.filter(guard_id__in=list(by_pk)).order_by("pk"):
+        rows[row.guard_id].append(row)
+    ended = [pk for pk in by_pk if all(r.status in TaggedCheckpoint.FINAL for r in rows[pk])]
+    if not ended:
+        return
+    now = timezone.now()
     with transaction.atomic():
         # Unfinished, not only running: a guard failed before any batch took it up is still pending.
-        won = ChangeGuard.objects.filter(pk=guard.pk, status__in=ChangeGuard.UNFINISHED).update(
-            status=status, error=error[:4000], finished_at=timezone.now()
+        unfinished = set(
+            ChangeGuard.objects.select_for_update()
+            .filter(pk__in=ended, status__in=ChangeGuard.UNFINISHED)
+            .values_list("pk", flat=True)
         )
-        if won:
-            audit_record(
-                actor=Actor.system(),
-                action=GuardAction.OK if ok else GuardAction.FAILED,
-                target=guard,
-                request_id=guard.request_id,
-                data={
-                    "status": status,
-                    "error": error,
-                    "listed": [r.vpg_name for r in rows if r.status == TaggedCheckpoint.Status.LISTED],
-                    "not_listed": [r.vpg_name for r in rows if r.status != TaggedCheckpoint.Status.LISTED],
-                },
-            )
-            if not ok:
-                guard_announce_failed(guard=guard, rows=rows)
-    return status
+        won = [by_pk[pk] for pk in ended if pk in unfinished]
+        if not won:
+            return
+        for guard in won:
+            _apply_guard_end(guard, rows[guard.pk], now)
+        update_rows(won, ("status", "error", "finished_at"))
+        audit_append([_guard_end_entry(guard, rows[guard.pk]) for guard in won])
+        for guard in won:
+            if guard.status == ChangeGuard.Status.FAILED:
+                guard_announce_failed(guard=guard, rows=rows[guard.pk])
+
+
+def _apply_guard_end(guard: ChangeGuard, rows: list[TaggedCheckpoint], now: datetime) -> None:
+    listed = TaggedCheckpoint.Status.LISTED
+    ok = all(r.status == listed for r in rows)
+    guard.status = ChangeGuard.Status.OK if ok else ChangeGuard.Status.FAILED
+    guard.error = "; ".join(f"VPG {r.vpg_name}: {r.error or r.status}" for r in rows if r.status != listed)[:4000]
+    guard.finished_at = now
+
+
+def _guard_end_entry(guard: ChangeGuard, rows: list[TaggedCheckpoint]) -> AuditEntry:
+    listed = TaggedCheckpoint.Status.LISTED
+    return AuditEntry(
+        actor=Actor.system(),
+        action=GuardAction.OK if guard.status == ChangeGuard.Status.OK else GuardAction.FAILED,
+        target=guard,
+        request_id=guard.request_id,
+        data={
+            "status": guard.status,
+            "error": guard.error,
+            "listed": [r.vpg_name for r in rows if r.status == listed],
+            "not_listed": [r.vpg_name for r in rows if r.status != listed],
+        },
+    )

@@ -34,7 +34,7 @@ from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.poller import poller_kick, pollers_restart_dead
-from rewind.checkpoints.rows import guard_finish, row_finish
+from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import find_protection
@@ -259,9 +259,8 @@ def guards_orphaned_finish(guards: QuerySet[ChangeGuard] | None = None) -> int:
     if guards is not None:
         rows = rows.filter(guard__in=guards)
     error = "the protected site was removed from this service while the checkpoint was pending"
-    ended = [row for row in rows[:500] if row_finish(row.pk, row.guard, TaggedCheckpoint.Status.FAILED, error=error)]
-    for guard in {row.guard_id: row.guard for row in ended}.values():
-        guard_finish(guard)
+    ended = rows_finish([RowEnd(row, TaggedCheckpoint.Status.FAILED, error) for row in rows[:500]])
+    guards_finish({end.row.guard_id: end.row.guard for end in ended}.values())
     return len(ended)
 
 

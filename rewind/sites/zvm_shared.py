@@ -33,7 +33,7 @@ from rewind.crypto import DecryptionError, decrypt, encrypt
 from rewind.redislink import REDIS_DOWN, RedisLink
 from rewind.sites.circuit import DbBreaker, RedisBreaker, SharedBreaker
 from rewind.sites.models import ZvmRateWindow, ZvmToken
-from rewind.sites.requestcount import DbRequestCounter, RedisRequestCounter
+from rewind.sites.requestcount import BatchedRequestCounter, DbRequestCounter, RedisRequestCounter
 from rewind.zvm import StoredToken, Stores
 from rewind.zvm.pacing import LOCAL_PACER, next_slot, window_shape
 
@@ -311,17 +311,26 @@ _LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=4)
-def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker, RedisRequestCounter]:
+def redis_stores(url: str) -> tuple[RedisPacer, RedisTokenStore, RedisBreaker, BatchedRequestCounter]:
     """The pacer, token store, circuits and request counter on the Redis at ``url``, one set (and one client) per URL."""
     link = RedisLink(url, logger=logger)
-    return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link), RedisRequestCounter(link.client)
+    requests = BatchedRequestCounter(RedisRequestCounter(link.client))
+    _COUNTERS.append(requests)
+    return RedisPacer(link), RedisTokenStore(link), RedisBreaker(link), requests
 
 
 _DB_BREAKER = DbBreaker()
-_DB_REQUESTS = DbRequestCounter()
+_DB_REQUESTS = BatchedRequestCounter(DbRequestCounter())
+_COUNTERS = [_DB_REQUESTS]  # every request counter of this process
 
 
-def request_counter() -> RedisRequestCounter | DbRequestCounter:
+def request_counts_flush() -> None:
+    """Write every request count this process holds now, not when its timer comes (tests; a process leaving)."""
+    for counter in list(_COUNTERS):
+        counter.flush()
+
+
+def request_counter() -> BatchedRequestCounter:
     """Where every process counts its ZVM requests (``rewind.sites.requestcount``), and ``/metrics`` reads them."""
     url = settings.ZVM_SHARED_REDIS_URL
     if url:

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from rewind.audit import Actor
-from rewind.checkpoints.rows import guard_finish
+from rewind.checkpoints.rows import guards_finish
 from rewind.models import ChangeGuard, NotificationDelivery, TaggedCheckpoint
 from rewind.notifications.models import NotificationKind
 from rewind.sites import site_create
@@ -48,8 +48,10 @@ def test_a_failed_guard_is_announced_once_to_every_channel_and_its_sites(receive
     settings.REWIND_NOTIFY_SITE_URLS = {"Site A": [receiver.url("/a")], "Site B": [receiver.url("/b")]}
     guard = _guard(site)
 
-    assert guard_finish(guard) == ChangeGuard.Status.FAILED
-    assert guard_finish(guard) == ChangeGuard.Status.FAILED  # a second finisher changes nothing
+    guards_finish([guard])
+    guards_finish([ChangeGuard.objects.get(pk=guard.pk)])  # a second finisher changes nothing
+    guard.refresh_from_db()
+    assert guard.status == ChangeGuard.Status.FAILED
 
     deliveries = NotificationDelivery.objects.filter(kind=NotificationKind.GUARD_FAILED)
     assert sorted(d.channel_label.rsplit("/", 1)[-1] for d in deliveries) == ["a", "all"]
@@ -66,7 +68,9 @@ def test_an_ok_guard_tells_nobody(receiver: Receiver, settings: Any) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url()]
     guard = _guard(site)
     TaggedCheckpoint.objects.filter(guard=guard).update(status=TaggedCheckpoint.Status.LISTED, error="")
-    assert guard_finish(guard) == ChangeGuard.Status.OK
+    guards_finish([guard])
+    guard.refresh_from_db()
+    assert guard.status == ChangeGuard.Status.OK
     assert not NotificationDelivery.objects.exists()
 
 
@@ -103,7 +107,7 @@ def test_a_notification_that_cannot_be_recorded_never_fails_the_guard(
         raise RuntimeError("the notifications part is broken")
 
     monkeypatch.setattr("rewind.checkpoints.announce.notification_send", broken)
-    assert guard_finish(guard) == ChangeGuard.Status.FAILED
+    guards_finish([guard])
     guard.refresh_from_db()
     assert guard.status == ChangeGuard.Status.FAILED
     assert "could not record the notification that guard" in caplog.text
