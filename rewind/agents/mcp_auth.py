@@ -11,6 +11,7 @@ from django.utils import timezone
 
 from rewind.agents.selectors import agent_token_active
 from rewind.agents.services import LAST_USED_PRECISION, TOKEN_PREFIX, agent_token_touch, hash_token
+from rewind.mcp import scopes
 from rewind.mcp.auth import TokenGrant
 
 # Longer than any token we issue; a longer bearer is refused without a hash or a query.
@@ -19,6 +20,7 @@ _MAX_TOKEN_LENGTH = 200
 
 class AgentTokenStore:
     touch_interval_s = LAST_USED_PRECISION.total_seconds()
+    cache_seconds: float | None = None  # MCP_TOKEN_CACHE_S
 
     def key(self, token: str) -> str | None:
         if not token.startswith(TOKEN_PREFIX) or len(token) > _MAX_TOKEN_LENGTH:
@@ -37,6 +39,7 @@ class AgentTokenStore:
             subject=str(row.agent_id),
             expires_at=row.expires_at,
             claims={"agent_id": row.agent_id, "token_prefix": row.prefix},
+            scopes=scopes.parse(row.scope),
         )
 
     def touch(self, token_pk: int) -> None:

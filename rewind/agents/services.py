@@ -23,6 +23,7 @@ from rewind.agents.models import Agent, AgentToken
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
+from rewind.mcp import scopes
 
 TOKEN_PREFIX = "rwd_"
 # Enough of the token to tell tokens apart in the admin, far too little to guess the rest.
@@ -40,6 +41,7 @@ def _token_snapshot(token: AgentToken) -> dict[str, object]:
         "agent": token.agent.name,
         "prefix": token.prefix,
         "label": token.label,
+        "scope": token.scope,
         "expires_at": token.expires_at.isoformat() if token.expires_at else None,
     }
 
@@ -120,17 +122,26 @@ def agent_token_issue(
     agent: Agent,
     label: str = "",
     expires_at: datetime | None = None,
+    granted: tuple[str, ...] = scopes.ALL,
     request_id: str | None = None,
 ) -> IssuedToken:
-    """Issue a new bearer token for ``agent``; show ``.token`` once, it cannot be recovered."""
+    """Issue a new bearer token for ``agent`` holding the scopes ``granted`` (rewind.mcp.scopes, every one by
+    default); show ``.token`` once, it cannot be recovered."""
     if expires_at is not None and expires_at <= timezone.now():
         raise ApplicationError("the expiry must be in the future")
+    unknown = set(granted) - set(scopes.ALL)
+    if unknown or not granted:
+        raise ApplicationError(
+            f"a token needs one or more of the scopes {', '.join(scopes.ALL)}"
+            + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
+        )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = AgentToken.objects.create(
         agent=agent,
         token_hash=hash_token(token),
         prefix=token[:DISPLAY_PREFIX_LENGTH],
         label=label[:100],
+        scope=" ".join(s for s in scopes.ALL if s in granted),
         created_by=actor.name[:150],
         expires_at=expires_at,
     )
@@ -155,6 +166,7 @@ def agent_token_issue_by_name(
     owner: User | None = None,
     label: str = "",
     expires_at: datetime | None = None,
+    granted: tuple[str, ...] = scopes.ALL,
     request_id: str | None = None,
 ) -> AgentWithToken:
     """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
@@ -167,7 +179,9 @@ def agent_token_issue_by_name(
         agent = agent_create(actor=actor, name=name, owner=owner or default_owner(), request_id=request_id)
     elif not agent.is_active:
         raise ApplicationError(f"agent {agent.name} is inactive; activate it in the admin first")
-    issued = agent_token_issue(actor=actor, agent=agent, label=label, expires_at=expires_at, request_id=request_id)
+    issued = agent_token_issue(
+        actor=actor, agent=agent, label=label, expires_at=expires_at, granted=granted, request_id=request_id
+    )
     return AgentWithToken(agent=agent, issued=issued, created=created)
 
 

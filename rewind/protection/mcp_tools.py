@@ -10,6 +10,7 @@ from mcp.server import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, StrictStr
 
+from rewind.mcp import scopes
 from rewind.mcp.context import SharedRead, run_db
 from rewind.protection import (
     Protection,
@@ -140,6 +141,7 @@ def register(server: MCPServer) -> None:
     server.tool(
         name="zerto_find_protection",
         title="Find the VPGs protecting a VM",
+        meta=scopes.tool_meta(scopes.READ),
         annotations=ToolAnnotations(
             title="Find the VPGs protecting a VM",
             read_only_hint=True,

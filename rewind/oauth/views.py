@@ -1,0 +1,171 @@
+"""The authorization server's pages: the metadata documents and the consent page.
+
+The token, revocation and registration endpoints are django-oauth-toolkit's own views (``urls.py``).
+The consent page is its authorization view with one more question: which of the person's agents the
+client acts as. The page has no script, so it works under a Content Security Policy without inline code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django import forms
+from django.contrib import admin
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from oauth2_provider.exceptions import OAuthToolkitError
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import Application
+from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+
+from rewind.admin_base import actor_for
+from rewind.agents.models import Agent
+from rewind.agents.services import agent_create
+from rewind.errors import ApplicationError
+from rewind.mcp import scopes
+from rewind.mcp.endpoint import mcp_resource, same_resource
+from rewind.oauth.selectors import agents_for_consent
+from rewind.oauth.services import agent_grant_create
+
+# Consenting issues tokens for an agent, as "Connect an agent" does: the same permission.
+CONSENT_PERMISSION = "rewind.add_agenttoken"
+CREATE_AGENT_PERMISSION = "rewind.add_agent"
+
+
+class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
+    """RFC 9728 metadata of /mcp, at the well-known path with and without the ``/mcp`` suffix."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return mcp_resource(request.build_absolute_uri("/"))
+
+    def get_scopes_supported(self) -> list[str]:
+        return list(scopes.ALL)
+
+
+class ConsentForm(AllowForm):
+    """django-oauth-toolkit's form (the request in hidden fields) plus the agent and the scopes granted."""
+
+    agent: forms.ModelChoiceField[Agent] = forms.ModelChoiceField(
+        queryset=Agent.objects.none(),
+        required=False,
+        empty_label=None,
+        widget=forms.RadioSelect,
+        help_text="The client acts as this agent: tags and audit rows name it.",
+    )
+    new_agent = forms.CharField(
+        required=False,
+        max_length=64,
+        label="or a new agent named",
+        help_text="Letters, digits, - and _; it will belong to you.",
+    )
+    granted = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="It may",
+        help_text="Untick what this client should not do.",
+    )
+
+    def __init__(self, *args: Any, user: Any, requested: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        agent_field = self.fields["agent"]
+        assert isinstance(agent_field, forms.ModelChoiceField)
+        agent_field.queryset = agents_for_consent(user)
+        granted_field = self.fields["granted"]
+        assert isinstance(granted_field, forms.MultipleChoiceField)
+        granted_field.choices = [(s, f"{s}: {scopes.DESCRIPTIONS[s]}") for s in requested]
+        self.initial.setdefault("granted", requested)
+        first = agent_field.queryset.first()
+        if first is not None:
+            self.initial.setdefault("agent", first.pk)
+        self.can_create_agent = user.has_perm(CREATE_AGENT_PERMISSION)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not data.get("allow"):
+            return data  # a refusal needs no agent
+        if data.get("new_agent"):
+            if not self.can_create_agent:
+                self.add_error("new_agent", "You may not create agents; pick one of yours.")
+        elif data.get("agent") is None:
+            self.add_error("agent", "Pick the agent this client acts as, or name a new one.")
+        if not data.get("granted"):
+            self.add_error("granted", "Tick at least one thing the client may do, or cancel.")
+        return data
+
+
+class ConsentView(AuthorizationView):
+    """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant."""
+
+    template_name = "oauth/consent.html"
+    form_class = ConsentForm
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated and not request.user.has_perm(CONSENT_PERMISSION):
+            response = self.render_to_response({"forbidden": True}, status=403)
+            return response
+        return super().dispatch(request, *args, **kwargs)
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        """django-oauth-toolkit's checks, and: a resource other than this service's /mcp is refused (RFC 8707)."""
+        requested_scopes, credentials = super().validate_authorization_request(request)
+        ours = mcp_resource(request.build_absolute_uri("/"))
+        for resource in request.GET.getlist("resource"):
+            if not same_resource(resource, ours):
+                raise OAuthToolkitError(
+                    error=CustomOAuth2Error(
+                        error="invalid_target",
+                        description=f"this server issues tokens only for {ours}, not for {resource}",
+                        state=credentials.get("state"),
+                    ),
+                    redirect_uri=credentials["redirect_uri"],
+                )
+        return requested_scopes, credentials
+
+    def _requested(self) -> list[str]:
+        raw = self.oauth2_data.get("scopes") or (self.request.POST.get("scope") or "").split()
+        return [s for s in scopes.ALL if s in raw]
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "user": self.request.user, "requested": self._requested()}
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        form = context.get("form")
+        client_id = self.oauth2_data.get("client_id") or (form.data.get("client_id") if form is not None else None)
+        application = Application.objects.filter(client_id=client_id).first() if client_id else None
+        context.update(
+            **admin.site.each_context(self.request),
+            application=application,
+            by_metadata_document=application is not None
+            and application.registration_source == Application.RegistrationSource.CIMD,
+            redirect_uri=self.oauth2_data.get("redirect_uri") or (form.data.get("redirect_uri") if form else ""),
+            title="Let an MCP client act as one of your agents",
+        )
+        return context
+
+    def form_valid(self, form: ConsentForm) -> HttpResponse:
+        data = form.cleaned_data
+        if not data.get("allow"):
+            return super().form_valid(form)  # access_denied, back to the client
+        application = Application.objects.get(client_id=data["client_id"])
+        actor = actor_for(self.request)
+        try:
+            with transaction.atomic():  # a new agent only with its grant
+                agent = data["agent"]
+                if data.get("new_agent"):
+                    agent = agent_create(actor=actor, name=data["new_agent"], owner=self.request.user)
+                grant = agent_grant_create(
+                    actor=actor,
+                    user=self.request.user,
+                    application=application,
+                    agent=agent,
+                    granted=tuple(data["granted"]),
+                    redirect_uri=data["redirect_uri"],
+                    request_id=getattr(self.request, "id", None),
+                )
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            return self.form_invalid(form)
+        data["scope"] = grant.scope
+        return super().form_valid(form)

@@ -1,0 +1,170 @@
+"""A host that speaks only the MCP authorization flow, and a person who consents in real Chromium.
+
+``OAuthHost`` runs the official Python SDK's OAuth client provider (discovery from the 401,
+registration, PKCE, the token exchange, refreshes) with an ``mcp.Client`` on a thread of its own,
+since Playwright's sync API holds the test thread's event loop. When the provider sends the person
+to the authorization URL, ``consent()`` drives the browser through the admin sign-in and the consent
+page, catches the redirect to the host's loopback callback, and hands the code back to the provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import threading
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx2
+
+CALLBACK = "http://127.0.0.1:33418/callback"  # nothing listens there: the browser's request is caught
+
+
+class MemoryStorage:
+    """The SDK's ``TokenStorage``: what the host remembers between calls."""
+
+    def __init__(self) -> None:
+        self.tokens: Any = None
+        self.client_info: Any = None
+
+    async def get_tokens(self) -> Any:
+        return self.tokens
+
+    async def set_tokens(self, tokens: Any) -> None:
+        self.tokens = tokens
+
+    async def get_client_info(self) -> Any:
+        return self.client_info
+
+    async def set_client_info(self, client_info: Any) -> None:
+        self.client_info = client_info
+
+
+@dataclass
+class OAuthHost:
+    mcp_url: str
+    client_metadata_url: str | None = None  # a Client ID Metadata Document instead of DCR
+    client_name: str = "Test host"
+    storage: MemoryStorage = field(default_factory=MemoryStorage)
+    authorize_urls: queue.Queue[str] = field(default_factory=queue.Queue)
+    callbacks: queue.Queue[str] = field(default_factory=queue.Queue)
+
+    def provider(self) -> Any:
+        from mcp.client.auth import OAuthClientProvider
+        from mcp.shared.auth import AuthorizationCodeResult, OAuthClientMetadata
+
+        async def redirect(url: str) -> None:
+            self.authorize_urls.put(url)
+
+        async def callback() -> AuthorizationCodeResult:
+            url = await asyncio.to_thread(self.callbacks.get, True, 120)
+            query = {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+            if "code" not in query:
+                raise RuntimeError(f"the authorization was refused: {query}")
+            return AuthorizationCodeResult(code=query["code"], state=query.get("state"), iss=query.get("iss"))
+
+        metadata = OAuthClientMetadata(
+            client_name=self.client_name,
+            redirect_uris=[CALLBACK],  # type: ignore[list-item]
+            grant_types=["authorization_code", "refresh_token"],
+            response_types=["code"],
+            token_endpoint_auth_method="none",
+        )
+        return OAuthClientProvider(
+            server_url=self.mcp_url,
+            client_metadata=metadata,
+            storage=self.storage,
+            redirect_handler=redirect,
+            callback_handler=callback,
+            client_metadata_url=self.client_metadata_url,
+        )
+
+    async def _session(self, work: Callable[[Any], Awaitable[Any]], mode: str) -> Any:
+        from mcp import Client
+        from mcp.client.streamable_http import streamable_http_client
+
+        async with httpx2.AsyncClient(auth=self.provider(), timeout=httpx2.Timeout(30.0, read=60.0)) as http:
+            async with Client(streamable_http_client(self.mcp_url, http_client=http), mode=mode) as client:
+                return await work(client)
+
+    def start(self, work: Callable[[Any], Awaitable[Any]], mode: str = "auto") -> HostRun:
+        """Run ``work(client)`` on a thread; the flow waits for ``consent`` when it needs a person."""
+        run = HostRun()
+
+        def target() -> None:
+            try:
+                run.result = asyncio.run(self._session(work, mode))
+            except BaseException as exc:  # handed to the test thread
+                run.error = exc
+
+        run.thread = threading.Thread(target=target, daemon=True)
+        run.thread.start()
+        return run
+
+
+@dataclass
+class HostRun:
+    thread: threading.Thread | None = None
+    result: Any = None
+    error: BaseException | None = None
+
+    def wait(self, timeout: float = 120.0) -> Any:
+        assert self.thread is not None
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), "the host's MCP session did not end"
+        if self.error is not None:
+            raise self.error
+        return self.result
+
+
+def sign_in(page: Any, username: str, password: str) -> None:
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
+    page.click("input[type=submit]")
+
+
+def consent(
+    page: Any,
+    host: OAuthHost,
+    *,
+    agent: str | None = None,
+    new_agent: str | None = None,
+    untick: tuple[str, ...] = (),
+    credentials: tuple[str, str] | None = None,
+    allow: bool = True,
+) -> dict[str, str]:
+    """The person's part: open the URL the host sent them to, sign in if asked, pick the agent, allow.
+
+    Returns what the consent page showed (client name, redirect URI). The redirect to the host's
+    callback is caught and passed to the host.
+    """
+    url = host.authorize_urls.get(timeout=60)
+    caught: list[str] = []
+
+    def catch(route: Any) -> None:
+        caught.append(route.request.url)
+        host.callbacks.put(route.request.url)
+        route.fulfill(status=200, content_type="text/plain", body="You may close this window.")
+
+    page.route(f"{CALLBACK}**", catch)
+    page.goto(url)
+    if credentials is not None and page.locator("#id_username").count():
+        sign_in(page, *credentials)
+    page.wait_for_selector("#consent-form")
+    shown = {
+        "client": page.inner_text("#consent-client"),
+        "redirect_uri": page.inner_text("#consent-redirect"),
+        "scopes": page.inner_text("#consent-granted"),
+    }
+    if new_agent is not None:
+        page.fill("#id_new_agent", new_agent)
+    elif agent is not None:
+        page.get_by_label(agent, exact=True).check()
+    for scope in untick:
+        page.locator(f"input[name=granted][value='{scope}']").uncheck()
+    page.click("#consent-allow" if allow else "#consent-cancel")
+    page.wait_for_function("() => document.body.innerText.includes('close this window')")
+    assert caught, "the consent page did not send the browser back to the host"
+    return shown
