@@ -26,7 +26,9 @@ HOW_TO_GET_ONE = (
     "get one with manage.py mcpconfig AGENT --client CLIENT on the server, or in the admin "
     "(/admin/rewind/agent/, open the agent, then Connect an agent), and send it as Authorization: Bearer TOKEN."
 )
-NONE_SENT = "This MCP endpoint needs an agent's bearer token, and none was sent: sign in with OAuth, or " + HOW_TO_GET_ONE
+NONE_SENT = (
+    "This MCP endpoint needs an agent's bearer token, and none was sent: sign in with OAuth, or " + HOW_TO_GET_ONE
+)
 REFUSED = (
     "The bearer token was refused (unknown, revoked or expired, or its agent is inactive): sign in with OAuth "
     "again, or " + HOW_TO_GET_ONE

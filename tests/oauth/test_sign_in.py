@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+import httpx2
 import pytest
 from django.contrib.auth.models import User
 from oauth2_provider.models import Application
@@ -13,6 +14,8 @@ from oauth2_provider.models import Application
 from rewind.agents import agent_create
 from rewind.audit import Actor
 from rewind.models import AgentGrant, AuditEvent
+from rewind.oauth.services import agent_grant_revoke
+from tests.helpers import post
 from tests.oauth.support import CALLBACK, OAuthHost, consent
 
 pytestmark = [
@@ -53,3 +56,73 @@ def test_a_host_with_only_the_url_signs_in_and_finds_a_vm_as_the_chosen_agent(
     called = AuditEvent.objects.get(action="mcp.tool.called")
     assert (called.actor_type, called.actor) == ("agent", "alice-bot")
     assert AuditEvent.objects.filter(action="oauth.grant.created", actor="alice").exists()
+
+
+def test_a_read_only_grant_finds_but_cannot_guard_refreshes_with_rotation_and_ends_when_revoked(
+    mcp_server: Any, mcp_sites: Any, page: Any
+) -> None:
+    alice = _person()
+    host = OAuthHost(mcp_server.mcp_url, client_name="Read-only host")
+
+    async def work(client: Any) -> Any:
+        found = await client.call_tool("zerto_find_protection", {"vm": "web01"})
+        return found, {t.name for t in (await client.list_tools()).tools}
+
+    run = host.start(work)
+    consent(
+        page,
+        host,
+        new_agent="alice-reader",
+        untick=("rewind:guard", "rewind:recover", "rewind:sessions", "rewind:catalog"),
+        credentials=("alice", PASSWORD),
+    )
+    found, names = run.wait()
+    assert not found.is_error
+    assert "zerto_guard_before_mutate" not in names and "zerto_find_protection" in names
+    grant = AgentGrant.objects.get()
+    assert (grant.agent.name, grant.agent.owner, grant.scope) == ("alice-reader", alice, "rewind:read")
+    token = host.storage.tokens.access_token
+
+    guard = _call("zerto_guard_before_mutate", {"tool": "ssh/exec", "arguments": {"host": "web01"}})
+    refused = post(mcp_server.mcp_url, guard, token)
+    assert refused.status_code == 403
+    assert 'scope="rewind:guard"' in refused.headers["www-authenticate"]
+
+    # Refresh tokens rotate: the new pair works, the old refresh token is refused (and ends its family).
+    old_refresh = host.storage.tokens.refresh_token
+    fresh = _token_request(
+        mcp_server.url, grant_type="refresh_token", refresh_token=old_refresh, client_id=_client(grant)
+    )
+    assert fresh.status_code == 200, fresh.text
+    assert fresh.json()["refresh_token"] != old_refresh
+    assert fresh.json()["scope"] == "rewind:read"
+    assert (
+        post(
+            mcp_server.mcp_url, _call("zerto_find_protection", {"vm": "web01"}), fresh.json()["access_token"]
+        ).status_code
+        == 200
+    )
+    reused = _token_request(
+        mcp_server.url, grant_type="refresh_token", refresh_token=old_refresh, client_id=_client(grant)
+    )
+    assert (reused.status_code, reused.json()["error"]) == (400, "invalid_grant")
+
+    # Revoking the grant ends its tokens at once, in every worker (they are not cached).
+    assert agent_grant_revoke(actor=Actor.user("root"), grant=grant)
+    for _ in range(4):  # uvicorn runs two workers: each refuses it
+        gone = post(mcp_server.mcp_url, _call("zerto_find_protection", {"vm": "web01"}), token)
+        assert gone.status_code == 401
+        assert 'error="invalid_token"' in gone.headers["www-authenticate"]
+    assert AuditEvent.objects.filter(action="oauth.grant.revoked", actor="root").exists()
+
+
+def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": name, "arguments": arguments}}
+
+
+def _client(grant: AgentGrant) -> str:
+    return str(grant.application.client_id)
+
+
+def _token_request(base: str, **form: str) -> httpx2.Response:
+    return httpx2.post(f"{base}/oauth/token/", data=form, timeout=30)
