@@ -78,7 +78,8 @@ def test_a_read_only_grant_finds_but_cannot_guard_refreshes_with_rotation_and_en
     )
     found, names = run.wait()
     assert not found.is_error
-    assert "zerto_guard_before_mutate" not in names and "zerto_find_protection" in names
+    assert "zerto_guard_before_mutate" not in names
+    assert "zerto_find_protection" in names
     grant = AgentGrant.objects.get()
     assert (grant.agent.name, grant.agent.owner, grant.scope) == ("alice-reader", alice, "rewind:read")
     token = host.storage.tokens.access_token
