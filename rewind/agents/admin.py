@@ -19,6 +19,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
 
 from rewind.admin_base import actor_for
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
+from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get
 from rewind.agents.services import (
@@ -72,13 +74,27 @@ class ConnectForm(forms.Form):
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "is_active", "description", "created_at"]
+    list_display = ["name", "owner", "is_active", "vm_limit", "description", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "description", "owner__username"]
-    fields = ["name", "owner", "is_active", "description"]
+    fieldsets = [
+        (None, {"fields": ["name", "owner", "is_active", "description"]}),
+        (
+            "VM limit",
+            {
+                "fields": list(LIMIT_FIELDS),
+                "description": "The VMs this agent (every token and OAuth grant of it) may guard, recover from and "
+                "reach through the gateway. Each kind you fill in narrows it; empty: every VM.",
+            },
+        ),
+    ]
     inlines = [AgentTokenInline]
     actions = ["issue_token"]
     change_form_template = "admin/rewind/agent/change_form.html"
+
+    @admin.display(description="VM limit")
+    def vm_limit(self, obj: Agent) -> str:
+        return VmLimit.of(obj).describe()
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         return ["name"] if obj is not None else []  # checkpoint tags already carry the name
@@ -92,13 +108,17 @@ class AgentAdmin(admin.ModelAdmin):
                 owner=data["owner"],
                 is_active=data["is_active"],
                 description=data["description"],
+                **{f: data[f] for f in LIMIT_FIELDS},
             )
         else:
             agent = agent_create(
                 actor=actor_for(request), name=data["name"], owner=data["owner"], description=data["description"]
             )
+            later = {f: data[f] for f in LIMIT_FIELDS if data[f]}
             if not data["is_active"]:
-                agent = agent_update(actor=actor_for(request), agent=agent, is_active=False)
+                later["is_active"] = False
+            if later:
+                agent = agent_update(actor=actor_for(request), agent=agent, **later)
         obj.pk = agent.pk
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from django.urls import reverse
 from django.utils import timezone
 
+from rewind.agents.limits import CLAIM, VmLimit
 from rewind.agents.selectors import agent_token_active
 from rewind.agents.services import LAST_USED_PRECISION, TOKEN_PREFIX, agent_token_touch, hash_token
 from rewind.mcp import scopes
@@ -38,7 +39,7 @@ class AgentTokenStore:
             client_id=row.agent.name,
             subject=str(row.agent_id),
             expires_at=row.expires_at,
-            claims={"agent_id": row.agent_id, "token_prefix": row.prefix},
+            claims={"agent_id": row.agent_id, "token_prefix": row.prefix, CLAIM: VmLimit.of(row.agent).as_claim()},
             scopes=scopes.parse(row.scope),
         )
 

@@ -22,6 +22,18 @@ class Agent(models.Model):
     )
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=255, blank=True)
+    # The VMs it may act on (rewind.agents.limits): one entry a line; empty does not limit.
+    limit_vm_names = models.TextField(
+        "limit to VM names", blank=True, help_text="Shell-style patterns, one a line (web*, db-0?); any case."
+    )
+    limit_vpgs = models.TextField(
+        "limit to VPGs", blank=True, help_text="VPG names, one a line: every VPG of the VM must be one of them."
+    )
+    limit_sites = models.TextField(
+        "limit to sites",
+        blank=True,
+        help_text="Site names as the ZVM shows them, one a line: the VM's protected site must be one of them.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

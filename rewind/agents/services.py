@@ -19,6 +19,8 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
+from rewind.agents.limits import VmLimit, lines
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
@@ -71,22 +73,41 @@ def agent_create(
     return agent
 
 
-_AGENT_FIELDS = ("owner", "is_active", "description")
+_LIMIT_FIELDS = LIMIT_FIELDS
+_AGENT_FIELDS = ("owner", "is_active", "description", *_LIMIT_FIELDS)
 
 
 def _agent_snapshot(agent: Agent) -> dict[str, object]:
-    return {"owner": agent.owner.get_username(), "is_active": agent.is_active, "description": agent.description}
+    return {
+        "owner": agent.owner.get_username(),
+        "is_active": agent.is_active,
+        "description": agent.description,
+        "vm_limit": VmLimit.of(agent).as_claim(),
+    }
+
+
+def _clean_limit(field: str, value: object) -> str:
+    entries = lines(str(value or ""))
+    for entry in entries:
+        if len(entry) > 255 or any(c in entry for c in "\x00\r"):
+            raise ApplicationError(f"{field}: {entry[:40]!r} is not a name or pattern")
+    return "\n".join(entries)
 
 
 @transaction.atomic
 def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, **fields: object) -> Agent:
-    """Change an agent's owner, active flag or description (its name is fixed: tags carry it).
+    """Change an agent's owner, active flag, description or VM limit (its name is fixed: tags carry it).
 
-    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds.
+    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds. A VM limit applies to guards,
+    recoveries and gateway calls at once, and to look-ups within MCP_TOKEN_CACHE_S (they read it from
+    the token's cached verification).
     """
     unknown = set(fields) - set(_AGENT_FIELDS)
     if unknown:
         raise ApplicationError(f"cannot change {', '.join(sorted(unknown))} of an agent")
+    for field in _LIMIT_FIELDS:
+        if field in fields:
+            fields[field] = _clean_limit(field, fields[field])
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
     before = _agent_snapshot(agent)
     for key, value in fields.items():

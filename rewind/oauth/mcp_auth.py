@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 
+from rewind.agents.limits import CLAIM, VmLimit
 from rewind.agents.services import TOKEN_PREFIX
 from rewind.mcp import scopes
 from rewind.mcp.auth import TokenGrant
@@ -40,7 +41,7 @@ class OAuthTokenStore:
             client_id=grant.agent.name,
             subject=str(grant.agent_id),
             expires_at=token.expires,
-            claims={"agent_id": grant.agent_id, "oauth_grant": grant.pk},
+            claims={"agent_id": grant.agent_id, "oauth_grant": grant.pk, CLAIM: VmLimit.of(grant.agent).as_claim()},
             # The person granted these; a token narrowed to fewer at the token endpoint holds fewer.
             scopes=tuple(s for s in scopes.parse(token.scope) if s in grant.scope.split()),
             # Never None for a token of ours (every one is bound); "" cannot match any request.
