@@ -4,25 +4,36 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0019_oauth_grants_and_token_scopes'),
+        ("rewind", "0019_oauth_grants_and_token_scopes"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='agent',
-            name='limit_sites',
-            field=models.TextField(blank=True, help_text="Site names as the ZVM shows them, one a line: the VM's protected site must be one of them.", verbose_name='limit to sites'),
+            model_name="agent",
+            name="limit_sites",
+            field=models.TextField(
+                blank=True,
+                help_text="Site names as the ZVM shows them, one a line: the VM's protected site must be one of them.",
+                verbose_name="limit to sites",
+            ),
         ),
         migrations.AddField(
-            model_name='agent',
-            name='limit_vm_names',
-            field=models.TextField(blank=True, help_text='Shell-style patterns, one a line (web*, db-0?); any case.', verbose_name='limit to VM names'),
+            model_name="agent",
+            name="limit_vm_names",
+            field=models.TextField(
+                blank=True,
+                help_text="Shell-style patterns, one a line (web*, db-0?); any case.",
+                verbose_name="limit to VM names",
+            ),
         ),
         migrations.AddField(
-            model_name='agent',
-            name='limit_vpgs',
-            field=models.TextField(blank=True, help_text='VPG names, one a line: every VPG of the VM must be one of them.', verbose_name='limit to VPGs'),
+            model_name="agent",
+            name="limit_vpgs",
+            field=models.TextField(
+                blank=True,
+                help_text="VPG names, one a line: every VPG of the VM must be one of them.",
+                verbose_name="limit to VPGs",
+            ),
         ),
     ]

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
+from recoveries.models import RecoveryRequest
 from rewind.agents import agent_update
 from rewind.audit import Actor
 from rewind.models import AuditEvent, ChangeGuard
-from recoveries.models import RecoveryRequest
 from tests.helpers import call_tool, calls, tool_text
 from tests.mcpfixtures import make_agent_token
 
