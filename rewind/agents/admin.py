@@ -31,7 +31,8 @@ from rewind.agents.services import (
     expiry_in_days,
 )
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.mcp.clientconfig import CLIENT_TITLES, client_config
+from rewind.mcp import scopes
+from rewind.mcp.clientconfig import CLIENT_TITLES, OAUTH_ONLY, client_config
 from rewind.mcp.endpoint import mcp_public_url
 
 # What the REST API asks of whoever issues a token; the page and the action ask the same.
@@ -63,6 +64,12 @@ class ConnectForm(forms.Form):
         widget=forms.RadioSelect,
         help_text="The MCP client the agent runs in; the configuration is in the form it accepts as is.",
     )
+    oauth = forms.BooleanField(
+        label="No token: the client signs in with OAuth",
+        required=False,
+        help_text="The client gets only the URL; when it connects, a person signs in and picks the agent. "
+        "The connectors of claude.ai and ChatGPT work only this way.",
+    )
     expires_days = forms.IntegerField(
         label="Token expires after (days)",
         required=False,
@@ -70,6 +77,22 @@ class ConnectForm(forms.Form):
         max_value=3650,
         help_text="Leave empty for a token that does not expire.",
     )
+    granted = forms.MultipleChoiceField(
+        label="The token may",
+        required=False,
+        choices=[(s, f"{s}: {d}") for s, d in scopes.DESCRIPTIONS.items()],
+        initial=list(scopes.ALL),
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    def wants_token(self) -> bool:
+        return not (self.cleaned_data["oauth"] or self.cleaned_data["client"] in OAUTH_ONLY)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("client") and not (data.get("oauth") or data["client"] in OAUTH_ONLY) and not data.get("granted"):
+            self.add_error("granted", "Tick at least one thing the token may do.")
+        return data
 
 
 @admin.register(Agent)
@@ -148,6 +171,11 @@ class AgentAdmin(admin.ModelAdmin):
         if not form.is_valid():
             return self._connect_page(request, context, form, status=400)
         client = form.cleaned_data["client"]
+        url = mcp_public_url(opened_at=request.build_absolute_uri("/"))
+        context |= {"url": url, "url_from_setting": settings.REWIND_PUBLIC_URL_CONFIGURED, "issued": None}
+        if not form.wants_token():
+            context["config"] = client_config(client, url=url, token=None)
+            return TemplateResponse(request, "admin/rewind/agent/connect_done.html", context)
         try:
             # The service mcpconfig uses: an inactive agent is refused here as it is there.
             made = agent_token_issue_by_name(
@@ -155,17 +183,12 @@ class AgentAdmin(admin.ModelAdmin):
                 name=agent.name,
                 label=f"Connect an agent: {client}",
                 expires_at=expiry_in_days(form.cleaned_data["expires_days"]),
+                granted=tuple(form.cleaned_data["granted"]),
                 request_id=getattr(request, "id", None),
             )
         except ApplicationError as exc:
             return self._connect_page(request, context, form, status=409, error=exc.message)
-        url = mcp_public_url(opened_at=request.build_absolute_uri("/"))
-        context |= {
-            "config": client_config(client, url=url, token=made.issued.token),
-            "issued": made.issued.row,
-            "url": url,
-            "url_from_setting": settings.REWIND_PUBLIC_URL_CONFIGURED,
-        }
+        context |= {"config": client_config(client, url=url, token=made.issued.token), "issued": made.issued.row}
         response = TemplateResponse(request, "admin/rewind/agent/connect_done.html", context)
         add_never_cache_headers(response)  # the page holds the token: no cache, no back-button copy
         return response

@@ -15,7 +15,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stop_all
+from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stack_forget, stack_record, stop_all
 
 # A clean stop takes a few seconds (Celery's warm shutdown, uvicorn's workers): past this, a
 # demo's Ctrl-C should not keep anyone waiting for a task to end, so what is left is killed.
@@ -50,10 +50,11 @@ class Command(BaseCommand):
             self._start_services(options["port"], options["workers"])
             base = f"http://127.0.0.1:{options['port']}"
             self._wait_until_up("the web server", f"{base}/health/", verify=True)
+            stack_record(settings.VAR_DIR, os.environ.get("REWIND_PUBLIC_URL") or base)  # for mcpconfig and demo
             self.stdout.write(
                 "\nzerto-rewind is running:\n"
                 f"  admin         {base}/admin/\n"
-                f"  MCP endpoint  {base}/mcp   (token: python manage.py createagent NAME)\n"
+                f"  MCP endpoint  {base}/mcp   (sign in with OAuth, or: python manage.py mcpconfig NAME)\n"
                 f"  REST API      {base}/api/\n"
                 + ("" if options["no_sim"] else f"  ZVM simulator https://127.0.0.1:{options['sim_port']}/_sim/state\n")
                 + "Press Ctrl-C to stop everything.\n"
@@ -62,6 +63,7 @@ class Command(BaseCommand):
         except _Stop:
             pass
         finally:
+            stack_forget(settings.VAR_DIR)
             self._stop_all()
             # A Ctrl-C pressed again after everything stopped must not end this process with a
             # traceback on its way out: it is already leaving. Other signals as they were.
