@@ -11,7 +11,7 @@ from django.urls import path
 from oauth2_provider import views as dot
 
 from rewind.mcp.endpoint import PROTECTED_RESOURCE_METADATA_PATH
-from rewind.oauth.views import ConsentView, ProtectedResourceMetadataView
+from rewind.oauth.views import ConsentView, ProtectedResourceMetadataView, TokenView
 
 app_name = "oauth2_provider"
 
@@ -22,7 +22,7 @@ urlpatterns = [
     path(_resource_metadata, ProtectedResourceMetadataView.as_view(), name="oauth-resource-metadata"),
     path(f"{_resource_metadata}/<path:resource_path>", ProtectedResourceMetadataView.as_view()),
     path("oauth/authorize/", ConsentView.as_view(), name="authorize"),
-    path("oauth/token/", dot.TokenView.as_view(), name="token"),
+    path("oauth/token/", TokenView.as_view(), name="token"),
     path("oauth/revoke/", dot.RevokeTokenView.as_view(), name="revoke-token"),
     path("oauth/register/", dot.DynamicClientRegistrationView.as_view(), name="dcr-register"),
     path(

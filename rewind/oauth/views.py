@@ -13,6 +13,7 @@ from django import forms
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
+from oauth2_provider import views as dot
 from oauth2_provider.exceptions import OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
@@ -41,6 +42,18 @@ class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
 
     def get_scopes_supported(self) -> list[str]:
         return list(scopes.ALL)
+
+
+class TokenView(dot.TokenView):
+    """The toolkit's token endpoint; an error raised while the token is saved (``invalid_target``, from the
+    resource check) reaches the client as the JSON body RFC 6749 section 5.2 names, not as text/html."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        if response.status_code >= 400 and response.get("Content-Type", "").startswith("text/html"):
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
 
 
 class ConsentForm(AllowForm):
@@ -94,6 +107,14 @@ class ConsentForm(AllowForm):
         return data
 
 
+def _back_with(error: str, description: str, credentials: dict[str, Any]) -> OAuthToolkitError:
+    """An error the client is sent back with (its redirect URI was checked already)."""
+    return OAuthToolkitError(
+        error=CustomOAuth2Error(error=error, description=description, state=credentials.get("state")),
+        redirect_uri=credentials["redirect_uri"],
+    )
+
+
 class ConsentView(AuthorizationView):
     """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant."""
 
@@ -112,14 +133,13 @@ class ConsentView(AuthorizationView):
         ours = mcp_resource(request.build_absolute_uri("/"))
         for resource in request.GET.getlist("resource"):
             if not same_resource(resource, ours):
-                raise OAuthToolkitError(
-                    error=CustomOAuth2Error(
-                        error="invalid_target",
-                        description=f"this server issues tokens only for {ours}, not for {resource}",
-                        state=credentials.get("state"),
-                    ),
-                    redirect_uri=credentials["redirect_uri"],
+                raise _back_with(
+                    "invalid_target", f"this server issues tokens only for {ours}, not for {resource}", credentials
                 )
+        # RFC 7636 section 4.3: a challenge without a method is "plain", which this server refuses (before the
+        # person is asked anything, not after).
+        if credentials.get("code_challenge_method", "plain") != "S256":
+            raise _back_with("invalid_request", 'code_challenge_method must be "S256"', credentials)
         return requested_scopes, credentials
 
     def _requested(self) -> list[str]:

@@ -10,12 +10,16 @@ page, catches the redirect to the host's loopback callback, and hands the code b
 from __future__ import annotations
 
 import asyncio
+import base64
+import hashlib
+import json
 import queue
+import secrets
 import threading
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import httpx2
 
@@ -168,3 +172,77 @@ def consent(
     page.wait_for_function("() => document.body.innerText.includes('close this window')")
     assert caught, "the consent page did not send the browser back to the host"
     return shown
+
+
+# --- The protocol by hand, in-process (Django's test client) ---------------------------------
+
+RESOURCE = "http://testserver/mcp"
+
+
+def pkce() -> tuple[str, str]:
+    """(verifier, S256 challenge)."""
+    verifier = secrets.token_urlsafe(48)
+    challenge = base64.urlsafe_b64encode(hashlib.sha256(verifier.encode()).digest()).decode().rstrip("=")
+    return verifier, challenge
+
+
+def register(browser: Any, redirect_uri: str = CALLBACK, name: str = "Hand-made host") -> str:
+    """Dynamic Client Registration (RFC 7591) of a public client; its client_id."""
+    resp = browser.post(
+        "/oauth/register/",
+        data=json.dumps(
+            {
+                "client_name": name,
+                "redirect_uris": [redirect_uri],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "response_types": ["code"],
+                "token_endpoint_auth_method": "none",
+            }
+        ),
+        content_type="application/json",
+    )
+    assert resp.status_code == 201, resp.content
+    return str(resp.json()["client_id"])
+
+
+def authorize_query(client_id: str, challenge: str | None, **extra: str) -> str:
+    params = {
+        "response_type": "code",
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "state": "st-1",
+        "scope": "rewind:read rewind:guard",
+        "resource": RESOURCE,
+        **({"code_challenge": challenge, "code_challenge_method": "S256"} if challenge else {}),
+        **extra,
+    }
+    return "/oauth/authorize/?" + urlencode({k: v for k, v in params.items() if v != ""})
+
+
+def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **extra: str) -> str:
+    """The consent form as the page posts it; the URL the browser is sent back to."""
+    form = {
+        "client_id": client_id,
+        "redirect_uri": CALLBACK,
+        "response_type": "code",
+        "state": "st-1",
+        "scope": "rewind:read rewind:guard",
+        "code_challenge": challenge,
+        "code_challenge_method": "S256",
+        "resource": RESOURCE,
+        "agent": str(agent_pk),
+        "granted": ["rewind:read", "rewind:guard"],
+        "allow": "Allow",
+        **extra,
+    }
+    resp = browser.post("/oauth/authorize/", form)
+    assert resp.status_code == 302, resp.content[:2000]
+    return str(resp["Location"])
+
+
+def query_of(url: str) -> dict[str, str]:
+    return {k: v[0] for k, v in parse_qs(urlsplit(url).query).items()}
+
+
+def token_request(browser: Any, **form: str) -> Any:
+    return browser.post("/oauth/token/", form)
