@@ -246,3 +246,83 @@ def query_of(url: str) -> dict[str, str]:
 
 def token_request(browser: Any, **form: str) -> Any:
     return browser.post("/oauth/token/", form)
+
+
+# --- A client's metadata document, served over HTTPS by the test -------------------------------
+
+
+@dataclass
+class Document:
+    body: bytes
+    delay_s: float = 0.0
+    content_type: str = "application/json"
+
+
+class DocumentServer:
+    """HTTPS on 127.0.0.1 (a certificate for localhost and 127.0.0.1 from a CA of its own) serving the
+    documents the test puts in ``documents`` by path; ``requests`` counts what was asked for."""
+
+    def __init__(self, cert_dir: Any) -> None:
+        import ssl
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        from zvmsim.tls import ensure_certs
+
+        self.certs = ensure_certs(cert_dir, ["localhost", "127.0.0.1"])
+        self.documents: dict[str, Document] = {}
+        self.requests: list[str] = []
+        self.stopping = threading.Event()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                server.requests.append(self.path)
+                doc = server.documents.get(self.path)
+                if doc is None:
+                    self.send_error(404)
+                    return
+                if doc.delay_s:
+                    server.stopping.wait(doc.delay_s)
+                self.send_response(200)
+                self.send_header("Content-Type", doc.content_type)
+                self.send_header("Content-Length", str(len(doc.body)))
+                self.end_headers()
+                try:
+                    self.wfile.write(doc.body)
+                except OSError:
+                    pass  # the fetcher gave up first
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(self.certs.cert, self.certs.key)
+        self.httpd.socket = context.wrap_socket(self.httpd.socket, server_side=True)
+        self.port = int(self.httpd.server_address[1])
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+
+    def url(self, path: str, host: str = "localhost") -> str:
+        return f"https://{host}:{self.port}{path}"
+
+    def client_document(self, path: str, name: str = "Metadata-document host", **extra: Any) -> str:
+        """Serve a client's metadata document at ``path``; its client_id (the URL)."""
+        client_id = self.url(path)
+        doc = {
+            "client_id": client_id,
+            "client_name": name,
+            "redirect_uris": [CALLBACK],
+            "grant_types": ["authorization_code", "refresh_token"],
+            "response_types": ["code"],
+            "token_endpoint_auth_method": "none",
+            **extra,
+        }
+        self.documents[path] = Document(json.dumps(doc).encode())
+        return client_id
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
