@@ -131,7 +131,7 @@ def sign_in(page: Any, username: str, password: str) -> None:
 
 def consent(
     page: Any,
-    host: OAuthHost,
+    host: Any,  # OAuthHost or NodeOAuthHost
     *,
     agent: str | None = None,
     new_agent: str | None = None,
@@ -326,3 +326,44 @@ class DocumentServer:
         self.stopping.set()
         self.httpd.shutdown()
         self.httpd.server_close()
+
+
+class NodeOAuthHost:
+    """The TypeScript SDK's host (tests/mcp/node/oauth_client.mjs) behind the same queues as ``OAuthHost``:
+    the authorization URL it prints goes to ``authorize_urls``; the URL the browser came back to, to its stdin."""
+
+    def __init__(self, node_dir: Any, mcp_url: str, vm: str, client_metadata_url: str | None = None) -> None:
+        import subprocess
+
+        self.authorize_urls: queue.Queue[str] = queue.Queue()
+        self.callbacks: queue.Queue[str] = queue.Queue()
+        self.lines: queue.Queue[dict[str, Any]] = queue.Queue()
+        argv = ["node", "oauth_client.mjs", mcp_url, vm, *([client_metadata_url] if client_metadata_url else [])]
+        self.proc = subprocess.Popen(
+            argv, cwd=node_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        threading.Thread(target=self._read, daemon=True).start()
+        threading.Thread(target=self._write, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            message = json.loads(line)
+            if "authorize" in message:
+                self.authorize_urls.put(message["authorize"])
+            else:
+                self.lines.put(message)
+
+    def _write(self) -> None:
+        assert self.proc.stdin is not None
+        url = self.callbacks.get()
+        self.proc.stdin.write(url + "\n")
+        self.proc.stdin.flush()
+
+    def result(self, timeout: float = 120.0) -> dict[str, Any]:
+        try:
+            out = self.lines.get(timeout=timeout)
+        finally:
+            self.proc.wait(timeout=30)
+        assert "error" not in out, f"{out['error']}\n{self.proc.stderr.read() if self.proc.stderr else ''}"
+        return out

@@ -16,7 +16,7 @@ from rewind.audit import Actor
 from rewind.models import AgentGrant, AuditEvent
 from rewind.oauth.services import agent_grant_revoke
 from tests.helpers import post
-from tests.oauth.support import CALLBACK, OAuthHost, consent
+from tests.oauth.support import CALLBACK, NodeOAuthHost, OAuthHost, consent
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -127,3 +127,52 @@ def _client(grant: AgentGrant) -> str:
 
 def _token_request(base: str, **form: str) -> httpx2.Response:
     return httpx2.post(f"{base}/oauth/token/", data=form, timeout=30)
+
+
+def test_the_typescript_sdk_signs_in_by_dynamic_registration_and_finds_a_vm(
+    mcp_server: Any, mcp_sites: Any, page: Any, node_mcp_client: Any
+) -> None:
+    alice = _person()
+    agent_create(actor=Actor.system("tests"), name="ts-bot", owner=alice)
+    host = NodeOAuthHost(node_mcp_client, mcp_server.mcp_url, "web01")
+    shown = consent(page, host, agent="ts-bot", credentials=("alice", PASSWORD))
+    out = host.result()
+    assert shown["client"] == "TypeScript host"
+    assert out["structuredContent"]["vm_name"] == "web01"
+    assert "zerto_guard_before_mutate" in out["tools"]
+    grant = AgentGrant.objects.get()
+    assert grant.agent.name == "ts-bot"
+    assert grant.application.client_id == out["clientId"]
+    assert grant.application.registration_source == Application.RegistrationSource.DCR
+
+
+def test_both_sdks_sign_in_by_metadata_document_and_find_a_vm(
+    cimd_mcp_server: Any, cimd_documents: Any, mcp_sites: Any, page: Any, node_mcp_client: Any
+) -> None:
+    alice = _person()
+    agent_create(actor=Actor.system("tests"), name="doc-bot", owner=alice)
+    py_id = cimd_documents.client_document("/python-host.json", name="Python host by document")
+    host = OAuthHost(cimd_mcp_server.mcp_url, client_metadata_url=py_id)
+
+    async def work(client: Any) -> Any:
+        return await client.call_tool("zerto_find_protection", {"vm": "web01"})
+
+    run = host.start(work)
+    shown = consent(page, host, agent="doc-bot", credentials=("alice", PASSWORD))
+    found = run.wait()
+    assert shown["client"] == "Python host by document"
+    assert found.structured_content["vm_name"] == "web01"
+
+    ts_id = cimd_documents.client_document("/ts-host.json", name="TypeScript host by document")
+    node = NodeOAuthHost(node_mcp_client, cimd_mcp_server.mcp_url, "web01", client_metadata_url=ts_id)
+    shown = consent(page, node, agent="doc-bot")  # signed in already
+    out = node.result()
+    assert shown["client"] == "TypeScript host by document"
+    assert out["clientId"] == ts_id
+    assert out["structuredContent"]["vm_name"] == "web01"
+
+    for client_id in (py_id, ts_id):
+        grant = AgentGrant.objects.get(application__client_id=client_id)
+        assert grant.agent.name == "doc-bot"
+        assert grant.application.registration_source == Application.RegistrationSource.CIMD
+    assert set(cimd_documents.requests) >= {"/python-host.json", "/ts-host.json"}
