@@ -260,6 +260,15 @@ class InlineTasks:
         with self._lock:
             return [m.name for m in sorted(self._queue)]
 
+    def lose(self, name: str) -> int:
+        """Drop every queued message of task ``name``, as a broker that lost them would; how many."""
+        with self._lock:
+            kept = [m for m in self._queue if m.name != name]
+            lost = len(self._queue) - len(kept)
+            self._queue = kept
+            heapq.heapify(self._queue)
+        return lost
+
     def run_due(self) -> int:
         """Run every message whose time has come (including those the runs queue for now); how many ran."""
         ran = 0

@@ -33,6 +33,7 @@ PROCESS_FIXTURES = frozenset(
         "guestshell_http_server",
         "guestshell_stdio_command",
         "short_ttl_sim",
+        "production_stack",
     }
 )
 BROWSER_FIXTURES = frozenset({"browser"})

@@ -6,7 +6,7 @@ from rewind.mcp.models import McpRateCount
 from rewind.notifications.models import NotificationDelivery
 from rewind.oauth.models import AgentGrant
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
-from rewind.workers.models import WorkerHeartbeat
+from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 
 __all__ = [
     "Agent",
@@ -14,6 +14,7 @@ __all__ = [
     "AgentToken",
     "AuditChainHead",
     "AuditEvent",
+    "BrokerOutage",
     "ChangeGuard",
     "ChangeGuardVpg",
     "GatewayCall",
