@@ -367,3 +367,44 @@ class NodeOAuthHost:
             self.proc.wait(timeout=30)
         assert "error" not in out, f"{out['error']}\n{self.proc.stderr.read() if self.proc.stderr else ''}"
         return out
+
+
+def oauth_token(
+    person: Any, agent: Any, *, scope: str = "rewind:read rewind:guard", resource: str, expires_in_s: int = 3600
+) -> str:
+    """An access token as a consent and a token exchange leave it: a public client, its grant, the token
+    (stored as its SHA-256), bound to ``resource``. For tests about the token, not the flow."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+    from oauth2_provider.models import AccessToken, Application, set_token_value
+
+    from rewind.audit import Actor
+    from rewind.oauth.services import agent_grant_create
+
+    app = Application.objects.create(
+        name="Minted host",
+        client_type=Application.CLIENT_PUBLIC,
+        authorization_grant_type=Application.GRANT_AUTHORIZATION_CODE,
+        redirect_uris=CALLBACK,
+        client_id=f"minted-{secrets.token_hex(6)}",
+    )
+    agent_grant_create(
+        actor=Actor.user(person.get_username()),
+        user=person,
+        application=app,
+        agent=agent,
+        granted=tuple(scope.split()),
+        redirect_uri=CALLBACK,
+    )
+    raw = secrets.token_urlsafe(30)
+    token = AccessToken(
+        user=person,
+        application=app,
+        expires=timezone.now() + timedelta(seconds=expires_in_s),
+        scope=scope,
+        resource=[resource],
+    )
+    set_token_value(token, raw)
+    token.save()
+    return raw
