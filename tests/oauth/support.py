@@ -408,3 +408,64 @@ def oauth_token(
     set_token_value(token, raw)
     token.save()
     return raw
+
+
+class ReverseProxy:
+    """An HTTP reverse proxy on 127.0.0.1 that forwards to ``upstream`` with Host set to the upstream's address,
+    as nginx does by default (``proxy_set_header Host $proxy_host``): the service never sees the public Host."""
+
+    def __init__(self, upstream_port: int, listen_port: int = 0) -> None:
+        import http.client
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.seen_hosts: list[str] = []
+        proxy = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                headers["Host"] = f"127.0.0.1:{upstream_port}"
+                proxy.seen_hosts.append(headers["Host"])
+                conn = http.client.HTTPConnection("127.0.0.1", upstream_port, timeout=60)
+                try:
+                    conn.request(self.command, self.path, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                finally:
+                    conn.close()
+                self.send_response(resp.status, resp.reason)
+                for key, value in resp.getheaders():
+                    if key.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(key, value)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            do_GET = do_POST = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", listen_port), Handler)
+        self.httpd.daemon_threads = True
+        self.port = int(self.httpd.server_address[1])
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@dataclass
+class ProxiedServer:
+    upstream: Any  # tests.mcpfixtures.UvicornServer
+    proxy: ReverseProxy
+    public_url: str
+
+    @property
+    def mcp_url(self) -> str:
+        return f"{self.public_url}/mcp"

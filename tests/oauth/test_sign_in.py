@@ -13,10 +13,10 @@ from oauth2_provider.models import Application
 
 from rewind.agents import agent_create
 from rewind.audit import Actor
-from rewind.models import AgentGrant, AuditEvent
+from rewind.models import Agent, AgentGrant, AuditEvent
 from rewind.oauth.services import agent_grant_revoke
 from tests.helpers import post
-from tests.oauth.support import CALLBACK, NodeOAuthHost, OAuthHost, consent
+from tests.oauth.support import CALLBACK, NodeOAuthHost, OAuthHost, consent, oauth_token
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -176,3 +176,32 @@ def test_both_sdks_sign_in_by_metadata_document_and_find_a_vm(
         assert grant.agent.name == "doc-bot"
         assert grant.application.registration_source == Application.RegistrationSource.CIMD
     assert set(cimd_documents.requests) >= {"/python-host.json", "/ts-host.json"}
+
+
+def test_behind_a_reverse_proxy_the_audience_is_the_public_address_not_the_host_the_service_sees(
+    proxied_mcp_server: Any, mcp_sites: Any, page: Any
+) -> None:
+    """The known pitfall: the proxy forwards Host 127.0.0.1:<upstream>, the client addresses localhost:<proxy>."""
+    server = proxied_mcp_server
+    alice = _person()
+    agent_create(actor=Actor.system("tests"), name="proxied-bot", owner=alice)
+    metadata = httpx2.get(f"{server.public_url}/.well-known/oauth-protected-resource/mcp", timeout=10).json()
+    assert metadata["resource"] == server.mcp_url
+    assert metadata["authorization_servers"] == [server.public_url]
+    host = OAuthHost(server.mcp_url, client_name="Proxied host")
+
+    async def work(client: Any) -> Any:
+        return await client.call_tool("zerto_find_protection", {"vm": "web01"})
+
+    run = host.start(work)
+    consent(page, host, agent="proxied-bot", credentials=("alice", PASSWORD))
+    found = run.wait()
+    assert found.structured_content["vm_name"] == "web01"
+    assert set(server.proxy.seen_hosts) == {f"127.0.0.1:{server.upstream.port}"}
+    from oauth2_provider.models import AccessToken
+
+    assert AccessToken.objects.exclude(scope="oauth2_provider:registration").get().resource == [server.mcp_url]
+    # A token bound to the address the service sees behind the proxy is for another resource.
+    inside = oauth_token(alice, Agent.objects.get(name="proxied-bot"), resource=server.upstream.mcp_url)
+    refused = post(server.mcp_url, _call("zerto_find_protection", {"vm": "web01"}), inside)
+    assert refused.status_code == 401
