@@ -248,6 +248,19 @@ def token_request(browser: Any, **form: str) -> Any:
     return browser.post("/oauth/token/", form)
 
 
+def exchange(browser: Any, client_id: str, code: str, verifier: str | None, **form: str) -> Any:
+    """The token request for ``code`` (RFC 6749 4.1.3 with PKCE); ``form`` adds or overrides fields."""
+    fields = {
+        "grant_type": "authorization_code",
+        "code": code,
+        "redirect_uri": CALLBACK,
+        "client_id": client_id,
+        **({"code_verifier": verifier} if verifier is not None else {}),
+        **form,
+    }
+    return token_request(browser, **fields)
+
+
 # --- A client's metadata document, served over HTTPS by the test -------------------------------
 
 

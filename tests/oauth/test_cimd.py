@@ -25,11 +25,11 @@ from rewind.audit import Actor
 from rewind.models import Agent
 from rewind.oauth.cimd import MetadataFetcher, address_allowed
 from tests.oauth.support import (
-    CALLBACK,
     Document,
     DocumentServer,
     authorize_query,
     consent_post,
+    exchange,
     pkce,
     query_of,
     token_request,
@@ -117,15 +117,7 @@ def test_a_metadata_document_client_is_registered_on_first_sight_and_gets_tokens
     assert app.registration_source == Application.RegistrationSource.CIMD
     back = consent_post(signed_in, client_id, challenge, Agent.objects.get(name="alice-bot").pk)
     code = query_of(back)["code"]
-    resp = token_request(
-        signed_in,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=CALLBACK,
-        client_id=client_id,
-        code_verifier=verifier,
-        resource="http://testserver/mcp",
-    )
+    resp = exchange(signed_in, client_id, code, verifier, resource="http://testserver/mcp")
     assert resp.status_code == 200, resp.content
     refreshed = token_request(
         signed_in, grant_type="refresh_token", refresh_token=resp.json()["refresh_token"], client_id=client_id

@@ -15,10 +15,10 @@ from tests.oauth.support import (
     CALLBACK,
     authorize_query,
     consent_post,
+    exchange,
     pkce,
     query_of,
     register,
-    token_request,
 )
 
 
@@ -67,15 +67,7 @@ def test_code_pkce_and_token_a_full_exchange_binds_the_token_to_mcp(signed_in: C
     client_id = register(signed_in)
     verifier, challenge = pkce()
     code = _code(signed_in, client_id, challenge, agent)
-    resp = token_request(
-        signed_in,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=CALLBACK,
-        client_id=client_id,
-        code_verifier=verifier,
-        resource="http://testserver/mcp",
-    )
+    resp = exchange(signed_in, client_id, code, verifier, resource="http://testserver/mcp")
     assert resp.status_code == 200, resp.content
     body = resp.json()
     assert body["token_type"] == "Bearer"
@@ -94,9 +86,8 @@ def test_a_reused_code_is_invalid_grant(signed_in: Client, agent: Agent) -> None
     client_id = register(signed_in)
     verifier, challenge = pkce()
     code = _code(signed_in, client_id, challenge, agent)
-    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": CALLBACK, "client_id": client_id}
-    assert token_request(signed_in, **form, code_verifier=verifier).status_code == 200
-    again = token_request(signed_in, **form, code_verifier=verifier)
+    assert exchange(signed_in, client_id, code, verifier).status_code == 200
+    again = exchange(signed_in, client_id, code, verifier)
     assert (again.status_code, again.json()["error"]) == (400, "invalid_grant")
 
 
@@ -111,8 +102,7 @@ def test_a_missing_or_wrong_pkce_verifier_is_refused(
     client_id = register(signed_in)
     _right, challenge = pkce()
     code = _code(signed_in, client_id, challenge, agent)
-    form = {"grant_type": "authorization_code", "code": code, "redirect_uri": CALLBACK, "client_id": client_id}
-    resp = token_request(signed_in, **form, **({"code_verifier": verifier} if verifier else {}))
+    resp = exchange(signed_in, client_id, code, verifier)
     assert (resp.status_code, resp.json()["error"]) == (400, error)
 
 
@@ -120,14 +110,7 @@ def test_a_token_request_with_another_redirect_uri_is_invalid_grant(signed_in: C
     client_id = register(signed_in)
     verifier, challenge = pkce()
     code = _code(signed_in, client_id, challenge, agent)
-    resp = token_request(
-        signed_in,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri="http://127.0.0.1:33418/elsewhere",
-        client_id=client_id,
-        code_verifier=verifier,
-    )
+    resp = exchange(signed_in, client_id, code, verifier, redirect_uri="http://127.0.0.1:33418/elsewhere")
     assert resp.status_code == 400
     assert resp.json()["error"] in ("invalid_grant", "invalid_request")
 
@@ -175,15 +158,7 @@ def test_a_token_request_for_another_resource_is_invalid_target(signed_in: Clien
     client_id = register(signed_in)
     verifier, challenge = pkce()
     code = _code(signed_in, client_id, challenge, agent)
-    resp = token_request(
-        signed_in,
-        grant_type="authorization_code",
-        code=code,
-        redirect_uri=CALLBACK,
-        client_id=client_id,
-        code_verifier=verifier,
-        resource="https://other.example/mcp",
-    )
+    resp = exchange(signed_in, client_id, code, verifier, resource="https://other.example/mcp")
     assert (resp.status_code, resp.json()["error"]) == (400, "invalid_target")
 
 
