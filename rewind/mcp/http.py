@@ -122,6 +122,27 @@ async def _send_error(
     await send({"type": "http.response.body", "body": body})
 
 
+_ALL_SCOPES = frozenset(scopes.ALL)
+
+
+def _called_tool(scope: Scope, body: bytes) -> str | None:
+    """The tool a tools/call names: its Mcp-Name header at 2026-07-28 (the SDK refuses a body that says
+    otherwise), else the body's ``params.name``; None for another method or a body the SDK will refuse."""
+    if _header(scope, b"mcp-method") == "tools/call":
+        return _header(scope, b"mcp-name")
+    if b"tools/call" not in body:  # cheap: most other bodies are never parsed here
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
 class McpHttpGuard:
     def __init__(
         self,
@@ -185,17 +206,10 @@ class McpHttpGuard:
         return None
 
     async def _outside_scopes(self, access: AccessToken, body: bytes, scope: Scope, send: Send) -> bool:
-        if b"tools/call" not in body:  # cheap: most bodies are never parsed here
-            return False
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return False  # the SDK answers a malformed body
-        if not isinstance(message, dict) or message.get("method") != "tools/call":
-            return False
-        params = message.get("params")
-        name = params.get("name") if isinstance(params, dict) else None
-        needed = await self.required_scope(name) if isinstance(name, str) else None
+        if set(access.scopes) >= _ALL_SCOPES:
+            return False  # the usual pasted token: nothing to look at
+        name = _called_tool(scope, body)
+        needed = await self.required_scope(name) if name is not None else None
         if needed is None or needed in access.scopes:
             return False  # allowed, or no such tool: the SDK says so
         error = scopes.InsufficientScopeError(needed, f"tool {excerpt(name or '')}")

@@ -74,3 +74,17 @@ def test_tokens_from_before_scopes_keep_every_scope(mcp_server: Any, mcp_sites: 
     _agent, token = make_agent_token()
     assert AgentToken.objects.get().scope == " ".join(scopes.ALL)  # what the migration gives existing rows
     assert READ_TOOLS | {"zerto_guard_before_mutate", "zerto_recover_file"} <= _names(mcp_client, token)
+
+
+def test_at_2026_07_28_the_tool_is_read_from_the_mcp_name_header(mcp_server: Any, transactional_db: None) -> None:
+    _agent, token = make_agent_token(granted=(scopes.READ,))
+    headers = {"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call"}
+    body = _call("zerto_guard_before_mutate", {"tool": "ssh/exec", "arguments": {}})
+    refused = post(mcp_server.mcp_url, body, token, **headers, **{"Mcp-Name": "zerto_guard_before_mutate"})
+    assert refused.status_code == 403
+    assert 'scope="rewind:guard"' in refused.headers["www-authenticate"]
+    # A header that names another tool than the body does is the SDK's to refuse; nothing runs either way.
+    lying = post(mcp_server.mcp_url, body, token, **headers, **{"Mcp-Name": "zerto_find_protection"})
+    assert lying.status_code == 400, lying.text
+    assert "error" in rpc_result(lying)
+    assert not ChangeGuard.objects.exists()
