@@ -8,17 +8,18 @@ client acts as. The page has no script, so it works under a Content Security Pol
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 from django import forms
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from oauth2_provider import views as dot
-from oauth2_provider.exceptions import OAuthToolkitError
+from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
 from oauth2_provider.models import Application
 from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
-from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
 from rewind.admin_base import actor_for
 from rewind.agents.models import Agent
@@ -107,6 +108,12 @@ class ConsentForm(AllowForm):
         return data
 
 
+def _redirect_allowed(uri: str) -> bool:
+    """https anywhere; plain http only back to this machine (a native client's loopback listener, RFC 8252)."""
+    parts = urlsplit(uri)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("localhost", "127.0.0.1", "::1"))
+
+
 def _back_with(error: str, description: str, credentials: dict[str, Any]) -> OAuthToolkitError:
     """An error the client is sent back with (its redirect URI was checked already)."""
     return OAuthToolkitError(
@@ -130,6 +137,13 @@ class ConsentView(AuthorizationView):
     def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
         """django-oauth-toolkit's checks, and: a resource other than this service's /mcp is refused (RFC 8707)."""
         requested_scopes, credentials = super().validate_authorization_request(request)
+        if not _redirect_allowed(credentials["redirect_uri"]):
+            # Registered, but not where the MCP specification lets tokens go: shown here, never redirected to.
+            raise FatalClientError(
+                error=InvalidRequestError(
+                    description="the redirect URI must be https, or http on a loopback address (localhost)"
+                )
+            )
         ours = mcp_resource(request.build_absolute_uri("/"))
         for resource in request.GET.getlist("resource"):
             if not same_resource(resource, ours):

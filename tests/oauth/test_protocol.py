@@ -124,6 +124,15 @@ def test_an_unregistered_redirect_uri_is_never_redirected_to(signed_in: Client, 
     assert "Location" not in resp
 
 
+def test_a_plain_http_redirect_uri_off_this_machine_is_never_redirected_to(signed_in: Client, agent: Agent) -> None:
+    client_id = register(signed_in, redirect_uri="http://evil.example/cb")
+    _verifier, challenge = pkce()
+    resp = signed_in.get(authorize_query(client_id, challenge, redirect_uri="http://evil.example/cb"))
+    assert resp.status_code == 400
+    assert "invalid_request" in resp.content.decode()
+    assert "Location" not in resp
+
+
 def test_a_native_client_may_come_back_to_any_loopback_port(signed_in: Client, agent: Agent) -> None:
     client_id = register(signed_in, redirect_uri="http://127.0.0.1/callback")
     _verifier, challenge = pkce()
