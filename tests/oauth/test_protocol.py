@@ -220,3 +220,31 @@ def test_dynamic_client_registration_can_be_switched_off(signed_in: Client, sett
     resp = signed_in.post("/oauth/register/", data="{}", content_type="application/json")
     assert resp.status_code == 404
     assert "registration_endpoint" not in signed_in.get("/.well-known/oauth-authorization-server").json()
+
+
+def test_an_agent_made_at_consent_is_the_persons_who_still_may_not_approve_its_recoveries(
+    signed_in: Client, person: User
+) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from recoveries.models import RecoveryRequest
+    from recoveries.services import recovery_request_approve
+    from rewind.errors import PermissionDeniedError
+
+    client_id = register(signed_in)
+    _verifier, challenge = pkce()
+    back = consent_post(signed_in, client_id, challenge, 0, agent="", new_agent="alice-new")
+    assert "code" in query_of(back)
+    agent = Agent.objects.get(name="alice-new")
+    assert AgentGrant.objects.get().agent == agent
+    assert agent.owner == person
+    pending = RecoveryRequest.objects.create(
+        agent=agent, agent_name=agent.name, vm_identifier="vm-1", vm_name="web01", path="/etc/x",
+        normalized_path="/etc/x", os="linux", reason="r", checkpoint_identifier="cp",
+        checkpoint_source="latest_tagged", vpg_identifier="vpg", vpg_name="vpg", recovery_site_identifier="s",
+        expires_at=timezone.now() + timedelta(hours=1),
+    )  # fmt: skip
+    with pytest.raises(PermissionDeniedError, match="you own agent alice-new"):
+        recovery_request_approve(recovery_id=pending.pk, user=person)
