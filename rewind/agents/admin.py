@@ -44,6 +44,7 @@ class AgentTokenInline(admin.TabularInline):
     fields = readonly_fields = (
         "prefix",
         "label",
+        "scope",
         "created_at",
         "created_by",
         "expires_at",
@@ -219,7 +220,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 @admin.register(AgentToken)
 class AgentTokenAdmin(admin.ModelAdmin):
-    list_display = ["agent", "prefix", "label", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_display = ["agent", "prefix", "label", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
     list_filter = ["agent"]
     search_fields = ["agent__name", "prefix", "label"]
     list_select_related = ["agent"]
@@ -227,6 +228,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
         "agent",
         "prefix",
         "label",
+        "scope",
         "created_at",
         "created_by",
         "expires_at",
