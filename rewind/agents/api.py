@@ -15,9 +15,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
 from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
-from rewind.agents.limits import FIELDS as LIMIT_FIELDS
 from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.mcp import scopes
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
