@@ -182,6 +182,9 @@ class ConsentView(AuthorizationView):
         data = form.cleaned_data
         if not data.get("allow"):
             return super().form_valid(form)  # access_denied, back to the client
+        if not _redirect_allowed(data["redirect_uri"]):  # the page never offers one; a hand-made form might
+            form.add_error(None, "the redirect URI must be https, or http on a loopback address (localhost)")
+            return self.form_invalid(form)
         application = Application.objects.get(client_id=data["client_id"])
         actor = actor_for(self.request)
         try:
