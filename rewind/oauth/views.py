@@ -1,8 +1,11 @@
-"""The authorization server's pages: the metadata documents and the consent page.
+"""The authorization server's pages: the protected-resource metadata, the token endpoint and the consent page.
 
-The token, revocation and registration endpoints are django-oauth-toolkit's own views (``urls.py``).
-The consent page is its authorization view with one more question: which of the person's agents the
-client acts as. The page has no script, so it works under a Content Security Policy without inline code.
+The authorization-server metadata and the revocation and registration endpoints are django-oauth-toolkit's
+own views (``urls.py``); the token endpoint is too, with its errors always JSON. The consent page is its
+authorization view with the profile's checks (https or loopback redirect URIs, this /mcp as the only
+resource, PKCE S256) made before the person is asked anything, and one more question: which of the
+person's agents the client acts as. The page has no script, so it works under a Content Security Policy
+without inline code.
 """
 
 from __future__ import annotations
