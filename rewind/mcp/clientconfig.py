@@ -87,22 +87,22 @@ def _oauth_note() -> str:
 
 
 def claude_code(url: str, token: str | None) -> ClientConfig:
-    entry: dict[str, object] = {"type": "http", "url": url}
     command = f"claude mcp add --transport http {SERVER_KEY} {url}"
     if token is not None:
-        # Claude Code expands ${VAR} in .mcp.json; the command line takes the header from the shell.
-        entry["headers"] = {"Authorization": f"Bearer ${{{TOKEN_ENV}}}"}
+        # The shell reads the variable when the server is added, into the person's own configuration.
+        # Not ${VAR} in a project's .mcp.json: some Claude Code versions send a header's ${VAR} unexpanded.
         command += f' --header "Authorization: Bearer ${TOKEN_ENV}"'
-    project_file = _json({"mcpServers": {SERVER_KEY: entry}})
+    # A project's file to share holds no secret: each person signs in.
+    project_file = _json({"mcpServers": {SERVER_KEY: {"type": "http", "url": url}}})
     return ClientConfig(
         "claude-code",
         CLIENT_TITLES["claude-code"],
         command,
         "a shell (it adds the server to your own Claude Code configuration)",
         _export(token) if token is not None else "",
-        (("for one project, its .mcp.json (it names the variable, never the token)", project_file),),
+        (("for a project everyone shares, its .mcp.json (no secret: each person signs in with /mcp)", project_file),),
         ["~/.claude/skills/ (every project)", ".claude/skills/ (one project)"],
-        [] if token is not None else ["In Claude Code, run /mcp and pick zerto-rewind to sign in."],
+        ["In Claude Code, run /mcp and pick zerto-rewind to sign in."] if token is None else [],
     )
 
 
