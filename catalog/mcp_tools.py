@@ -15,6 +15,7 @@ from pydantic import BaseModel, Field, StrictStr
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_add, mutating_tool_list
 from rewind.audit import Actor
+from rewind.mcp import scopes
 from rewind.mcp.context import current_agent_name, run_db
 
 # Right after the guard's own tools: the guard's pass-through answer points the agent here.
@@ -102,6 +103,7 @@ def register(server: MCPServer) -> None:
     server.tool(
         name="zerto_add_mutating_tool",
         title=title,
+        meta=scopes.tool_meta(scopes.CATALOG),
         annotations=ToolAnnotations(
             title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
         ),
@@ -110,6 +112,7 @@ def register(server: MCPServer) -> None:
     server.tool(
         name="zerto_list_mutating_tools",
         title=title,
+        meta=scopes.tool_meta(scopes.READ),
         annotations=ToolAnnotations(
             title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         ),

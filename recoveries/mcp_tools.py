@@ -20,6 +20,7 @@ from recoveries.selectors import calling_agent, recovery_get_for_agent
 from recoveries.services import recovery_request_create
 from recoveries.sessions import flr_session_end_for_agent, flr_sessions_everywhere
 from rewind.errors import ApplicationError
+from rewind.mcp import scopes
 from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
 
@@ -273,20 +274,26 @@ def register(server: MCPServer) -> None:
     server.tool(
         name="zerto_recover_file",
         title=title,
+        meta=scopes.tool_meta(scopes.RECOVER),
         annotations=ToolAnnotations(
             title=title, read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False
         ),
     )(zerto_recover_file)
     title = "Status and result of a file recovery"
-    server.tool(name="zerto_recovery_status", title=title, annotations=read_only(title))(zerto_recovery_status)
+    server.tool(
+        name="zerto_recovery_status", title=title, annotations=read_only(title), meta=scopes.tool_meta(scopes.READ)
+    )(zerto_recovery_status)
     title = "List FLR sessions on every site"
-    server.tool(name="zerto_list_flr_sessions", title=title, annotations=read_only(title))(zerto_list_flr_sessions)
+    server.tool(
+        name="zerto_list_flr_sessions", title=title, annotations=read_only(title), meta=scopes.tool_meta(scopes.READ)
+    )(zerto_list_flr_sessions)
     # Destructive: it unmounts (a reader of that mount loses it). Idempotent: ending an ended
     # session changes nothing more.
     title = "Unmount an FLR session this service opened"
     server.tool(
         name="zerto_end_flr_session",
         title=title,
+        meta=scopes.tool_meta(scopes.SESSIONS),
         annotations=ToolAnnotations(
             title=title, read_only_hint=False, destructive_hint=True, idempotent_hint=True, open_world_hint=False
         ),

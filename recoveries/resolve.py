@@ -39,11 +39,13 @@ from django.db.models import QuerySet
 
 from recoveries.models import RecoveryRequest
 from recoveries.undo import MIN_MARGIN_S, SEARCH_BACK, Moment
+from rewind.agents.limits import VmLimit
 from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.retention import left_journal_text, retention_recheck_due
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import Protection, VpgProtection, find_protection
+from rewind.protection.limits import check_within
 from rewind.sites import site_circuit, site_client, site_clock_offset_s
 from rewind.sites.models import Site
 from rewind.zvm import ZvmClient, ZvmError
@@ -51,6 +53,8 @@ from rewind.zvm.clock import ClockOffset, from_zvm, to_zvm
 from rewind.zvm.types import Checkpoint
 
 Source = RecoveryRequest.CheckpointSource
+
+NO_LIMIT = VmLimit()
 
 
 @dataclass(frozen=True)
@@ -71,7 +75,13 @@ class BoundCheckpoint:
 
 
 def bind_checkpoint(
-    *, vm: str, checkpoint: str | None = None, change_id: str | None = None, before: Moment | None = None
+    *,
+    vm: str,
+    checkpoint: str | None = None,
+    change_id: str | None = None,
+    before: Moment | None = None,
+    limit: VmLimit = NO_LIMIT,
+    agent_name: str = "",
 ) -> BoundCheckpoint:
     """Resolve the VM and the one checkpoint to mount. Raises ``ApplicationError`` with the reason.
 
@@ -80,6 +90,7 @@ def bind_checkpoint(
     holds no transaction.
     """
     protection = find_protection(vm)
+    check_within(limit, protection, agent_name=agent_name)  # before any checkpoint is looked up
     usable = _usable_vpgs(protection)
     if before is not None:
         if (checkpoint or "").strip() or (change_id or "").strip():

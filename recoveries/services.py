@@ -24,6 +24,7 @@ from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
 from recoveries.undo import Moment, moment_of_call, moment_of_time
+from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
@@ -79,7 +80,14 @@ def recovery_request_create(
     if not agent.is_active:
         raise PermissionDeniedError(f"agent {agent.name} is disabled")
     moment = _moment(agent, before_call, point_in_time)
-    bound = bind_checkpoint(vm=str(vm).strip(), checkpoint=checkpoint, change_id=change_id, before=moment)
+    bound = bind_checkpoint(
+        vm=str(vm).strip(),
+        checkpoint=checkpoint,
+        change_id=change_id,
+        before=moment,
+        limit=VmLimit.of(agent),
+        agent_name=agent.name,
+    )
     rid = request_id or current_request_id()
     with transaction.atomic():
         recovery = RecoveryRequest.objects.create(

@@ -9,6 +9,7 @@ from rewind.audit import admin as audit_admin  # noqa: F401  (registers the audi
 from rewind.checkpoints import admin as checkpoints_admin  # noqa: F401  (registers guards)
 from rewind.gateway import admin as gateway_admin  # noqa: F401  (registers upstreams and gateway calls)
 from rewind.notifications import admin as notifications_admin  # noqa: F401  (registers notification deliveries)
+from rewind.oauth import admin as oauth_admin  # noqa: F401  (registers OAuth grants)
 from rewind.sites import admin as sites_admin  # noqa: F401  (registers sites)
 from rewind.workers import admin as workers_admin  # noqa: F401  (registers worker heartbeats)
 

@@ -26,11 +26,13 @@ from rewind import startup  # noqa: E402
 from rewind.agents.mcp_auth import AgentTokenStore  # noqa: E402
 from rewind.mcp.endpoint import MCP_PATH  # noqa: E402
 from rewind.mcp.server import build_asgi_app, build_server  # noqa: E402
+from rewind.oauth.mcp_auth import OAuthTokenStore  # noqa: E402
 
 startup.enable_tcp_nodelay()  # uvicorn --workers N would otherwise leave Nagle on (44 ms per response)
 
-# The MCP framework names no part: the agents' tokens are the bearer tokens it takes.
-mcp_app: Any = build_asgi_app(build_server(token_store=AgentTokenStore()))
+# The MCP framework names no part: the agents' pasted tokens and the OAuth grants' tokens are the
+# bearer tokens it takes.
+mcp_app: Any = build_asgi_app(build_server(token_stores=[AgentTokenStore(), OAuthTokenStore()]))
 _MCP_PATHS = frozenset({MCP_PATH})
 
 

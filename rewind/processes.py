@@ -19,6 +19,7 @@ Needs no Django, so a benchmark may use it before it sets Django up.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import subprocess
@@ -185,3 +186,29 @@ def stop_all(procs: Sequence[Proc], *, timeout: float = 15.0, group: bool = True
     deadline = time.monotonic() + timeout
     for proc in procs:
         proc._kill_after(deadline)
+
+
+# What a running ``manage.py runstack`` serves, so commands run beside it (mcpconfig, demo) use its address.
+STACK_FILE = "runstack.json"
+
+
+def stack_record(var_dir: Path, url: str) -> None:
+    """Note that this process serves the stack at ``url`` (under the state folder ``var_dir``)."""
+    path = var_dir / STACK_FILE
+    path.write_text(json.dumps({"url": url.rstrip("/"), "pid": os.getpid()}), encoding="utf-8")
+
+
+def stack_forget(var_dir: Path) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        (var_dir / STACK_FILE).unlink()
+
+
+def running_stack_url(var_dir: Path) -> str | None:
+    """The address of the stack running on ``var_dir``'s state, or None when none runs (a stale note is ignored)."""
+    try:
+        noted = json.loads((var_dir / STACK_FILE).read_text(encoding="utf-8"))
+        os.kill(int(noted["pid"]), 0)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    url = noted.get("url")
+    return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None

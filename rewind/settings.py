@@ -25,6 +25,7 @@ from rewind.env import (
     sqlite_database,
 )
 from rewind.notifications.config import notify_urls_setting, site_notify_urls_setting
+from rewind.oauth.config import oauth2_provider_settings
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(env_str("REWIND_VAR_DIR") or BASE_DIR / "var").resolve()
@@ -55,7 +56,8 @@ REWIND_ENCRYPTION_KEY = _persistent_secret("REWIND_ENCRYPTION_KEY", "encryption.
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
-REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or "http://127.0.0.1:8000").rstrip("/")
+REWIND_PORT = env_int("REWIND_PORT", 8000, minimum=1)  # where make run serves
+REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or f"http://127.0.0.1:{REWIND_PORT}").rstrip("/")
 # Unset, the admin's "Connect an agent" page gives clients the address it was opened at
 # rather than the default above (rewind.mcp.endpoint).
 REWIND_PUBLIC_URL_CONFIGURED = env_str("REWIND_PUBLIC_URL") is not None
@@ -71,6 +73,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files served from here: the deployment may have no internet
     "django_celery_results",
+    "oauth2_provider",  # the authorization server behind agents' OAuth sign-in (rewind.oauth)
     "rewind",
     "catalog",
     "recoveries",
@@ -309,6 +312,25 @@ MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
 MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
+
+# --- OAuth sign-in for agents (rewind.oauth): README "Agents sign in with OAuth" -------------
+# Dynamic Client Registration (RFC 7591) and Client ID Metadata Documents: how a host registers.
+REWIND_OAUTH_DCR = env_bool("REWIND_OAUTH_DCR", True)
+REWIND_OAUTH_CIMD = env_bool("REWIND_OAUTH_CIMD", True)
+# Networks a metadata document may be fetched from although they are not public (none by default).
+REWIND_OAUTH_CIMD_ALLOWED_NETWORKS = env_networks("REWIND_OAUTH_CIMD_ALLOWED_NETWORKS")
+OAUTH2_PROVIDER = oauth2_provider_settings(
+    public_url=REWIND_PUBLIC_URL if REWIND_PUBLIC_URL_CONFIGURED else None,
+    dcr=REWIND_OAUTH_DCR,
+    cimd=REWIND_OAUTH_CIMD,
+    cimd_timeout_s=env_float("REWIND_OAUTH_CIMD_TIMEOUT_S", 5.0, minimum=0.1, maximum=30),
+    access_token_s=env_int("REWIND_OAUTH_ACCESS_TOKEN_S", 3600, minimum=60),
+    refresh_token_s=env_int("REWIND_OAUTH_REFRESH_TOKEN_DAYS", 30, minimum=1) * 86400,
+)
+# Named for Django's migrations (the toolkit's models are swappable); ours point at its own.
+OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
+# The consent page sends a person who is not signed in to the admin's sign-in.
+LOGIN_URL = "admin:login"
 
 # --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
 # A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with

@@ -18,4 +18,6 @@ urlpatterns = [
     path("api/schema/", schema_view, name="api-schema"),
     path("api/docs/", docs_view, name="api-docs"),
     path("api/", include("rewind.api_urls")),
+    # The authorization server of agents' OAuth sign-in and its metadata (well-known paths at the root).
+    path("", include("rewind.oauth.urls")),
 ]

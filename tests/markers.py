@@ -29,6 +29,8 @@ PROCESS_FIXTURES = frozenset(
     {
         "celery_worker_process",
         "mcp_server",
+        "cimd_mcp_server",
+        "proxied_mcp_server",
         "guestshell_http_server",
         "guestshell_stdio_command",
         "short_ttl_sim",

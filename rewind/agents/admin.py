@@ -19,6 +19,8 @@ from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
 
 from rewind.admin_base import actor_for
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
+from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get
 from rewind.agents.services import (
@@ -29,7 +31,8 @@ from rewind.agents.services import (
     expiry_in_days,
 )
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.mcp.clientconfig import CLIENT_TITLES, client_config
+from rewind.mcp import scopes
+from rewind.mcp.clientconfig import CLIENT_TITLES, OAUTH_ONLY, client_config
 from rewind.mcp.endpoint import mcp_public_url
 
 # What the REST API asks of whoever issues a token; the page and the action ask the same.
@@ -41,6 +44,7 @@ class AgentTokenInline(admin.TabularInline):
     fields = readonly_fields = (
         "prefix",
         "label",
+        "scope",
         "created_at",
         "created_by",
         "expires_at",
@@ -61,6 +65,12 @@ class ConnectForm(forms.Form):
         widget=forms.RadioSelect,
         help_text="The MCP client the agent runs in; the configuration is in the form it accepts as is.",
     )
+    oauth = forms.BooleanField(
+        label="No token: the client signs in with OAuth",
+        required=False,
+        help_text="The client gets only the URL; when it connects, a person signs in and picks the agent. "
+        "The connectors of claude.ai and ChatGPT work only this way.",
+    )
     expires_days = forms.IntegerField(
         label="Token expires after (days)",
         required=False,
@@ -68,17 +78,47 @@ class ConnectForm(forms.Form):
         max_value=3650,
         help_text="Leave empty for a token that does not expire.",
     )
+    granted = forms.MultipleChoiceField(
+        label="The token may",
+        required=False,
+        choices=[(s, f"{s}: {d}") for s, d in scopes.DESCRIPTIONS.items()],
+        initial=list(scopes.ALL),
+        widget=forms.CheckboxSelectMultiple,
+    )
+
+    def wants_token(self) -> bool:
+        return not (self.cleaned_data["oauth"] or self.cleaned_data["client"] in OAUTH_ONLY)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        if data.get("client") and not (data.get("oauth") or data["client"] in OAUTH_ONLY) and not data.get("granted"):
+            self.add_error("granted", "Tick at least one thing the token may do.")
+        return data
 
 
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
-    list_display = ["name", "owner", "is_active", "description", "created_at"]
+    list_display = ["name", "owner", "is_active", "vm_limit", "description", "created_at"]
     list_filter = ["is_active"]
     search_fields = ["name", "description", "owner__username"]
-    fields = ["name", "owner", "is_active", "description"]
+    fieldsets = [
+        (None, {"fields": ["name", "owner", "is_active", "description"]}),
+        (
+            "VM limit",
+            {
+                "fields": list(LIMIT_FIELDS),
+                "description": "The VMs this agent (every token and OAuth grant of it) may guard, recover from and "
+                "reach through the gateway. Each kind you fill in narrows it; empty: every VM.",
+            },
+        ),
+    ]
     inlines = [AgentTokenInline]
     actions = ["issue_token"]
     change_form_template = "admin/rewind/agent/change_form.html"
+
+    @admin.display(description="VM limit")
+    def vm_limit(self, obj: Agent) -> str:
+        return VmLimit.of(obj).describe()
 
     def get_readonly_fields(self, request: HttpRequest, obj: Agent | None = None) -> list[str]:
         return ["name"] if obj is not None else []  # checkpoint tags already carry the name
@@ -92,13 +132,17 @@ class AgentAdmin(admin.ModelAdmin):
                 owner=data["owner"],
                 is_active=data["is_active"],
                 description=data["description"],
+                **{f: data[f] for f in LIMIT_FIELDS},
             )
         else:
             agent = agent_create(
                 actor=actor_for(request), name=data["name"], owner=data["owner"], description=data["description"]
             )
+            later = {f: data[f] for f in LIMIT_FIELDS if data[f]}
             if not data["is_active"]:
-                agent = agent_update(actor=actor_for(request), agent=agent, is_active=False)
+                later["is_active"] = False
+            if later:
+                agent = agent_update(actor=actor_for(request), agent=agent, **later)
         obj.pk = agent.pk
 
     def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
@@ -128,6 +172,11 @@ class AgentAdmin(admin.ModelAdmin):
         if not form.is_valid():
             return self._connect_page(request, context, form, status=400)
         client = form.cleaned_data["client"]
+        url = mcp_public_url(opened_at=request.build_absolute_uri("/"))
+        context |= {"url": url, "url_from_setting": settings.REWIND_PUBLIC_URL_CONFIGURED, "issued": None}
+        if not form.wants_token():
+            context["config"] = client_config(client, url=url, token=None)
+            return TemplateResponse(request, "admin/rewind/agent/connect_done.html", context)
         try:
             # The service mcpconfig uses: an inactive agent is refused here as it is there.
             made = agent_token_issue_by_name(
@@ -135,17 +184,12 @@ class AgentAdmin(admin.ModelAdmin):
                 name=agent.name,
                 label=f"Connect an agent: {client}",
                 expires_at=expiry_in_days(form.cleaned_data["expires_days"]),
+                granted=tuple(form.cleaned_data["granted"]),
                 request_id=getattr(request, "id", None),
             )
         except ApplicationError as exc:
             return self._connect_page(request, context, form, status=409, error=exc.message)
-        url = mcp_public_url(opened_at=request.build_absolute_uri("/"))
-        context |= {
-            "config": client_config(client, url=url, token=made.issued.token),
-            "issued": made.issued.row,
-            "url": url,
-            "url_from_setting": settings.REWIND_PUBLIC_URL_CONFIGURED,
-        }
+        context |= {"config": client_config(client, url=url, token=made.issued.token), "issued": made.issued.row}
         response = TemplateResponse(request, "admin/rewind/agent/connect_done.html", context)
         add_never_cache_headers(response)  # the page holds the token: no cache, no back-button copy
         return response
@@ -176,7 +220,7 @@ class AgentAdmin(admin.ModelAdmin):
 
 @admin.register(AgentToken)
 class AgentTokenAdmin(admin.ModelAdmin):
-    list_display = ["agent", "prefix", "label", "created_at", "expires_at", "last_used_at", "revoked_at"]
+    list_display = ["agent", "prefix", "label", "scope", "created_at", "expires_at", "last_used_at", "revoked_at"]
     list_filter = ["agent"]
     search_fields = ["agent__name", "prefix", "label"]
     list_select_related = ["agent"]
@@ -184,6 +228,7 @@ class AgentTokenAdmin(admin.ModelAdmin):
         "agent",
         "prefix",
         "label",
+        "scope",
         "created_at",
         "created_by",
         "expires_at",

@@ -15,9 +15,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
 from rewind.agents.models import Agent, AgentToken
 from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
 from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
+from rewind.mcp import scopes
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
 
@@ -31,6 +33,7 @@ class AgentTokenOutputSerializer(serializers.ModelSerializer):
             "id",
             "prefix",
             "label",
+            "scope",
             "created_at",
             "created_by",
             "expires_at",
@@ -58,7 +61,7 @@ class AgentOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Agent
-        fields = ["id", "name", "owner", "is_active", "description", "created_at", "tokens"]
+        fields = ["id", "name", "owner", "is_active", "description", *LIMIT_FIELDS, "created_at", "tokens"]
 
 
 class AgentListApi(APIView):
@@ -105,7 +108,8 @@ class AgentListApi(APIView):
 
 
 class AgentDetailApi(APIView):
-    """Detail, and PATCH of ``is_active``/``description`` (the name is fixed: tags carry it).
+    """Detail, and PATCH of ``is_active``/``description`` and the VM limit (``limit_vm_names``, ``limit_vpgs``,
+    ``limit_sites``: one entry a line); the name is fixed: tags carry it.
 
     Deactivating stops the agent's tokens within MCP_TOKEN_CACHE_S seconds."""
 
@@ -115,6 +119,9 @@ class AgentDetailApi(APIView):
     class InputSerializer(serializers.Serializer):
         is_active = serializers.BooleanField(required=False)
         description = serializers.CharField(required=False, allow_blank=True, max_length=255)
+        limit_vm_names = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+        limit_vpgs = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
+        limit_sites = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
 
         def to_internal_value(self, data: Any) -> Any:
             if hasattr(data, "keys") and "name" in data:
@@ -146,6 +153,9 @@ class AgentTokenIssueApi(APIView):
             required=False, allow_blank=True, max_length=100, default=""
         )
         expires_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+        scope = serializers.MultipleChoiceField(
+            choices=list(scopes.ALL), required=False, help_text="what the token may do (default: every scope)"
+        )
 
         def validate_expires_at(self, value: object) -> object:
             if value is not None and value <= timezone.now():  # type: ignore[operator]
@@ -157,8 +167,10 @@ class AgentTokenIssueApi(APIView):
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
+        fields = dict(data.validated_data)
+        granted = tuple(fields.pop("scope", None) or scopes.ALL)
         issued = agent_token_issue(
-            actor=actor_of(request), agent=agent, request_id=request_id_of(request), **data.validated_data
+            actor=actor_of(request), agent=agent, request_id=request_id_of(request), granted=granted, **fields
         )
         body = {**AgentTokenOutputSerializer(issued.row).data, "token": issued.token}
         response = Response(body, status=status.HTTP_201_CREATED)

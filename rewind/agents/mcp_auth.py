@@ -9,8 +9,10 @@ from __future__ import annotations
 from django.urls import reverse
 from django.utils import timezone
 
+from rewind.agents.limits import CLAIM, VmLimit
 from rewind.agents.selectors import agent_token_active
 from rewind.agents.services import LAST_USED_PRECISION, TOKEN_PREFIX, agent_token_touch, hash_token
+from rewind.mcp import scopes
 from rewind.mcp.auth import TokenGrant
 
 # Longer than any token we issue; a longer bearer is refused without a hash or a query.
@@ -19,6 +21,7 @@ _MAX_TOKEN_LENGTH = 200
 
 class AgentTokenStore:
     touch_interval_s = LAST_USED_PRECISION.total_seconds()
+    cache_seconds: float | None = None  # MCP_TOKEN_CACHE_S
 
     def key(self, token: str) -> str | None:
         if not token.startswith(TOKEN_PREFIX) or len(token) > _MAX_TOKEN_LENGTH:
@@ -36,7 +39,8 @@ class AgentTokenStore:
             client_id=row.agent.name,
             subject=str(row.agent_id),
             expires_at=row.expires_at,
-            claims={"agent_id": row.agent_id, "token_prefix": row.prefix},
+            claims={"agent_id": row.agent_id, "token_prefix": row.prefix, CLAIM: VmLimit.of(row.agent).as_claim()},
+            scopes=scopes.parse(row.scope),
         )
 
     def touch(self, token_pk: int) -> None:

@@ -3,6 +3,10 @@ from __future__ import annotations
 from django.conf import settings
 from django.db import models
 
+from rewind.mcp import scopes
+
+ALL_SCOPES = " ".join(scopes.ALL)
+
 
 class Agent(models.Model):
     """An AI agent allowed to call the MCP endpoint. Its name is what tags and audit rows carry."""
@@ -18,6 +22,18 @@ class Agent(models.Model):
     )
     is_active = models.BooleanField(default=True)
     description = models.CharField(max_length=255, blank=True)
+    # The VMs it may act on (rewind.agents.limits): one entry a line; empty does not limit.
+    limit_vm_names = models.TextField(
+        "limit to VM names", blank=True, help_text="Shell-style patterns, one a line (web*, db-0?); any case."
+    )
+    limit_vpgs = models.TextField(
+        "limit to VPGs", blank=True, help_text="VPG names, one a line: every VPG of the VM must be one of them."
+    )
+    limit_sites = models.TextField(
+        "limit to sites",
+        blank=True,
+        help_text="Site names as the ZVM shows them, one a line: the VM's protected site must be one of them.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -36,6 +52,10 @@ class AgentToken(models.Model):
         max_length=16, editable=False, help_text="The token's first characters, to tell tokens apart."
     )
     label = models.CharField(max_length=100, blank=True)
+    # Tokens issued before scopes existed hold every scope: nothing breaks on upgrade.
+    scope = models.CharField(
+        max_length=255, default=ALL_SCOPES, editable=False, help_text="What the token may do, separated by spaces."
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     created_by = models.CharField(max_length=150, blank=True, editable=False)
     expires_at = models.DateTimeField(null=True, blank=True)

@@ -6,6 +6,8 @@ from django.contrib.auth.models import User
 from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
+from rewind.agents.limits import FIELDS as VM_LIMIT_FIELDS
+from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent, AgentToken
 from rewind.errors import NotFoundError
 
@@ -32,6 +34,12 @@ def agent_name_taken(name: str) -> bool:
 def agent_owner_candidate(username: str) -> User | None:
     """The active user ``username``, who may own an agent; None when there is none."""
     return User.objects.filter(username=username, is_active=True).first()
+
+
+def agent_vm_limit(agent_id: int) -> VmLimit:
+    """The VM limit of agent ``agent_id`` as stored now (none for an unknown agent: its calls fail elsewhere)."""
+    agent = Agent.objects.filter(pk=agent_id).only(*VM_LIMIT_FIELDS).first()
+    return VmLimit.of(agent) if agent is not None else VmLimit()
 
 
 def agent_token_get(*, agent: Agent, token_id: int) -> AgentToken:

@@ -19,10 +19,13 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from rewind.agents.limits import FIELDS as LIMIT_FIELDS
+from rewind.agents.limits import VmLimit, lines
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
+from rewind.mcp import scopes
 
 TOKEN_PREFIX = "rwd_"
 # Enough of the token to tell tokens apart in the admin, far too little to guess the rest.
@@ -40,6 +43,7 @@ def _token_snapshot(token: AgentToken) -> dict[str, object]:
         "agent": token.agent.name,
         "prefix": token.prefix,
         "label": token.label,
+        "scope": token.scope,
         "expires_at": token.expires_at.isoformat() if token.expires_at else None,
     }
 
@@ -69,22 +73,41 @@ def agent_create(
     return agent
 
 
-_AGENT_FIELDS = ("owner", "is_active", "description")
+_LIMIT_FIELDS = LIMIT_FIELDS
+_AGENT_FIELDS = ("owner", "is_active", "description", *_LIMIT_FIELDS)
 
 
 def _agent_snapshot(agent: Agent) -> dict[str, object]:
-    return {"owner": agent.owner.get_username(), "is_active": agent.is_active, "description": agent.description}
+    return {
+        "owner": agent.owner.get_username(),
+        "is_active": agent.is_active,
+        "description": agent.description,
+        "vm_limit": VmLimit.of(agent).as_claim(),
+    }
+
+
+def _clean_limit(field: str, value: object) -> str:
+    entries = lines(str(value or ""))
+    for entry in entries:
+        if len(entry) > 255 or any(c in entry for c in "\x00\r"):
+            raise ApplicationError(f"{field}: {entry[:40]!r} is not a name or pattern")
+    return "\n".join(entries)
 
 
 @transaction.atomic
 def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, **fields: object) -> Agent:
-    """Change an agent's owner, active flag or description (its name is fixed: tags carry it).
+    """Change an agent's owner, active flag, description or VM limit (its name is fixed: tags carry it).
 
-    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds.
+    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds. A VM limit applies to guards,
+    recoveries and gateway calls at once, and to look-ups within MCP_TOKEN_CACHE_S (they read it from
+    the token's cached verification).
     """
     unknown = set(fields) - set(_AGENT_FIELDS)
     if unknown:
         raise ApplicationError(f"cannot change {', '.join(sorted(unknown))} of an agent")
+    for field in _LIMIT_FIELDS:
+        if field in fields:
+            fields[field] = _clean_limit(field, fields[field])
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
     before = _agent_snapshot(agent)
     for key, value in fields.items():
@@ -120,17 +143,26 @@ def agent_token_issue(
     agent: Agent,
     label: str = "",
     expires_at: datetime | None = None,
+    granted: tuple[str, ...] = scopes.ALL,
     request_id: str | None = None,
 ) -> IssuedToken:
-    """Issue a new bearer token for ``agent``; show ``.token`` once, it cannot be recovered."""
+    """Issue a new bearer token for ``agent`` holding the scopes ``granted`` (rewind.mcp.scopes, every one by
+    default); show ``.token`` once, it cannot be recovered."""
     if expires_at is not None and expires_at <= timezone.now():
         raise ApplicationError("the expiry must be in the future")
+    unknown = set(granted) - set(scopes.ALL)
+    if unknown or not granted:
+        raise ApplicationError(
+            f"a token needs one or more of the scopes {', '.join(scopes.ALL)}"
+            + (f" (unknown: {', '.join(sorted(unknown))})" if unknown else "")
+        )
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
     row = AgentToken.objects.create(
         agent=agent,
         token_hash=hash_token(token),
         prefix=token[:DISPLAY_PREFIX_LENGTH],
         label=label[:100],
+        scope=" ".join(s for s in scopes.ALL if s in granted),
         created_by=actor.name[:150],
         expires_at=expires_at,
     )
@@ -155,6 +187,7 @@ def agent_token_issue_by_name(
     owner: User | None = None,
     label: str = "",
     expires_at: datetime | None = None,
+    granted: tuple[str, ...] = scopes.ALL,
     request_id: str | None = None,
 ) -> AgentWithToken:
     """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
@@ -167,7 +200,9 @@ def agent_token_issue_by_name(
         agent = agent_create(actor=actor, name=name, owner=owner or default_owner(), request_id=request_id)
     elif not agent.is_active:
         raise ApplicationError(f"agent {agent.name} is inactive; activate it in the admin first")
-    issued = agent_token_issue(actor=actor, agent=agent, label=label, expires_at=expires_at, request_id=request_id)
+    issued = agent_token_issue(
+        actor=actor, agent=agent, label=label, expires_at=expires_at, granted=granted, request_id=request_id
+    )
     return AgentWithToken(agent=agent, issued=issued, created=created)
 
 

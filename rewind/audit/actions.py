@@ -21,6 +21,11 @@ class AgentAction(StrEnum):
     TOKEN_REVOKED = "agent.token.revoked"
 
 
+class OAuthAction(StrEnum):
+    GRANT_CREATED = "oauth.grant.created"
+    GRANT_REVOKED = "oauth.grant.revoked"
+
+
 class SiteAction(StrEnum):
     CREATED = "site.created"
     CHANGED = "site.changed"

@@ -28,6 +28,7 @@ from rewind.checkpoints.presenters import GuardOut, guard_out, guard_report
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
 from rewind.errors import NotFoundError
+from rewind.mcp import scopes
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, current_agent_name, run_db
 
@@ -273,9 +274,9 @@ def register(server: MCPServer) -> None:
             title=title, read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False
         )
 
-    for fn, title, hints in (
-        (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes),
-        (zerto_guard_before_mutate, "Guard a VM before changing it", changes),
-        (zerto_checkpoint_status, "Status of a guard", reads),
+    for fn, title, hints, scope in (
+        (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes, scopes.GUARD),
+        (zerto_guard_before_mutate, "Guard a VM before changing it", changes, scopes.GUARD),
+        (zerto_checkpoint_status, "Status of a guard", reads, scopes.READ),
     ):
-        server.tool(name=fn.__name__, title=title, annotations=hints(title))(fn)
+        server.tool(name=fn.__name__, title=title, annotations=hints(title), meta=scopes.tool_meta(scope))(fn)

@@ -30,6 +30,7 @@ from django.utils import timezone
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
+from rewind.agents.selectors import agent_vm_limit
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -38,6 +39,7 @@ from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import find_protection
+from rewind.protection.limits import check_within
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -102,6 +104,8 @@ def guard_create(
     timeout = clean_timeout(timeout_s)
     rid = request_id or current_request_id()
     protection = find_protection(vm)
+    if agent_id is not None:
+        check_within(agent_vm_limit(agent_id), protection, agent_name=agent_name)
     existing = ChangeGuard.objects.filter(vm_identifier=protection.vm_identifier, change_id=change).first()
     if existing is not None:
         if existing.agent_name != agent_name:

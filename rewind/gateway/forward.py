@@ -48,7 +48,8 @@ from rewind.gateway.services import (
     gateway_call_open,
     gateway_call_record,
 )
-from rewind.mcp.context import current_agent_id, current_agent_name, run_db
+from rewind.mcp import scopes
+from rewind.mcp.context import current_agent_id, current_agent_name, current_scopes, run_db
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -210,6 +211,9 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         return decided(plan, GatewayCall.Decision.HELD, plan.reason, f"not forwarded: {plan.reason}")
     if plan.action != GUARD:
         return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None, sighted=not plan.catalog_entry)
+    if scopes.GUARD not in current_scopes():
+        why = str(scopes.InsufficientScopeError(scopes.GUARD, f"this call ({plan.reason}) is guarded, and a guard"))
+        return decided(plan, GatewayCall.Decision.REFUSED, why, f"DO NOT PROCEED: not forwarded: {why}")
     call = gateway_call_open(**who, suggested_vm_arg="" if plan.catalog_entry else plan.vm_arg)
     try:
         guard = _guard_start(call, tool, plan, change_id)

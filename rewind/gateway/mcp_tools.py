@@ -23,6 +23,7 @@ from rewind.gateway.forward import forward_call
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.naming import SEPARATOR
 from rewind.gateway.selectors import exported_name_exists, exported_names, exported_tools
+from rewind.mcp import scopes
 from rewind.mcp.context import run_db
 from rewind.mcp.server import RewindMCPServer
 
@@ -50,7 +51,13 @@ def _listing() -> list[MCPTool]:
 
 
 class GatewayTools:
-    """The provider the MCP server asks for tools it does not hold itself."""
+    """The provider the MCP server asks for tools it does not hold itself.
+
+    Calling any of them needs ``rewind:read``; a call the policy guards needs ``rewind:guard`` too
+    (checked where the policy decides, ``rewind.gateway.forward``).
+    """
+
+    scope = scopes.READ
 
     def __init__(self) -> None:
         self._names: frozenset[str] = frozenset()

@@ -1,17 +1,23 @@
-"""Bearer-token verification for /mcp over a token store, with a short per-process cache.
+"""Bearer-token verification for /mcp over token stores, with a short per-process cache.
 
-The SDK calls ``verify_token`` on every HTTP POST. A cache hit costs a dict lookup; a miss
-costs one look-up in the store (one indexed query). The trade-off: a revoked or deactivated
-token keeps working in a process for up to MCP_TOKEN_CACHE_S seconds (a token never seen by
-that process is refused at once). Expiry is checked on every call, cached or not.
+The guard in front of the SDK (``rewind.mcp.http``) and the SDK behind it each verify the token
+of every HTTP POST; the second gets the first's answer (kept for the request in a context
+variable). A cache hit costs a dict lookup; a miss costs one look-up in the store (an indexed
+query or two). The trade-off: a revoked or deactivated token keeps working in a process for up to
+the store's cache time (MCP_TOKEN_CACHE_S for pasted agent tokens; OAuth tokens are not cached,
+so revoking a grant ends its tokens at once). Expiry is checked on every call, cached or not.
 
-The store is handed in (``rewind.asgi`` gives the agents' one), so this framework names no part.
+The stores are handed in (``rewind.asgi`` gives the agents' pasted tokens and the OAuth grants'
+tokens), so this framework names no part.
 """
 
 from __future__ import annotations
 
+import contextvars
+import hmac
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -30,15 +36,19 @@ class TokenGrant:
     """What a store knows of a valid token: who holds it and until when."""
 
     token_pk: int
-    client_id: str
-    subject: str
+    client_id: str  # the agent's name: what tags and audit rows carry
+    subject: str  # the agent's primary key
     expires_at: datetime | None
     claims: dict[str, Any]
+    scopes: tuple[str, ...]  # rewind.mcp.scopes
+    resource: str | None = None  # the resource (RFC 8707) an OAuth token was issued for; None: any of ours
 
 
 class TokenStore(Protocol):
     # How often, at most, a process tells the store that a cached token was used.
     touch_interval_s: float
+    # How long a process may answer from its cache (None: MCP_TOKEN_CACHE_S); 0 asks the store every time.
+    cache_seconds: float | None
 
     def key(self, token: str) -> str | None:
         """The look-up key of ``token`` (never the token itself); None when it cannot be one of ours."""
@@ -71,46 +81,73 @@ def _access(grant: TokenGrant) -> AccessToken:
         token="",  # the SDK does not need the token back; keep it out of memory dumps
         client_id=grant.client_id,
         subject=grant.subject,
-        scopes=[],
+        scopes=list(grant.scopes),
         expires_at=int(grant.expires_at.timestamp()) if grant.expires_at else None,
+        resource=grant.resource,
         claims=grant.claims,
     )
 
 
-class CachedTokenVerifier:
-    """``mcp.server.auth.provider.TokenVerifier`` over a ``TokenStore``."""
+# This request's verified token and its answer: the SDK verifies again behind the guard.
+_verified: contextvars.ContextVar[tuple[str, AccessToken | None] | None] = contextvars.ContextVar(
+    "rewind_mcp_verified", default=None
+)
 
-    def __init__(self, store: TokenStore, cache_seconds: float | None = None) -> None:
-        self._store = store
-        self._cache_seconds = settings.MCP_TOKEN_CACHE_S if cache_seconds is None else cache_seconds
-        self._cache: dict[str, _Entry] = {}
+
+class CachedTokenVerifier:
+    """``mcp.server.auth.provider.TokenVerifier`` over ``TokenStore``s: the first whose ``key`` takes a token answers."""
+
+    def __init__(self, stores: Sequence[TokenStore], cache_seconds: float | None = None) -> None:
+        if not stores:
+            raise ValueError("a verifier needs at least one token store")
+        self._stores = list(stores)
+        default = settings.MCP_TOKEN_CACHE_S if cache_seconds is None else cache_seconds
+        self._cache_seconds = [default if s.cache_seconds is None else s.cache_seconds for s in self._stores]
+        self._cache: dict[tuple[int, str], _Entry] = {}
         self._lock = threading.Lock()
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        key = self._store.key(token)
-        if key is None:
-            return None
+        """The SDK's check: the guard's answer for this request when it verified the same token."""
+        seen = _verified.get()
+        if seen is not None and hmac.compare_digest(seen[0], token):
+            return seen[1]
+        return await self._verify(token)
+
+    async def verify_request_token(self, token: str) -> AccessToken | None:
+        """The guard's check, at the start of a request: kept for the SDK's ``verify_token`` behind it."""
+        access = await self._verify(token)
+        _verified.set((token, access))
+        return access
+
+    async def _verify(self, token: str) -> AccessToken | None:
+        for index, store in enumerate(self._stores):
+            key = store.key(token)
+            if key is not None:
+                return await self._verify_in(index, store, key)
+        return None
+
+    async def _verify_in(self, index: int, store: TokenStore, key: str) -> AccessToken | None:
         now = time.monotonic()
-        entry = self._cache.get(key)
+        cache_seconds = self._cache_seconds[index]
+        entry = self._cache.get((index, key))
         if entry is None or entry.fresh_until <= now:
-            grant = await run_db(self._store.find, key)
+            grant = await run_db(store.find, key)
             if grant is None:
-                entry = _Entry(None, None, None, now + self._cache_seconds, now)
+                entry = _Entry(None, None, None, now + cache_seconds, now)
             else:
-                entry = _Entry(_access(grant), grant.token_pk, grant.expires_at, now + self._cache_seconds, now)
-            self._remember(key, entry)
+                entry = _Entry(_access(grant), grant.token_pk, grant.expires_at, now + cache_seconds, now)
+            if cache_seconds > 0:
+                self._remember((index, key), entry)
         if entry.access is None:
             return None
         if entry.expires_at is not None and entry.expires_at <= timezone.now():
             return None
-        if now - entry.last_used_written >= self._store.touch_interval_s and entry.token_pk is not None:
+        if now - entry.last_used_written >= store.touch_interval_s and entry.token_pk is not None:
             entry.last_used_written = now
-            await run_db(self._store.touch, entry.token_pk)
+            await run_db(store.touch, entry.token_pk)
         return entry.access
 
-    def _remember(self, key: str, entry: _Entry) -> None:
-        if self._cache_seconds <= 0:
-            return
+    def _remember(self, key: tuple[int, str], entry: _Entry) -> None:
         with self._lock:
             if len(self._cache) >= _MAX_ENTRIES:
                 self._cache.clear()  # crude but bounded; a flood of bad tokens cannot grow memory
@@ -118,4 +155,4 @@ class CachedTokenVerifier:
 
     @property
     def how_to_get_a_token(self) -> str:
-        return self._store.how_to_get_a_token
+        return self._stores[0].how_to_get_a_token

@@ -50,6 +50,18 @@ def current_agent_id() -> int:
     return int(token.subject)
 
 
+def current_claims() -> dict[str, Any]:
+    """What the token store said of the calling token beyond its agent (the agent's VM limit, ...)."""
+    token = get_access_token()
+    return dict(token.claims or {}) if token is not None else {}
+
+
+def current_scopes() -> frozenset[str]:
+    """The scopes (``rewind.mcp.scopes``) of the calling token; none outside an authenticated call."""
+    token = get_access_token()
+    return frozenset(token.scopes) if token is not None else frozenset()
+
+
 def recycle_connections() -> None:
     # What Django does around each request: drop connections that broke or outlived
     # CONN_MAX_AGE. With CONN_MAX_AGE=0 (the SQLite default) the thread keeps its connection.

@@ -7,17 +7,57 @@ which every Django process would otherwise pay when the admin loads).
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from django.conf import settings
+
+from rewind.processes import running_stack_url
 
 MCP_PATH = "/mcp"
 
 
-def mcp_public_url(*, opened_at: str | None = None) -> str:
-    """The MCP endpoint a client should call: REWIND_PUBLIC_URL + ``MCP_PATH`` when that setting is
-    configured; otherwise the address the asking page was opened at (``opened_at``, a base URL such as
-    ``request.build_absolute_uri("/")``), since a browser reached the service there; otherwise the
-    default REWIND_PUBLIC_URL (a command has no such address).
+def public_base_url(*, opened_at: str | None = None) -> str:
+    """The address clients reach the service at: REWIND_PUBLIC_URL when that setting is configured;
+    otherwise the address the asking page was opened at (``opened_at``, a base URL such as
+    ``request.build_absolute_uri("/")``), since a browser reached the service there; otherwise (a
+    command has no such address) the address the running ``make run`` serves, else the default
+    REWIND_PUBLIC_URL (port REWIND_PORT).
     """
-    if settings.REWIND_PUBLIC_URL_CONFIGURED or not opened_at:
-        return f"{settings.REWIND_PUBLIC_URL}{MCP_PATH}"
-    return f"{opened_at.rstrip('/')}{MCP_PATH}"
+    if settings.REWIND_PUBLIC_URL_CONFIGURED:
+        return str(settings.REWIND_PUBLIC_URL)
+    if opened_at:
+        return opened_at.rstrip("/")
+    return running_stack_url(settings.VAR_DIR) or str(settings.REWIND_PUBLIC_URL)
+
+
+def mcp_public_url(*, opened_at: str | None = None) -> str:
+    """The MCP endpoint a client should call: ``public_base_url`` + ``MCP_PATH``."""
+    return f"{public_base_url(opened_at=opened_at)}{MCP_PATH}"
+
+
+# RFC 9728 section 3.1: the metadata of the resource https://host/mcp is at this path + /mcp.
+PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
+
+
+def mcp_resource(request_url: str) -> str:
+    """The resource indicator (RFC 8707) of the endpoint for a request to ``request_url`` (any absolute URL of
+    this service): REWIND_PUBLIC_URL + ``MCP_PATH`` when configured, so OAuth tokens are bound to the public
+    address whatever Host a reverse proxy sends on; otherwise the address the request came to."""
+    parts = urlsplit(request_url)
+    return mcp_public_url(opened_at=f"{parts.scheme}://{parts.netloc}")
+
+
+def protected_resource_metadata_url(resource: str) -> str:
+    """Where the metadata of ``resource`` (an ``mcp_resource``) is published."""
+    parts = urlsplit(resource)
+    return f"{parts.scheme}://{parts.netloc}{PROTECTED_RESOURCE_METADATA_PATH}{parts.path}"
+
+
+def same_resource(a: str, b: str) -> bool:
+    """Equal as resource indicators: scheme and host in any case, a trailing slash aside."""
+
+    def norm(url: str) -> tuple[str, str, str]:
+        parts = urlsplit(url)
+        return parts.scheme.lower(), parts.netloc.lower(), parts.path.rstrip("/")
+
+    return norm(a) == norm(b)

@@ -3,11 +3,17 @@
 In this order, each refusal with a body a client shows as a readable reason:
 - 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
   stateless, so there is no stream to open with GET and no session to end with DELETE;
-- 401 without a valid bearer token, before the body is read. The SDK's own 401 says only
-  "Authentication required"; this one says in one sentence how to get a token (the token store
-  knows how its tokens are issued), in the body and in the challenge's error_description, and
-  never quotes the token sent. The SDK checks the token again behind this guard, as a second lock;
+- 401 without a valid bearer token, before the body is read, with the challenge the MCP
+  authorization flow starts from (RFC 9728 section 5.1): ``resource_metadata`` names this
+  endpoint's protected-resource metadata, whose authorization server a host signs in with, and
+  ``scope`` the scopes an agent usually needs. With no token sent it carries no error code (RFC 6750
+  section 3.1); with a refused one (unknown, revoked, expired, or an OAuth token for another
+  resource) ``invalid_token``. The SDK's own 401 says only "Authentication required"; this one says
+  in one sentence how to get a token, in the body and in the error_description, and never quotes the
+  token sent. The SDK checks the token again behind this guard, as a second lock;
 - 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
+- 403 ``insufficient_scope`` for a tools/call of a tool the token's scopes do not cover, naming the
+  scope it needs in the challenge (the MCP step-up authorization) and the body;
 - -32601 (method not found) for a JSON-RPC method name longer than any MCP method, quoting a
   short excerpt of it (the SDK would echo all of it);
 - 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
@@ -27,7 +33,9 @@ from typing import Any
 
 from mcp.server.auth.provider import AccessToken
 
+from rewind.mcp import scopes
 from rewind.mcp.auth import CachedTokenVerifier
+from rewind.mcp.endpoint import mcp_resource, protected_resource_metadata_url, same_resource
 from rewind.mcp.errors import excerpt
 from rewind.mcp.ratelimit import RateLimiter
 
@@ -65,19 +73,30 @@ def _bearer(scope: Scope) -> str | None:
 
 # What a WWW-Authenticate error_description may hold (RFC 6750 section 3): printable ASCII but " and \.
 _NOT_IN_CHALLENGE = re.compile(r"[^\x20\x21\x23-\x5b\x5d-\x7e]")
+# What a host asks for when the challenge names no other scope: all an agent here usually uses.
+CHALLENGE_SCOPE = " ".join(scopes.ALL)
 
 
-async def _send_unauthorized(send: Send, description: str) -> None:
-    # The SDK's shape (mcp.server.auth.middleware.bearer_auth), so clients parse it as before; no
-    # resource_metadata: there is no OAuth authorization server to point at.
-    challenge = f'Bearer error="invalid_token", error_description="{_NOT_IN_CHALLENGE.sub("", description)}"'
-    body = json.dumps({"error": "invalid_token", "error_description": description}).encode()
+def request_resource(scope: Scope) -> str:
+    """The resource (RFC 8707) this request addresses: REWIND_PUBLIC_URL's /mcp, else the Host it came to."""
+    host = _header(scope, b"host") or "{}:{}".format(*(scope.get("server") or ("localhost", 80)))
+    return mcp_resource(f"{scope.get('scheme', 'http')}://{host}/")
+
+
+async def _send_challenge(
+    send: Send, scope: Scope, status: int, error: str | None, description: str, needed: str = CHALLENGE_SCOPE
+) -> None:
+    """A Bearer challenge (RFC 6750 section 3, RFC 9728 section 5.1) and the SDK's body shape."""
+    params = [f'resource_metadata="{protected_resource_metadata_url(request_resource(scope))}"', f'scope="{needed}"']
+    if error is not None:
+        params += [f'error="{error}"', f'error_description="{_NOT_IN_CHALLENGE.sub("", description)}"']
+    body = json.dumps({"error": error or "invalid_request", "error_description": description}).encode()
     headers = [
         (b"content-type", b"application/json"),
         (b"content-length", str(len(body)).encode()),
-        (b"www-authenticate", challenge.encode()),
+        (b"www-authenticate", ("Bearer " + ", ".join(params)).encode()),
     ]
-    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -103,14 +122,42 @@ async def _send_error(
     await send({"type": "http.response.body", "body": body})
 
 
+_ALL_SCOPES = frozenset(scopes.ALL)
+
+
+def _called_tool(scope: Scope, body: bytes) -> str | None:
+    """The tool a tools/call names: its Mcp-Name header at 2026-07-28 (the SDK refuses a body that says
+    otherwise), else the body's ``params.name``; None for another method or a body the SDK will refuse."""
+    if _header(scope, b"mcp-method") == "tools/call":
+        return _header(scope, b"mcp-name")
+    if b"tools/call" not in body:  # cheap: most other bodies are never parsed here
+        return None
+    try:
+        message = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(message, dict) or message.get("method") != "tools/call":
+        return None
+    params = message.get("params")
+    name = params.get("name") if isinstance(params, dict) else None
+    return name if isinstance(name, str) else None
+
+
 class McpHttpGuard:
     def __init__(
-        self, app: ASGIApp, *, verifier: CachedTokenVerifier, max_body_bytes: int, limiter: RateLimiter
+        self,
+        app: ASGIApp,
+        *,
+        verifier: CachedTokenVerifier,
+        max_body_bytes: int,
+        limiter: RateLimiter,
+        required_scope: Callable[[str], Awaitable[str | None]],
     ) -> None:
         self.app = app
         self.verifier = verifier
         self.max_body_bytes = max_body_bytes
         self.limiter = limiter
+        self.required_scope = required_scope  # a tool's name -> the scope a call needs (None: no such tool)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -136,20 +183,38 @@ class McpHttpGuard:
             return
         if await self._over_rate(access, body, send):
             return
+        if await self._outside_scopes(access, body, scope, send):
+            return
         await self.app(scope, _replay(body, receive), send)
 
     async def _authenticated(self, scope: Scope, send: Send) -> AccessToken | None:
         """The caller's access, or None once a 401 saying how to get a token has been sent."""
         token = _bearer(scope)
-        access = None if token is None else await self.verifier.verify_token(token)
-        if access is not None:
+        access = None if token is None else await self.verifier.verify_request_token(token)
+        if access is not None and (access.resource is None or same_resource(access.resource, request_resource(scope))):
             return access
+        how = self.verifier.how_to_get_a_token
         if token is None:
             problem = "This MCP endpoint needs an agent's bearer token, and none was sent"
-        else:
+            await _send_challenge(send, scope, 401, None, f"{problem}: sign in with OAuth, or {how}.")
+            return None
+        if access is None:
             problem = "The bearer token was refused (unknown, revoked or expired, or its agent is inactive)"
-        await _send_unauthorized(send, f"{problem}: {self.verifier.how_to_get_a_token}.")
+        else:
+            problem = f"The bearer token was issued for another resource ({access.resource}), not this one"
+        await _send_challenge(send, scope, 401, "invalid_token", f"{problem}: sign in with OAuth again, or {how}.")
         return None
+
+    async def _outside_scopes(self, access: AccessToken, body: bytes, scope: Scope, send: Send) -> bool:
+        if set(access.scopes) >= _ALL_SCOPES:
+            return False  # the usual pasted token: nothing to look at
+        name = _called_tool(scope, body)
+        needed = await self.required_scope(name) if name is not None else None
+        if needed is None or needed in access.scopes:
+            return False  # allowed, or no such tool: the SDK says so
+        error = scopes.InsufficientScopeError(needed, f"tool {excerpt(name or '')}")
+        await _send_challenge(send, scope, 403, "insufficient_scope", str(error), needed)
+        return True
 
     @staticmethod
     async def _absurd_method(body: bytes, send: Send) -> bool:

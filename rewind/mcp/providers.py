@@ -15,6 +15,10 @@ from mcp_types import Tool as MCPTool
 
 
 class ToolProvider(Protocol):
+    # The scope (rewind.mcp.scopes) every tool of the provider needs; a call may need more, which the
+    # provider checks itself.
+    scope: str
+
     async def tools(self) -> list[MCPTool]:
         """The tools to list now; must not raise for one unreachable source (leave it out instead)."""
         ...

@@ -1,6 +1,6 @@
 """The MCP server: each part's tools (its ``mcp_tools`` module), bearer-token auth, one audit row per call.
 
-``build_server(token_store=...)`` gives the ``MCPServer``; ``build_asgi_app(server)`` gives the ASGI app that
+``build_server(token_stores=...)`` gives the ``MCPServer``; ``build_asgi_app(server)`` gives the ASGI app that
 ``rewind.asgi`` sends /mcp (and the lifespan) to.
 
 Framework duties, so tools do not repeat them:
@@ -11,14 +11,16 @@ Framework duties, so tools do not repeat them:
   gets an error instead of the result (fail-closed);
 - arguments that fail validation give one plain sentence per bad argument (``rewind.mcp.errors``),
   not pydantic's report; an unknown tool or prompt is a JSON-RPC error -32602 (invalid params),
-  naming it by a short excerpt only.
+  naming it by a short excerpt only;
+- every tool names the scope it needs in its ``_meta`` (``rewind.mcp.scopes.tool_meta``): tools/list
+  shows a token only the tools it may call, and a call outside its scopes is refused (the HTTP guard
+  answers 403 ``insufficient_scope`` before the SDK sees it; the server refuses again, as a second lock).
 
 What the server offers besides tools, the same in both protocol eras: the skill
 (skills/zerto-rewind/SKILL.md) as the prompt ``zerto-rewind`` and as a resource, and no
 subscriptions or list-changed notifications (the lists never change while a worker runs).
-There is no OAuth authorization server, so no OAuth metadata is published either: tokens are
-issued in the admin ("Connect an agent") or by ``manage.py mcpconfig``/``createagent``, and a 401
-says so (``rewind.mcp.http``).
+The OAuth authorization server and the protected-resource metadata are Django's (``rewind.oauth``);
+the SDK publishes no metadata of its own, and a 401 points at Django's (``rewind.mcp.http``).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ import logging
 import pkgutil
 import re
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -56,6 +59,7 @@ from rewind import __version__
 from rewind.audit import Actor, mask_secrets
 from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
+from rewind.mcp import scopes
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.endpoint import MCP_PATH
@@ -141,10 +145,25 @@ class RewindMCPServer(MCPServer):
         self._providers.append(provider)
 
     async def list_tools(self) -> list[MCPTool]:
-        tools = await super().list_tools()
+        granted = _granted_scopes()
+        tools = [t for t in await super().list_tools() if _allows(granted, _declared_scope(t.meta))]
         for provider in self._providers:
-            tools += await provider.tools()
+            if _allows(granted, provider.scope):
+                tools += await provider.tools()
         return tools
+
+    async def required_scope(self, name: str) -> str | None:
+        """The scope a call of tool ``name`` needs; None for a name that is no tool here."""
+        tool = self._tool_manager.get_tool(name)
+        if tool is not None:
+            return _declared_scope(tool.meta)
+        provider = await self._provider_of(name)
+        return provider.scope if provider is not None else None
+
+    def check_declared_scopes(self) -> None:
+        """Refuse to start with a tool that names no scope: nobody could be granted it, or everyone would."""
+        for tool in self._tool_manager.list_tools():
+            _declared_scope(tool.meta)
 
     async def _provider_of(self, name: str) -> ToolProvider | None:
         for provider in self._providers:
@@ -157,10 +176,12 @@ class RewindMCPServer(MCPServer):
         if tool is None:
             provider = await self._provider_of(name)
             if provider is not None:
+                _check_scope(provider.scope, name)
                 return await provider.call(name, arguments, context)
             raise MCPError(
                 code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
             )
+        _check_scope(_declared_scope(tool.meta), name)
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
@@ -230,6 +251,28 @@ class RewindMCPServer(MCPServer):
                 message=f"unknown prompt {excerpt(name)}: prompts/list names the prompts of this server",
             )
         return await super().get_prompt(name, arguments, context)
+
+
+def _declared_scope(meta: dict[str, Any] | None) -> str:
+    scope = (meta or {}).get(scopes.META_KEY)
+    if scope not in scopes.ALL:
+        raise ImproperlyConfigured(f"a tool must name its scope in meta (rewind.mcp.scopes.tool_meta), got {scope!r}")
+    return str(scope)
+
+
+def _granted_scopes() -> frozenset[str] | None:
+    """The scopes of this call's token; None outside an authenticated call (a server used in-process)."""
+    token = get_access_token()
+    return None if token is None else frozenset(token.scopes)
+
+
+def _allows(granted: frozenset[str] | None, needed: str) -> bool:
+    return granted is None or needed in granted
+
+
+def _check_scope(needed: str, name: str) -> None:
+    if not _allows(_granted_scopes(), needed):
+        raise ToolError(str(scopes.InsufficientScopeError(needed, f"tool {excerpt(name)}")))
 
 
 def skill_path() -> Path:
@@ -317,19 +360,20 @@ def _register_tools(server: MCPServer) -> None:
         module.register(server)
 
 
-def build_server(*, token_store: TokenStore) -> RewindMCPServer:
-    """The server, taking bearer tokens that ``token_store`` knows (the project hands it the agents' store)."""
+def build_server(*, token_stores: Sequence[TokenStore]) -> RewindMCPServer:
+    """The server, taking bearer tokens that one of ``token_stores`` knows (the project hands it the
+    agents' pasted tokens and the OAuth grants' tokens)."""
     public = settings.REWIND_PUBLIC_URL
     server = RewindMCPServer(
         name=SERVER_NAME,
         version=__version__,
         instructions=INSTRUCTIONS,
-        token_verifier=CachedTokenVerifier(token_store),
+        token_verifier=CachedTokenVerifier(token_stores),
         auth=AuthSettings(
-            # There is no OAuth authorization server: tokens are issued in the admin or by
-            # manage.py mcpconfig/createagent. Without a resource URL the SDK publishes no
-            # protected-resource metadata (which could only name an authorization server that does
-            # not exist), and a 401 carries no resource_metadata link. The issuer URL is required
+            # Django publishes the metadata and runs the authorization server (rewind.oauth), and the
+            # HTTP guard checks each token's resource against the address the request came to (which
+            # the SDK's one fixed resource URL could not follow when REWIND_PUBLIC_URL is unset).
+            # Without a resource URL the SDK publishes nothing of its own; the issuer URL is required
             # but unused.
             issuer_url=AnyHttpUrl(public),
             resource_server_url=None,
@@ -340,6 +384,7 @@ def build_server(*, token_store: TokenStore) -> RewindMCPServer:
         subscriptions=False,
     )
     _register_tools(server)
+    server.check_declared_scopes()
     _register_skill(server)
     return server
 
@@ -360,5 +405,11 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
     verifier = server._token_verifier
     assert isinstance(verifier, CachedTokenVerifier)  # build_server gives it one
     limiter = rate_limiter(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_REDIS_URL)
-    guard = McpHttpGuard(sdk_app, verifier=verifier, max_body_bytes=settings.MCP_MAX_BODY_BYTES, limiter=limiter)
+    guard = McpHttpGuard(
+        sdk_app,
+        verifier=verifier,
+        max_body_bytes=settings.MCP_MAX_BODY_BYTES,
+        limiter=limiter,
+        required_scope=server.required_scope,
+    )
     return guard

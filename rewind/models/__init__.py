@@ -4,11 +4,13 @@ from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, T
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.mcp.models import McpRateCount
 from rewind.notifications.models import NotificationDelivery
+from rewind.oauth.models import AgentGrant
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 
 __all__ = [
     "Agent",
+    "AgentGrant",
     "AgentToken",
     "AuditChainHead",
     "AuditEvent",

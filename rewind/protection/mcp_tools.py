@@ -10,7 +10,10 @@ from mcp.server import MCPServer
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import BaseModel, Field, StrictStr
 
-from rewind.mcp.context import SharedRead, run_db
+from rewind.agents.limits import CLAIM as LIMIT_CLAIM
+from rewind.agents.limits import VmLimit
+from rewind.mcp import scopes
+from rewind.mcp.context import SharedRead, current_agent_name, current_claims, run_db
 from rewind.protection import (
     Protection,
     SiteRef,
@@ -19,6 +22,7 @@ from rewind.protection import (
     find_protection_cached,
     sites_fingerprint,
 )
+from rewind.protection.limits import check_within
 
 
 class SiteOut(BaseModel):
@@ -127,19 +131,24 @@ async def zerto_find_protection(
     """
     # Cached (the common case under load): answered here on the event loop, no thread hand-off
     # of its own; anything to fetch (a ZVM call, DNS, changed sites) runs on the MCP pool.
+    limit = VmLimit.from_claim(current_claims().get(LIMIT_CLAIM))
     try:
         cached = find_protection_cached(vm, await _fingerprint())
     except DatabaseError:
         cached = None  # find_protection reads the sites again and reports its own error
     if cached is not None:
+        check_within(limit, cached, agent_name=current_agent_name())
         return _rendered_result(cached)
-    return protection_result(await run_db(find_protection, vm))
+    found = await run_db(find_protection, vm)
+    check_within(limit, found, agent_name=current_agent_name())
+    return protection_result(found)
 
 
 def register(server: MCPServer) -> None:
     server.tool(
         name="zerto_find_protection",
         title="Find the VPGs protecting a VM",
+        meta=scopes.tool_meta(scopes.READ),
         annotations=ToolAnnotations(
             title="Find the VPGs protecting a VM",
             read_only_hint=True,

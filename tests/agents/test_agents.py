@@ -113,7 +113,7 @@ def test_the_admin_creates_an_agent_and_shows_a_new_token_once(owner: Any) -> No
     assert resp.status_code == 302
     assert resp["Location"] == f"/admin/rewind/agent/{agent.pk}/connect/"
     assert not AgentToken.objects.filter(agent=agent).exists()
-    page = client.post(resp["Location"], {"client": "json"}).content.decode()
+    page = client.post(resp["Location"], {"client": "json", "granted": ["rewind:read"]}).content.decode()
     row = AgentToken.objects.get(agent=agent)
     token = re.findall(r"Bearer (rwd_[A-Za-z0-9_-]+)", page)[0]
     assert hashlib.sha256(token.encode()).hexdigest() == row.token_hash

@@ -187,3 +187,14 @@ def test_the_list_takes_a_fixed_number_of_queries(
         _issue(client, agent["id"])
     with django_assert_max_num_queries(8):
         assert len(client.get("/api/agents/").json()["results"]) == 9
+
+
+def test_a_token_may_be_issued_with_fewer_scopes_and_an_agent_limited(api: Any, superuser: Any) -> None:
+    client = api(superuser)
+    agent_id = client.post("/api/agents/", {"name": "reader"}).json()["id"]
+    issued = client.post(f"/api/agents/{agent_id}/tokens/", {"scope": ["rewind:read"]}).json()
+    assert issued["scope"] == "rewind:read"
+    assert client.post(f"/api/agents/{agent_id}/tokens/", {"scope": ["rewind:nope"]}).status_code == 400
+    changed = client.patch(f"/api/agents/{agent_id}/", {"limit_vm_names": "web*\nweb*\n db? "})
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["limit_vm_names"] == "web*\ndb?"

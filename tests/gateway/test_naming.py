@@ -60,7 +60,7 @@ def test_our_own_tool_names_never_look_like_an_exposed_name() -> None:
     from rewind.agents.mcp_auth import AgentTokenStore
     from rewind.mcp.server import build_server
 
-    server = build_server(token_store=AgentTokenStore())
+    server = build_server(token_stores=[AgentTokenStore()])
     own = [t.name for t in server._tool_manager.list_tools()]
     assert own
     assert all("__" not in n for n in own), own

@@ -1,10 +1,12 @@
-"""Client configurations: each is what its client accepts, and the generic one really connects."""
+"""Client configurations: each is what its client accepts as it is, keeps the token where the client reads a
+secret (unless it cannot), has a URL-only variant for OAuth sign-in, and what mcpconfig prints connects."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-import shlex
+import os
+import subprocess
 from io import StringIO
 from typing import Any
 
@@ -12,16 +14,19 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rewind.agents.models import AgentToken
-from rewind.mcp.clientconfig import CLIENTS, client_config
+from rewind.mcp.clientconfig import CLIENTS, OAUTH_ONLY, client_config
+from rewind.mcp.endpoint import mcp_public_url
+from rewind.processes import stack_forget, stack_record
 from tests.helpers import run
+from tests.mcp.support import connection_of, token_in
 from tests.mcpfixtures import open_mcp_client
+from tests.simfixtures import PYTHON, REPO
 
 URL = "https://rewind.example.com/mcp"
-TOKEN = "rwd_example-token"
-
-
-def _config_json(client: str) -> dict[str, Any]:
-    return json.loads(client_config(client, url=URL, token=TOKEN).config)
+TOKEN = "rwd_example-token-0123456789abcdef"
+TOKEN_CLIENTS = [c for c in CLIENTS if c not in OAUTH_ONLY]
+# Clients that read a secret from the environment or a prompt: the file they keep holds none.
+READS_A_SECRET = ["claude-code", "vscode", "cursor", "opencode"]
 
 
 @pytest.mark.parametrize(
@@ -35,54 +40,59 @@ def _config_json(client: str) -> dict[str, Any]:
     ],
 )
 def test_each_json_configuration_parses_and_names_the_server(client: str, servers_key: str) -> None:
-    data = _config_json(client)
-    entry = data[servers_key]["zerto-rewind"]
-    assert isinstance(entry, dict)
+    for token in (TOKEN, None):
+        config = client_config(client, url=URL, token=token).config
+        if client == "claude-desktop" and token is None:
+            assert config == URL  # a custom connector takes the URL only
+            continue
+        assert isinstance(json.loads(config)[servers_key]["zerto-rewind"], dict)
 
 
-@pytest.mark.parametrize("client", ["vscode", "cursor", "opencode", "json"])
-def test_remote_clients_get_the_url_and_the_bearer_header(client: str) -> None:
-    data = _config_json(client)
-    entry = next(iter(next(v for k, v in data.items() if k != "$schema").values()))
-    assert entry["url"] == URL
-    assert entry["headers"] == {"Authorization": f"Bearer {TOKEN}"}
-    if client in ("vscode", "json"):
-        assert entry["type"] == "http"
-    if client == "opencode":
-        assert (entry["type"], entry["enabled"]) == ("remote", True)
+@pytest.mark.parametrize("client", TOKEN_CLIENTS)
+def test_each_client_sends_the_bearer_token_as_it_reads_it(client: str) -> None:
+    config = client_config(client, url=URL, token=TOKEN)
+    url, headers = connection_of(client, config.config, TOKEN)
+    assert url == URL
+    assert headers == {"Authorization": f"Bearer {TOKEN}"}
 
 
-def test_claude_desktop_bridges_stdio_to_the_remote_server() -> None:
-    entry = _config_json("claude-desktop")["mcpServers"]["zerto-rewind"]
-    assert entry["command"] == "npx"
-    assert entry["args"][:3] == ["-y", "mcp-remote", URL]
-    # The header goes through the environment, so no argument carries a space.
-    assert entry["args"][3:] == ["--header", "Authorization:${ZERTO_REWIND_AUTH}"]
-    assert entry["env"] == {"ZERTO_REWIND_AUTH": f"Bearer {TOKEN}"}
+@pytest.mark.parametrize("client", READS_A_SECRET)
+def test_the_file_holds_no_token_where_the_client_reads_a_secret(client: str) -> None:
+    config = client_config(client, url=URL, token=TOKEN)
+    assert TOKEN not in config.config
+    assert all(TOKEN not in text for _, text in config.also)
+    assert TOKEN in config.token_step  # told once, beside it
 
 
-def test_claude_code_gets_a_command_line_that_splits_into_the_right_arguments() -> None:
+def test_claude_codes_project_file_is_pasted_as_it_is_and_holds_no_secret() -> None:
     config = client_config("claude-code", url=URL, token=TOKEN)
-    assert shlex.split(config.config) == [
-        "claude",
-        "mcp",
-        "add",
-        "--transport",
-        "http",
-        "zerto-rewind",
-        URL,
-        "--header",
-        f"Authorization: Bearer {TOKEN}",
-    ]
-    assert "~/.claude/skills/" in config.as_text()
+    [(where, text)] = config.also
+    assert ".mcp.json" in where
+    entry = json.loads(text)["mcpServers"]["zerto-rewind"]  # nothing around it: it parses as printed
+    assert entry == {"type": "http", "url": URL}  # each person signs in
+    assert config.token_step.startswith(f"export ZERTO_REWIND_TOKEN='{TOKEN}'")
+
+
+@pytest.mark.parametrize("client", list(CLIENTS))
+def test_the_oauth_variant_is_the_url_only(client: str) -> None:
+    config = client_config(client, url=URL, token=None)
+    assert connection_of(client, config.config, None) == (URL, {})
+    assert config.token_step == ""
+    assert "sign in" in config.guide()
+
+
+@pytest.mark.parametrize("client", sorted(OAUTH_ONLY))
+def test_hosted_connectors_never_get_a_token(client: str) -> None:
+    config = client_config(client, url=URL, token=TOKEN)
+    assert TOKEN not in config.as_text()
+    assert "public https address" in config.guide()
 
 
 def test_every_client_says_where_its_configuration_and_skill_go() -> None:
     for client in CLIENTS:
-        text = client_config(client, url=URL, token=TOKEN).as_text()
-        assert "Put this in" in text
-        assert "kill" in text
-        assert "out of version control" in text
+        guide = client_config(client, url=URL, token=TOKEN).guide()
+        assert "put the configuration in" in guide
+        assert "kill" in guide
 
 
 def test_an_unknown_client_is_refused_by_name() -> None:
@@ -90,41 +100,75 @@ def test_an_unknown_client_is_refused_by_name() -> None:
         client_config("emacs", url=URL, token=TOKEN)
 
 
-def _printed_json(out: str) -> dict[str, Any]:
-    # The configuration sits between the "Put this in" comment and the skill comments.
-    body = "\n".join(line for line in out.splitlines() if not line.startswith("#"))
-    return json.loads(body)
-
-
-def test_mcpconfig_issues_a_token_and_its_output_connects_a_client(
-    mcp_server: Any, transactional_db: None, owner: Any
+def test_mcpconfig_prints_the_configuration_alone_and_it_connects_as_printed(
+    mcp_server: Any, transactional_db: None, owner: Any, settings: Any
 ) -> None:
-    out, err = StringIO(), StringIO()
-    call_command("mcpconfig", "cfg-bot", "--client", "json", "--url", mcp_server.mcp_url, stdout=out, stderr=err)
-    assert "created agent cfg-bot" in err.getvalue()
-    entry = _printed_json(out.getvalue())["mcpServers"]["zerto-rewind"]
-    assert entry["url"] == mcp_server.mcp_url
-    token = entry["headers"]["Authorization"].removeprefix("Bearer ")
-    assert AgentToken.objects.get(agent__name="cfg-bot").token_hash == hashlib.sha256(token.encode()).hexdigest()
+    # Beside a running stack the command finds its address without being told (here: uvicorn's port).
+    settings.REWIND_PUBLIC_URL_CONFIGURED = False
+    stack_record(settings.VAR_DIR, mcp_server.url)
+    try:
+        for client in TOKEN_CLIENTS:
+            out, err = StringIO(), StringIO()
+            call_command("mcpconfig", "cfg-bot", "--client", client, stdout=out, stderr=err)
+            token = token_in(out.getvalue() + err.getvalue())
+            url, headers = connection_of(client, out.getvalue(), token)
+            assert url == mcp_server.mcp_url
+            assert headers == {"Authorization": f"Bearer {token}"}
+            assert _tool_names(url, token) >= {"zerto_guard_before_mutate", "zerto_recover_file"}
+        assert AgentToken.objects.filter(agent__name="cfg-bot").count() == len(TOKEN_CLIENTS)
+        out, err = StringIO(), StringIO()
+        call_command("mcpconfig", "--client", "claude-ai", stdout=out, stderr=err)
+        assert out.getvalue().strip() == mcp_server.mcp_url
+    finally:
+        stack_forget(settings.VAR_DIR)
+    assert mcp_public_url() == f"{settings.REWIND_PUBLIC_URL}/mcp"  # no stack running: the default
 
-    async def tool_names() -> set[str]:
-        async with open_mcp_client(entry["url"], token) as client:
+
+@pytest.mark.process
+def test_mcpconfig_uses_rewind_port(mcp_server: Any, transactional_db: None, owner: Any, tmp_path: Any) -> None:
+    env = {**os.environ, "REWIND_PORT": str(mcp_server.port), "REWIND_VAR_DIR": str(tmp_path)}
+    env.pop("REWIND_PUBLIC_URL", None)
+    from tests.helpers import test_database_url
+
+    env["DATABASE_URL"] = test_database_url()
+    done = subprocess.run(
+        [PYTHON, "manage.py", "mcpconfig", "port-bot", "--client", "cursor"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    token = token_in(done.stderr)
+    url, _headers = connection_of("cursor", done.stdout, token)
+    assert url == f"http://127.0.0.1:{mcp_server.port}/mcp"
+    assert AgentToken.objects.get(agent__name="port-bot").token_hash == hashlib.sha256(token.encode()).hexdigest()
+    assert "zerto_find_protection" in _tool_names(url, token)
+
+
+def _tool_names(url: str, token: str) -> set[str]:
+    async def go() -> set[str]:
+        async with open_mcp_client(url, token) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= run(tool_names())
-    # A second run for the same agent issues another token; the first one keeps working.
-    call_command(
-        "mcpconfig", "cfg-bot", "--client", "cursor", "--url", mcp_server.mcp_url, stdout=StringIO(), stderr=StringIO()
-    )
-    assert AgentToken.objects.filter(agent__name="cfg-bot").count() == 2
+    return set(run(go()))
 
 
-def test_mcpconfig_refuses_an_unknown_client_and_a_bad_url(db: None, owner: Any) -> None:
+def test_mcpconfig_refuses_an_unknown_client_a_bad_url_and_a_missing_agent(db: None, owner: Any) -> None:
     with pytest.raises(CommandError, match="invalid choice: 'emacs'"):
         call_command("mcpconfig", "cfg-bot", "--client", "emacs", stdout=StringIO(), stderr=StringIO())
     with pytest.raises(CommandError, match="--url must be an http"):
         call_command("mcpconfig", "cfg-bot", "--url", "ftp://x/mcp", stdout=StringIO(), stderr=StringIO())
+    with pytest.raises(CommandError, match="name the agent"):
+        call_command("mcpconfig", "--client", "cursor", stdout=StringIO(), stderr=StringIO())
     assert not AgentToken.objects.exists()
+
+
+def test_mcpconfig_issues_a_token_with_the_scopes_asked_for(db: None, owner: Any) -> None:
+    err = StringIO()
+    call_command("mcpconfig", "ro-bot", "--scope", "rewind:read", "--client", "json", stdout=StringIO(), stderr=err)
+    assert AgentToken.objects.get(agent__name="ro-bot").scope == "rewind:read"
 
 
 @pytest.fixture

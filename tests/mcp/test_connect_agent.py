@@ -7,7 +7,6 @@ import hashlib
 import html
 import json
 import re
-import shlex
 from typing import Any
 
 import pytest
@@ -17,10 +16,11 @@ from django.urls import reverse
 
 from rewind.agents import agent_create, agent_update
 from rewind.audit import Actor
-from rewind.mcp.clientconfig import CLIENTS
+from rewind.mcp.clientconfig import CLIENTS, OAUTH_ONLY
 from rewind.mcp.endpoint import mcp_public_url
 from rewind.models import Agent, AgentToken, AuditEvent
 from tests.helpers import run
+from tests.mcp.support import TOKEN_RE, connection_of
 from tests.mcpfixtures import open_mcp_client
 
 SETUP = Actor.system("tests")
@@ -73,25 +73,12 @@ def _shown_config(page: str) -> str:
     return html.unescape(match.group(1))
 
 
-def _url_and_header(client: str, config: str) -> tuple[str, str]:
-    """The URL and Authorization header a configuration gives, read as that client reads it."""
-    if client == "claude-code":
-        words = shlex.split(config)
-        assert words[:6] == ["claude", "mcp", "add", "--transport", "http", "zerto-rewind"]
-        assert words[7] == "--header"
-        return words[6], words[8]
-    data = json.loads(config)
-    servers = {"vscode": "servers", "opencode": "mcp"}.get(client, "mcpServers")
-    entry = data[servers]["zerto-rewind"]
-    if client == "claude-desktop":
-        assert entry["args"][3:] == ["--header", "Authorization:${ZERTO_REWIND_AUTH}"]
-        return entry["args"][2], f"Authorization: {entry['env']['ZERTO_REWIND_AUTH']}"
-    return entry["url"], f"Authorization: {entry['headers']['Authorization']}"
-
-
-def _token_of(header: str) -> str:
-    assert header.startswith("Authorization: Bearer rwd_")
-    return header.removeprefix("Authorization: Bearer ")
+def _connection(client: str, page: str) -> tuple[str, dict[str, str], str | None]:
+    """The URL and headers the configuration shown gives, read as that client reads it, and the token shown."""
+    found = TOKEN_RE.findall(page)
+    token = found[0] if found else None
+    url, headers = connection_of(client, _shown_config(page), token)
+    return url, headers, token
 
 
 def test_it_refuses_staff_without_the_permission_to_issue_tokens(viewer: User, agent: Agent) -> None:
@@ -129,23 +116,35 @@ def test_a_get_offers_every_client_and_issues_nothing(issuer: User, agent: Agent
     assert not AuditEvent.objects.filter(action="agent.token.issued").exists()
 
 
-@pytest.mark.parametrize("client", list(CLIENTS))
+@pytest.mark.parametrize("client", [c for c in CLIENTS if c not in OAUTH_ONLY])
 def test_a_post_issues_one_token_and_shows_it_in_that_clients_format(client: str, issuer: User, agent: Agent) -> None:
-    resp = _client(issuer).post(_connect_url(agent), {"client": client})
+    resp = _client(issuer).post(_connect_url(agent), {"client": client, "granted": ["rewind:read", "rewind:guard"]})
     assert resp.status_code == 200
-    url, header = _url_and_header(client, _shown_config(resp.content.decode()))
+    url, headers, token = _connection(client, resp.content.decode())
     # Without REWIND_PUBLIC_URL, the address the page was opened at.
     assert url == "http://testserver/mcp"
+    assert headers == {"Authorization": f"Bearer {token}"}
     row = AgentToken.objects.get()
-    assert row.token_hash == hashlib.sha256(_token_of(header).encode()).hexdigest()
+    assert row.token_hash == hashlib.sha256(str(token).encode()).hexdigest()
     assert row.label == f"Connect an agent: {client}"
+    assert row.scope == "rewind:read rewind:guard"
+
+
+@pytest.mark.parametrize("client", ["claude-ai", "chatgpt", "vscode"])
+def test_the_oauth_choice_shows_the_url_only_and_issues_nothing(client: str, issuer: User, agent: Agent) -> None:
+    resp = _client(issuer).post(_connect_url(agent), {"client": client, "oauth": "on"})
+    assert resp.status_code == 200
+    page = resp.content.decode()
+    assert _connection(client, page) == ("http://testserver/mcp", {}, None)
+    assert 'id="oauth-sign-in"' in page
+    assert not AgentToken.objects.exists()
 
 
 def test_the_token_is_shown_once_never_cached_and_audited_without_it(issuer: User, agent: Agent) -> None:
     browser = _client(issuer)
-    resp = browser.post(_connect_url(agent), {"client": "json"})
+    resp = browser.post(_connect_url(agent), {"client": "json", "granted": ["rewind:read"]})
     page = resp.content.decode()
-    token = _token_of(_url_and_header("json", _shown_config(page))[1])
+    token = str(_connection("json", page)[2])
     assert "no-store" in resp["Cache-Control"]
     assert "Where it goes" in page
     assert ".agents/skills/" in page
@@ -163,7 +162,7 @@ def test_the_token_is_shown_once_never_cached_and_audited_without_it(issuer: Use
 
 
 def test_the_expiry_is_the_one_asked_for(issuer: User, agent: Agent) -> None:
-    _client(issuer).post(_connect_url(agent), {"client": "cursor", "expires_days": "7"})
+    _client(issuer).post(_connect_url(agent), {"client": "cursor", "expires_days": "7", "granted": ["rewind:read"]})
     row = AgentToken.objects.get()
     assert row.expires_at is not None
     assert 6.9 < (row.expires_at - row.created_at).total_seconds() / 86400 < 7.1
@@ -175,6 +174,7 @@ def test_the_expiry_is_the_one_asked_for(issuer: User, agent: Agent) -> None:
         ({"client": "emacs"}, "emacs is not one of the available choices"),
         ({}, "This field is required"),
         ({"client": "cursor", "expires_days": "0"}, "greater than or equal to 1"),
+        ({"client": "cursor"}, "Tick at least one thing the token may do."),
     ],
 )
 def test_a_bad_choice_is_refused_with_a_reason_and_issues_nothing(
@@ -192,7 +192,7 @@ def test_an_inactive_agent_is_refused_and_nothing_changes(issuer: User, agent: A
     page = browser.get(_connect_url(agent)).content.decode()
     assert 'id="agent-inactive"' in page
     assert 'id="connect-form"' not in page
-    resp = browser.post(_connect_url(agent), {"client": "cursor"})
+    resp = browser.post(_connect_url(agent), {"client": "cursor", "granted": ["rewind:read"]})
     assert resp.status_code == 409
     assert "agent deploy-bot is inactive; activate it in the admin first" in resp.content.decode()
     assert not AgentToken.objects.exists()
@@ -212,9 +212,9 @@ def test_an_unknown_agent_is_not_found(issuer: User) -> None:
 
 
 def test_one_rule_gives_the_url_to_the_command_and_the_page(settings: Any) -> None:
-    settings.REWIND_PUBLIC_URL, settings.REWIND_PUBLIC_URL_CONFIGURED = "http://127.0.0.1:8000", False
+    settings.REWIND_PUBLIC_URL, settings.REWIND_PUBLIC_URL_CONFIGURED = "http://127.0.0.1:8500", False
     assert mcp_public_url(opened_at="https://rewind.example.com/") == "https://rewind.example.com/mcp"
-    assert mcp_public_url() == "http://127.0.0.1:8000/mcp"  # the command, which has no page
+    assert mcp_public_url() == "http://127.0.0.1:8500/mcp"  # the command, which has no page: REWIND_PORT's
     settings.REWIND_PUBLIC_URL, settings.REWIND_PUBLIC_URL_CONFIGURED = "https://mcp.example.com", True
     assert mcp_public_url(opened_at="https://rewind.example.com/") == "https://mcp.example.com/mcp"
     assert mcp_public_url() == "https://mcp.example.com/mcp"
@@ -226,13 +226,15 @@ def test_the_configuration_shown_connects_a_client_at_rewind_public_url(
     settings.REWIND_PUBLIC_URL, settings.REWIND_PUBLIC_URL_CONFIGURED = mcp_server.url, True
     root = User.objects.create_superuser("root", "root@example.com", "pw-root-12345")
     agent = agent_create(actor=SETUP, name="live-bot", owner=root)
-    resp = _client(root).post(_connect_url(agent), {"client": "vscode"})
-    url, header = _url_and_header("vscode", _shown_config(resp.content.decode()))
+    resp = _client(root).post(_connect_url(agent), {"client": "vscode", "granted": ["rewind:read", "rewind:guard"]})
+    url, _headers, token = _connection("vscode", resp.content.decode())
     assert url == mcp_server.mcp_url
     assert "from REWIND_PUBLIC_URL" in resp.content.decode()
 
     async def tool_names() -> set[str]:
-        async with open_mcp_client(url, _token_of(header)) as client:
+        async with open_mcp_client(url, token) as client:
             return {tool.name for tool in (await client.list_tools()).tools}
 
-    assert {"zerto_guard_before_mutate", "zerto_recover_file"} <= run(tool_names())
+    names = run(tool_names())
+    assert "zerto_guard_before_mutate" in names
+    assert "zerto_recover_file" not in names  # not granted

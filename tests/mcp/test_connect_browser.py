@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import shutil
 from typing import Any
 
@@ -15,6 +14,7 @@ from rewind.agents import agent_create
 from rewind.audit import Actor
 from rewind.models import AgentToken
 from tests.helpers import post
+from tests.mcp.support import connection_of, token_in
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -41,9 +41,12 @@ def test_a_person_connects_an_agent_and_the_token_shown_works(
 
     page.check("input[value=cursor]")
     page.click("#issue")
-    entry = json.loads(page.inner_text("#client-config"))["mcpServers"]["zerto-rewind"]
-    assert entry["url"] == f"{live_server.url}/mcp"
-    token = entry["headers"]["Authorization"].removeprefix("Bearer ")
+    # Cursor reads the token from the environment: the file names the variable, the page the token, once.
+    token = token_in(page.inner_text("#client-token"))
+    url, headers = connection_of("cursor", page.inner_text("#client-config"), token)
+    assert url == f"{live_server.url}/mcp"
+    assert headers == {"Authorization": f"Bearer {token}"}
+    assert token not in page.inner_text("#client-config")
     assert AgentToken.objects.get().token_hash == hashlib.sha256(token.encode()).hexdigest()
     assert "~/.cursor/mcp.json" in page.inner_text("#client-where")
     assert ".cursor/skills/" in page.inner_text("#client-skill")

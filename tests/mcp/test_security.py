@@ -26,18 +26,29 @@ HOW_TO_GET_ONE = (
     "get one with manage.py mcpconfig AGENT --client CLIENT on the server, or in the admin "
     "(/admin/rewind/agent/, open the agent, then Connect an agent), and send it as Authorization: Bearer TOKEN."
 )
-NONE_SENT = "This MCP endpoint needs an agent's bearer token, and none was sent: " + HOW_TO_GET_ONE
-REFUSED = "The bearer token was refused (unknown, revoked or expired, or its agent is inactive): " + HOW_TO_GET_ONE
+NONE_SENT = (
+    "This MCP endpoint needs an agent's bearer token, and none was sent: sign in with OAuth, or " + HOW_TO_GET_ONE
+)
+REFUSED = (
+    "The bearer token was refused (unknown, revoked or expired, or its agent is inactive): sign in with OAuth "
+    "again, or " + HOW_TO_GET_ONE
+)
+ALL_SCOPES = "rewind:read rewind:guard rewind:recover rewind:sessions rewind:catalog"
 
 
 def _assert_401(resp: httpx2.Response, sent: str | None = None, says: str = REFUSED) -> None:
-    """A 401 whose body and challenge say, in one sentence, how to get a token, and quote none."""
+    """A 401 whose challenge points at the metadata a host signs in from, and whose body and challenge say,
+    in one sentence, how to get a token, and quote none. No error code when no token was sent (RFC 6750 3.1)."""
     assert resp.status_code == 401
     challenge = resp.headers["www-authenticate"]
-    assert challenge == f'Bearer error="invalid_token", error_description="{says}"'
-    # No OAuth authorization server exists, so the challenge points at no metadata.
-    assert "resource_metadata" not in challenge
-    assert resp.json() == {"error": "invalid_token", "error_description": says}
+    origin = str(resp.request.url).removesuffix("/mcp")
+    start = f'Bearer resource_metadata="{origin}/.well-known/oauth-protected-resource/mcp", scope="{ALL_SCOPES}"'
+    error = "invalid_request" if says == NONE_SENT else "invalid_token"
+    if says == NONE_SENT:
+        assert challenge == start
+    else:
+        assert challenge == f'{start}, error="invalid_token", error_description="{says}"'
+    assert resp.json() == {"error": error, "error_description": says}
     if sent:
         assert sent not in resp.text
         assert sent not in challenge
@@ -92,9 +103,17 @@ def test_it_records_when_a_token_was_last_used(mcp_server: Any, mcp_sites: Any, 
     assert AgentToken.objects.get().last_used_at is not None
 
 
-def test_it_publishes_no_oauth_metadata_that_would_point_nowhere(mcp_server: Any) -> None:
-    for path in ("/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-authorization-server"):
-        assert httpx2.get(mcp_server.url + path, timeout=10).status_code == 404
+def test_it_publishes_the_metadata_a_host_signs_in_from(mcp_server: Any) -> None:
+    resource = httpx2.get(mcp_server.url + "/.well-known/oauth-protected-resource/mcp", timeout=10).json()
+    assert resource["resource"] == mcp_server.mcp_url
+    assert resource["authorization_servers"] == [mcp_server.url]
+    server = httpx2.get(mcp_server.url + "/.well-known/oauth-authorization-server", timeout=10).json()
+    assert server["issuer"] == mcp_server.url
+    assert server["code_challenge_methods_supported"] == ["S256"]
+    assert server["token_endpoint_auth_methods_supported"] == ["none"]
+    assert server["grant_types_supported"] == ["authorization_code", "refresh_token"]
+    assert server["client_id_metadata_document_supported"] is True
+    assert server["registration_endpoint"] == mcp_server.url + "/oauth/register/"
 
 
 def test_it_refuses_a_foreign_host_header(mcp_server: Any, agent_token: Any) -> None:

@@ -9,7 +9,7 @@ from tests.helpers import run
 
 def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order(db: None) -> None:
     # With no upstream configured the gateway adds nothing (tests/gateway covers its tools).
-    tools = run(build_server(token_store=AgentTokenStore()).list_tools())
+    tools = run(build_server(token_stores=[AgentTokenStore()]).list_tools())
     assert [t.name for t in tools] == [
         "zerto_create_tagged_checkpoint",
         "zerto_guard_before_mutate",

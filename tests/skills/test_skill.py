@@ -35,7 +35,7 @@ def schemas(django_db_setup: None, django_db_blocker: Any) -> dict[str, dict[str
 
     # The list reads the gateway's upstream tools from the database (none here: only ours).
     with django_db_blocker.unblock():
-        tools = run(build_server(token_store=AgentTokenStore()).list_tools())
+        tools = run(build_server(token_stores=[AgentTokenStore()]).list_tools())
     return {tool.name: tool.input_schema for tool in tools}
 
 

@@ -12,10 +12,18 @@ from rewind.agents.selectors import agent_owner_candidate
 from rewind.agents.services import AgentWithToken
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
+from rewind.mcp import scopes
 
 
 def issue_agent_token(
-    *, command: str, name: str, owner_name: str | None, label: str, expires_days: int | None, stderr: OutputWrapper
+    *,
+    command: str,
+    name: str,
+    owner_name: str | None,
+    label: str,
+    expires_days: int | None,
+    stderr: OutputWrapper,
+    granted: tuple[str, ...] = scopes.ALL,
 ) -> AgentWithToken:
     """A new token for agent ``name`` (created when missing); a CommandError says what was wrong."""
     owner = None
@@ -30,6 +38,7 @@ def issue_agent_token(
             owner=owner,
             label=label,
             expires_at=expiry_in_days(expires_days),
+            granted=granted,
         )
     except ApplicationError as exc:
         raise CommandError(exc.message) from None

@@ -5,6 +5,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from rewind.management.commands._agent_token import issue_agent_token
+from rewind.mcp import scopes
 
 
 class Command(BaseCommand):
@@ -22,6 +23,12 @@ class Command(BaseCommand):
             "--expires-days", type=int, default=None, help="token lifetime in days (default: no expiry)"
         )
         parser.add_argument("--label", default="", help="a note to tell this token apart in the admin")
+        parser.add_argument(
+            "--scope",
+            action="append",
+            choices=list(scopes.ALL),
+            help="what the token may do; repeat for several (default: all)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         made = issue_agent_token(
@@ -31,6 +38,7 @@ class Command(BaseCommand):
             label=options["label"],
             expires_days=options["expires_days"],
             stderr=self.stderr,
+            granted=tuple(options["scope"] or scopes.ALL),
         )
         expires_at = made.issued.row.expires_at
         expiry = f"expires {expires_at:%Y-%m-%d %H:%M} UTC" if expires_at else "never expires"

@@ -36,6 +36,7 @@ from rewind.audit.selectors import audit_event_trail
 from rewind.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
 from rewind.management.commands._demo_gateway import EXEC, UPSTREAM, ensure_guest_shell, guard_lines, sed_command
+from rewind.mcp.endpoint import public_base_url
 from rewind.sites.models import Site
 
 DEMO_AGENT = "demo-agent"
@@ -46,9 +47,7 @@ POLL_S = 1.0
 
 
 def _default_url() -> str:
-    if settings.REWIND_PUBLIC_URL_CONFIGURED:
-        return str(settings.REWIND_PUBLIC_URL)
-    return f"http://127.0.0.1:{os.environ.get('REWIND_PORT', '8000')}"
+    return public_base_url()
 
 
 def _default_sim_url() -> str:
@@ -72,7 +71,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--url", default=_default_url(), help="the service (default: REWIND_PUBLIC_URL, else port REWIND_PORT)"
+            "--url",
+            default=_default_url(),
+            help="the service (default: REWIND_PUBLIC_URL, else the running make run, else port REWIND_PORT)",
         )
         parser.add_argument(
             "--sim-url", default=_default_sim_url(), help="the ZVM simulator (default: port REWIND_SIM_PORT)"

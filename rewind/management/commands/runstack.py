@@ -21,7 +21,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.processes import START_TIMEOUT_S, Proc, ProcessError
+from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stack_forget, stack_record
 from rewind.supervisor import Service, Supervisor
 
 # A clean stop takes a few seconds (Celery's warm shutdown, uvicorn's workers): past this, a
@@ -73,11 +73,14 @@ class Command(BaseCommand):
             bases = [f"http://127.0.0.1:{port}" for port in ports]
             for i, base in enumerate(bases, 1):
                 self._wait_until_up(f"web replica {i}", f"{base}/health/", verify=True)
+            # mcpconfig and demo, run beside the stack, give clients the address it serves.
+            stack_record(settings.VAR_DIR, os.environ.get("REWIND_PUBLIC_URL") or bases[0])
             self._say(_banner(bases, None if options["no_sim"] else options["sim_port"]))
             self._watch()
         except _Stop:
             pass
         finally:
+            stack_forget(settings.VAR_DIR)
             self._stop_all()
             # A Ctrl-C pressed again after everything stopped must not end this process with a
             # traceback on its way out: it is already leaving. Other signals as they were.
@@ -199,7 +202,7 @@ def _banner(bases: list[str], sim_port: int | None) -> str:
         "\nzerto-rewind is running:\n"
         f"{replicas}\n"
         f"  admin          {bases[0]}/admin/\n"
-        f"  MCP endpoint   {bases[0]}/mcp   (token: python manage.py createagent NAME)\n"
+        f"  MCP endpoint   {bases[0]}/mcp   (sign in with OAuth, or: python manage.py mcpconfig NAME)\n"
         f"  REST API       {bases[0]}/api/\n"
         + ("" if sim_port is None else f"  ZVM simulator  https://127.0.0.1:{sim_port}/_sim/state\n")
         + "Any replica answers any request. A process that exits is started again.\n"

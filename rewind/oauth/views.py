@@ -1,0 +1,211 @@
+"""The authorization server's pages: the protected-resource metadata, the token endpoint and the consent page.
+
+The authorization-server metadata and the revocation and registration endpoints are django-oauth-toolkit's
+own views (``urls.py``); the token endpoint is too, with its errors always JSON. The consent page is its
+authorization view with the profile's checks (https or loopback redirect URIs, this /mcp as the only
+resource, PKCE S256) made before the person is asked anything, and one more question: which of the
+person's agents the client acts as. The page has no script, so it works under a Content Security Policy
+without inline code.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+from urllib.parse import urlsplit
+
+from django import forms
+from django.contrib import admin
+from django.db import transaction
+from django.http import HttpRequest, HttpResponse
+from oauth2_provider import views as dot
+from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
+from oauth2_provider.forms import AllowForm
+from oauth2_provider.models import Application
+from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
+from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
+
+from rewind.admin_base import actor_for
+from rewind.agents.models import Agent
+from rewind.agents.services import agent_create
+from rewind.errors import ApplicationError
+from rewind.mcp import scopes
+from rewind.mcp.endpoint import mcp_resource, same_resource
+from rewind.oauth.selectors import agents_for_consent
+from rewind.oauth.services import agent_grant_create
+
+# Consenting issues tokens for an agent, as "Connect an agent" does: the same permission.
+CONSENT_PERMISSION = "rewind.add_agenttoken"
+CREATE_AGENT_PERMISSION = "rewind.add_agent"
+
+
+class ProtectedResourceMetadataView(OAuthProtectedResourceMetadataView):
+    """RFC 9728 metadata of /mcp, at the well-known path with and without the ``/mcp`` suffix."""
+
+    def get_resource(self, request: HttpRequest) -> str:
+        return mcp_resource(request.build_absolute_uri("/"))
+
+    def get_scopes_supported(self) -> list[str]:
+        return list(scopes.ALL)
+
+
+class TokenView(dot.TokenView):
+    """The toolkit's token endpoint; an error raised while the token is saved (``invalid_target``, from the
+    resource check) reaches the client as the JSON body RFC 6749 section 5.2 names, not as text/html."""
+
+    def post(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        response: HttpResponse = super().post(request, *args, **kwargs)
+        if response.status_code >= 400 and response.get("Content-Type", "").startswith("text/html"):
+            response["Content-Type"] = "application/json"
+            response["Cache-Control"] = "no-store"
+        return response
+
+
+class ConsentForm(AllowForm):
+    """django-oauth-toolkit's form (the request in hidden fields) plus the agent and the scopes granted."""
+
+    agent: forms.ModelChoiceField[Agent] = forms.ModelChoiceField(
+        queryset=Agent.objects.none(),
+        required=False,
+        empty_label=None,
+        widget=forms.RadioSelect,
+        help_text="The client acts as this agent: tags and audit rows name it.",
+    )
+    new_agent = forms.CharField(
+        required=False,
+        max_length=64,
+        label="or a new agent named",
+        help_text="Letters, digits, - and _; it will belong to you.",
+    )
+    granted = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        label="It may",
+        help_text="Untick what this client should not do.",
+    )
+
+    def __init__(self, *args: Any, user: Any, requested: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        agent_field = self.fields["agent"]
+        assert isinstance(agent_field, forms.ModelChoiceField)
+        agent_field.queryset = agents_for_consent(user)
+        granted_field = self.fields["granted"]
+        assert isinstance(granted_field, forms.MultipleChoiceField)
+        granted_field.choices = [(s, f"{s}: {scopes.DESCRIPTIONS[s]}") for s in requested]
+        self.initial.setdefault("granted", requested)
+        first = agent_field.queryset.first()
+        if first is not None:
+            self.initial.setdefault("agent", first.pk)
+        self.can_create_agent = user.has_perm(CREATE_AGENT_PERMISSION)
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean()
+        if not data.get("allow"):
+            return data  # a refusal needs no agent
+        if data.get("new_agent"):
+            if not self.can_create_agent:
+                self.add_error("new_agent", "You may not create agents; pick one of yours.")
+        elif data.get("agent") is None:
+            self.add_error("agent", "Pick the agent this client acts as, or name a new one.")
+        if not data.get("granted"):
+            self.add_error("granted", "Tick at least one thing the client may do, or cancel.")
+        return data
+
+
+def _redirect_allowed(uri: str) -> bool:
+    """https anywhere; plain http only back to this machine (a native client's loopback listener, RFC 8252)."""
+    parts = urlsplit(uri)
+    return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("localhost", "127.0.0.1", "::1"))
+
+
+def _back_with(error: str, description: str, credentials: dict[str, Any]) -> OAuthToolkitError:
+    """An error the client is sent back with (its redirect URI was checked already)."""
+    return OAuthToolkitError(
+        error=CustomOAuth2Error(error=error, description=description, state=credentials.get("state")),
+        redirect_uri=credentials["redirect_uri"],
+    )
+
+
+class ConsentView(AuthorizationView):
+    """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant."""
+
+    template_name = "oauth/consent.html"
+    form_class = ConsentForm
+
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        if request.user.is_authenticated and not request.user.has_perm(CONSENT_PERMISSION):
+            response = self.render_to_response({"forbidden": True}, status=403)
+            return response
+        return super().dispatch(request, *args, **kwargs)
+
+    def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
+        """django-oauth-toolkit's checks, and: a resource other than this service's /mcp is refused (RFC 8707)."""
+        requested_scopes, credentials = super().validate_authorization_request(request)
+        if not _redirect_allowed(credentials["redirect_uri"]):
+            # Registered, but not where the MCP specification lets tokens go: shown here, never redirected to.
+            raise FatalClientError(
+                error=InvalidRequestError(
+                    description="the redirect URI must be https, or http on a loopback address (localhost)"
+                )
+            )
+        ours = mcp_resource(request.build_absolute_uri("/"))
+        for resource in request.GET.getlist("resource"):
+            if not same_resource(resource, ours):
+                raise _back_with(
+                    "invalid_target", f"this server issues tokens only for {ours}, not for {resource}", credentials
+                )
+        # RFC 7636 section 4.3: a challenge without a method is "plain", which this server refuses (before the
+        # person is asked anything, not after).
+        if credentials.get("code_challenge_method", "plain") != "S256":
+            raise _back_with("invalid_request", 'code_challenge_method must be "S256"', credentials)
+        return requested_scopes, credentials
+
+    def _requested(self) -> list[str]:
+        raw = self.oauth2_data.get("scopes") or (self.request.POST.get("scope") or "").split()
+        return [s for s in scopes.ALL if s in raw]
+
+    def get_form_kwargs(self) -> dict[str, Any]:
+        return {**super().get_form_kwargs(), "user": self.request.user, "requested": self._requested()}
+
+    def get_context_data(self, **kwargs: Any) -> dict[str, Any]:
+        context = super().get_context_data(**kwargs)
+        form = context.get("form")
+        client_id = self.oauth2_data.get("client_id") or (form.data.get("client_id") if form is not None else None)
+        application = Application.objects.filter(client_id=client_id).first() if client_id else None
+        context.update(
+            **admin.site.each_context(self.request),
+            application=application,
+            by_metadata_document=application is not None
+            and application.registration_source == Application.RegistrationSource.CIMD,
+            redirect_uri=self.oauth2_data.get("redirect_uri") or (form.data.get("redirect_uri") if form else ""),
+            title="Let an MCP client act as one of your agents",
+        )
+        return context
+
+    def form_valid(self, form: ConsentForm) -> HttpResponse:
+        data = form.cleaned_data
+        if not data.get("allow"):
+            return super().form_valid(form)  # access_denied, back to the client
+        if not _redirect_allowed(data["redirect_uri"]):  # the page never offers one; a hand-made form might
+            form.add_error(None, "the redirect URI must be https, or http on a loopback address (localhost)")
+            return self.form_invalid(form)
+        application = Application.objects.get(client_id=data["client_id"])
+        actor = actor_for(self.request)
+        try:
+            with transaction.atomic():  # a new agent only with its grant
+                agent = data["agent"]
+                if data.get("new_agent"):
+                    agent = agent_create(actor=actor, name=data["new_agent"], owner=self.request.user)
+                grant = agent_grant_create(
+                    actor=actor,
+                    user=self.request.user,
+                    application=application,
+                    agent=agent,
+                    granted=tuple(data["granted"]),
+                    redirect_uri=data["redirect_uri"],
+                    request_id=getattr(self.request, "id", None),
+                )
+        except ApplicationError as exc:
+            form.add_error(None, exc.message)
+            return self.form_invalid(form)
+        data["scope"] = grant.scope
+        return super().form_valid(form)
