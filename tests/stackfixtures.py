@@ -189,6 +189,14 @@ class ProductionStack:
     def output(self) -> str:
         return self.proc.output()
 
+    def sql(self, query: str) -> str:
+        """One query on the stack's database, its rows as psql prints them unaligned (``a|b`` per line)."""
+        psql = ["psql", "-h", "127.0.0.1", "-p", str(self.postgres.port), "-U", "postgres", "-d", "rewind", "-At"]
+        return subprocess.run([*psql, "-c", query], check=True, capture_output=True, text=True, timeout=60).stdout
+
+    def ready(self, replica: int = 1) -> requests.Response:
+        return requests.get(f"{self.url(replica)}/ready/", timeout=10)
+
     # -- agents' calls ------------------------------------------------------------------------
     async def call_async(
         self, tool: str, args: dict[str, Any], *, replica: int = 1, progress: list[Any] | None = None

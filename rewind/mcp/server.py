@@ -58,6 +58,7 @@ from rewind.audit.actions import McpAction
 from rewind.errors import ApplicationError
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
+from rewind.mcp.context import call_refs, refs_sentence
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
@@ -172,7 +173,7 @@ class RewindMCPServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         started = time.perf_counter()
-        with bound_request_id(None) as rid:
+        with bound_request_id(None) as rid, call_refs() as refs:
             failure: BaseException | None = None
             outcome, message = "ok", ""
             try:
@@ -213,11 +214,12 @@ class RewindMCPServer(MCPServer):
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
                 if failure is None or outcome != "cancelled":
-                    raise ToolError(
-                        f"the call was not recorded in the audit log (request {rid}); treat it as failed"
+                    raise _naming_refs(
+                        ToolError(f"the call was not recorded in the audit log (request {rid}); treat it as failed"),
+                        refs,
                     ) from None
             if failure is not None:
-                raise failure
+                raise _naming_refs(failure, refs)
             return result
 
     async def get_prompt(
@@ -230,6 +232,17 @@ class RewindMCPServer(MCPServer):
                 message=f"unknown prompt {excerpt(name)}: prompts/list names the prompts of this server",
             )
         return await super().get_prompt(name, arguments, context)
+
+
+def _naming_refs(failure: BaseException, refs: dict[str, str]) -> BaseException:
+    """A tool error that also names what the call created (``call_refers_to``); other failures as they are."""
+    said = refs_sentence(refs)
+    if not said or not isinstance(failure, ToolError):
+        return failure
+    text = str(failure).rstrip()
+    named = ToolError(f"{text}{'' if text.endswith('.') else '.'} {said}")
+    named.__cause__ = failure.__cause__
+    return named
 
 
 def skill_path() -> Path:
