@@ -180,3 +180,38 @@ def private_postgres(work: Path) -> Iterator[str]:
         yield f"postgres://postgres@127.0.0.1:{port}/bench"
     finally:
         subprocess.run([*ctl, "-m", "fast", "stop"], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def private_redis(work: Path) -> Iterator[str]:
+    """A ``redis-server`` of this benchmark's own on a free port, keeping nothing on disk; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = Proc("redis-server", [*argv, "--dir", str(work)], log=work / "redis.log", cwd=work)
+    try:
+        proc.wait_for_output("Ready to accept connections", timeout=START_TIMEOUT)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.stop(timeout=15)
+
+
+def free_ports(count: int) -> int:
+    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
+    for _ in range(50):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            first = s.getsockname()[1]
+        if first + count < 65536 and all(_bindable(first + i) for i in range(1, count)):
+            return int(first)
+    raise RuntimeError(f"found no {count} free consecutive ports")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True

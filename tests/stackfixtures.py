@@ -153,8 +153,10 @@ class ProductionStack:
             REWIND_VAR_DIR=str(work_dir / "var"),
             REWIND_PORT=str(self.port),
             REWIND_SIM_PORT=str(self.sim_port),
+            REWIND_STORAGE_DIR=str(work_dir / "recovered"),
             PYTHONUNBUFFERED="1",
         )
+        self.storage = work_dir / "recovered"
         self.manage("migrate", "-v0")
         self.proc = Proc(
             "runstack",
@@ -230,6 +232,54 @@ class ProductionStack:
 
     def guard_finished(self, guard_id: int, timeout: float = 120.0) -> dict[str, Any]:
         return self.wait_guard(guard_id, lambda g: bool(g["finished"]), timeout, f"the end of guard {guard_id}")
+
+    # -- recoveries ---------------------------------------------------------------------------
+    def recover(self, vm: str, path: str, change_id: str, replica: int = 1) -> int:
+        """An agent's ``zerto_recover_file`` for ``change_id``'s checkpoint; the request's id."""
+        args = {"vm": vm, "path": path, "change_id": change_id, "reason": "tests: undo the change"}
+        result = self.call("zerto_recover_file", args, replica=replica)
+        assert not result.is_error, result.content
+        return int(result.structured_content["id"])
+
+    def approver(self) -> requests.Session:
+        """The demo approver signed in (``manage.py runstack`` printed the password), CSRF header set."""
+        line = next(line for line in self.output().splitlines() if line.startswith("Demo approver:"))
+        password = line.split("password", 1)[1].split()[0]
+        http = requests.Session()
+        login = f"{self.url()}/admin/login/"
+        http.get(login, timeout=30)
+        form = {"username": "approver", "password": password, "csrfmiddlewaretoken": http.cookies["csrftoken"]}
+        signed_in = http.post(login, data=form, headers={"Referer": login}, timeout=30, allow_redirects=False)
+        assert signed_in.status_code == 302, signed_in.text[-500:]
+        http.headers.update({"X-CSRFToken": http.cookies["csrftoken"], "Referer": f"{self.url()}/admin/"})
+        return http
+
+    def approve(self, recovery_id: int, http: requests.Session | None = None, replica: int = 1) -> None:
+        """Approve over REST, as the approver's browser would (through either replica)."""
+        answer = (http or self.approver()).post(
+            f"{self.url(replica)}/api/recoveries/{recovery_id}/approve/", timeout=60
+        )
+        assert answer.status_code == 200, answer.text
+
+    def recovery(self, recovery_id: int) -> dict[str, Any]:
+        return dict(self.call("zerto_recovery_status", {"id": recovery_id}).structured_content)
+
+    def recovery_finished(self, recovery_id: int, timeout: float = 180.0) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            out = self.recovery(recovery_id)
+            return out if out["status"] in ("succeeded", "failed") else None
+
+        return wait_until(done, timeout, what=f"the end of recovery {recovery_id}", every=0.5)
+
+    def live_sessions(self) -> list[dict[str, Any]]:
+        """The FLR sessions the simulated ZVMs hold mounted now (one being unmounted is on its way out)."""
+        slugs = [site["slug"] for site in self.sim.state()["sites"]]
+        return [s for slug in slugs for s in self.sim.sessions(slug) if s["status"] != "UnmountInProgress"]
+
+    def guarded(self, vm: str, change_id: str) -> dict[str, Any]:
+        """A guard of ``vm`` for ``change_id``, waited for; its answer (ok or not)."""
+        args = {"vm": vm, "action": "tests", "change_id": change_id}
+        return dict(self.call("zerto_create_tagged_checkpoint", args).structured_content)
 
     # -- the supervised processes ---------------------------------------------------------------
     def _marker(self, name: str) -> str:
