@@ -195,23 +195,3 @@ def private_redis(work: Path) -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.stop(timeout=15)
-
-
-def free_ports(count: int) -> int:
-    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            first = s.getsockname()[1]
-        if first + count < 65536 and all(_bindable(first + i) for i in range(1, count)):
-            return int(first)
-    raise RuntimeError(f"found no {count} free consecutive ports")
-
-
-def _bindable(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True

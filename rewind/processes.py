@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -185,3 +186,25 @@ def stop_all(procs: Sequence[Proc], *, timeout: float = 15.0, group: bool = True
     deadline = time.monotonic() + timeout
     for proc in procs:
         proc._kill_after(deadline)
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` of 127.0.0.1 now (a server could take it)."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> int:
+    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
+    for _ in range(50):
+        first = free_port()
+        if first + count < 65536 and all(port_free(first + i) for i in range(1, count)):
+            return first
+    raise RuntimeError(f"found no {count} free consecutive ports")

@@ -16,11 +16,13 @@ Redis (and CI's) are never the ones a test stops.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,10 +31,10 @@ from typing import Any
 import pytest
 import requests
 
-from rewind.processes import Proc, ProcessError
+from rewind.processes import Proc, ProcessError, free_port, free_ports
 from tests.fixtures import wait_until
 from tests.helpers import run
-from tests.mcpfixtures import free_port, free_ports, open_mcp_client
+from tests.mcpfixtures import open_mcp_client
 from tests.simfixtures import PYTHON, REPO, SimAddress, SimHandle
 
 START_TIMEOUT = 120.0
@@ -132,6 +134,39 @@ class PostgresServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+FIRST_PROGRESS = re.compile(r"^guard #(\d+) \(change_id ([^)]+)\): ")
+
+
+class BackgroundCall:
+    """An agent's call running in a thread of its own, its progress notifications collected as they come."""
+
+    def __init__(self, stack: ProductionStack, tool: str, args: dict[str, Any], replica: int) -> None:
+        self.progress: list[Any] = []
+        self._outcome: list[Any] = []
+
+        def call() -> None:
+            try:
+                self._outcome.append(run(stack.call_async(tool, args, replica=replica, progress=self.progress)))
+            except BaseException as exc:  # what the agent's client raises when the stream breaks
+                self._outcome.append(exc)
+
+        self._thread = threading.Thread(target=call, daemon=True)
+        self._thread.start()
+
+    def guard_refs(self, timeout: float = 60.0) -> tuple[int, str]:
+        """The guard id and change id the first progress notification names (it must name both)."""
+        first = wait_until(lambda: self.progress, timeout, what="the first progress notification")[0][2]
+        named = FIRST_PROGRESS.match(first or "")
+        assert named, first
+        return int(named.group(1)), named.group(2)
+
+    def outcome(self, timeout: float) -> Any:
+        """The call's result, or what its client raised; fails if it has not ended within ``timeout``."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the call did not end within {timeout:.0f} s"
+        return self._outcome[0]
+
+
 class ProductionStack:
     """``manage.py runstack`` in the production shape, on the private servers (see the module)."""
 
@@ -218,6 +253,18 @@ class ProductionStack:
     def guard(self, guard_id: int, replica: int = 1) -> dict[str, Any]:
         """``zerto_checkpoint_status`` of one of the agent's guards (a failed one's too, whose answer is an error)."""
         return dict(self.call("zerto_checkpoint_status", {"id": guard_id}, replica=replica).structured_content)
+
+    def start_guard(self, vm: str, action: str, **extra: Any) -> dict[str, Any]:
+        """A guard asked for without waiting, once its checkpoints are inserted and wait to be listed
+        (the poller's next round is then a message some worker holds)."""
+        result = self.call("zerto_create_tagged_checkpoint", {"vm": vm, "action": action, "wait": False, **extra})
+        assert not result.is_error, result.content
+        out = dict(result.structured_content)
+        self.wait_guard(out["id"], lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
+        return out
+
+    def in_background(self, tool: str, args: dict[str, Any], replica: int = 1) -> BackgroundCall:
+        return BackgroundCall(self, tool, args, replica)
 
     def wait_guard(
         self, guard_id: int, condition: Callable[[dict[str, Any]], bool], timeout: float = 120.0, what: str = ""

@@ -49,6 +49,19 @@ def workers_seen(now: datetime | None = None) -> WorkersSeen:
     return WorkersSeen(alive=len(fresh), slots=sum(row[2] for row in fresh), newest_seen_at=newest, skewed=skewed)
 
 
+def worker_clock_offsets(now: datetime | None = None) -> list[tuple[str, float]]:
+    """Each alive worker's clock offset from the database's, as it last measured it."""
+    now = now or timezone.now()
+    fresh = WorkerHeartbeat.objects.filter(
+        seen_at__gte=now - timedelta(seconds=STALE_AFTER_S), clock_offset_s__isnull=False
+    ).order_by("hostname")
+    return [(name, offset) for name, offset in fresh.values_list("hostname", "clock_offset_s") if offset is not None]
+
+
+def broker_outage_count() -> int:
+    return BrokerOutage.objects.count()
+
+
 def broker_outage_open() -> BrokerOutage | None:
     """The task-queue outage going on now, if any."""
     return BrokerOutage.objects.filter(ended_at__isnull=True).order_by("started_at").first()

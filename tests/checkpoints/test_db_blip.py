@@ -8,21 +8,15 @@ progress notification already named the guard and its change id, and the audit r
 
 from __future__ import annotations
 
-import re
-import threading
 import time
-from typing import Any
 
 import pytest
 
-from tests.fixtures import wait_until
-from tests.helpers import run
 from tests.stackfixtures import ProductionStack
 
 pytestmark = pytest.mark.process
 
 OUTAGE_S = 2.0
-FIRST_PROGRESS = re.compile(r"^guard #(\d+) \(change_id (chg-[0-9a-f]+)\): ")
 
 
 def test_a_database_restart_while_a_guard_call_waits_is_retried_and_the_call_answers_ok(
@@ -31,31 +25,21 @@ def test_a_database_restart_while_a_guard_call_waits_is_retried_and_the_call_ans
     stack = production_stack
     stack.sim.clear_faults()
     stack.sim.add_fault("checkpoint_listing_delay", seconds=6)
-    progress: list[Any] = []
-    answer: list[Any] = []
-    args = {"vm": "web01", "action": "db blip"}
-    call = threading.Thread(
-        target=lambda: answer.append(run(stack.call_async("zerto_create_tagged_checkpoint", args, progress=progress)))
-    )
-    call.start()
+    call = stack.in_background("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "db blip"})
     try:
-        first = wait_until(lambda: progress, 60, what="the first progress notification")[0][2]
-        named = FIRST_PROGRESS.match(first)
-        assert named, first
+        guard_id, change_id = call.guard_refs()
         stopped = time.monotonic()
         stack.postgres.stop()
         assert stack.ready(1).status_code == 503
         assert stack.ready(2).json() == {"ready": False, "database": "not answering (OperationalError)"}
         time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - stopped)))  # the outage itself, as measured
         stack.postgres.start()
-        call.join(120)
+        result = call.outcome(120)
     finally:
         stack.sim.clear_faults()
-    assert not call.is_alive()
-    result = answer[0]
     assert not result.is_error, result.content
-    assert result.structured_content["id"] == int(named.group(1))
-    assert result.structured_content["change_id"] == named.group(2)
+    assert result.structured_content["id"] == guard_id
+    assert result.structured_content["change_id"] == change_id
     assert stack.ready(1).ok
     rows = stack.sql(
         "SELECT data->>'outcome' FROM rewind_auditevent WHERE action = 'mcp.tool.called'"

@@ -13,7 +13,6 @@ import signal
 
 import pytest
 
-from tests.helpers import tool_ok
 from tests.stackfixtures import ProductionStack
 
 pytestmark = pytest.mark.process
@@ -29,8 +28,7 @@ def test_killed_processes_are_started_again_while_the_others_serve_and_a_waiting
     stack.sim.clear_faults()
     stack.sim.add_fault("checkpoint_listing_delay", seconds=4)
     try:
-        out = tool_ok(stack.call("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "kill -9", "wait": False}))
-        stack.wait_guard(out["id"], lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
+        out = stack.start_guard("web01", "kill -9")
         killed = {name: stack.kill(name) for name in KILLED}
         # The other replica serves while web-2 is down: the guard's status through it.
         assert stack.guard(out["id"], replica=1)["id"] == out["id"]
@@ -58,13 +56,7 @@ def test_with_the_beat_stopped_a_guard_whose_workers_died_and_a_recovery_still_e
     stack.sim.clear_faults()
     stack.sim.add_fault("checkpoint_listing_delay", seconds=4)
     try:
-        out = tool_ok(
-            stack.call(
-                "zerto_create_tagged_checkpoint",
-                {"vm": "web01", "action": "no beat", "change_id": "CHG-nobeat", "wait": False},
-            )
-        )
-        stack.wait_guard(out["id"], lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
+        out = stack.start_guard("web01", "no beat", change_id="CHG-nobeat")
         killed = {name: stack.kill(name) for name in ("worker-1", "worker-2")}
         for name, pid in killed.items():
             stack.wait_started_again(name, pid)

@@ -7,13 +7,9 @@ says the queue was down then, not only "not listed within N s".
 
 from __future__ import annotations
 
-import threading
-from typing import Any
-
 import pytest
 
-from tests.fixtures import wait_until
-from tests.helpers import run, tool_text
+from tests.helpers import tool_text
 from tests.stackfixtures import ProductionStack
 
 pytestmark = pytest.mark.process
@@ -27,31 +23,21 @@ def test_a_guard_waiting_while_redis_is_down_is_told_so_and_its_timeout_names_th
     stack = production_stack
     stack.sim.clear_faults()
     stack.sim.add_fault("checkpoint_listing_delay", seconds=120)  # listed long after the guard gave up
-    progress: list[Any] = []
-    answer: list[Any] = []
     args = {"vm": "web01", "action": "redis down", "timeout_s": TIMEOUT_S}
-    call = threading.Thread(
-        target=lambda: answer.append(
-            run(stack.call_async("zerto_create_tagged_checkpoint", args, replica=2, progress=progress))
-        )
-    )
-    call.start()
+    call = stack.in_background("zerto_create_tagged_checkpoint", args, replica=2)
     try:
-        first = wait_until(lambda: [p for p in progress if "guard #" in (p[2] or "")], 60, what="the first progress")
-        guard_id = int(first[0][2].split("#", 1)[1].split(":", 1)[0])
+        guard_id, _change = call.guard_refs()
         stack.wait_guard(guard_id, lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
         stack.redis.stop()
-        call.join(TIMEOUT_S + 30)
-        assert not call.is_alive(), "the waiting call did not answer by its deadline"
+        result = call.outcome(TIMEOUT_S + 30)  # the waiting call answers by its deadline
     finally:
         stack.redis.start()
-    result = answer[0]
     assert result.is_error
     text = tool_text(result)
     assert text.startswith("DO NOT PROCEED")
     assert "the task queue (Redis at 127.0.0.1:" in text, text
     assert "has not answered since" in text, text
-    assert any("the task queue" in (p[2] or "") for p in progress), progress
+    assert any("the task queue" in (p[2] or "") for p in call.progress), call.progress
 
     # Once Redis answers, the guard's round runs again and ends it, naming the outage it met.
     final = stack.guard_finished(guard_id)
