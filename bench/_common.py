@@ -180,3 +180,18 @@ def private_postgres(work: Path) -> Iterator[str]:
         yield f"postgres://postgres@127.0.0.1:{port}/bench"
     finally:
         subprocess.run([*ctl, "-m", "fast", "stop"], capture_output=True, check=False)
+
+
+@contextlib.contextmanager
+def private_redis(work: Path) -> Iterator[str]:
+    """A ``redis-server`` of this benchmark's own on a free port, keeping nothing on disk; yields its URL."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    proc = Proc("redis-server", [*argv, "--dir", str(work)], log=work / "redis.log", cwd=work)
+    try:
+        proc.wait_for_output("Ready to accept connections", timeout=START_TIMEOUT)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.stop(timeout=15)

@@ -34,6 +34,7 @@ from recoveries.sessions import fitting_sessions, session_end_unseen, session_ma
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.concurrency import run_each
+from rewind.dbclock import database_now
 from rewind.sites import site_client
 from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
@@ -78,7 +79,9 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     """One sweep, recorded with its report. ``now`` may be moved forward (tests, the command) to
     treat runs as overdue."""
     started_at = timezone.now()
-    report = _sweep(now or started_at)
+    # What it decides (a run overdue, a lost mount given up, a request expired) cannot be undone:
+    # on the shared clock, not this process's alone (rewind.dbclock).
+    report = _sweep(now or database_now())
     reaper_sweep_record(started_at=started_at, report=report)
     return report
 

@@ -10,13 +10,16 @@ still be found (new id, same VM/VPG/checkpoint) and unmounted, now or by the rea
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import re
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from django.conf import settings
 from django.db import transaction
@@ -139,8 +142,33 @@ def _check_mountable(run: Run) -> None:
         )
 
 
+def _storage_failed(exc: OSError, *, mounted: bool) -> RunFailed:
+    """The recovered-files folder did not take the file: said plainly, for the agent and the approver."""
+    what = exc.strerror or type(exc).__name__
+    after = "the mount was ended and nothing was kept" if mounted else "nothing was mounted"
+    return RunFailed(
+        f"the recovered-files folder (REWIND_STORAGE_DIR) could not take the file: {what}; {after}. "
+        "Once an operator has made room (or made it writable), ask for the file again"
+    )
+
+
+def _check_storage(run: Run) -> None:
+    """The recovered-files folder takes a file now: checked before anything is mounted (a full or
+    read-only folder would otherwise cost a mount, and the ZVM the download, for nothing)."""
+    folder = Path(settings.REWIND_STORAGE_DIR) / str(run.recovery.pk)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".{uuid.uuid4().hex}.probe"
+        probe.write_bytes(b"\0")
+        probe.unlink()
+    except OSError as exc:
+        logger.error("recovery %s: %s cannot take a file: %s", run.recovery.pk, folder, exc)
+        raise _storage_failed(exc, mounted=False) from exc
+
+
 def _execute(run: Run) -> None:
     guest = parse_guest_path(run.recovery.path)
+    _check_storage(run)
     _check_mountable(run)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         row = _mount(run, attempt)
@@ -280,9 +308,17 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
     final = folder / name
     partial = folder / f".{uuid.uuid4().hex}.part"
     try:
-        with partial.open("wb") as sink:
-            result = run.client.flr_download(row.session_id, match.flr_path, sink)
-        os.replace(partial, final)
+        # Unbuffered: a full disk fails the write that met it, never a close after the download.
+        with _storage(lambda: partial.open("wb", buffering=0)) as file:
+            result = run.client.flr_download(row.session_id, match.flr_path, cast(BinaryIO, _StorageSink(file)))
+        kept = _storage(lambda: partial.stat().st_size)
+        if kept != result.size:
+            raise _StorageError(OSError(errno.EIO, f"{kept} of {result.size} bytes were kept"))
+        _storage(lambda: os.replace(partial, final))
+    except _StorageError as exc:
+        partial.unlink(missing_ok=True)
+        logger.error("recovery %s: %s did not take the file: %s", run.recovery.pk, folder, exc.__cause__)
+        raise _storage_failed(exc.oserror, mounted=True) from exc
     except ZvmNotFoundError as exc:
         partial.unlink(missing_ok=True)
         # A 404 may mean the session went, or only the link (undocumented): look, never assume.
@@ -306,6 +342,43 @@ def _download(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadRe
             request_id=run.request_id,
         )
     return final, result
+
+
+class _StorageError(Exception):
+    """Writing the file here failed (a full disk, a read-only mount): our side, not the ZVM's."""
+
+    def __init__(self, oserror: OSError) -> None:
+        super().__init__(str(oserror))
+        self.oserror = oserror
+
+
+def _storage[T](step: Callable[[], T]) -> T:
+    """A step on the recovered-files folder, its OSError told apart from the download's."""
+    try:
+        return step()
+    except OSError as exc:
+        raise _StorageError(exc) from exc
+
+
+class _StorageSink:
+    """The file being written, telling its own failures apart from the download's (which may raise OSError too)."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+
+    def write(self, data: bytes) -> int:
+        # An unbuffered write may take part of the bytes (a disk that just filled): the rest is
+        # written again, and the write that then fails says why. Never a short file in silence.
+        view, done = memoryview(data), 0
+        while done < len(view):
+            try:
+                written = self._file.write(view[done:])
+            except OSError as exc:
+                raise _StorageError(exc) from exc
+            if not written:
+                raise _StorageError(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)))
+            done += written
+        return done
 
 
 def _raise_if_vanished(run: Run, row: FlrSession) -> None:

@@ -29,6 +29,7 @@ from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.selectors import recovery_site
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
+from rewind.dbclock import database_now
 from rewind.sites import site_circuit
 from rewind.sites.models import Site
 from rewind.zvm import ZvmError
@@ -164,7 +165,7 @@ def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
     repeat: each step is a compare-and-swap; a queued run that never started is queued again
     after ``REQUEUE_AFTER``.
     """
-    now = now or timezone.now()
+    now = now or database_now()  # expiring a request cannot be undone: the shared clock (rewind.dbclock)
     report = WaitReport()
     for recovery in RecoveryRequest.objects.filter(status=Status.WAITING).order_by("pk")[:SWEEP_MAX_ROWS]:
         if recovery.expires_at <= now:

@@ -22,6 +22,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -212,3 +213,25 @@ def running_stack_url(var_dir: Path) -> str | None:
         return None
     url = noted.get("url")
     return url if isinstance(url, str) and url.startswith(("http://", "https://")) else None
+
+
+def port_free(port: int) -> bool:
+    """Whether nothing listens on ``port`` of 127.0.0.1 now (a server could take it)."""
+    with socket.socket() as sock:
+        return sock.connect_ex(("127.0.0.1", port)) != 0
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 nothing listens on now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def free_ports(count: int) -> int:
+    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
+    for _ in range(50):
+        first = free_port()
+        if first + count < 65536 and all(port_free(first + i) for i in range(1, count)):
+            return first
+    raise RuntimeError(f"found no {count} free consecutive ports")

@@ -118,6 +118,9 @@ DATABASES = {
     )
 }
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+# How long an agent's call keeps trying a database that does not answer (a restart, a failover)
+# before it fails; what it reads and the audit row of the call are retried, never an action.
+REWIND_DB_RETRY_S = env_float("REWIND_DB_RETRY_S", 15.0, minimum=0.0)
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},

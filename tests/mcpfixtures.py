@@ -21,7 +21,6 @@ import contextlib
 import itertools
 import os
 import shutil
-import socket
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from pathlib import Path
@@ -30,36 +29,12 @@ from typing import Any
 import httpx2
 import pytest
 
-from rewind.processes import Proc, ProcessError
+from rewind.processes import Proc, ProcessError, free_port
 from tests.fixtures import register_sites
 from tests.simfixtures import PYTHON, REPO, SimHandle
 
 START_TIMEOUT = 60.0
 _agent_numbers = itertools.count(1)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as s:
-        try:
-            s.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-        return True
-
-
-def free_ports(count: int) -> int:
-    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
-    for _ in range(50):
-        first = free_port()
-        if first + count < 65536 and all(_port_free(first + i) for i in range(1, count)):
-            return first
-    raise RuntimeError(f"found no {count} free consecutive ports")
 
 
 class UvicornServer:

@@ -16,11 +16,13 @@ Redis (and CI's) are never the ones a test stops.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -29,10 +31,10 @@ from typing import Any
 import pytest
 import requests
 
-from rewind.processes import Proc, ProcessError
+from rewind.processes import Proc, ProcessError, free_port, free_ports
 from tests.fixtures import wait_until
 from tests.helpers import run
-from tests.mcpfixtures import free_port, free_ports, open_mcp_client
+from tests.mcpfixtures import open_mcp_client
 from tests.simfixtures import PYTHON, REPO, SimAddress, SimHandle
 
 START_TIMEOUT = 120.0
@@ -132,6 +134,39 @@ class PostgresServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+FIRST_PROGRESS = re.compile(r"^guard #(\d+) \(change_id ([^)]+)\): ")
+
+
+class BackgroundCall:
+    """An agent's call running in a thread of its own, its progress notifications collected as they come."""
+
+    def __init__(self, stack: ProductionStack, tool: str, args: dict[str, Any], replica: int) -> None:
+        self.progress: list[Any] = []
+        self._outcome: list[Any] = []
+
+        def call() -> None:
+            try:
+                self._outcome.append(run(stack.call_async(tool, args, replica=replica, progress=self.progress)))
+            except BaseException as exc:  # what the agent's client raises when the stream breaks
+                self._outcome.append(exc)
+
+        self._thread = threading.Thread(target=call, daemon=True)
+        self._thread.start()
+
+    def guard_refs(self, timeout: float = 60.0) -> tuple[int, str]:
+        """The guard id and change id the first progress notification names (it must name both)."""
+        first = wait_until(lambda: self.progress, timeout, what="the first progress notification")[0][2]
+        named = FIRST_PROGRESS.match(first or "")
+        assert named, first
+        return int(named.group(1)), named.group(2)
+
+    def outcome(self, timeout: float) -> Any:
+        """The call's result, or what its client raised; fails if it has not ended within ``timeout``."""
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), f"the call did not end within {timeout:.0f} s"
+        return self._outcome[0]
+
+
 class ProductionStack:
     """``manage.py runstack`` in the production shape, on the private servers (see the module)."""
 
@@ -153,8 +188,10 @@ class ProductionStack:
             REWIND_VAR_DIR=str(work_dir / "var"),
             REWIND_PORT=str(self.port),
             REWIND_SIM_PORT=str(self.sim_port),
+            REWIND_STORAGE_DIR=str(work_dir / "recovered"),
             PYTHONUNBUFFERED="1",
         )
+        self.storage = work_dir / "recovered"
         self.manage("migrate", "-v0")
         self.proc = Proc(
             "runstack",
@@ -189,6 +226,14 @@ class ProductionStack:
     def output(self) -> str:
         return self.proc.output()
 
+    def sql(self, query: str) -> str:
+        """One query on the stack's database, its rows as psql prints them unaligned (``a|b`` per line)."""
+        psql = ["psql", "-h", "127.0.0.1", "-p", str(self.postgres.port), "-U", "postgres", "-d", "rewind", "-At"]
+        return subprocess.run([*psql, "-c", query], check=True, capture_output=True, text=True, timeout=60).stdout
+
+    def ready(self, replica: int = 1) -> requests.Response:
+        return requests.get(f"{self.url(replica)}/ready/", timeout=10)
+
     # -- agents' calls ------------------------------------------------------------------------
     async def call_async(
         self, tool: str, args: dict[str, Any], *, replica: int = 1, progress: list[Any] | None = None
@@ -209,6 +254,18 @@ class ProductionStack:
         """``zerto_checkpoint_status`` of one of the agent's guards (a failed one's too, whose answer is an error)."""
         return dict(self.call("zerto_checkpoint_status", {"id": guard_id}, replica=replica).structured_content)
 
+    def start_guard(self, vm: str, action: str, **extra: Any) -> dict[str, Any]:
+        """A guard asked for without waiting, once its checkpoints are inserted and wait to be listed
+        (the poller's next round is then a message some worker holds)."""
+        result = self.call("zerto_create_tagged_checkpoint", {"vm": vm, "action": action, "wait": False, **extra})
+        assert not result.is_error, result.content
+        out = dict(result.structured_content)
+        self.wait_guard(out["id"], lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
+        return out
+
+    def in_background(self, tool: str, args: dict[str, Any], replica: int = 1) -> BackgroundCall:
+        return BackgroundCall(self, tool, args, replica)
+
     def wait_guard(
         self, guard_id: int, condition: Callable[[dict[str, Any]], bool], timeout: float = 120.0, what: str = ""
     ) -> dict[str, Any]:
@@ -222,6 +279,54 @@ class ProductionStack:
 
     def guard_finished(self, guard_id: int, timeout: float = 120.0) -> dict[str, Any]:
         return self.wait_guard(guard_id, lambda g: bool(g["finished"]), timeout, f"the end of guard {guard_id}")
+
+    # -- recoveries ---------------------------------------------------------------------------
+    def recover(self, vm: str, path: str, change_id: str, replica: int = 1) -> int:
+        """An agent's ``zerto_recover_file`` for ``change_id``'s checkpoint; the request's id."""
+        args = {"vm": vm, "path": path, "change_id": change_id, "reason": "tests: undo the change"}
+        result = self.call("zerto_recover_file", args, replica=replica)
+        assert not result.is_error, result.content
+        return int(result.structured_content["id"])
+
+    def approver(self) -> requests.Session:
+        """The demo approver signed in (``manage.py runstack`` printed the password), CSRF header set."""
+        line = next(line for line in self.output().splitlines() if line.startswith("Demo approver:"))
+        password = line.split("password", 1)[1].split()[0]
+        http = requests.Session()
+        login = f"{self.url()}/admin/login/"
+        http.get(login, timeout=30)
+        form = {"username": "approver", "password": password, "csrfmiddlewaretoken": http.cookies["csrftoken"]}
+        signed_in = http.post(login, data=form, headers={"Referer": login}, timeout=30, allow_redirects=False)
+        assert signed_in.status_code == 302, signed_in.text[-500:]
+        http.headers.update({"X-CSRFToken": http.cookies["csrftoken"], "Referer": f"{self.url()}/admin/"})
+        return http
+
+    def approve(self, recovery_id: int, http: requests.Session | None = None, replica: int = 1) -> None:
+        """Approve over REST, as the approver's browser would (through either replica)."""
+        answer = (http or self.approver()).post(
+            f"{self.url(replica)}/api/recoveries/{recovery_id}/approve/", timeout=60
+        )
+        assert answer.status_code == 200, answer.text
+
+    def recovery(self, recovery_id: int) -> dict[str, Any]:
+        return dict(self.call("zerto_recovery_status", {"id": recovery_id}).structured_content)
+
+    def recovery_finished(self, recovery_id: int, timeout: float = 180.0) -> dict[str, Any]:
+        def done() -> dict[str, Any] | None:
+            out = self.recovery(recovery_id)
+            return out if out["status"] in ("succeeded", "failed") else None
+
+        return wait_until(done, timeout, what=f"the end of recovery {recovery_id}", every=0.5)
+
+    def live_sessions(self) -> list[dict[str, Any]]:
+        """The FLR sessions the simulated ZVMs hold mounted now (one being unmounted is on its way out)."""
+        slugs = [site["slug"] for site in self.sim.state()["sites"]]
+        return [s for slug in slugs for s in self.sim.sessions(slug) if s["status"] != "UnmountInProgress"]
+
+    def guarded(self, vm: str, change_id: str) -> dict[str, Any]:
+        """A guard of ``vm`` for ``change_id``, waited for; its answer (ok or not)."""
+        args = {"vm": vm, "action": "tests", "change_id": change_id}
+        return dict(self.call("zerto_create_tagged_checkpoint", args).structured_content)
 
     # -- the supervised processes ---------------------------------------------------------------
     def _marker(self, name: str) -> str:

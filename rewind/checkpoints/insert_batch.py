@@ -44,6 +44,7 @@ from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s, site_waiting_vpgs
 from rewind.concurrency import run_each
+from rewind.dbclock import database_now
 from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note
@@ -99,6 +100,10 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
         _end_all(rows, TaggedCheckpoint.Status.FAILED, NOT_CONFIGURED, report)
         return report
     late = [r for r in rows if now >= r.guard.deadline]
+    if late:
+        # Ending them cannot be undone: the shared clock decides, not this process's alone.
+        now = database_now()
+        late = [r for r in late if now >= r.guard.deadline]
     if late:
         outages = broker_outages_note(min(r.guard.requested_at for r in late), now)
         _end_all(late, TaggedCheckpoint.Status.TIMED_OUT, f"{TOO_LATE}; {outages}" if outages else TOO_LATE, report)

@@ -27,10 +27,11 @@ from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.presenters import GuardOut, guard_out, guard_report
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
+from rewind.checkpoints.tags import new_change_id
 from rewind.errors import NotFoundError
 from rewind.mcp import scopes
 from rewind.mcp.args import Flag, RecordId, Selector
-from rewind.mcp.context import current_agent_id, current_agent_name, run_db
+from rewind.mcp.context import call_refers_to, current_agent_id, current_agent_name, run_db_retried
 
 # First in the tool list: the server's instructions make the guard every agent's first call.
 TOOLS_POSITION = 10
@@ -153,14 +154,17 @@ async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
     if out.id is None or out.finished:
         return out
     guard_id, started = out.id, time.monotonic()
-    first = await run_db(guard_progress, guard_id)
+    # Every notification names the guard and its change id, the first included: an agent whose
+    # call is cut (its web process died, the network broke) asks for the outcome with them.
+    named = f"guard #{guard_id} (change_id {out.change_id})"
+    first = await run_db_retried(guard_progress, guard_id)
     remaining = (first.deadline - timezone.now()).total_seconds() if first.deadline else 0.0
     deadline = started + max(0.0, remaining) + WAIT_GRACE_S
     reported, said = -1.0, ""
     last_resume = started
     while True:
-        progress = await run_db(guard_progress, guard_id)
-        words = f"guard #{guard_id}: {progress.listed}/{progress.total} VPGs list the checkpoint"
+        progress = await run_db_retried(guard_progress, guard_id)
+        words = f"{named}: {progress.listed}/{progress.total} VPGs list the checkpoint"
         if progress.waiting_for:
             words += f"; {progress.waiting_for}"
         value = float(progress.listed) if progress.listed > reported else min(reported + 0.01, progress.listed + 0.99)
@@ -170,16 +174,24 @@ async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
         if progress.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) or time.monotonic() >= deadline:
             break
         if time.monotonic() - last_resume >= RESUME_EVERY_S:
-            await run_db(guard_read_and_resume, guard_id)  # restarts a dead poller of its sites
+            await run_db_retried(guard_read_and_resume, guard_id)  # restarts a dead poller of its sites
             last_resume = time.monotonic()
         waited = time.monotonic() - started
         pause = max(POLL_MIN_S, min(POLL_MAX_S, 0.025 * waited))
         await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
-    final = await run_db(_status, guard_id)
+    final = await run_db_retried(_status, guard_id)
     return final.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused})
 
 
-def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None) -> GuardOut:
+def _change_for_this_call(change_id: str | None) -> str:
+    """The caller's change id, or one made now, before anything is recorded: a creation tried again
+    (the database did not answer) or a call the agent repeats with it returns the same guard."""
+    change = change_id or new_change_id()
+    call_refers_to(change_id=change)
+    return change
+
+
+def _create(vm: str, action: str, change_id: str, timeout_s: float | None) -> GuardOut:
     outcome = guard_create(
         agent_name=current_agent_name(),
         agent_id=current_agent_id(),
@@ -188,12 +200,11 @@ def _create(vm: str, action: str, change_id: str | None, timeout_s: float | None
         change_id=change_id,
         timeout_s=timeout_s,
     )
+    call_refers_to(guard=outcome.guard.pk if outcome.guard else None)
     return guard_out(outcome)
 
 
-def _guard(
-    tool: str, arguments: dict[str, Any], action: str, change_id: str | None, timeout_s: float | None
-) -> GuardOut:
+def _guard(tool: str, arguments: dict[str, Any], action: str, change_id: str, timeout_s: float | None) -> GuardOut:
     outcome = guard_before_mutate(
         agent_name=current_agent_name(),
         agent_id=current_agent_id(),
@@ -203,6 +214,7 @@ def _guard(
         change_id=change_id,
         timeout_s=timeout_s,
     )
+    call_refers_to(guard=outcome.guard.pk if outcome.guard else None)
     return guard_out(outcome, tool=tool.strip().lower())
 
 
@@ -223,7 +235,8 @@ async def zerto_create_tagged_checkpoint(
     checkpoint (`ok`) or one failed/timed out (`timeout_s`, default from the service). `ok` false: do not
     make the change; `landed` says which checkpoints did land. `wait=false` answers at once with `id`.
     """
-    out = await run_db(_create, vm, action, change_id, timeout_s)
+    change = _change_for_this_call(change_id)
+    out = await run_db_retried(_create, vm, action, change, timeout_s)
     return guard_result(await guard_follow(out, ctx) if wait else out, pending_is_error=wait)
 
 
@@ -244,7 +257,8 @@ async def zerto_guard_before_mutate(
     false, `ok` true) and the sighting is recorded for a human to classify. A listed tool whose VM argument
     is missing is an error. `ok` false: do not make the change (`must_not_proceed` says why).
     """
-    out = await run_db(_guard, tool, arguments, action, change_id, None)
+    change = _change_for_this_call(change_id)
+    out = await run_db_retried(_guard, tool, arguments, action, change, None)
     return guard_result(await guard_follow(out, ctx) if wait else out, pending_is_error=wait)
 
 
@@ -258,7 +272,7 @@ async def zerto_checkpoint_status(
 
     `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.
     """
-    return guard_result(await run_db(_status, id), pending_is_error=False)
+    return guard_result(await run_db_retried(_status, id), pending_is_error=False)
 
 
 def register(server: MCPServer) -> None:

@@ -32,6 +32,7 @@ from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import RowEnd, row_since, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s
+from rewind.dbclock import database_now
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note
@@ -79,6 +80,7 @@ class SiteRound:
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
         self.crowded = False
         self.ends: list[RowEnd] = []  # rows this round ended, written together at its end
+        self._database_now: datetime | None = None
 
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
         """Ask about the rows that are due; what an answer says about rows not yet due is used too."""
@@ -254,7 +256,10 @@ class SiteRound:
             deadline = row.guard.deadline
             remaining = (deadline - self.now).total_seconds()
             if remaining <= 0:
-                outages = broker_outages_note(row.guard.requested_at, self.now)
+                # Ending a guard cannot be undone: the shared clock decides, not this process's alone.
+                remaining = (deadline - self._shared_now()).total_seconds()
+            if remaining <= 0:
+                outages = broker_outages_note(row.guard.requested_at, self._shared_now())
                 self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error, outages))
                 continue
             if self.report.error:
@@ -267,6 +272,12 @@ class SiteRound:
             row.error = row.error[:2000]
             waiting.append(row)
         rows_save(waiting, ("next_poll_at", "error", *_TASK_STATE_FIELDS))
+
+    def _shared_now(self) -> datetime:
+        """The database's clock (``rewind.dbclock``), read once per round."""
+        if self._database_now is None:
+            self._database_now = database_now()
+        return self._database_now
 
     def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
         """End the row at the end of the round (``rows_finish``, with the round's other ends)."""

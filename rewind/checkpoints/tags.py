@@ -47,10 +47,14 @@ def clean_action(action: str) -> str:
     return cleaned[:ACTION_MAX]
 
 
+def new_change_id() -> str:
+    return f"chg-{uuid.uuid4().hex[:16]}"
+
+
 def clean_change_id(change_id: str | None) -> str:
     """The caller's change id, or a new one. Raises ApplicationError for one a tag cannot carry."""
     if change_id is None or not str(change_id).strip():
-        return f"chg-{uuid.uuid4().hex[:16]}"
+        return new_change_id()
     value = str(change_id).strip()
     if len(value) > CHANGE_ID_MAX:
         raise ApplicationError(f"change_id is longer than {CHANGE_ID_MAX} characters")

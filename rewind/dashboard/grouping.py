@@ -33,7 +33,12 @@ GROUPS: tuple[Group, ...] = (
     ),
     Group("sessions", "FLR sessions", ("recoveries.flrsession", "recoveries.reapersweep", "recoveries.flrlisting")),
     Group("catalog", "The catalog", ("catalog.mutatingtool", "catalog.toolsighting"), ("catalog",)),
-    Group("gateway", "Gateway", ("rewind.upstream", "rewind.upstreamtool", "rewind.gatewaycall"), ("rewind.gateway",)),
+    Group(
+        "gateway",
+        "Gateway",
+        ("rewind.upstream", "rewind.upstreamtool", "rewind.gatewaycall", "rewind.upstreamlink"),
+        ("rewind.gateway",),
+    ),
     Group(
         "access",
         "Agents and sites",
@@ -73,6 +78,7 @@ LABELS = {
     "rewind.upstream": "Upstream MCP servers",
     "rewind.upstreamtool": "Upstream tools (exposed names)",
     "rewind.gatewaycall": "Calls through the gateway",
+    "rewind.upstreamlink": "Upstream sessions by process",
 }
 
 _BY_KEY = {g.key: g for g in (*GROUPS, OTHER)}

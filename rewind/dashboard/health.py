@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django_celery_results.models import TaskResult
 
 from recoveries.models import ReaperSweep
 from rewind.audit.actions import AuditLogAction, RecoveryAction
@@ -28,6 +29,11 @@ def site_health_list(now: datetime) -> list[SiteHealth]:
     return sites_health(now)
 
 
+# The beat's most frequent sweep (rewind/celery.py): its results say when the beat last ran.
+BEAT_PULSE_TASK = "rewind.checkpoints.resume_stale"
+BEAT_PULSE_S = 30.0
+
+
 @dataclass(frozen=True)
 class Workers:
     seen: WorkersSeen
@@ -35,6 +41,8 @@ class Workers:
     text: str
     queue: str  # whether the task queue answers: the outage going on, else the last one
     outages: Count
+    beat: str  # when the beat's 30 s sweep last ran
+    beat_late: bool
 
 
 def workers_status(now: datetime) -> Workers:
@@ -48,13 +56,29 @@ def workers_status(now: datetime) -> Workers:
     else:
         queue = "the task queue answers"
     outages = BrokerOutage.objects.count()
+    beat, beat_late = _beat_pulse(now)
     return Workers(
         seen,
         Count(seen.alive, changelist_url(WorkerHeartbeat), "" if seen.alive else "bad"),
         seen.describe(now),
         queue,
         Count(outages, changelist_url(BrokerOutage), "bad" if open_outage else ""),
+        beat,
+        beat_late,
     )
+
+
+def _beat_pulse(now: datetime) -> tuple[str, bool]:
+    """When the beat's most frequent sweep last ran, and whether that is late (three periods)."""
+    last = (
+        TaskResult.objects.filter(task_name=BEAT_PULSE_TASK).order_by("-date_done").values_list("date_done", flat=True)
+    ).first()
+    if last is None:
+        return "the beat has not run its 30 s sweep yet (is celery beat running?)", True
+    ago = (now - last).total_seconds()
+    if ago > 3 * BEAT_PULSE_S:
+        return f"the beat's 30 s sweep last ran {ago:.0f} s ago: is celery beat running?", True
+    return f"the beat's 30 s sweep ran {max(0.0, ago):.0f} s ago", False
 
 
 @dataclass(frozen=True)

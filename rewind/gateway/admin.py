@@ -18,8 +18,14 @@ from rewind.admin_base import ReadOnlyAdmin, actor_for, status_badge
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
-from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
-from rewind.gateway.selectors import upstream_exported_count, upstream_get, upstream_tool_get, upstream_tool_problem
+from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
+from rewind.gateway.selectors import (
+    upstream_exported_count,
+    upstream_get,
+    upstream_links_said,
+    upstream_tool_get,
+    upstream_tool_problem,
+)
 from rewind.gateway.services import upstream_create, upstream_tool_set_policy, upstream_update
 
 
@@ -167,8 +173,12 @@ class UpstreamAdmin(admin.ModelAdmin):
                 continue
             names = ", ".join(report.exported) or "none"
             self.message_user(
-                request, f"{upstream.name}: OK, {len(report.exported)} tools exported ({names})", messages.SUCCESS
+                request,
+                f"{upstream.name}: OK from here, {len(report.exported)} tools exported ({names})",
+                messages.SUCCESS,
             )
+            for said in upstream_links_said(upstream):
+                self.message_user(request, f"{upstream.name}: but {said}", messages.WARNING)
             for name in report.collisions:
                 problem = upstream_tool_problem(upstream=upstream, name=name)
                 self.message_user(request, f"{upstream.name}/{name} refused: {problem}", messages.WARNING)
@@ -286,3 +296,11 @@ class GatewayCallAdmin(ReadOnlyAdmin):
             return "-"
         url = reverse("admin:rewind_changeguard_change", args=[obj.guard_id])
         return format_html('<a href="{}">#{} ({})</a>', url, obj.guard_id, obj.change_id)
+
+
+@admin.register(UpstreamLink)
+class UpstreamLinkAdmin(ReadOnlyAdmin):
+    """Each process's session to each upstream, as the process last found it (written when it changes)."""
+
+    list_display = ["upstream", "process", "down_since", "error", "changed_at"]
+    list_filter = ["upstream"]

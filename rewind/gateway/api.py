@@ -19,7 +19,13 @@ from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Policy, Upstream, UpstreamTool
 from rewind.gateway.presenters import GatewayCallSerializer
-from rewind.gateway.selectors import gateway_call_list, upstream_get, upstream_list, upstream_tool_get
+from rewind.gateway.selectors import (
+    gateway_call_list,
+    upstream_get,
+    upstream_links_said,
+    upstream_list,
+    upstream_tool_get,
+)
 from rewind.gateway.services import (
     upstream_create,
     upstream_env,
@@ -158,13 +164,15 @@ class UpstreamCheckApi(APIView):
     @extend_schema(request=None, responses=UpstreamOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
         upstream = upstream_get(pk)
+        links_down = upstream_links_said(upstream)
         try:
             report = upstream_tools_refresh(upstream)
         except UpstreamUnavailable as exc:
-            return Response({"ok": False, "error": exc.message})
+            return Response({"ok": False, "error": exc.message, "links_down": links_down})
         upstream = upstream_get(pk)  # as the listing left it
+        detail = UpstreamOutputSerializer(upstream).data
         return Response(
-            {"ok": True, "error": None, **report.__dict__, "upstream_detail": UpstreamOutputSerializer(upstream).data}
+            {"ok": True, "error": None, **report.__dict__, "links_down": links_down, "upstream_detail": detail}
         )
 
 

@@ -5,12 +5,15 @@ Order, and what each step leaves behind:
    before any guard runs;
 2. the call gets its row and call id; the decision (``policy.plan_call``) is recorded and
    audited before anything is forwarded, so a decision that cannot be written forwards nothing;
-3. a guarded call waits for the guard with progress, exactly as ``zerto_guard_before_mutate``
-   does, and is forwarded only when the guard is ok; otherwise the guard's "DO NOT PROCEED"
-   answer is returned and the upstream sees nothing;
+3. a call to guard first asks the upstream for a ping (``Link.ready``): an upstream that does not
+   answer refuses the call before a checkpoint is spent on it. Then it waits for the guard with
+   progress, exactly as ``zerto_guard_before_mutate`` does, and is forwarded only when the guard
+   is ok; otherwise the guard's "DO NOT PROCEED" answer is returned and the upstream sees nothing;
 4. the call goes to the upstream with its arguments; its result, error and progress come back
    as they are, with ``_meta`` naming the call id (what ``zerto_recover_file``'s
-   ``before_call`` takes) and the guard.
+   ``before_call`` takes) and the guard. An upstream that could not be reached, or whose
+   connection broke, ends the call ``upstream_failed``, saying whether it ran there: not at all
+   (refused, never reached), or unknown (the connection broke after the call was sent).
 
 An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
 retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
@@ -36,7 +39,7 @@ from rewind.checkpoints.mcp_tools import guard_follow, guard_result
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
-from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, link_for, unavailable
+from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamSpec, UpstreamUnavailable, link_for
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
@@ -47,9 +50,10 @@ from rewind.gateway.services import (
     gateway_call_finish,
     gateway_call_open,
     gateway_call_record,
+    upstream_link_record,
 )
 from rewind.mcp import scopes
-from rewind.mcp.context import current_agent_id, current_agent_name, current_scopes, run_db
+from rewind.mcp.context import call_refers_to, current_agent_id, current_agent_name, current_scopes, run_db
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -148,7 +152,7 @@ class Prepared:
     call: GatewayCall
     plan: Plan
     answer: str | None = None
-    guard: GuardOut | None = None
+    change_id: str | None = None  # the agent's, for a call to guard
 
 
 def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
@@ -157,25 +161,43 @@ def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
     )
 
 
-def _guard_start(call: GatewayCall, tool: UpstreamTool, plan: Plan, change_id: str | None) -> GuardOut:
+def guard_start(ready: Prepared) -> Prepared | GuardOut:
+    """Start the guard of a call to guard; a guard that refused at once ends the call (``Prepared.answer``)."""
+    call, tool, plan = ready.call, ready.tool, ready.plan
     name = catalog_name(tool.upstream.name, tool.name)
-    outcome = guard_create(
-        agent_name=call.agent_name,
-        agent_id=call.agent_id,
-        vm=plan.vm,
-        action=f"{name} via the gateway",
-        change_id=change_id or f"gw-{call.call_id}",
-        tool=name,
-        request_id=call.request_id or None,
-    )
+    change = ready.change_id or f"gw-{call.call_id}"
+    call_refers_to(change_id=change)
+    try:
+        outcome = guard_create(
+            agent_name=call.agent_name,
+            agent_id=call.agent_id,
+            vm=plan.vm,
+            action=f"{name} via the gateway",
+            change_id=change,
+            tool=name,
+            request_id=call.request_id or None,
+        )
+    except ApplicationError as exc:
+        _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
+        ready.answer = f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}"
+        return ready
+    call_refers_to(guard=outcome.guard.pk if outcome.guard else None)
     return guard_out(outcome, tool=name)
 
 
+def upstream_down_refuse(ready: Prepared, why: str) -> str:
+    """A call to guard whose upstream does not answer: refused before any checkpoint; the answer to give."""
+    reason = f"not forwarded and no checkpoint taken: {why}; the call did not run"
+    _refuse(ready.call, ready.plan, GatewayCall.Decision.REFUSED, reason)
+    gateway_call_finish(call=ready.call, outcome=GatewayCall.Outcome.UPSTREAM_FAILED, error=reason)
+    return reason
+
+
 def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prepared | None:
-    """Steps 1-2 and the start of 3, on one thread hop; None when ``name`` is not exported (any more).
+    """Steps 1-2 on one thread hop; None when ``name`` is not exported (any more).
 
     A call decided at once (passed, held, refused) is one transaction: its row, its sighting, its
-    audit. A call to guard gets its row first, then its guard.
+    audit. A call to guard gets its row; its guard starts once its upstream answered (``guard_start``).
     """
     found = exported_tool(name)
     if found is None:
@@ -215,12 +237,7 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         why = str(scopes.InsufficientScopeError(scopes.GUARD, f"this call ({plan.reason}) is guarded, and a guard"))
         return decided(plan, GatewayCall.Decision.REFUSED, why, f"DO NOT PROCEED: not forwarded: {why}")
     call = gateway_call_open(**who, suggested_vm_arg="" if plan.catalog_entry else plan.vm_arg)
-    try:
-        guard = _guard_start(call, tool, plan, change_id)
-    except ApplicationError as exc:
-        _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
-        return Prepared(tool, spec, call, plan, f"DO NOT PROCEED: not forwarded, the guard refused: {exc.message}")
-    return Prepared(tool, spec, call, plan, guard=guard)
+    return Prepared(tool, spec, call, plan, change_id=change_id)
 
 
 def _guard_decided(ready: Prepared, out: GuardOut) -> None:
@@ -250,49 +267,64 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
         return None
     if ready.answer is not None:
         return _error(ready.answer, ready.call)
+    link = link_for(ready.spec)
     relay = ProgressRelay(ctx)
     guard: dict[str, Any] | None = None
-    if ready.guard is not None:
-        out = await guard_follow(ready.guard, relay)
+    if ready.plan.action == GUARD:
+        try:
+            await link.ready()
+        except UpstreamUnavailable as exc:
+            await _note_link(link)
+            return _error(await run_db(upstream_down_refuse, ready, exc.message), ready.call)
+        started = await run_db(guard_start, ready)
+        if isinstance(started, Prepared):
+            return _error(started.answer or "not forwarded", ready.call)
+        out = await guard_follow(started, relay)
         guard = guard_meta(out)
         await run_db(_guard_decided, ready, out)
         if not out.ok:
             return _with_meta(guard_result(out), ready.call, guard)
     relay.upstream_starts()
-    result = await _send(ready.tool, ready.spec, ready.call, arguments, relay)
+    result = await _send(link, ready.tool, ready.call, arguments, relay)
     return _with_meta(result, ready.call, guard)
 
 
 async def _send(
-    tool: UpstreamTool, spec: UpstreamSpec, call: GatewayCall, arguments: dict[str, Any], relay: ProgressRelay
+    link: Link, tool: UpstreamTool, call: GatewayCall, arguments: dict[str, Any], relay: ProgressRelay
 ) -> CallToolResult:
-    link = link_for(spec)
+    spec = link.spec
     try:
         async with asyncio.timeout(spec.call_timeout_s + HARD_BOUND_GRACE_S):
-            client = await link.client()
-            result = await client.call_tool(
-                tool.name, arguments, read_timeout_seconds=spec.call_timeout_s, progress_callback=relay.from_upstream
-            )
+            result = await link.call_tool(tool.name, arguments, relay.from_upstream)
     except UpstreamUnavailable as exc:
-        return await _failed(call, f"not forwarded: {exc.message}")
-    except MCPError as exc:
-        # The upstream answered with a JSON-RPC error (or the SDK's read timeout fired): the
-        # session itself is fine. The call may or may not have run upstream.
-        text = f"upstream {spec.name} answered the call of {tool.name} with an error: {str(exc)[:300]}"
-        return await _failed(call, text, outcome=GatewayCall.Outcome.ERROR)
-    except (Exception, BaseExceptionGroup) as exc:
+        return await _failed(link, call, f"not forwarded: {exc.message}; the call did not run")
+    except UpstreamCallBroke as exc:
+        return await _failed(link, call, f"{exc.message}; the call may or may not have run there")
+    except TimeoutError:
         link.discard()
-        why = unavailable(spec, exc, doing=f"calling {tool.name}").message
-        if isinstance(exc, TimeoutError):
-            why = f"upstream {spec.name} did not finish {tool.name} within {spec.call_timeout_s:g} s"
-        return await _failed(call, f"{why}; the call may or may not have run there")
+        why = f"upstream {spec.name} did not finish {tool.name} within {spec.call_timeout_s:g} s"
+        return await _failed(link, call, f"{why}; the call may or may not have run there")
+    except MCPError as exc:
+        # The upstream answered with a JSON-RPC error: the session itself is fine.
+        text = f"upstream {spec.name} answered the call of {tool.name} with an error: {str(exc)[:300]}"
+        return await _failed(link, call, text, outcome=GatewayCall.Outcome.ERROR)
+    await _note_link(link)
     outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
     await run_db(gateway_call_finish, call=call, outcome=outcome)
     return result
 
 
+async def _note_link(link: Link) -> None:
+    """Record a change of the link's health in this process (it went down, or answers again), once."""
+    if link.changes == link.recorded_changes:
+        return
+    link.recorded_changes = link.changes
+    await run_db(upstream_link_record, upstream_id=link.spec.pk, down_since=link.down_since, error=link.last_error)
+
+
 async def _failed(
-    call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
+    link: Link, call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
 ) -> CallToolResult:
+    await _note_link(link)
     await run_db(gateway_call_finish, call=call, outcome=outcome, error=text)
     return _error(text, call)

@@ -1,10 +1,24 @@
-"""Sessions to upstream MCP servers, through the official SDK's clients.
+"""Sessions to upstream MCP servers, through the official SDK's clients, that heal.
 
 A ``Link`` is one upstream's session in this process: opened on first use, shared by every
 concurrent call (JSON-RPC multiplexes them), and reopened by the next call once it broke. For
 stdio that is supervision: the command is started on first use and started again after it died.
 The session lives in a task of its own, because the SDK's client must be entered and left by the
 same task, and calls come from many request tasks.
+
+What counts as broken, and what a call is then told:
+- the session's connection closed (a stdio child that exited, a stream that ended): the next call
+  opens a new session (starting the command again) before it sends anything;
+- an HTTP upstream answering 404 to our session id: it forgot the session (it restarted). The
+  call did not run there; a new session is opened and the call sent once more;
+- the connection broke after the call was sent: the call may or may not have run
+  (``UpstreamCallBroke``); the next call opens a new session;
+- a session that cannot be opened: ``UpstreamUnavailable`` (nothing was sent), and for a while
+  (1 s, doubling to 30 s while it keeps failing) every call in this process is refused at once with
+  the same reason, instead of each waiting for the connect timeout; then one call tries again.
+
+``ready()`` asks the upstream for a ping over the session (reopened once if it broke): a guarded
+call asks it before a checkpoint is spent on a call that could not be forwarded.
 
 One-off sessions (``open_client``) serve the admin's "test connection" and the tool-list refresh,
 which run in sync code under ``asyncio.run``.
@@ -20,26 +34,38 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 
 CLIENT_NAME = "zerto-rewind-gateway"
+FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
+SESSION_HEADER = "mcp-session-id"
 
 
 class UpstreamUnavailable(ApplicationError):
-    """The upstream could not be reached, did not answer in time, or did not speak MCP."""
+    """The upstream could not be reached, did not answer in time, or did not speak MCP: nothing ran there."""
+
+
+class UpstreamCallBroke(ApplicationError):
+    """The connection broke, or the answer did not come, after the call was sent: it may have run there."""
 
 
 @dataclass(frozen=True)
@@ -61,13 +87,30 @@ class UpstreamSpec:
         return f"UpstreamSpec({self.name!r}, {self.transport})"
 
 
-def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack) -> Any:
+ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
+
+
+def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> Any:
     if spec.transport == "stdio":
         return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env))
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
-    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout)
+    hooks = {"response": [on_response]} if on_response is not None else None
+    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks)
     stack.push_async_callback(http.aclose)
     return streamable_http_client(spec.url, http_client=http)
+
+
+def _session_closed(client: Client) -> bool:
+    """Whether the session's connection has closed (a stdio child that exited, a stream that ended).
+
+    The SDK has no public flag for it; its dispatcher's ``_closed`` is what makes every later call
+    on the session fail with "Connection closed", so that is what is read (False if it moved).
+    """
+    try:
+        dispatcher = client.session._dispatcher
+    except (AttributeError, RuntimeError):
+        return False
+    return bool(getattr(dispatcher, "_closed", False))
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -104,20 +147,38 @@ async def open_client(spec: UpstreamSpec) -> AsyncIterator[Client]:
 
 
 class Link:
-    """One upstream's shared session on one event loop."""
+    """One upstream's shared session on one event loop, reopened when it broke (see the module)."""
 
     def __init__(self, spec: UpstreamSpec) -> None:
         self.spec = spec
         self._client: Client | None = None
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
+        self._session_lost = False  # the upstream answered 404 to our session id since the last send
+        self._failures = 0
+        self._retry_at = 0.0  # monotonic; before it, calls are refused at once
+        self.down_since: datetime | None = None  # None while the upstream answers this process
+        self.last_error = ""
+        self.changes = 0  # how often it went down or came back: callers record each change once
+        self.recorded_changes = 0
 
+    # -- the session ------------------------------------------------------------------------------
     async def client(self) -> Client:
-        if self._client is not None:
-            return self._client
+        """The open session, a new one if it broke. Raises ``UpstreamUnavailable``: nothing was sent."""
+        client = self._client
+        if client is not None and not _session_closed(client):
+            return client
         async with self._lock:
+            if self._client is not None and _session_closed(self._client):
+                self.discard()  # the child died or the stream ended: start again
             if self._client is None:
-                await self._open()
+                self._refuse_while_backing_off()
+                try:
+                    await self._open()
+                except UpstreamUnavailable as exc:
+                    self._failed(exc.message)
+                    raise
+                self._answered()
             assert self._client is not None
             return self._client
 
@@ -139,7 +200,7 @@ class Link:
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                target = _target(self.spec, stack)
+                target = _target(self.spec, stack, self._note_response)
                 client = Client(target, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
                 await stack.enter_async_context(client)
                 if not ready.done():
@@ -154,11 +215,117 @@ class Link:
             if self._stop is stop:
                 self._client = None
 
+    async def _note_response(self, response: httpx2.Response) -> None:
+        if response.status_code == 404 and response.request.headers.get(SESSION_HEADER):
+            self._session_lost = True
+
     def discard(self) -> None:
         """Close the session; the next call opens a new one (after the upstream broke or changed)."""
         if self._stop is not None:
             self._stop.set()
         self._client = None
+
+    # -- calls ------------------------------------------------------------------------------------
+    async def call_tool(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> CallToolResult:
+        """Call the upstream's tool. Raises ``UpstreamUnavailable`` (it did not run), ``UpstreamCallBroke``
+        (it may have run), or ``MCPError`` when the upstream answered with a JSON-RPC error."""
+        for first_try in (True, False):
+            client = await self.client()
+            self._session_lost = False
+            try:
+                result = await client.call_tool(
+                    name, arguments, read_timeout_seconds=self.spec.call_timeout_s, progress_callback=progress
+                )
+            except MCPError as exc:
+                if self._session_lost:
+                    # Refused before it ran: the upstream no longer knows our session (it restarted).
+                    self.discard()
+                    if first_try:
+                        continue
+                    raise self._down(
+                        UpstreamUnavailable(f"upstream {self.spec.name} refused our new session too")
+                    ) from None
+                if exc.error.code == REQUEST_TIMEOUT:
+                    raise UpstreamCallBroke(
+                        f"upstream {self.spec.name} did not finish {name} within {self.spec.call_timeout_s:g} s"
+                    ) from None
+                if exc.error.code == CONNECTION_CLOSED:
+                    self.discard()
+                    raise self._down(
+                        UpstreamCallBroke(f"upstream {self.spec.name} closed the connection during the call of {name}")
+                    ) from None
+                raise  # a JSON-RPC error answer: the session itself is fine
+            except (Exception, BaseExceptionGroup) as exc:
+                self.discard()
+                broke = unavailable(self.spec, exc, doing=f"calling {name}")
+                if isinstance(_leaf(exc), httpx2.ConnectError):
+                    raise self._down(broke) from None  # never reached it
+                raise self._down(UpstreamCallBroke(broke.message)) from None
+            self._answered()
+            return result
+        raise AssertionError("unreachable")
+
+    async def ready(self) -> None:
+        """Return once the upstream answers over the session (a broken one reopened once).
+
+        Asks ``ping`` of a handshake-era session and ``server/discover`` of a later one (which has
+        no ping); any JSON-RPC answer counts, even an error: it answered. Raises
+        ``UpstreamUnavailable``. A guarded call asks this before its checkpoint is taken.
+        """
+        for first_try in (True, False):
+            client = await self.client()
+            self._session_lost = False
+            try:
+                async with asyncio.timeout(self.spec.connect_timeout_s):
+                    if client.protocol_version in MODERN_PROTOCOL_VERSIONS:
+                        await client.session.send_discover(client.protocol_version)
+                    else:
+                        await client.session.send_ping()
+            except MCPError as exc:
+                if not self._session_lost and exc.error.code not in (CONNECTION_CLOSED, REQUEST_TIMEOUT):
+                    break
+                failure: BaseException = exc
+            except (Exception, BaseExceptionGroup) as exc:
+                failure = exc
+            else:
+                break
+            self.discard()
+            if first_try and (self._session_lost or _session_closed(client)):
+                continue
+            raise self._down(unavailable(self.spec, failure, doing="answering a ping")) from None
+        self._answered()
+
+    # -- health in this process -------------------------------------------------------------------
+    def _refuse_while_backing_off(self) -> None:
+        wait = self._retry_at - time.monotonic()
+        if wait > 0 and self.down_since is not None:
+            raise UpstreamUnavailable(
+                f"upstream {self.spec.name} has not answered this process since "
+                f"{self.down_since:%H:%M:%S} UTC ({self.last_error}); it is tried again in {wait:.0f} s"
+            )
+
+    def _down[E: ApplicationError](self, error: E) -> E:
+        self._failed(error.message)
+        return error
+
+    def _failed(self, error: str) -> None:
+        backoff = min(MAX_BACKOFF_S, FIRST_BACKOFF_S * 2**self._failures)
+        self._failures += 1
+        self._retry_at = time.monotonic() + backoff
+        self.last_error = error[:300]
+        if self.down_since is None:
+            self.down_since = datetime.now(UTC)
+            self.changes += 1
+            logger.warning(
+                "upstream %s: down in this process (%s); tried again in %.0f s", self.spec.name, error, backoff
+            )
+
+    def _answered(self) -> None:
+        self._failures, self._retry_at = 0, 0.0
+        if self.down_since is not None:
+            logger.warning("upstream %s: answers again in this process", self.spec.name)
+            self.down_since, self.last_error = None, ""
+            self.changes += 1
 
 
 # Per event loop (tests run many; a server runs one), per upstream.

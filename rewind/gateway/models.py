@@ -169,3 +169,24 @@ class GatewayCall(models.Model):
 
     def __str__(self) -> str:
         return self.call_id
+
+
+class UpstreamLink(models.Model):
+    """One process's session to an upstream, as that process last found it: down since when and why, or answering.
+
+    Written only when it changes (never per call), by the process itself, so "Test connection" can
+    tell what every web process sees, not only what a fresh session from where it runs finds.
+    """
+
+    upstream = models.ForeignKey(Upstream, on_delete=models.CASCADE, related_name="links")
+    process = models.CharField(max_length=200, help_text="Host and pid of the process holding the session.")
+    down_since = models.DateTimeField(null=True, blank=True, help_text="Empty: it answers this process.")
+    error = models.CharField(max_length=300, blank=True)
+    changed_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["upstream__name", "process"]
+        constraints = [models.UniqueConstraint(fields=["upstream", "process"], name="upstream_link_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.upstream.name} in {self.process}"

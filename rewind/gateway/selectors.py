@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import socket
+
 from django.db.models import Count, QuerySet
 
 from rewind.errors import NotFoundError
-from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
+from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
 
 
 def upstream_list() -> QuerySet[Upstream]:
@@ -89,3 +92,25 @@ def upstreams_failing() -> dict[str, bool]:
     return {
         name: bool(error) for name, error in Upstream.objects.filter(enabled=True).values_list("name", "last_error")
     }
+
+
+def _gone(process: str) -> bool:
+    """A process of this host that no longer runs (its row outlived it); other hosts' cannot be told."""
+    host, _, pid = process.partition(" pid ")
+    return host == socket.gethostname() and pid.isdigit() and not os.path.exists(f"/proc/{pid}")
+
+
+def upstream_links_down(upstream: Upstream) -> list[UpstreamLink]:
+    """The processes whose session to the upstream is down now, as each last recorded it."""
+    rows = UpstreamLink.objects.filter(upstream=upstream, down_since__isnull=False).order_by("down_since")
+    return [row for row in rows if not _gone(row.process)]
+
+
+def upstream_links_said(upstream: Upstream) -> list[str]:
+    """One sentence per process that cannot reach the upstream now; [] when none."""
+    return [
+        f"{row.process} has not reached it since {row.down_since:%Y-%m-%d %H:%M:%S} UTC ({row.error}); "
+        "it tries again on its next call, at most 30 s apart"
+        for row in upstream_links_down(upstream)
+        if row.down_since is not None
+    ]

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import secrets
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +24,7 @@ from rewind.audit.actions import GatewayAction
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec
-from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamTool
+from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
 from rewind.mcp.endpoint import MCP_PATH
 
@@ -503,3 +506,24 @@ def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> 
     """How the forwarded call ended. Not a second audit row: the call's ``mcp.tool.called`` row
     (same request id as its ``gateway.call.decided`` row) records the outcome and the error."""
     GatewayCall.objects.filter(pk=call.pk).update(outcome=outcome, error=error[:500], ended_at=timezone.now())
+
+
+LINKS_KEPT = timedelta(days=7)
+
+
+def this_process() -> str:
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def upstream_link_record(*, upstream_id: int, down_since: datetime | None, error: str) -> None:
+    """This process's session to the upstream went down (``down_since``) or answers again (None).
+
+    Not audited: a flapping upstream would flood the log; the call rows say what each call met.
+    """
+    now = timezone.now()
+    UpstreamLink.objects.update_or_create(
+        upstream_id=upstream_id,
+        process=this_process(),
+        defaults={"down_since": down_since, "error": error[:300], "changed_at": now},
+    )
+    UpstreamLink.objects.filter(changed_at__lt=now - LINKS_KEPT).delete()

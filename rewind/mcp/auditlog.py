@@ -35,7 +35,7 @@ from typing import Any
 from django.db import connections, transaction
 
 from rewind.audit import Actor, AuditEntry, audit_append
-from rewind.mcp.context import recycle_connections
+from rewind.mcp.context import database_retried, recycle_connections
 
 logger = logging.getLogger(__name__)
 MAX_BATCH = 64
@@ -155,8 +155,9 @@ class AuditWriter:
     def _write(self, batch: list[_Pending]) -> None:
         try:
             recycle_connections()
-            with transaction.atomic():
-                _append_many(batch)
+            # A database that restarts is waited for (REWIND_DB_RETRY_S): its callers wait anyway,
+            # and a row that cannot be written fails its call.
+            database_retried(lambda: _append_committed(batch), "the MCP calls' audit rows")
         except Exception:
             connections["default"].close_if_unusable_or_obsolete()
             if len(batch) == 1:
@@ -182,9 +183,10 @@ class AuditWriter:
                 pass  # the event loop is closed: the callers are gone
 
 
-def _append_many(batch: list[_Pending]) -> None:
-    """Append ``batch`` to the chain in order; the caller holds the transaction."""
-    audit_append([AuditEntry(i.actor, i.action, i.target, i.data, i.request_id) for i in batch])
+def _append_committed(batch: list[_Pending]) -> None:
+    """Append ``batch`` to the chain in order, in a transaction of its own."""
+    with transaction.atomic():
+        audit_append([AuditEntry(i.actor, i.action, i.target, i.data, i.request_id) for i in batch])
 
 
 audit_writer = AuditWriter()

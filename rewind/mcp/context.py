@@ -1,7 +1,13 @@
-"""What a tool may ask of the framework: who is calling, and a way to run sync services.
+"""What a tool may ask of the framework: who is calling, a way to run sync services, and what to name in errors.
 
 The agent comes from the verified bearer token (``get_access_token()`` is a contextvar the
 SDK's auth middleware sets), never from a tool argument.
+
+``run_db_retried`` is ``run_db`` for work that is safe to repeat (reads, and creations that
+return the same record when repeated): a database that does not answer (a restart, a failover)
+is tried again for up to ``REWIND_DB_RETRY_S`` before the call fails. ``call_refers_to`` names
+what the call created (a guard, its change id): every error the call then ends in repeats it,
+so an agent whose call failed afterwards can still find the outcome.
 
 ``run_db`` runs synchronous code (ORM, ZVM client) on a small dedicated thread pool. Django's
 own ``sync_to_async`` would put every call of the process on one shared thread when called
@@ -16,12 +22,15 @@ import asyncio
 import contextvars
 import functools
 import logging
+import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from django.db import DatabaseError, connections
+from django.conf import settings
+from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from mcp.server.auth.middleware.auth_context import get_access_token
 
 from rewind.errors import PermissionDeniedError
@@ -82,12 +91,84 @@ def _run_in_thread(fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str
         raise
 
 
+# What a database that does not answer raises (a refused or broken connection); a retry after
+# closing the connection may succeed.
+DATABASE_DOWN = (OperationalError, InterfaceError)
+_FIRST_PAUSE_S, _MAX_PAUSE_S = 0.2, 2.0
+
+
+def database_retried(fn: Callable[[], T], what: str) -> T:
+    """``fn()``, tried again while the database does not answer, for up to ``REWIND_DB_RETRY_S``.
+
+    Only for work that is safe to repeat: each try starts afresh on a new connection. Raises
+    what the last try raised once the time is up.
+    """
+    deadline = time.monotonic() + float(settings.REWIND_DB_RETRY_S)
+    pause = _FIRST_PAUSE_S
+    while True:
+        try:
+            return fn()
+        except DATABASE_DOWN as exc:
+            if time.monotonic() + pause > deadline:
+                raise
+            logger.warning("%s: the database did not answer (%s); trying again in %.1f s", what, exc, pause)
+            for conn in connections.all(initialized_only=True):
+                if not conn.in_atomic_block:
+                    conn.close()
+            time.sleep(pause)
+            pause = min(_MAX_PAUSE_S, pause * 2)
+
+
 async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` on the MCP thread pool; context vars (agent, request id) follow."""
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, _run_in_thread, fn, args, kwargs)
     return await loop.run_in_executor(_pool, call)
+
+
+async def run_db_retried(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``run_db`` for work safe to repeat, tried again while the database does not answer (``database_retried``)."""
+    name = getattr(fn, "__name__", "a call")
+    return await run_db(database_retried, functools.partial(fn, *args, **kwargs), name)
+
+
+# -- what a call refers to ----------------------------------------------------------------------
+_refs: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar("rewind_mcp_call_refs", default=None)
+
+
+@contextmanager
+def call_refs() -> Iterator[dict[str, str]]:
+    """For the framework: collect what the call running inside refers to (``call_refers_to``)."""
+    refs: dict[str, str] = {}
+    token = _refs.set(refs)
+    try:
+        yield refs
+    finally:
+        _refs.reset(token)
+
+
+def call_refers_to(**refs: object) -> None:
+    """Name what this call created or acts on, e.g. ``guard=12, change_id="chg-1"`` (None values are skipped).
+
+    The dict is shared by the call's copied contexts, so ``run_db`` threads may name things too.
+    """
+    current = _refs.get()
+    if current is not None:
+        current.update({key: str(value) for key, value in refs.items() if value is not None})
+
+
+def refs_sentence(refs: dict[str, str]) -> str:
+    """What an error says about the call's records, "" when it named none."""
+    guard, change = refs.get("guard"), refs.get("change_id")
+    if guard is None and change is None:
+        return ""
+    parts = []
+    if guard is not None:
+        parts.append(f"guard #{guard} (zerto_checkpoint_status with id {guard} tells its outcome)")
+    if change is not None:
+        parts.append(f"change_id {change} (call again with it to get the same guard, never a second checkpoint)")
+    return "This call refers to " + " and ".join(parts) + "."
 
 
 class _ReadState[V]:

@@ -62,6 +62,7 @@ from rewind.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
+from rewind.mcp.context import call_refs, refs_sentence
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, validation_message
 from rewind.mcp.http import McpHttpGuard
@@ -193,7 +194,7 @@ class RewindMCPServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         started = time.perf_counter()
-        with bound_request_id(None) as rid:
+        with bound_request_id(None) as rid, call_refs() as refs:
             failure: BaseException | None = None
             outcome, message = "ok", ""
             try:
@@ -234,11 +235,12 @@ class RewindMCPServer(MCPServer):
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)
                 if failure is None or outcome != "cancelled":
-                    raise ToolError(
-                        f"the call was not recorded in the audit log (request {rid}); treat it as failed"
+                    raise _naming_refs(
+                        ToolError(f"the call was not recorded in the audit log (request {rid}); treat it as failed"),
+                        refs,
                     ) from None
             if failure is not None:
-                raise failure
+                raise _naming_refs(failure, refs)
             return result
 
     async def get_prompt(
@@ -273,6 +275,17 @@ def _allows(granted: frozenset[str] | None, needed: str) -> bool:
 def _check_scope(needed: str, name: str) -> None:
     if not _allows(_granted_scopes(), needed):
         raise ToolError(str(scopes.InsufficientScopeError(needed, f"tool {excerpt(name)}")))
+
+
+def _naming_refs(failure: BaseException, refs: dict[str, str]) -> BaseException:
+    """A tool error that also names what the call created (``call_refers_to``); other failures as they are."""
+    said = refs_sentence(refs)
+    if not said or not isinstance(failure, ToolError):
+        return failure
+    text = str(failure).rstrip()
+    named = ToolError(f"{text}{'' if text.endswith('.') else '.'} {said}")
+    named.__cause__ = failure.__cause__
+    return named
 
 
 def skill_path() -> Path:

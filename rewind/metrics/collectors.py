@@ -23,6 +23,7 @@ from rewind.checkpoints.selectors import guard_counts_by_status, guard_waits_by_
 from rewind.gateway.selectors import gateway_call_counts, upstream_tool_counts, upstreams_failing
 from rewind.metrics.tally import AuditTally
 from rewind.sites.zvm_shared import request_counter
+from rewind.workers.selectors import broker_outage_count, broker_outage_open, worker_clock_offsets, workers_seen
 
 logger = logging.getLogger(__name__)
 
@@ -160,6 +161,28 @@ def _gateway() -> Iterator[Metric]:
     yield failing
 
 
+def _workers() -> Iterator[Metric]:
+    seen = workers_seen()
+    yield GaugeMetricFamily("rewind_workers_alive", "Celery workers whose heartbeat is fresh.", value=seen.alive)
+    offsets = GaugeMetricFamily(
+        "rewind_worker_clock_offset_seconds",
+        "How far each alive worker's clock is from the database's at its last heartbeat (positive: ahead).",
+        labels=["worker"],
+    )
+    for name, offset in worker_clock_offsets():
+        offsets.add_metric([name], offset)
+    yield offsets
+    outage = broker_outage_open()
+    yield GaugeMetricFamily(
+        "rewind_task_queue_up",
+        "0 while the task queue (Celery's broker) does not answer, else 1.",
+        value=0 if outage else 1,
+    )
+    yield CounterMetricFamily(
+        "rewind_task_queue_outages", "Task-queue outages recorded (those retention keeps).", value=broker_outage_count()
+    )
+
+
 SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "guards": _guards,
     "guard_waits": _guard_waits,
@@ -169,6 +192,7 @@ SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "reaper": _reaper,
     "mcp_calls": _mcp_calls,
     "gateway": _gateway,
+    "workers": _workers,
 }
 
 

@@ -1,7 +1,7 @@
 from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
-from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
+from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
 from rewind.mcp.models import McpRateCount
 from rewind.notifications.models import NotificationDelivery
 from rewind.oauth.models import AgentGrant
@@ -25,6 +25,7 @@ __all__ = [
     "SitePoller",
     "TaggedCheckpoint",
     "Upstream",
+    "UpstreamLink",
     "UpstreamTool",
     "WorkerHeartbeat",
     "ZvmRateWindow",

@@ -12,7 +12,7 @@ from rewind.workers.selectors import STALE_AFTER_S
 
 @admin.register(WorkerHeartbeat)
 class WorkerHeartbeatAdmin(ReadOnlyAdmin):
-    list_display = ["hostname", "alive", "seen_at", "concurrency", "pid", "started_at"]
+    list_display = ["hostname", "alive", "seen_at", "clock_offset_s", "concurrency", "pid", "started_at"]
 
     @admin.display(boolean=True, description="alive")
     def alive(self, obj: WorkerHeartbeat) -> bool:

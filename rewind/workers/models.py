@@ -15,6 +15,9 @@ class WorkerHeartbeat(models.Model):
     concurrency = models.PositiveIntegerField(default=0)
     started_at = models.DateTimeField()
     seen_at = models.DateTimeField(db_index=True)
+    clock_offset_s = models.FloatField(
+        null=True, blank=True, help_text="How far its clock is from the database's (positive: ahead), at its last beat."
+    )
 
     class Meta:
         verbose_name = "worker"

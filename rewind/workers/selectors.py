@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.db.models import Q
 from django.utils import timezone
 
@@ -21,11 +22,16 @@ class WorkersSeen:
     alive: int  # workers whose heartbeat is fresh
     slots: int  # their pool slots together
     newest_seen_at: datetime | None  # the freshest heartbeat of any worker, alive or not
+    skewed: tuple[tuple[str, float], ...] = ()  # alive workers whose clock is off the database's: (name, offset s)
 
     def describe(self, now: datetime | None = None) -> str:
         """One sentence for an agent or an operator."""
         if self.alive:
-            return f"{self.alive} worker(s) alive with {self.slots} slot(s) in all"
+            said = f"{self.alive} worker(s) alive with {self.slots} slot(s) in all"
+            for name, offset in self.skewed:
+                side = "ahead of" if offset > 0 else "behind"
+                said += f"; {name}'s clock is {abs(offset):.0f} s {side} the database's (check its time sync)"
+            return said
         if self.newest_seen_at is None:
             return "no worker has ever reported here: start one (manage.py runstack, or celery -A rewind worker)"
         ago = ((now or timezone.now()) - self.newest_seen_at).total_seconds()
@@ -34,10 +40,26 @@ class WorkersSeen:
 
 def workers_seen(now: datetime | None = None) -> WorkersSeen:
     now = now or timezone.now()
-    rows = list(WorkerHeartbeat.objects.values_list("seen_at", "concurrency"))
-    fresh = [c for seen, c in rows if seen >= now - timedelta(seconds=STALE_AFTER_S)]
-    newest = max((seen for seen, _ in rows), default=None)
-    return WorkersSeen(alive=len(fresh), slots=sum(fresh), newest_seen_at=newest)
+    rows = list(WorkerHeartbeat.objects.values_list("hostname", "seen_at", "concurrency", "clock_offset_s"))
+    # A worker whose clock runs ahead writes heartbeats from the future: fresh, not stale.
+    fresh = [row for row in rows if row[1] >= now - timedelta(seconds=STALE_AFTER_S)]
+    newest = max((row[1] for row in rows), default=None)
+    warn = float(settings.REWIND_CLOCK_SKEW_WARN_S)
+    skewed = tuple((name, off) for name, _, _, off in fresh if off is not None and abs(off) > warn)
+    return WorkersSeen(alive=len(fresh), slots=sum(row[2] for row in fresh), newest_seen_at=newest, skewed=skewed)
+
+
+def worker_clock_offsets(now: datetime | None = None) -> list[tuple[str, float]]:
+    """Each alive worker's clock offset from the database's, as it last measured it."""
+    now = now or timezone.now()
+    fresh = WorkerHeartbeat.objects.filter(
+        seen_at__gte=now - timedelta(seconds=STALE_AFTER_S), clock_offset_s__isnull=False
+    ).order_by("hostname")
+    return [(name, offset) for name, offset in fresh.values_list("hostname", "clock_offset_s") if offset is not None]
+
+
+def broker_outage_count() -> int:
+    return BrokerOutage.objects.count()
 
 
 def broker_outage_open() -> BrokerOutage | None:

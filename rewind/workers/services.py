@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
+from rewind.dbclock import database_now
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)
@@ -23,9 +24,16 @@ OUTAGES_KEPT = timedelta(days=30)
 
 def worker_heartbeat_record(*, hostname: str, concurrency: int, started_at: datetime, pid: int | None = None) -> None:
     now = timezone.now()
+    offset = (now - database_now()).total_seconds()  # a worker whose clock drifted is shown as such
     WorkerHeartbeat.objects.update_or_create(
         hostname=hostname,
-        defaults={"pid": pid or os.getpid(), "concurrency": concurrency, "started_at": started_at, "seen_at": now},
+        defaults={
+            "pid": pid or os.getpid(),
+            "concurrency": concurrency,
+            "started_at": started_at,
+            "seen_at": now,
+            "clock_offset_s": round(offset, 3),
+        },
     )
     WorkerHeartbeat.objects.filter(seen_at__lt=now - PRUNE_AFTER).delete()
 

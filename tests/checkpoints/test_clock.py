@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+import time_machine
 from django.core.management import call_command
+from django.utils import timezone
 
 from rewind.checkpoints import pacing
 from rewind.checkpoints.services import guard_create
@@ -83,3 +86,18 @@ def test_the_offset_is_measured_and_shown_by_zvm_check_and_the_admin(
     assert "WARNING" not in line_a
     page = admin_client.get("/admin/rewind/site/").content.decode()
     assert "ahead of ours" in page
+
+
+def test_a_process_whose_own_clock_runs_ahead_does_not_end_a_waiting_guard(
+    sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
+) -> None:
+    # The ZVM is right and so is the database; only this process's clock is five minutes ahead
+    # (the guard's timeout is 300 s): its rounds must not take the guard for timed out.
+    sim.add_fault("checkpoint_listing_delay", seconds=4, site="site-a")
+    guard = _request(agent, "app01", timeout_s=300)
+    waiting = TaggedCheckpoint.Status.WAITING
+    inline_tasks.wait_for(lambda: guard.vpgs.filter(status=waiting).count() == guard.vpgs.count())
+    with time_machine.travel(timezone.now() + timedelta(seconds=FIVE_MINUTES + 1), tick=True):
+        done = wait_guard_finished(guard, tasks=inline_tasks)
+    assert done.status == ChangeGuard.Status.OK, done.error
+    assert not guard.vpgs.filter(status=TaggedCheckpoint.Status.TIMED_OUT).exists()

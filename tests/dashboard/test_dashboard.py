@@ -282,6 +282,22 @@ def test_the_workers_section_counts_fresh_heartbeats() -> None:
     assert seen.alive.value == 1
     assert "4 slot(s)" in seen.text
     assert seen.queue == "the task queue answers"
+    assert seen.beat_late  # nothing ran the beat's sweep here
+
+
+def test_the_workers_section_says_when_the_beats_sweep_last_ran() -> None:
+    from django_celery_results.models import TaskResult
+
+    done = timezone.now() - timedelta(seconds=12)
+    TaskResult.objects.create(task_id="t1", task_name=health.BEAT_PULSE_TASK, status="SUCCESS")
+    TaskResult.objects.filter(task_id="t1").update(date_done=done)  # date_done is set on save
+    fresh = health.workers_status(timezone.now())
+    assert not fresh.beat_late
+    assert fresh.beat.startswith("the beat's 30 s sweep ran 1")
+    stopped = health.workers_status(timezone.now() + timedelta(minutes=10))
+    assert stopped.beat_late
+    assert "last ran 61" in stopped.beat
+    assert "is celery beat running?" in stopped.beat
 
 
 def test_the_workers_section_shows_a_task_queue_outage_and_then_the_last_one(admin_client: Any) -> None:

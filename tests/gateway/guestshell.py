@@ -8,11 +8,12 @@ Run it over stdio or as streamable HTTP (stateless, at ``/mcp``)::
 
     python -m tests.gateway.guestshell --stdio --sim-url URL --ca-bundle PATH [--record FILE]
     python -m tests.gateway.guestshell --http --port 0 --sim-url URL --ca-bundle PATH
-                                       [--host 127.0.0.1] [--token T] [--record FILE]
+                                       [--host 127.0.0.1] [--token T] [--record FILE] [--stateful]
 
 Over HTTP it prints ``guestshell ready on http://127.0.0.1:PORT/mcp`` once it listens (``--port 0``
 picks a free port). ``--token T`` makes every HTTP request need ``Authorization: Bearer T`` (401
-otherwise). ``--record FILE`` appends one JSON line per tool call it receives:
+otherwise). ``--stateful`` speaks only the handshake era and keeps MCP sessions in memory, as most
+servers do today: a restart forgets them and answers the old session id with 404 "Session not found". ``--record FILE`` appends one JSON line per tool call it receives:
 ``{"tool", "arguments", "authorization"}`` (the request's Authorization header, or null over
 stdio), so a test can tell which calls reached this upstream and with which credentials.
 
@@ -45,6 +46,7 @@ from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import ToolAnnotations
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 READY = "guestshell ready on "
@@ -331,6 +333,28 @@ class BearerGate:
         await self.app(scope, receive, send)
 
 
+class HandshakeOnly:
+    """ASGI middleware: a server of the handshake era only, as most servers are today.
+
+    A request of a later revision (the client's ``server/discover`` probe) gets the JSON-RPC
+    "Method not found" such a server answers, so a client falls back to ``initialize`` and a
+    session, which this server keeps in memory only.
+    """
+
+    def __init__(self, app: Callable[[Scope, Receive, Send], Awaitable[None]]) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        version = dict(scope.get("headers") or []).get(b"mcp-protocol-version", b"").decode()
+        if scope["type"] == "http" and version in MODERN_PROTOCOL_VERSIONS:
+            body = b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32601, "message": "Method not found"}}'
+            headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+            await send({"type": "http.response.start", "status": 400, "headers": headers})
+            await send({"type": "http.response.body", "body": body})
+            return
+        await self.app(scope, receive, send)
+
+
 class _Server(uvicorn.Server):
     """Prints the ready line, with the port really bound, once the socket listens."""
 
@@ -347,6 +371,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     mode = p.add_mutually_exclusive_group(required=True)
     mode.add_argument("--stdio", action="store_true", help="serve MCP over stdin/stdout")
     mode.add_argument("--http", action="store_true", help="serve streamable HTTP (stateless) at /mcp")
+    p.add_argument(
+        "--stateful",
+        action="store_true",
+        help="with --http, speak only the handshake era and keep sessions in memory, as most servers do: "
+        "a restart forgets them",
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to listen on with --http (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=0, help="port with --http (default 0: a free one, in the ready line)")
     p.add_argument("--sim-url", default=env("GUESTSHELL_SIM_URL"), help="the simulator's root URL (GUESTSHELL_SIM_URL)")
@@ -371,7 +401,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.stdio:
         server.run("stdio")
         return 0
-    app: Any = server.streamable_http_app(streamable_http_path=MCP_PATH, stateless_http=True, host=args.host)
+    app: Any = server.streamable_http_app(
+        streamable_http_path=MCP_PATH, stateless_http=not args.stateful, host=args.host
+    )
+    if args.stateful:
+        app = HandshakeOnly(app)
     if args.token:
         app = BearerGate(app, args.token)
     config = uvicorn.Config(app, host=args.host, port=args.port, log_level="warning", lifespan="on")

@@ -54,6 +54,11 @@ class GuestShellHttp:
     url: str
     token: str | None
     record: Path
+    argv: list[str] = field(default_factory=list)
+
+    @property
+    def port(self) -> int:
+        return int(self.url.rsplit(":", 1)[1].split("/", 1)[0])
 
     @property
     def headers(self) -> dict[str, str]:
@@ -68,24 +73,37 @@ class GuestShellHttp:
     def stop(self) -> None:
         self.proc.stop(timeout=10)
 
+    def start_again(self) -> None:
+        """Start it again on the same port (after ``stop``): a restarted upstream, which kept nothing."""
+        argv = [*self.argv, "--port", str(self.port)]
+        self.proc = _launch(argv, self.record.parent)
+
+
+def _launch(argv: list[str], work_dir: Path) -> Proc:
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    log = work_dir / "guestshell.log"
+    earlier = log.read_text(errors="replace").count(READY) if log.exists() else 0  # one log for every start
+    proc = Proc("guestshell", argv, log=log, cwd=REPO, env=env, append=True)
+    try:
+        proc.wait_for_output(READY, count=earlier + 1, timeout=60)
+    except Exception:
+        proc.kill()
+        raise
+    return proc
+
 
 def start_guestshell(work_dir: Path, sim_server: SimServer, *args: str, token: str | None = None) -> GuestShellHttp:
     """Start ``python -m tests.gateway.guestshell --http --port 0`` and wait for its ready line."""
     work_dir.mkdir(parents=True, exist_ok=True)
     record = work_dir / "calls.jsonl"
     record.write_text("", encoding="utf-8")
-    argv = [PYTHON, "-m", MODULE, "--http", "--port", "0", *sim_args(sim_server), "--record", str(record), *args]
+    argv = [PYTHON, "-m", MODULE, "--http", *sim_args(sim_server), "--record", str(record), *args]
     if token:
         argv += ["--token", token]
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = Proc("guestshell", argv, log=work_dir / "guestshell.log", cwd=REPO, env=env)
-    try:
-        output = proc.wait_for_output(READY, timeout=60)
-    except Exception:
-        proc.kill()
-        raise
-    url = next(line[len(READY) :].strip() for line in output.splitlines() if line.startswith(READY))
-    return GuestShellHttp(proc, url, token, record)
+    proc = _launch([*argv, "--port", "0"], work_dir)
+    output = proc.output()
+    url = [line[len(READY) :].strip() for line in output.splitlines() if line.startswith(READY)][-1]
+    return GuestShellHttp(proc, url, token, record, argv)
 
 
 @contextlib.contextmanager

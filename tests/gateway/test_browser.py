@@ -54,7 +54,7 @@ def test_a_person_adds_an_upstream_tests_it_and_agents_see_its_tools(
     page.select_option("select[name=action]", "test_connection")
     page.click("button[name=index]")
     messages = page.inner_text("ul.messagelist").lower()  # the admin capitalizes each message
-    assert "guestshell: ok, 5 tools exported" in messages
+    assert "guestshell: ok from here, 5 tools exported" in messages
     assert "classify them before agents call them" in messages
     assert UpstreamTool.objects.filter(upstream=upstream, state="exported").count() == 5
     assert ToolSighting.objects.filter(tool__startswith="guestshell/").count() == 5

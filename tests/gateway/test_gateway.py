@@ -189,7 +189,7 @@ def test_a_retried_call_with_the_same_change_id_reuses_the_guard(
             return [await client.call_tool("guestshell__write_file", args, meta=meta) for _ in range(2)]
 
     first, second = run(twice())
-    assert not first.is_error
+    assert not first.is_error, tool_text(first)
     assert not second.is_error
     assert first.meta["zerto-rewind/guard"]["id"] == second.meta["zerto-rewind/guard"]["id"]
     assert first.meta["zerto-rewind/guard"]["change_id"] == "CHG-42"

@@ -16,9 +16,8 @@ from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
 from rewind.models import Site
-from rewind.processes import Proc
+from rewind.processes import Proc, free_port, free_ports
 from tests.fixtures import wait_until
-from tests.mcpfixtures import free_port, free_ports
 
 pytestmark = pytest.mark.django_db
 

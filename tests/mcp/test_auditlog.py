@@ -6,10 +6,9 @@ import asyncio
 from typing import Any
 
 import pytest
-from django.db import transaction
 
 from rewind.audit import Actor, audit_record, verify_chain
-from rewind.mcp.auditlog import _append_many, _Pending, audit_writer
+from rewind.mcp.auditlog import _append_committed, _Pending, audit_writer
 from rewind.models import AuditEvent
 from tests.helpers import run
 
@@ -35,8 +34,7 @@ def _pending(i: int) -> _Pending:
 
 def test_a_batch_continues_the_chain_in_order(db: None) -> None:
     audit_record(actor=Actor.system(), action="before.batch")
-    with transaction.atomic():
-        _append_many([_pending(i) for i in range(5)])
+    _append_committed([_pending(i) for i in range(5)])
     audit_record(actor=Actor.system(), action="after.batch")
     checked, problem = verify_chain()
     assert (checked, problem) == (7, None)

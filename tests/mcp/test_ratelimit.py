@@ -12,8 +12,9 @@ import redis
 
 from rewind.mcp.models import McpRateCount
 from rewind.mcp.ratelimit import KEY_PREFIX, DbRateLimiter, LocalRateLimiter, RedisRateLimiter, rate_limiter
+from rewind.processes import free_port
 from tests.helpers import call_body, post, run
-from tests.mcpfixtures import free_port, make_agent_token, run_uvicorn
+from tests.mcpfixtures import make_agent_token, run_uvicorn
 
 
 def _redis_url() -> str:

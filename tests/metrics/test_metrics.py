@@ -190,3 +190,22 @@ def test_a_source_that_fails_is_reported_and_the_rest_still_served(
     assert value(samples, "rewind_metrics_source_up", source="zvm_requests") == 0
     assert value(samples, "rewind_metrics_source_up", source="guards") == 1
     assert value(samples, "rewind_guards_total", status="ok") == 1
+
+
+@pytest.mark.django_db
+def test_workers_their_clocks_and_the_task_queue_are_shown(client: Client, token: str) -> None:
+    from rewind.workers.models import WorkerHeartbeat
+    from rewind.workers.services import broker_outage_ended, broker_outage_noticed
+
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(
+        hostname="w1@h", pid=1, concurrency=2, started_at=now, seen_at=now, clock_offset_s=300.2
+    )
+    broker_outage_noticed(broker="Redis at 127.0.0.1:6399/0", error="refused", noticed_by="w1@h")
+    down = scrape(client)
+    assert value(down, "rewind_workers_alive") == 1
+    assert value(down, "rewind_worker_clock_offset_seconds", worker="w1@h") == 300.2
+    assert value(down, "rewind_task_queue_up") == 0
+    assert value(down, "rewind_task_queue_outages_total") == 1
+    broker_outage_ended()
+    assert value(scrape(client), "rewind_task_queue_up") == 1

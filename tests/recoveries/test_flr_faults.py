@@ -190,3 +190,21 @@ def test_a_256_mib_file_is_recovered_in_bounded_memory(worker, sim, sites, peopl
     print(f"worker peak RSS {peak_mib:.0f} MiB for a {size >> 20} MiB file")
     assert 0 < peak_mib < 200  # the file is never held whole in memory
     Path(recovery.stored_path).unlink()
+
+
+def test_a_recovered_files_folder_that_cannot_take_a_file_fails_the_run_before_any_mount(
+    inline_tasks: Any, sim: Any, sites: Any, people: Any, agent: Any, tagged: Any, tmp_path: Path, settings: Any
+) -> None:
+    # A file where the folder should be: no process can write under it, root included. A full or
+    # read-only folder is the production-shape test's (tests/recoveries/test_storage_full.py).
+    blocked = tmp_path / "recovered"
+    blocked.write_text("not a folder")
+    settings.REWIND_STORAGE_DIR = str(blocked)
+    tagged("db01")
+    recovery = wait_recovery_finished(_approved(agent, people, "db01", "/etc/my.cnf"), tasks=inline_tasks)
+    assert recovery.status == RecoveryRequest.Status.FAILED
+    assert recovery.error.startswith("the recovered-files folder (REWIND_STORAGE_DIR) could not take the file: ")
+    assert "nothing was mounted" in recovery.error
+    assert str(blocked) not in recovery.error
+    assert not FlrSession.objects.filter(recovery=recovery).exists()
+    assert sim.sessions("site-b") == []

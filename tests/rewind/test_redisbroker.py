@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.helpers import tool_ok
 from tests.stackfixtures import ProductionStack
 
 pytestmark = pytest.mark.process
@@ -25,11 +24,8 @@ def test_a_redis_restart_with_a_guard_waiting_leaves_every_worker_up_and_the_gua
     stack.sim.add_fault("checkpoint_listing_delay", seconds=6)
     workers = {name: stack.pid(name) for name in WORKERS}
     try:
-        out = tool_ok(
-            stack.call("zerto_create_tagged_checkpoint", {"vm": "web01", "action": "redis restart", "wait": False})
-        )
         # Inserted and waiting to be listed: the poller's next round is a message a worker holds.
-        stack.wait_guard(out["id"], lambda g: any(v["status"] == "waiting" for v in g["vpgs"]))
+        out = stack.start_guard("web01", "redis restart")
         stack.redis.restart(down_s=0.35)
         final = stack.guard_finished(out["id"])
     finally:

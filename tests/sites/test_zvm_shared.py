@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import redis
 
+from rewind.processes import free_port
 from rewind.redislink import RedisLink
 from rewind.sites.zvm_shared import (
     CLAIM_PREFIX,
@@ -33,7 +34,6 @@ from rewind.sites.zvm_shared import (
 from rewind.zvm import Stores, ZvmClient
 from tests.helpers import TOKEN_CALL, calls, connection, site_name
 from tests.helpers import test_database_url as database_url_for_processes
-from tests.mcpfixtures import free_port
 from tests.simfixtures import PYTHON, REPO, SimHandle
 from tests.workerenv import private_redis_url
 

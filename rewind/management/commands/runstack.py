@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import sys
 import time
 from pathlib import Path
@@ -21,18 +20,13 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, stack_forget, stack_record
+from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, port_free, stack_forget, stack_record
 from rewind.supervisor import Service, Supervisor
 
 # A clean stop takes a few seconds (Celery's warm shutdown, uvicorn's workers): past this, a
 # demo's Ctrl-C should not keep anyone waiting for a task to end, so what is left is killed.
 STOP_TIMEOUT_S = 10.0
 WATCH_EVERY_S = 0.25
-
-
-def _port_free(port: int) -> bool:
-    with socket.socket() as sock:
-        return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
 class Command(BaseCommand):
@@ -53,6 +47,7 @@ class Command(BaseCommand):
         parser.add_argument("--celery-workers", type=int, default=2, help="Celery worker processes")
         parser.add_argument("--concurrency", type=int, default=2, help="pool processes of each Celery worker")
         parser.add_argument("--no-sim", action="store_true", help="do not start the simulator (real ZVMs)")
+        parser.add_argument("--sim-vms", type=int, default=200, help="filler VMs in the simulator's inventory")
 
     def handle(self, *args: Any, **options: Any) -> None:
         self.supervisor = Supervisor(self._spawn, self._say)
@@ -62,12 +57,12 @@ class Command(BaseCommand):
                 raise CommandError(f"--{name.replace('_', '-')} must be at least 1")
         ports = [options["port"] + i for i in range(options["replicas"])]
         for port in ports + ([] if options["no_sim"] else [options["sim_port"]]):
-            if not _port_free(port):
+            if not port_free(port):
                 raise CommandError(f"port {port} is already in use (set REWIND_PORT / REWIND_SIM_PORT)")
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             if not options["no_sim"]:
-                sim_url, sim_ca = self._start_simulator(options["sim_port"])
+                sim_url, sim_ca = self._start_simulator(options["sim_port"], options["sim_vms"])
                 call_command("demo_setup", sim_url=sim_url, ca_bundle=sim_ca)
             self._start_services(ports, options)
             bases = [f"http://127.0.0.1:{port}" for port in ports]
@@ -105,13 +100,13 @@ class Command(BaseCommand):
             raise _Stop()
         return proc
 
-    def _start_simulator(self, port: int) -> tuple[str, Path]:
+    def _start_simulator(self, port: int, vms: int) -> tuple[str, Path]:
         """The simulator's URL and its CA certificate, which it makes in ``cert_dir`` on its first run."""
         cert_dir = settings.VAR_DIR / "sim"
         cert_dir.mkdir(parents=True, exist_ok=True)
         self.supervisor.start(
             "simulator",
-            [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", "200"],
+            [sys.executable, "-m", "zvmsim", "--port", str(port), "--cert-dir", str(cert_dir), "--vms", str(vms)],
         )
         url = f"https://127.0.0.1:{port}"
         ca = cert_dir / "ca.pem"

@@ -1,0 +1,656 @@
+#!/usr/bin/env python
+"""Benchmark: the production shape under agents, approvers and an upstream at once; and a 30-minute soak.
+
+    .venv/bin/python bench/load.py [--agents 50] [--same-change 50] [--recoveries 20] [--gateway 20] [--finds 300]
+    .venv/bin/python bench/load.py --quick              # 10 agents: the size CI runs (tests/bench/test_load.py)
+    .venv/bin/python bench/load.py --soak-minutes 30    # the same mix at a tenth of the rate, for 30 minutes
+
+The shape is ``manage.py runstack --replicas 2 --celery-workers 2`` (two uvicorn replicas, two
+Celery workers, the beat, its ZVM simulator with eight filler VMs per agent, at least 200) on a PostgreSQL and a Redis of
+this benchmark's own, in var/bench-load (emptied first). The guest shell (tests/gateway/guestshell.py)
+is added as an HTTP upstream. Every agent is an official MCP SDK client with a token of its own,
+sent to the two replicas in turn, all at once:
+
+- ``--agents`` agents each guard a filler VM of their own (``zerto_create_tagged_checkpoint``,
+  waiting), after the guest file they will want back was set;
+- one agent sends ``--same-change`` guards of web01 with one change id, at once;
+- as the first ``--recoveries`` guards end, their agents ask for that file back and the demo
+  approver approves each over REST (signed in through the replicas in turn); the agents poll;
+- ``--gateway`` agents call ``guestshell__read_file`` through the gateway, five times each;
+- meanwhile ``zerto_find_protection`` is called ``--finds`` times by 8 clients.
+
+Printed, each beside its target (and in ``--json`` for bench/run.py): failed calls (0); VPG and
+change pairs with other than one tagged checkpoint, read from the ZVMs (0); recoveries whose bytes
+differ from the file set (0); FLR sessions left mounted after one reaper run (0); the audit chain
+(intact); the most requests any ZVM got in one second (at most ``ZVM_MAX_REQUESTS_PER_S``, 10);
+and ``zerto_find_protection``'s p99 under the load (≤ 250 ms), beside its p99 on the idle stack
+measured first in the same run.
+
+``--soak-minutes M`` runs the same mix at a tenth of the rate for M minutes instead (new change
+ids as it goes), after a warm-up of two minutes (pools fill, caches warm), and prints at the start
+and the end: each process's memory (RSS of the process
+and its children; target: within 10 %), its open file descriptors, the connections to PostgreSQL
+and to Redis, and the rows of every table (those that retention bounds must not keep growing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import hashlib
+import itertools
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a script: the repository must be importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bench._common import PYTHON, REPO, fresh_dir, private_postgres, private_redis, sim_control
+from bench.figures import Report, parse_args
+from bench.mcp_find import PROTOCOL, call_body, call_ok
+from rewind.processes import Proc, free_port, free_ports
+
+WORK = REPO / "var" / "bench-load"
+FILE = "/etc/app/release.conf"
+CAP = 10.0  # ZVM_MAX_REQUESTS_PER_S, the default the stack runs with
+FIND_P99_TARGET_MS = 250.0
+GATEWAY_CALLS_EACH = 5
+FIND_CLIENTS = 8
+WARM_UP_MIN = 2.0
+# What the processes' pools may hold at most: per replica the MCP threads (rewind.mcp.context
+# POOL_SIZE 8), the audit writer and Django's request thread; per worker its 2 pool processes,
+# its main process and heartbeat thread; the beat; this process.
+PG_CONNECTIONS_BOUND = 2 * (8 + 1 + 1) + 2 * (2 + 2) + 1 + 1
+QUICK = {"agents": 10, "same_change": 10, "recoveries": 4, "gateway": 4, "finds": 60}
+
+
+# --- the production shape ---------------------------------------------------------------------------
+class Shape:
+    """``manage.py runstack`` on a private PostgreSQL and Redis; this process set up on the same database."""
+
+    REPLICAS = 2
+
+    def __init__(self, stack: contextlib.ExitStack, work: Path, vms: int) -> None:
+        pg = work / "pg"
+        pg.mkdir()
+        database = stack.enter_context(private_postgres(pg))
+        redis = stack.enter_context(private_redis(work))
+        self.port = free_ports(self.REPLICAS)
+        self.sim_port = free_port()
+        self.env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+        self.env.update(
+            DATABASE_URL=database,
+            REDIS_URL=redis,
+            REWIND_VAR_DIR=str(work / "var"),
+            REWIND_PORT=str(self.port),
+            REWIND_SIM_PORT=str(self.sim_port),
+            DJANGO_SETTINGS_MODULE="rewind.settings",
+            PYTHONUNBUFFERED="1",
+        )
+        os.environ.update(self.env)  # this process reads the same database, keys and broker
+        import django
+
+        django.setup()
+        from django.core.management import call_command
+
+        call_command("migrate", interactive=False, verbosity=0)
+        argv = [PYTHON, "manage.py", "runstack", "--replicas", str(self.REPLICAS), "--celery-workers", "2"]
+        argv += ["--sim-vms", str(vms)]
+        self.proc = Proc("runstack", argv, log=work / "runstack.log", cwd=REPO, env=self.env)
+        stack.callback(self._stop)
+        self.proc.wait_for_output("Press Ctrl-C", timeout=180)
+        self.sim_url = f"https://127.0.0.1:{self.sim_port}"
+        self.redis_port = int(redis.rsplit(":", 1)[1].split("/")[0])
+
+    def _stop(self) -> None:
+        import signal
+
+        self.proc.stop(sig=signal.SIGINT, timeout=60)
+
+    def url(self, n: int) -> str:
+        return f"http://127.0.0.1:{self.port + n % self.REPLICAS}"
+
+    def approver_password(self) -> str:
+        line = next(ln for ln in self.proc.output().splitlines() if ln.startswith("Demo approver:"))
+        return line.split("password", 1)[1].split()[0]
+
+    def processes(self) -> dict[str, int]:
+        """runstack's children by the name it gives them (web-1, worker-2, beat, simulator)."""
+        names = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) != self.proc.pid:
+                    continue
+                cmd = (stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except (OSError, ValueError, IndexError):
+                continue
+            names[_process_name(cmd, self.port)] = int(stat.parent.name)
+        return names
+
+
+def _process_name(cmd: str, port: int) -> str:
+    if " zvmsim " in cmd:
+        return "simulator"
+    if " beat " in cmd:
+        return "beat"
+    if "-n worker" in cmd:
+        return "worker-" + cmd.split("-n worker", 1)[1].split("@", 1)[0]
+    replica = int(cmd.split("--port ", 1)[1].split()[0]) - port + 1
+    return f"web-{replica}"
+
+
+def start_guestshell(shape: Shape, work: Path) -> None:
+    """The guest shell over HTTP with a token, added as upstream ``guestshell``, its tools listed."""
+    from rewind.audit import Actor
+    from rewind.gateway.listing import upstream_tools_refresh
+    from rewind.gateway.services import upstream_create
+
+    token = "bench-" + os.urandom(8).hex()
+    ca = str(Path(shape.env["REWIND_VAR_DIR"]) / "sim" / "ca.pem")
+    argv = [PYTHON, "-m", "tests.gateway.guestshell", "--http", "--port", "0", "--sim-url", shape.sim_url]
+    proc = Proc("guestshell", [*argv, "--ca-bundle", ca, "--token", token], log=work / "guestshell.log", cwd=REPO)
+    url = proc.wait_for_output("guestshell ready on ").split("guestshell ready on ", 1)[1].split()[0]
+    shape.guestshell = proc  # type: ignore[attr-defined]
+    upstream = upstream_create(
+        actor=Actor.system("bench"), name="guestshell", url=url, headers={"Authorization": f"Bearer {token}"}
+    )
+    upstream_tools_refresh(upstream)
+
+
+def make_tokens(count: int) -> list[str]:
+    from django.contrib.auth import get_user_model
+
+    from rewind.agents import agent_create, agent_token_issue
+    from rewind.audit import Actor
+
+    actor = Actor.system("bench")
+    owner, _ = get_user_model().objects.get_or_create(username="bench-owner", defaults={"is_superuser": True})
+    tokens = []
+    for n in range(count):
+        agent = agent_create(actor=actor, name=f"load-{n:03d}-{os.getpid()}", owner=owner)
+        tokens.append(agent_token_issue(actor=actor, agent=agent).token)
+    return tokens
+
+
+def eligible_vms(count: int) -> list[str]:
+    """The first ``count`` Linux filler VMs (the guest file is a Linux path) whose every VPG can take a
+    checkpoint now and is protected and recovered at the two sites the stack registered."""
+    from rewind.models import Site
+    from rewind.sites import site_client
+
+    registered = {"site-a", "site-b"}  # manage.py demo_setup's
+
+    busy = {
+        v.identifier
+        for site in Site.objects.all()
+        for v in site_client(site).list_vpgs()
+        if v.status == 0 or v.sub_status == 1 or v.failover_test_running
+    }
+    http = sim_control()
+    found: list[str] = []
+    for number in itertools.count(1):
+        if len(found) == count:
+            return found
+        name = f"vm-{number:05d}"
+        resp = http.get(f"{_sim_url()}/_sim/vms/{name}", timeout=30)
+        if resp.status_code == 404:
+            raise SystemExit(f"only {len(found)} filler VMs can take a checkpoint")
+        vm = resp.json()
+        usable = all(v["identifier"] not in busy and {v["protected"], v["recovery"]} <= registered for v in vm["vpgs"])
+        if vm["os"] == "linux" and vm["vpgs"] and usable:
+            found.append(name)
+    return found
+
+
+def _sim_url() -> str:
+    return f"https://127.0.0.1:{os.environ['REWIND_SIM_PORT']}"
+
+
+def set_guest_file(vm: str, text: str) -> None:
+    sim_control().put(
+        f"{_sim_url()}/_sim/vms/{vm}/files", json={"path": FILE, "text": text}, timeout=30
+    ).raise_for_status()
+
+
+# --- agents --------------------------------------------------------------------------------------------
+@dataclass
+class Tally:
+    calls: int = 0
+    failed: list[str] = field(default_factory=list)
+    find_ms: list[float] = field(default_factory=list)
+    guards: dict[str, tuple[str, str]] = field(default_factory=dict)  # guard id -> (vm, tag)
+    recovered: dict[int, tuple[str, str]] = field(default_factory=dict)  # recovery id -> (expected sha, got)
+
+    def fail(self, what: str) -> None:
+        self.failed.append(what[:300])
+
+
+async def call(url: str, token: str, tool: str, args: dict[str, Any]) -> Any:
+    import httpx2
+    from mcp import Client
+    from mcp.client.streamable_http import streamable_http_client
+
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(60.0, read=600.0)) as http:
+        async with Client(streamable_http_client(f"{url}/mcp", http_client=http), mode="auto") as client:
+            return await client.call_tool(tool, args)
+
+
+class Load:
+    def __init__(self, shape: Shape, tally: Tally) -> None:
+        self.shape, self.tally = shape, tally
+        self.n = itertools.count()
+        self.approver: Any = None
+
+    def url(self) -> str:
+        return self.shape.url(next(self.n))
+
+    async def tool(self, token: str, tool: str, args: dict[str, Any]) -> dict[str, Any] | None:
+        self.tally.calls += 1
+        try:
+            result = await call(self.url(), token, tool, args)
+        except Exception as exc:  # a call that raised is a failed call, whatever it was
+            self.tally.fail(f"{tool}: {type(exc).__name__}: {exc}")
+            return None
+        if result.is_error:
+            self.tally.fail(f"{tool}: {' '.join(getattr(c, 'text', '') for c in result.content)}")
+            return None
+        return dict(result.structured_content or {})
+
+    async def guard_and_recover(self, token: str, vm: str, change: str, recover: bool) -> None:
+        text = f"release {change}\n"
+        await asyncio.to_thread(set_guest_file, vm, text)
+        out = await self.tool(
+            token, "zerto_create_tagged_checkpoint", {"vm": vm, "action": "load", "change_id": change}
+        )
+        if out is None:
+            return
+        self.tally.guards[str(out["id"])] = (vm, out["tag"])
+        if recover:
+            await self.recover(token, vm, change, hashlib.sha256(text.encode()).hexdigest())
+
+    async def recover(self, token: str, vm: str, change: str, sha: str) -> None:
+        args = {"vm": vm, "path": FILE, "change_id": change, "reason": "load: undo"}
+        asked = await self.tool(token, "zerto_recover_file", args)
+        if asked is None:
+            return
+        rid = int(asked["id"])
+        await asyncio.to_thread(self.approve, rid)
+        for _ in range(600):
+            status = await self.tool(token, "zerto_recovery_status", {"id": rid})
+            if status is None:
+                return
+            if status["status"] in ("succeeded", "failed"):
+                got = (status.get("result") or {}).get("sha256") or status.get("error") or status["status"]
+                self.tally.recovered[rid] = (sha, got)
+                return
+            await asyncio.sleep(1.0)
+        self.tally.fail(f"recovery {rid} did not end in 10 minutes")
+
+    def approve(self, recovery_id: int) -> None:
+        import requests
+
+        if self.approver is None:
+            http = requests.Session()
+            login = f"{self.shape.url(0)}/admin/login/"
+            http.get(login, timeout=30)
+            form = {"username": "approver", "password": self.shape.approver_password()}
+            form["csrfmiddlewaretoken"] = http.cookies["csrftoken"]
+            http.post(login, data=form, headers={"Referer": login}, timeout=30, allow_redirects=False)
+            http.headers.update({"X-CSRFToken": http.cookies["csrftoken"], "Referer": f"{self.shape.url(0)}/admin/"})
+            self.approver = http
+        answer = self.approver.post(f"{self.url()}/api/recoveries/{recovery_id}/approve/", timeout=60)
+        if answer.status_code != 200:
+            self.tally.fail(f"approve {recovery_id}: HTTP {answer.status_code} {answer.text[:200]}")
+
+    async def finds(self, token: str, count: int, vms: list[str]) -> None:
+        """``count`` look-ups by ``FIND_CLIENTS`` clients, each a kept-alive connection sending the
+        2026-07-28 request as it goes on the wire (bench/mcp_find.py's): the service's time, not the SDK's."""
+        import httpx2
+
+        queue = iter(range(count))
+        headers = {
+            "Authorization": f"Bearer {token}",
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": PROTOCOL,
+            "Mcp-Method": "tools/call",
+            "Mcp-Name": "zerto_find_protection",
+        }
+
+        async def client(n: int) -> None:
+            async with httpx2.AsyncClient(headers=headers, timeout=60.0) as http:
+                for i in queue:
+                    self.tally.calls += 1
+                    body = call_body(i, "zerto_find_protection", {"vm": vms[i % len(vms)]})
+                    started = time.perf_counter()
+                    resp = await http.post(f"{self.shape.url(n)}/mcp", content=body)
+                    if call_ok(resp.status_code, resp.text):
+                        self.tally.find_ms.append((time.perf_counter() - started) * 1000)
+                    else:
+                        self.tally.fail(f"zerto_find_protection: HTTP {resp.status_code} {resp.text[:200]}")
+
+        await asyncio.gather(*(client(n) for n in range(FIND_CLIENTS)))
+
+    async def gateway(self, token: str, vm: str) -> None:
+        for _ in range(GATEWAY_CALLS_EACH):
+            await self.tool(token, "guestshell__read_file", {"host": vm, "path": FILE})
+
+
+def p99(samples: list[float]) -> float:
+    if not samples:
+        return float("nan")
+    ordered = sorted(samples)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+# --- what the ZVMs and the records say afterwards -----------------------------------------------------
+def checkpoints_not_one(guards: dict[str, tuple[str, str]]) -> list[str]:
+    """Each (VPG, change) of the guards that the ZVMs list with other than exactly one tagged checkpoint."""
+    from rewind.models import Site, TaggedCheckpoint
+    from rewind.sites import site_client
+
+    clients = {site.pk: site_client(site) for site in Site.objects.all()}
+    listings: dict[tuple[int | None, str], list[Any]] = {}
+    wrong = []
+    for guard_id, (vm, tag) in guards.items():
+        for row in TaggedCheckpoint.objects.filter(guard_id=int(guard_id)):
+            key = (row.site_id, row.vpg_identifier)
+            if key not in listings and row.site_id is not None:
+                listings[key] = clients[row.site_id].list_checkpoints(row.vpg_identifier)
+            count = len([cp for cp in listings.get(key, []) if (cp.tag or "") == tag])
+            if count != 1:
+                wrong.append(f"{vm} {row.vpg_name}: {count}")
+    return wrong
+
+
+def sessions_left() -> int:
+    http = sim_control()
+    sites = http.get(f"{_sim_url()}/_sim/state", timeout=30).json()["sites"]
+    return sum(
+        1
+        for site in sites
+        for s in http.get(f"{_sim_url()}/_sim/sites/{site['slug']}/flrs", timeout=30).json()
+        if s["status"] != "UnmountInProgress" and not s["foreign"]
+    )
+
+
+def busiest_second() -> int:
+    http = sim_control()
+    sites = http.get(f"{_sim_url()}/_sim/state", timeout=30).json()["sites"]
+    return max(
+        int(http.get(f"{_sim_url()}/_sim/sites/{s['slug']}/rate", timeout=30).json()["peak_per_s"]) for s in sites
+    )
+
+
+def reap_once_and_verify() -> bool:
+    from django.core.management import call_command
+
+    from rewind.audit import Actor
+    from rewind.audit.verification import audit_chain_verify
+
+    call_command("reap", verbosity=0)
+    return bool(audit_chain_verify(actor=Actor.system("bench")).ok)
+
+
+# --- the runs ------------------------------------------------------------------------------------------
+async def load_run(shape: Shape, args: argparse.Namespace, tokens: list[str], vms: list[str]) -> Tally:
+    tally = Tally()
+    load = Load(shape, tally)
+    agents, rest = tokens[: args.agents], tokens[args.agents :]
+    same, finder, gateway = rest[0], rest[1], rest[2 : 2 + args.gateway]
+    work: list[Awaitable[None]] = [
+        load.guard_and_recover(token, vm, f"LOAD-{n:03d}-{os.getpid()}", recover=n < args.recoveries)
+        for n, (token, vm) in enumerate(zip(agents, vms, strict=False))
+    ]
+    same_change = {"vm": "web01", "action": "load: one change", "change_id": f"LOAD-SAME-{os.getpid()}"}
+
+    async def one_of_many() -> None:
+        out = await load.tool(same, "zerto_create_tagged_checkpoint", same_change)
+        if out is not None:
+            tally.guards[str(out["id"])] = ("web01", out["tag"])
+
+    work += [one_of_many() for _ in range(args.same_change)]
+    work += [load.gateway(token, vms[n % len(vms)]) for n, token in enumerate(gateway)]
+    work.append(load.finds(finder, args.finds, vms))
+    await asyncio.gather(*work)
+    return tally
+
+
+def idle_find_p99(shape: Shape, token: str, vms: list[str], count: int) -> float:
+    tally = Tally()
+    asyncio.run(Load(shape, tally).finds(token, count, vms))
+    return p99(tally.find_ms)
+
+
+def report_load(report: Report, tally: Tally, idle_p99: float) -> None:
+    wrong = checkpoints_not_one(tally.guards)
+    not_exact = [rid for rid, (want, got) in tally.recovered.items() if want != got]
+    intact = reap_once_and_verify()
+    left = sessions_left()
+    for what in tally.failed[:10]:
+        print(f"  failed: {what}")
+    for what in wrong[:10]:
+        print(f"  not one checkpoint: {what}")
+    report.add("failed calls", len(tally.failed), "", target=0, note=f"of {tally.calls} calls")
+    report.add("VPG-changes without exactly one tagged checkpoint", len(wrong), "", target=0)
+    report.add("recoveries not byte-exact", len(not_exact), "", target=0, note=f"of {len(tally.recovered)}")
+    report.add("our FLR sessions left after one reap", left, "", target=0)
+    report.add("audit chain broken", 0 if intact else 1, "", target=0)
+    report.add(
+        "ZVM requests in the busiest second",
+        busiest_second(),
+        "req",
+        target=CAP,
+        note="arrivals as the simulator counts them: a saturated host sends some requests late after their slot",
+    )
+    report.add(
+        "zerto_find_protection p99 under load",
+        p99(tally.find_ms),
+        "ms",
+        target=FIND_P99_TARGET_MS,
+        reference=idle_p99,
+        reference_name="p99 on the idle stack",
+        note="a look-up not in a replica's 10 s cache asks every site, and waits for that ZVM's cap (10 "
+        "requests/s), which the guards' inserts and polls use meanwhile",
+    )
+
+
+# --- soak ----------------------------------------------------------------------------------------------
+def _rss_kib(pid: int) -> int:
+    """RSS of ``pid`` and its descendants."""
+    total = 0
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":", 1) for line in status.read_text().splitlines() if ":" in line)
+        except OSError:
+            continue
+        if int(status.parent.name) == pid or _descends(int(status.parent.name), pid):
+            total += int(fields.get("VmRSS", "0 kB").split()[0])
+    return total
+
+
+def _descends(pid: int, ancestor: int) -> bool:
+    for _ in range(10):
+        try:
+            pid = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            return False
+        if pid == ancestor:
+            return True
+        if pid <= 1:
+            return False
+    return False
+
+
+def _fds(pid: int) -> int:
+    with contextlib.suppress(OSError):
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    return -1
+
+
+def snapshot(shape: Shape) -> dict[str, Any]:
+    from django.apps import apps
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()")
+        pg_connections = cursor.fetchone()[0]
+    redis = subprocess.run(
+        ["redis-cli", "-p", str(shape.redis_port), "info", "clients"], capture_output=True, text=True, check=True
+    ).stdout
+    clients = int(next(ln for ln in redis.splitlines() if ln.startswith("connected_clients:")).split(":")[1])
+    tables = {m._meta.db_table: m._default_manager.count() for m in apps.get_models() if m._meta.managed}
+    procs = shape.processes()
+    return {
+        "rss_kib": {name: _rss_kib(pid) for name, pid in procs.items()},
+        "fds": {name: _fds(pid) for name, pid in procs.items()},
+        "pg_connections": pg_connections,
+        "redis_clients": clients,
+        "tables": tables,
+    }
+
+
+# Tables whose rows retention (or the code) keeps bounded: they must not grow with time.
+BOUNDED = (
+    "rewind_workerheartbeat",
+    "rewind_sitepoller",
+    "rewind_mcpratecount",
+    "rewind_zvmratewindow",
+    "rewind_zvmtoken",
+    "rewind_sitecircuit",
+    "rewind_upstreamlink",
+    "recoveries_flrlisting",
+)
+
+
+async def soak_run(
+    shape: Shape, args: argparse.Namespace, tokens: list[str], vms: list[str], tally: Tally, minutes: float
+) -> None:
+    """The load's mix at a tenth of its rate, for ``minutes``: one of its units every few seconds."""
+    load = Load(shape, tally)
+    end = time.monotonic() + minutes * 60
+    agents = tokens[: args.agents]
+    # The full load starts ~(agents + same + gateway) units within a few seconds; a tenth of that
+    # rate, one unit every this many seconds.
+    every = max(0.5, 10 * 5.0 / max(1, args.agents + args.gateway))
+    running: set[asyncio.Task[None]] = set()
+    for n in itertools.count():
+        if time.monotonic() >= end:
+            break
+        token, vm = agents[n % len(agents)], vms[n % len(vms)]
+        unit: Awaitable[None]
+        if n % 5 == 0:
+            unit = load.guard_and_recover(token, vm, f"SOAK-{n}-{os.getpid()}", recover=n % 4 == 0)
+        elif n % 5 in (1, 2):
+            unit = load.gateway(token, vm)
+        else:
+            unit = load.finds(token, 4, vms)
+        task: asyncio.Task[None] = asyncio.ensure_future(unit)
+        running.add(task)
+        task.add_done_callback(running.discard)
+        await asyncio.sleep(every)
+    await asyncio.gather(*running)
+
+
+def report_soak(report: Report, before: dict[str, Any], after: dict[str, Any], tally: Tally) -> None:
+    print(f"\n{'process':<12} {'RSS start':>10} {'RSS end':>10} {'growth':>8}   {'fds start':>9} {'fds end':>8}")
+    worst = 0.0
+    for name in sorted(before["rss_kib"]):
+        start, end = before["rss_kib"][name], after["rss_kib"].get(name, 0)
+        growth = (end - start) / start * 100 if start else float("nan")
+        if name != "simulator":  # the stand-in ZVMs keep every checkpoint and session: theirs grows
+            worst = max(worst, growth)
+        print(
+            f"{name:<12} {start / 1024:>8.1f} MB {end / 1024:>8.1f} MB {growth:>7.1f} %"
+            f"   {before['fds'][name]:>9} {after['fds'].get(name, -1):>8}"
+        )
+    print(f"PostgreSQL connections: {before['pg_connections']} at start, {after['pg_connections']} at the end")
+    print(f"Redis clients:          {before['redis_clients']} at start, {after['redis_clients']} at the end")
+    print(f"\n{'table':<36} {'rows start':>10} {'rows end':>10}   bounded by retention")
+    grew = []
+    for table in sorted(before["tables"]):
+        start, end = before["tables"][table], after["tables"][table]
+        bounded = table in BOUNDED
+        if bounded and end > max(start * 2, start + 50):
+            grew.append(table)
+        print(f"{table:<36} {start:>10} {end:>10}   {'yes' if bounded else ''}")
+    fds_grew = sum(max(0, after["fds"].get(n, 0) - before["fds"][n]) for n in before["fds"])
+    report.add("soak: failed calls", len(tally.failed), "", target=0, note=f"of {tally.calls} calls")
+    report.add("soak: largest memory growth of a process", worst, "%", target=10.0, note="the simulator's aside")
+    report.add("soak: file descriptors gained, all processes", fds_grew, "", target=20, note="printed per process")
+    report.add(
+        "soak: PostgreSQL connections at the end",
+        after["pg_connections"],
+        "",
+        target=PG_CONNECTIONS_BOUND,
+        reference=before["pg_connections"],
+        reference_name="after the warm-up",
+        note="the bound is what the pools may hold: they fill as load reaches more of their threads",
+    )
+    report.add("soak: Redis clients gained", after["redis_clients"] - before["redis_clients"], "", target=5)
+    report.add("soak: bounded tables that kept growing", len(grew), "", target=0, note=", ".join(grew))
+
+
+@contextlib.contextmanager
+def production_shape(work: Path, vms: int) -> Iterator[Shape]:
+    with contextlib.ExitStack() as stack:
+        yield Shape(stack, work, vms)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--agents", type=int, default=50, help="agents guarding a VM each (default 50)")
+    parser.add_argument("--same-change", type=int, default=50, help="guards of web01 with one change id (50)")
+    parser.add_argument("--recoveries", type=int, default=20, help="recoveries approved over REST (20)")
+    parser.add_argument("--gateway", type=int, default=20, help="agents calling the upstream through the gateway (20)")
+    parser.add_argument("--finds", type=int, default=300, help="zerto_find_protection calls measured (300)")
+    parser.add_argument("--soak-minutes", type=float, default=0.0, help="soak for this long instead (30 is the soak)")
+    parser.add_argument("--work", type=Path, default=WORK, help=f"the state folder, emptied first (default {WORK})")
+    args = parse_args(parser, QUICK)
+    report = Report("load" if not args.soak_minutes else "soak", args)
+    work = fresh_dir(args.work)
+    # About one filler VM in seven is a Linux VM whose VPGs all sit at the two demo sites.
+    with production_shape(work, max(200, 8 * args.agents)) as shape:
+        start_guestshell(shape, work)
+        tokens = make_tokens(args.agents + 2 + args.gateway)
+        vms = eligible_vms(max(args.agents, 1))
+        print(f"production shape up: replicas {shape.url(0)} and {shape.url(1)}; {len(tokens)} agents", flush=True)
+        idle = idle_find_p99(shape, tokens[-1], vms, min(100, args.finds))
+        for vm in vms:
+            set_guest_file(vm, "release 0\n")  # a file to read through the gateway from the start
+        if args.soak_minutes:
+            # Pools fill and caches warm in the first minutes: measured from after them.
+            warm = Tally()
+            asyncio.run(soak_run(shape, args, tokens, vms, warm, min(WARM_UP_MIN, args.soak_minutes / 5)))
+            before = snapshot(shape)
+            tally = Tally()
+            began = time.monotonic()
+            asyncio.run(soak_run(shape, args, tokens, vms, tally, args.soak_minutes))
+            print(f"soak: {tally.calls} calls in {(time.monotonic() - began) / 60:.1f} min", flush=True)
+            for what in (warm.failed + tally.failed)[:10]:
+                print(f"  failed: {what}")
+            report_soak(report, before, snapshot(shape), tally)
+        else:
+            began = time.monotonic()
+            tally = asyncio.run(load_run(shape, args, tokens, vms))
+            print(f"load: {tally.calls} calls in {time.monotonic() - began:.1f} s", flush=True)
+            report_load(report, tally, idle)
+    print()
+    for f in report.figures:
+        target = f" (target {'≤' if f.better == 'lower' else '≥'} {f.target:g})" if f.target is not None else ""
+        beside = f"; {f.reference_name} {f.reference:.1f} {f.unit}" if f.reference is not None else ""
+        verdict = "" if f.met is None else ("  met" if f.met else "  NOT MET")
+        median = f" {f.unit}" if f.unit else ""
+        print(f"{f.name}: {f.value:g}{median}{target}{beside}{verdict}{'  (' + f.note + ')' if f.note else ''}")
+    report.write()
+
+
+if __name__ == "__main__":
+    main()
