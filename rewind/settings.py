@@ -298,8 +298,17 @@ REWIND_NOTIFY_SITE_DOWN_MIN = env_int("REWIND_NOTIFY_SITE_DOWN_MIN", 10, minimum
 
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
+# At most this many calls per agent in any 60 s (a sliding window, not a refilling bucket).
 MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
-# Counted in Redis for every worker and replica when there is one, else per process.
+# Unset: an agent may spend its minute's calls at once. Set: calls are also paced at the
+# minute's rate, with at most this many at once above it (rewind/mcp/ratelimit.py).
+MCP_RATE_LIMIT_BURST = env_int("MCP_RATE_LIMIT_BURST", 0, minimum=1) or None
+if MCP_RATE_LIMIT_BURST is not None and MCP_RATE_LIMIT_BURST > MCP_RATE_LIMIT_PER_MINUTE:
+    raise ImproperlyConfigured(
+        f"MCP_RATE_LIMIT_BURST ({MCP_RATE_LIMIT_BURST}) must be at most MCP_RATE_LIMIT_PER_MINUTE "
+        f"({MCP_RATE_LIMIT_PER_MINUTE}): no burst can exceed the minute's calls"
+    )
+# Counted in Redis for every worker and replica when there is one, else in the database.
 MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
