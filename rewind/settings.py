@@ -12,6 +12,7 @@ from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
 
+from rewind.crypto import new_signing_key, signing_key
 from rewind.env import (
     check_redis_url,
     database_from_url,
@@ -52,6 +53,9 @@ def _fernet_key() -> str:
 SECRET_KEY = _persistent_secret("DJANGO_SECRET_KEY", "secret.key", lambda: secrets.token_urlsafe(50))
 # Encrypts ZVM passwords at rest. Losing it means re-entering every site's password.
 REWIND_ENCRYPTION_KEY = _persistent_secret("REWIND_ENCRYPTION_KEY", "encryption.key", _fernet_key)
+# Signs the audit chain's anchors (rewind/audit/anchors.py); kept out of the database on purpose.
+REWIND_AUDIT_ANCHOR_KEY = _persistent_secret("REWIND_AUDIT_ANCHOR_KEY", "audit-anchor.key", new_signing_key)
+signing_key(REWIND_AUDIT_ANCHOR_KEY)  # a malformed key stops start-up, naming the setting
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -313,6 +317,12 @@ MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
 MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
+
+# --- Audit anchors: the chain's head published outside the database (rewind/audit/anchors.py) ---------
+# An append-only file, and syslog when set ("/dev/log", "udp://host:514", "tcp://host:601").
+REWIND_AUDIT_ANCHOR_FILE = Path(env_str("REWIND_AUDIT_ANCHOR_FILE") or VAR_DIR / "audit-anchors.jsonl").resolve()
+REWIND_AUDIT_ANCHOR_SYSLOG = env_str("REWIND_AUDIT_ANCHOR_SYSLOG")
+REWIND_AUDIT_ANCHOR_INTERVAL_S = env_int("REWIND_AUDIT_ANCHOR_INTERVAL_S", 300, minimum=10)
 
 # --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
 # A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with

@@ -291,11 +291,16 @@ class ChainProblem:
     reason: str
 
 
-def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
-    """Walk the chain in order; return (events checked, the first problem or None)."""
-    expected_prev = GENESIS_HASH
-    expected_seq = 1
-    for event in _iter_events(batch_size):
+def verify_links(
+    *, after_seq: int = 0, after_hash: str = GENESIS_HASH, up_to: int | None = None, batch_size: int = 2000
+) -> tuple[int, ChainProblem | None]:
+    """Walk the events after ``after_seq`` (whose hash is ``after_hash``) in order, up to ``up_to``.
+
+    Returns (the last intact event's seq, the first problem or None).
+    """
+    expected_prev = after_hash
+    expected_seq = after_seq + 1
+    for event in _iter_events(batch_size, after_seq, up_to):
         if event.seq != expected_seq:
             return expected_seq - 1, ChainProblem(expected_seq, "this event is missing from the chain")
         if event.prev_hash != expected_prev:
@@ -304,17 +309,33 @@ def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
             return expected_seq - 1, ChainProblem(event.seq, "its content does not match its hash")
         expected_prev = event.hash
         expected_seq += 1
-    checked = expected_seq - 1
+    return expected_seq - 1, None
+
+
+def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
+    """Walk the chain in order; return (events checked, the first problem or None).
+
+    A chain cut at its end, or emptied, still links: the head row (which only moves forward in the
+    database) notices what it can, and the anchors published outside the database
+    (``rewind.audit.anchors``) notice the rest.
+    """
+    checked, problem = verify_links(batch_size=batch_size)
+    if problem is not None:
+        return checked, problem
+    last_hash = AuditEvent.objects.filter(seq=checked).values_list("hash", flat=True).first() or GENESIS_HASH
     head = AuditChainHead.objects.filter(pk=1).first()
-    if head is not None and (head.last_seq != checked or head.last_hash != expected_prev):
+    if head is not None and (head.last_seq != checked or head.last_hash != last_hash):
         return checked, ChainProblem(checked + 1, "events at the end of the chain are missing")
     return checked, None
 
 
-def _iter_events(batch_size: int) -> Iterator[AuditEvent]:
-    last = 0
+def _iter_events(batch_size: int, after_seq: int = 0, up_to: int | None = None) -> Iterator[AuditEvent]:
+    last = after_seq
     while True:
-        batch = list(AuditEvent.objects.filter(seq__gt=last).order_by("seq")[:batch_size])
+        rows = AuditEvent.objects.filter(seq__gt=last).order_by("seq")
+        if up_to is not None:
+            rows = rows.filter(seq__lte=up_to)
+        batch = list(rows[:batch_size])
         if not batch:
             return
         yield from batch
