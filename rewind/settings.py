@@ -8,9 +8,11 @@ With nothing set the service runs on the embedded default (SQLite in WAL mode an
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
 from rewind.crypto import new_signing_key, signing_key
 from rewind.env import (
@@ -75,6 +77,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",  # Swagger UI's files served from here: the deployment may have no internet
     "django_celery_results",
+    "axes",  # sign-in throttling and lock-out (rewind/signin.py)
     "rewind",
     "catalog",
     "recoveries",
@@ -89,7 +92,60 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Last, as axes asks: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- The web front: sign-in, content security policy, cookies and TLS (README "Production") --------
+AUTHENTICATION_BACKENDS = ["rewind.signin.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
+# After this many failed logins of one username from one address, that pair is refused for the
+# lock-out's minutes (HTTP 429), the right password included; a success resets the count.
+AXES_FAILURE_LIMIT = env_int("REWIND_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("REWIND_LOGIN_LOCKOUT_MIN", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+# Behind a reverse proxy the client's address is the proxy's unless it is taken from X-Forwarded-For.
+AXES_IPWARE_PROXY_COUNT = env_int("REWIND_PROXY_COUNT", 0, minimum=0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
+# Every page of ours and the admin's runs without inline script or style: nothing else may run.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+# Served over TLS (REWIND_PUBLIC_URL is https): cookies only over TLS, HSTS, plain HTTP redirected.
+REWIND_TLS = REWIND_PUBLIC_URL.startswith("https://")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = REWIND_TLS
+SECURE_SSL_REDIRECT = env_bool("REWIND_SSL_REDIRECT", REWIND_TLS)
+SECURE_HSTS_SECONDS = env_int("REWIND_HSTS_SECONDS", 31_536_000 if REWIND_TLS else 0, minimum=0)
+# HSTS covers the service's own host and the hosts below it (x.rewind.example.com), not its parent domain.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("REWIND_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading is a request to the browsers' makers, the domain owner's decision: off unless asked
+# for, and its deploy check (W021, which wants it on) silenced for that reason.
+SECURE_HSTS_PRELOAD = env_bool("REWIND_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# TLS ends at a reverse proxy that says so in X-Forwarded-Proto (only trust it behind one that sets it).
+if env_bool("REWIND_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 ROOT_URLCONF = "rewind.urls"
 ASGI_APPLICATION = "rewind.asgi.application"
