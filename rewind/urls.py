@@ -8,6 +8,8 @@ from django.views.generic import RedirectView
 from rewind.metrics.views import metrics_view
 from rewind.rest.docs import docs_view, schema_view
 
+handler404 = "rewind.api.page_not_found"
+
 
 def health(request: HttpRequest) -> JsonResponse:
     return JsonResponse({"ok": True})
