@@ -15,7 +15,7 @@ if TYPE_CHECKING:
     # pytest's assertion rewriting (the plugins import each other).
     from tests.helpers import WorkerProcess
 
-pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures"]
+pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures", "tests.secretscan"]
 
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be

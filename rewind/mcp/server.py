@@ -198,6 +198,9 @@ class RewindMCPServer(MCPServer):
                 if isinstance(cause, (ApplicationError, ZvmError)) and isinstance(exc, UnexpectedToolError):
                     failure = ToolError(str(cause))
                     failure.__cause__ = cause
+                elif _TOKEN_IN_TEXT.search(str(exc)):
+                    failure = ToolError(_scrub(str(exc)))  # an error may quote an argument: never a token
+                    failure.__cause__ = exc.__cause__
                 else:
                     failure = exc
                 outcome, message = "error", str(failure)
