@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 
-.PHONY: run test quicktest check venv migrate
+.PHONY: run test quicktest check venv migrate bench bench-quick bench-compare
 
 venv: $(STAMP)
 
@@ -38,3 +38,15 @@ test: check
 # The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py).
 quicktest: $(STAMP)
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not process and not browser and not node" $(PYTEST_ARGS)
+
+# Every benchmark under bench/ and one table of their figures beside their targets (bench/run.py);
+# the full size takes about an hour here, bench-quick a few minutes each. bench-compare holds the
+# latest run against the one before and names what got worse by more than its measured spread.
+bench: $(STAMP)
+	$(PY) bench/run.py $(BENCH_ARGS)
+
+bench-quick: $(STAMP)
+	$(PY) bench/run.py --quick $(BENCH_ARGS)
+
+bench-compare: $(STAMP)
+	$(PY) bench/compare.py

@@ -10,10 +10,14 @@ by the benchmark.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import shutil
+import socket
+import subprocess
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -136,3 +140,45 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
         check.site.refresh_from_db()
         sites[slug] = check.site
     return sites
+
+
+PG_BIN = Path("/usr/lib/postgresql")
+
+
+def _pg_bin(tool: str) -> str:
+    """A PostgreSQL server program of the newest version installed (Debian keeps them off PATH)."""
+    versions = sorted((p for p in PG_BIN.glob("*/bin") if (p / tool).exists()), key=lambda p: int(p.parent.name))
+    if not versions:
+        raise SystemExit(f"PostgreSQL's {tool} is not installed under {PG_BIN}")
+    return str(versions[-1] / tool)
+
+
+@contextlib.contextmanager
+def private_postgres(work: Path) -> Iterator[str]:
+    """A PostgreSQL server of this benchmark's own in ``work``, on a free port, with its default settings.
+
+    Yields the URL of a database ``bench`` on it; stopped at the end. initdb refuses to run as
+    root, so the server runs as the ``postgres`` user when this process is root. Nothing of a
+    configured server is touched.
+    """
+    work = work.resolve()  # the server runs with its data folder as its working directory
+    data, sock = work / "pg-data", work / "pg-sock"
+    shutil.rmtree(data, ignore_errors=True)
+    sock.mkdir(parents=True, exist_ok=True)
+    as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    if as_postgres:
+        shutil.chown(work, "postgres")
+        shutil.chown(sock, "postgres")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    run = functools.partial(subprocess.run, check=True, capture_output=True, text=True)
+    run([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
+    options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1"
+    ctl = [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(work / "pg.log"), "-w"]
+    run([*ctl, "-o", options, "start"])
+    try:
+        run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", "CREATE DATABASE bench"])
+        yield f"postgres://postgres@127.0.0.1:{port}/bench"
+    finally:
+        subprocess.run([*ctl, "-m", "fast", "stop"], capture_output=True, check=False)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: recover a 1 GiB file through the whole FLR path, beside a plain download of it.
 
-    .venv/bin/python bench/flr.py [--mib 1024]
+    .venv/bin/python bench/flr.py [--mib 1024] [--quick] [--json F]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite + filesystem broker) under var/bench-flr, migrated;
@@ -30,6 +30,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import REPO, Proc, django_setup, fresh_dir, register_sites, sim_control, start_sim, start_worker
+from bench.figures import Report, parse_args
 
 STATE = REPO / "var" / "bench-flr"
 PATH = "/var/lib/bench/big.bin"
@@ -39,20 +40,22 @@ MIB = 1024 * 1024
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--mib", type=int, default=1024, help="size of the recovered file in MiB (default 1024)")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"mib": 128})
+    figures = Report("flr", args)
     django_setup(fresh_dir(STATE))
     sim, url = start_sim(STATE)
     worker: Proc | None = None
     try:
         worker = start_worker(STATE, concurrency=1, name="bench-flr")
-        run(url, args.mib * MIB, worker)
+        run(url, args.mib * MIB, worker, figures)
+        figures.write()
     finally:
         if worker is not None:
             worker.stop(timeout=30)
         sim.stop()
 
 
-def run(url: str, size: int, worker: Proc) -> None:
+def run(url: str, size: int, worker: Proc, figures: Report) -> None:
     from django.contrib.auth.models import Permission, User
     from django.utils import timezone
 
@@ -144,6 +147,21 @@ def run(url: str, size: int, worker: Proc) -> None:
     print(f"recovery, approval -> succeeded: {wall:.2f} s; runner alone: {runner:.2f} s")
     print(f"ratio recovery/plain: {wall / baseline:.2f} (runner alone {runner / baseline:.2f})")
     print(f"worker pool peak RSS: {peak_mib:.0f} MiB (target <= 150 MB = {150e6 / MIB:.0f} MiB)")
+    mib = size / MIB
+    figures.add(
+        f"recovery of {mib:.0f} MiB, approval -> succeeded",
+        wall,
+        "s",
+        reference=baseline,
+        reference_name="a plain HTTPS download of the bytes",
+    )
+    figures.add(f"recovery of {mib:.0f} MiB: worker pool peak RSS", peak_mib, "MiB", target=150e6 / MIB)
+    figures.add(
+        f"recovery of {mib:.0f} MiB: sha256 matches",
+        float(recovery.sha256 == digest.hexdigest()),
+        better="higher",
+        target=1,
+    )
     if recovery.stored_path:
         Path(recovery.stored_path).unlink(missing_ok=True)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: what a guard costs the ZVM and how long it takes, beside what the ZVM needs.
 
-    .venv/bin/python bench/guard.py [--delay 3.0] [--runs 5] [--warmup 10] [--concurrent 50] [--vms 600]
+    .venv/bin/python bench/guard.py [--delay 3.0] [--runs 5] [--warmup 10] [--concurrent 50] [--vms 600] [--quick]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite + filesystem broker) under var/bench-guard, migrated;
@@ -20,7 +20,10 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
    record reads ok, sampled every 10 ms; the wait alone is the slowest VPG's insert start →
    seen listed. The measured guards are 1.1 s apart, so one guard's calls do not queue behind
    the last one's in site A's request cap;
-5. the site cap: after ``/_sim/reset`` (which zeroes the simulator's peak-rate meter),
+5. the ZVM becomes faster: the listing delay drops to a third and guards of db01 follow one
+   another; the figure is the guard from which every wait is within 1.1 x the new insert +
+   listing time (target: the third at the latest);
+6. the site cap: after ``/_sim/reset`` (which zeroes the simulator's peak-rate meter),
    --concurrent guards of distinct filler VMs whose every VPG is protected at site A, all
    requested at once from as many threads; then the peak number of requests site A's ZVM saw
    in any 1 s window (``GET /_sim/sites/site-a/rate``) beside the cap
@@ -53,6 +56,7 @@ from bench._common import (
     start_sim,
     start_worker,
 )
+from bench.figures import Report, parse_args, spread_of
 
 STATE = REPO / "var" / "bench-guard"
 SIM_TASK_SECONDS = 0.3  # zvmsim's default time an insert task stays InProgress
@@ -63,6 +67,7 @@ WAIT_CALLS = ("POST /v1/vpgs/{vpg_id}/checkpoints", "GET /v1/tasks/{task_id}", "
 # Between measured guards: the last guard's calls leave the site's 1 s cap window first, so a
 # guard's time is its own and not the queue behind the one before (``--concurrent`` measures that).
 PAUSE_S = 1.1
+FASTER_GUARDS = 6  # guards after the ZVM becomes faster
 
 
 @dataclass
@@ -194,7 +199,8 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=10, help="guards of db01 before measuring (default 10)")
     parser.add_argument("--concurrent", type=int, default=50, help="guards at once on one site (default 50)")
     parser.add_argument("--vms", type=int, default=600, help="filler VMs in the simulator (default 600)")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"runs": 3, "warmup": 5, "concurrent": 20, "vms": 300})
+    figures = Report("guard", args)
     django_setup(fresh_dir(STATE), REWIND_LOOKUP_CACHE_S="0")  # every guard pays its own protection lookup
     sim, url = start_sim(STATE, "--vms", str(args.vms))
     worker: Proc | None = None
@@ -202,14 +208,15 @@ def main() -> None:
         worker = start_worker(STATE, concurrency=max(4, args.concurrent), name="bench-guard", pool="threads")
         bench = Bench(url)
         bench.setup()
-        report(bench, args)
+        report(bench, args, figures)
+        figures.write()
     finally:
         if worker is not None:
             worker.stop(timeout=30)
         sim.stop()
 
 
-def report(bench: Bench, args: argparse.Namespace) -> None:
+def report(bench: Bench, args: argparse.Namespace, figures: Report) -> None:
     from django.conf import settings
 
     from rewind.checkpoints import pacing
@@ -260,15 +267,53 @@ def report(bench: Bench, args: argparse.Namespace) -> None:
             f"      before the wait: lookup + record {parts[0]:.3f} s, queued -> task start {parts[1]:.3f} s, "
             f"task start -> last insert start {parts[2]:.3f} s"
         )
+        walls = [s.wall_s for s in samples]
+        figures.add(
+            f"{vm} ({vpgs} VPG{'s' if vpgs > 1 else ''}): guard wall time",
+            wall,
+            "s",
+            target=1.10 * floor,
+            reference=floor,
+            reference_name="the simulator's insert + listing",
+            spread=spread_of(walls),
+        )
+        figures.add(f"{vm}: ZVM requests per guarded VPG", calls / vpgs, target=12)
         last = samples[-1].by_call
         print(
             "      requests at the protected site, last guard: "
             + ", ".join(f"{k} {n}" for k, n in sorted(last.items()))
         )
-    concurrent(bench, args, settings.ZVM_MAX_REQUESTS_PER_S)
+    faster(bench, args, figures)
+    concurrent(bench, args, settings.ZVM_MAX_REQUESTS_PER_S, figures)
 
 
-def concurrent(bench: Bench, args: argparse.Namespace, cap: float) -> None:
+def faster(bench: Bench, args: argparse.Namespace, figures: Report) -> None:
+    """The ZVM becomes faster (a third of the listing delay): how many guards until the wait follows it."""
+    delay = args.delay / 3
+    floor = SIM_TASK_SECONDS + delay
+    bench.set_delay(delay)
+    waits = []
+    for _ in range(FASTER_GUARDS):
+        time.sleep(PAUSE_S)
+        waits.append(bench.guard("db01").wait_s)
+    # Learned: from this guard on, every wait is within 1.1 x the faster ZVM's own time.
+    learned = next((i + 1 for i in range(len(waits)) if all(w <= 1.1 * floor for w in waits[i:])), None)
+    print(
+        f"the ZVM becomes faster (listing delay {args.delay:.1f} -> {delay:.1f} s, insert + listing {floor:.2f} s): "
+        f"waits of the next guards {', '.join(f'{w:.2f}' for w in waits)} s; "
+        f"within 1.1 x from guard {learned if learned is not None else 'never'} on (target <= 3)"
+    )
+    figures.add(
+        "guards until the pacing follows a faster ZVM",
+        learned if learned is not None else FASTER_GUARDS + 1,  # not within the guards measured
+        target=3,
+        note=f"waits {', '.join(f'{w:.2f}' for w in waits)} s against {floor:.2f} s"
+        + ("" if learned is not None else f": not within the {FASTER_GUARDS} guards measured"),
+    )
+    bench.set_delay(args.delay)
+
+
+def concurrent(bench: Bench, args: argparse.Namespace, cap: float, figures: Report) -> None:
     from django.db import connection
 
     vms = bench.filler_vms_at(CAP_SITE, args.concurrent)
@@ -321,6 +366,10 @@ def concurrent(bench: Bench, args: argparse.Namespace, cap: float) -> None:
     )
     if vpgs:
         print(f"  ZVM requests {calls} (all sites) = {calls / vpgs:.1f} per guarded VPG")
+    figures.add(
+        f"{len(vms)} guards at once: peak requests in any 1 s at {CAP_SITE}", rate.get("peak_per_s") or 0, target=cap
+    )
+    figures.add(f"{len(vms)} guards at once: guards not ok", len(vms) - ok, target=0)
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ so every look-up asks the ZVMs, circuits in the database as without Redis):
 4. a guard of web01 (look-up, insert and listing through Site A, by a real Celery worker) with
    every site up and with Site C hung: medians, and their ratio (target at most 1.2).
 
-    .venv/bin/python bench/isolation.py [--runs 50] [--guards 5] [--timeout 2]
+    .venv/bin/python bench/isolation.py [--runs 50] [--guards 5] [--timeout 2] [--quick] [--json F]
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import REPO, Proc, django_setup, fresh_dir, register_sites, sim_control, start_sim, start_worker
+from bench.figures import Report, parse_args
 
 STATE = REPO / "var" / "bench-isolation"
 SLUGS = ("site-a", "site-b", "site-c")
@@ -69,7 +70,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=50, help="look-ups per phase; medians (default 50)")
     parser.add_argument("--guards", type=int, default=5, help="guards per phase; medians (default 5)")
     parser.add_argument("--timeout", type=float, default=2.0, help="ZVM connect and read timeout, s (default 2)")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"runs": 20, "guards": 3})
+    figures = Report("isolation", args)
     t = f"{args.timeout:g}"
     django_setup(
         fresh_dir(STATE),
@@ -115,6 +117,23 @@ def main() -> None:
             f"requests that reached hung Site C after the hang: {seen_after - seen_before} "
             f"(for {args.runs + 1} look-ups and {args.guards} guards)"
         )
+        figures.add(
+            "find_protection with Site C hung",
+            hung * 1000,
+            "ms",
+            target=1.2 * up * 1000,
+            reference=up * 1000,
+            reference_name="all sites up",
+        )
+        figures.add(
+            "guard with Site C hung",
+            guard_hung * 1000,
+            "ms",
+            target=1.2 * guard_up * 1000,
+            reference=guard_up * 1000,
+            reference_name="all sites up",
+        )
+        figures.write()
     finally:
         control.delete(f"{url}/_sim/faults", timeout=30)
         if worker is not None:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
-    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000]
+    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000] [--quick] [--json F]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite) under var/bench-mcp, migrated; an agent with a token;
@@ -56,6 +56,7 @@ from bench._common import (
     sim_control,
     start_sim,
 )
+from bench.figures import Report, parse_args, spread_of
 
 PROTOCOL = "2026-07-28"
 
@@ -289,7 +290,8 @@ def main() -> None:
     )
     parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"vms": "100", "rounds": 2, "seconds": 2.0, "warmup": 1.0})
+    figures = Report("mcp_find", args)
 
     work = fresh_dir(REPO / "var" / "bench-mcp")
     django_setup(work / "state")
@@ -372,10 +374,11 @@ def main() -> None:
                 sim.stop()
     finally:
         echo_proc.stop()
-    report(sizes, parts)
+    report(sizes, parts, figures)
+    figures.write()
 
 
-def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]]) -> None:
+def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report) -> None:
     def to_echo(vms: int, cache: str) -> list[float]:
         """find/echo throughput of each round at ``vms``."""
         return [f.rps / e.rps for f, e in zip(parts[(vms, cache)], parts[(vms, "echo")], strict=True)]
@@ -393,6 +396,28 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]]) -> None
             f"find/echo throughput at {vms} VMs (cache on): {statistics.median(ratios):.2f} "
             f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}); server CPU per call "
             f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms"
+        )
+        figures.add(
+            f"find_protection at {vms} VMs, cache on: throughput over the echo's",
+            statistics.median(ratios),
+            "x",
+            better="higher",
+            target=0.5,
+            spread=spread_of(ratios),
+        )
+        off = merged("", parts[(vms, "off")])
+        off_rounds = [r.cpu_ms_per_call for r in parts[(vms, "off")]]
+        figures.add(
+            f"find_protection at {vms} VMs, cache off: server CPU per look-up",
+            off.cpu_ms_per_call,
+            "ms",
+            reference=echo.cpu_ms_per_call,
+            reference_name="echo's per call",
+            spread=spread_of(off_rounds),
+        )
+        figures.add(
+            f"find_protection at {vms} VMs, cache off: ZVM calls per look-up",
+            (off.zvm_calls or 0) / max(1, off.sent),
         )
     if len(sizes) > 1:
         small, large = min(sizes), max(sizes)

@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: one reaper sweep over 1,000 live FLR sessions of ours spread over 3 sites.
 
-    .venv/bin/python bench/sweep.py [--sessions 1000] [--foreign 60]
+    .venv/bin/python bench/sweep.py [--sessions 1000] [--foreign 60] [--quick] [--json F]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite) under var/bench-sweep, migrated;
@@ -27,6 +27,7 @@ from pathlib import Path
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import REPO, django_setup, fresh_dir, register_sites, sim_control, start_sim
+from bench.figures import Report, parse_args
 
 STATE = REPO / "var" / "bench-sweep"
 # (site slug, vm, vpg) pairs whose recovery site is that slug in the demo inventory.
@@ -37,16 +38,18 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sessions", type=int, default=1000, help="live sessions of ours, spread over 3 sites")
     parser.add_argument("--foreign", type=int, default=60, help="sessions of another operator, which must survive")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"sessions": 300, "foreign": 30})
+    figures = Report("sweep", args)
     django_setup(fresh_dir(STATE))
     sim, url = start_sim(STATE, "--unmount-seconds", "0.2")
     try:
-        run(url, args.sessions, args.foreign)
+        run(url, args.sessions, args.foreign, figures)
+        figures.write()
     finally:
         sim.stop()
 
 
-def run(url: str, count: int, foreign_count: int) -> None:
+def run(url: str, count: int, foreign_count: int, figures: Report) -> None:
     from recoveries.models import FlrSession
     from recoveries.reaper import recoveries_reap
     from rewind.sites import site_client
@@ -106,6 +109,9 @@ def run(url: str, count: int, foreign_count: int) -> None:
         f"other operator's sessions untouched: {sum(f in still for f in foreign)}/{len(foreign)}; "
         f"ours still live on the ZVMs: {len(still - set(foreign))}"
     )
+    figures.add(f"reaper sweep unmounting {count} sessions of ours", sweep, "s", target=10.0 if count >= 1000 else None)
+    figures.add("our sessions still live after two sweeps", len(still - set(foreign)), target=0)
+    figures.add("another operator's sessions ended", len(foreign) - sum(f in still for f in foreign), target=0)
     print(
         f"rows ended: {FlrSession.objects.filter(status=FlrSession.Status.ENDED).count()}/{count}; "
         f"site errors: {first.site_errors or second.site_errors or 'none'}"

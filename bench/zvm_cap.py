@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Benchmark: what the per-ZVM request cap costs, how well it holds, and logins per process.
 
-    .venv/bin/python bench/zvm_cap.py [--calls 300] [--processes 4] [--each 15]
+    .venv/bin/python bench/zvm_cap.py [--calls 300] [--processes 4] [--each 15] [--quick] [--json F]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
 1. a fresh state folder (SQLite) under var/bench-zvm-cap, migrated; the ZVM simulator;
@@ -31,6 +31,7 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import PYTHON, REPO, django_setup, fresh_dir, sim_control, start_sim
+from bench.figures import Report, parse_args
 
 STATE = REPO / "var" / "bench-zvm-cap"
 SLUG = "site-a"
@@ -161,7 +162,8 @@ def main() -> None:
     parser.add_argument("--capped-calls", type=int, default=40, help="calls per single-process run at the default cap")
     parser.add_argument("--processes", type=int, default=4, help="processes sharing one site's cap")
     parser.add_argument("--each", type=int, default=15, help="calls per process in the shared run")
-    args = parser.parse_args()
+    args = parse_args(parser, quick={"calls": 150, "capped_calls": 25, "each": 10})
+    figures = Report("zvm_cap", args)
 
     redis_url = _redis_url(os.environ.get("REDIS_URL"))
     work = fresh_dir(STATE)
@@ -189,6 +191,22 @@ def main() -> None:
             high = bench.single(store, 1000.0, args.calls)
             default = bench.single(store, DEFAULT_CAP, args.capped_calls)
             print(f"  {name:<8} {off:>9.1f} {high:>9.1f} {default:>9.2f}")
+            figures.add(
+                f"one process, cap counted in {name}: requests/s under a cap that does not bite",
+                high,
+                "/s",
+                better="higher",
+                reference=off,
+                reference_name="no cap",
+            )
+            figures.add(
+                f"one process, cap counted in {name}: requests/s at the default cap",
+                default,
+                "/s",
+                better="higher",
+                reference=DEFAULT_CAP,
+                reference_name="the cap",
+            )
         print(f"\n{args.processes} processes x {args.each} calls at the default cap (each its own client)")
         print(
             f"  {'store':<8} {'peak in 1 s':>11} {'cap':>5} {'requests':>9} {'ok':>5} {'errors':>6} "
@@ -201,6 +219,11 @@ def main() -> None:
                 f"  {name:<8} {r['peak']:>11} {DEFAULT_CAP:>5g} {r['requests']:>9} {r['ok']:>5} "
                 f"{r['errors']:>6} {r['logins']:>6} {r['seconds']:>8.2f}"
             )
+            figures.add(
+                f"{args.processes} processes, cap in {name}: peak requests in any 1 s", r["peak"], target=DEFAULT_CAP
+            )
+            figures.add(f"{args.processes} processes, cap in {name}: logins", r["logins"], target=1)
+        figures.write()
     finally:
         sim.stop()
 

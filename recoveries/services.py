@@ -17,6 +17,7 @@ from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
@@ -28,6 +29,7 @@ from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.requestid import current_request_id
+from rewind.workers.broker import broker_refused
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -228,7 +230,16 @@ def recovery_request_approve(
 
 
 def _queue_run(recovery_id: int, request_id: str) -> None:
-    transaction.on_commit(lambda: _queue("recoveries.run", recovery_id, request_id))
+    transaction.on_commit(lambda: _queue_run_now(recovery_id, request_id))
+
+
+def _queue_run_now(recovery_id: int, request_id: str) -> None:
+    """The approval stands whatever the task queue does: a run it refused is queued again by the
+    beat's sweep, or as soon as the queue answers (``site_wait.recoveries_requeue_unstarted``)."""
+    try:
+        _queue("recoveries.run", recovery_id, request_id)
+    except OperationalError as exc:
+        broker_refused(exc, f"the run of recovery #{recovery_id}")
 
 
 def recovery_request_deny(

@@ -38,6 +38,10 @@ Status = RecoveryRequest.Status
 # A parked run queued again whose message never started a run (a broker or worker lost it) is
 # queued once more after this long; meanwhile duplicate sweeps queue nothing.
 REQUEUE_AFTER = timedelta(minutes=5)
+# An approved request whose run has not started this long after the approval: its message may
+# have been lost (the task queue was down when it was sent, or lost it in a restart). Queued
+# again; a message that was only slow then finds the request running and does nothing.
+APPROVED_UNSTARTED_AFTER = timedelta(seconds=60)
 SWEEP_MAX_ROWS = 500
 
 
@@ -147,6 +151,7 @@ class WaitReport:
     queued: int = 0
     still_waiting: int = 0
     expired: int = 0
+    requeued_approved: int = 0
 
     def as_dict(self) -> dict[str, object]:
         return self.__dict__.copy()
@@ -168,12 +173,22 @@ def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
             report.still_waiting += 1
         else:
             report.queued += _queue_again(recovery, now)
+    report.requeued_approved = recoveries_requeue_unstarted(now=now)
     return report
 
 
-def _queue_again(recovery: RecoveryRequest, now: datetime) -> bool:
+def recoveries_requeue_unstarted(*, now: datetime | None = None) -> int:
+    """Queue again the runs of requests approved ``APPROVED_UNSTARTED_AFTER`` ago or more that never
+    started (the task queue refused or lost their message). Returns how many. Safe to overlap: a
+    request is claimed first, and a run claims it from approved once."""
+    now = now or timezone.now()
+    unstarted = RecoveryRequest.objects.filter(status=Status.APPROVED, decided_at__lte=now - APPROVED_UNSTARTED_AFTER)
+    return sum(_queue_again(r, now, status=Status.APPROVED) for r in unstarted.order_by("pk")[:SWEEP_MAX_ROWS])
+
+
+def _queue_again(recovery: RecoveryRequest, now: datetime, status: str = Status.WAITING) -> bool:
     due = Q(resume_queued_at__isnull=True) | Q(resume_queued_at__lte=now - REQUEUE_AFTER)
-    if not RecoveryRequest.objects.filter(due, pk=recovery.pk, status=Status.WAITING).update(resume_queued_at=now):
+    if not RecoveryRequest.objects.filter(due, pk=recovery.pk, status=status).update(resume_queued_at=now):
         return False
     try:
         # By name, as the approval queues it: this module does not import the tasks, which import it.

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+from datetime import UTC, datetime
+from typing import Any
 
-from celery import Celery
+from celery import Celery, bootsteps
 from celery.signals import worker_ready, worker_shutdown
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "rewind.settings")
@@ -101,16 +104,52 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
 _heartbeat_stop: dict[str, threading.Event] = {}
 
 
+class _BrokerConnection(bootsteps.StartStopStep):
+    """Records an outage when the worker's consumer connects again after its connection broke.
+
+    Celery stops the consumer's steps when the connection breaks and starts them again once it
+    is back, so a broker restart shorter than a heartbeat is seen too: what it held may be lost.
+    """
+
+    requires = {"celery.worker.consumer.connection:Connection"}
+
+    def __init__(self, parent: Any, **kwargs: Any) -> None:
+        super().__init__(parent, **kwargs)
+        self.lost_at: datetime | None = None
+
+    def start(self, parent: Any) -> None:
+        if self.lost_at is None:
+            return  # the first connection
+        lost_at, self.lost_at = self.lost_at, None
+        from rewind.workers.broker import broker_name
+        from rewind.workers.services import broker_reconnected
+
+        try:
+            broker_reconnected(broker=broker_name(), lost_at=lost_at, noticed_by=str(parent.hostname))
+        except Exception:  # the database too may be away; the consumer must carry on regardless
+            logging.getLogger(__name__).warning("could not record the task queue's outage", exc_info=True)
+
+    def stop(self, parent: Any) -> None:
+        # Also on shutdown, after which no start follows.
+        self.lost_at = datetime.now(UTC)
+
+
+app.steps["consumer"].add(_BrokerConnection)
+
+
 @worker_ready.connect
 def _start_worker_heartbeat(sender: object, **kwargs: object) -> None:
     # A worker says it is alive from a thread of its main process (rewind.workers.services):
-    # agents waiting on a guard and the admin tell "no worker" from "a slow ZVM" by it.
-    from rewind.workers.services import worker_heartbeat_start
+    # agents waiting on a guard and the admin tell "no worker" from "a slow ZVM" by it. The same
+    # thread asks the broker, so a waiting guard is told when the queue itself is down.
+    from rewind.workers.broker import broker_name, broker_unanswered
+    from rewind.workers.services import BrokerProbe, worker_heartbeat_start
 
     hostname = str(getattr(sender, "hostname", "") or "celery")
     controller = getattr(sender, "controller", None)
     concurrency = int(getattr(controller, "concurrency", 0) or 0)
-    _heartbeat_stop[hostname] = worker_heartbeat_start(hostname=hostname, concurrency=concurrency)
+    probe = BrokerProbe(broker=broker_name(), ask=broker_unanswered)
+    _heartbeat_stop[hostname] = worker_heartbeat_start(hostname=hostname, concurrency=concurrency, probe=probe)
 
 
 @worker_shutdown.connect

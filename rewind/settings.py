@@ -241,6 +241,8 @@ SPECTACULAR_SETTINGS = {
 _redis_url = env_str("REDIS_URL")
 if _redis_url:
     CELERY_BROKER_URL = check_redis_url("REDIS_URL", _redis_url)
+    # kombu's own dies on a Redis restart while it holds unacknowledged messages (rewind/redisbroker.py).
+    CELERY_BROKER_TRANSPORT = "rewind.redisbroker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         # Above the longest task: an unacknowledged message is redelivered after this.
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600, minimum=5),
@@ -271,6 +273,9 @@ CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+# A task running when the broker connection breaks runs to its end (every task here is safe to run
+# twice): cancelling it would cut a recovery's download or a poll round's insert short for a blip.
+CELERY_WORKER_CANCEL_LONG_RUNNING_TASKS_ON_CONNECTION_LOSS = False
 # How long the worker's ETA timer may sleep before it looks at its schedule again. A countdown
 # task (the pollers' next round) that arrives while the timer sleeps towards a later entry waits
 # for that sleep to end: at the default 1 s, rounds ran up to a second after their time.

@@ -1,5 +1,6 @@
 """Shared fixtures: a real Celery worker, and the plugins every package gets: the ZVM simulator
-(tests.simfixtures), the quick run's markers (tests.markers), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures)."""
+(tests.simfixtures), the quick run's markers (tests.markers), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures),
+and the production shape on a PostgreSQL and a Redis of its own (tests.stackfixtures)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,14 @@ if TYPE_CHECKING:
     # pytest's assertion rewriting (the plugins import each other).
     from tests.helpers import WorkerProcess
 
-pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures", "tests.secretscan"]
+pytest_plugins = [
+    "tests.markers",
+    "tests.simfixtures",
+    "tests.fixtures",
+    "tests.mcpfixtures",
+    "tests.stackfixtures",
+    "tests.secretscan",
+]
 
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be

@@ -260,6 +260,15 @@ class InlineTasks:
         with self._lock:
             return [m.name for m in sorted(self._queue)]
 
+    def lose(self, name: str) -> int:
+        """Drop every queued message of task ``name``, as a broker that lost them would; how many."""
+        with self._lock:
+            kept = [m for m in self._queue if m.name != name]
+            lost = len(self._queue) - len(kept)
+            self._queue = kept
+            heapq.heapify(self._queue)
+        return lost
+
     def run_due(self) -> int:
         """Run every message whose time has come (including those the runs queue for now); how many ran."""
         ran = 0
@@ -336,7 +345,7 @@ def audit_guard_statements(vendor: str) -> tuple[list[str], list[str]]:
     if vendor != "sqlite":
         return [], []
     first = importlib.import_module("rewind.migrations.0002_audit_append_only").SQLITE_UP
-    sealed = importlib.import_module("rewind.migrations.0020_audit_sealed").SQLITE_UP
+    sealed = importlib.import_module("rewind.migrations.0021_audit_sealed").SQLITE_UP
     creates = [first[0], *sealed]
     return [f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_DELETE_GUARDS], creates
 

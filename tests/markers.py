@@ -26,7 +26,14 @@ import pytest
 # hold every fixture it needs, those of its fixtures included (``worker``, ``mcp_client`` and
 # ``page`` reach these), so naming the one that starts it is enough.
 PROCESS_FIXTURES = frozenset(
-    {"celery_worker_process", "mcp_server", "guestshell_http_server", "guestshell_stdio_command", "short_ttl_sim"}
+    {
+        "celery_worker_process",
+        "mcp_server",
+        "guestshell_http_server",
+        "guestshell_stdio_command",
+        "short_ttl_sim",
+        "production_stack",
+    }
 )
 BROWSER_FIXTURES = frozenset({"browser"})
 NODE_FIXTURES = frozenset({"node_mcp_client"})

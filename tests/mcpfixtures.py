@@ -44,6 +44,24 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_ports(count: int) -> int:
+    """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
+    for _ in range(50):
+        first = free_port()
+        if first + count < 65536 and all(_port_free(first + i) for i in range(1, count)):
+            return first
+    raise RuntimeError(f"found no {count} free consecutive ports")
+
+
 class UvicornServer:
     def __init__(self, proc: Proc, port: int) -> None:
         self.proc = proc

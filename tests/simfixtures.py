@@ -17,6 +17,7 @@ import contextlib
 import os
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -96,10 +97,21 @@ def run_sim(work_dir: Path, *args: str) -> Iterator[SimServer]:
         server.stop()
 
 
+@dataclass(frozen=True)
+class SimAddress:
+    """Where a simulator that a test did not start answers (e.g. the one ``manage.py runstack`` starts)."""
+
+    url: str
+    ca_bundle: str | None
+
+    def site_url(self, slug: str) -> str:
+        return f"{self.url}/{slug}"
+
+
 class SimHandle:
     """Test-side handle on a simulator: control API calls and small conveniences."""
 
-    def __init__(self, server: SimServer) -> None:
+    def __init__(self, server: SimServer | SimAddress) -> None:
         self.server = server
         self.url = server.url
         self.ca_bundle = server.ca_bundle

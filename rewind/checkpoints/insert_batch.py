@@ -52,6 +52,7 @@ from rewind.checkpoints.selectors import site_listing_times_s, site_waiting_vpgs
 from rewind.concurrency import run_each
 from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
+from rewind.workers.selectors import broker_outages_note
 
 logger = logging.getLogger(__name__)
 
@@ -104,7 +105,9 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
         _end_all(rows, TaggedCheckpoint.Status.FAILED, NOT_CONFIGURED, report)
         return report
     late = [r for r in rows if now >= r.guard.deadline]
-    _end_all(late, TaggedCheckpoint.Status.TIMED_OUT, TOO_LATE, report)
+    if late:
+        outages = broker_outages_note(min(r.guard.requested_at for r in late), now)
+        _end_all(late, TaggedCheckpoint.Status.TIMED_OUT, f"{TOO_LATE}; {outages}" if outages else TOO_LATE, report)
     marked = _mark_attempts([r for r in rows if r not in late])
     if not marked:
         return report

@@ -12,6 +12,19 @@ learns that time from the site's recent guards and spends its calls around it:
 Without enough history the gaps start small and grow with the time waited, so a fast ZVM is
 still seen quickly and a slow one costs few calls.
 
+A ZVM's time can **change** (a load goes away, another appliance). Two ways keep the forecast
+honest within a few guards, where a median of 20 would take ten:
+
+- a **probe**: a checkpoint already listed at the first look was listed some time before it,
+  so its sample is only an upper bound and sits below the window. The next guard then looks
+  once early (``PROBE_SHARE`` of that sample) and with quickly growing gaps up to the window: a
+  faster ZVM is seen, and timed between a miss and a hit, at once; a steady one costs a few
+  calls once;
+- a **shift**: when the newest samples (``SHIFT_SAMPLES`` of them) all fall outside the window,
+  on the same side, the ZVM changed and the forecast is made of those alone. Below the window
+  it expects their least (most of them are the upper bounds of first-look hits); above it,
+  their median (each was timed between a miss and a hit).
+
 A **crowded** site (``crowded``: one look at each of its waiting VPGs takes longer, under its
 request cap, than the whole window) cannot ask often near the moment: a round of looks outlasts
 the window, and every look before the moment takes a slot another guard's insert or listing
@@ -24,6 +37,7 @@ and get seconds back.
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -40,6 +54,9 @@ NEAR_FRACTION = 0.03  # near the expected moment: gap = this share of it (at lea
 # window) is not asked dozens of times per VPG.
 WINDOW_ASKS = 8
 LATE_FRACTION = 0.5  # past the window: gap = this share of the time overdue
+SHIFT_SAMPLES = 2  # the newest samples all outside the window on one side: the ZVM changed
+PROBE_SHARE = 0.25  # after a sample below the window, the next guard's first look, as a share of it
+PROBE_GROWTH = 0.5  # ... then gaps of this share of the time waited, up to the window
 
 
 @dataclass(frozen=True)
@@ -48,6 +65,7 @@ class Forecast:
 
     expected_s: float  # the median of the recent guards
     early_s: float  # half-width of the window around it where the wait asks often
+    probe_s: float | None = None  # a look this early first: the newest sample said the ZVM may be faster
 
     @property
     def window_start_s(self) -> float:
@@ -68,10 +86,25 @@ def forecast(samples_s: Sequence[float]) -> Forecast | None:
     recent = [s for s in samples_s[:HISTORY] if s >= 0]
     if len(recent) < MIN_SAMPLES:
         return None
-    expected = statistics.median(recent)
-    mad = statistics.median(abs(s - expected) for s in recent)
-    early = max(0.15, 0.05 * expected, 2.0 * mad)
-    return Forecast(expected_s=expected, early_s=early)
+    fc = _median_forecast(recent)
+    below = list(itertools.takewhile(lambda s: s < fc.window_start_s, recent))
+    above = list(itertools.takewhile(lambda s: s > fc.window_end_s, recent))
+    if len(below) >= SHIFT_SAMPLES:
+        return _window(min(below), 0.0)
+    if len(above) >= SHIFT_SAMPLES:
+        return _median_forecast(above)
+    if below:
+        return Forecast(fc.expected_s, fc.early_s, probe_s=max(MIN_GAP_S, PROBE_SHARE * below[0]))
+    return fc
+
+
+def _median_forecast(samples: Sequence[float]) -> Forecast:
+    expected = statistics.median(samples)
+    return _window(expected, statistics.median(abs(s - expected) for s in samples))
+
+
+def _window(expected: float, mad: float) -> Forecast:
+    return Forecast(expected_s=expected, early_s=max(0.15, 0.05 * expected, 2.0 * mad))
 
 
 def crowded(vpgs: int, per_s: float, fc: Forecast | None) -> bool:
@@ -97,6 +130,12 @@ def _cold_gap(elapsed_s: float) -> float:
 def _forecast_gap(elapsed_s: float, fc: Forecast, crowded: bool) -> float:
     near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s, 2 * fc.early_s / WINDOW_ASKS)
     first_look_s = fc.window_end_s if crowded else fc.window_start_s
+    if fc.probe_s is not None and not crowded and elapsed_s < first_look_s:
+        # A crowded site has no slot to spare for a probe; its first looks wait for the window's end.
+        if elapsed_s < fc.probe_s:
+            return min(LONG_SLEEP_S, max(MIN_GAP_S, fc.probe_s - elapsed_s))
+        # Between the probe and the window, quickly growing gaps, landing on the window.
+        return max(near, min(first_look_s - elapsed_s, PROBE_GROWTH * elapsed_s))
     if elapsed_s < first_look_s:
         # Wake at that moment (not a fixed share of it): the first look lands just before the
         # moment the ZVM usually lists (just after it when crowded), whatever the expectation.

@@ -34,6 +34,7 @@ from rewind.checkpoints.rows import row_finish, row_since
 from rewind.checkpoints.selectors import site_listing_times_s
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
+from rewind.workers.selectors import broker_outages_note
 from rewind.zvm import Checkpoint, Task, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 
 logger = logging.getLogger(__name__)
@@ -246,7 +247,8 @@ class SiteRound:
             deadline = row.guard.deadline
             remaining = (deadline - self.now).total_seconds()
             if remaining <= 0:
-                self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error))
+                outages = broker_outages_note(row.guard.requested_at, self.now)
+                self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error, outages))
                 continue
             if self.report.error:
                 gap = min(RETRY_S, remaining)
@@ -341,7 +343,7 @@ def _note(rows: Iterable[TaggedCheckpoint], error: str) -> None:
         row.error = f"last error: {error}"
 
 
-def _timeout_reason(row: TaggedCheckpoint, round_error: str) -> str:
+def _timeout_reason(row: TaggedCheckpoint, round_error: str, outages: str = "") -> str:
     limit = f"within {row.guard.timeout_s} s"
     if not row.task_id:
         reason = f"the insert was interrupted and no checkpoint with the tag was listed {limit}"
@@ -350,7 +352,9 @@ def _timeout_reason(row: TaggedCheckpoint, round_error: str) -> str:
     else:
         reason = f"the checkpoint was not listed {limit}"
     last = round_error or row.error.removeprefix("last error: ")
-    return f"{reason} (last error: {last})" if last else reason
+    if last:
+        reason = f"{reason} (last error: {last})"
+    return f"{reason}; {outages}" if outages else reason
 
 
 def guards_of(rows: Iterable[TaggedCheckpoint]) -> list[ChangeGuard]:

@@ -33,6 +33,7 @@ from celery import current_app
 from django.db import transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
+from kombu.exceptions import OperationalError
 
 from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
@@ -41,6 +42,8 @@ from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of
 from rewind.checkpoints.rows import guard_finish, row_finish
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
+from rewind.workers.broker import broker_refused
+from rewind.workers.selectors import broker_answered_again_at
 
 logger = logging.getLogger(__name__)
 
@@ -85,10 +88,17 @@ def _queue_round(rows: Q, site_id: int, at: datetime) -> bool:
     won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None)
     if won:
         countdown = max(0.0, (at - timezone.now()).total_seconds())
-        transaction.on_commit(
-            lambda: current_app.send_task(POLL_TASK, args=[site_id, token], countdown=countdown), robust=True
-        )
+        transaction.on_commit(lambda: _send_round(site_id, token, countdown), robust=True)
     return bool(won)
+
+
+def _send_round(site_id: int, token: str, countdown: float) -> None:
+    """Queue the round. A broker that refuses it is recorded as down: waiting guards are told, and
+    once it answers again the round is queued anew (``pollers_restart_dead``)."""
+    try:
+        current_app.send_task(POLL_TASK, args=[site_id, token], countdown=countdown)
+    except OperationalError as exc:
+        broker_refused(exc, f"the poll round of site {site_id}")
 
 
 def poller_round(site_id: int, token: str | None = None) -> str:
@@ -221,13 +231,26 @@ def pollers_restart_stale() -> int:
 
 
 def pollers_restart_dead(site_ids: set[int]) -> int:
-    """Start a round for each of these sites whose poller's chain died (or never started). Returns how many."""
+    """Start a round for each of these sites whose poller's chain died (or never started). Returns how many.
+
+    A round queued before the task queue's last outage ended is as good as dead: its message may
+    have been refused, or lost in a restart of a broker that keeps nothing. It is queued anew with
+    a new token (a message that survived finds its token gone and does nothing), at once rather
+    than when its lease runs out.
+    """
     if not site_ids:
         return 0
     now = timezone.now()
-    alive = set(
-        SitePoller.objects.filter(site_id__in=site_ids, lease_expires_at__gt=now).values_list("site_id", flat=True)
-    )
+    live = SitePoller.objects.filter(site_id__in=site_ids, lease_expires_at__gt=now)
+    back_at = broker_answered_again_at()
+    lost: dict[int, str] = {}
+    if back_at is not None:
+        queued_before = Q(lease_owner__startswith=Lease.queued_owner(""), next_round_at__lte=back_at)
+        lost = dict(live.filter(queued_before).values_list("site_id", "lease_owner"))
+    alive = set(live.values_list("site_id", flat=True)) - set(lost)
     for site_id in sorted(site_ids - alive):
-        poller_kick(site_id, now)
+        if site_id in lost:
+            _queue_round(Q(pk=site_id, lease_owner=lost[site_id]), site_id, now)
+        else:
+            poller_kick(site_id, now)
     return len(site_ids - alive)

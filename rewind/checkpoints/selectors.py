@@ -29,7 +29,7 @@ from django.utils import timezone
 
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
-from rewind.workers.selectors import workers_seen
+from rewind.workers.selectors import broker_outage_describe, broker_outage_open, workers_seen
 
 # After this long without a worker picking a guard up, its waiting caller is told so, with the workers' state.
 NO_WORKER_AFTER_S = 10.0
@@ -75,8 +75,16 @@ def guard_waiting_for(
     """What an unfinished guard is queued behind (a worker, or its site's request cap), or None.
 
     Guards are served in order of arrival, so "behind" counts the guards requested before it
-    that are still in the same queue.
+    that are still in the same queue. While the task queue itself is down, that comes first:
+    no round can run until it answers.
     """
+    if guard.status in ChangeGuard.UNFINISHED:
+        outage = broker_outage_open()
+        if outage is not None:
+            return (
+                f"{broker_outage_describe(outage, now)}: no poll round can be queued until it answers, "
+                "then the guard carries on"
+            )
     if guard.status == ChangeGuard.Status.PENDING:
         ahead = ChangeGuard.objects.filter(
             status=ChangeGuard.Status.PENDING, requested_at__lt=guard.requested_at

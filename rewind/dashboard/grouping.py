@@ -37,7 +37,14 @@ GROUPS: tuple[Group, ...] = (
     Group(
         "access",
         "Agents and sites",
-        ("rewind.agent", "rewind.agenttoken", "rewind.site", "rewind.sitepoller", "rewind.workerheartbeat"),
+        (
+            "rewind.agent",
+            "rewind.agenttoken",
+            "rewind.site",
+            "rewind.sitepoller",
+            "rewind.workerheartbeat",
+            "rewind.brokeroutage",
+        ),
         ("rewind.agents", "rewind.sites", "rewind.workers", "rewind.mcp"),
     ),
     Group("audit", "The audit", ("rewind.auditevent",), ("rewind.audit",)),
@@ -62,6 +69,7 @@ LABELS = {
     "rewind.agenttoken": "Agent tokens",
     "rewind.sitepoller": "Site pollers",
     "rewind.workerheartbeat": "Workers",
+    "rewind.brokeroutage": "Task queue outages",
     "rewind.auditevent": "Audit log",
     "rewind.upstream": "Upstream MCP servers",
     "rewind.upstreamtool": "Upstream tools (exposed names)",

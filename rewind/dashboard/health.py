@@ -17,8 +17,8 @@ from rewind.audit.models import AuditEvent
 from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_last_verification
 from rewind.dashboard.links import Count, at, change_url, changelist_url, count
 from rewind.sites.health import SiteHealth, sites_health
-from rewind.workers.models import WorkerHeartbeat
-from rewind.workers.selectors import WorkersSeen, workers_seen
+from rewind.workers.models import BrokerOutage, WorkerHeartbeat
+from rewind.workers.selectors import WorkersSeen, broker_outage_describe, broker_outage_open, workers_seen
 
 # A verification older than this is shown as stale: run manage.py audit_verify (daily, from cron).
 VERIFY_STALE_AFTER = timedelta(hours=24)
@@ -33,12 +33,27 @@ class Workers:
     seen: WorkersSeen
     alive: Count
     text: str
+    queue: str  # whether the task queue answers: the outage going on, else the last one
+    outages: Count
 
 
 def workers_status(now: datetime) -> Workers:
     seen = workers_seen(now)
+    open_outage = broker_outage_open()
+    last = open_outage or BrokerOutage.objects.order_by("-started_at").first()
+    if open_outage is not None:
+        queue = broker_outage_describe(open_outage, now)
+    elif last is not None:
+        queue = f"the task queue answers; last outage: {broker_outage_describe(last, now)}"
+    else:
+        queue = "the task queue answers"
+    outages = BrokerOutage.objects.count()
     return Workers(
-        seen, Count(seen.alive, changelist_url(WorkerHeartbeat), "" if seen.alive else "bad"), seen.describe(now)
+        seen,
+        Count(seen.alive, changelist_url(WorkerHeartbeat), "" if seen.alive else "bad"),
+        seen.describe(now),
+        queue,
+        Count(outages, changelist_url(BrokerOutage), "bad" if open_outage else ""),
     )
 
 

@@ -5,13 +5,14 @@ from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.mcp.models import McpRateCall, McpRateCount
 from rewind.notifications.models import NotificationDelivery
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
-from rewind.workers.models import WorkerHeartbeat
+from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 
 __all__ = [
     "Agent",
     "AgentToken",
     "AuditChainHead",
     "AuditEvent",
+    "BrokerOutage",
     "ChangeGuard",
     "ChangeGuardVpg",
     "GatewayCall",

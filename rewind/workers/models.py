@@ -23,3 +23,32 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.hostname
+
+
+class BrokerOutage(models.Model):
+    """A stretch of time in which the task queue (Celery's broker) did not answer our processes.
+
+    Opened by the first process that finds the broker not answering (a worker's heartbeat probe,
+    or a web process whose message was refused), closed by the first probe that finds it
+    answering again. While one is open no poll round, recovery run or notification can be
+    queued: waiting guards say so, and a guard that timed out meanwhile names it.
+    """
+
+    broker = models.CharField(max_length=255, help_text="Where the queue is, without credentials.")
+    started_at = models.DateTimeField(db_index=True)
+    ended_at = models.DateTimeField(null=True, blank=True)
+    error = models.CharField(max_length=1000, blank=True, help_text="What the first refusal said.")
+    noticed_by = models.CharField(max_length=255, help_text="The process that noticed it first.")
+
+    class Meta:
+        verbose_name = "task queue outage"
+        ordering = ["-started_at"]
+        constraints = [
+            # Two processes noticing at once open one outage: the loser's insert fails.
+            models.UniqueConstraint(
+                fields=["broker"], condition=models.Q(ended_at__isnull=True), name="workers_one_open_broker_outage"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.broker} from {self.started_at:%Y-%m-%d %H:%M:%S}"

@@ -1,13 +1,15 @@
-"""Which workers are alive, from their heartbeats."""
+"""Which workers are alive, from their heartbeats; whether the task queue answers, from its outages."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
-from rewind.workers.models import WorkerHeartbeat
+from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 from rewind.workers.services import HEARTBEAT_S
 
 # A heartbeat older than this (three missed beats) is a worker that is stopped, hung or gone.
@@ -36,3 +38,67 @@ def workers_seen(now: datetime | None = None) -> WorkersSeen:
     fresh = [c for seen, c in rows if seen >= now - timedelta(seconds=STALE_AFTER_S)]
     newest = max((seen for seen, _ in rows), default=None)
     return WorkersSeen(alive=len(fresh), slots=sum(fresh), newest_seen_at=newest)
+
+
+def broker_outage_open() -> BrokerOutage | None:
+    """The task-queue outage going on now, if any."""
+    return BrokerOutage.objects.filter(ended_at__isnull=True).order_by("started_at").first()
+
+
+def broker_answered_again_at() -> datetime | None:
+    """When the last outage ended: a message queued before then may have been lost with it."""
+    return (
+        BrokerOutage.objects.filter(ended_at__isnull=False)
+        .order_by("-ended_at")
+        .values_list("ended_at", flat=True)
+        .first()
+    )
+
+
+def broker_outages_between(start: datetime, end: datetime) -> list[BrokerOutage]:
+    """The outages that overlap ``start``..``end``, oldest first (an open one overlaps until now).
+
+    Outages that overlap each other (two processes noticed one from where each stood) are one.
+    """
+    overlapping = Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=start))
+    merged: list[BrokerOutage] = []
+    for outage in BrokerOutage.objects.filter(overlapping).order_by("started_at"):
+        last = merged[-1] if merged else None
+        if last is not None and (last.ended_at is None or outage.started_at <= last.ended_at):
+            if last.ended_at is not None and (outage.ended_at is None or outage.ended_at > last.ended_at):
+                last.ended_at = outage.ended_at
+            continue
+        merged.append(outage)
+    return merged
+
+
+def broker_outage_describe(outage: BrokerOutage, now: datetime | None = None) -> str:
+    """One sentence: since when (and until when) the task queue did not answer."""
+    now = now or timezone.now()
+    if outage.ended_at is None:
+        lasted = (now - outage.started_at).total_seconds()
+        return (
+            f"the task queue ({outage.broker}) has not answered since {outage.started_at:%H:%M:%S} UTC ({lasted:.0f} s)"
+        )
+    lasted = (outage.ended_at - outage.started_at).total_seconds()
+    return (
+        f"the task queue ({outage.broker}) did not answer from {outage.started_at:%H:%M:%S} "
+        f"to {outage.ended_at:%H:%M:%S} UTC ({lasted:.0f} s)"
+    )
+
+
+def broker_outages_describe(outages: Sequence[BrokerOutage], now: datetime | None = None) -> str:
+    """The sentences of ``outages`` joined, "" for none."""
+    return "; ".join(broker_outage_describe(o, now) for o in outages)
+
+
+def broker_outages_note(start: datetime, end: datetime) -> str:
+    """For a reason that ends a wait from ``start`` to ``end``: the outages in it, or "" for none.
+
+    A guard that timed out while the queue was down must say so: "not listed within 300 s" alone
+    would blame the ZVM for what our own queue did.
+    """
+    outages = broker_outages_between(start, end)
+    if not outages:
+        return ""
+    return f"{broker_outages_describe(outages, end)}, so no poll round could run meanwhile"

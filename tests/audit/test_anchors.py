@@ -169,7 +169,7 @@ def test_an_existing_database_migrates_and_verifies(anchor_file: Path) -> None:
     from django.db.migrations.executor import MigrationExecutor
 
     executor = MigrationExecutor(connection)
-    executor.migrate([("rewind", "0019_mcp_rate_window")])
+    executor.migrate([("rewind", "0020_mcp_rate_window")])
     try:
         _record(3)  # a chain written before the guards existed
     finally:

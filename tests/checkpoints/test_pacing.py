@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 
+import pytest
+
 from rewind.checkpoints.pacing import (
     LONG_SLEEP_S,
     MAX_GAP_S,
@@ -131,3 +133,70 @@ def test_a_crowded_site_looks_first_at_the_windows_end_and_finds_it_in_one_look(
         t += next_gap(t, 300.0 - t, fc, crowded=True)
         looks.append(t)
     assert len(looks) == 1
+
+
+def _guard(listed_at: float, samples: list[float]) -> float:
+    """One guard's wait against a ZVM listing at ``listed_at``; its sample goes to the front of ``samples``.
+
+    The sample is what the poll round records (poll_round.listing_time_ms): between the last
+    miss and the hit, or, for a hit at the first look, that look's time x UNSEEN_SHARE.
+    """
+    from rewind.checkpoints.poll_round import UNSEEN_SHARE
+
+    looks = _schedule(listed_at, forecast(samples))
+    seen, missed = looks[-1], looks[-2] if len(looks) > 1 else None
+    samples.insert(0, (missed + seen) / 2 if missed is not None else seen * UNSEEN_SHARE)
+    return seen
+
+
+def test_a_zvm_that_became_faster_is_learned_within_three_guards() -> None:
+    samples: list[float] = []
+    for _ in range(20):
+        _guard(5.3, samples)
+    waits = [_guard(1.3, samples) for _ in range(5)]
+    # The first guard cannot know: it sleeps until the old moment. The second probes early and
+    # times the new listing between a miss and a hit; the third waits as little as a steady one.
+    assert waits[0] > 4.0
+    assert waits[1] <= 1.3 * 1.2
+    assert all(w <= 1.3 * 1.1 for w in waits[2:]), waits
+    fc = forecast(samples)
+    assert fc is not None
+    assert abs(fc.expected_s - 1.3) < 0.1
+
+
+def test_a_zvm_that_became_slower_is_learned_within_five_guards() -> None:
+    samples: list[float] = []
+    for _ in range(20):
+        _guard(1.3, samples)
+    waits = [_guard(5.3, samples) for _ in range(5)]
+    # Past the window the gaps grow with the time overdue, so the first slow guards are timed
+    # loosely; two of them shift the forecast, and a probe then times it between a miss and a hit.
+    assert all(w <= 5.3 * 1.15 for w in waits[2:]), waits
+    assert waits[-1] <= 5.3 * 1.1, waits
+    fc = forecast(samples)
+    assert fc is not None
+    assert abs(fc.expected_s - 5.3) < 0.3
+
+
+def test_one_early_listing_costs_one_probe_and_moves_nothing() -> None:
+    samples = [5.3] * 19
+    samples.insert(0, 4.3)  # one first-look hit: an upper bound below the window
+    fc = forecast(samples)
+    assert fc is not None
+    assert fc.probe_s is not None
+    assert fc.expected_s == 5.3  # a probe, not a shift
+    looks = _schedule(5.3, fc)
+    assert looks[0] == pytest.approx(fc.probe_s)
+    assert len(looks) <= 8  # the probe and the growing gaps up to the window cost a few looks
+    assert looks[-1] - 5.3 <= 0.3
+    # A crowded site has no slot for a probe: its first look still waits for the window's end.
+    assert next_gap(0.0, 300.0, fc, crowded=True) == fc.window_end_s
+
+
+def test_two_slow_guards_in_a_row_shift_the_forecast_and_one_does_not() -> None:
+    one = forecast([9.0, *[5.0] * 19])
+    two = forecast([9.0, 9.2, *[5.0] * 18])
+    assert one is not None
+    assert one.expected_s == 5.0
+    assert two is not None
+    assert two.expected_s == pytest.approx(9.1)

@@ -12,9 +12,11 @@ from django.test import Client
 from django.utils import timezone
 
 from rewind.checkpoints.poller import POLL_TASK, pollers_restart_stale
+from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import guard_create, guard_read_and_resume, guards_orphaned_finish
 from rewind.checkpoints.tasks import LEGACY_WAIT_TASK, checkpoint_wait
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
+from rewind.workers.services import broker_outage_noticed, broker_reconnected
 from tests.fixtures import InlineTasks
 
 
@@ -105,3 +107,32 @@ def test_the_guard_admin_shows_each_vpg_read_only(guard: ChangeGuard) -> None:
     listing = client.get(f"/admin/rewind/changeguard/?vm_name=web01&agent_name={guard.agent_name}&status=pending")
     assert listing.status_code == 200
     assert b"web01" in listing.content
+
+
+def test_a_round_queued_before_the_task_queue_came_back_is_queued_anew_at_once(
+    guard: ChangeGuard, inline_tasks: InlineTasks
+) -> None:
+    # The queued round's lease is live, but the queue was down when (or after) it was sent:
+    # its message may be lost, so a read queues it anew instead of waiting for the lease to end.
+    before = SitePoller.objects.get()
+    assert before.lease.alive(timezone.now())
+    assert pollers_restart_stale() == 0
+    broker_reconnected(broker="Redis at test", lost_at=timezone.now() - timedelta(seconds=3), noticed_by="w1")
+    guard_read_and_resume(guard.pk)
+    after = SitePoller.objects.get()
+    assert after.lease.token
+    assert after.lease_owner != before.lease_owner, "a new token: the old message does nothing"
+    assert inline_tasks.pending() == [POLL_TASK, POLL_TASK]
+    assert pollers_restart_stale() == 0, "queued after the outage ended: alive"
+    done = inline_tasks.wait_for(
+        lambda: ChangeGuard.objects.filter(pk=guard.pk, status__in=ChangeGuard.FINISHED).first()
+    )
+    assert done.status == ChangeGuard.Status.OK, done.error
+
+
+def test_a_waiting_guard_is_told_first_that_the_task_queue_does_not_answer(guard: ChangeGuard) -> None:
+    broker_outage_noticed(broker="Redis at 127.0.0.1:6399/0", error="refused", noticed_by="worker1")
+    waiting = guard_progress(guard.pk).waiting_for
+    assert waiting is not None
+    assert waiting.startswith("the task queue (Redis at 127.0.0.1:6399/0) has not answered since ")
+    assert "no poll round can be queued until it answers" in waiting

@@ -281,6 +281,21 @@ def test_the_workers_section_counts_fresh_heartbeats() -> None:
     seen = health.workers_status(timezone.now())
     assert seen.alive.value == 1
     assert "4 slot(s)" in seen.text
+    assert seen.queue == "the task queue answers"
+
+
+def test_the_workers_section_shows_a_task_queue_outage_and_then_the_last_one(admin_client: Any) -> None:
+    from rewind.workers.services import broker_outage_ended, broker_outage_noticed
+
+    broker_outage_noticed(broker="Redis at 127.0.0.1:6399/0", error="refused", noticed_by="w1")
+    down = health.workers_status(timezone.now())
+    assert down.queue.startswith("the task queue (Redis at 127.0.0.1:6399/0) has not answered since ")
+    assert down.outages.tone == "bad"
+    assert listed_rows(admin_client, down.outages) == 1
+    broker_outage_ended()
+    back = health.workers_status(timezone.now())
+    assert back.queue.startswith("the task queue answers; last outage: the task queue (Redis at ")
+    assert back.outages.tone == ""
 
 
 def test_site_health_shows_the_circuit_and_the_token_without_asking_a_zvm() -> None:

@@ -29,7 +29,7 @@ from rewind.gateway.models import Upstream
 from rewind.gateway.services import upstream_create
 from rewind.processes import Proc
 from tests.gateway.guestshell import READY
-from tests.simfixtures import PYTHON, REPO, SimServer
+from tests.simfixtures import PYTHON, REPO, SimAddress, SimServer
 
 MODULE = "tests.gateway.guestshell"
 
@@ -41,7 +41,7 @@ def read_calls(record: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in record.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def sim_args(sim_server: SimServer) -> list[str]:
+def sim_args(sim_server: SimServer | SimAddress) -> list[str]:
     args = ["--sim-url", sim_server.url]
     if sim_server.ca_bundle:
         args += ["--ca-bundle", sim_server.ca_bundle]

@@ -18,7 +18,7 @@ from django.core.management import CommandError, call_command
 from rewind.models import Site
 from rewind.processes import Proc
 from tests.fixtures import wait_until
-from tests.mcpfixtures import free_port
+from tests.mcpfixtures import free_port, free_ports
 
 pytestmark = pytest.mark.django_db
 
@@ -44,7 +44,7 @@ def test_demo_setup_creates_people_and_sites_once(sim, capsys) -> None:
 
 @pytest.mark.process
 def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
-    port, sim_port = free_port(), free_port()
+    port, sim_port = free_ports(2), free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(port), REWIND_SIM_PORT=str(sim_port))
     subprocess.run(
@@ -52,7 +52,7 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
     )
     proc = Proc(
         "runstack",
-        [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        [sys.executable, "manage.py", "runstack"],
         log=tmp_path / "run.log",
         cwd=settings.BASE_DIR,
         env=env,
@@ -80,13 +80,13 @@ def test_runstack_serves_and_stops_everything_on_ctrl_c(tmp_path: Path) -> None:
 def _stack(tmp_path: Path) -> tuple[Proc, dict[str, str]]:
     """``manage.py runstack`` (what ``make run`` runs) in a state folder of its own, on free ports, up."""
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(free_port()), REWIND_SIM_PORT=str(free_port()))
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(free_ports(2)), REWIND_SIM_PORT=str(free_port()))
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120
     )
     proc = Proc(
         "runstack",
-        [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        [sys.executable, "manage.py", "runstack"],
         log=tmp_path / "run.log",
         cwd=settings.BASE_DIR,
         env=env,

@@ -18,7 +18,7 @@ import pytest
 from django.conf import settings
 
 from rewind.processes import Proc
-from tests.mcpfixtures import free_port
+from tests.mcpfixtures import free_port, free_ports
 
 pytestmark = pytest.mark.process
 
@@ -64,13 +64,13 @@ def _cmdline(pid: int) -> str:
 
 def _start(tmp_path: Path) -> Proc:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(free_port()), REWIND_SIM_PORT=str(free_port()))
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), REWIND_PORT=str(free_ports(2)), REWIND_SIM_PORT=str(free_port()))
     subprocess.run(
         [sys.executable, "manage.py", "migrate", "-v0"], cwd=settings.BASE_DIR, env=env, check=True, timeout=120
     )
     return Proc(
         "runstack",
-        [sys.executable, "manage.py", "runstack", "--workers", "1"],
+        [sys.executable, "manage.py", "runstack"],
         log=tmp_path / "run.log",
         cwd=settings.BASE_DIR,
         env=env,

@@ -15,6 +15,7 @@ import pytest
 import redis
 from django.conf import settings
 from django.test import Client
+from django.utils import timezone
 
 from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
@@ -146,3 +147,18 @@ def test_a_run_still_waiting_when_the_request_expires_fails_saying_so(
     # A run queued before the expiry that arrives late does nothing.
     assert recovery_run(recovery_id=recovery.pk, request_id="late") == RecoveryRequest.Status.FAILED
     sim.clear_faults()
+
+
+def test_an_approved_run_whose_message_was_lost_is_queued_again_by_the_sweep(
+    inline_tasks: InlineTasks, sim: Any, sites: dict[str, Site], people: Any, agent: Any, tagged: Any
+) -> None:
+    recovery = _approved_request(agent, people, tagged)
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    assert inline_tasks.lose("recoveries.run") == 1  # the task queue restarted and kept nothing
+    assert recoveries_resume_waiting().requeued_approved == 0, "just approved: a slow queue, not a lost message"
+    RecoveryRequest.objects.filter(pk=recovery.pk).update(decided_at=timezone.now() - timedelta(seconds=61))
+    assert recoveries_resume_waiting().requeued_approved == 1
+    assert recoveries_resume_waiting().requeued_approved == 0, "queued once, not per sweep"
+    recovery = wait_recovery_finished(recovery, tasks=inline_tasks)
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED, recovery.error
+    assert AuditEvent.objects.filter(action=RecoveryAction.STARTED, target_id=str(recovery.pk)).count() == 1

@@ -108,6 +108,7 @@ def expected(caller: str, name: str, path: str) -> int | None:
     fixed = {
         "None": 302,  # "/" → the admin
         "health": 200,
+        "ready": 200,  # the readiness probe: public, like health (503 while a dependency is down)
         "metrics": 403,  # no metrics token or network configured: nobody
         "admin:login": 302 if signed_in else 200,
         "api-schema": 200 if signed_in else 403,

@@ -69,7 +69,7 @@ def _run(statements_by_vendor):  # type: ignore[no-untyped-def]
 
 
 class Migration(migrations.Migration):
-    dependencies = [("rewind", "0019_mcp_rate_window")]
+    dependencies = [("rewind", "0020_mcp_rate_window")]
 
     operations = [
         migrations.RunPython(

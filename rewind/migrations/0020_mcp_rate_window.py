@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rewind", "0018_guard_lease_removed"),
+        ("rewind", "0019_broker_outage"),
     ]
 
     operations = [
