@@ -132,7 +132,9 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
     sites = {}
     for slug in slugs:
         name = SITE_NAMES[slug]
-        check = site_register(actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zerto")
+        check = site_register(
+            actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zvmsim-Passw0rd-7c1e"
+        )
         if not check.ok:
             raise RuntimeError(f"{name}: {check.error}")
         check.site.refresh_from_db()

@@ -2,20 +2,24 @@
 
 A Linux path is absolute with ``/`` separators (``/etc/nginx/nginx.conf``); a Windows path
 starts with a drive letter (``C:\\inetpub\\web.config``, ``/`` also accepted). Relative
-paths, ``.``/``..`` segments, empty paths, control characters, backslashes in a Linux
+paths, ``.``/``..`` segments, empty paths, control and format characters, backslashes in a Linux
 path and paths naming a folder or a drive root are refused with a plain reason.
 """
 
 from __future__ import annotations
 
 import re
+import unicodedata
 from dataclasses import dataclass
 
 from rewind.errors import ApplicationError
 
 MAX_PATH_LENGTH = 1024
 _DRIVE = re.compile(r"^([A-Za-z]):([\\/]|$)")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+# Control, format and separator characters: a NUL or a line break is never part of a path, and a
+# bidirectional override (U+202E) or a zero-width character would show the approver a path other
+# than the one asked for.
+_NEVER_IN_A_PATH = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
 _WINDOWS_FORBIDDEN = re.compile(r'[<>:"|?*]')
 
 
@@ -56,8 +60,10 @@ def parse_guest_path(raw: object) -> GuestPath:
     path = raw.strip()
     if len(path) > MAX_PATH_LENGTH:
         raise GuestPathError(f"the path is longer than {MAX_PATH_LENGTH} characters")
-    if _CONTROL.search(path):
-        raise GuestPathError("the path contains control characters")
+    if any(unicodedata.category(ch) in _NEVER_IN_A_PATH for ch in path):
+        raise GuestPathError(
+            "the path contains control or format characters (a NUL, a line break, a direction override)"
+        )
     drive = _DRIVE.match(path)
     if drive:
         return _windows(raw, path, f"{drive.group(1).upper()}:")

@@ -17,7 +17,7 @@ app = Celery("rewind")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 # Parts inside the rewind app keep their tasks in their own package.
-app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications", "rewind.gateway"])
+app.autodiscover_tasks(["rewind.checkpoints", "rewind.sites", "rewind.notifications", "rewind.gateway", "rewind.audit"])
 
 
 @app.on_after_finalize.connect
@@ -90,6 +90,13 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
         "notifications-settle": {
             "task": "rewind.notifications.settle",
             "schedule": 300.0,
+        },
+        # Publish the audit chain's head, signed, outside the database (file, syslog): a chain
+        # someone cut or emptied no longer verifies. Nothing new: nothing published. Run from
+        # the beat only (appends to one file); a missed run only widens the gap between anchors.
+        "audit-publish-anchor": {
+            "task": "rewind.audit.publish_anchor",
+            "schedule": float(settings.REWIND_AUDIT_ANCHOR_INTERVAL_S),
         },
     }
 

@@ -1,10 +1,14 @@
-"""Encryption at rest for ZVM credentials (Fernet, key from REWIND_ENCRYPTION_KEY)."""
+"""Encryption at rest for ZVM credentials (Fernet, key from REWIND_ENCRYPTION_KEY), and the signing key of the audit anchors."""
 
 from __future__ import annotations
 
+import base64
+import binascii
+import hashlib
 from functools import lru_cache
 
 from cryptography.fernet import Fernet, InvalidToken
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
@@ -38,3 +42,24 @@ def decrypt(ciphertext: str) -> str:
         raise DecryptionError(
             "a stored credential cannot be decrypted: REWIND_ENCRYPTION_KEY changed since it was saved"
         ) from None
+
+
+def new_signing_key() -> str:
+    """A fresh Ed25519 signing key as REWIND_AUDIT_ANCHOR_KEY holds one: the base64 of its 32 private bytes."""
+    return base64.b64encode(Ed25519PrivateKey.generate().private_bytes_raw()).decode()
+
+
+def signing_key(value: str) -> Ed25519PrivateKey:
+    """The key ``value`` holds; raises ImproperlyConfigured naming the setting."""
+    try:
+        return Ed25519PrivateKey.from_private_bytes(base64.b64decode(value.strip(), validate=True))
+    except (ValueError, binascii.Error):
+        raise ImproperlyConfigured(
+            "REWIND_AUDIT_ANCHOR_KEY must be the base64 of a 32-byte Ed25519 private key "
+            "(python -c 'from rewind.crypto import new_signing_key; print(new_signing_key())')"
+        ) from None
+
+
+def key_id(public: Ed25519PublicKey) -> str:
+    """A short name of a public key: which key signed an anchor."""
+    return hashlib.sha256(public.public_bytes_raw()).hexdigest()[:16]

@@ -8,10 +8,13 @@ With nothing set the service runs on the embedded default (SQLite in WAL mode an
 from __future__ import annotations
 
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 from django.core.exceptions import ImproperlyConfigured
+from django.utils.csp import CSP
 
+from rewind.crypto import new_signing_key, signing_key
 from rewind.env import (
     check_redis_url,
     database_from_url,
@@ -53,6 +56,9 @@ def _fernet_key() -> str:
 SECRET_KEY = _persistent_secret("DJANGO_SECRET_KEY", "secret.key", lambda: secrets.token_urlsafe(50))
 # Encrypts ZVM passwords at rest. Losing it means re-entering every site's password.
 REWIND_ENCRYPTION_KEY = _persistent_secret("REWIND_ENCRYPTION_KEY", "encryption.key", _fernet_key)
+# Signs the audit chain's anchors (rewind/audit/anchors.py); kept out of the database on purpose.
+REWIND_AUDIT_ANCHOR_KEY = _persistent_secret("REWIND_AUDIT_ANCHOR_KEY", "audit-anchor.key", new_signing_key)
+signing_key(REWIND_AUDIT_ANCHOR_KEY)  # a malformed key stops start-up, naming the setting
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -74,6 +80,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",  # Swagger UI's files served from here: the deployment may have no internet
     "django_celery_results",
     "oauth2_provider",  # the authorization server behind agents' OAuth sign-in (rewind.oauth)
+    "axes",  # sign-in throttling and lock-out (rewind/signin.py)
     "rewind",
     "catalog",
     "recoveries",
@@ -88,7 +95,60 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django.middleware.csp.ContentSecurityPolicyMiddleware",
+    # Last, as axes asks: it turns a locked-out login into its 429 answer.
+    "axes.middleware.AxesMiddleware",
 ]
+
+# --- The web front: sign-in, content security policy, cookies and TLS (README "Production") --------
+AUTHENTICATION_BACKENDS = ["rewind.signin.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
+# After this many failed logins of one username from one address, that pair is refused for the
+# lock-out's minutes (HTTP 429), the right password included; a success resets the count.
+AXES_FAILURE_LIMIT = env_int("REWIND_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=env_int("REWIND_LOGIN_LOCKOUT_MIN", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+AXES_HTTP_RESPONSE_CODE = 429
+# Behind a reverse proxy the client's address is the proxy's unless it is taken from X-Forwarded-For.
+AXES_IPWARE_PROXY_COUNT = env_int("REWIND_PROXY_COUNT", 0, minimum=0) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
+# Every page of ours and the admin's runs without inline script or style: nothing else may run.
+SECURE_CSP = {
+    "default-src": [CSP.SELF],
+    "script-src": [CSP.SELF],
+    "style-src": [CSP.SELF],
+    "img-src": [CSP.SELF, "data:"],
+    "font-src": [CSP.SELF],
+    "connect-src": [CSP.SELF],
+    "object-src": [CSP.NONE],
+    "base-uri": [CSP.SELF],
+    "form-action": [CSP.SELF],
+    "frame-ancestors": [CSP.NONE],
+}
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SECURE_REFERRER_POLICY = "same-origin"
+SECURE_CROSS_ORIGIN_OPENER_POLICY = "same-origin"
+SESSION_COOKIE_HTTPONLY = True
+SESSION_COOKIE_SAMESITE = "Lax"
+CSRF_COOKIE_SAMESITE = "Lax"
+# Served over TLS (REWIND_PUBLIC_URL is https): cookies only over TLS, HSTS, plain HTTP redirected.
+REWIND_TLS = REWIND_PUBLIC_URL.startswith("https://")
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = REWIND_TLS
+SECURE_SSL_REDIRECT = env_bool("REWIND_SSL_REDIRECT", REWIND_TLS)
+SECURE_HSTS_SECONDS = env_int("REWIND_HSTS_SECONDS", 31_536_000 if REWIND_TLS else 0, minimum=0)
+# HSTS covers the service's own host and the hosts below it (x.rewind.example.com), not its parent domain.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("REWIND_HSTS_INCLUDE_SUBDOMAINS", True)
+# Preloading is a request to the browsers' makers, the domain owner's decision: off unless asked
+# for, and its deploy check (W021, which wants it on) silenced for that reason.
+SECURE_HSTS_PRELOAD = env_bool("REWIND_HSTS_PRELOAD", False)
+SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# TLS ends at a reverse proxy that says so in X-Forwarded-Proto (only trust it behind one that sets it).
+if env_bool("REWIND_BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 ROOT_URLCONF = "rewind.urls"
 ASGI_APPLICATION = "rewind.asgi.application"
@@ -309,8 +369,17 @@ REWIND_NOTIFY_SITE_DOWN_MIN = env_int("REWIND_NOTIFY_SITE_DOWN_MIN", 10, minimum
 
 # --- MCP -----------------------------------------------------------------------------------
 MCP_TOKEN_CACHE_S = env_float("MCP_TOKEN_CACHE_S", 10.0, minimum=0)
+# At most this many calls per agent in any 60 s (a sliding window, not a refilling bucket).
 MCP_RATE_LIMIT_PER_MINUTE = env_int("MCP_RATE_LIMIT_PER_MINUTE", 600, minimum=1)
-# Counted in Redis for every worker and replica when there is one, else per process.
+# Unset: an agent may spend its minute's calls at once. Set: calls are also paced at the
+# minute's rate, with at most this many at once above it (rewind/mcp/ratelimit.py).
+MCP_RATE_LIMIT_BURST = env_int("MCP_RATE_LIMIT_BURST", 0, minimum=1) or None
+if MCP_RATE_LIMIT_BURST is not None and MCP_RATE_LIMIT_BURST > MCP_RATE_LIMIT_PER_MINUTE:
+    raise ImproperlyConfigured(
+        f"MCP_RATE_LIMIT_BURST ({MCP_RATE_LIMIT_BURST}) must be at most MCP_RATE_LIMIT_PER_MINUTE "
+        f"({MCP_RATE_LIMIT_PER_MINUTE}): no burst can exceed the minute's calls"
+    )
+# Counted in Redis for every worker and replica when there is one, else in the database.
 MCP_RATE_LIMIT_REDIS_URL = _redis_url or None
 MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
@@ -334,6 +403,12 @@ OAUTH2_PROVIDER = oauth2_provider_settings(
 OAUTH2_PROVIDER_APPLICATION_MODEL = "oauth2_provider.Application"
 # The consent page sends a person who is not signed in to the admin's sign-in.
 LOGIN_URL = "admin:login"
+
+# --- Audit anchors: the chain's head published outside the database (rewind/audit/anchors.py) ---------
+# An append-only file, and syslog when set ("/dev/log", "udp://host:514", "tcp://host:601").
+REWIND_AUDIT_ANCHOR_FILE = Path(env_str("REWIND_AUDIT_ANCHOR_FILE") or VAR_DIR / "audit-anchors.jsonl").resolve()
+REWIND_AUDIT_ANCHOR_SYSLOG = env_str("REWIND_AUDIT_ANCHOR_SYSLOG")
+REWIND_AUDIT_ANCHOR_INTERVAL_S = env_int("REWIND_AUDIT_ANCHOR_INTERVAL_S", 300, minimum=10)
 
 # --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
 # A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with

@@ -8,6 +8,8 @@ from rewind.health import health, ready
 from rewind.metrics.views import metrics_view
 from rewind.rest.docs import docs_view, schema_view
 
+handler404 = "rewind.api.page_not_found"
+
 urlpatterns = [
     path("", RedirectView.as_view(url="/admin/", permanent=False)),
     path("health/", health, name="health"),

@@ -16,7 +16,14 @@ if TYPE_CHECKING:
     # pytest's assertion rewriting (the plugins import each other).
     from tests.helpers import WorkerProcess
 
-pytest_plugins = ["tests.markers", "tests.simfixtures", "tests.fixtures", "tests.mcpfixtures", "tests.stackfixtures"]
+pytest_plugins = [
+    "tests.markers",
+    "tests.simfixtures",
+    "tests.fixtures",
+    "tests.mcpfixtures",
+    "tests.stackfixtures",
+    "tests.secretscan",
+]
 
 
 # Playwright's sync API runs an event loop in the test thread; Django's ORM must still be
@@ -174,3 +181,21 @@ def browser_type_launch_args(browser_type_launch_args: dict[str, Any]) -> dict[s
             "--disable-sync",
         ],
     }
+
+
+@pytest.fixture
+def page(page: Any) -> Iterator[Any]:
+    """pytest-playwright's page, failing the test on any Content Security Policy violation it reports.
+
+    Every browser test thereby proves that the pages it opens run under the policy (SECURE_CSP):
+    nothing inline, nothing from elsewhere.
+    """
+    violations: list[str] = []
+
+    def on_console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            violations.append(f"{page.url}: {message.text}")
+
+    page.on("console", on_console)
+    yield page
+    assert violations == [], "\n".join(violations)

@@ -320,3 +320,71 @@ def api() -> Callable[[User | None], Any]:
     from tests.helpers import Api
 
     return Api
+
+
+# --- the audit log's database guards --------------------------------------------------------------
+# The audit tables refuse DELETE and TRUNCATE (rewind/migrations/0002 and 0020), so a transactional
+# test's flush, or a test that tampers with the chain as someone with database rights could, lifts
+# them for its own statements only: on PostgreSQL by running as a replica for one transaction (its
+# ordinary triggers do not fire; the test role is a superuser), on SQLite by dropping the triggers
+# and creating them again in the same transaction.
+_SQLITE_DELETE_GUARDS = {
+    "rewind_auditevent_no_update": 0,
+    "rewind_auditevent_no_delete": 0,
+    "rewind_auditchainhead_no_delete": 1,
+    "rewind_auditchainhead_forward": 2,
+}
+
+
+def audit_guard_statements(vendor: str) -> tuple[list[str], list[str]]:
+    """(statements that lift the audit tables' guards, statements that put them back), for one transaction."""
+    import importlib
+
+    if vendor == "postgresql":
+        return ["SET LOCAL session_replication_role = replica"], []
+    if vendor != "sqlite":
+        return [], []
+    first = importlib.import_module("rewind.migrations.0002_audit_append_only").SQLITE_UP
+    sealed = importlib.import_module("rewind.migrations.0024_audit_sealed").SQLITE_UP
+    creates = [first[0], *sealed]
+    return [f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_DELETE_GUARDS], creates
+
+
+def audit_guards_lifted_run(statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
+    """Run ``statements`` on the audit tables past their guards, in one transaction."""
+    from django.db import connection, transaction
+
+    lift, restore = audit_guard_statements(connection.vendor)
+    with transaction.atomic(), connection.cursor() as cursor:
+        for sql in lift:
+            cursor.execute(sql)
+        for sql, params in statements:
+            cursor.execute(sql, params)
+        for sql in restore:
+            cursor.execute(sql)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_past_the_audit_guards() -> Iterator[None]:
+    """A transactional test's flush empties the audit tables too, past the guards that refuse it."""
+    from django.db import connection
+    from django.db.backends.base.operations import BaseDatabaseOperations
+
+    operations = type(connection.ops)  # the backend's class: every connection of it flushes through it
+    originals = {operations: operations.sql_flush}
+
+    def wrapped(original: Callable[..., list[str]]) -> Callable[..., list[str]]:
+        def sql_flush(self: BaseDatabaseOperations, style: Any, tables: Sequence[str], **kwargs: Any) -> list[str]:
+            statements = original(self, style, tables, **kwargs)
+            if not {"rewind_auditevent", "rewind_auditchainhead"} & set(tables):
+                return statements
+            lift, restore = audit_guard_statements(self.connection.vendor)
+            return [*lift, *statements, *restore]
+
+        return sql_flush
+
+    for cls, original in originals.items():
+        cls.sql_flush = wrapped(original)  # type: ignore[method-assign]
+    yield
+    for cls, original in originals.items():
+        cls.sql_flush = original  # type: ignore[method-assign]

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from typing import Any
 
 USERNAME = "admin"
-PASSWORD = "zerto"
+# Distinctive on purpose: the suite scans logs, audit rows, responses and the database for it (tests/secretscan.py).
+PASSWORD = "zvmsim-Passw0rd-7c1e"
 PASSWORD_CLIENT_ID = "zerto-client"
+TOKEN_MARK = "zvmsimTok"
 SERVICE_CLIENT_ID = "rewind"
 SERVICE_CLIENT_SECRET = "rewind-secret"
 
@@ -35,8 +37,9 @@ def _b64(data: dict[str, Any]) -> str:
 
 
 def _jwt(claims: dict[str, Any]) -> str:
-    # Shaped like a Keycloak JWT so clients that peek at it do not choke; never verified.
-    return f"{_b64({'alg': 'RS256', 'typ': 'JWT'})}.{_b64(claims)}.{secrets.token_urlsafe(32)}"
+    # Shaped like a Keycloak JWT so clients that peek at it do not choke; never verified. The
+    # signature part starts with TOKEN_MARK, so a leaked token is found wherever it lands.
+    return f"{_b64({'alg': 'RS256', 'typ': 'JWT'})}.{_b64(claims)}.{TOKEN_MARK}{secrets.token_urlsafe(24)}"
 
 
 def _check_credentials(form: dict[str, str]) -> str:

@@ -42,21 +42,38 @@ def _secret_value(text: str) -> bool:
     return (head[:4] == "rwd_" or head == "bearer") and _SECRET_VALUE.match(text.strip()) is not None
 
 
+def storable(text: str) -> str:
+    """``text`` as every database stores it: PostgreSQL refuses NUL in text and JSON, so it becomes U+FFFD.
+
+    Audit rows quote what callers sent (a tool's arguments, a tool name), and a NUL there must not
+    make the audit write, and so the action, fail.
+    """
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def mask_secrets(value: Any) -> Any:
-    """A JSON-ready copy of ``value`` with secret-looking keys and values replaced."""
+    """A JSON-ready copy of ``value`` with secret-looking keys and values replaced, in its canonical form.
+
+    What this returns is hashed and stored, so it must come back from either database as it went
+    in: no NUL (``storable``), and a float with an integral value as the integer (PostgreSQL's jsonb
+    gives ``1e16`` and ``-0.0`` back as ``10000000000000000`` and ``0``).
+    """
     if isinstance(value, dict):
         return {
-            str(k): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v)) for k, v in value.items()
+            storable(str(k)): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
+            for k, v in value.items()
         }
     if isinstance(value, (list, tuple)):
         return [mask_secrets(v) for v in value]
     if isinstance(value, str):
-        return MASK if _secret_value(value) else value
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # NaN and infinity are not JSON; PostgreSQL would refuse the row
-    if isinstance(value, (int, float, bool)) or value is None:
+        return MASK if _secret_value(value) else storable(value)
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            return str(value)  # NaN and infinity are not JSON; PostgreSQL would refuse the row
+        return int(value) if value.is_integer() else value
+    if isinstance(value, (int, bool)) or value is None:
         return value
-    return str(value)
+    return storable(str(value))
 
 
 def _canonical(fields: dict[str, Any]) -> bytes:
@@ -114,8 +131,8 @@ def _target_fields(target: models.Model | tuple[str, str] | None) -> tuple[str, 
         return "", "", ""
     if isinstance(target, tuple):
         kind, ident = target
-        return kind, str(ident), str(ident)[:255]
-    return target._meta.label_lower, str(target.pk), str(target)[:255]
+        return kind, storable(str(ident)), storable(str(ident))[:255]
+    return target._meta.label_lower, str(target.pk), storable(str(target))[:255]
 
 
 @dataclass(frozen=True)
@@ -188,7 +205,7 @@ def _new_row(entry: AuditEntry, *, seq: int, prev_hash: str) -> dict[str, Any]:
         "seq": seq,
         "time": timezone.now(),
         "actor_type": entry.actor.type,
-        "actor": entry.actor.name[:150],
+        "actor": storable(entry.actor.name)[:150],
         "action": entry.action,
         "target_type": target_type,
         "target_id": target_id,
@@ -291,11 +308,16 @@ class ChainProblem:
     reason: str
 
 
-def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
-    """Walk the chain in order; return (events checked, the first problem or None)."""
-    expected_prev = GENESIS_HASH
-    expected_seq = 1
-    for event in _iter_events(batch_size):
+def verify_links(
+    *, after_seq: int = 0, after_hash: str = GENESIS_HASH, up_to: int | None = None, batch_size: int = 2000
+) -> tuple[int, ChainProblem | None]:
+    """Walk the events after ``after_seq`` (whose hash is ``after_hash``) in order, up to ``up_to``.
+
+    Returns (the last intact event's seq, the first problem or None).
+    """
+    expected_prev = after_hash
+    expected_seq = after_seq + 1
+    for event in _iter_events(batch_size, after_seq, up_to):
         if event.seq != expected_seq:
             return expected_seq - 1, ChainProblem(expected_seq, "this event is missing from the chain")
         if event.prev_hash != expected_prev:
@@ -304,17 +326,33 @@ def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
             return expected_seq - 1, ChainProblem(event.seq, "its content does not match its hash")
         expected_prev = event.hash
         expected_seq += 1
-    checked = expected_seq - 1
+    return expected_seq - 1, None
+
+
+def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
+    """Walk the chain in order; return (events checked, the first problem or None).
+
+    A chain cut at its end, or emptied, still links: the head row (which only moves forward in the
+    database) notices what it can, and the anchors published outside the database
+    (``rewind.audit.anchors``) notice the rest.
+    """
+    checked, problem = verify_links(batch_size=batch_size)
+    if problem is not None:
+        return checked, problem
+    last_hash = AuditEvent.objects.filter(seq=checked).values_list("hash", flat=True).first() or GENESIS_HASH
     head = AuditChainHead.objects.filter(pk=1).first()
-    if head is not None and (head.last_seq != checked or head.last_hash != expected_prev):
+    if head is not None and (head.last_seq != checked or head.last_hash != last_hash):
         return checked, ChainProblem(checked + 1, "events at the end of the chain are missing")
     return checked, None
 
 
-def _iter_events(batch_size: int) -> Iterator[AuditEvent]:
-    last = 0
+def _iter_events(batch_size: int, after_seq: int = 0, up_to: int | None = None) -> Iterator[AuditEvent]:
+    last = after_seq
     while True:
-        batch = list(AuditEvent.objects.filter(seq__gt=last).order_by("seq")[:batch_size])
+        rows = AuditEvent.objects.filter(seq__gt=last).order_by("seq")
+        if up_to is not None:
+            rows = rows.filter(seq__lte=up_to)
+        batch = list(rows[:batch_size])
         if not batch:
             return
         yield from batch

@@ -108,3 +108,9 @@ class AuditLogAction(StrEnum):
 
     CHAIN_VERIFIED = "audit.chain.verified"
     CHAIN_BROKEN = "audit.chain.broken"
+
+
+class SignInAction(StrEnum):
+    """People signing in to the admin (django-axes counts the failures; ``rewind.signin``)."""
+
+    LOCKED_OUT = "signin.locked_out"

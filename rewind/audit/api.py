@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.audit import verify_chain
+from rewind.audit.anchors import chain_check
 from rewind.audit.models import AuditEvent
 from rewind.audit.selectors import audit_event_get, audit_event_list
 from rewind.rest.pagination import AuditCursorPagination, paginated_response
@@ -77,7 +77,7 @@ class AuditEventDetailApi(APIView):
 
 
 class AuditVerifyApi(APIView):
-    """Walks the whole chain (``manage.py audit_verify`` does the same) and reports the first break."""
+    """Walks the whole chain and holds it against the newest anchor (``manage.py audit_verify`` does the same); reports the first break."""
 
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
@@ -88,6 +88,9 @@ class AuditVerifyApi(APIView):
             {
                 "ok": serializers.BooleanField(),
                 "events": serializers.IntegerField(help_text="How many events were checked."),
+                "anchors": serializers.IntegerField(
+                    help_text="How many anchors published outside the database the chain matches (the newest)."
+                ),
                 "broken_at": serializers.IntegerField(
                     required=False, help_text="The first event that breaks the chain."
                 ),
@@ -96,7 +99,10 @@ class AuditVerifyApi(APIView):
         )
     )
     def get(self, request: Request) -> Response:
-        checked, problem = verify_chain()
-        if problem is None:
-            return Response({"ok": True, "events": checked})
-        return Response({"ok": False, "events": checked, "broken_at": problem.seq, "reason": problem.reason})
+        check = chain_check()
+        if check.ok:
+            return Response({"ok": True, "events": check.events, "anchors": check.anchors})
+        return Response(
+            {"ok": False, "events": check.events, "anchors": check.anchors, "broken_at": check.broken_at,
+             "reason": check.reason}
+        )  # fmt: skip

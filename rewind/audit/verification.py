@@ -2,45 +2,71 @@
 
 The event goes into the chain it checked, after its last event, so the next verification also
 proves the earlier ones were recorded as they were; a broken chain is recorded the same way
-(``audit.chain.broken``), naming the first broken event.
+(``audit.chain.broken``), naming the first broken event or the first anchor the chain does not
+match (``rewind.audit.anchors``: a chain cut at its end or emptied still links, the anchors
+published outside the database do not).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from django.db import transaction
 
 from rewind.actors import Actor
-from rewind.audit import audit_record, verify_chain
+from rewind.audit import audit_record
 from rewind.audit.actions import AuditLogAction
+from rewind.audit.anchors import ChainCheck, chain_check
 from rewind.audit.models import AuditEvent
 
 
 @dataclass(frozen=True)
 class ChainVerification:
-    ok: bool
-    events: int  # intact events before the first break (all of them when ok)
-    broken_at: int | None
-    reason: str
+    check: ChainCheck
     event: AuditEvent | None  # the event recording this verification; None when it could not be written
     record_error: str = ""
 
+    @property
+    def ok(self) -> bool:
+        return self.check.ok
 
-def audit_chain_verify(*, actor: Actor, request_id: str | None = None) -> ChainVerification:
-    """Walk the whole chain, then append what was found (``audit.chain.verified`` or ``.broken``).
+    @property
+    def events(self) -> int:  # intact events before the first break (all of them when ok)
+        return self.check.events
 
-    The walk holds no lock; the record takes the head lock like any append. When the record
-    cannot be written (the head row is gone, the database refuses), the verdict is still
+    @property
+    def broken_at(self) -> int | None:
+        return self.check.broken_at
+
+    @property
+    def reason(self) -> str:
+        return self.check.reason
+
+
+def audit_chain_verify(
+    *, actor: Actor, request_id: str | None = None, every_anchor: bool = False, anchor_files: Sequence[Path] = ()
+) -> ChainVerification:
+    """Walk the whole chain and hold it against the anchors, then append what was found
+    (``audit.chain.verified`` or ``.broken``).
+
+    ``every_anchor``: every anchor of ``anchor_files`` (default the configured file), not only
+    the newest. The walk holds no lock; the record takes the head lock like any append. When the
+    record cannot be written (the head row is gone, the database refuses), the verdict is still
     returned, with ``record_error`` saying why it is not kept.
     """
     started = time.monotonic()
-    checked, problem = verify_chain()
-    data: dict[str, object] = {"events": checked, "duration_ms": round((time.monotonic() - started) * 1000)}
-    if problem is not None:
-        data.update(broken_at=problem.seq, reason=problem.reason)
-    action = AuditLogAction.CHAIN_VERIFIED if problem is None else AuditLogAction.CHAIN_BROKEN
+    check = chain_check(every_anchor=every_anchor, anchor_files=anchor_files)
+    data: dict[str, object] = {
+        "events": check.events,
+        "anchors": check.anchors,
+        "duration_ms": round((time.monotonic() - started) * 1000),
+    }
+    if not check.ok:
+        data.update(broken_at=check.broken_at, reason=check.reason)
+    action = AuditLogAction.CHAIN_VERIFIED if check.ok else AuditLogAction.CHAIN_BROKEN
     try:
         # Its own savepoint: the event is the only change here, and a failed write must not
         # leave a caller's transaction unusable.
@@ -49,11 +75,4 @@ def audit_chain_verify(*, actor: Actor, request_id: str | None = None) -> ChainV
         error = ""
     except Exception as exc:  # any failure to write: the verdict itself must still reach the caller
         event, error = None, f"{type(exc).__name__}: {exc}"
-    return ChainVerification(
-        ok=problem is None,
-        events=checked,
-        broken_at=problem.seq if problem else None,
-        reason=problem.reason if problem else "",
-        event=event,
-        record_error=error,
-    )
+    return ChainVerification(check=check, event=event, record_error=error)

@@ -9,18 +9,10 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-_STYLE = "padding:1px 6px;border-radius:8px;white-space:nowrap;color:#fff;background:{}"
-_WARN, _GONE = "#b26b00", "#ba2121"
 
-
-def _span(kind: str, colour: str, text: str, title: str) -> SafeString:
-    return format_html(
-        '<span class="retention-badge retention-{}" style="{}" title="{}">{}</span>',
-        kind,
-        _STYLE.format(colour),
-        title,
-        text,
-    )
+def _span(kind: str, text: str, title: str) -> SafeString:
+    # Styled in rewind/static/rewind/admin.css: the content security policy allows no inline style.
+    return format_html('<span class="retention-badge retention-{}" title="{}">{}</span>', kind, title, text)
 
 
 def _in_words(delta: timedelta) -> str:
@@ -37,12 +29,12 @@ def retention_badge(
     when = f"{leaves_at:%Y-%m-%d %H:%M} UTC" if leaves_at else ""
     if left_seen_at is not None:
         text = f"left the journal{' at about ' + when if when else ''}"
-        return _span("gone", _GONE, text, f"seen gone at {left_seen_at:%Y-%m-%d %H:%M} UTC; no recovery from it")
+        return _span("gone", text, f"seen gone at {left_seen_at:%Y-%m-%d %H:%M} UTC; no recovery from it")
     if leaves_at is None:
         return "-"
     window = timedelta(hours=settings.REWIND_RETENTION_WARN_H)
     if window and leaves_at - now <= window:
         left = leaves_at - now
         text = f"⚠ leaves the journal in {_in_words(left)}" if left > timedelta(0) else "⚠ leaving the journal now"
-        return _span("warn", _WARN, text, f"estimated {when}; recover from it before then")
+        return _span("warn", text, f"estimated {when}; recover from it before then")
     return format_html("{} <small>(in {})</small>", when, _in_words(leaves_at - now))

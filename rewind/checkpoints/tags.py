@@ -1,8 +1,9 @@
 """The checkpoint tag: ``ai:<agent> | <action> | vm=<vm> | change=<id> | <utc>``.
 
 - ``agent`` is the authenticated agent's name, never a caller-supplied value.
-- ``|`` and control characters are removed from the action (``|`` separates the fields, so
-  a reader can split a tag back into them); runs of whitespace become one space.
+- ``|`` and control characters are removed from the action and the VM's name (``|`` separates
+  the fields, so a reader can split a tag back into them); runs of whitespace become one space;
+  a change id holding them is refused.
 - ``utc`` is ISO 8601 to the second with ``Z``.
 - Length: a tag is at most ``REWIND_TAG_MAX_LENGTH`` characters (and never more than the 255
   the record holds). Only the action is shortened to fit, ending in ``...``: agent, VM,
@@ -39,9 +40,13 @@ def _strip_controls(text: str) -> str:
     )
 
 
+def _tag_text(text: str) -> str:
+    return _SPACES.sub(" ", _strip_controls(text or "")).strip()
+
+
 def clean_action(action: str) -> str:
     """The action as it goes into the tag; raises ApplicationError when nothing is left."""
-    cleaned = _SPACES.sub(" ", _strip_controls(action or "")).strip()
+    cleaned = _tag_text(action)
     if not cleaned:
         raise ApplicationError("describe the change in 'action' (what you are about to do); it is empty")
     return cleaned[:ACTION_MAX]
@@ -74,7 +79,8 @@ def max_tag_length() -> int:
 def build_tag(*, agent: str, action: str, vm: str, change_id: str, now: datetime) -> str:
     """The tag for one change; ``action`` must already be cleaned. Raises ApplicationError."""
     head = f"ai:{agent} | "
-    tail = f" | vm={vm} | change={change_id} | {tag_time(now)}"
+    # The VM's name is the ZVM's, which may hold anything: it loses "|" and control characters too.
+    tail = f" | vm={_tag_text(vm) or '?'} | change={change_id} | {tag_time(now)}"
     limit = max_tag_length()
     room = limit - len(head) - len(tail)
     if len(action) <= room:

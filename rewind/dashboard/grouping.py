@@ -55,7 +55,12 @@ GROUPS: tuple[Group, ...] = (
         ("rewind.agents", "rewind.oauth", "oauth2_provider", "rewind.sites", "rewind.workers", "rewind.mcp"),
     ),
     Group("audit", "The audit", ("rewind.auditevent",), ("rewind.audit",)),
-    Group("people", "People", ("auth.user", "auth.group"), ("django.contrib.auth",)),
+    Group(
+        "people",
+        "People",
+        ("auth.user", "auth.group", "axes.accessattempt", "axes.accessfailurelog", "axes.accesslog"),
+        ("django.contrib.auth", "axes"),
+    ),
 )
 OTHER = Group("more", "More", ())
 HIDDEN_APPS = frozenset({"django_celery_results", "django_celery_beat"})
@@ -79,6 +84,9 @@ LABELS = {
     "rewind.upstreamtool": "Upstream tools (exposed names)",
     "rewind.gatewaycall": "Calls through the gateway",
     "rewind.upstreamlink": "Upstream sessions by process",
+    "axes.accessattempt": "Failed sign-ins (lock-outs)",
+    "axes.accessfailurelog": "Sign-in failures",
+    "axes.accesslog": "Sign-ins",
 }
 
 _BY_KEY = {g.key: g for g in (*GROUPS, OTHER)}

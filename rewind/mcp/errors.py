@@ -12,6 +12,7 @@ No input is ever echoed in full: ``excerpt`` cuts it to a few dozen characters.
 
 from __future__ import annotations
 
+import difflib
 import json
 from collections.abc import Mapping
 from typing import Any
@@ -114,3 +115,25 @@ def validation_message(exc: ValidationError, properties: Mapping[str, Any]) -> s
                 prop if isinstance(prop, Mapping) else {},
             )
     return " ".join(sentences.values())
+
+
+def _closest(name: str, known: list[str]) -> str | None:
+    by_lower = {k.lower(): k for k in known}
+    close = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
+    return by_lower[close[0]] if close else None
+
+
+def unknown_arguments_message(tool: str, unknown: list[str], known: list[str]) -> str:
+    """One sentence per argument ``tool`` does not take, with the closest one it does take.
+
+    An agent that misspells ``change_id`` must hear so, not get a new guard: a call with an
+    undeclared argument is refused before anything is done.
+    """
+    sentences = []
+    for name in unknown:
+        shown = excerpt(name)[1:-1] if len(name) > EXCERPT_CHARS else name
+        sentence = f"{tool} has no argument `{shown}`"
+        closest = _closest(name, known)
+        sentences.append(sentence + (f"; did you mean `{closest}`?" if closest else "."))
+    takes = ", ".join(known) if known else "none"
+    return " ".join(sentences) + f" Its arguments: {takes}. Nothing was done."

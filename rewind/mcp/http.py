@@ -1,4 +1,4 @@
-"""ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, absurd method names, rate limit.
+"""ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, rate limit, envelope.
 
 In this order, each refusal with a body a client shows as a readable reason:
 - 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
@@ -12,15 +12,19 @@ In this order, each refusal with a body a client shows as a readable reason:
   in one sentence how to get a token, in the body and in the error_description, and never quotes the
   token sent. The SDK checks the token again behind this guard, as a second lock;
 - 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
-- 403 ``insufficient_scope`` for a tools/call of a tool the token's scopes do not cover, naming the
-  scope it needs in the challenge (the MCP step-up authorization) and the body;
+- 429 with Retry-After when an agent is over its limit (every authenticated request counts,
+  malformed ones too);
+- 400 with -32700 (parse error) or -32600 (invalid request) for a body that is not one JSON-RPC
+  message, in both protocol eras (``rewind.mcp.envelope``);
 - -32601 (method not found) for a JSON-RPC method name longer than any MCP method, quoting a
   short excerpt of it (the SDK would echo all of it);
-- 429 with Retry-After when an agent is over MCP_RATE_LIMIT_PER_MINUTE.
+- 403 ``insufficient_scope`` for a tools/call of a tool the token's scopes do not cover, naming the
+  scope it needs in the challenge (the MCP step-up authorization) and the body.
 
-The 405, 413, -32601 and 429 bodies are JSON-RPC errors; the 401 body is the SDK's RFC 6750 shape
-(``error``, ``error_description``). The limit is counted once for the whole deployment
-(``rewind.mcp.ratelimit``: in Redis when REDIS_URL is set, else in the database).
+The 405, 413, 400, -32601 and 429 bodies are JSON-RPC errors that quote at most an excerpt of
+what was sent; the 401 body is the SDK's RFC 6750 shape (``error``, ``error_description``). The
+limit is counted once for the whole deployment (``rewind.mcp.ratelimit``: in Redis when
+REDIS_URL is set, else in the database).
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from mcp.server.auth.provider import AccessToken
 from rewind.mcp import scopes
 from rewind.mcp.auth import CachedTokenVerifier
 from rewind.mcp.endpoint import mcp_resource, protected_resource_metadata_url, same_resource
+from rewind.mcp.envelope import INVALID_REQUEST, Envelope, read_envelope
 from rewind.mcp.errors import excerpt
 from rewind.mcp.ratelimit import RateLimiter
 
@@ -45,12 +50,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
-INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 ALLOWED_METHODS = "POST"
 # No MCP method name comes near this; a longer one is answered here, quoting an excerpt.
 METHOD_NAME_MAX_CHARS = 128
-_LONG_METHOD = re.compile(rb'"method"\s*:\s*"(?:[^"\\]|\\.){%d,}' % (METHOD_NAME_MAX_CHARS + 1))
 RATE_LIMITED = -32029  # server-defined range; the HTTP status says the rest
 
 
@@ -98,14 +101,6 @@ async def _send_challenge(
     ]
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
-
-
-def _rpc_id(body: bytes) -> Any:
-    try:
-        message = json.loads(body)
-    except ValueError:
-        return None
-    return message.get("id") if isinstance(message, dict) else None
 
 
 async def _send_error(
@@ -179,9 +174,15 @@ class McpHttpGuard:
         body = await self._read_body(scope, receive, send)
         if body is None:
             return
-        if await self._absurd_method(body, send):
+        envelope = read_envelope(body)
+        if await self._over_rate(access, envelope, send):
             return
-        if await self._over_rate(access, body, send):
+        if envelope.error_code is not None:
+            await _send_error(send, 400, envelope.error_code, envelope.error, envelope.rpc_id)
+            return
+        if envelope.method is not None and len(envelope.method) > METHOD_NAME_MAX_CHARS:
+            message = f"method not found: {excerpt(envelope.method)}"
+            await _send_error(send, 404, METHOD_NOT_FOUND, message, envelope.rpc_id)
             return
         if await self._outside_scopes(access, body, scope, send):
             return
@@ -216,20 +217,6 @@ class McpHttpGuard:
         await _send_challenge(send, scope, 403, "insufficient_scope", str(error), needed)
         return True
 
-    @staticmethod
-    async def _absurd_method(body: bytes, send: Send) -> bool:
-        if _LONG_METHOD.search(body) is None:  # cheap: most bodies are never parsed here
-            return False
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return False
-        method = message.get("method") if isinstance(message, dict) else None
-        if not isinstance(method, str) or len(method) <= METHOD_NAME_MAX_CHARS:
-            return False
-        await _send_error(send, 404, METHOD_NOT_FOUND, f"method not found: {excerpt(method)}", message.get("id"))
-        return True
-
     async def _read_body(self, scope: Scope, receive: Receive, send: Send) -> bytes | None:
         too_large = f"request body too large (limit {self.max_body_bytes} bytes)"
         declared = _header(scope, b"content-length")
@@ -251,18 +238,17 @@ class McpHttpGuard:
             if not message.get("more_body", False):
                 return b"".join(chunks)
 
-    async def _over_rate(self, access: AccessToken, body: bytes, send: Send) -> bool:
+    async def _over_rate(self, access: AccessToken, envelope: Envelope, send: Send) -> bool:
         wait = await self.limiter.take(access.client_id)
         if wait <= 0:
             return False
         retry_after = max(1, math.ceil(wait))
         message = (
-            f"rate limit exceeded for agent {access.client_id}: at most {self.limiter.per_minute} requests "
-            f"per minute; retry after {retry_after} s"
+            f"rate limit exceeded for agent {access.client_id}: {self.limiter.limit.describe()}; "
+            f"retry after {retry_after} s"
         )
-        await _send_error(
-            send, 429, RATE_LIMITED, message, _rpc_id(body), [(b"retry-after", str(retry_after).encode())]
-        )
+        headers = [(b"retry-after", str(retry_after).encode())]
+        await _send_error(send, 429, RATE_LIMITED, message, envelope.rpc_id, headers)
         return True
 
 

@@ -6,18 +6,32 @@ from django.db import models
 
 
 class McpRateCount(models.Model):
-    """One agent's count for ``MCP_RATE_LIMIT_PER_MINUTE``, shared by every worker (``rewind.mcp.ratelimit``).
+    """One agent's row for ``MCP_RATE_LIMIT_PER_MINUTE``, shared by every worker (``rewind.mcp.ratelimit``).
 
-    ``tat`` is GCRA's "theoretical arrival time" of the agent's next call, in microseconds since
-    the epoch; ``allowed`` says whether the last call counted went ahead (1) or was refused (0).
+    Locked while a call of the agent is decided, so every worker decides in turn. ``tat`` is the
+    burst pacing's "theoretical arrival time" of the agent's next call (GCRA), in microseconds
+    since the epoch; 0 while bursts are not limited.
     """
 
     key = models.CharField(max_length=200, primary_key=True)
     tat = models.BigIntegerField(default=0)
-    allowed = models.SmallIntegerField(default=1)
 
     class Meta:
         verbose_name = "MCP rate count"
 
     def __str__(self) -> str:
         return self.key
+
+
+class McpRateCall(models.Model):
+    """One accepted call of an agent still inside the limit's window (older ones are deleted as calls come)."""
+
+    key = models.CharField(max_length=200)
+    at = models.BigIntegerField(help_text="Microseconds since the epoch")
+
+    class Meta:
+        verbose_name = "MCP rate call"
+        indexes = [models.Index(fields=["key", "at"], name="rewind_mcp_rate_call_key_at")]
+
+    def __str__(self) -> str:
+        return f"{self.key} at {self.at}"

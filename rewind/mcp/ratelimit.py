@@ -1,16 +1,28 @@
-"""Per-agent rate limits for /mcp: ``per_minute`` calls, refilled continuously (burst up to the limit).
+"""Per-agent rate limits for /mcp: at most ``per_minute`` calls in any 60 seconds, exactly.
+
+The limit is a sliding window: a call goes ahead only when the agent's ``per_minute``-th most
+recent accepted call lies more than a window back, so no 60-second span, wherever it starts,
+holds more than ``per_minute`` accepted calls. (A token bucket of the same depth refilling at
+the same rate lets nearly twice the figure through in the first minute: the full bucket, then
+the refill.) The window is counted ``WINDOW_MARGIN_US`` wider than a minute, so the limit also
+holds where a client measures it, whose requests take a varying time to reach us.
+
+Within the window, an agent may spend its calls as it likes, all at once included. A limit on
+bursts is its own setting (``MCP_RATE_LIMIT_BURST``): then calls are also paced at the steady
+rate of ``per_minute`` a minute, with at most ``burst`` at once above it (GCRA: one "theoretical
+arrival time" per agent). The window holds either way.
 
 The count is kept once for the whole deployment, so N uvicorn workers allow the limit, not N
 times it:
-- ``RedisRateLimiter`` (when REDIS_URL is set): one count per agent for every worker and
-  replica, kept in Redis by a script (GCRA, the token bucket as one timestamp per agent,
-  on Redis's clock) in one round trip per request.
-- ``DbRateLimiter`` (no Redis, e.g. ``make run``'s embedded default): the same GCRA in the
-  database, ``McpRateCount``, one row per agent: one UPSERT statement per request, in its
-  own short transaction (autocommit, on a thread of its own, never inside another
-  transaction), so SQLite's write lock is held only for that statement. The clock is this
-  machine's (replicas on several machines need synchronized clocks, as NTP gives).
-- ``LocalRateLimiter``: a token bucket in this process; what the others fall back to.
+- ``RedisRateLimiter`` (when REDIS_URL is set): one list of accepted call times per agent
+  (at most ``per_minute`` long, expiring with the window), on Redis's clock, in one script per
+  request.
+- ``DbRateLimiter`` (no Redis, e.g. ``make run``'s embedded default): the same in the database,
+  one ``McpRateCount`` row per agent (locked for the decision, holding the burst pacing) and one
+  ``McpRateCall`` row per accepted call inside the window, in one short transaction of its own
+  (on a thread of its own, never inside another transaction). The clock is this machine's
+  (replicas on several machines need synchronized clocks, as NTP gives).
+- ``LocalRateLimiter``: the same in this process; what the others fall back to.
 
 While Redis or the database cannot be reached, the limit is counted in this process
 instead, the log says so, and the shared count is tried again after
@@ -18,7 +30,7 @@ instead, the log says so, and the shared count is tried again after
 take /mcp down with it.
 
 ``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until
-the agent may call again.
+the agent may call again; refused calls are not counted.
 """
 
 from __future__ import annotations
@@ -27,119 +39,189 @@ import asyncio
 import logging
 import threading
 import time
+from collections import deque
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Protocol
 
-from django.db import DatabaseError, connection
+from django.db import DatabaseError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 
 from rewind.mcp.context import recycle_connections
-from rewind.mcp.models import McpRateCount
+from rewind.mcp.models import McpRateCall, McpRateCount
 from rewind.redislink import REDIS_DOWN, RETRY_AFTER_FAILURE_S, RedisLink
 
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rewind:mcp:rate:"
+MINUTE_US = 60_000_000
+WINDOW_MARGIN_US = 200_000
 
-# KEYS[1]: the agent's key. ARGV[1]: microseconds per call; ARGV[2]: the burst tolerance in
-# microseconds ((limit - 1) calls). The key holds the "theoretical arrival time" of the next
-# call; a call is refused while that lies more than the tolerance ahead of now.
-_GCRA = """
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
-local interval = tonumber(ARGV[1])
-local tolerance = tonumber(ARGV[2])
-local tat = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tat < now then tat = now end
-local wait = tat - tolerance - now
-if wait > 0 then return wait end
-tat = tat + interval
-redis.call('SET', KEYS[1], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-return 0
-"""
+
+@dataclass(frozen=True)
+class RateLimit:
+    """The figures of a limit and the one decision every counter makes with them."""
+
+    per_minute: int
+    burst: int | None = None  # None: calls need not be paced within the window
+
+    @property
+    def window_us(self) -> int:
+        return MINUTE_US + WINDOW_MARGIN_US
+
+    @property
+    def interval_us(self) -> int:
+        # At least 1 µs: a limit above 60 million a minute would otherwise round to 0.
+        return max(1, MINUTE_US // self.per_minute)
+
+    @property
+    def tolerance_us(self) -> int:
+        """How far GCRA's arrival time may run ahead of now; -1 when bursts are not limited."""
+        return -1 if self.burst is None else self.interval_us * (self.burst - 1)
+
+    def decide(self, nth_latest: int | None, tat: int, now: int) -> tuple[int, int]:
+        """(µs to wait, 0 to go ahead; the pacing's next arrival time) for a call at ``now``.
+
+        ``nth_latest`` is the time of the ``per_minute``-th most recent accepted call (None
+        when there are fewer); ``tat`` the pacing's arrival time as stored.
+        """
+        if nth_latest is not None and nth_latest >= now - self.window_us:
+            return nth_latest + self.window_us - now + 1, tat
+        if self.burst is None:
+            return 0, tat
+        tat = max(tat, now)
+        if tat - self.tolerance_us > now:
+            return tat - self.tolerance_us - now, tat
+        return 0, tat + self.interval_us
+
+    def describe(self) -> str:
+        """The limit in words, for the 429 and the log."""
+        text = f"at most {self.per_minute} requests in any 60 s (MCP_RATE_LIMIT_PER_MINUTE)"
+        if self.burst is not None:
+            text += (
+                f", paced at {self.per_minute} a minute with bursts of at most {self.burst} at once "
+                "(MCP_RATE_LIMIT_BURST)"
+            )
+        return text
 
 
 class RateLimiter(Protocol):
-    per_minute: int
+    limit: RateLimit
 
     async def take(self, key: str) -> float: ...
 
 
 class LocalRateLimiter:
-    """Token bucket per key in this process."""
+    """The limit per key in this process."""
 
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
-        self.capacity = float(per_minute)
-        self.rate = per_minute / 60.0
-        self._buckets: dict[str, tuple[float, float]] = {}
+    def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
+        self._calls: dict[str, deque[int]] = {}
+        self._tats: dict[str, int] = {}
         self._lock = threading.Lock()
 
     async def take(self, key: str) -> float:
         return self.take_now(key)
 
     def take_now(self, key: str) -> float:
-        now = time.monotonic()
+        now = time.monotonic_ns() // 1000
         with self._lock:
-            tokens, stamp = self._buckets.get(key, (self.capacity, now))
-            tokens = min(self.capacity, tokens + (now - stamp) * self.rate)
-            if tokens >= 1.0:
-                self._buckets[key] = (tokens - 1.0, now)
-                return 0.0
-            self._buckets[key] = (tokens, now)
-            return (1.0 - tokens) / self.rate
+            calls = self._calls.setdefault(key, deque(maxlen=self.limit.per_minute))
+            nth_latest = calls[0] if len(calls) == self.limit.per_minute else None
+            wait, tat = self.limit.decide(nth_latest, self._tats.get(key, 0), now)
+            if wait > 0:
+                return wait / 1_000_000
+            calls.append(now)
+            self._tats[key] = tat
+            return 0.0
+
+
+# KEYS[1]: the agent's list of accepted call times, newest first; KEYS[2]: its pacing's arrival
+# time. ARGV: the limit, the window, the pacing interval and tolerance (-1: no pacing), all µs.
+# The decision is RateLimit.decide's.
+_SLIDING_WINDOW = """
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
+local limit = tonumber(ARGV[1])
+local window = tonumber(ARGV[2])
+local interval = tonumber(ARGV[3])
+local tolerance = tonumber(ARGV[4])
+local nth = redis.call('LINDEX', KEYS[1], limit - 1)
+if nth and tonumber(nth) >= now - window then return tonumber(nth) + window - now + 1 end
+local tat = 0
+if tolerance >= 0 then
+  tat = tonumber(redis.call('GET', KEYS[2]) or '0')
+  if tat < now then tat = now end
+  if tat - tolerance > now then return tat - tolerance - now end
+  tat = tat + interval
+  redis.call('SET', KEYS[2], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+end
+redis.call('LPUSH', KEYS[1], string.format('%d', now))
+redis.call('LTRIM', KEYS[1], 0, limit - 1)
+redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000) + 1)
+return 0
+"""
 
 
 class RedisRateLimiter:
-    """The same limit counted in Redis for every process; see the module docstring."""
+    """The limit counted in Redis for every process; see the module docstring."""
 
-    def __init__(self, url: str, per_minute: int) -> None:
-        self.per_minute = per_minute
-        # At least 1 µs: a limit above 60 million a minute would otherwise round to 0 and refuse all.
-        self._interval_us = max(1, 60_000_000 // per_minute)
-        self._tolerance_us = self._interval_us * (per_minute - 1)
-        self._local = LocalRateLimiter(per_minute)
+    def __init__(self, url: str, limit: RateLimit) -> None:
+        self.limit = limit
+        self._local = LocalRateLimiter(limit)
         self._link = RedisLink(url, logger=logger)
 
     async def take(self, key: str) -> float:
         if not self._link.up():
             return self._local.take_now(key)
+        limit = self.limit
         try:
-            script = self._link.async_script(_GCRA)
-            wait_us = await script(keys=[KEY_PREFIX + key], args=[self._interval_us, self._tolerance_us])
+            script = self._link.async_script(_SLIDING_WINDOW)
+            wait_us = await script(
+                keys=[KEY_PREFIX + key, KEY_PREFIX + "pace:" + key],
+                args=[limit.per_minute, limit.window_us, limit.interval_us, limit.tolerance_us],
+            )
         except REDIS_DOWN as exc:
             self._link.failed(exc, "rate limits are counted")
             return self._local.take_now(key)
         return max(0.0, int(wait_us) / 1_000_000)
 
 
-# The GCRA of _GCRA above as one statement, the same in SQLite (3.35+) and PostgreSQL. Every
-# SET expression reads the row as it was, so ``allowed`` and ``tat`` are decided together.
-# Parameters: key, now + interval (a new row), then now, tolerance, now, now (allowed), then
-# now, tolerance, now, now, now, interval (tat).
-_LATER = "(CASE WHEN {t}.tat > %s THEN {t}.tat ELSE %s END)"
-_GCRA_SQL = (
-    'INSERT INTO {t} ("key", tat, allowed) VALUES (%s, %s, 1) ON CONFLICT ("key") DO UPDATE SET '
-    "allowed = CASE WHEN " + _LATER + " - %s <= %s THEN 1 ELSE 0 END, "
-    "tat = CASE WHEN " + _LATER + " - %s <= %s THEN " + _LATER + " + %s ELSE {t}.tat END "
-    "RETURNING tat, allowed"
-)
-
-
 def _now_us() -> int:
     return int(time.time() * 1_000_000)
 
 
-class DbRateLimiter:
-    """The same limit counted in the database for every process; see the module docstring."""
+@dataclass(frozen=True)
+class _Sql:
+    lock: str  # the agent's row, made if need be and locked until the transaction ends; gives its tat
+    nth_latest: str
+    record: str
+    pace: str
+    forget: str
 
-    def __init__(self, per_minute: int) -> None:
-        self.per_minute = per_minute
-        # At least 1 µs: a limit above 60 million a minute would otherwise round to 0 and refuse all.
-        self._interval_us = max(1, 60_000_000 // per_minute)
-        self._tolerance_us = self._interval_us * (per_minute - 1)
-        self._local = LocalRateLimiter(per_minute)
+
+def _statements() -> _Sql:
+    quote = connection.ops.quote_name
+    counts, calls = quote(McpRateCount._meta.db_table), quote(McpRateCall._meta.db_table)
+    key, at, tat = quote("key"), quote("at"), quote("tat")
+    return _Sql(
+        lock=f"INSERT INTO {counts} ({key}, {tat}) VALUES (%s, 0) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {tat} = {counts}.{tat} RETURNING {tat}",
+        nth_latest=f"SELECT {at} FROM {calls} WHERE {key} = %s ORDER BY {at} DESC LIMIT 1 OFFSET %s",
+        record=f"INSERT INTO {calls} ({key}, {at}) VALUES (%s, %s)",
+        pace=f"UPDATE {counts} SET {tat} = %s WHERE {key} = %s",
+        forget=f"DELETE FROM {calls} WHERE {key} = %s AND {at} < %s",
+    )
+
+
+class DbRateLimiter:
+    """The limit counted in the database for every process; see the module docstring."""
+
+    def __init__(self, limit: RateLimit) -> None:
+        self.limit = limit
+        self._local = LocalRateLimiter(limit)
         self._down_until = 0.0
-        self._sql = _GCRA_SQL.format(t=connection.ops.quote_name(McpRateCount._meta.db_table))
+        self._sql = _statements()
         # A thread of its own: the tools' pool may be busy with ZVM calls, and the count must
         # not wait for them. Each of its threads keeps one connection.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-rate")
@@ -160,42 +242,35 @@ class DbRateLimiter:
             return self._local.take_now(key)
 
     def take_now(self, key: str) -> float:
-        """Count one call of ``key`` in one statement (its own transaction); 0.0 or the seconds to wait."""
+        """Decide one call of ``key`` in one short transaction of its own; 0.0 or the seconds to wait."""
         if connection.in_atomic_block:
             # Counted here, the write would last until the caller's transaction ends and hold
             # up every other process meanwhile; only a test calls from inside one.
             return self._local.take_now(key)
         recycle_connections()
-        now = _now_us()
-        interval, tolerance = self._interval_us, self._tolerance_us
-        params: list[int | str] = [
-            key,
-            now + interval,
-            now,
-            now,
-            now,
-            tolerance,
-            now,
-            now,
-            now,
-            tolerance,
-            now,
-            now,
-            interval,
-        ]
         try:
-            with connection.cursor() as cursor:
-                cursor.execute(self._sql, params)
-                tat, allowed = cursor.fetchone()
+            with transaction.atomic(), connection.cursor() as cursor:
+                return self._decide(cursor, key, _now_us())
         except DatabaseError:
-            if not connection.in_atomic_block:
-                connection.close_if_unusable_or_obsolete()
+            connection.close_if_unusable_or_obsolete()
             raise
-        if allowed:
-            return 0.0
-        return max(0.0, (int(tat) - tolerance - now) / 1_000_000)
+
+    def _decide(self, cursor: CursorWrapper, key: str, now: int) -> float:
+        sql, limit = self._sql, self.limit
+        cursor.execute(sql.lock, [key])
+        (tat,) = cursor.fetchone()
+        cursor.execute(sql.nth_latest, [key, limit.per_minute - 1])
+        found = cursor.fetchone()
+        wait, new_tat = limit.decide(int(found[0]) if found else None, int(tat), now)
+        if wait > 0:
+            return wait / 1_000_000
+        cursor.execute(sql.record, [key, now])
+        if new_tat != tat:
+            cursor.execute(sql.pace, [new_tat, key])
+        cursor.execute(sql.forget, [key, now - limit.window_us])
+        return 0.0
 
 
-def rate_limiter(per_minute: int, redis_url: str | None) -> RateLimiter:
+def rate_limiter(limit: RateLimit, redis_url: str | None) -> RateLimiter:
     """Shared through Redis when there is one, else through the database."""
-    return RedisRateLimiter(redis_url, per_minute) if redis_url else DbRateLimiter(per_minute)
+    return RedisRateLimiter(redis_url, limit) if redis_url else DbRateLimiter(limit)

@@ -9,6 +9,9 @@ Framework duties, so tools do not repeat them:
 - every call is audited (``mcp.tool.called``: agent, tool, masked arguments, outcome,
   duration, request id) after it ends. If that audit row cannot be written, the caller
   gets an error instead of the result (fail-closed);
+- every tool's input schema says ``additionalProperties: false``, and an argument a tool does not
+  declare is refused by name, with the closest one it does ("did you mean `change_id`?"), before
+  anything is done (pydantic would drop it without a word);
 - arguments that fail validation give one plain sentence per bad argument (``rewind.mcp.errors``),
   not pydantic's report; an unknown tool or prompt is a JSON-RPC error -32602 (invalid params),
   naming it by a short excerpt only;
@@ -64,10 +67,10 @@ from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.context import call_refs, refs_sentence
 from rewind.mcp.endpoint import MCP_PATH
-from rewind.mcp.errors import excerpt, validation_message
+from rewind.mcp.errors import excerpt, unknown_arguments_message, validation_message
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.providers import ToolProvider
-from rewind.mcp.ratelimit import rate_limiter
+from rewind.mcp.ratelimit import RateLimit, rate_limiter
 from rewind.requestid import bound_request_id
 from rewind.zvm import ZvmError
 
@@ -145,6 +148,11 @@ class RewindMCPServer(MCPServer):
     def add_tool_provider(self, provider: ToolProvider) -> None:
         self._providers.append(provider)
 
+    def forbid_undeclared_arguments(self) -> None:
+        """Say in every own tool's input schema what ``_checked_call`` enforces: no argument it does not declare."""
+        for tool in self._tool_manager.list_tools():
+            tool.parameters["additionalProperties"] = False
+
     async def list_tools(self) -> list[MCPTool]:
         granted = _granted_scopes()
         tools = [t for t in await super().list_tools() if _allows(granted, _declared_scope(t.meta))]
@@ -183,13 +191,16 @@ class RewindMCPServer(MCPServer):
                 code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
             )
         _check_scope(_declared_scope(tool.meta), name)
+        properties = tool.parameters.get("properties", {})
+        unknown = [key for key in arguments if key not in properties]
+        if unknown:
+            raise ToolError(unknown_arguments_message(name, unknown, list(properties)))
         try:
             return await super().call_tool(name, arguments, context)
         except ToolError as exc:
             cause = exc.__cause__
             if isinstance(cause, ValidationError) and not isinstance(exc, UnexpectedToolError):
-                schema = tool.parameters.get("properties", {})
-                raise ToolError(validation_message(cause, schema)) from cause
+                raise ToolError(validation_message(cause, properties)) from cause
             raise
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
@@ -209,6 +220,9 @@ class RewindMCPServer(MCPServer):
                 if isinstance(cause, (ApplicationError, ZvmError)) and isinstance(exc, UnexpectedToolError):
                     failure = ToolError(str(cause))
                     failure.__cause__ = cause
+                elif _TOKEN_IN_TEXT.search(str(exc)):
+                    failure = ToolError(_scrub(str(exc)))  # an error may quote an argument: never a token
+                    failure.__cause__ = exc.__cause__
                 else:
                     failure = exc
                 outcome, message = "error", str(failure)
@@ -398,6 +412,7 @@ def build_server(*, token_stores: Sequence[TokenStore]) -> RewindMCPServer:
     )
     _register_tools(server)
     server.check_declared_scopes()
+    server.forbid_undeclared_arguments()
     _register_skill(server)
     return server
 
@@ -417,7 +432,8 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
     )
     verifier = server._token_verifier
     assert isinstance(verifier, CachedTokenVerifier)  # build_server gives it one
-    limiter = rate_limiter(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_REDIS_URL)
+    limit = RateLimit(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_BURST)
+    limiter = rate_limiter(limit, settings.MCP_RATE_LIMIT_REDIS_URL)
     guard = McpHttpGuard(
         sdk_app,
         verifier=verifier,

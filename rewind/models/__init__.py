@@ -2,7 +2,7 @@ from rewind.agents.models import Agent, AgentToken
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
-from rewind.mcp.models import McpRateCount
+from rewind.mcp.models import McpRateCall, McpRateCount
 from rewind.notifications.models import NotificationDelivery
 from rewind.oauth.models import AgentGrant
 from rewind.sites.models import Site, SiteCircuit, ZvmRateWindow, ZvmRequestCount, ZvmToken
@@ -18,6 +18,7 @@ __all__ = [
     "ChangeGuard",
     "ChangeGuardVpg",
     "GatewayCall",
+    "McpRateCall",
     "McpRateCount",
     "NotificationDelivery",
     "Site",

@@ -59,6 +59,7 @@ from rewind.protection import state
 from rewind.protection.cache import Miss, cache_only
 from rewind.protection.eligibility import insert_refusal
 from rewind.protection.fingerprint import SitesFingerprint
+from rewind.protection.query import check_vm_query
 from rewind.protection.results import (
     Candidate,
     Protection,
@@ -434,7 +435,8 @@ def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
     Raises ``VmNotFoundError`` (nothing matches), ``VmAmbiguousError`` (several VMs match;
     the message lists name, identifier and sites of each), ``SitesUnavailableError`` (the VM's
     own site, or every site that might know it, could not be asked; see the module docstring),
-    ``ApplicationError`` (empty query, no site configured). Read-only; safe to repeat.
+    ``VmQueryError`` (a query that can name no VM: empty, a list, a path, control characters;
+    ``rewind.protection.query``), ``ApplicationError`` (no site configured). Read-only; safe to repeat.
     """
     return _lookup(vm, state.enabled_sites(), resolver or dns_resolver)
 
@@ -503,11 +505,7 @@ def _complete_or_refuse(
 
 
 def _lookup(vm: str, site_rows: list[Site], resolver: Resolver) -> Protection:
-    query = vm.strip()
-    if not query:
-        raise ApplicationError("give a VM name, hostname or vmIdentifier")
-    if len(query) > 255:
-        raise ApplicationError("that VM name is too long")
+    query = check_vm_query(vm)
     if not site_rows:
         raise ApplicationError("no ZVM site is configured here")
     handles = [_Handle(site, state.client_for(site)) for site in site_rows]

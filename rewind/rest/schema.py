@@ -28,12 +28,19 @@ class ErrorSerializer(serializers.Serializer):
     detail = serializers.CharField(help_text="What went wrong, in plain words.")
 
 
-# Invalid input: one list of messages per field (``non_field_errors`` for the whole body);
-# a body that is not JSON at all gets ``detail`` instead.
+# Invalid input: one list of messages per field (``non_field_errors`` for the whole body); a list or
+# an object field's messages are keyed by the bad item's index or key; a body that is not JSON at
+# all gets ``detail`` instead.
+_FIELD_MESSAGES: dict[str, Any] = {
+    "oneOf": [
+        {"type": "array", "items": {"type": "string"}},
+        {"type": "object", "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+    ]
+}
 VALIDATION_ERROR_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {"detail": {"type": "string"}},
-    "additionalProperties": {"type": "array", "items": {"type": "string"}},
+    "additionalProperties": _FIELD_MESSAGES,
     "example": {"vm_arg": ["name the tool argument that holds the VM (e.g. host)"]},
 }
 

@@ -1,25 +1,34 @@
-"""Helpers of the audit log's own tests."""
+"""Helpers of the audit log's own tests: changing the chain behind the application's back."""
 
 from __future__ import annotations
 
-import importlib
-
 from django.db import connection
 
-from rewind.models import AuditEvent
-
-append_only = importlib.import_module("rewind.migrations.0002_audit_append_only")
+from rewind.models import AuditChainHead, AuditEvent
+from tests.fixtures import audit_guards_lifted_run
 
 
 def raw_update(event: AuditEvent, column: str, sql_value: str) -> None:
     """Change a row behind the application's back, as someone with database access could."""
-    table = AuditEvent._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
-        else:
-            cursor.execute("DROP TRIGGER rewind_auditevent_no_update")
-            cursor.execute(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])
-            cursor.execute(append_only.SQLITE_UP[0])
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    audit_guards_lifted_run([(f"UPDATE {table} SET {column} = {sql_value} WHERE id = %s", [event.pk])])
+
+
+def raw_delete(*events: AuditEvent) -> None:
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    audit_guards_lifted_run([(f"DELETE FROM {table} WHERE id = %s", [e.pk]) for e in events])
+
+
+def raw_set_head(seq: int, last_hash: str) -> None:
+    """Set the chain head back, as someone would who cut the chain and wanted it to verify."""
+    table = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    audit_guards_lifted_run([(f"UPDATE {table} SET last_seq = %s, last_hash = %s WHERE id = 1", [seq, last_hash])])
+
+
+def raw_empty() -> None:
+    """Empty the whole log and reset its head, as a TRUNCATE by someone who may lift the guards would."""
+    events = connection.ops.quote_name(AuditEvent._meta.db_table)
+    head = connection.ops.quote_name(AuditChainHead._meta.db_table)
+    audit_guards_lifted_run(
+        [(f"DELETE FROM {events}", []), (f"UPDATE {head} SET last_seq = 0, last_hash = %s", ["0" * 64])]
+    )

@@ -3,16 +3,17 @@ from __future__ import annotations
 import importlib
 import itertools
 import threading
+from typing import Any
 
 import pytest
 from django.core.management import CommandError, call_command
 from django.db import DatabaseError, connection, connections, transaction
 from django.utils import timezone
 
-from rewind.audit import Actor, AuditChainError, audit_record, mask_secrets, verify_chain
+from rewind.audit import Actor, audit_record, mask_secrets, verify_chain
 from rewind.audit.models import AppendOnlyError
 from rewind.models import AuditChainHead, AuditEvent, Site
-from tests.audit.support import raw_update
+from tests.audit.support import raw_delete, raw_set_head, raw_update
 
 append_only = importlib.import_module("rewind.migrations.0002_audit_append_only")
 
@@ -86,13 +87,7 @@ def test_a_broken_chain_is_recorded_as_broken() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_it_detects_a_deleted_row() -> None:
     events = _record(4)
-    table = AuditEvent._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-        cursor.execute(f"DELETE FROM {table} WHERE id = %s", [events[1].pk])
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+    raw_delete(events[1])
     with pytest.raises(CommandError, match=r"BROKEN at event #2\b"):
         call_command("audit_verify")
 
@@ -100,13 +95,7 @@ def test_it_detects_a_deleted_row() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_it_detects_a_truncated_tail() -> None:
     events = _record(3)
-    table = AuditEvent._meta.db_table
-    with connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} DISABLE TRIGGER USER")
-        cursor.execute(f"DELETE FROM {table} WHERE id = %s", [events[2].pk])
-        if connection.vendor == "postgresql":
-            cursor.execute(f"ALTER TABLE {table} ENABLE TRIGGER USER")
+    raw_delete(events[2])
     with pytest.raises(CommandError, match=r"BROKEN at event #3\b"):
         call_command("audit_verify")
 
@@ -123,6 +112,33 @@ def test_it_refuses_updates_and_deletes() -> None:
     # The database itself refuses an UPDATE that goes around the ORM.
     with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
         cursor.execute(f"UPDATE {AuditEvent._meta.db_table} SET actor = 'x' WHERE id = %s", [event.pk])
+
+
+def _refused(sql: str, params: list[Any] | None = None) -> None:
+    with pytest.raises(DatabaseError), transaction.atomic(), connection.cursor() as cursor:
+        cursor.execute(sql, params or [])
+
+
+@pytest.mark.django_db
+def test_the_database_refuses_to_cut_or_empty_the_chain() -> None:
+    """DELETE passed on SQLite and TRUNCATE on PostgreSQL; the head row could be removed or set back."""
+    events = _record(3)
+    quote = connection.ops.quote_name
+    table, head = quote(AuditEvent._meta.db_table), quote(AuditChainHead._meta.db_table)
+    _refused(f"DELETE FROM {table} WHERE seq > 1")
+    _refused(f"DELETE FROM {table}")
+    _refused(f"DELETE FROM {head}")
+    _refused(f"UPDATE {head} SET last_seq = 1, last_hash = %s", [events[0].hash])  # set back
+    _refused(f"UPDATE {head} SET last_seq = 3, last_hash = %s", ["f" * 64])  # onto a hash no event has
+    _refused(f"UPDATE {head} SET last_seq = 4, last_hash = %s", [events[2].hash])  # past the end
+    if connection.vendor == "postgresql":
+        _refused(f"TRUNCATE {table}")
+        _refused(f"TRUNCATE {head}")
+        _refused(f"TRUNCATE {table}, {head}")
+    assert list(AuditEvent.objects.order_by("seq").values_list("seq", flat=True)) == [1, 2, 3]
+    assert verify_chain() == (3, None)
+    _record(1)  # the head still moves forward as appends need
+    assert verify_chain() == (4, None)
 
 
 @pytest.mark.django_db
@@ -156,9 +172,9 @@ def test_it_masks_secrets() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_it_aborts_the_change_when_the_audit_write_fails() -> None:
     _record(1)
-    AuditChainHead.objects.all().delete()  # the audit write can no longer succeed
+    raw_set_head(0, "0" * 64)  # the head no longer matches the chain: the audit write can no longer succeed
     # Both writes share one transaction on purpose: the failing audit write must undo the site.
-    with pytest.raises(AuditChainError), transaction.atomic():  # noqa: PT012
+    with pytest.raises(DatabaseError), transaction.atomic():  # noqa: PT012
         Site.objects.create(name="x", base_url="https://zvm")
         audit_record(actor=Actor.system(), action="site.created", target=("site", "x"))
     assert not Site.objects.exists()

@@ -1,17 +1,29 @@
-"""Per-agent rate limits: per process, shared through Redis across workers, and Redis going away."""
+"""Per-agent rate limits: exact in any 60 s, per process, shared through Redis or the database, and a store going away."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import uuid
 from typing import Any
+from unittest import mock
 
 import pytest
 import redis
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from rewind.mcp.models import McpRateCount
-from rewind.mcp.ratelimit import KEY_PREFIX, DbRateLimiter, LocalRateLimiter, RedisRateLimiter, rate_limiter
+from rewind.mcp.models import McpRateCall, McpRateCount
+from rewind.mcp.ratelimit import (
+    KEY_PREFIX,
+    MINUTE_US,
+    DbRateLimiter,
+    LocalRateLimiter,
+    RateLimit,
+    RedisRateLimiter,
+    rate_limiter,
+)
 from rewind.processes import free_port
 from tests.helpers import call_body, post, run
 from tests.mcpfixtures import make_agent_token, run_uvicorn
@@ -39,31 +51,31 @@ def _takes(limiter: Any, key: str, n: int) -> list[float]:
     return run(many())
 
 
-def test_a_local_limit_allows_a_burst_of_the_limit_then_says_how_long_to_wait() -> None:
-    limiter = LocalRateLimiter(per_minute=3)
+def test_a_local_limit_allows_the_limit_then_says_how_long_to_wait() -> None:
+    limiter = LocalRateLimiter(RateLimit(3))
     waits = _takes(limiter, "bot", 4)
     assert waits[:3] == [0.0, 0.0, 0.0]
-    assert 0 < waits[3] <= 20  # one call comes back every 60/3 s
+    assert 59 < waits[3] <= 60.3  # the window: the first call leaves it a minute after it came
     assert _takes(limiter, "other-bot", 1) == [0.0], "each agent has its own count"
 
 
 def test_two_workers_share_one_count_in_redis(redis_url: str) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
-    workers = [RedisRateLimiter(redis_url, per_minute=5), RedisRateLimiter(redis_url, per_minute=5)]
+    workers = [RedisRateLimiter(redis_url, RateLimit(5)), RedisRateLimiter(redis_url, RateLimit(5))]
 
     async def alternate() -> list[float]:
         return [await workers[i % 2].take(agent) for i in range(7)]
 
     waits = run(alternate())
     assert waits[:5] == [0.0] * 5
-    assert all(0 < w <= 12 for w in waits[5:]), waits  # one call comes back every 60/5 s
+    assert all(59 < w <= 60.3 for w in waits[5:]), waits  # no call comes back before the window passed
     ttl_ms = redis.Redis.from_url(redis_url).pttl(KEY_PREFIX + agent)
-    assert 0 < ttl_ms <= 61_000, "the count must not outlive a minute"
+    assert 0 < ttl_ms <= 61_300, "the count must not outlive its window"
 
 
 def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     url = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"  # nothing listens there
-    limiter = RedisRateLimiter(url, per_minute=2)
+    limiter = RedisRateLimiter(url, RateLimit(2))
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
     assert waits[:2] == [0.0, 0.0]
@@ -75,33 +87,37 @@ def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptu
 
 
 def test_the_setting_picks_the_counter() -> None:
-    assert isinstance(rate_limiter(10, None), DbRateLimiter)
-    assert isinstance(rate_limiter(10, "redis://127.0.0.1:6379/15"), RedisRateLimiter)
+    assert isinstance(rate_limiter(RateLimit(10), None), DbRateLimiter)
+    assert isinstance(rate_limiter(RateLimit(10), "redis://127.0.0.1:6379/15"), RedisRateLimiter)
 
 
 def test_two_workers_share_one_count_in_the_database(transactional_db: None) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
-    workers = [DbRateLimiter(per_minute=5), DbRateLimiter(per_minute=5)]
+    workers = [DbRateLimiter(RateLimit(5)), DbRateLimiter(RateLimit(5))]
 
     async def alternate() -> list[float]:
         return [await workers[i % 2].take(agent) for i in range(7)]
 
     waits = run(alternate())
     assert waits[:5] == [0.0] * 5
-    assert all(0 < w <= 12 for w in waits[5:]), waits  # one call comes back every 60/5 s
+    assert all(59 < w <= 60.3 for w in waits[5:]), waits  # no call comes back before the window passed
     assert McpRateCount.objects.filter(key=agent).count() == 1
+    assert McpRateCall.objects.filter(key=agent).count() == 5, "refused calls are not counted"
     assert run(workers[0].take("other-bot")) == 0.0, "each agent has its own count"
 
 
-def test_a_database_count_gives_a_call_back_after_the_interval(transactional_db: None, monkeypatch: Any) -> None:
-    limiter = DbRateLimiter(per_minute=2)
+def test_a_database_count_gives_a_call_back_once_the_window_passed(transactional_db: None, monkeypatch: Any) -> None:
+    limiter = DbRateLimiter(RateLimit(2))
     now = [1_800_000_000_000_000]
     monkeypatch.setattr("rewind.mcp.ratelimit._now_us", lambda: now[0])
-    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, pytest.approx(30.0)]
-    assert limiter.take_now("bot") == pytest.approx(30.0)  # still refused: refusals do not count
+    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, pytest.approx(60.2, abs=0.001)]
     now[0] += 30_000_000
+    assert limiter.take_now("bot") == pytest.approx(30.2, abs=0.001)  # still refused: refusals do not count
+    now[0] += 30_300_000
     assert limiter.take_now("bot") == 0.0
-    assert limiter.take_now("bot") == pytest.approx(30.0)
+    assert limiter.take_now("bot") == 0.0
+    assert limiter.take_now("bot") == pytest.approx(60.2, abs=0.001)
+    assert McpRateCall.objects.filter(key="bot").count() == 2, "calls out of the window are forgotten"
 
 
 def test_without_the_database_it_counts_per_process_and_says_so(
@@ -109,7 +125,7 @@ def test_without_the_database_it_counts_per_process_and_says_so(
 ) -> None:
     from django.db import OperationalError
 
-    limiter = DbRateLimiter(per_minute=2)
+    limiter = DbRateLimiter(RateLimit(2))
 
     def broken(key: str) -> float:
         raise OperationalError("database is locked")
@@ -166,7 +182,94 @@ def test_the_endpoint_counts_in_redis_when_it_is_configured(
 
 
 def test_a_closed_event_loop_does_not_keep_its_redis_client(redis_url: str) -> None:
-    limiter = RedisRateLimiter(redis_url, per_minute=100)
+    limiter = RedisRateLimiter(redis_url, RateLimit(100))
     for _ in range(3):
         assert run(limiter.take(f"bot-{uuid.uuid4().hex}")) == 0.0
     assert limiter._link.event_loops_held() == 1
+
+
+def _accepted_at(limit: RateLimit, arrivals_us: list[int]) -> list[int]:
+    """The arrivals a per-process counter lets through, on a clock the test moves."""
+    limiter = LocalRateLimiter(limit)
+    accepted = []
+    for at in arrivals_us:
+        with mock.patch("rewind.mcp.ratelimit.time.monotonic_ns", return_value=at * 1000):
+            if limiter.take_now("bot") == 0.0:
+                accepted.append(at)
+    return accepted
+
+
+def _most_in_any_minute(times_us: list[int]) -> int:
+    most, start = 0, 0
+    for end, at in enumerate(times_us):
+        while at - times_us[start] > MINUTE_US:  # a closed window of 60 s: [t, t + 60 s]
+            start += 1
+        most = max(most, end - start + 1)
+    return most
+
+
+def test_an_agent_paced_above_the_limit_gets_at_most_the_limit_in_any_minute() -> None:
+    """The case a bucket got wrong: 600 a minute, an agent at 20 calls/s for 2 minutes."""
+    arrivals = [i * 50_000 for i in range(20 * 120)]
+    accepted = _accepted_at(RateLimit(600), arrivals)
+    assert _most_in_any_minute(accepted) == 600
+    assert len([a for a in accepted if a < 60_000_000]) == 600  # a bucket let 1,199 through here
+    assert len([a for a in accepted if a < 20_000_000]) == 400  # and 793 in the first 20 s (all 400 sent)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    per_minute=st.integers(1, 30),
+    burst=st.one_of(st.none(), st.integers(1, 30)),
+    gaps=st.lists(st.integers(0, 8_000_000), min_size=1, max_size=120),
+)
+def test_no_minute_ever_holds_more_than_the_limit_and_a_refusal_is_always_owed(
+    per_minute: int, burst: int | None, gaps: list[int]
+) -> None:
+    limit = RateLimit(per_minute, None if burst is None else min(burst, per_minute))
+    arrivals = list(itertools.accumulate(gaps, initial=10**12))[1:]
+    accepted = _accepted_at(limit, arrivals)
+    assert _most_in_any_minute(accepted) <= per_minute
+    if limit.burst is None:
+        # Never stricter than the window: a refused arrival had the limit's calls in the minute before it.
+        accepted_set = set(accepted)
+        for at in arrivals:
+            if at not in accepted_set:
+                recent = [a for a in accepted if at - limit.window_us <= a <= at]
+                assert len(recent) >= per_minute
+
+
+def test_a_burst_setting_paces_calls_within_the_window() -> None:
+    limit = RateLimit(60, burst=5)
+    accepted = _accepted_at(limit, [i * 1000 for i in range(20)])  # 20 calls within 20 ms
+    assert len(accepted) == 5
+    assert "bursts of at most 5 at once (MCP_RATE_LIMIT_BURST)" in limit.describe()
+    later = _accepted_at(limit, [i * 1_000_000 for i in range(60)])  # one a second: the steady pace
+    assert len(later) == 60
+
+
+@pytest.mark.process
+def test_the_endpoint_says_to_wait_for_the_window_and_survives_a_deeply_nested_body(
+    tmp_path: Any, transactional_db: None, sim: Any
+) -> None:
+    from tests.fixtures import register_sites
+    from tests.helpers import test_database_url
+
+    register_sites(sim, {"Site A": "site-a"})
+    _, token = make_agent_token()
+    limit = 10
+    env = {"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": ""}
+    with run_uvicorn(tmp_path, database_url=test_database_url(), workers=2, env=env) as server:
+        statuses = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(limit)]
+        refused = post(server.mcp_url, call_body(rpc_id=99), token)
+        nested = post(server.mcp_url, b"[" * 5000 + b"]" * 5000, token)
+        log = server.log.read_text()
+    assert statuses == [200] * limit
+    assert refused.status_code == 429
+    # The first call leaves the window a minute after it came (a bucket said 6 s: 60/10).
+    assert 58 <= int(refused.headers["retry-after"]) <= 61
+    message = refused.json()["error"]["message"]
+    assert f"at most {limit} requests in any 60 s (MCP_RATE_LIMIT_PER_MINUTE)" in message
+    assert nested.status_code == 429, nested.text  # was a 500 and a RecursionError in the log
+    assert nested.json()["id"] is None
+    assert "Traceback" not in log

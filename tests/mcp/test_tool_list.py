@@ -32,3 +32,10 @@ def test_it_finds_each_parts_tools_module() -> None:
         "recoveries.mcp_tools",
         "rewind.gateway.mcp_tools",
     }
+
+
+def test_every_tool_says_it_takes_no_undeclared_argument(db: None) -> None:
+    tools = run(build_server(token_stores=[AgentTokenStore()]).list_tools())
+    assert tools
+    for tool in tools:
+        assert tool.input_schema.get("additionalProperties") is False, tool.name

@@ -111,9 +111,11 @@ def test_it_masks_secrets_in_audited_arguments(mcp_sites: Any, agent_token: Any,
         async with mcp_client(token, "auto") as client:
             return await client.call_tool("zerto_find_protection", {"vm": token})
 
-    run(call())
+    result = run(call())
     event = AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name).latest("seq")
     assert token not in json.dumps(event.data)
+    assert result.is_error
+    assert token not in result.content[0].text  # nor in the error the agent reads
 
 
 @pytest.mark.parametrize("mode", ["legacy", "auto"])

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -11,14 +12,14 @@ from django.conf import settings
 from rewind.env import database_from_url
 
 
-def _start(tmp_path: Path, **env: str) -> subprocess.CompletedProcess[str]:
-    """Start Django in a fresh process with only the given variables set."""
+def _start(tmp_path: Path, *check: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Start Django in a fresh process with only the given variables set (``manage.py check`` + ``check``)."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REWIND_", "MCP_", "ZVM_", "CELERY_"))}
     clean.pop("DATABASE_URL", None)
     clean.pop("REDIS_URL", None)
     clean.update({"REWIND_VAR_DIR": str(tmp_path / "var"), "DJANGO_SETTINGS_MODULE": "rewind.settings", **env})
     return subprocess.run(
-        [sys.executable, "manage.py", "check"],
+        [sys.executable, "manage.py", "check", *check],
         cwd=settings.BASE_DIR,
         env=clean,
         capture_output=True,
@@ -46,6 +47,9 @@ def test_it_starts_with_nothing_set(tmp_path: Path) -> None:
         ("MCP_RATE_LIMIT_PER_MINUTE", "lots"),
         ("REWIND_LOG_LEVEL", "LOUD"),
         ("DJANGO_SECRET_KEY_FILE", "/nonexistent/secret"),
+        ("REWIND_AUDIT_ANCHOR_KEY", "not-a-key"),
+        ("MCP_RATE_LIMIT_BURST", "0"),
+        ("REWIND_LOGIN_FAILURE_LIMIT", "0"),
     ],
 )
 @pytest.mark.process
@@ -103,3 +107,44 @@ def test_database_urls(tmp_path: Path) -> None:
     assert str(absolute["NAME"]) == "/data/rewind.sqlite3"
     relative = database_from_url("DATABASE_URL", "sqlite:///rewind.sqlite3", var_dir=tmp_path)
     assert relative["NAME"] == tmp_path / "rewind.sqlite3"
+
+
+# The production settings the README documents ("Production"): served over TLS at a name of its own.
+PRODUCTION = {"DJANGO_ALLOWED_HOSTS": "rewind.example.com", "REWIND_PUBLIC_URL": "https://rewind.example.com"}
+
+
+@pytest.mark.process
+def test_the_deploy_check_is_clean_under_the_documented_production_settings(tmp_path: Path) -> None:
+    result = _start(tmp_path, "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    assert result.returncode == 0, result.stderr + result.stdout
+    assert "System check identified no issues" in result.stdout
+    # Served over plain HTTP, the same check names what is missing.
+    plain = _start(tmp_path, "--deploy", "--fail-level", "WARNING", DJANGO_ALLOWED_HOSTS="rewind.example.com")
+    assert plain.returncode != 0
+    assert "security.W004" in plain.stderr + plain.stdout  # no HSTS
+
+
+@pytest.mark.process
+def test_over_tls_cookies_are_secure_and_hsts_is_sent(tmp_path: Path) -> None:
+    script = (
+        "import django, json; django.setup(); from django.conf import settings as s; from django.test import Client; "
+        "c = Client(HTTP_HOST='rewind.example.com'); r = c.get('/health/', secure=True); "
+        "print(json.dumps({'session': s.SESSION_COOKIE_SECURE, 'csrf': s.CSRF_COOKIE_SECURE, "
+        "'redirect': s.SECURE_SSL_REDIRECT, 'hsts': r.get('Strict-Transport-Security'), "
+        "'plain': c.get('/health/').status_code, 'ok': r.status_code}))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DJANGO_", "REWIND_", "DATABASE_URL"))}
+    env.update(REWIND_VAR_DIR=str(tmp_path / "var"), DJANGO_SETTINGS_MODULE="rewind.settings", **PRODUCTION)
+    done = subprocess.run(
+        [sys.executable, "-c", script], cwd=settings.BASE_DIR, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen == {
+        "session": True,
+        "csrf": True,
+        "redirect": True,
+        "hsts": "max-age=31536000; includeSubDomains",
+        "plain": 301,  # plain HTTP is sent to https://
+        "ok": 200,
+    }

@@ -153,7 +153,8 @@ def test_a_viewer_may_not_change_or_check_a_site(created: tuple[Any, Any, Site],
 def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any, sim: Any) -> None:
     client = api(superuser)
     created = client.post(
-        "/api/sites/", {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "zerto"}
+        "/api/sites/",
+        {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "zvmsim-Passw0rd-7c1e"},
     ).json()
     response = client.post(f"/api/sites/{created['id']}/check/")
     assert response.status_code == 200
@@ -166,7 +167,7 @@ def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any,
     assert body["vpg_count"] > 0
     assert body["site"]["identifier"] == state["site-a"]["identifier"]
     assert body["site"]["last_error"] == ""
-    assert '"zerto"' not in response.content.decode()
+    assert "zvmsim-Passw0rd-7c1e" not in response.content.decode()
     event = AuditEvent.objects.get(action="site.identity_learned")
     assert (event.actor_type, event.actor) == ("user", "root")
 

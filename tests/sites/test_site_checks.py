@@ -33,7 +33,11 @@ def sites(sim: Any, transactional_db: None, settings: Any) -> dict[str, Site]:
     out = {}
     for slug, name in SLUGS.items():
         site = site_create(
-            actor=Actor.system("tests"), name=name, base_url=sim.site_url(slug), username="admin", password="zerto"
+            actor=Actor.system("tests"),
+            name=name,
+            base_url=sim.site_url(slug),
+            username="admin",
+            password="zvmsim-Passw0rd-7c1e",
         )
         assert site_check(site=site).ok
         out[slug] = Site.objects.get(pk=site.pk)

@@ -22,7 +22,7 @@ def test_it_issues_a_keycloak_token_for_the_password_grant(sim: SimHandle) -> No
         grant_type="password",
         client_id="zerto-client",
         username="admin",
-        password="zerto",
+        password="zvmsim-Passw0rd-7c1e",
         scope="openid",
     )
     assert resp.status_code == 200
@@ -65,14 +65,19 @@ def test_it_refuses_a_bad_client_secret(sim: SimHandle) -> None:
 
 
 def test_it_refuses_a_missing_grant_type(sim: SimHandle) -> None:
-    resp = _token(sim, "site-a", username="admin", password="zerto")
+    resp = _token(sim, "site-a", username="admin", password="zvmsim-Passw0rd-7c1e")
     assert resp.status_code == 400
     assert resp.json()["error"] == "invalid_request"
 
 
 def test_it_renews_with_a_refresh_token(sim: SimHandle) -> None:
     first = _token(
-        sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password="zerto"
+        sim,
+        "site-a",
+        grant_type="password",
+        client_id="zerto-client",
+        username="admin",
+        password="zvmsim-Passw0rd-7c1e",
     ).json()
     again = _token(
         sim, "site-a", grant_type="refresh_token", client_id="zerto-client", refresh_token=first["refresh_token"]
@@ -123,7 +128,12 @@ def test_tokens_expire_after_the_configured_ttl(tmp_path: Path) -> None:
         sim = SimHandle(server)
         assert server.url.startswith("http://")
         resp = _token(
-            sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password="zerto"
+            sim,
+            "site-a",
+            grant_type="password",
+            client_id="zerto-client",
+            username="admin",
+            password="zvmsim-Passw0rd-7c1e",
         )
         assert resp.json()["expires_in"] == 60
         headers = {"Authorization": f"Bearer {resp.json()['access_token']}"}

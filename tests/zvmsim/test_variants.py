@@ -119,14 +119,24 @@ def test_token_lifetime_is_per_site(sim: SimHandle) -> None:
     sim.set_variants("site-a", token_ttl_s=7)
     resp = requests.post(
         f"{sim.site_url('site-a')}/auth/realms/zerto/protocol/openid-connect/token",
-        data={"grant_type": "password", "client_id": "zerto-client", "username": "admin", "password": "zerto"},
+        data={
+            "grant_type": "password",
+            "client_id": "zerto-client",
+            "username": "admin",
+            "password": "zvmsim-Passw0rd-7c1e",
+        },
         verify=False,
         timeout=30,
     )
     assert resp.json()["expires_in"] == 7
     other = requests.post(
         f"{sim.site_url('site-b')}/auth/realms/zerto/protocol/openid-connect/token",
-        data={"grant_type": "password", "client_id": "zerto-client", "username": "admin", "password": "zerto"},
+        data={
+            "grant_type": "password",
+            "client_id": "zerto-client",
+            "username": "admin",
+            "password": "zvmsim-Passw0rd-7c1e",
+        },
         verify=False,
         timeout=30,
     )

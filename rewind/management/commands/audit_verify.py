@@ -1,18 +1,38 @@
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
-from django.core.management.base import BaseCommand, CommandError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.audit import Actor
 from rewind.audit.verification import audit_chain_verify
 
 
 class Command(BaseCommand):
-    help = "Prove the audit log's hash chain, or name the first broken event; the verdict is itself audited."
+    help = (
+        "Prove the audit log's hash chain and hold it against the anchors published outside the database "
+        "(the newest; every one with --anchors), or name the first broken event or anchor; the verdict is "
+        "itself audited."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--anchors",
+            nargs="*",
+            metavar="FILE",
+            type=Path,
+            help="check every anchor, of REWIND_AUDIT_ANCHOR_FILE or of the FILEs given (e.g. a copy from syslog)",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        result = audit_chain_verify(actor=Actor.system("manage.py audit_verify"))
+        files = options["anchors"]
+        for path in files or ():
+            if not path.is_file():
+                raise CommandError(f"no anchor file at {path}")
+        result = audit_chain_verify(
+            actor=Actor.system("manage.py audit_verify"), every_anchor=files is not None, anchor_files=files or ()
+        )
         if result.event is not None:
             self.stdout.write(f"recorded as audit event #{result.event.seq} ({result.event.action})")
         else:
@@ -22,4 +42,7 @@ class Command(BaseCommand):
                 f"audit chain BROKEN at event #{result.broken_at}: {result.reason} "
                 f"({result.events} events before it are intact)"
             )
-        self.stdout.write(f"audit chain OK: {result.events} events, every hash verified")
+        anchors = result.check.anchors
+        where = ", ".join(str(p) for p in result.check.anchor_files)
+        held = f"matches {anchors} anchor(s) of {where}" if anchors else f"no anchor published yet in {where}"
+        self.stdout.write(f"audit chain OK: {result.events} events, every hash verified; {held}")

@@ -1,0 +1,304 @@
+"""Anchors: the chain's head published outside the database, signed, so a cut or rewritten chain shows.
+
+The hash chain proves that no event was changed, removed or reordered *relative to the rows
+that remain*: someone who may rewrite the database (drop the triggers, delete the tail, set the
+head row back, or empty everything) leaves a chain that verifies. So the head (sequence number
+and hash) is published periodically (the beat's ``rewind.audit.publish_anchor``, every
+``REWIND_AUDIT_ANCHOR_INTERVAL_S``) to places the database cannot rewrite:
+- an append-only file, ``REWIND_AUDIT_ANCHOR_FILE`` (one JSON object a line; opened for appending
+  only, flushed to disk; ``chattr +a`` or a log shipper makes it append-only for root too);
+- syslog, when ``REWIND_AUDIT_ANCHOR_SYSLOG`` names one (``/dev/log``, ``udp://host:514`` or
+  ``tcp://host:601``): a copy on another machine.
+Each anchor is signed with an Ed25519 key that is not in the database
+(``REWIND_AUDIT_ANCHOR_KEY``, else generated once under REWIND_VAR_DIR): whoever can append to
+the file cannot forge an anchor.
+
+An anchor is published only for a chain that follows on from the previous anchor (every event
+since it is checked: links and hashes), so the anchors never vouch for a rewritten chain; a
+publication that finds a mismatch publishes nothing and logs an error. Nothing new since the
+last anchor: nothing is published.
+
+Checking: the chain matches an anchor when its event at the anchor's sequence number has the
+anchor's hash (the chain's own links prove everything before it). ``chain_check`` checks the
+newest anchor by default (cheap: one row) and every anchor on request (``manage.py audit_verify
+--anchors``, also against a copy taken from syslog); the first anchor that does not match is
+named, and the chain is reported broken.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import logging
+import os
+import socket
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from logging.handlers import SysLogHandler
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from django.conf import settings
+
+from rewind.audit import GENESIS_HASH, ChainProblem, verify_chain, verify_links
+from rewind.audit.models import AuditEvent
+from rewind.crypto import key_id, signing_key
+
+logger = logging.getLogger(__name__)
+
+SIGNED_AS = "zerto-rewind audit anchor v1"
+SYSLOG_PREFIX = "zerto-rewind audit anchor "
+_TAIL_BYTES = 8192
+
+
+def _key() -> Ed25519PrivateKey:
+    return signing_key(settings.REWIND_AUDIT_ANCHOR_KEY)
+
+
+@dataclass(frozen=True)
+class Anchor:
+    seq: int
+    hash: str
+    time: str  # ISO 8601, UTC, when it was published
+    key: str  # the signing key's id
+    sig: str  # base64 Ed25519 signature of ``signed_bytes``
+    where: str = ""  # "line N of FILE", once read back
+
+    @property
+    def signed_bytes(self) -> bytes:
+        return f"{SIGNED_AS}|{self.seq}|{self.hash}|{self.time}".encode()
+
+    def line(self) -> str:
+        return json.dumps({"seq": self.seq, "hash": self.hash, "time": self.time, "key": self.key, "sig": self.sig})
+
+    def signed_by(self, public: Ed25519PublicKey) -> bool:
+        try:
+            public.verify(base64.b64decode(self.sig), self.signed_bytes)
+        except (InvalidSignature, ValueError, binascii.Error):
+            return False
+        return True
+
+
+def anchor_sign(seq: int, chain_hash: str, *, now: datetime | None = None) -> Anchor:
+    key = _key()
+    when = (now or datetime.now(UTC)).astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
+    unsigned = Anchor(seq=seq, hash=chain_hash, time=when, key=key_id(key.public_key()), sig="")
+    return Anchor(**{**unsigned.__dict__, "sig": base64.b64encode(key.sign(unsigned.signed_bytes)).decode()})
+
+
+# --- reading ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AnchorProblem:
+    anchor: Anchor | None
+    where: str
+    reason: str
+    seq: int  # the chain's event it concerns
+
+
+def _parse(text: str, where: str) -> Anchor | AnchorProblem:
+    start = text.find("{")  # a syslog copy carries a prefix before the object
+    try:
+        data: Any = json.loads(text[start : text.rfind("}") + 1]) if start >= 0 else {}
+        return Anchor(
+            seq=int(data["seq"]), hash=str(data["hash"]), time=str(data["time"]), key=str(data["key"]),
+            sig=str(data["sig"]), where=where,
+        )  # fmt: skip
+    except (ValueError, TypeError, KeyError):
+        return AnchorProblem(None, where, "it is not an anchor this service wrote (unreadable)", 0)
+
+
+def read_anchors(path: Path) -> Iterator[Anchor | AnchorProblem]:
+    """Every anchor in ``path`` in order (blank lines and, in a syslog copy, other lines skipped)."""
+    with path.open(encoding="utf-8", errors="replace") as lines:
+        for number, text in enumerate(lines, 1):
+            if text.strip() and (SYSLOG_PREFIX in text or text.lstrip().startswith("{")):
+                yield _parse(text, f"line {number} of {path}")
+
+
+def latest_anchor(path: Path) -> Anchor | AnchorProblem | None:
+    """The last anchor of ``path`` (read from its tail), or None when none was published there."""
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            f.seek(max(0, size - _TAIL_BYTES))
+            tail = f.read().decode("utf-8", errors="replace")
+    except FileNotFoundError:
+        return None
+    lines = [line for line in tail.splitlines() if line.strip()]
+    if not lines:
+        return None
+    return _parse(lines[-1], f"the last line of {path}")
+
+
+# --- checking --------------------------------------------------------------------------------------
+
+
+def _mismatch(anchor: Anchor, found: str | None, last_seq: int, public: Ed25519PublicKey) -> str | None:
+    if not anchor.signed_by(public):
+        ours = key_id(public)
+        other = f" (key {anchor.key}; this service's is {ours})" if anchor.key != ours else ""
+        return f"its signature does not verify: forged, corrupted or signed with another key{other}"
+    if found is None:
+        end = f"ends at event #{last_seq}" if last_seq else "is empty"
+        return f"the chain {end}, but event #{anchor.seq} was published: events were removed"
+    if found != anchor.hash:
+        return f"event #{anchor.seq} does not have the hash published for it: the chain was rewritten"
+    return None
+
+
+def _hashes(seqs: Sequence[int]) -> dict[int, str]:
+    found: dict[int, str] = {}
+    for i in range(0, len(seqs), 500):
+        found.update(AuditEvent.objects.filter(seq__in=seqs[i : i + 500]).values_list("seq", "hash"))
+    return found
+
+
+def anchors_check(anchors: Sequence[Anchor | AnchorProblem]) -> tuple[int, AnchorProblem | None]:
+    """(anchors that match, the first that does not or None), in the order given."""
+    public = _key().public_key()
+    last_seq = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    found = _hashes([a.seq for a in anchors if isinstance(a, Anchor)])
+    for matched, anchor in enumerate(anchors):
+        if isinstance(anchor, AnchorProblem):
+            return matched, anchor
+        reason = _mismatch(anchor, found.get(anchor.seq), last_seq, public)
+        if reason is not None:
+            return matched, AnchorProblem(anchor, anchor.where, reason, anchor.seq)
+    return len(anchors), None
+
+
+@dataclass(frozen=True)
+class ChainCheck:
+    events: int  # intact events before the first break (all of them when ok)
+    problem: ChainProblem | None
+    anchors: int  # anchors checked and matched
+    anchor_problem: AnchorProblem | None
+    anchor_files: tuple[Path, ...]
+
+    @property
+    def ok(self) -> bool:
+        return self.problem is None and self.anchor_problem is None
+
+    @property
+    def broken_at(self) -> int | None:
+        if self.problem is not None:
+            return self.problem.seq
+        return self.anchor_problem.seq if self.anchor_problem is not None else None
+
+    @property
+    def reason(self) -> str:
+        if self.problem is not None:
+            return self.problem.reason
+        if self.anchor_problem is not None:
+            return f"anchor at {self.anchor_problem.where}: {self.anchor_problem.reason}"
+        return ""
+
+
+def chain_check(*, every_anchor: bool = False, anchor_files: Sequence[Path] = ()) -> ChainCheck:
+    """Walk the chain, then hold it against the anchors: the newest of the configured file, or every
+    anchor of ``anchor_files`` (default: the configured file) with ``every_anchor``. Read-only."""
+    files = tuple(anchor_files) or (Path(settings.REWIND_AUDIT_ANCHOR_FILE),)
+    checked, problem = verify_chain()
+    anchors: list[Anchor | AnchorProblem] = []
+    for path in files:
+        if every_anchor:
+            anchors += list(read_anchors(path)) if path.exists() or anchor_files else []
+        elif (latest := latest_anchor(path)) is not None:
+            anchors.append(latest)
+    matched, anchor_problem = anchors_check(anchors)
+    return ChainCheck(checked, problem, matched, anchor_problem, files)
+
+
+# --- publishing ------------------------------------------------------------------------------------
+
+
+class _StrictSyslog(SysLogHandler):
+    def handleError(self, record: logging.LogRecord) -> None:
+        raise  # called inside emit's except block: the caller hears of the failure
+
+
+def _syslog_handler(target: str) -> SysLogHandler:
+    parts = urlsplit(target)
+    if parts.scheme in ("udp", "tcp") and parts.hostname:
+        kind = socket.SOCK_STREAM if parts.scheme == "tcp" else socket.SOCK_DGRAM
+        return _StrictSyslog(address=(parts.hostname, parts.port or 514), socktype=kind)
+    return _StrictSyslog(address=target)
+
+
+def _syslog(target: str, line: str) -> None:
+    handler = _syslog_handler(target)
+    handler.ident = "zerto-rewind: "
+    try:
+        handler.emit(logging.LogRecord(__name__, logging.INFO, "", 0, SYSLOG_PREFIX + line, None, None))
+    finally:
+        handler.close()
+
+
+def _append(path: Path, line: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
+    try:
+        os.write(fd, (line + "\n").encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass(frozen=True)
+class Publication:
+    published: Anchor | None
+    note: str  # what happened, in words
+
+
+def _follows(previous: Anchor | AnchorProblem | None, seq: int) -> tuple[bool, str]:
+    """Whether the chain up to ``seq`` follows on from the previous anchor (checking every event since)."""
+    if previous is None:
+        _checked, problem = verify_chain()
+        return problem is None, f"the chain is broken at event #{problem.seq}: {problem.reason}" if problem else ""
+    _matched, anchor_problem = anchors_check([previous])
+    if anchor_problem is not None:
+        return False, f"the chain does not match the last anchor ({anchor_problem.where}): {anchor_problem.reason}"
+    assert isinstance(previous, Anchor)
+    end, problem = verify_links(after_seq=previous.seq, after_hash=previous.hash, up_to=seq)
+    if problem is not None:
+        return False, f"the chain is broken at event #{problem.seq}: {problem.reason}"
+    return end == seq, "" if end == seq else f"the chain ends at event #{end} before #{seq}"
+
+
+def audit_anchor_publish(*, now: datetime | None = None) -> Publication:
+    """Publish the chain's head as a signed anchor (file, then syslog when configured).
+
+    Publishes nothing when nothing was appended since the last anchor, or when the chain does
+    not follow on from it (logged as an error: ``manage.py audit_verify --anchors`` says where).
+    Raises ``OSError`` when the file cannot be written (a syslog failure is logged: the file holds
+    the anchor). Safe to repeat; takes no lock (run it from one place: the beat).
+    """
+    path = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
+    head = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    previous = latest_anchor(path)
+    seq, chain_hash = head if head is not None else (0, GENESIS_HASH)
+    if isinstance(previous, Anchor) and (previous.seq, previous.hash) == (seq, chain_hash):
+        return Publication(None, f"unchanged since the last anchor (event #{seq})")
+    if head is None and previous is None:
+        return Publication(None, "the chain is empty: nothing to anchor yet")
+    follows, why = _follows(previous, seq)
+    if not follows:
+        logger.error("audit anchor NOT published: %s; run manage.py audit_verify --anchors", why)
+        return Publication(None, f"not published: {why}")
+    anchor = anchor_sign(seq, chain_hash, now=now)
+    _append(path, anchor.line())
+    target = settings.REWIND_AUDIT_ANCHOR_SYSLOG
+    if target:
+        try:
+            _syslog(target, anchor.line())
+        except OSError as exc:
+            logger.error("audit anchor for event #%s not sent to syslog %s: %s", seq, target, exc)
+    logger.info("audit anchor published: event #%s", seq)
+    return Publication(anchor, f"published event #{seq}")

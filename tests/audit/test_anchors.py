@@ -1,0 +1,181 @@
+"""Anchors outside the database: a chain someone cut, emptied or rewrote is reported broken, never OK."""
+
+from __future__ import annotations
+
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.db import connection
+
+from rewind.audit import Actor, audit_record, compute_hash, verify_chain
+from rewind.audit.anchors import audit_anchor_publish, read_anchors
+from rewind.models import AuditEvent
+from tests.audit.support import raw_delete, raw_empty, raw_set_head
+from tests.fixtures import audit_guards_lifted_run
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def anchor_file(settings: Any, tmp_path: Path) -> Path:
+    settings.REWIND_AUDIT_ANCHOR_FILE = tmp_path / "anchors.jsonl"
+    return settings.REWIND_AUDIT_ANCHOR_FILE
+
+
+def _record(n: int) -> list[AuditEvent]:
+    return [audit_record(actor=Actor.agent("bot"), action="test.happened", data={"i": i}) for i in range(n)]
+
+
+def _verify(*args: str) -> str:
+    call_command("audit_verify", *args, stdout=(out := _Out()))
+    return out.text
+
+
+class _Out:
+    def __init__(self) -> None:
+        self.text = ""
+
+    def write(self, s: str) -> None:
+        self.text += s
+
+    def flush(self) -> None:
+        pass
+
+
+def test_it_publishes_a_signed_anchor_only_when_the_chain_moved(anchor_file: Path) -> None:
+    events = _record(3)
+    first = audit_anchor_publish()
+    assert first.published is not None
+    assert (first.published.seq, first.published.hash) == (3, events[-1].hash)
+    assert audit_anchor_publish().published is None  # unchanged
+    _record(2)
+    assert audit_anchor_publish().published is not None
+    lines = [json.loads(line) for line in anchor_file.read_text().splitlines()]
+    assert [line["seq"] for line in lines] == [3, 5]
+    assert set(lines[0]) == {"seq", "hash", "time", "key", "sig"}
+    assert "audit chain OK: " in _verify("--anchors")
+    assert "matches 2 anchor(s)" in _verify("--anchors")
+
+
+def test_a_cut_tail_with_the_head_set_back_is_broken_not_ok(anchor_file: Path) -> None:
+    """The case that said "audit chain OK: 40 events": delete the last 20 and set the head back."""
+    events = _record(60)
+    audit_anchor_publish()
+    raw_delete(*events[40:])
+    raw_set_head(40, events[39].hash)
+    assert verify_chain() == (40, None)  # the chain alone cannot tell
+    with pytest.raises(CommandError, match=r"BROKEN at event #60\b.*ends at event #40.*events were removed"):
+        _verify()
+    recorded = AuditEvent.objects.order_by("-seq").first()
+    assert recorded is not None
+    assert recorded.action == "audit.chain.broken"
+
+
+def test_an_emptied_chain_is_broken_not_ok(anchor_file: Path) -> None:
+    _record(5)
+    audit_anchor_publish()
+    raw_empty()
+    with pytest.raises(CommandError, match=r"the chain is empty, but event #5 was published"):
+        _verify()
+
+
+def test_a_rewritten_chain_whose_links_all_hold_is_broken(anchor_file: Path) -> None:
+    events = _record(5)
+    audit_anchor_publish()
+    # Rewrite from event 3 on, hashes and links recomputed: the chain verifies by itself.
+    prev, statements = events[1].hash, []
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    for event in events[2:]:
+        data = {"i": 999}
+        new = compute_hash(
+            seq=event.seq, time=event.time, actor_type=event.actor_type, actor=event.actor, action=event.action,
+            target_type=event.target_type, target_id=event.target_id, target_repr=event.target_repr, data=data,
+            request_id=event.request_id, prev_hash=prev,
+        )  # fmt: skip
+        statements.append(
+            (
+                f"UPDATE {table} SET data = %s, prev_hash = %s, hash = %s WHERE id = %s",
+                [json.dumps(data), prev, new, event.pk],
+            )
+        )
+        prev = new
+    audit_guards_lifted_run(statements)
+    raw_set_head(5, prev)
+    assert verify_chain() == (5, None)
+    with pytest.raises(CommandError, match=r"BROKEN at event #5\b.*the chain was rewritten"):
+        _verify()
+
+
+def test_every_anchor_of_a_copy_is_checked_and_the_first_mismatch_named(anchor_file: Path, tmp_path: Path) -> None:
+    """Someone who cut the chain and also the local file's last line: the copy elsewhere still tells."""
+    events = _record(2)
+    audit_anchor_publish()
+    events += _record(2)
+    audit_anchor_publish()
+    copy = tmp_path / "copy.jsonl"
+    copy.write_text(anchor_file.read_text())
+    raw_delete(*events[2:])
+    raw_set_head(2, events[1].hash)
+    anchor_file.write_text(anchor_file.read_text().splitlines()[0] + "\n")
+    assert "audit chain OK: 2 events" in _verify()  # the local file's newest anchor is what was left
+    with pytest.raises(CommandError, match=rf"BROKEN at event #4\b: anchor at line 2 of {copy}: the chain ends at"):
+        _verify("--anchors", str(copy))
+
+
+def test_a_forged_anchor_is_named(anchor_file: Path) -> None:
+    _record(3)
+    audit_anchor_publish()
+    forged = json.loads(anchor_file.read_text())
+    forged.update(seq=2, hash=AuditEvent.objects.get(seq=2).hash)
+    with anchor_file.open("a") as f:
+        f.write(json.dumps(forged) + "\n")
+    with pytest.raises(CommandError, match=r"line 2 of .*signature does not verify"):
+        _verify("--anchors")
+
+
+def test_it_publishes_nothing_over_a_chain_that_does_not_follow_on(anchor_file: Path, caplog: Any) -> None:
+    events = _record(4)
+    audit_anchor_publish()
+    raw_delete(*events[2:])
+    raw_set_head(2, events[1].hash)
+    _record(3)  # seq 3..5 again, on a cut chain
+    result = audit_anchor_publish()
+    assert result.published is None
+    assert "does not match the last anchor" in result.note
+    assert "audit anchor NOT published" in caplog.text
+    assert len(anchor_file.read_text().splitlines()) == 1
+
+
+def test_anchors_sent_to_syslog_verify_from_a_copy(anchor_file: Path, settings: Any, tmp_path: Path) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as receiver:
+        receiver.bind(("127.0.0.1", 0))
+        receiver.settimeout(5)
+        settings.REWIND_AUDIT_ANCHOR_SYSLOG = f"udp://127.0.0.1:{receiver.getsockname()[1]}"
+        _record(3)
+        audit_anchor_publish()
+        datagram = receiver.recv(65536).decode()
+    assert datagram.startswith("<14>zerto-rewind: zerto-rewind audit anchor {")  # user.info
+    copy = tmp_path / "syslog-copy.log"
+    copy.write_text(f"Dec  3 07:00:00 host {datagram[4:]}\n")
+    assert [a.seq for a in read_anchors(copy)] == [3]
+    assert "matches 1 anchor(s) of " + str(copy) in _verify("--anchors", str(copy))
+
+
+def test_an_existing_database_migrates_and_verifies(anchor_file: Path) -> None:
+    from django.db.migrations.executor import MigrationExecutor
+
+    executor = MigrationExecutor(connection)
+    executor.migrate([("rewind", "0023_mcp_rate_window")])
+    try:
+        _record(3)  # a chain written before the guards existed
+    finally:
+        executor = MigrationExecutor(connection)
+        executor.loader.build_graph()
+        executor.migrate(executor.loader.graph.leaf_nodes())
+    assert "audit chain OK: 3 events" in _verify()
+    audit_anchor_publish()
+    assert "matches 1 anchor(s)" in _verify("--anchors")
