@@ -145,7 +145,9 @@ SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("REWIND_HSTS_INCLUDE_SUBDOMAINS", True
 # Preloading is a request to the browsers' makers, the domain owner's decision: off unless asked
 # for, and its deploy check (W021, which wants it on) silenced for that reason.
 SECURE_HSTS_PRELOAD = env_bool("REWIND_HSTS_PRELOAD", False)
-SILENCED_SYSTEM_CHECKS = [] if SECURE_HSTS_PRELOAD else ["security.W021"]
+# django-oauth-toolkit warns that http redirect URIs are allowed (W008): a native MCP client's
+# callback is http on a loopback port (RFC 8252), and the consent view refuses http anywhere else.
+SILENCED_SYSTEM_CHECKS = ["oauth2_provider.W008"] + ([] if SECURE_HSTS_PRELOAD else ["security.W021"])
 # TLS ends at a reverse proxy that says so in X-Forwarded-Proto (only trust it behind one that sets it).
 if env_bool("REWIND_BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")

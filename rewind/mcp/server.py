@@ -218,7 +218,7 @@ class RewindMCPServer(MCPServer):
             except ToolError as exc:
                 cause = _root_cause(exc)
                 if isinstance(cause, (ApplicationError, ZvmError)) and isinstance(exc, UnexpectedToolError):
-                    failure = ToolError(str(cause))
+                    failure = ToolError(_scrub(str(cause)))  # an error may quote an argument: never a token
                     failure.__cause__ = cause
                 elif _TOKEN_IN_TEXT.search(str(exc)):
                     failure = ToolError(_scrub(str(exc)))  # an error may quote an argument: never a token

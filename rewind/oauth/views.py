@@ -14,9 +14,11 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
+from django.utils.csp import CSP
 from oauth2_provider import views as dot
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
@@ -117,6 +119,11 @@ def _redirect_allowed(uri: str) -> bool:
     return parts.scheme == "https" or (parts.scheme == "http" and parts.hostname in ("localhost", "127.0.0.1", "::1"))
 
 
+def _origin(uri: str) -> str:
+    parts = urlsplit(uri)
+    return f"{parts.scheme}://{parts.netloc}"
+
+
 def _back_with(error: str, description: str, credentials: dict[str, Any]) -> OAuthToolkitError:
     """An error the client is sent back with (its redirect URI was checked already)."""
     return OAuthToolkitError(
@@ -180,6 +187,25 @@ class ConsentView(AuthorizationView):
             title="Let an MCP client act as one of your agents",
         )
         return context
+
+    def render_to_response(self, context: dict[str, Any], **response_kwargs: Any) -> HttpResponse:
+        """The page, with its form allowed to end at the client's redirect URI.
+
+        Browsers hold the redirect that answers the form's POST to the page's ``form-action``; with
+        only 'self' there, the grant (or the refusal) never reaches a client on another origin. Only
+        a redirect URI registered for this client and allowed by the profile is added.
+        """
+        response = super().render_to_response(context, **response_kwargs)
+        application, redirect_uri = context.get("application"), context.get("redirect_uri") or ""
+        if (
+            application is not None
+            and _redirect_allowed(redirect_uri)
+            and application.redirect_uri_allowed(redirect_uri)
+        ):
+            policy = dict(settings.SECURE_CSP)
+            policy["form-action"] = [CSP.SELF, _origin(redirect_uri)]
+            response._csp_config = policy  # read by Django's CSP middleware
+        return response
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:
         data = form.cleaned_data

@@ -46,17 +46,17 @@ OUTSIDE = {
 NOT_STATE = {"django_session", "rewind_mcpratecall", "rewind_mcpratecount"}
 
 
-def _state() -> str:
-    """A digest of every row of every table of ours and of the people's."""
-    digest = hashlib.sha256()
+def _state() -> dict[str, str]:
+    """A digest of every row of each table of ours and of the people's, by table."""
+    state = {}
     for model in apps.get_models():
         if model._meta.app_label not in ("rewind", "catalog", "recoveries", "auth"):
             continue
         if model._meta.db_table in NOT_STATE:
             continue
         rows = model._default_manager.order_by("pk").values_list()
-        digest.update(f"{model._meta.db_table}:{list(rows)!r}".encode())
-    return digest.hexdigest()
+        state[model._meta.db_table] = hashlib.sha256(repr(list(rows)).encode()).hexdigest()
+    return state
 
 
 # "Valid data is accepted" cannot hold: the schema cannot say that text refuses NUL characters or that
@@ -84,9 +84,9 @@ def _call_and_check(case: Any, base_url: str, headers: dict[str, str], counts: d
     assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.status_code}"
     if response.status_code >= 400:
         counts["refused"] += 1
-        assert _state() == before, (
-            f"{case.method} {case.formatted_path} was refused ({response.status_code}) but changed state"
-        )
+        after = _state()
+        changed = sorted(table for table in after if after[table] != before.get(table))
+        assert changed == [], f"{case.method} {case.formatted_path} was refused ({response.status_code}) but changed"
     return response
 
 

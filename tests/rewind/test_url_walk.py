@@ -116,6 +116,8 @@ def expected(caller: str, name: str, path: str) -> int | None:
     }
     if name in fixed:
         return fixed[name]
+    if name.startswith("oauth2_provider:"):
+        return _oauth(caller, name)
     if name.startswith("admin:"):
         if not signed_in:
             return 302  # to the login page
@@ -130,6 +132,21 @@ def expected(caller: str, name: str, path: str) -> int | None:
     if caller == APPROVER and name.startswith("recoveries-api:"):
         return 200
     return 403
+
+
+def _oauth(caller: str, name: str) -> int:
+    """The authorization server: its metadata is public; its endpoints take a POST or their own credentials."""
+    if name in ("oauth2_provider:oauth-server-metadata", "oauth2_provider:oauth-resource-metadata"):
+        return 200
+    if name == "oauth2_provider:None":  # the resource metadata of a path under the service (RFC 9728)
+        return 200
+    if name == "oauth2_provider:authorize":
+        # Consent needs a person signed in (the login page first), and one who may consent: neither
+        # the staff without permissions nor the approver has that permission.
+        return 403 if caller in (STAFF, APPROVER) else 302
+    if name == "oauth2_provider:dcr-register-management":
+        return 401  # only the registration access token of that client opens it (RFC 7592)
+    return 405  # token, revoke and register: POST only, whoever asks
 
 
 def _admin_signed_in(caller: str, name: str, path: str) -> int | None:
