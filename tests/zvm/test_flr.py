@@ -171,7 +171,9 @@ def test_it_waits_for_a_download_the_zvm_prepares_for_a_while(sim: SimHandle, fl
     # Six quick retries (about 5 s here) were once the whole budget; a ZVM preparing a large
     # zip may take longer, and answers 404 or 409 meanwhile (both undocumented).
     session_id = flr.mounted()
-    flr.client.download_ready_delay = 0.2
+    # Waits from 0.05 s doubling to 2 s: about nine asks in the 7 s, seven or more even when each
+    # answer takes half a second on a loaded host, so "more than six" never hangs on the machine's speed.
+    flr.client.download_ready_delay = 0.05
     sim.set_variants("site-b", download_ready_after_s=7.0, download_pending_status=pending)
     sink = io.BytesIO()
     flr.client.flr_download(session_id, NGINX, sink)
