@@ -11,12 +11,12 @@ by the benchmark.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -155,33 +155,41 @@ def _pg_bin(tool: str) -> str:
 
 @contextlib.contextmanager
 def private_postgres(work: Path) -> Iterator[str]:
-    """A PostgreSQL server of this benchmark's own in ``work``, on a free port, with its default settings.
+    """A PostgreSQL server of this benchmark's own, on a free port, with its default settings.
 
-    Yields the URL of a database ``bench`` on it; stopped at the end. initdb refuses to run as
-    root, so the server runs as the ``postgres`` user when this process is root. Nothing of a
-    configured server is touched.
+    Yields the URL of a database ``bench`` on it; stopped and removed at the end. initdb refuses to
+    run as root, so the server runs as the ``postgres`` user when this process is root, in a folder
+    of its own under the system's temporary folder (the postgres user cannot reach root's private
+    ones, pytest's among them); its log is copied to ``work/pg.log``. Nothing of a configured
+    server is touched.
     """
-    work = work.resolve()  # the server runs with its data folder as its working directory
-    data, sock = work / "pg-data", work / "pg-sock"
-    shutil.rmtree(data, ignore_errors=True)
-    sock.mkdir(parents=True, exist_ok=True)
+    home = Path(tempfile.mkdtemp(prefix="rewind-bench-pg-"))
+    data, log = home / "pg-data", home / "pg.log"
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     if as_postgres:
-        shutil.chown(work, "postgres")
-        shutil.chown(sock, "postgres")
+        shutil.chown(home, "postgres")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    run = functools.partial(subprocess.run, check=True, capture_output=True, text=True)
-    run([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
-    options = f"-p {port} -k {sock} -c listen_addresses=127.0.0.1"
-    ctl = [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(work / "pg.log"), "-w"]
-    run([*ctl, "-o", options, "start"])
+    ctl = [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-w"]
     try:
-        run(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", "CREATE DATABASE bench"])
+        _run_or_say([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
+        _run_or_say([*ctl, "-o", f"-p {port} -k {home} -c listen_addresses=127.0.0.1", "start"])
+        _run_or_say(["psql", "-h", "127.0.0.1", "-p", str(port), "-U", "postgres", "-c", "CREATE DATABASE bench"])
         yield f"postgres://postgres@127.0.0.1:{port}/bench"
     finally:
         subprocess.run([*ctl, "-m", "fast", "stop"], capture_output=True, check=False)
+        work.mkdir(parents=True, exist_ok=True)
+        if log.exists():
+            shutil.copyfile(log, work / "pg.log")
+        shutil.rmtree(home, ignore_errors=True)
+
+
+def _run_or_say(argv: list[str]) -> None:
+    """Runs ``argv``; a failure ends the benchmark with the program's own words, not just its exit code."""
+    done = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({done.returncode}): {(done.stderr or done.stdout).strip()[-1500:]}")
 
 
 @contextlib.contextmanager

@@ -148,10 +148,17 @@ def _mark_attempts(rows: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
         TaggedCheckpoint.objects.filter(pk__in=won, status=TaggedCheckpoint.Status.PENDING).update(
             status=TaggedCheckpoint.Status.INSERTING, insert_started_at=now, outcome_unknown_since=None
         )
+        # ``_claim`` ran before the rows were read: a guard recorded in between is claimed here,
+        # with its first insert, so no guard reads as pending while its checkpoint is inserted.
+        ChangeGuard.objects.filter(pk__in={by_pk[pk].guard_id for pk in won}, status=ChangeGuard.Status.PENDING).update(
+            status=ChangeGuard.Status.RUNNING, started_at=Coalesce(F("started_at"), now)
+        )
         audit_append([attempt_entry(by_pk[pk], by_pk[pk].guard, retry=by_pk[pk].reinserted) for pk in won])
     marked = [by_pk[pk] for pk in won]
     for row in marked:
         row.status, row.insert_started_at = TaggedCheckpoint.Status.INSERTING, now
+        if row.guard.status == ChangeGuard.Status.PENDING:
+            row.guard.status = ChangeGuard.Status.RUNNING
     return marked
 
 

@@ -32,7 +32,10 @@ def test_a_guard_waiting_while_redis_is_down_is_told_so_and_its_timeout_names_th
         stack.redis.stop()
         # A worker's heartbeat notices within a beat or two; the call is still waiting then.
         open_outages = "SELECT count(*) FROM rewind_brokeroutage WHERE ended_at IS NULL"
-        wait_until(lambda: stack.sql(open_outages).strip() == "1", TIMEOUT_S, what="the outage noticed")
+        try:
+            wait_until(lambda: stack.sql(open_outages).strip() == "1", TIMEOUT_S, what="the outage noticed")
+        except AssertionError as exc:  # what the stack's processes said meanwhile, to tell why
+            raise AssertionError(f"{exc}\n{stack.output()[-6000:]}") from None
         result = call.outcome(TIMEOUT_S + 30)  # the waiting call answers by its deadline
     finally:
         stack.redis.start()
