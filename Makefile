@@ -33,7 +33,7 @@ check: $(STAMP)
 # and Redis database (tests/workerenv.py). TEST_WORKERS=0 runs them in this one process.
 TEST_WORKERS ?= auto
 test: check
-	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal $(PYTEST_ARGS)
+	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 # The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py).
 quicktest: $(STAMP)
