@@ -128,6 +128,10 @@ def worker_heartbeat_start(*, hostname: str, concurrency: int, probe: BrokerProb
     def beat() -> None:
         try:
             while True:
+                # A connection a database restart broke stays broken until closed: Django closes
+                # such connections between requests only, and this thread has none (once seen: a
+                # worker alive after a PostgreSQL restart, read as dead for good).
+                connection.close_if_unusable_or_obsolete()
                 try:
                     worker_heartbeat_record(hostname=hostname, concurrency=concurrency, started_at=started_at)
                 except DatabaseError:

@@ -12,6 +12,7 @@ import time
 
 import pytest
 
+from tests.fixtures import wait_until
 from tests.stackfixtures import ProductionStack
 
 pytestmark = pytest.mark.process
@@ -47,3 +48,9 @@ def test_a_database_restart_while_a_guard_call_waits_is_retried_and_the_call_ans
     )
     assert rows.split() == ["ok"], "the call's audit row is written once the database answers"
     assert "audit chain OK" in stack.manage("audit_verify")
+
+    # The workers' heartbeats write again after the restart, or every worker would read as dead
+    # from now on (their thread kept the connection the restart broke).
+    restarted_at = stack.sql("SELECT now()").strip()
+    beating = f"SELECT count(*) FROM rewind_workerheartbeat WHERE seen_at > '{restarted_at}'"
+    wait_until(lambda: stack.sql(beating).strip() == str(stack.WORKERS), 30, what="every worker beating again")
