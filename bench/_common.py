@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -21,7 +20,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rewind.processes import Proc, ProcessError
+from rewind.processes import Proc, ProcessError, free_port
 
 if TYPE_CHECKING:
     import requests
@@ -168,9 +167,7 @@ def private_postgres(work: Path) -> Iterator[str]:
     as_postgres = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
     if as_postgres:
         shutil.chown(home, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     ctl = [*as_postgres, _pg_bin("pg_ctl"), "-D", str(data), "-l", str(log), "-w"]
     try:
         _run_or_say([*as_postgres, _pg_bin("initdb"), "-D", str(data), "-U", "postgres", "-A", "trust", "-E", "UTF8"])
@@ -195,9 +192,7 @@ def _run_or_say(argv: list[str]) -> None:
 @contextlib.contextmanager
 def private_redis(work: Path) -> Iterator[str]:
     """A ``redis-server`` of this benchmark's own on a free port, keeping nothing on disk; yields its URL."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
     proc = Proc("redis-server", [*argv, "--dir", str(work)], log=work / "redis.log", cwd=work)
     try:

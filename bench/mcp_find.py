@@ -51,6 +51,7 @@ from bench._common import (
     Proc,
     ProcessError,
     django_setup,
+    free_port,
     fresh_dir,
     register_sites,
     sim_control,
@@ -81,12 +82,6 @@ def echo_app() -> Any:
 
 
 # --- processes ------------------------------------------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 def start_uvicorn(
     name: str, target: str, env: dict[str, str], work: Path, workers: int, factory: bool = False
 ) -> tuple[Proc, str]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -221,17 +222,41 @@ def port_free(port: int) -> bool:
         return sock.connect_ex(("127.0.0.1", port)) != 0
 
 
-def free_port() -> int:
-    """A port of 127.0.0.1 nothing listens on now."""
+# Ports are picked below the kernel's ephemeral range: a port of that range found free can be
+# taken by any process's outgoing connection before our server binds it (seen under the
+# parallel suite as "address already in use"); the kernel never hands out the ports below it.
+LOWEST_PORT = 10_000
+_random = random.SystemRandom()  # not the random module's state, which tests may seed
+
+
+def _ephemeral_low() -> int:
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32_768  # Linux's default; elsewhere the check below still holds
+
+
+def _bindable(port: int) -> bool:
+    """Whether a server could bind ``port`` of 127.0.0.1 now (as servers do, with SO_REUSEADDR)."""
     with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+        return True
+
+
+def free_port() -> int:
+    """A port of 127.0.0.1 a server could bind now, outside the range outgoing connections take."""
+    return free_ports(1)
 
 
 def free_ports(count: int) -> int:
     """A first port such that it and the ``count - 1`` after it are free now (runstack's replicas)."""
-    for _ in range(50):
-        first = free_port()
-        if first + count < 65536 and all(port_free(first + i) for i in range(1, count)):
+    top = _ephemeral_low() - count
+    for _ in range(200):
+        first = _random.randint(LOWEST_PORT, top) if top > LOWEST_PORT else _random.randint(1024, 65535 - count)
+        if all(_bindable(first + i) and port_free(first + i) for i in range(count)):
             return first
     raise RuntimeError(f"found no {count} free consecutive ports")

@@ -92,7 +92,8 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
 def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, agent: Any, worker: WorkerProcess) -> None:
     from rewind.checkpoints.poller import pollers_restart_stale
 
-    sim.add_fault("checkpoint_listing_delay", seconds=2)
+    # Listed long after the sweep below: a guard already ended leaves no chain to restart.
+    sim.add_fault("checkpoint_listing_delay", seconds=10)
     guard = _request(agent, "db01")
     deadline = time.monotonic() + 60
     while not SitePoller.objects.filter(lease_owner__startswith="queued:").exists():
