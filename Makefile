@@ -35,9 +35,10 @@ TEST_WORKERS ?= auto
 test: check
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
-# The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py).
+# The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py), and the
+# quick share of the sweeps (tests/sizes.py: two simulator presets of twenty, fewer fuzz cases).
 quicktest: $(STAMP)
-	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not process and not browser and not node" $(PYTEST_ARGS)
+	REWIND_TESTS_QUICK=1 REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal -m "not process and not browser and not node" $(PYTEST_ARGS)
 
 # Every benchmark under bench/ and one table of their figures beside their targets (bench/run.py);
 # the full size takes about an hour here, bench-quick a few minutes each. bench-compare holds the

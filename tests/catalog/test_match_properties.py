@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name
+from tests.sizes import cases
 
 part = st.from_regex(r"\A[a-z0-9_.-]{1,8}\Z")
 entries = st.lists(
@@ -18,7 +19,11 @@ entries = st.lists(
 
 
 @pytest.mark.django_db
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=cases("REWIND_PROPERTY_EXAMPLES", full=200, quick=60),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 @given(catalog=entries, server=part, tool=part, upper=st.booleans())
 def test_the_most_specific_enabled_entry_matches(
     catalog: list[tuple[str, str, bool]], server: str, tool: str, upper: bool

@@ -9,7 +9,8 @@ mount is gone afterwards, and a missing file or a folder is refused clearly.
 The guard's poll rounds and the recovery's run are the worker's own task functions, run in the
 test's process (``inline_tasks``): the queue is not what these tests are about.
 
-Run one variant: ``pytest tests/recoveries/test_variant_matrix.py -k browse-400``.
+Run one variant: ``pytest tests/recoveries/test_variant_matrix.py -k browse-400``. The quick run
+(``make quicktest``) runs ``default`` and ``hostile`` only (tests/sizes.py); CI runs all twenty.
 """
 
 from __future__ import annotations
@@ -25,12 +26,13 @@ from rewind.checkpoints.services import guard_create
 from rewind.models import ChangeGuard
 from tests.fixtures import InlineTasks
 from tests.helpers import wait_recovery_finished
+from tests.sizes import sweep
 from zvmsim.variants import PRESETS
 
 pytestmark = pytest.mark.timeout(300)
 
 
-@pytest.fixture(params=list(PRESETS))
+@pytest.fixture(params=sweep(list(PRESETS), ["default", "hostile"]))
 def variant(request: pytest.FixtureRequest, sim: Any) -> str:
     """Every simulated ZVM behaves as the named preset for the whole test."""
     sim.set_variants(preset=request.param)

@@ -14,7 +14,6 @@ scenarios; the test prints its case counts. ``REWIND_FUZZ_EXAMPLES=200`` is the 
 from __future__ import annotations
 
 import hashlib
-import os
 import time
 from typing import Any
 
@@ -29,8 +28,9 @@ from schemathesis.specs.openapi.checks import negative_data_rejection, positive_
 
 from rewind.audit import Actor, audit_record
 from rewind.checkpoints.models import ChangeGuard
+from tests.sizes import cases
 
-EXAMPLES = int(os.environ.get("REWIND_FUZZ_EXAMPLES", "8"))
+EXAMPLES = cases("REWIND_FUZZ_EXAMPLES", full=8, quick=3)
 CSRF = "fuzzcsrftoken0123456789abcdefghi"  # 32 characters: a token Django's CSRF check takes as it is
 # Operations whose valid data reaches outside (a ZVM, an upstream's URL or command).
 OUTSIDE = {
