@@ -7,8 +7,10 @@ import io
 import zipfile
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import pytest
+import requests
 from django.test import Client
 from django.urls import reverse
 
@@ -17,7 +19,8 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
 from rewind.models import Agent, AuditEvent
-from tests.helpers import wait_recovery_finished
+from tests.helpers import call_tool_async, poll_recovery_status, run, tool_ok, wait_recovery_finished
+from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -196,3 +199,51 @@ def test_the_folder_archive_downloads_only_with_the_agents_token_or_a_reviewer(
     page = client.get(reverse("admin:recoveries_recoveryrequest_review", args=[recovery.pk])).content.decode()
     assert f"a folder: {len(before)} files, {sum(len(b) for b in before.values())} bytes" in page
     assert "sites-available/deep/more/site.conf" in page
+
+
+def test_an_agent_asks_for_a_folder_over_mcp_and_downloads_its_zip(
+    worker, mcp_server, mcp_client, sim, sites, people, tagged
+) -> None:
+    agent, token = make_agent_token()
+    before = _nginx_folder(sim)
+    tagged("web01", "chg-folder", agent_name=agent.name)
+    sim.set_file("web01", "/etc/nginx/nginx.conf", text="broken\n")
+
+    asked = tool_ok(
+        run(
+            call_tool_async(
+                mcp_client,
+                token,
+                "zerto_recover_file",
+                {
+                    "vm": "web01",
+                    "path": "/etc/nginx",
+                    "reason": "nginx broke",
+                    "change_id": "chg-folder",
+                    "recursive": True,
+                },
+            )
+        )
+    )
+    assert asked["status"] == "pending"
+    assert asked["recursive"] is True
+    recovery_request_approve(recovery_id=asked["id"], user=people.approver)
+    done = poll_recovery_status(mcp_client, token, asked["id"])
+
+    assert done["status"] == "succeeded", done
+    result = done["result"]
+    assert result["content"] is None  # a folder is never inline
+    folder = result["folder"]
+    assert folder["files"] == len(before)
+    assert {e["path"]: e["sha256"] for e in folder["manifest"]} == {
+        rel: hashlib.sha256(data).hexdigest() for rel, data in before.items()
+    }
+    url = mcp_server.url + urlsplit(result["url"]).path
+    got = requests.get(url, headers={"Authorization": f"Bearer {token}"}, timeout=60)
+    assert got.status_code == 200
+    assert hashlib.sha256(got.content).hexdigest() == result["sha256"]
+    with zipfile.ZipFile(io.BytesIO(got.content)) as zipped:
+        assert {name: zipped.read(name) for name in zipped.namelist()} == before
+    _, other = make_agent_token()
+    assert requests.get(url, headers={"Authorization": f"Bearer {other}"}, timeout=60).status_code == 404
+    assert requests.get(url, timeout=60).status_code in (401, 403)
