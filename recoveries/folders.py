@@ -86,6 +86,7 @@ class Listed:
 class Walked:
     files: list[Listed] = field(default_factory=list)
     skipped: list[dict[str, str]] = field(default_factory=list)  # {path, reason}
+    names: set[str] = field(default_factory=set)  # every rel listed as a file
     folders: int = 0  # browsed
     listed_bytes: int = 0  # the sizes the listing gave
 
@@ -151,6 +152,9 @@ def _over_folders(guest: str, limits: Limits, walked: Walked) -> FolderRefused:
 
 
 def _add_file(walked: Walked, listed: Listed, guest: str, limits: Limits) -> None:
+    if listed.rel in walked.names:
+        raise ApplicationError(f"the ZVM listed {listed.rel!r} under {guest} twice; nothing was downloaded")
+    walked.names.add(listed.rel)
     walked.files.append(listed)
     walked.listed_bytes += listed.size or 0
     if len(walked.files) > limits.files:
@@ -183,14 +187,24 @@ def folder_walk(session: Session, root: Match, *, guest: str, limits: Limits) ->
             elif is_file(item) and item.is_downloadable:
                 _add_file(walked, _listed(rel, item), guest, limits)
             else:
-                reason = item.not_downloadable_reason or f"a {(item.type or 'entry').lower()} the ZVM will not download"
-                walked.skipped.append({"path": rel, "reason": reason})
+                _skip(walked, rel, item, limits)
     if not walked.files:
-        also = f" (not downloadable: {', '.join(s['path'] for s in walked.skipped[:5])})" if walked.skipped else ""
+        if walked.skipped:
+            listed = ", ".join(f"{s['path']} ({s['reason']})" for s in walked.skipped[:5])
+            raise FolderRefused(
+                f"{guest} holds no file the ZVM will download in this checkpoint ({root.flr_path}); it lists {listed}"
+            )
         raise FolderRefused(
-            f"{guest} is an empty folder in this checkpoint ({root.flr_path}): there is no file to bring back{also}"
+            f"{guest} is an empty folder in this checkpoint ({root.flr_path}): there is no file to bring back"
         )
     return walked
+
+
+def _skip(walked: Walked, rel: str, item: BrowseItem, limits: Limits) -> None:
+    """A link or other entry the ZVM will not download: reported, never fetched (kept to a bounded list)."""
+    if len(walked.skipped) < limits.files:
+        reason = item.not_downloadable_reason or f"a {(item.type or 'entry').lower()} the ZVM will not download"
+        walked.skipped.append({"path": rel, "reason": reason})
 
 
 def _listed(rel: str, item: BrowseItem) -> Listed:
