@@ -15,6 +15,7 @@ from django.test import Client
 from django.urls import reverse
 
 from recoveries.models import RecoveryRequest
+from recoveries.notify import approval_summary
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
@@ -266,3 +267,26 @@ def test_an_agent_asks_for_a_folder_over_mcp_and_downloads_its_zip(
     _, other = make_agent_token()
     assert requests.get(url, headers={"Authorization": f"Bearer {other}"}, timeout=60).status_code == 404
     assert requests.get(url, timeout=60).status_code in (401, 403)
+
+
+def test_the_approver_reads_that_it_is_a_folder_before_and_its_figures_after(
+    inline_tasks, sim, sites, people, agent, tagged, settings
+) -> None:
+    settings.REWIND_FOLDER_MAX_FILES = 40
+    settings.REWIND_FOLDER_MAX_BYTES = 9000
+    tagged("web01")
+    pending = recovery_request_create(agent=agent, vm="web01", path="/var/www/html", reason="x", recursive=True)
+    subject, lines = approval_summary(pending)
+    assert subject.endswith("/var/www/html (a folder)")
+    assert "asks for a folder back" in lines[0]
+    assert "Folder:      a folder, with every file under it (up to 40 files and 9000 bytes" in "\n".join(lines)
+    client = Client()
+    client.force_login(people.approver)
+    review = reverse("admin:recoveries_recoveryrequest_review", args=[pending.pk])
+    assert "up to 40 files and 9000 bytes" in client.get(review).content.decode()
+
+    recovery_request_approve(recovery_id=pending.pk, user=people.approver)
+    done = wait_recovery_finished(pending, tasks=inline_tasks)
+    assert done.status == RecoveryRequest.Status.SUCCEEDED, done.error
+    total = sum(e["size"] for e in done.manifest)
+    assert f"a folder: {len(done.manifest)} files, {total} bytes" in client.get(review).content.decode()
