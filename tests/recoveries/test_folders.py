@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import subprocess
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -290,3 +291,36 @@ def test_the_approver_reads_that_it_is_a_folder_before_and_its_figures_after(
     assert done.status == RecoveryRequest.Status.SUCCEEDED, done.error
     total = sum(e["size"] for e in done.manifest)
     assert f"a folder: {len(done.manifest)} files, {total} bytes" in client.get(review).content.decode()
+
+
+@pytest.mark.process  # it mounts a small tmpfs
+def test_a_full_recovered_files_folder_fails_the_folder_clearly_and_keeps_nothing(
+    inline_tasks, sim, sites, people, agent, tagged, settings, tmp_path
+) -> None:
+    storage = tmp_path / "small"
+    storage.mkdir()
+    try:
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "size=64k,mode=0755", "tmpfs", str(storage)],
+            check=True,
+            capture_output=True,
+            timeout=30,
+        )
+    except subprocess.CalledProcessError as exc:
+        pytest.skip(f"mounting a small tmpfs needs CAP_SYS_ADMIN (root in CI): {exc.stderr.decode().strip()}")
+    try:
+        settings.REWIND_STORAGE_DIR = storage
+        for n in range(3):
+            sim.set_file("db01", f"/srv/logs/part{n}.log", size=100_000, seed=n)
+        tagged("db01")
+
+        recovery = _run(inline_tasks, people, agent, "db01", "/srv/logs")
+
+        assert recovery.status == RecoveryRequest.Status.FAILED
+        assert "No space left on device" in recovery.error
+        assert "the mount was ended and nothing was kept" in recovery.error
+        assert recovery.unmount_ok is True
+        assert _live(sim, "site-b") == []
+        assert [p.name for p in storage.rglob("*") if p.is_file()] == []
+    finally:
+        subprocess.run(["umount", "-l", str(storage)], check=False, timeout=30)
