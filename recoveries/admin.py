@@ -18,7 +18,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
-from recoveries.presenters import result_dict, waiting_message
+from recoveries.presenters import folder_summary, result_dict, waiting_message
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -145,6 +145,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "waiting": waiting_message(recovery) if recovery.status == RecoveryRequest.Status.WAITING else "",
             "site_unavailable": recovery_site_unavailable(recovery),
             "undone_call": undone_call(recovery),
+            "folder": folder_summary(recovery) if recovery.recursive else "",
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 

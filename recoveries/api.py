@@ -163,7 +163,7 @@ class RecoveryDenyApi(APIView):
 
 
 class RecoveryDownloadApi(APIView):
-    """The recovered file's bytes; ``X-Content-SHA256`` carries their sha256."""
+    """The recovered file's bytes, or a folder's zip; ``X-Content-SHA256`` carries their sha256."""
 
     authentication_classes = [AgentTokenAuthentication, authentication.SessionAuthentication]
     permission_classes = [permissions.IsAuthenticated]
@@ -175,6 +175,10 @@ class RecoveryDownloadApi(APIView):
     @extend_schema(
         responses={
             (200, "application/octet-stream"): OpenApiResponse(OpenApiTypes.BINARY, description="The file."),
+            (200, "application/zip"): OpenApiResponse(
+                OpenApiTypes.BINARY,
+                description="A folder's files (a recursive recovery), one member per manifest entry.",
+            ),
             404: OpenApiResponse(
                 ErrorSerializer,
                 description="No such recovery of this agent, or no file to download (not succeeded, or deleted "
@@ -195,8 +199,8 @@ class RecoveryDownloadApi(APIView):
         path = stored_file(recovery)
         if path is None:
             raise NotFoundError(f"recovery #{pk} has no recovered file to download ({recovery.status})")
-        response = FileResponse(
-            path.open("rb"), as_attachment=True, filename=path.name, content_type="application/octet-stream"
-        )
+        # A folder (recursive) is kept as one zip of its files; its manifest is in the recovery's result.
+        kind = "application/zip" if recovery.recursive else "application/octet-stream"
+        response = FileResponse(path.open("rb"), as_attachment=True, filename=path.name, content_type=kind)
         response["X-Content-SHA256"] = recovery.sha256
         return response

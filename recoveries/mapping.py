@@ -18,7 +18,8 @@ Which partition holds the path is decided from what is there:
   partition holding the ``Windows`` folder; another letter is a partition without it, the
   data partitions taking ``D:``, ``E:``, ... in their order when several hold the path.
 
-Exactly one match is used; none, several or a folder is an error naming what was looked at.
+Exactly one match is used; none, several or a folder is an error naming what was looked at
+(a folder is the match a recursive recovery asks for).
 Each folder is listed at most once per mapping.
 """
 
@@ -198,8 +199,10 @@ def _caseless(partition_name: str, guest: GuestPath) -> bool:
     return guest.os == "windows"  # a file system the name does not tell: the guest's own rule
 
 
-def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_identifier: str) -> Match:
-    """The single file ``guest`` names in the mounted session.
+def map_guest_path(
+    client: ZvmClient, session_id: str, guest: GuestPath, *, vm_identifier: str, recursive: bool = False
+) -> Match:
+    """The single file ``guest`` names in the mounted session (``recursive``: a folder, or a file).
 
     Raises ``NotFoundError`` (no partition holds it), ``ApplicationError`` (several do, it
     is a folder, or the ZVM could not list a folder on the way) or ``SessionVanished``.
@@ -214,7 +217,23 @@ def map_guest_path(client: ZvmClient, session_id: str, guest: GuestPath, *, vm_i
         matches = _windows(browser, parts, guest)
     else:
         matches = _linux(browser, parts, guest)
-    return _one_file(matches, parts, guest)
+    return _one_match(matches, parts, guest, recursive)
+
+
+def list_folder(client: ZvmClient, session_id: str, folder: str, *, vm_identifier: str) -> list[BrowseItem]:
+    """One folder's listing, each item with its full FLR path (as ``map_guest_path`` reads them).
+
+    Raises ``ApplicationError`` (the ZVM could not list it) or ``SessionVanished``.
+    """
+    return _Browser(client, session_id, vm_identifier).listing(folder)
+
+
+def is_folder(item: BrowseItem) -> bool:
+    return _is_folder(item)
+
+
+def is_file(item: BrowseItem) -> bool:
+    return _is_file(item)
 
 
 def _partitions(browser: _Browser) -> list[BrowseItem]:
@@ -314,7 +333,7 @@ def _has_windows_folder(browser: _Browser, part: _Partition) -> bool:
 # -- the answer -----------------------------------------------------------------------------------
 
 
-def _one_file(matches: list[Match], parts: list[_Partition], guest: GuestPath) -> Match:
+def _one_match(matches: list[Match], parts: list[_Partition], guest: GuestPath, recursive: bool) -> Match:
     if not matches:
         raise NotFoundError(
             f"{guest.original} does not exist in this checkpoint "
@@ -325,8 +344,11 @@ def _one_file(matches: list[Match], parts: list[_Partition], guest: GuestPath) -
             f"{guest.original} is ambiguous in this checkpoint; it exists as {', '.join(m.flr_path for m in matches)}"
         )
     match = matches[0]
+    if recursive and (_is_folder(match.item) or _is_file(match.item)):
+        return match
     if not _is_file(match.item):
         raise ApplicationError(
-            f"{guest.original} is a {(match.item.type or 'folder').lower()}, not a file ({match.flr_path})"
+            f"{guest.original} is a {(match.item.type or 'folder').lower()}, not a file ({match.flr_path}); "
+            "ask with recursive=true to bring back the whole folder"
         )
     return match

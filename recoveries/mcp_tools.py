@@ -113,6 +113,7 @@ def _create(
     change_id: str | None,
     before_call: str | None = None,
     point_in_time: str | None = None,
+    recursive: bool = False,
 ) -> RecoveryOut:
     recovery = recovery_request_create(
         agent=calling_agent(agent_id=current_agent_id()),
@@ -123,6 +124,7 @@ def _create(
         change_id=change_id,
         before_call=before_call,
         point_in_time=point_in_time,
+        recursive=recursive,
     )
     return _out(recovery)
 
@@ -167,6 +169,14 @@ async def zerto_recover_file(
     change_id: ChangeIdChoice = None,
     before_call: BeforeCall = None,
     point_in_time: PointInTime = None,
+    recursive: Annotated[
+        Flag,
+        Field(
+            description="JSON true: `path` is a folder, and every file under it comes back (a manifest with each "
+            "file's path, size, sha256 and modification time, and one zip to download), refused above the "
+            "service's file-count and byte limits; false (default): one file"
+        ),
+    ] = False,
     wait: Annotated[
         Flag,
         Field(
@@ -184,11 +194,13 @@ async def zerto_recover_file(
     on a checkpoint, or a checkpoint identifier); without either, the newest tagged checkpoint this service
     made for the VM is used. To undo a change nobody guarded, give `before_call` (the call id a tool called
     through this gateway returned in `_meta`) or `point_in_time` (ISO 8601 with zone): the newest journal
-    checkpoint strictly before it is used, and the answer says how far before. `reason` is shown to the approver. The answer carries the request id, its status
+    checkpoint strictly before it is used, and the answer says how far before. With `recursive=true`, `path` is a
+    folder and everything under it comes back in one mount: `result.folder` lists each file (path, size, sha256,
+    modified) and `result.url` is one zip of them. `reason` is shown to the approver. The answer carries the request id, its status
     and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
     notifications) until the recovery ends; otherwise poll zerto_recovery_status.
     """
-    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time)
+    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time, recursive)
     return await _wait(out, ctx) if wait else out
 
 

@@ -47,6 +47,9 @@ class RecoveryRequest(models.Model):
     normalized_path = models.CharField(max_length=1024, help_text="Linux: /a/b; Windows: C:/a/b.")
     os = models.CharField(max_length=10, choices=Os.choices)
     reason = models.TextField()
+    recursive = models.BooleanField(
+        default=False, help_text="A folder asked back with everything under it (recoveries.folders)."
+    )
 
     checkpoint_identifier = models.CharField(max_length=64)
     checkpoint_timestamp = models.DateTimeField(null=True, blank=True)
@@ -78,6 +81,12 @@ class RecoveryRequest(models.Model):
     size = models.BigIntegerField(null=True, blank=True)
     stored_path = models.CharField(max_length=2048, blank=True, help_text="Where the recovered bytes are kept.")
     flr_path = models.CharField(max_length=2048, blank=True, help_text="The path inside the FLR mount.")
+    # A folder: one entry per file brought back, in the order walked (a later step iterates it):
+    # {path (below the folder, '/'-separated), size, sha256, modified (the ZVM's LastWriteTime or null)}.
+    # ``stored_path``, ``sha256`` and ``size`` are then those of the zip archive holding them.
+    manifest = models.JSONField(default=list, blank=True, help_text="A folder: the files brought back.")
+    # A folder: what it listed that could not be brought back ({path, reason}), e.g. a link.
+    manifest_skipped = models.JSONField(default=list, blank=True, help_text="A folder: entries not brought back.")
     unmount_ok = models.BooleanField(null=True, blank=True)
     unmount_session_id = models.CharField(max_length=255, blank=True)
     unmount_warning = models.TextField(blank=True)

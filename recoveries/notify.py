@@ -29,7 +29,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from recoveries.models import RecoveryRequest
-from recoveries.presenters import approval_url
+from recoveries.presenters import approval_url, folder_summary
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.notifications.channels import BuiltinChannel, QueuedDelivery
@@ -87,15 +87,19 @@ def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
     """
     r = recovery
     subject = _one_line(
-        f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}", SUBJECT_MAX
+        f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}"
+        + (" (a folder)" if r.recursive else ""),
+        SUBJECT_MAX,
     )
     reason = "\n".join("    " + line for line in (r.reason or "").splitlines()) or "    (none)"
     approvals = "two different people" if r.approvals_required > 1 else "one person"
+    what = "a folder" if r.recursive else "a file"
     lines = [
-        f"Agent {r.agent_name} asks for a file back from a checkpoint. It runs only after {approvals} approve.",
+        f"Agent {r.agent_name} asks for {what} back from a checkpoint. It runs only after {approvals} approve.",
         "",
         f"VM:          {r.vm_name} ({r.vm_identifier})",
         f"Path:        {r.path}",
+        *([f"Folder:      {folder_summary(r)}"] if r.recursive else []),
         f"Agent:       {r.agent_name}",
         f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
         f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",

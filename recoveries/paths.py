@@ -53,8 +53,11 @@ class GuestPath:
         return self.segments[-1]
 
 
-def parse_guest_path(raw: object) -> GuestPath:
-    """Check ``raw`` and return it parsed; raises ``GuestPathError`` naming the problem."""
+def parse_guest_path(raw: object, *, folder: bool = False) -> GuestPath:
+    """Check ``raw`` and return it parsed; raises ``GuestPathError`` naming the problem.
+
+    ``folder``: the path names a folder (a recursive recovery), so a trailing separator is fine.
+    """
     if not isinstance(raw, str) or not raw.strip():
         raise GuestPathError("the path is empty; give the file's absolute guest path, e.g. /etc/hostname")
     path = raw.strip()
@@ -66,7 +69,7 @@ def parse_guest_path(raw: object) -> GuestPath:
         )
     drive = _DRIVE.match(path)
     if drive:
-        return _windows(raw, path, f"{drive.group(1).upper()}:")
+        return _windows(raw, path, f"{drive.group(1).upper()}:", folder)
     if path.startswith("\\\\"):
         raise GuestPathError(f"{path!r} is a network (UNC) path; give a path on the VM's own disks, e.g. C:\\dir\\file")
     if not path.startswith("/"):
@@ -75,25 +78,27 @@ def parse_guest_path(raw: object) -> GuestPath:
         )
     if "\\" in path:
         raise GuestPathError(f"{path!r} mixes backslashes into a Linux path; Linux paths use / only")
-    return GuestPath(raw, "linux", None, _segments(path, path.split("/")))
+    return GuestPath(raw, "linux", None, _segments(path, path.split("/"), folder))
 
 
-def _windows(raw: str, path: str, drive: str) -> GuestPath:
+def _windows(raw: str, path: str, drive: str, folder: bool) -> GuestPath:
     rest = path[2:]
     parts = re.split(r"[\\/]", rest)
-    segments = _segments(path, parts)
+    segments = _segments(path, parts, folder)
     for seg in segments:
         if _WINDOWS_FORBIDDEN.search(seg):
             raise GuestPathError(f"{path!r} contains a character Windows does not allow in a file name")
     return GuestPath(raw, "windows", drive, segments)
 
 
-def _segments(path: str, parts: list[str]) -> tuple[str, ...]:
-    if parts and parts[-1] == "" and len([p for p in parts if p]) > 0:
-        raise GuestPathError(f"{path!r} ends with a separator, so it names a folder; give a file")
+def _segments(path: str, parts: list[str], folder: bool = False) -> tuple[str, ...]:
+    if not folder and parts and parts[-1] == "" and len([p for p in parts if p]) > 0:
+        raise GuestPathError(
+            f"{path!r} ends with a separator, so it names a folder; give a file, or ask with recursive=true for the whole folder"
+        )
     segments = [p for p in parts if p != ""]
     if any(seg in ("..", ".") for seg in segments):
         raise GuestPathError(f"{path!r} contains '.' or '..' segments; give the plain absolute path")
     if not segments:
-        raise GuestPathError(f"{path!r} names the root, not a file")
+        raise GuestPathError(f"{path!r} names the root, not a {'folder under it' if folder else 'file'}")
     return tuple(segments)

@@ -121,12 +121,37 @@ class UnmountOut(BaseModel):
     warning: Annotated[str | None, Rest(optional=True)] = None
 
 
+class ManifestEntryOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryManifestEntry"
+
+    path: str = Field(description="Below the folder, '/'-separated; the archive's member of the same name")
+    size: int
+    sha256: str
+    modified: MaybeTimestamp = Field(default=None, description="The ZVM's LastWriteTime, when it gives one")
+
+
+class SkippedOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoverySkippedEntry"
+
+    path: str
+    reason: str
+
+
+class FolderOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryFolder"
+
+    files: int = Field(description="How many files came back")
+    bytes: int = Field(description="Their bytes in all (the archive's size is result.size)")
+    manifest: list[ManifestEntryOut] = Field(description="Every file, in the order walked (breadth-first)")
+    skipped: list[SkippedOut] = Field(description="Entries listed that could not be brought back (e.g. links)")
+
+
 class ResultOut(BaseModel):
     rest_name: ClassVar[str] = "RecoveryResult"
 
     ok: bool
-    sha256: str | None = None
-    size: int | None = None
+    sha256: str | None = Field(default=None, description="Of the file; of the zip archive for a folder")
+    size: int | None = Field(default=None, description="Of the file; of the zip archive for a folder")
     # Inline content is the agent's (MCP) answer only: the REST body always links the file.
     content: Annotated[str | None, Rest(omit=True)] = Field(
         default=None, description="The file, when small enough: text, or base64 (see encoding)"
@@ -137,6 +162,9 @@ class ResultOut(BaseModel):
     ] = Field(default=None, description="For larger files: GET it with your bearer token")
     error: Annotated[str | None, Rest(optional=True)] = None
     unmount: UnmountOut | None = None
+    folder: Annotated[FolderOut | None, Rest(optional=True)] = Field(
+        default=None, description="A folder (recursive): what came back; url downloads the zip of it"
+    )
     purged_at: Annotated[str | None, Rest(field=serializers.DateTimeField, optional=True)] = Field(
         default=None, description="Set once the retention period deleted the recovered bytes (error says so)"
     )
@@ -161,6 +189,7 @@ class RecoveryOut(BaseModel):
     vm: str
     vm_identifier: str
     path: Annotated[str, Rest(help_text="The guest path as the agent gave it.")]
+    recursive: bool = Field(default=False, description="true: path is a folder, brought back with all it holds")
     checkpoint: CheckpointOut
     approval_url: Annotated[
         str, Rest(field=serializers.URLField, help_text="The admin page where a person approves or denies it.")
@@ -249,7 +278,9 @@ def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
     if path is None:
         out.error = "the recovered file is no longer kept on this server"
         return out
-    if inline and (r.size or 0) <= settings.REWIND_INLINE_MAX_BYTES:
+    if r.recursive:
+        out.folder, out.url = folder_out(r), download_url(r)  # a folder is never inline: its zip is a link
+    elif inline and (r.size or 0) <= settings.REWIND_INLINE_MAX_BYTES:
         data = path.read_bytes()
         try:
             out.content, out.encoding = data.decode("utf-8"), "utf-8"
@@ -258,6 +289,27 @@ def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
     else:
         out.url = download_url(r)
     return out
+
+
+def folder_out(r: RecoveryRequest) -> FolderOut:
+    manifest = [ManifestEntryOut.model_validate(entry) for entry in r.manifest]
+    return FolderOut(
+        files=len(manifest),
+        bytes=sum(e.size for e in manifest),
+        manifest=manifest,
+        skipped=[SkippedOut.model_validate(entry) for entry in r.manifest_skipped],
+    )
+
+
+def folder_summary(r: RecoveryRequest) -> str:
+    """What a person reads about a folder request: its figures once known, else the limits it runs under."""
+    if r.manifest:
+        files, size = len(r.manifest), sum(int(e["size"]) for e in r.manifest)
+        return f"a folder: {files} files, {size} bytes"
+    return (
+        f"a folder, with every file under it (up to {settings.REWIND_FOLDER_MAX_FILES} files and "
+        f"{settings.REWIND_FOLDER_MAX_BYTES} bytes; how many is known once it is mounted)"
+    )
 
 
 def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:
@@ -287,6 +339,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
         vm=r.vm_name,
         vm_identifier=r.vm_identifier,
         path=r.path,
+        recursive=r.recursive,
         normalized_path=r.normalized_path,
         reason=r.reason,
         checkpoint=checkpoint_out(r),

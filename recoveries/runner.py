@@ -25,6 +25,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from recoveries.archive import StorageFailed
+from recoveries.folders import Fetched, Session, folder_recover
 from recoveries.journal import journal_gone_reason
 from recoveries.mapping import Match, SessionVanished, map_guest_path
 from recoveries.models import FlrSession, RecoveryRequest
@@ -167,15 +169,17 @@ def _check_storage(run: Run) -> None:
 
 
 def _execute(run: Run) -> None:
-    guest = parse_guest_path(run.recovery.path)
+    guest = parse_guest_path(run.recovery.path, folder=run.recovery.recursive)
     _check_storage(run)
     _check_mountable(run)
     for attempt in range(1, MAX_ATTEMPTS + 1):
         row = _mount(run, attempt)
         try:
             _wait_mounted(run, row)
-            match = map_guest_path(run.client, row.session_id, guest, vm_identifier=row.vm_identifier)
-            stored, result = _download(run, row, match)
+            match = map_guest_path(
+                run.client, row.session_id, guest, vm_identifier=row.vm_identifier, recursive=run.recovery.recursive
+            )
+            stored, result, fetched = _fetch(run, row, match)
         except SessionVanished:
             _vanished(row, "the ZVM dropped the session during the recovery (restart?)")
             if attempt < MAX_ATTEMPTS:
@@ -186,8 +190,23 @@ def _execute(run: Run) -> None:
             _store_unmount(run.recovery, report)
             raise
         report = _unmount(run, row)
-        _finish_succeeded(run, stored, result, match, report)
+        _finish_succeeded(run, stored, result, match, report, fetched)
         return
+
+
+def _fetch(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadResult, Fetched | None]:
+    """The file, or (a recursive recovery) the folder's archive with its manifest."""
+    if not run.recovery.recursive:
+        stored, result = _download(run, row, match)
+        return stored, result, None
+    folder = Path(settings.REWIND_STORAGE_DIR) / str(run.recovery.pk)
+    session = Session(run.client, row.session_id, row.vm_identifier)
+    try:
+        fetched = folder_recover(session, match, recovery=run.recovery, dest=folder, request_id=run.request_id)
+    except StorageFailed as exc:
+        logger.error("recovery %s: %s did not take the folder's archive: %s", run.recovery.pk, folder, exc)
+        raise _storage_failed(exc.oserror, mounted=True) from exc
+    return fetched.archive, DownloadResult(fetched.size, fetched.sha256, zipped=True), fetched
 
 
 def _snapshot(run: Run) -> list[str]:
@@ -418,8 +437,16 @@ def _store_unmount(recovery: RecoveryRequest, report: UnmountReport) -> None:
     )
 
 
-def _finish_succeeded(run: Run, stored: Path, result: DownloadResult, match: Match, report: UnmountReport) -> None:
+def _finish_succeeded(
+    run: Run, stored: Path, result: DownloadResult, match: Match, report: UnmountReport, fetched: Fetched | None
+) -> None:
     r = run.recovery
+    folder: dict[str, object] = {}
+    if fetched is not None:
+        folder = {
+            "manifest": [e.as_json() for e in fetched.entries],
+            "manifest_skipped": fetched.skipped,
+        }
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=r.pk, status=Status.RUNNING).update(
             status=Status.SUCCEEDED,
@@ -433,13 +460,15 @@ def _finish_succeeded(run: Run, stored: Path, result: DownloadResult, match: Mat
             unmount_warning=report.warning,
             finished_at=timezone.now(),
             error="",
+            **folder,
         )
         if won:
+            counts = {"files": len(fetched.entries), "bytes": fetched.total_bytes} if fetched else {}
             audit_record(
                 actor=SYSTEM,
                 action=RecoveryAction.SUCCEEDED,
                 target=r,
-                data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict()},
+                data={"sha256": result.sha256, "size": result.size, "unmount": report.as_dict(), **counts},
                 request_id=run.request_id,
             )
         else:

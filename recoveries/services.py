@@ -58,18 +58,23 @@ def recovery_request_create(
     change_id: str | None = None,
     before_call: str | None = None,
     point_in_time: str | None = None,
+    recursive: bool = False,
     request_id: str | None = None,
 ) -> RecoveryRequest:
     """Record a pending request bound to one VM, path and checkpoint.
 
     ``before_call`` (a gateway call id of this agent) or ``point_in_time`` (ISO 8601) undo a
     change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
+    ``recursive``: ``path`` is a folder, brought back whole within the folder limits
+    (``recoveries.folders``); what it holds is known only once it is mounted, after approval.
 
     Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
     checkpoint); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
     transaction. Not idempotent: each call is a new request.
     """
-    guest = parse_guest_path(path)
+    if not isinstance(recursive, bool):
+        raise ApplicationError("recursive must be true or false")
+    guest = parse_guest_path(path, folder=recursive)
     reason = (reason or "").strip()
     if not reason:
         raise ApplicationError("give a reason: the approver reads it before deciding")
@@ -99,6 +104,7 @@ def recovery_request_create(
             normalized_path=guest.normalized,
             os=guest.os,
             reason=reason,
+            recursive=recursive,
             checkpoint_identifier=bound.checkpoint_identifier,
             checkpoint_timestamp=bound.checkpoint_timestamp,
             checkpoint_tag=bound.tag,
@@ -163,6 +169,8 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "undo_before_by_s": recovery.undo_before_by_s,
         "reason": recovery.reason,
         "expires_at": recovery.expires_at.isoformat(),
+        # Only a folder says so: a file's request reads as it always did.
+        **({"recursive": True} if recovery.recursive else {}),
     }
 
 

@@ -337,6 +337,11 @@ REWIND_FLR_TIME_LIMIT_S = env_int("REWIND_FLR_TIME_LIMIT_S", 1800, minimum=60)
 REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
 REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)
 REWIND_STORAGE_DIR = Path(env_str("REWIND_STORAGE_DIR") or VAR_DIR / "recovered").resolve()
+# A folder asked back with recursive=true: refused (saying the figures) above this many files,
+# this many bytes in all, or this many folders browsed (each folder is one ZVM browse call).
+REWIND_FOLDER_MAX_FILES = env_int("REWIND_FOLDER_MAX_FILES", 1000, minimum=1)
+REWIND_FOLDER_MAX_BYTES = env_int("REWIND_FOLDER_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+REWIND_FOLDER_MAX_FOLDERS = env_int("REWIND_FOLDER_MAX_FOLDERS", 200, minimum=1)
 # Recovered files of finished requests are deleted by the reaper after this many days (0: kept forever).
 REWIND_RECOVERED_RETENTION_DAYS = env_int("REWIND_RECOVERED_RETENTION_DAYS", 7, minimum=0)
 

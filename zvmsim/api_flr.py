@@ -11,6 +11,7 @@ from . import views
 from .api_sites import site_ctx
 from .flr import Download
 from .routing import SITE, Call, ok
+from .variants import Variants
 from .world import ApiError, World
 from .zipstream import Member, zip_chunks, zip_length
 
@@ -86,13 +87,23 @@ async def flr_browse(call: Call) -> Response:
     if not isinstance(path, str):
         raise ApiError(400, "path must be a string")
     main, children = call.world.flr_browse(ctx.site, call.params["session_id"], path)
-    items = _page([views.path_item(e) for e in children], body)
+    variant = call.world.variant(ctx.site.slug)
+    items = _page([_as_variant(views.path_item(e), variant) for e in children], body)
     return ok(
         {
             "MainPathItem": views.root_item(call.world.epoch) if main is None else views.path_item(main),
             "PathItems": items,
         }
     )
+
+
+def _as_variant(item: dict[str, Any], variant: Variants) -> dict[str, Any]:
+    """A browse item as this ZVM spells it: a bare name for a Path, or no times (variants)."""
+    if variant.browse_item_path == "name":
+        item["Path"] = item["Path"].rpartition("/")[2]
+    if variant.browse_times == "missing":
+        item.update(CreationTime=None, LastAccessTime=None, LastWriteTime=None)
+    return item
 
 
 @SITE.route("POST", "/v1/flrs/{session_id}/download")

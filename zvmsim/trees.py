@@ -98,6 +98,11 @@ def web01(name: str, ip: str, seed: int, t: float) -> list[Partition]:
             "etc/hostname": f"{name}\n",
             "etc/hosts": _hosts(name, ip),
             "var/www/html/index.html": f"<!doctype html>\n<html><body><h1>{name}</h1></body></html>\n",
+            # The site's folder holds several files, some in subfolders: what a folder recovery brings back.
+            "var/www/html/404.html": "<!doctype html>\n<html><body><h1>Not found</h1></body></html>\n",
+            "var/www/html/css/site.css": "body { font-family: sans-serif; margin: 2em; }\nh1 { color: #036; }\n",
+            "var/www/html/js/app.js": "document.addEventListener('DOMContentLoaded', () => console.log('ready'));\n",
+            "var/www/html/img/logo.bin": GeneratedContent(3 * 1024 + 7, _seed(seed, 3)),
         },
         t,
         empty_dirs=["boot"],

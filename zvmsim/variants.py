@@ -58,6 +58,12 @@ class Variants:
     # ZVM gives for any checkpoint it does not hold ("rejected"), or accepted and then the
     # session ends MountFailed ("mount_failed"). Undocumented either way.
     aged_checkpoint_mount: str = "rejected"
+    # A browse's PathItems: each Path from the mount root ("full", as the one example shows) or
+    # the bare name ("name"); the documentation says neither. A folder's walk must work with both.
+    browse_item_path: str = "full"
+    # Whether a browse fills LastWriteTime (and the other times) of its items ("given") or leaves
+    # them null ("missing"): the swagger declares them, no example shows a file's.
+    browse_times: str = "given"
 
     def as_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -77,6 +83,8 @@ CHOICES: dict[str, tuple[Any, ...]] = {
     "flr_get_shape": ("array", "object"),
     "history_status": ("full", "no_actual", "configured_only", "missing"),
     "aged_checkpoint_mount": ("rejected", "mount_failed"),
+    "browse_item_path": ("full", "name"),
+    "browse_times": ("given", "missing"),
 }
 _SECONDS = ("download_ready_after_s", "unmounted_linger_s", "token_ttl_s")
 _STATE_NAMES = ("mounting_state", "mounted_state", "mount_failed_state", "unmounting_state")
@@ -103,6 +111,8 @@ PRESETS: dict[str, dict[str, Any]] = {
     "history-configured-only": {"history_status": "configured_only"},
     "history-missing": {"history_status": "missing"},
     "aged-mount-fails": {"aged_checkpoint_mount": "mount_failed"},
+    "browse-names": {"browse_item_path": "name"},
+    "browse-no-times": {"browse_times": "missing"},
     # Every non-default choice at once: what an independent implementation of the
     # documented API might well do.
     "hostile": {

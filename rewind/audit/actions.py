@@ -70,6 +70,7 @@ class RecoveryAction(StrEnum):
     NOTIFIED = "recoveries.request.notified"
     NOTIFY_FAILED = "recoveries.request.notify_failed"
     FILE_DOWNLOADED = "recoveries.file.downloaded"
+    FOLDER_DOWNLOADED = "recoveries.folder.downloaded"
     RESULT_PURGED = "recoveries.result.purged"
     SESSION_MOUNT_REQUESTED = "recoveries.session.mount_requested"
     SESSION_MOUNT_FAILED = "recoveries.session.mount_failed"

@@ -153,6 +153,36 @@ def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
     assert "agent:demo-agent" in trail
 
 
+@pytest.mark.timeout(420)
+@pytest.mark.process
+def test_manage_demo_folder_brings_back_a_folder_against_the_stack(tmp_path: Path) -> None:
+    proc, env = _stack(tmp_path)
+    try:
+        done = subprocess.run(
+            [sys.executable, "manage.py", "demo", "--folder", "--auto-approve"],
+            cwd=settings.BASE_DIR,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+    finally:
+        proc.stop(sig=signal.SIGINT, timeout=60)
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-3000:] + proc.output()[-3000:]
+    assert "The agent asks for the folder back" in out
+    manifest = out[out.index("Manifest:") :]
+    for rel in ("index.html", "404.html", "css/site.css", "js/app.js", "img/logo.bin"):
+        assert re.search(rf"^\s+\d+\s+[0-9a-f]{{16}}\s+\S+\s+{re.escape(rel)}$", manifest, re.MULTILINE), rel
+    assert "5 files," in manifest
+    assert "every file matches its sha256" in out
+    assert re.search(r"Unmount: done \(FLR session \S+\)", out)
+    trail = out[out.index("Audit trail of the change:") :]
+    for action in ("recoveries.request.approved", "recoveries.folder.downloaded", "recoveries.request.succeeded"):
+        assert action in trail, action
+    assert "back on web01 from the zip" in out
+
+
 def test_manage_demo_says_how_to_start_the_stack_when_nothing_answers() -> None:
     closed = f"http://127.0.0.1:{free_port()}"
     with pytest.raises(CommandError, match=r"does not answer at http://127\.0\.0\.1:\d+: start it with `make run`"):

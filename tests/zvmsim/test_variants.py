@@ -54,6 +54,8 @@ def test_bad_variants_are_refused_and_change_nothing(sim: SimHandle) -> None:
         {"preset": "nope"},
         {"site": "site-zz", "download_url": "absolute"},
         {"download_format": True},
+        {"browse_item_path": "relative"},
+        {"browse_times": False},
         {"browse_missing_status": 400, "ntfs_case": "maybe"},
     ):
         with pytest.raises(SimError, match="400"):
@@ -67,6 +69,20 @@ def test_a_missing_browse_path_answers_the_variant_status(sim: SimHandle, zvm_b:
     resp = zvm_b.request("POST", f"v1/flrs/{session}/browse", json={"path": "partition#1 Ext4/etc/nginx"})
     assert resp.status_code == 400
     assert resp.json() == {"Message": "Path 'partition#1 Ext4/etc/nginx' was not found"}
+
+
+def test_a_browse_can_name_items_bare_and_leave_out_their_times(sim: SimHandle, zvm_b: Zvm) -> None:
+    session = mounted(zvm_b, "vpg-web", "web01")
+    folder = {"path": "partition#2 Ext4/var/www/html"}
+    full = zvm_b.post(f"v1/flrs/{session}/browse", folder)["PathItems"]
+    assert "partition#2 Ext4/var/www/html/index.html" in [i["Path"] for i in full]
+    assert all(i["LastWriteTime"] for i in full)
+    sim.set_variants("site-b", preset="browse-names")
+    bare = zvm_b.post(f"v1/flrs/{session}/browse", folder)["PathItems"]
+    assert sorted(i["Path"] for i in bare) == sorted(i["Path"].rpartition("/")[2] for i in full)
+    sim.set_variants("site-b", preset="browse-no-times")
+    timeless = zvm_b.post(f"v1/flrs/{session}/browse", folder)["PathItems"]
+    assert [(i["LastWriteTime"], i["CreationTime"]) for i in timeless] == [(None, None)] * len(full)
 
 
 def test_ntfs_names_can_be_case_sensitive(sim: SimHandle, zvm_a: Zvm) -> None:

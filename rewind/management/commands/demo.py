@@ -35,6 +35,7 @@ from rewind.audit import Actor
 from rewind.audit.selectors import audit_event_trail
 from rewind.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
+from rewind.management.commands._demo_folder import fetch_checked, manifest_lines
 from rewind.management.commands._demo_gateway import EXEC, UPSTREAM, ensure_guest_shell, guard_lines, sed_command
 from rewind.mcp.endpoint import public_base_url
 from rewind.sites.models import Site
@@ -92,6 +93,14 @@ class Command(BaseCommand):
             "guards the VM on the way; the agent never calls a zerto tool before its change",
         )
         parser.add_argument(
+            "--folder",
+            nargs="?",
+            const="/var/www/html",
+            default=None,
+            help="bring back a whole folder instead (recursive): the agent breaks files in it and asks for the "
+            "folder, then prints its manifest and checks the zip against it (default folder /var/www/html)",
+        )
+        parser.add_argument(
             "--timeout-s", type=float, default=3600.0, help="give up waiting for the recovery after this long"
         )
 
@@ -105,7 +114,9 @@ class Command(BaseCommand):
         self.agent = ScriptedAgent(f"{url}/mcp", issued.issued.token)
         self.stdout.write(f"Agent {issued.agent.name} connects to {url}/mcp with a token issued for this run.\n")
         try:
-            if options["gateway"]:
+            if options["folder"]:
+                self._run_folder(vm, options["folder"].rstrip("/") or "/", options, url)
+            elif options["gateway"]:
                 self._run_gateway(vm, path, options, sim_url)
             else:
                 self._run(vm, path, options)
@@ -166,6 +177,49 @@ class Command(BaseCommand):
         if recovered is not None:
             self.agent.call_result(f"{UPSTREAM}__write_file", {"host": vm, "path": path, "content": recovered})
             self._step(6, f"The agent puts the file back with {UPSTREAM}__write_file (the gateway guards that too)")
+
+    def _run_folder(self, vm: str, folder: str, options: dict[str, Any], url: str) -> None:
+        change_id = f"demo-{timezone.now():%Y%m%dT%H%M%S}"
+        guard = self._guard(vm, folder, change_id)
+        self._step(2, f"The agent deploys over {vm}:{folder} and breaks it: one file edited, one deleted")
+        edited, deleted = f"{folder}/index.html", f"{folder}/css/site.css"
+        good = self.sim.read(vm, edited)
+        self.sim.write(vm, edited, bad_edit(good))
+        self.sim.delete(vm, deleted)
+        self.stdout.write(f"   edited {edited}, deleted {deleted}")
+        asked = self.agent.call(
+            "zerto_recover_file",
+            {
+                "vm": vm,
+                "path": folder,
+                "recursive": True,
+                "reason": f"my deployment broke {folder}; I need the folder as it was",
+                "change_id": change_id,
+            },
+        )
+        self._step(3, f"The agent asks for the folder back: recovery #{asked['id']} is {asked['status']}")
+        self.stdout.write(f"   Approve it here: {asked['approval_url']}\n")
+        done = self._await(asked, options)
+        result = done.get("result") or {}
+        self._step(5, f"Recovery #{done['id']} {done['status']}")
+        if done["status"] != "succeeded":
+            raise CommandError(f"recovery #{done['id']} {done['status']}: {done.get('error') or result.get('error')}")
+        self.stdout.write("Manifest:\n" + "\n".join(manifest_lines(result["folder"])))
+        try:
+            files = fetch_checked(url, result, self.agent.token)
+        except ApplicationError as exc:
+            raise CommandError(exc.message) from None
+        self.stdout.write(
+            f"\nThe zip ({result['size']} bytes, sha256 {result['sha256']}): every file matches its sha256"
+        )
+        unmount = result.get("unmount") or {}
+        self.stdout.write(
+            f"Unmount: {'done' if unmount.get('ok') else 'NOT confirmed'} (FLR session {unmount.get('session_id')})"
+        )
+        self._trail(guard["id"], done["id"])
+        for rel in (edited, deleted):
+            self.sim.write(vm, rel, files[rel[len(folder) + 1 :]].decode())
+        self._step(6, f"The agent puts {edited} and {deleted} back on {vm} from the zip")
 
     def _guard(self, vm: str, path: str, change_id: str) -> dict[str, Any]:
         self._step(1, f"The agent guards {vm} before running ssh/exec on it (change {change_id})")
@@ -318,3 +372,6 @@ class _Sim:
 
     def write(self, vm: str, path: str, text: str) -> None:
         self._request("PUT", f"/_sim/vms/{vm}/files", json={"path": path, "text": text})
+
+    def delete(self, vm: str, path: str) -> None:
+        self._request("DELETE", f"/_sim/vms/{vm}/files", json={"path": path})
