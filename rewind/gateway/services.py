@@ -182,7 +182,7 @@ def upstream_update(
     unknown = set(fields) - set(_EDITABLE)
     if unknown:
         raise ApplicationError(f"these cannot be changed: {', '.join(sorted(unknown))}")
-    locked = Upstream.objects.select_for_update().get(pk=upstream.pk)
+    locked = Upstream.objects.select_for_update(no_key=True).get(pk=upstream.pk)  # calls need not wait (see below)
     before = _snapshot(locked)
     for key, value in fields.items():
         setattr(locked, key, value)
@@ -287,7 +287,11 @@ def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], r
     it is kept with state ``collision`` and the name it wanted, and agents do not see it.
     A tool the catalog does not list becomes a sighting before anyone calls it.
     """
-    locked = Upstream.objects.select_for_update().get(pk=upstream.pk)
+    # FOR NO KEY UPDATE: listings of one upstream still wait for each other, while a call's row
+    # (whose foreign key takes a key-share lock on this row when its transaction commits) does
+    # not wait for a listing. It would while holding its tool's sighting, which the listing locks
+    # next: PostgreSQL found that deadlock once in a 30-minute soak (bench/load.py).
+    locked = Upstream.objects.select_for_update(no_key=True).get(pk=upstream.pk)
     now = timezone.now()
     report = ListingReport(upstream=locked.name)
     taken = set(reserved) | set(
