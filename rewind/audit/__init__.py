@@ -13,12 +13,12 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import models, transaction
+from django.db import connection, models, transaction
 from django.utils import timezone
 
 from rewind.actors import SYSTEM, Actor  # re-exported: callers name actors with the log
 from rewind.audit.canonical import GENESIS_HASH, MASK, compute_hash, event_hash, mask_secrets, storable
-from rewind.audit.chaining import AuditChainError, chain_locked, chain_pending, insert_unchained
+from rewind.audit.chaining import AuditChainError, chain_locked, chain_pending, insert_chained, insert_unchained
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.requestid import current_request_id
 
@@ -93,12 +93,16 @@ def audit_append(entries: Sequence[AuditEntry]) -> list[int]:
     Same contract as ``audit_record``. The rows go in unchained and wait for no lock; when the
     chain lock is free, everything waiting is chained here, in this transaction (so a lone
     writer's events are chained before they commit, as they always were), and after commit
-    ``chain_pending`` chains what others committed meanwhile (``rewind.audit.chaining``).
+    ``chain_pending`` chains what others committed meanwhile (``rewind.audit.chaining``). On
+    SQLite, where one write transaction runs at a time, the events go in chained.
     """
     if not entries:
         return []
     with transaction.atomic(savepoint=False):
-        ids, chain_free = insert_unchained([_new_row(entry) for entry in entries])
+        rows = [_new_row(entry) for entry in entries]
+        if connection.vendor == "sqlite":  # one writer at a time: it holds the chain as it is
+            return insert_chained(rows)
+        ids, chain_free = insert_unchained(rows)
         if chain_free:
             chain_locked()
         transaction.on_commit(chain_pending, robust=True)

@@ -11,8 +11,9 @@ disk together). Now:
   ``seq``, ``prev_hash`` and ``hash`` set once, in the order of recording (``id``);
 - ``chain_pending`` runs after each commit: a lone writer's events are chained before they
   commit, and under load one chainer at a time links what the others committed.
-The chain lock is a PostgreSQL advisory lock; SQLite runs one write transaction at a time, so
-there every append chains in its own transaction. Plain SQL, in as few round trips as each
+The chain lock is a PostgreSQL advisory lock. SQLite runs one write transaction at a time, and
+its writer holds the database from its first statement: there an append links whatever waits
+and inserts its own events chained (``insert_chained``), three statements as before. Plain SQL, in as few round trips as each
 database allows: the MCP endpoint audits every tool call, and round trips were the cost.
 """
 
@@ -35,6 +36,7 @@ INSERT_ROWS = 500  # rows per INSERT statement: well inside SQLite's limit of 32
 CHAIN_LOCK_KEY = 0x7277_6E64_6175_6474
 
 COLUMNS = ("time", "actor_type", "actor", "action", "target_type", "target_id", "target_repr", "data", "request_id")
+CHAINED_COLUMNS = (*COLUMNS, "seq", "prev_hash", "hash")
 _WAITING = ("id", *COLUMNS)  # what a chainer reads of a waiting event: its id and what it hashes
 
 
@@ -93,28 +95,64 @@ def chain_locked() -> int:
     What is hashed is what the database gives back, converted as the ORM converts it, so
     ``verify_chain`` computes the same hash.
     """
+    return _link_waiting()[0]
+
+
+def insert_chained(rows: list[dict[str, Any]]) -> list[int]:
+    """Where one write transaction runs at a time (SQLite, whose writer holds the database from its
+    first statement): link whatever waits, then insert ``rows`` chained after it; their ids in order.
+
+    Their hashes are computed from the values as given: ``mask_secrets`` makes them what the
+    database gives back (``tests/audit/test_canonical_properties.py`` holds it to that).
+    """
+    linked, seq, prev = _link_waiting()
+    while linked == CHAIN_BATCH:
+        linked, seq, prev = _link_waiting()
+    sql = _statements()
+    ids: list[int] = []
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), INSERT_ROWS):
+            chunk = []
+            for row in rows[start : start + INSERT_ROWS]:
+                seq += 1
+                linked_hash = compute_hash(seq=seq, prev_hash=prev, **row)
+                chunk.append({**row, "seq": seq, "prev_hash": prev, "hash": linked_hash})
+                prev = linked_hash
+            cursor.execute(sql.insert_chained_of(len(chunk)), _db_params(chunk, CHAINED_COLUMNS))
+            ids += [int(found[0]) for found in cursor.fetchall()]
+        cursor.execute(sql.move_head, [seq, prev])
+    return ids
+
+
+def _link_waiting() -> tuple[int, int, str]:
+    """``chain_locked``'s work: (events linked, the head's seq and hash afterwards)."""
     sql = _statements()
     with connection.cursor() as cursor:
         cursor.execute(sql.read_waiting)
         found = cursor.fetchall()
     if not found:
         _create_head()
-        return chain_locked()
+        return _link_waiting()
     seq, prev = int(found[0][0]), str(found[0][1])
-    links: list[Any] = []
+    ids: list[int] = []
+    seqs: list[int] = []
+    prevs: list[str] = []
+    hashes: list[str] = []
     for values in found:
         if values[2] is None:  # the head alone: nothing waits
             break
         pk, content = _waiting_event(values[2:])
         seq += 1
         linked = compute_hash(seq=seq, prev_hash=prev, **content)
-        links += [pk, seq, prev, linked]
+        ids.append(pk)
+        seqs.append(seq)
+        prevs.append(prev)
+        hashes.append(linked)
         prev = linked
-    if not links:
-        return 0
-    with connection.cursor() as cursor:
-        _execute_together(cursor, [(sql.link_of(len(links) // 4), links), (sql.move_head, [seq, prev])])
-    return len(links) // 4
+    if ids:
+        with connection.cursor() as cursor:
+            _execute_together(cursor, [sql.link(ids, seqs, prevs, hashes), (sql.move_head, [seq, prev])])
+    return len(ids), seq, prev
 
 
 def _lock_try(*, for_transaction: bool, only_when_waiting: bool = False) -> bool:
@@ -198,7 +236,7 @@ def _waiting_event(values: Sequence[Any]) -> tuple[int, dict[str, Any]]:
     return int(content.pop("id")), content
 
 
-def _db_params(rows: list[dict[str, Any]]) -> list[Any]:
+def _db_params(rows: list[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> list[Any]:
     ops = connection.ops
     return [
         ops.adapt_datetimefield_value(row[c])
@@ -207,7 +245,7 @@ def _db_params(rows: list[dict[str, Any]]) -> list[Any]:
         if c == "data"
         else row[c]
         for row in rows
-        for c in COLUMNS
+        for c in columns
     ]
 
 
@@ -215,7 +253,10 @@ def _db_params(rows: list[dict[str, Any]]) -> list[Any]:
 class _Sql:
     insert: str  # ``{values}``: one ``row`` per event
     row: str
-    link: str  # ``{values}``: one ``link_row`` per event, (id, seq, prev_hash, hash)
+    insert_chained: str  # ``{values}``: one ``chained_row`` per event
+    chained_row: str
+    link_arrays: str  # PostgreSQL: four arrays (ids, seqs, previous hashes, hashes)
+    link_values: str  # elsewhere: ``{values}``, one ``link_row`` per event (id, seq, prev_hash, hash)
     link_row: str
     move_head: str
     read_waiting: str  # the head (locked), joined with up to CHAIN_BATCH waiting events
@@ -224,8 +265,20 @@ class _Sql:
     def insert_of(self, rows: int) -> str:
         return self.insert.replace("{values}", ", ".join([self.row] * rows))
 
-    def link_of(self, rows: int) -> str:
-        return self.link.replace("{values}", ", ".join([self.link_row] * rows))
+    def insert_chained_of(self, rows: int) -> str:
+        return self.insert_chained.replace("{values}", ", ".join([self.chained_row] * rows))
+
+    def link(self, ids: list[int], seqs: list[int], prevs: list[str], hashes: list[str]) -> tuple[str, list[Any]]:
+        """The statement linking the events ``ids``, and its parameters.
+
+        PostgreSQL takes four arrays, so the statement's text is the same for any number of events
+        and the driver composes it once (the VALUES form cost more CPU to compose than to hash).
+        """
+        if self.link_arrays:
+            return self.link_arrays, [ids, seqs, prevs, hashes]
+        values = ", ".join([self.link_row] * len(ids))
+        params = [p for link in zip(ids, seqs, prevs, hashes, strict=True) for p in link]
+        return self.link_values.replace("{values}", values), params
 
 
 @functools.cache
@@ -236,7 +289,9 @@ def _statements_for(vendor: str) -> _Sql:
     pk, seq = column["id"], column["seq"]
     postgres = vendor == "postgresql"
     insert = f"INSERT INTO {events} ({', '.join(column[c] for c in COLUMNS)}) VALUES {{values}} RETURNING {pk}"
+    chained_columns = ", ".join(column[c] for c in CHAINED_COLUMNS)
     linked = ", ".join(f"{column[c]} = v.{column[c]}" for c in ("seq", "prev_hash", "hash"))
+    link_columns = f"{pk}, {seq}, {column['prev_hash']}, {column['hash']}"
     waiting_columns = ", ".join(column[c] for c in _WAITING)
     return _Sql(
         # PostgreSQL tries the chain lock in the same statement (an uncorrelated sub-select: once).
@@ -247,9 +302,16 @@ def _statements_for(vendor: str) -> _Sql:
             else f"{insert}, 1"
         ),
         row="(" + ", ".join(["%s"] * len(COLUMNS)) + ")",
-        link=(
-            f"WITH v({pk}, {seq}, {column['prev_hash']}, {column['hash']}) AS (VALUES {{values}}) "
-            f"UPDATE {events} SET {linked} FROM v WHERE {events}.{pk} = v.{pk}"
+        insert_chained=f"INSERT INTO {events} ({chained_columns}) VALUES {{values}} RETURNING {pk}",
+        chained_row="(" + ", ".join(["%s"] * len(CHAINED_COLUMNS)) + ")",
+        link_arrays=(
+            f"UPDATE {events} SET {linked} FROM unnest(%s::bigint[], %s::bigint[], %s::text[], %s::text[]) "
+            f"AS v({link_columns}) WHERE {events}.{pk} = v.{pk}"
+            if postgres
+            else ""
+        ),
+        link_values=(
+            f"WITH v({link_columns}) AS (VALUES {{values}}) UPDATE {events} SET {linked} FROM v WHERE {events}.{pk} = v.{pk}"
         ),
         link_row="(CAST(%s AS BIGINT), CAST(%s AS BIGINT), %s, %s)",
         move_head=f"UPDATE {head} SET {quote('last_seq')} = %s, {quote('last_hash')} = %s WHERE {quote('id')} = 1",

@@ -17,7 +17,7 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record, chain_pending, verify_chain
 from rewind.audit.anchors import audit_anchor_publish
-from rewind.audit.chaining import insert_unchained
+from rewind.audit.chaining import CHAIN_LOCK_KEY, insert_unchained
 from rewind.audit.selectors import audit_chain_position, audit_event_list, audit_event_trail
 from rewind.audit.tasks import audit_chain_pending
 from rewind.celery import app as celery_app
@@ -86,9 +86,15 @@ def test_writers_in_several_processes_leave_one_chain_with_every_event_once() ->
     assert sorted(s or 0 for s in seqs) == list(range(1, WRITERS * PER_WRITER + 1))
 
 
-def _blocked_on_a_lock() -> bool:
+def _chainer_waits_for_the_head() -> bool:
+    """Whether a session of this database holds the chain lock while it waits for a row lock."""
     with connection.cursor() as cursor:
-        cursor.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'")
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity a JOIN pg_locks l ON l.pid = a.pid"
+            " WHERE a.datname = current_database() AND a.wait_event_type = 'Lock'"
+            " AND l.locktype = 'advisory' AND l.granted AND l.objid = %s",
+            [CHAIN_LOCK_KEY & 0xFFFFFFFF],
+        )
         (waiting,) = cursor.fetchone()
     return bool(waiting)
 
@@ -99,6 +105,7 @@ def test_an_event_committed_while_another_chains_is_chained_by_that_chainer() ->
     lock taken is not left behind."""
     if connection.vendor != "postgresql":
         pytest.skip("SQLite runs one write transaction at a time: each append chains its own event")
+    _record(1)  # the chain and its head row exist
     _left_waiting("test.left")
     chained: list[int] = []
     head_held, chainer_done = threading.Event(), threading.Event()
@@ -122,7 +129,7 @@ def test_an_event_committed_while_another_chains_is_chained_by_that_chainer() ->
     chainer = threading.Thread(target=chain)
     chainer.start()
     deadline = time.monotonic() + 60
-    while not _blocked_on_a_lock():  # the chainer holds the chain lock and waits for the head row
+    while not _chainer_waits_for_the_head():  # the chainer holds the chain lock and waits for the head row
         assert time.monotonic() < deadline, "the chainer never reached the head row"
         time.sleep(0.01)
     (mine,) = _record(1, "test.mine")  # its inline try and its pass both find the chain lock taken
@@ -133,8 +140,8 @@ def test_an_event_committed_while_another_chains_is_chained_by_that_chainer() ->
     chainer.join(60)
     assert chained == [2]
     mine.refresh_from_db()
-    assert mine.seq == 2
-    assert verify_chain() == (2, None)
+    assert mine.seq == 3
+    assert verify_chain() == (3, None)
 
 
 @pytest.mark.django_db(transaction=True)
