@@ -13,8 +13,9 @@ disk together). Now:
   commit, and under load one chainer at a time links what the others committed.
 The chain lock is a PostgreSQL advisory lock. SQLite runs one write transaction at a time, and
 its writer holds the database from its first statement: there an append links whatever waits
-and inserts its own events chained (``insert_chained``), three statements as before. Plain SQL, in as few round trips as each
-database allows: the MCP endpoint audits every tool call, and round trips were the cost.
+and inserts its own events chained (``insert_chained``), three statements as before. Plain SQL,
+in as few round trips as each database allows: the MCP endpoint audits every tool call, and
+round trips were the cost.
 """
 
 from __future__ import annotations
