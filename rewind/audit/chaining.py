@@ -1,10 +1,10 @@
 """The audit log's write path: rows go in unchained, a chainer links them many at a time.
 
 Why: appends used to lock the chain head until their transaction committed, so every append in
-every process waited for the one before it to reach the disk. Measured on PostgreSQL (the
-benchmark's own server, 8 writers): about 400 appends/s, the backends waiting on the head row's
-lock, where the same 8 writers inserting without it made over 2,000/s (their commits reach the
-disk together). Now:
+every process waited for the one before it to reach the disk. Measured on PostgreSQL
+(``bench/audit.py``: its own server, 8 writers, a shared 2-core machine): 230-460 appends/s, the
+backends waiting on the head row's lock, where the same writers' bare one-row commits made about
+2,000/s (their commits reach the disk together); now 700-1,130/s in the same conditions. Now:
 - ``insert_unchained`` inserts the rows in the caller's transaction (fail-closed and atomic as
   before) and, on PostgreSQL in the same statement, tries the chain lock without waiting;
 - whoever holds the chain lock links every committed event waiting (and its own) in one batch:
