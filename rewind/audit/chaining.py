@@ -4,7 +4,7 @@ Why: appends used to lock the chain head until their transaction committed, so e
 every process waited for the one before it to reach the disk. Measured on PostgreSQL
 (``bench/audit.py``: its own server, 8 writers, a shared 2-core machine): 230-460 appends/s, the
 backends waiting on the head row's lock, where the same writers' bare one-row commits made about
-2,000/s (their commits reach the disk together); now 700-1,130/s in the same conditions. Now:
+2,000/s (their commits reach the disk together); now 670-1,130/s in the same conditions. Now:
 - ``insert_unchained`` inserts the rows in the caller's transaction (fail-closed and atomic as
   before) and, on PostgreSQL in the same statement, tries the chain lock without waiting;
 - whoever holds the chain lock links every committed event waiting (and its own) in one batch:
