@@ -3,18 +3,22 @@
 
     .venv/bin/python bench/audit.py [--writers 8] [--seconds 5] [--rounds 3] [--quick] [--json F]
 
-Every change this service makes appends its audit event in the change's own transaction, under
-the chain head's lock (``rewind.audit.audit_append``), so appends from every process are one
-queue. This measures that queue: --writers processes, each appending one event per transaction
-(the shape of a guard's ``guard.created``) as fast as it can for --seconds, --rounds times, on
+Every change this service makes appends its audit event in the change's own transaction
+(``rewind.audit.audit_append``): inserted unchained, then chained just after commit, many at a
+time, by whichever writer holds the chain lock (``rewind.audit.chaining``). This measures it:
+--writers processes, each appending one event per transaction (the shape of a guard's
+``guard.created``) as fast as it can for --seconds, --rounds times, on
 
 1. PostgreSQL: a server of the benchmark's own (initdb in var/bench-audit, its default settings,
    fsync on), the production database; target at least 1,000 appends/s with 8 writers;
 2. SQLite, the embedded default, with the service's settings (WAL, IMMEDIATE transactions).
 
-After each database's rounds, ``verify_chain`` walks the whole chain: every event must be in it,
-in order, its hash matching. Prints appends/s per round, the median and the chain check; no
-asserts.
+The yardstick beside each figure, measured in the same rounds (so a slow spell of the shared
+machine hits both): the same writers committing a bare one-row insert into a table of the
+benchmark's own, one per transaction, which is what the machine's disk and cores allow any
+commit. After each database's rounds, ``verify_chain`` walks the whole chain: every appended event
+must be in it (none left waiting), in order, its hash matching. Prints appends/s per round, the
+median, the chain check, then the two databases' figures side by side; no asserts.
 """
 
 from __future__ import annotations
@@ -25,6 +29,7 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: the repository must be importable
@@ -33,6 +38,8 @@ from bench._common import REPO, django_setup, fresh_dir, private_postgres
 from bench.figures import Report, parse_args, spread_of
 
 STATE = REPO / "var" / "bench-audit"
+TARGET = 1000.0  # appends/s on PostgreSQL with 8 writers
+BARE = "bench_bare_commit"  # the yardstick's table
 
 
 def main() -> None:
@@ -45,36 +52,49 @@ def main() -> None:
     work = fresh_dir(STATE)
     # Each database in a process of its own: Django is set up once per process.
     with private_postgres(work / "pg") as url:
-        measure_in_child("PostgreSQL", url, work, args, figures, target=1000.0)
-    measure_in_child("SQLite", "", work, args, figures, target=None)
+        postgres = measure_in_child("PostgreSQL", url, work, args, figures, target=TARGET)
+    sqlite = measure_in_child("SQLite", "", work, args, figures, target=None)
+    met = "met" if postgres >= TARGET else "NOT met"
+    print(
+        f"\nPostgreSQL, {args.writers} writers: {postgres:.0f} appends/s (target >= {TARGET:.0f}: {met})"
+        f"  |  SQLite, {args.writers} writers: {sqlite:.0f} appends/s",
+        flush=True,
+    )
     figures.write()
 
 
 def measure_in_child(
     name: str, url: str, work: Path, args: argparse.Namespace, figures: Report, *, target: float | None
-) -> None:
+) -> float:
+    """Measure ``name`` in a process of its own; add its figures and return its median appends/s."""
     results = multiprocessing.get_context("spawn").Queue()
     child = multiprocessing.get_context("spawn").Process(
         target=measure, args=(name, url, str(work / name.lower()), args.writers, args.seconds, args.rounds, results)
     )
     child.start()
-    rates, checked, problem = results.get(timeout=600 + args.rounds * args.seconds * 2)
+    rates, bare, checked, problem = results.get(timeout=600 + args.rounds * args.seconds * 4)
     child.join(60)
+    median, bare_median = statistics.median(rates), statistics.median(bare)
     print(
         f"{name}: {args.writers} writers, one event per transaction: "
-        f"{', '.join(f'{r:.0f}' for r in rates)} appends/s (median {statistics.median(rates):.0f}); "
-        f"chain: {checked} events, {'every hash verified' if problem is None else 'BROKEN: ' + problem}",
+        f"{', '.join(f'{r:.0f}' for r in rates)} appends/s (median {median:.0f}; "
+        f"bare commits of the same writers: {', '.join(f'{r:.0f}' for r in bare)}/s, median {bare_median:.0f}); "
+        f"chain: {checked} events, {'every hash verified, none waiting' if problem is None else 'BROKEN: ' + problem}",
         flush=True,
     )
     figures.add(
         f"{name}: appends/s with {args.writers} concurrent writers",
-        statistics.median(rates),
+        median,
         "/s",
         better="higher",
         target=target,
+        reference=bare_median,
+        reference_name="bare one-row commits/s, same writers",
         spread=spread_of(rates),
+        note="each append is a commit (the disk) plus its share of chaining; the cores are shared",
     )
     figures.add(f"{name}: chain verified after the run", float(problem is None), better="higher", target=1)
+    return median
 
 
 def measure(
@@ -82,27 +102,58 @@ def measure(
 ) -> None:
     """In a process of its own: set Django up on ``url`` (SQLite when empty), run the rounds, check the chain."""
     django_setup(Path(var_dir), **({"DATABASE_URL": url} if url else {}))
-    from django.db import connections
+    from django.db import connection, connections
 
     from rewind.audit import verify_chain
+    from rewind.models import AuditEvent
 
+    key = "BIGSERIAL" if connection.vendor == "postgresql" else "INTEGER"
+    with connection.cursor() as cursor:
+        cursor.execute(f"CREATE TABLE {BARE} (id {key} PRIMARY KEY, writer INTEGER, n INTEGER, data TEXT)")
     connections.close_all()  # each writer opens its own
-    rates = []
+    rates, bare, appended = [], [], 0
     for _ in range(rounds):
-        go_at = time.time() + 1.0
-        done = multiprocessing.get_context("fork").Queue()
-        procs = [
-            multiprocessing.get_context("fork").Process(target=append_for, args=(go_at, seconds, n, done))
-            for n in range(writers)
-        ]
-        for proc in procs:
-            proc.start()
-        counts = [done.get(timeout=seconds + 120) for _ in procs]
-        for proc in procs:
-            proc.join(30)
+        counts = run_writers(append_for, writers, seconds)
+        appended += sum(counts)
         rates.append(sum(counts) / seconds)
+        bare.append(sum(run_writers(commit_bare_for, writers, seconds)) / seconds)
     checked, problem = verify_chain()
-    results.put((rates, checked, None if problem is None else f"event {problem.seq}: {problem.reason}"))
+    waiting = AuditEvent.objects.filter(seq__isnull=True).count()
+    found = None if problem is None else f"event {problem.seq}: {problem.reason}"
+    if found is None and (waiting or checked != appended):
+        found = f"{checked} events chained of {appended} appended, {waiting} waiting"
+    results.put((rates, bare, checked, found))
+
+
+def run_writers(target: Callable[..., None], writers: int, seconds: float) -> list[int]:
+    """``writers`` forked processes running ``target`` together for ``seconds``; how many each did."""
+    go_at = time.time() + 1.0
+    done = multiprocessing.get_context("fork").Queue()
+    procs = [
+        multiprocessing.get_context("fork").Process(target=target, args=(go_at, seconds, n, done))
+        for n in range(writers)
+    ]
+    for proc in procs:
+        proc.start()
+    counts = [done.get(timeout=seconds + 120) for _ in procs]
+    for proc in procs:
+        proc.join(30)
+    return counts
+
+
+def commit_bare_for(go_at: float, seconds: float, writer: int, done: multiprocessing.Queue) -> None:
+    """The yardstick: commit one bare row per transaction from ``go_at`` for ``seconds``; put how many."""
+    from django.db import connection, connections, transaction
+
+    connections.close_all()
+    time.sleep(max(0.0, go_at - time.time()))
+    end, count = time.monotonic() + seconds, 0
+    while time.monotonic() < end:
+        with transaction.atomic(), connection.cursor() as cursor:
+            cursor.execute(f"INSERT INTO {BARE} (writer, n, data) VALUES (%s, %s, %s)", [writer, count, "x" * 200])
+        count += 1
+    connections.close_all()
+    done.put(count)
 
 
 def append_for(go_at: float, seconds: float, writer: int, done: multiprocessing.Queue) -> None:

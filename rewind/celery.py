@@ -98,6 +98,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.audit.publish_anchor",
             "schedule": float(settings.REWIND_AUDIT_ANCHOR_INTERVAL_S),
         },
+        # Chain the audit events a writer committed but did not live to chain (each commit chains
+        # what is waiting): nothing waiting costs one query. Safe to overlap (the chain lock).
+        "audit-chain-pending": {
+            "task": "rewind.audit.chain_pending",
+            "schedule": float(settings.REWIND_AUDIT_CHAIN_INTERVAL_S),
+        },
     }
 
 

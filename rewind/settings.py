@@ -416,6 +416,11 @@ LOGIN_URL = "admin:login"
 REWIND_AUDIT_ANCHOR_FILE = Path(env_str("REWIND_AUDIT_ANCHOR_FILE") or VAR_DIR / "audit-anchors.jsonl").resolve()
 REWIND_AUDIT_ANCHOR_SYSLOG = env_str("REWIND_AUDIT_ANCHOR_SYSLOG")
 REWIND_AUDIT_ANCHOR_INTERVAL_S = env_int("REWIND_AUDIT_ANCHOR_INTERVAL_S", 300, minimum=10)
+# Events are chained just after they commit (rewind.audit.chain_pending), and by the beat every
+# REWIND_AUDIT_CHAIN_INTERVAL_S for a writer that died in between; manage.py audit_verify reports
+# an event still not chained REWIND_AUDIT_CHAIN_LAG_S after it was recorded.
+REWIND_AUDIT_CHAIN_INTERVAL_S = env_float("REWIND_AUDIT_CHAIN_INTERVAL_S", 30.0, minimum=1)
+REWIND_AUDIT_CHAIN_LAG_S = env_float("REWIND_AUDIT_CHAIN_LAG_S", 120.0, minimum=1)
 
 # --- Metrics (/metrics, rewind.metrics) ---------------------------------------------------
 # A scraper sends "Authorization: Bearer <token>" and/or comes from one of these networks; with

@@ -328,12 +328,12 @@ def api() -> Callable[[User | None], Any]:
 # them for its own statements only: on PostgreSQL by running as a replica for one transaction (its
 # ordinary triggers do not fire; the test role is a superuser), on SQLite by dropping the triggers
 # and creating them again in the same transaction.
-_SQLITE_DELETE_GUARDS = {
-    "rewind_auditevent_no_update": 0,
-    "rewind_auditevent_no_delete": 0,
-    "rewind_auditchainhead_no_delete": 1,
-    "rewind_auditchainhead_forward": 2,
-}
+_SQLITE_DELETE_GUARDS = (
+    "rewind_auditevent_chain_once",
+    "rewind_auditevent_no_delete",
+    "rewind_auditchainhead_no_delete",
+    "rewind_auditchainhead_forward",
+)
 
 
 def audit_guard_statements(vendor: str) -> tuple[list[str], list[str]]:
@@ -344,9 +344,7 @@ def audit_guard_statements(vendor: str) -> tuple[list[str], list[str]]:
         return ["SET LOCAL session_replication_role = replica"], []
     if vendor != "sqlite":
         return [], []
-    first = importlib.import_module("rewind.migrations.0002_audit_append_only").SQLITE_UP
-    sealed = importlib.import_module("rewind.migrations.0024_audit_sealed").SQLITE_UP
-    creates = [first[0], *sealed]
+    creates = importlib.import_module("rewind.migrations.0025_audit_chained_after_commit").SQLITE_UP
     return [f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_DELETE_GUARDS], creates
 
 

@@ -2,128 +2,44 @@
 
 Fail-closed: call ``audit_record`` inside the same ``transaction.atomic()`` block as the
 change it describes. If the audit write fails the exception propagates and the change is
-rolled back with it.
+rolled back with it. Events are chained just after they commit (``rewind.audit.chaining``).
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-import math
-import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import timedelta
 from typing import Any
 
-from django.db import IntegrityError, connection, models, transaction
+from django.conf import settings
+from django.db import connection, models, transaction
 from django.utils import timezone
 
-from rewind.actors import SYSTEM, Actor  # noqa: F401  (re-exported: callers name actors with the log)
+from rewind.actors import SYSTEM, Actor  # re-exported: callers name actors with the log
+from rewind.audit.canonical import GENESIS_HASH, MASK, compute_hash, event_hash, mask_secrets, storable
+from rewind.audit.chaining import AuditChainError, chain_locked, chain_pending, insert_chained, insert_unchained
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.requestid import current_request_id
 
-GENESIS_HASH = "0" * 64
-MASK = "***"
-# Keys whose values are secrets wherever they appear in audit data.
-_SECRET_KEY = re.compile(r"pass(word|wd|phrase)?|secret|token|authorization|api[_-]?key|credential|cookie", re.I)
-# Values that look like bearer tokens or our own agent tokens, whatever their key.
-_SECRET_VALUE = re.compile(r"(?i)^(bearer\s+\S+|rwd_[A-Za-z0-9_-]{20,})$")
-
-
-@functools.lru_cache(maxsize=4096)
-def _secret_key(key: str) -> bool:
-    return _SECRET_KEY.search(key) is not None  # keys repeat endlessly: decide each once
-
-
-def _secret_value(text: str) -> bool:
-    head = text.lstrip()[:6].lower()  # cheap first look: only "bearer …" and "rwd_…" can match
-    return (head[:4] == "rwd_" or head == "bearer") and _SECRET_VALUE.match(text.strip()) is not None
-
-
-def storable(text: str) -> str:
-    """``text`` as every database stores it: PostgreSQL refuses NUL in text and JSON, so it becomes U+FFFD.
-
-    Audit rows quote what callers sent (a tool's arguments, a tool name), and a NUL there must not
-    make the audit write, and so the action, fail.
-    """
-    return text.replace("\x00", "\ufffd") if "\x00" in text else text
-
-
-def mask_secrets(value: Any) -> Any:
-    """A JSON-ready copy of ``value`` with secret-looking keys and values replaced, in its canonical form.
-
-    What this returns is hashed and stored, so it must come back from either database as it went
-    in: no NUL (``storable``), and a float with an integral value as the integer (PostgreSQL's jsonb
-    gives ``1e16`` and ``-0.0`` back as ``10000000000000000`` and ``0``).
-    """
-    if isinstance(value, dict):
-        return {
-            storable(str(k)): (MASK if _secret_key(str(k)) and v not in (None, "") else mask_secrets(v))
-            for k, v in value.items()
-        }
-    if isinstance(value, (list, tuple)):
-        return [mask_secrets(v) for v in value]
-    if isinstance(value, str):
-        return MASK if _secret_value(value) else storable(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            return str(value)  # NaN and infinity are not JSON; PostgreSQL would refuse the row
-        return int(value) if value.is_integer() else value
-    if isinstance(value, (int, bool)) or value is None:
-        return value
-    return storable(str(value))
-
-
-def _canonical(fields: dict[str, Any]) -> bytes:
-    return json.dumps(fields, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
-
-
-def compute_hash(
-    *,
-    seq: int,
-    time: datetime,
-    actor_type: str,
-    actor: str,
-    action: str,
-    target_type: str,
-    target_id: str,
-    target_repr: str,
-    data: Any,
-    request_id: str,
-    prev_hash: str,
-) -> str:
-    content = {
-        "seq": seq,
-        "time": time.astimezone(UTC).isoformat(timespec="microseconds"),
-        "actor_type": actor_type,
-        "actor": actor,
-        "action": action,
-        "target_type": target_type,
-        "target_id": target_id,
-        "target_repr": target_repr,
-        "data": data,
-        "request_id": request_id,
-        "prev_hash": prev_hash,
-    }
-    return hashlib.sha256(_canonical(content)).hexdigest()
-
-
-def event_hash(event: AuditEvent) -> str:
-    return compute_hash(
-        seq=event.seq,
-        time=event.time,
-        actor_type=event.actor_type,
-        actor=event.actor,
-        action=event.action,
-        target_type=event.target_type,
-        target_id=event.target_id,
-        target_repr=event.target_repr,
-        data=event.data,
-        request_id=event.request_id,
-        prev_hash=event.prev_hash,
-    )
+__all__ = [
+    "GENESIS_HASH",
+    "MASK",
+    "SYSTEM",
+    "Actor",
+    "AuditChainError",
+    "AuditEntry",
+    "ChainProblem",
+    "audit_append",
+    "audit_record",
+    "chain_pending",
+    "compute_hash",
+    "event_hash",
+    "mask_secrets",
+    "storable",
+    "verify_chain",
+    "verify_links",
+]
 
 
 def _target_fields(target: models.Model | tuple[str, str] | None) -> tuple[str, str, str]:
@@ -159,50 +75,43 @@ def audit_record(
     data: dict[str, Any] | None = None,
     request_id: str | None = None,
 ) -> AuditEvent:
-    """Append one event to the chain and return it (as the database holds it).
+    """Append one event and return it (as the database holds it).
 
-    Must run inside the caller's transaction (outside one it opens its own); the chain head
-    row is locked for the rest of that transaction, so appends are serialized and a
-    rolled-back change leaves no event behind. Raises whatever the database raises, and then
+    Must run inside the caller's transaction (outside one it opens its own): the event commits
+    or rolls back with the change it describes. Raises whatever the database raises, and then
     the caller's whole transaction can only roll back: no savepoint lets a change commit
-    without its event.
+    without its event. The event comes back chained when no other chainer was at work (always
+    on SQLite, and for a lone writer), else with ``seq`` empty until it is (``audit_append``).
     """
-    (seq,) = audit_append([AuditEntry(actor, action, target, data, request_id)])
-    return AuditEvent.objects.get(seq=seq)
+    (pk,) = audit_append([AuditEntry(actor, action, target, data, request_id)])
+    return AuditEvent.objects.get(pk=pk)
 
 
 def audit_append(entries: Sequence[AuditEntry]) -> list[int]:
-    """Append ``entries`` in order under one head lock; return their sequence numbers.
+    """Record ``entries`` in order in the caller's transaction; return their ids (the order of recording).
 
-    Same contract as ``audit_record``. Three statements whatever the batch size: lock and
-    read the head, insert every row, move the head. They are plain SQL on purpose: the
-    MCP endpoint audits every tool call, and building the same statements through the ORM
-    cost about ten times more CPU than the rows themselves (measured: a batch of six went
-    from 2.9 ms to well under 1 ms). What is hashed is what is stored, and ``verify_chain``
-    reads it back through the ORM, so the two ways cannot drift apart unnoticed.
+    Same contract as ``audit_record``. The rows go in unchained and wait for no lock; when the
+    chain lock is free, everything waiting is chained here, in this transaction (so a lone
+    writer's events are chained before they commit, as they always were), and after commit
+    ``chain_pending`` chains what others committed meanwhile (``rewind.audit.chaining``). On
+    SQLite, where one write transaction runs at a time, the events go in chained.
     """
     if not entries:
         return []
     with transaction.atomic(savepoint=False):
-        seq, prev = _locked_head_state()
-        first = seq + 1
-        rows = []
-        for entry in entries:
-            seq += 1
-            row = _new_row(entry, seq=seq, prev_hash=prev)
-            prev = row["hash"]
-            rows.append(row)
-        sql = _statements()
-        with connection.cursor() as cursor:
-            cursor.executemany(sql.insert, [_db_params(row) for row in rows])
-            cursor.execute(sql.move_head, [seq, prev])
-    return list(range(first, seq + 1))
+        rows = [_new_row(entry) for entry in entries]
+        if connection.vendor == "sqlite":  # one writer at a time: it holds the chain as it is
+            return insert_chained(rows)
+        ids, chain_free = insert_unchained(rows)
+        if chain_free:
+            chain_locked()
+        transaction.on_commit(chain_pending, robust=True)
+    return ids
 
 
-def _new_row(entry: AuditEntry, *, seq: int, prev_hash: str) -> dict[str, Any]:
+def _new_row(entry: AuditEntry) -> dict[str, Any]:
     target_type, target_id, target_repr = _target_fields(entry.target)
-    row: dict[str, Any] = {
-        "seq": seq,
+    return {
         "time": timezone.now(),
         "actor_type": entry.actor.type,
         "actor": storable(entry.actor.name)[:150],
@@ -210,96 +119,10 @@ def _new_row(entry: AuditEntry, *, seq: int, prev_hash: str) -> dict[str, Any]:
         "target_type": target_type,
         "target_id": target_id,
         "target_repr": target_repr,
-        # mask_secrets returns plain JSON values, so what is hashed is what the database gives back.
+        # mask_secrets returns plain JSON values: what the chainer reads back and hashes is this.
         "data": mask_secrets(entry.data or {}),
         "request_id": entry.request_id or current_request_id(),
-        "prev_hash": prev_hash,
     }
-    row["hash"] = compute_hash(**row)
-    return row
-
-
-_COLUMNS = (
-    "seq",
-    "time",
-    "actor_type",
-    "actor",
-    "action",
-    "target_type",
-    "target_id",
-    "target_repr",
-    "data",
-    "request_id",
-    "prev_hash",
-    "hash",
-)
-
-
-@dataclass(frozen=True)
-class _Sql:
-    insert: str
-    move_head: str
-    read_head: str
-
-
-@functools.cache
-def _statements_for(vendor: str) -> _Sql:
-    quote = connection.ops.quote_name
-    events, head = quote(AuditEvent._meta.db_table), quote(AuditChainHead._meta.db_table)
-    column_of = {f.name: f.column or f.name for f in AuditEvent._meta.concrete_fields}
-    columns = ", ".join(quote(column_of[c]) for c in _COLUMNS)
-    placeholders = ", ".join(["%s"] * len(_COLUMNS))
-    lock = " FOR UPDATE" if connection.features.has_select_for_update else ""
-    return _Sql(
-        insert=f"INSERT INTO {events} ({columns}) VALUES ({placeholders})",
-        move_head=f"UPDATE {head} SET {quote('last_seq')} = %s, {quote('last_hash')} = %s WHERE {quote('id')} = 1",
-        read_head=f"SELECT {quote('last_seq')}, {quote('last_hash')} FROM {head} WHERE {quote('id')} = 1{lock}",
-    )
-
-
-def _statements() -> _Sql:
-    return _statements_for(connection.vendor)
-
-
-def _db_params(row: dict[str, Any]) -> list[Any]:
-    ops = connection.ops
-    return [
-        ops.adapt_datetimefield_value(row[c])
-        if c == "time"
-        else ops.adapt_json_value(row[c], None)
-        if c == "data"
-        else row[c]
-        for c in _COLUMNS
-    ]
-
-
-class AuditChainError(Exception):
-    pass
-
-
-def _locked_head_state() -> tuple[int, str]:
-    """(last seq, last hash) of the chain, with the head row locked until the transaction ends."""
-    with connection.cursor() as cursor:
-        cursor.execute(_statements().read_head)
-        found = cursor.fetchone()
-    if found is not None:
-        return int(found[0]), str(found[1])
-    head = _create_head()
-    return head.last_seq, head.last_hash
-
-
-def _create_head() -> AuditChainHead:
-    try:
-        with transaction.atomic():
-            AuditChainHead.objects.create(pk=1)
-    except IntegrityError:
-        # A concurrent first writer created it; wait for its lock like everyone else.
-        return AuditChainHead.objects.select_for_update().get(pk=1)
-    if AuditEvent.objects.exists():
-        # We just made a head although events exist: the real head was removed, and a new
-        # one would fork the chain from the genesis hash. Raising rolls our head back.
-        raise AuditChainError("the audit chain head is missing; run manage.py audit_verify")
-    return AuditChainHead.objects.select_for_update().get(pk=1)
 
 
 @dataclass(frozen=True)
@@ -334,16 +157,36 @@ def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
 
     A chain cut at its end, or emptied, still links: the head row (which only moves forward in the
     database) notices what it can, and the anchors published outside the database
-    (``rewind.audit.anchors``) notice the rest.
+    (``rewind.audit.anchors``) notice the rest. An event recorded more than
+    ``REWIND_AUDIT_CHAIN_LAG_S`` ago and still not chained is a problem too: the chain does not
+    protect it, and nothing chains it (every commit and the beat would have).
     """
+    # The head first: events chained during the walk only take the chain past it.
+    head = AuditChainHead.objects.filter(pk=1).first()
     checked, problem = verify_links(batch_size=batch_size)
     if problem is not None:
         return checked, problem
-    last_hash = AuditEvent.objects.filter(seq=checked).values_list("hash", flat=True).first() or GENESIS_HASH
-    head = AuditChainHead.objects.filter(pk=1).first()
-    if head is not None and (head.last_seq != checked or head.last_hash != last_hash):
-        return checked, ChainProblem(checked + 1, "events at the end of the chain are missing")
-    return checked, None
+    if head is not None and head.last_seq:
+        at_head = AuditEvent.objects.filter(seq=head.last_seq).values_list("hash", flat=True).first()
+        if head.last_seq > checked or at_head != head.last_hash:
+            return checked, ChainProblem(checked + 1, "events at the end of the chain are missing")
+    return checked, unchained_problem(next_seq=checked + 1)
+
+
+def unchained_problem(*, next_seq: int) -> ChainProblem | None:
+    """The events recorded longer than ``REWIND_AUDIT_CHAIN_LAG_S`` ago that are still not chained, as a problem."""
+    lag = settings.REWIND_AUDIT_CHAIN_LAG_S
+    stale = AuditEvent.objects.filter(seq__isnull=True, time__lt=timezone.now() - timedelta(seconds=lag))
+    oldest = stale.order_by("id").values_list("id", "time").first()
+    if oldest is None:
+        return None
+    count = stale.count()
+    return ChainProblem(
+        next_seq,
+        f"{count} event(s) recorded more than {lag:g} s ago are not chained "
+        f"(the oldest: id {oldest[0]}, recorded {oldest[1].isoformat(timespec='seconds')}): "
+        "the chain does not protect them; is every process committing and the beat running?",
+    )
 
 
 def _iter_events(batch_size: int, after_seq: int = 0, up_to: int | None = None) -> Iterator[AuditEvent]:
@@ -356,4 +199,4 @@ def _iter_events(batch_size: int, after_seq: int = 0, up_to: int | None = None) 
         if not batch:
             return
         yield from batch
-        last = batch[-1].seq
+        last = batch[-1].seq or 0  # chained: the filter leaves the others out

@@ -25,7 +25,7 @@ class AuditEventAdmin(ReadOnlyAdmin):
     list_display_links = ["seq"]
     list_filter = ["actor_type", "action"]
     search_fields = ["actor", "action", "target_id", "target_repr", "request_id"]
-    ordering = ["-seq"]
+    ordering = ["-id"]  # the order of recording: an event gets its chain position just after its commit
     show_full_result_count = False
 
     @admin.display(description="time (UTC)", ordering="time")

@@ -47,6 +47,7 @@ from django.conf import settings
 
 from rewind.audit import GENESIS_HASH, ChainProblem, verify_chain, verify_links
 from rewind.audit.models import AuditEvent
+from rewind.audit.selectors import audit_chain_position
 from rewind.crypto import key_id, signing_key
 
 logger = logging.getLogger(__name__)
@@ -156,14 +157,15 @@ def _mismatch(anchor: Anchor, found: str | None, last_seq: int, public: Ed25519P
 def _hashes(seqs: Sequence[int]) -> dict[int, str]:
     found: dict[int, str] = {}
     for i in range(0, len(seqs), 500):
-        found.update(AuditEvent.objects.filter(seq__in=seqs[i : i + 500]).values_list("seq", "hash"))
+        rows = AuditEvent.objects.filter(seq__in=seqs[i : i + 500]).values_list("seq", "hash")
+        found.update((seq, chain_hash) for seq, chain_hash in rows if seq is not None and chain_hash is not None)
     return found
 
 
 def anchors_check(anchors: Sequence[Anchor | AnchorProblem]) -> tuple[int, AnchorProblem | None]:
     """(anchors that match, the first that does not or None), in the order given."""
     public = _key().public_key()
-    last_seq = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
+    last_seq = audit_chain_position()[0]
     found = _hashes([a.seq for a in anchors if isinstance(a, Anchor)])
     for matched, anchor in enumerate(anchors):
         if isinstance(anchor, AnchorProblem):
@@ -281,12 +283,12 @@ def audit_anchor_publish(*, now: datetime | None = None) -> Publication:
     the anchor). Safe to repeat; takes no lock (run it from one place: the beat).
     """
     path = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
-    head = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
+    seq, chain_hash = audit_chain_position()
+    chain_hash = chain_hash if seq else GENESIS_HASH
     previous = latest_anchor(path)
-    seq, chain_hash = head if head is not None else (0, GENESIS_HASH)
     if isinstance(previous, Anchor) and (previous.seq, previous.hash) == (seq, chain_hash):
         return Publication(None, f"unchanged since the last anchor (event #{seq})")
-    if head is None and previous is None:
+    if not seq and previous is None:
         return Publication(None, "the chain is empty: nothing to anchor yet")
     follows, why = _follows(previous, seq)
     if not follows:

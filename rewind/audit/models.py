@@ -20,10 +20,13 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 class AuditEvent(models.Model):
     """One entry of the append-only, hash-chained audit log.
 
-    Written only by ``rewind.audit.audit_record`` (or ``audit_append``). ``hash`` covers the canonical content of
-    the row including ``prev_hash``, so changing, removing or reordering any row breaks the
-    chain from there on (``manage.py audit_verify``). Database triggers refuse UPDATE (and
-    DELETE on PostgreSQL); the ORM refuses both.
+    Written only by ``rewind.audit.audit_record`` (or ``audit_append``), in the caller's transaction
+    and unchained (``seq``, ``prev_hash`` and ``hash`` empty); the chainer then sets those three
+    once, in commit order (``rewind.audit.chain_pending``). ``hash`` covers the canonical content of
+    the row including ``prev_hash``, so changing, removing or reordering any chained row breaks the
+    chain from there on (``manage.py audit_verify``). Database triggers refuse DELETE, any UPDATE of
+    a chained row and any UPDATE of an unchained one but its chaining; the ORM refuses both.
+    ``id`` is the order of recording, which the lists show (chained or not).
     """
 
     class ActorType(models.TextChoices):  # the types of rewind.actors.Actor
@@ -31,7 +34,9 @@ class AuditEvent(models.Model):
         USER = "user"
         SYSTEM = "system"
 
-    seq = models.PositiveBigIntegerField(unique=True, help_text="Position in the chain: 1, 2, 3, ...")
+    seq = models.PositiveBigIntegerField(
+        unique=True, null=True, blank=True, help_text="Position in the chain: 1, 2, 3, ...; empty until chained"
+    )
     time = models.DateTimeField(db_index=True)
     actor_type = models.CharField(max_length=10, choices=ActorType.choices)
     actor = models.CharField(max_length=150)
@@ -41,27 +46,29 @@ class AuditEvent(models.Model):
     target_repr = models.CharField(max_length=255, blank=True)
     data = models.JSONField(default=dict)
     request_id = models.CharField(max_length=64, db_index=True, blank=True)
-    prev_hash = models.CharField(max_length=64)
-    hash = models.CharField(max_length=64, unique=True)
+    # NULL, not "", until chained: ``hash`` is unique and many events may wait at once.
+    prev_hash = models.CharField(max_length=64, null=True, blank=True)  # noqa: DJ001
+    hash = models.CharField(max_length=64, unique=True, null=True, blank=True)
 
     objects = AuditEventQuerySet.as_manager()
 
     class Meta:
-        ordering = ["-seq"]
+        ordering = ["-id"]
         indexes = [models.Index(fields=["target_type", "target_id"])]
 
     def __str__(self) -> str:
-        return f"#{self.seq} {self.action} by {self.actor_type}:{self.actor}"
+        position = f"#{self.seq}" if self.seq is not None else "(not chained yet)"
+        return f"{position} {self.action} by {self.actor_type}:{self.actor}"
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise AppendOnlyError("audit events are append-only")
 
 
 class AuditChainHead(models.Model):
-    """A single row holding the chain's last hash; locking it serializes appends.
+    """A single row holding the chain's last hash; locking it serializes the chainers.
 
-    ``SELECT ... FOR UPDATE`` on this row makes concurrent writers on PostgreSQL queue up
-    instead of forking the chain; on SQLite the IMMEDIATE transaction does the same.
+    Only a chainer (which holds the chain lock, ``rewind.audit``) locks it, with ``SELECT ... FOR
+    UPDATE``: a second one that got past the lock would queue here instead of forking the chain.
     """
 
     last_seq = models.PositiveBigIntegerField(default=0)

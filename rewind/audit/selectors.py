@@ -25,7 +25,8 @@ def audit_event_list(
     since: datetime | None = None,
     until: datetime | None = None,
 ) -> QuerySet[AuditEvent]:
-    """Audit events matching every given filter (exact matches; ``since`` inclusive, ``until`` exclusive)."""
+    """Audit events matching every given filter (exact matches; ``since`` inclusive, ``until`` exclusive),
+    newest recording first: the events not chained yet are listed too, where they were recorded."""
     qs = AuditEvent.objects.all()
     exact = {
         "request_id": request_id,
@@ -40,7 +41,7 @@ def audit_event_list(
         qs = qs.filter(time__gte=since)
     if until is not None:
         qs = qs.filter(time__lt=until)
-    return qs.order_by("-seq")
+    return qs.order_by("-id")
 
 
 def audit_event_get(seq: int) -> AuditEvent:
@@ -51,9 +52,11 @@ def audit_event_get(seq: int) -> AuditEvent:
 
 
 def audit_chain_position() -> tuple[int, str]:
-    """``(seq, hash)`` of the newest committed event; ``(0, "")`` while the log is empty."""
-    row = AuditEvent.objects.order_by("-seq").values_list("seq", "hash").first()
-    return (row[0], row[1]) if row else (0, "")
+    """``(seq, hash)`` of the newest chained event; ``(0, "")`` while nothing is chained.
+
+    Events are chained in commit order, so nothing will later be chained at or below it."""
+    row = AuditEvent.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", "hash").first()
+    return (row[0] or 0, row[1] or "") if row else (0, "")
 
 
 def audit_event_hash(seq: int) -> str | None:
@@ -89,11 +92,12 @@ VERIFICATION_ACTIONS = (AuditLogAction.CHAIN_VERIFIED, AuditLogAction.CHAIN_BROK
 
 def audit_last_verification() -> AuditEvent | None:
     """The newest recorded check of the chain (``manage.py audit_verify``), whatever it found."""
-    return AuditEvent.objects.filter(action__in=[str(a) for a in VERIFICATION_ACTIONS]).order_by("-seq").first()
+    return AuditEvent.objects.filter(action__in=[str(a) for a in VERIFICATION_ACTIONS]).order_by("-id").first()
 
 
 def audit_event_trail(*, targets: Iterable[tuple[str, str]], request_ids: Iterable[str] = ()) -> QuerySet[AuditEvent]:
-    """Everything that happened in the calls that touched any of ``targets``, oldest first.
+    """Everything that happened in the calls that touched any of ``targets``, oldest recording first
+    (chained or not).
 
     A target is ``(target_type, target_id)`` as stored (``recoveries.recoveryrequest``, ``"17"``).
     The calls are the request ids of the events on those targets, plus ``request_ids``: one
@@ -107,4 +111,4 @@ def audit_event_trail(*, targets: Iterable[tuple[str, str]], request_ids: Iterab
         ids |= set(AuditEvent.objects.filter(on_targets).exclude(request_id="").values_list("request_id", flat=True))
     return AuditEvent.objects.filter(
         Q(request_id__in=ids) | on_targets if on_targets else Q(request_id__in=ids)
-    ).order_by("seq")
+    ).order_by("id")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
+from rewind.audit import chain_pending
 from rewind.audit.anchors import audit_anchor_publish
 
 
@@ -11,3 +12,9 @@ from rewind.audit.anchors import audit_anchor_publish
 def audit_publish_anchor() -> str:
     """Publish the chain's head outside the database (``audit_anchor_publish``); safe to repeat."""
     return audit_anchor_publish().note
+
+
+@shared_task(name="rewind.audit.chain_pending", ignore_result=True)
+def audit_chain_pending() -> int:
+    """Chain the committed events still waiting (``chain_pending``); safe to repeat and to overlap."""
+    return chain_pending()

@@ -72,6 +72,8 @@ def audit_chain_verify(
         # leave a caller's transaction unusable.
         with transaction.atomic():
             event: AuditEvent | None = audit_record(actor=actor, action=action, data=data, request_id=request_id)
+        if event is not None and event.seq is None:
+            event.refresh_from_db()  # chained after commit, when another chainer held the lock
         error = ""
     except Exception as exc:  # any failure to write: the verdict itself must still reach the caller
         event, error = None, f"{type(exc).__name__}: {exc}"

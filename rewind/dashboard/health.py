@@ -15,7 +15,7 @@ from django_celery_results.models import TaskResult
 from recoveries.models import ReaperSweep
 from rewind.audit.actions import AuditLogAction, RecoveryAction
 from rewind.audit.models import AuditEvent
-from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_last_verification
+from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_chain_position, audit_last_verification
 from rewind.dashboard.links import Count, at, change_url, changelist_url, count
 from rewind.sites.health import SiteHealth, sites_health
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
@@ -154,8 +154,9 @@ class AuditStatus:
 
 def audit_status(now: datetime) -> AuditStatus:
     last = audit_last_verification()
-    newest = AuditEvent.objects.order_by("-seq").values_list("seq", flat=True).first() or 0
-    after = last.seq if last else 0
+    newest = audit_chain_position()[0]
+    # A verification just recorded may wait a moment for its chain position: nothing came after it.
+    after = (last.seq or newest) if last else 0
     return AuditStatus(
         last=last,
         ok=None if last is None else last.action == AuditLogAction.CHAIN_VERIFIED,

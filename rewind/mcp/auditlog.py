@@ -5,9 +5,9 @@ the database lock, and threads of one process waiting for it sleep in SQLite's b
 (1, 2, 5 … 100 ms steps), which showed up as a long latency tail under load; and the five
 statements per row (savepoint, head, insert, head, release) halved the endpoint's throughput
 (measured: 303 against 628 calls/s without the row). One writer thread per process never
-contends with itself, and a batch is appended with three statements: lock the chain head,
-insert every row, move the head (``rewind.audit.audit_append``). Each caller still waits
-until its own row is committed (fail-closed).
+contends with itself, and a batch is appended with one insert, its rows chained then or just
+after commit (``rewind.audit.audit_append``). Each caller still waits until its own row is
+committed (fail-closed).
 
 A batch costs about 0.17 ms of CPU plus 0.05 ms per row (SQLite, measured; it was 1.5 ms
 plus 0.2 ms per row through the ORM), so under load rows per batch still matter. When the queue runs dry while other tool calls are still running

@@ -12,10 +12,11 @@ from rest_framework.serializers import Serializer
 
 
 class AuditCursorPagination(CursorPagination):
-    """Newest first by chain position; a cursor stays stable while events are appended
-    and needs no COUNT(*) over a table that only grows."""
+    """Newest recording first (``id``: set at insert, unlike the chain position, which an event gets
+    just after its commit); a cursor stays stable while events are appended and chained, and needs
+    no COUNT(*) over a table that only grows."""
 
-    ordering = "-seq"
+    ordering = "-id"
     page_size = 100
     page_size_query_param = "limit"
     max_page_size = 1000

@@ -19,7 +19,7 @@ def raw_delete(*events: AuditEvent) -> None:
     audit_guards_lifted_run([(f"DELETE FROM {table} WHERE id = %s", [e.pk]) for e in events])
 
 
-def raw_set_head(seq: int, last_hash: str) -> None:
+def raw_set_head(seq: int, last_hash: str | None) -> None:
     """Set the chain head back, as someone would who cut the chain and wanted it to verify."""
     table = connection.ops.quote_name(AuditChainHead._meta.db_table)
     audit_guards_lifted_run([(f"UPDATE {table} SET last_seq = %s, last_hash = %s WHERE id = 1", [seq, last_hash])])

@@ -49,7 +49,7 @@ def test_the_same_content_in_any_key_order_gives_the_same_hash(content: dict[str
 @given(content=st.dictionaries(st.text(max_size=10), data, max_size=6), actor=st.text(min_size=1, max_size=40))
 def test_what_the_database_gives_back_hashes_to_what_was_stored(content: dict[str, Any], actor: str) -> None:
     with transaction.atomic():
-        (seq,) = audit_append([AuditEntry(Actor.agent(actor), "test.property", ("thing", "1"), content)])
-        event = AuditEvent.objects.get(seq=seq)
+        (pk,) = audit_append([AuditEntry(Actor.agent(actor), "test.property", ("thing", "1"), content)])
+        event = AuditEvent.objects.get(pk=pk)
         assert event_hash(event) == event.hash
         transaction.set_rollback(True)

@@ -34,7 +34,9 @@ class Command(BaseCommand):
             actor=Actor.system("manage.py audit_verify"), every_anchor=files is not None, anchor_files=files or ()
         )
         if result.event is not None:
-            self.stdout.write(f"recorded as audit event #{result.event.seq} ({result.event.action})")
+            event = result.event
+            where = f"#{event.seq}" if event.seq is not None else f"id {event.pk}, chained as soon as the lock is free"
+            self.stdout.write(f"recorded as audit event {where} ({event.action})")
         else:
             self.stderr.write(f"this verification could not be recorded: {result.record_error}")
         if not result.ok:

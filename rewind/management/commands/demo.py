@@ -313,7 +313,8 @@ class Command(BaseCommand):
             when = timezone.localtime(e.time).strftime("%H:%M:%S")
             who = f"{e.actor_type}:{e.actor}"
             target = Truncator(e.target_repr).chars(60)
-            self.stdout.write(f"  #{e.seq:<5} {when}  {who:<24} {e.action:<38} {target}".rstrip())
+            position = f"#{e.seq}" if e.seq is not None else "#…"  # chained a moment after its commit
+            self.stdout.write(f"  {position:<6} {when}  {who:<24} {e.action:<38} {target}".rstrip())
 
     # --- helpers ------------------------------------------------------------------------------
     def _step(self, number: int, text: str) -> None:
