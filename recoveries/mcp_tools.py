@@ -113,6 +113,7 @@ def _create(
     change_id: str | None,
     before_call: str | None = None,
     point_in_time: str | None = None,
+    restore: bool = False,
 ) -> RecoveryOut:
     recovery = recovery_request_create(
         agent=calling_agent(agent_id=current_agent_id()),
@@ -123,6 +124,7 @@ def _create(
         change_id=change_id,
         before_call=before_call,
         point_in_time=point_in_time,
+        restore=restore,
     )
     return _out(recovery)
 
@@ -138,6 +140,8 @@ _PROGRESS: dict[str, tuple[float, str]] = {
     "approved": (1, "approved; queued"),
     "running": (2, "mounting the checkpoint and copying the file"),
     "waiting": (2.5, "approved; waiting for its recovery site to answer again"),
+    "confirm": (2.6, "pulled; a person reads the diff and confirms the write-back"),
+    "restoring": (2.8, "writing the file back into the guest and reading it back"),
 }
 _DONE = ("denied", "expired", "succeeded", "failed")
 
@@ -167,6 +171,14 @@ async def zerto_recover_file(
     change_id: ChangeIdChoice = None,
     before_call: BeforeCall = None,
     point_in_time: PointInTime = None,
+    restore: Annotated[
+        Flag,
+        Field(
+            description="JSON true: once approved, the service writes the file back into the guest itself (a "
+            "person sees the diff and confirms; a new guard comes first) and reads it back to verify; the result "
+            'says restored: "verified". Refused when no writer tool serves the VM: ask without it for the bytes'
+        ),
+    ] = False,
     wait: Annotated[
         Flag,
         Field(
@@ -184,11 +196,13 @@ async def zerto_recover_file(
     on a checkpoint, or a checkpoint identifier); without either, the newest tagged checkpoint this service
     made for the VM is used. To undo a change nobody guarded, give `before_call` (the call id a tool called
     through this gateway returned in `_meta`) or `point_in_time` (ISO 8601 with zone): the newest journal
-    checkpoint strictly before it is used, and the answer says how far before. `reason` is shown to the approver. The answer carries the request id, its status
+    checkpoint strictly before it is used, and the answer says how far before. With `restore=true` the service
+    puts the file back into the guest itself once a person confirmed, and `restore.restored` says whether it was
+    verified. `reason` is shown to the approver. The answer carries the request id, its status
     and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
     notifications) until the recovery ends; otherwise poll zerto_recovery_status.
     """
-    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time)
+    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time, restore)
     return await _wait(out, ctx) if wait else out
 
 

@@ -23,6 +23,7 @@ from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
+from recoveries.restore_tools import restore_refusal
 from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
@@ -58,9 +59,14 @@ def recovery_request_create(
     change_id: str | None = None,
     before_call: str | None = None,
     point_in_time: str | None = None,
+    restore: bool = False,
     request_id: str | None = None,
 ) -> RecoveryRequest:
     """Record a pending request bound to one VM, path and checkpoint.
+
+    ``restore``: once approved and pulled, the file is written back into the guest after a person
+    saw the diff and confirmed (``recoveries.restore``); refused at once when no writer tool serves
+    the VM's platform.
 
     ``before_call`` (a gateway call id of this agent) or ``point_in_time`` (ISO 8601) undo a
     change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
@@ -88,6 +94,8 @@ def recovery_request_create(
         limit=VmLimit.of(agent),
         agent_name=agent.name,
     )
+    if restore and (refusal := restore_refusal(vm_name=bound.vm_name, os=guest.os)):
+        raise ApplicationError(refusal)
     rid = request_id or current_request_id()
     with transaction.atomic():
         recovery = RecoveryRequest.objects.create(
@@ -115,6 +123,7 @@ def recovery_request_create(
             approvals_required=2 if settings.REWIND_RECOVERY_SECOND_APPROVER else 1,
             expires_at=timezone.now() + timedelta(seconds=settings.REWIND_RECOVERY_EXPIRY_S),
             request_id=rid,
+            restore=restore,
         )
         audit_record(
             actor=Actor.agent(agent.name),
@@ -163,6 +172,7 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "undo_before_by_s": recovery.undo_before_by_s,
         "reason": recovery.reason,
         "expires_at": recovery.expires_at.isoformat(),
+        "restore_in_place": recovery.restore,
     }
 
 

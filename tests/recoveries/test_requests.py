@@ -76,13 +76,14 @@ def test_bad_input_creates_nothing(sim, sites, agent, tagged, path: str) -> None
 
 def test_unknown_vm_missing_reason_and_unknown_change_are_refused(sim, sites, agent, tagged) -> None:
     tagged("web01")
-    for kwargs, words in [
+    cases: list[tuple[dict[str, Any], str]] = [
         ({"vm": "nosuchvm", "reason": "x"}, "nosuchvm"),
         ({"vm": "web01", "reason": "  "}, "reason"),
         ({"vm": "web01", "reason": "x", "change_id": "nope"}, "nope"),
         ({"vm": "dup01", "reason": "x"}, "dup01"),
         ({"vm": "web01", "reason": "x", "checkpoint": "999999"}, "999999"),
-    ]:
+    ]
+    for kwargs, words in cases:
         with pytest.raises(ApplicationError) as err:
             recovery_request_create(agent=agent, path="/etc/hostname", **kwargs)
         assert words in err.value.message

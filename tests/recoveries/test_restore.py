@@ -1,0 +1,208 @@
+"""Restore in place against the simulator, through the guest shell as a real upstream: approve, pull,
+diff, confirm, guard, write, read back, verify; and each way it can go wrong, reported truthfully."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import pytest
+
+from recoveries.models import RecoveryRequest, RestoreState
+from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
+from recoveries.restore_tools import guest_file_tools_set
+from recoveries.services import recovery_request_approve, recovery_request_create
+from rewind.audit import Actor
+from rewind.audit.models import AuditEvent
+from rewind.checkpoints.models import ChangeGuard
+from rewind.errors import ApplicationError
+from rewind.gateway.models import Upstream
+from tests.gateway.support import GuestShellHttp, add_http_upstream
+
+pytestmark = pytest.mark.timeout(300)
+NGINX = "/etc/nginx/nginx.conf"
+BLOB = "/var/lib/app/blob.bin"
+State = RestoreState
+
+
+def _tools(shell: GuestShellHttp, **fields: Any) -> Upstream:
+    upstream = add_http_upstream(shell, default_policy="pass")
+    settings = {
+        "writer_tool": "write_file",
+        "reader_tool": "read_file",
+        "content_encoding": "base64",
+        "encoding_arg": "encoding",
+        **fields,
+    }
+    guest_file_tools_set(actor=Actor.user("admin"), upstream=upstream, os="linux", **settings)
+    return upstream
+
+
+def _ask(agent: Any, path: str = NGINX, **kw: Any) -> RecoveryRequest:
+    return recovery_request_create(
+        agent=agent, vm="web01", path=path, reason="my edit broke it", change_id="chg-1", restore=True, **kw
+    )
+
+
+def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:
+    def reached() -> bool:
+        recovery.refresh_from_db()
+        return recovery.restore_state in states
+
+    tasks.wait_for(reached, timeout=120)
+    return recovery
+
+
+def _approve_and_compare(tasks: Any, people: Any, recovery: RecoveryRequest) -> RecoveryRequest:
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    return _until(tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+
+
+def _confirm_and_finish(tasks: Any, people: Any, recovery: RecoveryRequest) -> RecoveryRequest:
+    recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=diff_token(recovery))
+    return _until(tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+
+
+def _actions(recovery: RecoveryRequest) -> list[str]:
+    return list(
+        AuditEvent.objects.filter(target_type="recoveries.recoveryrequest", target_id=str(recovery.pk))
+        .order_by("seq")
+        .values_list("action", flat=True)
+    )
+
+
+def test_a_text_file_is_written_back_after_the_diff_and_a_second_click_and_verified(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    good = sim.read_file("web01", NGINX)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="worker_connections 4096\n")
+    recovery = _ask(agent)
+
+    recovery = _approve_and_compare(inline_tasks, people, recovery)
+    assert recovery.status == RecoveryRequest.Status.CONFIRM
+    assert recovery.current_sha256 == hashlib.sha256(b"worker_connections 4096\n").hexdigest()
+    diff = restore_diff(recovery)
+    assert diff is not None
+    assert diff.text
+    assert any(line.kind == "removed" and "4096" in line.text for line in diff.lines)
+    assert any(line.kind == "added" for line in diff.lines)
+    assert sim.read_file("web01", NGINX) == b"worker_connections 4096\n"  # nothing written before the click
+
+    recovery = _confirm_and_finish(inline_tasks, people, recovery)
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED
+    assert recovery.restore_message == "verified"
+    assert sim.read_file("web01", NGINX) == good
+    guard = ChangeGuard.objects.get(restores=recovery)
+    assert guard.status == ChangeGuard.Status.OK
+    assert guard.change_id == f"restore-{recovery.pk}"
+    actions = _actions(recovery)
+    for done in ("compared", "confirmed", "guarded", "finished"):
+        assert f"recoveries.restore.{done}" in actions
+    assert actions.index("recoveries.restore.guarded") < actions.index("recoveries.restore.finished")
+
+
+def test_a_binary_file_is_restored_in_place_through_base64(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    blob = bytes(range(256)) * 8
+    sim.set_file("web01", BLOB, content=blob)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", BLOB, content=b"\x00\xff" * 10)
+    recovery = _approve_and_compare(inline_tasks, people, _ask(agent, BLOB))
+    diff = restore_diff(recovery)
+    assert diff is not None
+    assert not diff.text
+    assert (diff.current_size, diff.recovered_size) == (20, len(blob))
+
+    recovery = _confirm_and_finish(inline_tasks, people, recovery)
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    assert sim.read_file("web01", BLOB) == blob
+
+
+def test_the_write_back_is_refused_before_the_diff_and_for_another_diff(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    tagged("web01", "chg-1")
+    recovery = _ask(agent)
+    with pytest.raises(ApplicationError, match="not produced yet"):
+        recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen="")
+    recovery = _approve_and_compare(inline_tasks, people, recovery)
+    for seen in ("", "0" * 32):
+        with pytest.raises(ApplicationError, match="not been shown the diff"):
+            recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=seen)
+    recovery.refresh_from_db()
+    assert recovery.restore_state == State.AWAITING
+    assert not ChangeGuard.objects.filter(change_id=f"restore-{recovery.pk}").exists()
+
+
+def test_a_vm_without_a_writer_is_refused_at_once_and_the_bytes_alone_can_still_be_asked(
+    sim, sites, agent, tagged
+) -> None:
+    tagged("web01", "chg-1")
+    with pytest.raises(ApplicationError, match="no tool is configured to write a file into web01"):
+        _ask(agent)
+    assert not RecoveryRequest.objects.exists()
+    plain = recovery_request_create(agent=agent, vm="web01", path=NGINX, reason="x", change_id="chg-1")
+    assert plain.restore is False
+
+
+def test_a_write_that_fails_half_way_is_reported_with_what_the_guest_holds(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http, writer_tool="write_half")
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="broken\n")
+    recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, _ask(agent)))
+    assert recovery.restore_state == State.FAILED
+    assert "No space left on device" in recovery.restore_message
+    assert "neither the old file nor the checkpoint's" in recovery.restore_message
+    assert recovery.restore_guard_id is not None  # the guard came first
+
+
+def test_a_reader_that_gives_back_other_bytes_is_reported_as_differing(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http, reader_tool="read_stale")
+    good = sim.read_file("web01", NGINX)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="broken\n")
+    recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, _ask(agent)))
+    assert recovery.restore_state == State.DIFFERS
+    assert recovery.restore_message.startswith("differs:")
+    assert recovery.written_sha256 == hashlib.sha256(good + b"# stale\n").hexdigest()
+    assert sim.read_file("web01", NGINX) == good  # it was written; the reader lies
+
+
+def test_an_upstream_that_is_down_writes_nothing_and_takes_no_checkpoint(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="broken\n")
+    recovery = _approve_and_compare(inline_tasks, people, _ask(agent))
+    guestshell_http.stop()
+    try:
+        recovery = _confirm_and_finish(inline_tasks, people, recovery)
+    finally:
+        guestshell_http.start_again()
+    assert recovery.restore_state == State.NOT_WRITTEN
+    assert "no checkpoint taken" in recovery.restore_message
+    assert recovery.restore_guard_id is None
+    assert sim.read_file("web01", NGINX) == b"broken\n"
+
+
+def test_a_binary_file_and_a_text_writer_end_before_anyone_is_asked(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http, content_encoding="utf-8", encoding_arg="")
+    sim.set_file("web01", BLOB, content=b"\xff\xfe\x00binary")
+    tagged("web01", "chg-1")
+    recovery = _approve_and_compare(inline_tasks, people, _ask(agent, BLOB))
+    assert recovery.restore_state == State.NOT_WRITTEN
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED
+    assert "configure base64" in recovery.restore_message
