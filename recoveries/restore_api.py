@@ -141,7 +141,10 @@ class GuestFileToolsListApi(APIView):
         data = GuestFileToolsInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         fields: dict[str, Any] = dict(data.validated_data)
-        upstream = upstream_get(fields.pop("upstream_id"))
+        try:
+            upstream = upstream_get(fields.pop("upstream_id"))
+        except NotFoundError as exc:
+            raise serializers.ValidationError({"upstream_id": [exc.message]}) from None
         row = guest_file_tools_set(actor=actor_of(request), upstream=upstream, **fields)
         return Response(GuestFileToolsSerializer(row).data, status=status.HTTP_201_CREATED)
 

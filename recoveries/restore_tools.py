@@ -130,9 +130,16 @@ def guest_file_tools_for(*, vm_name: str, os: str) -> GuestFileTools | None:
     return matching[0] if matching else None
 
 
-def restore_refusal(*, vm_name: str, os: str) -> str | None:
-    """Why a restore in place of a file of this VM cannot be asked for; None when it can."""
-    if guest_file_tools_for(vm_name=vm_name, os=os) is not None:
+def restore_refusal(*, vm_name: str, os: str, any_vm: bool = False) -> str | None:
+    """Why a restore in place of a file of this VM cannot be asked for; None when it can.
+
+    ``any_vm``: only whether some tools serve the platform at all (asked before the VM is resolved).
+    """
+    if any_vm:
+        served = GuestFileTools.objects.filter(os=os, enabled=True, upstream__enabled=True).exists()
+    else:
+        served = guest_file_tools_for(vm_name=vm_name, os=os) is not None
+    if served:
         return None
     return (
         f"no tool is configured to write a file into {vm_name} ({os}), so it cannot be restored in place: "

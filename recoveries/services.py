@@ -85,6 +85,8 @@ def recovery_request_create(
         raise ApplicationError("name the VM (its name, hostname or identifier)")
     if not agent.is_active:
         raise PermissionDeniedError(f"agent {agent.name} is disabled")
+    if restore and (refusal := restore_refusal(vm_name=str(vm).strip(), os=guest.os, any_vm=True)):
+        raise ApplicationError(refusal)  # before any ZVM is asked
     moment = _moment(agent, before_call, point_in_time)
     bound = bind_checkpoint(
         vm=str(vm).strip(),

@@ -10,7 +10,6 @@ import pytest
 from rewind.models import Agent, ChangeGuard, Site
 from rewind.protection import protection_cache_clear
 from tests.fixtures import People
-from tests.gateway.conftest import guestshell_http, guestshell_http_server  # noqa: F401  (restores in place)
 from tests.helpers import insert_tagged_checkpoint
 
 

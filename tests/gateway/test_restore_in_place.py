@@ -4,6 +4,7 @@ diff, confirm, guard, write, read back, verify; and each way it can go wrong, re
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -17,12 +18,36 @@ from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import ApplicationError
 from rewind.gateway.models import Upstream
+from rewind.models import Agent, Site
+from rewind.protection import protection_cache_clear
+from tests.fixtures import wait_until
 from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.helpers import call_tool, insert_tagged_checkpoint, poll_recovery_status, tool_ok, tool_text
+from tests.mcpfixtures import make_agent_token
 
 pytestmark = pytest.mark.timeout(300)
 NGINX = "/etc/nginx/nginx.conf"
 BLOB = "/var/lib/app/blob.bin"
 State = RestoreState
+
+
+@pytest.fixture(autouse=True)
+def _fresh_lookups(settings: Any) -> None:
+    settings.REWIND_LOOKUP_CACHE_S = 0
+    protection_cache_clear()
+
+
+@pytest.fixture
+def agent(people: Any) -> Agent:
+    return Agent.objects.create(name="fixer", owner=people.owner)
+
+
+@pytest.fixture
+def tagged(sim: Any, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
+    def make(vm: str, change_id: str = "chg-1") -> ChangeGuard:
+        return insert_tagged_checkpoint(sim, sites, vm, change_id, "fixer")
+
+    return make
 
 
 def _tools(shell: GuestShellHttp, **fields: Any) -> Upstream:
@@ -206,3 +231,44 @@ def test_a_binary_file_and_a_text_writer_end_before_anyone_is_asked(
     assert recovery.restore_state == State.NOT_WRITTEN
     assert recovery.status == RecoveryRequest.Status.SUCCEEDED
     assert "configure base64" in recovery.restore_message
+
+
+def test_an_agent_asks_over_mcp_and_a_person_confirms_over_rest_after_reading_the_diff(
+    sim, mcp_sites, mcp_client, worker, people, api, guestshell_http
+) -> None:
+    _agent, token = make_agent_token()
+    good = sim.read_file("web01", NGINX)
+    args = {"vm": "web01", "path": NGINX, "reason": "my edit broke nginx", "restore": True}
+    refused = call_tool(mcp_client, token, "zerto_recover_file", args)
+    assert refused.is_error
+    assert "no tool is configured to write a file into web01" in tool_text(refused)
+
+    _tools(guestshell_http)
+    guard = tool_ok(
+        call_tool(mcp_client, token, "zerto_create_tagged_checkpoint", {"vm": "web01", "action": "edit nginx"})
+    )
+    assert guard["ok"], guard
+    sim.set_file("web01", NGINX, text="broken\n")
+    asked = tool_ok(call_tool(mcp_client, token, "zerto_recover_file", {**args, "change_id": guard["change_id"]}))
+    assert asked["restore"]["state"] == "requested"
+    person = api(people.approver)
+    assert person.post(f"/api/recoveries/{asked['id']}/approve/").status_code == 200
+
+    def diff_shown() -> Any:
+        answer = person.get(f"/api/recoveries/{asked['id']}/diff/")
+        return answer.json() if answer.status_code == 200 else None
+
+    diff = wait_until(diff_shown, 120, what="the diff")
+    assert "-broken" in diff["unified_diff"]
+    refused_click = person.post(f"/api/recoveries/{asked['id']}/write-back/", {"diff": "0" * 32})
+    assert refused_click.status_code == 409
+    assert "not been shown the diff" in refused_click.json()["detail"]
+    assert person.post(f"/api/recoveries/{asked['id']}/write-back/", {"diff": diff["diff"]}).status_code == 200
+
+    done = poll_recovery_status(mcp_client, token, asked["id"])
+    assert done["status"] == "succeeded", done
+    assert done["restore"]["state"] == "verified", done
+    assert done["restore"]["restored"] == "verified"
+    assert done["result"]["restored"] == "verified"
+    assert done["restore"]["change_id"] == f"restore-{asked['id']}"
+    assert sim.read_file("web01", NGINX) == good
