@@ -19,6 +19,7 @@ from django.utils.html import format_html
 
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
 from recoveries.presenters import result_dict, waiting_message
+from recoveries.restore import recovery_restore_confirm, restore_context
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -145,14 +146,20 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "waiting": waiting_message(recovery) if recovery.status == RecoveryRequest.Status.WAITING else "",
             "site_unavailable": recovery_site_unavailable(recovery),
             "undone_call": undone_call(recovery),
+            **restore_context(recovery),
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 
     def decide_view(self, request: HttpRequest, pk: int, decision: str) -> HttpResponse:
-        if decision not in ("approve", "deny"):
+        if decision not in ("approve", "deny", "write-back"):
             raise Http404("unknown decision")
         recovery = self._recovery(request, pk)
         review = reverse("admin:recoveries_recoveryrequest_review", args=[pk])
+        if decision == "write-back":
+            # The review page's second click: its form carries the diff it showed (no page of its own).
+            if request.method == "POST":
+                self._write_back(request, pk)
+            return HttpResponseRedirect(review)
         if request.method == "POST":
             try:
                 if decision == "approve":
@@ -187,6 +194,23 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "review_url": review,
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/confirm.html", context)
+
+    def _write_back(self, request: HttpRequest, pk: int) -> None:
+        try:
+            recovery_restore_confirm(
+                recovery_id=pk,
+                user=request.user,
+                seen=request.POST.get("diff", ""),
+                request_id=getattr(request, "id", None),
+            )
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return
+        self.message_user(
+            request,
+            "Write-back confirmed: a checkpoint is taken, then the file is written and read back.",
+            messages.SUCCESS,
+        )
 
 
 class LiveFilter(admin.SimpleListFilter):

@@ -92,6 +92,23 @@ def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
     return file_diff(_current(recovery), recovered, current_name=f"{name} now", recovered_name=f"{name} at checkpoint")
 
 
+def restore_context(recovery: RecoveryRequest) -> dict[str, Any]:
+    """What the review page shows of a restore in place: the diff, its token, and whether to offer the click.
+
+    The click is offered from approval on, so a page loaded before the diff exists still has it: its
+    empty token is refused, saying to reload and read the diff first.
+    """
+    if not recovery.restore:
+        return {}
+    open_states = ("", State.COMPARING, State.AWAITING)
+    offered = recovery.status in (Status.APPROVED, Status.WAITING, Status.RUNNING, Status.CONFIRM)
+    return {
+        "diff": restore_diff(recovery),
+        "diff_token": diff_token(recovery),
+        "restore_open": offered and recovery.restore_state in open_states,
+    }
+
+
 # -- 1. after the pull ---------------------------------------------------------------------------
 
 
