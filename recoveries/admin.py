@@ -17,6 +17,7 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
 from recoveries.presenters import result_dict, waiting_message
 from recoveries.restore import recovery_restore_confirm, restore_context

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from recoveries.models import RecoveryRequest, RestoreState
+from recoveries.models import GuestFileTools, RecoveryRequest, RestoreState
 from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
 from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
@@ -272,3 +272,34 @@ def test_an_agent_asks_over_mcp_and_a_person_confirms_over_rest_after_reading_th
     assert done["result"]["restored"] == "verified"
     assert done["restore"]["change_id"] == f"restore-{asked['id']}"
     assert sim.read_file("web01", NGINX) == good
+
+
+def test_an_operator_names_the_tools_in_the_admin_checked_against_the_upstreams_list(
+    sim, superuser, client, guestshell_http
+) -> None:
+    upstream = add_http_upstream(guestshell_http, default_policy="pass")
+    client.force_login(superuser)
+    form = {
+        "upstream": upstream.pk,
+        "os": "linux",
+        "vm_pattern": "web*",
+        "writer_tool": "write_file",
+        "reader_tool": "read_file",
+        "vm_arg": "host",
+        "path_arg": "path",
+        "content_arg": "body",
+        "content_encoding": "base64",
+        "encoding_arg": "encoding",
+        "enabled": "on",
+    }
+    refused = client.post("/admin/recoveries/guestfiletools/add/", form, follow=True)
+    assert "takes no argument body" in refused.content.decode()
+    assert not GuestFileTools.objects.exists()
+
+    saved = client.post("/admin/recoveries/guestfiletools/add/", {**form, "content_arg": "content"}, follow=True)
+    assert saved.status_code == 200
+    row = GuestFileTools.objects.get()
+    assert (row.vm_pattern, row.writer_tool, row.content_encoding) == ("web*", "write_file", "base64")
+    event = AuditEvent.objects.get(action="recoveries.restore_tools.set")
+    assert event.actor == superuser.get_username()
+    assert event.data["after"]["writer_tool"] == "write_file"
