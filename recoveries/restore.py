@@ -32,6 +32,7 @@ from kombu.exceptions import OperationalError
 from recoveries.diff import FileDiff, file_diff
 from recoveries.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
 from recoveries.models import RecoveryRequest, RestoreState
+from recoveries.restore_announce import restore_announce_awaiting, restore_announce_finished
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_for
 from recoveries.services import _check_approver, _get
@@ -168,6 +169,7 @@ def restore_compare(*, recovery_id: int, request_id: str) -> str:
                 },
                 request_id=request_id,
             )
+            restore_announce_awaiting(recovery=recovery, request_id=request_id)
     return State.AWAITING
 
 
@@ -435,5 +437,6 @@ def _finish(recovery: RecoveryRequest, state: str, message: str, request_id: str
                 },
                 request_id=request_id,
             )
+            restore_announce_finished(recovery=recovery, state=state, message=message, request_id=request_id)
     logger.info("recovery %s: restore in place %s: %s", recovery.pk, state, message)
     return state

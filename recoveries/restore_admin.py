@@ -13,7 +13,7 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore_tools import guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
 from rewind.admin_base import actor_for
 from rewind.errors import ApplicationError
 
@@ -36,6 +36,18 @@ class GuestFileToolsForm(forms.ModelForm):
     class Meta:
         model = GuestFileTools
         fields = _FIELDS
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        upstream = data.get("upstream") or getattr(self.instance, "upstream", None)
+        os = data.get("os") or self.instance.os
+        if upstream is not None and os and not self.errors:
+            fields = {k: v for k, v in data.items() if k not in ("upstream", "os")}
+            try:
+                guest_file_tools_check(upstream=upstream, os=os, **fields)
+            except ApplicationError as exc:
+                raise forms.ValidationError(exc.message) from None
+        return data
 
 
 @admin.register(GuestFileTools)

@@ -80,6 +80,15 @@ def _validate(row: GuestFileTools) -> None:
         _check_tool(row, row.reader_tool, "reader", [row.vm_arg, row.path_arg, *extra])
 
 
+def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> None:
+    """What ``guest_file_tools_set`` would refuse, checked without saving (a form's validation)."""
+    row = GuestFileTools(upstream=upstream, os=os)
+    for key, value in fields.items():
+        if key in _EDITABLE:
+            setattr(row, key, value)
+    _validate(row)
+
+
 @transaction.atomic
 def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields: Any) -> GuestFileTools:
     """Create or change the tools of ``upstream`` for ``os`` and ``vm_pattern`` (default ``*``).

@@ -23,8 +23,8 @@ The options may come from the environment instead: ``GUESTSHELL_SIM_URL``, ``GUE
 Tools: ``exec`` (a tiny shell: ``cat``, ``rm``, ``echo TEXT > PATH``, ``echo TEXT >> PATH``,
 ``sed -i 's/OLD/NEW/[g]' PATH``), ``write_file`` and ``read_file`` (``encoding``: utf-8 text or base64),
 ``append_line`` (its VM argument is ``computer_name``) and ``slow`` (sleeps, reporting progress each
-second). Two misbehave on purpose, for restore tests: ``write_half`` writes half the bytes and fails,
-``read_stale`` gives back other bytes than the file holds.
+second). With ``--faulty`` two more misbehave on purpose, for restore tests: ``write_half`` writes half
+the bytes and fails, ``read_stale`` gives back other bytes than the file holds.
 """
 
 from __future__ import annotations
@@ -263,7 +263,7 @@ class Shell:
         return ""
 
 
-def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
+def build_server(guests: Guests, recorder: Recorder, *, faulty: bool = False) -> MCPServer:
     server = MCPServer(
         "guestshell",
         instructions="Change and read files inside lab VMs (a test upstream for zerto-rewind).",
@@ -306,19 +306,6 @@ def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
             return base64.b64encode(guests.read(host, path)).decode("ascii")
         return guests.read_text(host, path)
 
-    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write half a file"))
-    def write_half(host: Host, path: GuestPath, content: str, encoding: Encoding = "utf-8") -> str:
-        """A writer that breaks half-way: it writes the first half of the bytes, then fails."""
-        data = _decode(content, encoding)
-        guests.write_bytes(host, path, data[: len(data) // 2])
-        raise ToolError(f"{host}:{path}: No space left on device after {len(data) // 2} bytes")
-
-    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file, wrongly"))
-    def read_stale(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:
-        """A reader that gives back other bytes than the file holds (a cache gone stale)."""
-        data = guests.read(host, path) + b"# stale\n"
-        return base64.b64encode(data).decode("ascii") if encoding == "base64" else data.decode("utf-8", "replace")
-
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, title="Append a line"))
     def append_line(
         computer_name: Annotated[str, Field(description="The VM to act on, by name (e.g. web01).")],
@@ -346,7 +333,26 @@ def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
             await ctx.report_progress(waited, seconds, f"{waited:g} of {seconds:g} s")
         return "done"
 
+    if faulty:
+        _add_faulty_tools(server, guests)
     return server
+
+
+def _add_faulty_tools(server: MCPServer, guests: Guests) -> None:
+    """Tools that misbehave on purpose (``--faulty``), for the tests of restores in place."""
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write half a file"))
+    def write_half(host: Host, path: GuestPath, content: str, encoding: Encoding = "utf-8") -> str:
+        """A writer that breaks half-way: it writes the first half of the bytes, then fails."""
+        data = _decode(content, encoding)
+        guests.write_bytes(host, path, data[: len(data) // 2])
+        raise ToolError(f"{host}:{path}: No space left on device after {len(data) // 2} bytes")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file, wrongly"))
+    def read_stale(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:
+        """A reader that gives back other bytes than the file holds (a cache gone stale)."""
+        data = guests.read(host, path) + b"# stale\n"
+        return base64.b64encode(data).decode("ascii") if encoding == "base64" else data.decode("utf-8", "replace")
 
 
 class BearerGate:
@@ -431,6 +437,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--record", default=env("GUESTSHELL_RECORD"), help="append one JSON line per tool call here (GUESTSHELL_RECORD)"
     )
+    p.add_argument(
+        "--faulty", action="store_true", help="also export write_half and read_stale, which misbehave on purpose"
+    )
     args = p.parse_args(argv)
     if not args.sim_url:
         p.error("--sim-url (or GUESTSHELL_SIM_URL) is required")
@@ -439,7 +448,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record))
+    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record), faulty=args.faulty)
     if args.stdio:
         server.run("stdio")
         return 0

@@ -17,7 +17,7 @@ from tests.gateway.support import GuestShellHttp, GuestShellStdio, run_guestshel
 from tests.helpers import run
 from tests.simfixtures import SimHandle, SimServer
 
-TOOLS = {"exec", "write_file", "read_file", "append_line", "slow", "write_half", "read_stale"}
+TOOLS = {"exec", "write_file", "read_file", "append_line", "slow"}
 NGINX = "/etc/nginx/nginx.conf"
 
 

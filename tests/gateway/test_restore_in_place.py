@@ -4,7 +4,7 @@ diff, confirm, guard, write, read back, verify; and each way it can go wrong, re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -19,16 +19,31 @@ from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import ApplicationError
 from rewind.gateway.models import Upstream
 from rewind.models import Agent, Site
+from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, add_http_upstream, run_guestshell
 from tests.helpers import call_tool, insert_tagged_checkpoint, poll_recovery_status, tool_ok, tool_text
 from tests.mcpfixtures import make_agent_token
+from tests.simfixtures import SimServer
 
 pytestmark = pytest.mark.timeout(300)
 NGINX = "/etc/nginx/nginx.conf"
 BLOB = "/var/lib/app/blob.bin"
 State = RestoreState
+
+
+@pytest.fixture(scope="module")
+def faulty_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
+    """A guest shell that also exports write_half and read_stale (``--faulty``)."""
+    with run_guestshell(tmp_path_factory.mktemp("faulty-guestshell"), sim_server, "--faulty") as server:
+        yield server
+
+
+@pytest.fixture
+def faulty(faulty_server: GuestShellHttp, sim: Any) -> GuestShellHttp:
+    faulty_server.clear()
+    return faulty_server
 
 
 @pytest.fixture(autouse=True)
@@ -97,8 +112,9 @@ def _actions(recovery: RecoveryRequest) -> list[str]:
 
 
 def test_a_text_file_is_written_back_after_the_diff_and_a_second_click_and_verified(
-    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http, receiver, settings
 ) -> None:
+    settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
     _tools(guestshell_http)
     good = sim.read_file("web01", NGINX)
     tagged("web01", "chg-1")
@@ -127,6 +143,9 @@ def test_a_text_file_is_written_back_after_the_diff_and_a_second_click_and_verif
     for done in ("compared", "confirmed", "guarded", "finished"):
         assert f"recoveries.restore.{done}" in actions
     assert actions.index("recoveries.restore.guarded") < actions.index("recoveries.restore.finished")
+    told = dict(NotificationDelivery.objects.filter(target_id=str(recovery.pk)).values_list("kind", "title"))
+    assert "read the diff" in told[NotificationKind.RECOVERY_AWAITS_WRITE_BACK]
+    assert told[NotificationKind.RECOVERY_RESTORED].endswith("restored: verified")
 
 
 def test_a_binary_file_is_restored_in_place_through_base64(
@@ -177,9 +196,10 @@ def test_a_vm_without_a_writer_is_refused_at_once_and_the_bytes_alone_can_still_
 
 
 def test_a_write_that_fails_half_way_is_reported_with_what_the_guest_holds(
-    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+    inline_tasks, sim, sites, people, agent, tagged, faulty, receiver, settings
 ) -> None:
-    _tools(guestshell_http, writer_tool="write_half")
+    settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
+    _tools(faulty, writer_tool="write_half")
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
     recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, _ask(agent)))
@@ -187,12 +207,14 @@ def test_a_write_that_fails_half_way_is_reported_with_what_the_guest_holds(
     assert "No space left on device" in recovery.restore_message
     assert "neither the old file nor the checkpoint's" in recovery.restore_message
     assert recovery.restore_guard_id is not None  # the guard came first
+    failed = NotificationDelivery.objects.get(kind=NotificationKind.RECOVERY_NOT_RESTORED)
+    assert "No space left on device" in failed.body
 
 
 def test_a_reader_that_gives_back_other_bytes_is_reported_as_differing(
-    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+    inline_tasks, sim, sites, people, agent, tagged, faulty
 ) -> None:
-    _tools(guestshell_http, reader_tool="read_stale")
+    _tools(faulty, reader_tool="read_stale")
     good = sim.read_file("web01", NGINX)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
