@@ -4,15 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('rewind', '0024_audit_sealed'),
+        ("rewind", "0024_audit_sealed"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='notificationdelivery',
-            name='kind',
-            field=models.CharField(choices=[('recovery.awaits_approval', 'a recovery awaits approval'), ('recovery.expires_soon', 'a pending recovery expires soon'), ('flr.unmount_failed', 'a mount of ours could not be unmounted'), ('guard.failed', 'a guard failed or timed out'), ('site.down', 'a site is unreachable'), ('checkpoint.leaving_journal', "a guard's checkpoint is about to leave the journal"), ('recovery.awaits_write_back', 'a restore in place awaits its write-back click'), ('recovery.restored', 'a file was written back into a guest and verified'), ('recovery.not_restored', 'a file was not (fully) written back into a guest'), ('test', 'a test notification')], db_index=True, max_length=40),
+            model_name="notificationdelivery",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("recovery.awaits_approval", "a recovery awaits approval"),
+                    ("recovery.expires_soon", "a pending recovery expires soon"),
+                    ("flr.unmount_failed", "a mount of ours could not be unmounted"),
+                    ("guard.failed", "a guard failed or timed out"),
+                    ("site.down", "a site is unreachable"),
+                    ("checkpoint.leaving_journal", "a guard's checkpoint is about to leave the journal"),
+                    ("recovery.awaits_write_back", "a restore in place awaits its write-back click"),
+                    ("recovery.restored", "a file was written back into a guest and verified"),
+                    ("recovery.not_restored", "a file was not (fully) written back into a guest"),
+                    ("test", "a test notification"),
+                ],
+                db_index=True,
+                max_length=40,
+            ),
         ),
     ]
