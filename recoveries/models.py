@@ -122,6 +122,8 @@ class RecoveryRequest(models.Model):
         "rewind.ChangeGuard", null=True, blank=True, on_delete=models.SET_NULL, related_name="restores"
     )
     written_sha256 = models.CharField(max_length=64, blank=True, help_text="What the reader gave back after the write.")
+    # When a step of the restore last ran: a step whose next message was lost is queued again after a while.
+    restore_step_at = models.DateTimeField(null=True, blank=True, editable=False)
     purged_at = models.DateTimeField(
         null=True,
         blank=True,

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +227,7 @@ def recovery_restore_confirm(
             restore_state=State.GUARDING,
             confirmed_by=person.get_username(),
             confirmed_at=now,
+            restore_step_at=now,
         )
         if not won:
             raise ApplicationError(f"recovery #{recovery.pk} was confirmed meanwhile")
@@ -261,7 +263,7 @@ def _not_awaiting(recovery: RecoveryRequest) -> str:
 
 
 def _queue_write_back(recovery_id: int, request_id: str, countdown: float | None = None) -> None:
-    """Queue the next write-back step; a queue that refuses leaves it for ``restores_requeue_stalled``."""
+    """Queue the next write-back step; a queue that refuses leaves it for ``restores_resume_stalled``."""
     try:
         current_app.signature(WRITE_BACK_TASK, args=(recovery_id, request_id)).apply_async(countdown=countdown)
     except OperationalError as exc:
@@ -302,7 +304,7 @@ def _guard_step(recovery: RecoveryRequest, request_id: str) -> str:
         return _guard_start(recovery, tools, request_id)
     guard = guard_read_and_resume(recovery.restore_guard_id)
     if guard.status in ChangeGuard.UNFINISHED:
-        _queue_write_back(recovery.pk, request_id, countdown=GUARD_POLL_S)
+        _next_step(recovery, request_id)
         return State.GUARDING
     if guard.status != ChangeGuard.Status.OK:
         why = guard.error or "its checkpoint was not listed in time"
@@ -350,8 +352,13 @@ def _guard_start(recovery: RecoveryRequest, tools: GuestFileTools, request_id: s
             data={"guard": outcome.guard.pk, "change_id": outcome.guard.change_id, "tag": outcome.guard.tag},
             request_id=request_id,
         )
-    _queue_write_back(recovery.pk, request_id, countdown=GUARD_POLL_S)
+    _next_step(recovery, request_id)
     return State.GUARDING
+
+
+def _next_step(recovery: RecoveryRequest, request_id: str) -> None:
+    RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_step_at=timezone.now())
+    _queue_write_back(recovery.pk, request_id, countdown=GUARD_POLL_S)
 
 
 def _write(recovery: RecoveryRequest, tools: GuestFileTools, request_id: str) -> str:
@@ -440,3 +447,34 @@ def _finish(recovery: RecoveryRequest, state: str, message: str, request_id: str
             restore_announce_finished(recovery=recovery, state=state, message=message, request_id=request_id)
     logger.info("recovery %s: restore in place %s: %s", recovery.pk, state, message)
     return state
+
+
+# -- a step whose message was lost ---------------------------------------------------------------------
+
+# A step queues the next within a second while its guard runs; silence this long means its message was lost.
+STALLED_AFTER = timedelta(minutes=2)
+
+
+def restores_resume_stalled(*, now: datetime | None = None) -> int:
+    """The beat's sweep: compare again the pulled files never compared (the run's worker died after
+    the pull), and queue again the write-backs whose guard step fell silent (a lost message). How many.
+
+    Safe to overlap and to repeat: every step is a compare-and-swap on ``restore_state``; a write
+    already under way (``writing``) is never queued again, since it may have written.
+    """
+    now = now or timezone.now()
+    before = now - STALLED_AFTER
+    compare = RecoveryRequest.objects.filter(
+        status=Status.CONFIRM, restore_state=State.COMPARING, finished_at__lt=before
+    ).values_list("pk", "request_id")[:50]
+    for pk, rid in compare:
+        restore_compare(recovery_id=pk, request_id=rid)
+    silent = list(
+        RecoveryRequest.objects.filter(
+            status=Status.RESTORING, restore_state=State.GUARDING, restore_step_at__lt=before
+        ).values_list("pk", "request_id")[:200]
+    )
+    for pk, rid in silent:
+        if RecoveryRequest.objects.filter(pk=pk, restore_step_at__lt=before).update(restore_step_at=now):
+            _queue_write_back(pk, rid)
+    return len(compare) + len(silent)

@@ -8,7 +8,7 @@ from recoveries.announce import recovery_requests_warn_expiring
 from recoveries.models import RecoveryRequest
 from recoveries.notify import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.reaper import recoveries_reap
-from recoveries.restore import WRITE_BACK_TASK, restore_compare, restore_write_back_step
+from recoveries.restore import WRITE_BACK_TASK, restore_compare, restore_write_back_step, restores_resume_stalled
 from recoveries.runner import recovery_run
 from recoveries.site_wait import recoveries_resume_waiting
 from rewind.requestid import bound_request_id
@@ -22,6 +22,12 @@ def recoveries_run(recovery_id: int, request_id: str | None = None) -> str:
         if status == RecoveryRequest.Status.CONFIRM:  # a restore in place: the diff comes next
             restore_compare(recovery_id=recovery_id, request_id=rid)
         return status
+
+
+@shared_task(name="recoveries.restores_resume")
+def recoveries_restores_resume() -> int:
+    """Compare the pulled files never compared, queue again the write-backs whose step fell silent."""
+    return restores_resume_stalled()
 
 
 @shared_task(name=WRITE_BACK_TASK, acks_late=True)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
 from recoveries.models import GuestFileTools, RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
+from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff, restores_resume_stalled
 from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit import Actor
@@ -325,3 +327,20 @@ def test_an_operator_names_the_tools_in_the_admin_checked_against_the_upstreams_
     event = AuditEvent.objects.get(action="recoveries.restore_tools.set")
     assert event.actor == superuser.get_username()
     assert event.data["after"]["writer_tool"] == "write_file"
+
+
+def test_a_write_back_whose_step_message_was_lost_is_queued_again_by_the_sweep(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    good = sim.read_file("web01", NGINX)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="broken\n")
+    recovery = _approve_and_compare(inline_tasks, people, _ask(agent))
+    recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=diff_token(recovery))
+    assert inline_tasks.lose("recoveries.write_back") == 1  # the broker lost it
+    assert restores_resume_stalled() == 0  # not silent long enough yet
+    assert restores_resume_stalled(now=timezone.now() + timedelta(minutes=3)) == 1
+    recovery = _until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    assert sim.read_file("web01", NGINX) == good
