@@ -83,6 +83,9 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         """The status as a badge; for a run waiting for its recovery site, which one and since when."""
         if obj.status == RecoveryRequest.Status.WAITING:
             return format_html('{}<br><span class="rw-sub">{}</span>', status_badge(obj.status), waiting_message(obj))
+        if obj.restore:
+            said = obj.get_restore_state_display() or "not pulled yet"
+            return format_html('{}<br><span class="rw-sub">in place: {}</span>', status_badge(obj.status), said)
         return status_badge(obj.status)
 
     @admin.display(description="Review")

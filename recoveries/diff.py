@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 
 # A page shows this many diff lines at most; the rest is counted, not shown.
 MAX_LINES = 2000
+# Larger files get sizes and sha256 only: a line diff of megabytes would hold up the page.
+MAX_DIFF_BYTES = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ def file_diff(current: bytes | None, recovered: bytes, *, current_name: str, rec
         recovered_sha256=hashlib.sha256(recovered).hexdigest(),
         text=False,
     )
+    if max(len(recovered), len(current or b"")) > MAX_DIFF_BYTES:
+        return out
     new = _as_text(recovered)
     old = "" if current is None else _as_text(current)
     if new is None or old is None:

@@ -283,8 +283,11 @@ def restore_write_back_step(*, recovery_id: int, request_id: str) -> str:
             return _guard_step(recovery, request_id)
     except Exception as exc:
         logger.exception("the write-back of recovery %s failed unexpectedly", recovery_id)
-        _finish(recovery, State.NOT_WRITTEN, f"not written: internal error ({type(exc).__name__})", request_id)
-        return State.NOT_WRITTEN
+        recovery.refresh_from_db()
+        if recovery.restore_state == State.WRITING:  # the bytes may have gone out
+            why = f"internal error during the write ({type(exc).__name__}); the file may be partly written"
+            return _finish(recovery, State.FAILED, why, request_id)
+        return _finish(recovery, State.NOT_WRITTEN, f"not written: internal error ({type(exc).__name__})", request_id)
     return recovery.restore_state
 
 
