@@ -347,3 +347,29 @@ def test_a_write_back_whose_step_message_was_lost_is_queued_again_by_the_sweep(
     recovery = _until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("web01", NGINX) == good
+
+
+def test_a_windows_file_is_restored_through_the_windows_tools_only(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    upstream = _tools(guestshell_http)  # Linux only so far
+    path = "C:\\inetpub\\web.config"
+    with pytest.raises(ApplicationError, match=r"into win01 \(windows\)"):
+        recovery_request_create(agent=agent, vm="win01", path=path, reason="x", change_id="chg-1", restore=True)
+    guest_file_tools_set(
+        actor=Actor.user("admin"),
+        upstream=upstream,
+        os="windows",
+        vm_pattern="win*",
+        writer_tool="write_file",
+        reader_tool="read_file",
+        content_encoding="base64",
+        encoding_arg="encoding",
+    )
+    good = sim.read_file("win01", path)
+    tagged("win01", "chg-1")
+    sim.set_file("win01", path, text="clobbered")
+    recovery = recovery_request_create(agent=agent, vm="win01", path=path, reason="x", change_id="chg-1", restore=True)
+    recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, recovery))
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    assert sim.read_file("win01", path) == good
