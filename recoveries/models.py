@@ -52,6 +52,8 @@ class RecoveryRequest(models.Model):
         POINT_IN_TIME = "point_in_time"  # undo: the newest journal checkpoint before a time
 
     FINISHED = (Status.DENIED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED)
+    # No mount is made any more: a restore in place goes on without one.
+    FLR_OVER = (*FINISHED, Status.CONFIRM, Status.RESTORING)
 
     agent = models.ForeignKey(
         "rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries"
