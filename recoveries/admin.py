@@ -20,7 +20,7 @@ from django.utils.html import format_html
 from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
 from recoveries.presenters import result_dict, waiting_message
-from recoveries.restore import recovery_restore_confirm, restore_context
+from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -155,14 +155,14 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 
     def decide_view(self, request: HttpRequest, pk: int, decision: str) -> HttpResponse:
-        if decision not in ("approve", "deny", "write-back"):
+        if decision not in ("approve", "deny", "write-back", "no-write-back"):
             raise Http404("unknown decision")
         recovery = self._recovery(request, pk)
         review = reverse("admin:recoveries_recoveryrequest_review", args=[pk])
-        if decision == "write-back":
+        if decision in ("write-back", "no-write-back"):
             # The review page's second click: its form carries the diff it showed (no page of its own).
             if request.method == "POST":
-                self._write_back(request, pk)
+                self._write_back(request, pk, write=decision == "write-back")
             return HttpResponseRedirect(review)
         if request.method == "POST":
             try:
@@ -199,7 +199,15 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/confirm.html", context)
 
-    def _write_back(self, request: HttpRequest, pk: int) -> None:
+    def _write_back(self, request: HttpRequest, pk: int, *, write: bool) -> None:
+        if not write:
+            try:
+                recovery_restore_decline(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.message_user(request, "Not written back; the recovered bytes are kept.", messages.SUCCESS)
+            return
         try:
             recovery_restore_confirm(
                 recovery_id=pk,

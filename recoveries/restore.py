@@ -242,6 +242,27 @@ def recovery_restore_confirm(
     return recovery
 
 
+def recovery_restore_decline(
+    *, recovery_id: int, user: User | AnonymousUser, request_id: str | None = None
+) -> RecoveryRequest:
+    """A person decides not to write the file back: the request ends with its bytes, nothing written.
+
+    Only while it awaits the write-back click; stopping is always safe, so the agent's owner may too.
+    """
+    recovery = _get(recovery_id)
+    person = _check_approver(user, recovery)
+    if recovery.restore_state != State.AWAITING:
+        raise ApplicationError(_not_awaiting(recovery))
+    name = person.get_username()
+    message = f"not written: {name} decided not to write it back; the recovered bytes are kept"
+    rid = request_id or current_request_id()
+    ended = restore_finish(recovery, State.NOT_WRITTEN, message, rid, actor=Actor.user(name), from_state=State.AWAITING)
+    if not ended:
+        raise ApplicationError(f"recovery #{recovery.pk} was decided meanwhile")
+    recovery.refresh_from_db()
+    return recovery
+
+
 def _not_awaiting(recovery: RecoveryRequest) -> str:
     if recovery.status in (Status.PENDING, Status.APPROVED, Status.WAITING, Status.RUNNING) or (
         recovery.restore_state == State.COMPARING
@@ -263,23 +284,34 @@ def write_back_queue(recovery_id: int, request_id: str, countdown: float | None 
         broker_refused(exc, f"the write-back of recovery #{recovery_id}")
 
 
-def restore_finish(recovery: RecoveryRequest, state: str, message: str, request_id: str, written: str = "") -> str:
-    """End the restore: the request succeeded (its bytes are here) and ``restored`` says what the guest got."""
+def restore_finish(
+    recovery: RecoveryRequest,
+    state: str,
+    message: str,
+    request_id: str,
+    written: str = "",
+    *,
+    actor: Actor = SYSTEM,
+    from_state: str | None = None,
+) -> str:
+    """End the restore: the request succeeded (its bytes are here) and ``restored`` says what the guest got.
+
+    Returns ``state``, or "" when another step ended it first (or it was not in ``from_state``).
+    """
     with transaction.atomic():
-        won = (
-            RecoveryRequest.objects.filter(pk=recovery.pk, status__in=(Status.CONFIRM, Status.RESTORING))
-            .exclude(restore_state__in=FINAL_STATES)
-            .update(
-                status=Status.SUCCEEDED,
-                restore_state=state,
-                restore_message=message[:4000],
-                written_sha256=written,
-                finished_at=timezone.now(),
-            )
+        rows = RecoveryRequest.objects.filter(pk=recovery.pk, status__in=(Status.CONFIRM, Status.RESTORING))
+        if from_state is not None:
+            rows = rows.filter(restore_state=from_state)
+        won = rows.exclude(restore_state__in=FINAL_STATES).update(
+            status=Status.SUCCEEDED,
+            restore_state=state,
+            restore_message=message[:4000],
+            written_sha256=written,
+            finished_at=timezone.now(),
         )
         if won:
             audit_record(
-                actor=SYSTEM,
+                actor=actor,
                 action=RecoveryAction.RESTORE_FINISHED,
                 target=recovery,
                 data={
@@ -296,5 +328,7 @@ def restore_finish(recovery: RecoveryRequest, state: str, message: str, request_
                 request_id=request_id,
             )
             restore_announce_finished(recovery=recovery, state=state, message=message, request_id=request_id)
+    if not won:
+        return ""
     logger.info("recovery %s: restore in place %s: %s", recovery.pk, state, message)
     return state

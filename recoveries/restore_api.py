@@ -17,7 +17,7 @@ from rest_framework.views import APIView
 
 from recoveries.api import CanReview, RecoveryOutputSerializer
 from recoveries.presenters import recovery_dict
-from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
+from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
 from recoveries.selectors import recovery_get
@@ -84,6 +84,17 @@ class RecoveryWriteBackApi(APIView):
         recovery = recovery_restore_confirm(
             recovery_id=pk, user=request.user, seen=data.validated_data["diff"], request_id=request_id_of(request)
         )
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
+
+
+class RecoveryNoWriteBackApi(APIView):
+    """Do not write the file back: the request ends with its bytes, nothing written into the guest."""
+
+    permission_classes = [CanReview]
+
+    @extend_schema(request=None, responses=RecoveryOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        recovery = recovery_restore_decline(recovery_id=pk, user=request.user, request_id=request_id_of(request))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 

@@ -12,7 +12,7 @@ import pytest
 from django.utils import timezone
 
 from recoveries.models import GuestFileTools, RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
+from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
 from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.write_back import restores_resume_stalled
@@ -374,3 +374,23 @@ def test_a_windows_file_is_restored_through_the_windows_tools_only(
     recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, recovery))
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("win01", path) == good
+
+
+def test_a_person_may_decide_not_to_write_it_back_after_reading_the_diff(
+    inline_tasks, sim, sites, people, agent, tagged, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    tagged("web01", "chg-1")
+    sim.set_file("web01", NGINX, text="broken\n")
+    recovery = _approve_and_compare(inline_tasks, people, _ask(agent))
+    token = diff_token(recovery)
+    recovery = recovery_restore_decline(recovery_id=recovery.pk, user=people.approver)
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED
+    assert recovery.restore_state == State.NOT_WRITTEN
+    assert "alice decided not to write it back" in recovery.restore_message
+    with pytest.raises(ApplicationError, match="is over"):
+        recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=token)
+    assert sim.read_file("web01", NGINX) == b"broken\n"
+    assert not ChangeGuard.objects.filter(change_id=f"restore-{recovery.pk}").exists()
+    finished = AuditEvent.objects.get(action="recoveries.restore.finished", target_id=str(recovery.pk))
+    assert finished.actor == "alice"
