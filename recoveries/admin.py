@@ -17,8 +17,10 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
+from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
 from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
 from recoveries.presenters import folder_summary, result_dict, waiting_message
+from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -81,6 +83,9 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         """The status as a badge; for a run waiting for its recovery site, which one and since when."""
         if obj.status == RecoveryRequest.Status.WAITING:
             return format_html('{}<br><span class="rw-sub">{}</span>', status_badge(obj.status), waiting_message(obj))
+        if obj.restore:
+            said = obj.get_restore_state_display() or "not pulled yet"
+            return format_html('{}<br><span class="rw-sub">in place: {}</span>', status_badge(obj.status), said)
         return status_badge(obj.status)
 
     @admin.display(description="Review")
@@ -146,14 +151,20 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "site_unavailable": recovery_site_unavailable(recovery),
             "undone_call": undone_call(recovery),
             "folder": folder_summary(recovery) if recovery.recursive else "",
+            **restore_context(recovery),
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/review.html", context)
 
     def decide_view(self, request: HttpRequest, pk: int, decision: str) -> HttpResponse:
-        if decision not in ("approve", "deny"):
+        if decision not in ("approve", "deny", "write-back", "no-write-back"):
             raise Http404("unknown decision")
         recovery = self._recovery(request, pk)
         review = reverse("admin:recoveries_recoveryrequest_review", args=[pk])
+        if decision in ("write-back", "no-write-back"):
+            # The review page's second click: its form carries the diff it showed (no page of its own).
+            if request.method == "POST":
+                self._write_back(request, pk, write=decision == "write-back")
+            return HttpResponseRedirect(review)
         if request.method == "POST":
             try:
                 if decision == "approve":
@@ -188,6 +199,31 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "review_url": review,
         }
         return TemplateResponse(request, "admin/recoveries/recoveryrequest/confirm.html", context)
+
+    def _write_back(self, request: HttpRequest, pk: int, *, write: bool) -> None:
+        if not write:
+            try:
+                recovery_restore_decline(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
+            except ApplicationError as exc:
+                self.message_user(request, exc.message, messages.ERROR)
+            else:
+                self.message_user(request, "Not written back; the recovered bytes are kept.", messages.SUCCESS)
+            return
+        try:
+            recovery_restore_confirm(
+                recovery_id=pk,
+                user=request.user,
+                seen=request.POST.get("diff", ""),
+                request_id=getattr(request, "id", None),
+            )
+        except ApplicationError as exc:
+            self.message_user(request, exc.message, messages.ERROR)
+            return
+        self.message_user(
+            request,
+            "Write-back confirmed: a checkpoint is taken, then the file is written and read back.",
+            messages.SUCCESS,
+        )
 
 
 class LiveFilter(admin.SimpleListFilter):

@@ -114,6 +114,7 @@ def _create(
     before_call: str | None = None,
     point_in_time: str | None = None,
     recursive: bool = False,
+    restore: bool = False,
 ) -> RecoveryOut:
     recovery = recovery_request_create(
         agent=calling_agent(agent_id=current_agent_id()),
@@ -125,6 +126,7 @@ def _create(
         before_call=before_call,
         point_in_time=point_in_time,
         recursive=recursive,
+        restore=restore,
     )
     return _out(recovery)
 
@@ -140,6 +142,8 @@ _PROGRESS: dict[str, tuple[float, str]] = {
     "approved": (1, "approved; queued"),
     "running": (2, "mounting the checkpoint and copying the file"),
     "waiting": (2.5, "approved; waiting for its recovery site to answer again"),
+    "confirm": (2.6, "pulled; a person reads the diff and confirms the write-back"),
+    "restoring": (2.8, "writing the file back into the guest and reading it back"),
 }
 _DONE = ("denied", "expired", "succeeded", "failed")
 
@@ -177,6 +181,14 @@ async def zerto_recover_file(
             "service's file-count and byte limits; false (default): one file"
         ),
     ] = False,
+    restore: Annotated[
+        Flag,
+        Field(
+            description="JSON true: once approved, the service writes the file back into the guest itself (a "
+            "person sees the diff and confirms; a new guard comes first) and reads it back to verify; the result "
+            'says restored: "verified". Refused when no writer tool serves the VM: ask without it for the bytes'
+        ),
+    ] = False,
     wait: Annotated[
         Flag,
         Field(
@@ -196,11 +208,13 @@ async def zerto_recover_file(
     through this gateway returned in `_meta`) or `point_in_time` (ISO 8601 with zone): the newest journal
     checkpoint strictly before it is used, and the answer says how far before. With `recursive=true`, `path` is a
     folder and everything under it comes back in one mount: `result.folder` lists each file (path, size, sha256,
-    modified) and `result.url` is one zip of them. `reason` is shown to the approver. The answer carries the request id, its status
+    modified) and `result.url` is one zip of them. With `restore=true` the service puts the file back into the
+    guest itself once a person confirmed, and `restore.restored` says whether it was verified (one file, not a
+    folder). `reason` is shown to the approver. The answer carries the request id, its status
     and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
     notifications) until the recovery ends; otherwise poll zerto_recovery_status.
     """
-    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time, recursive)
+    out = await run_db(_create, vm, path, reason, checkpoint, change_id, before_call, point_in_time, recursive, restore)
     return await _wait(out, ctx) if wait else out
 
 

@@ -10,6 +10,19 @@ from django.conf import settings
 from django.db import models
 
 
+class RestoreState(models.TextChoices):
+    """Where a restore in place is (``RecoveryRequest.restore_state``)."""
+
+    COMPARING = "comparing", "reading the file in the guest"
+    AWAITING = "awaiting", "diff shown; awaiting the write-back click"
+    GUARDING = "guarding", "taking a checkpoint before the write-back"
+    WRITING = "writing", "writing and reading back"
+    VERIFIED = "verified", "written and verified"
+    DIFFERS = "differs", "written, but the guest gives back other bytes"
+    NOT_WRITTEN = "not_written", "not written"
+    FAILED = "failed", "the write failed; the file may be partly written"
+
+
 class RecoveryRequest(models.Model):
     """One guest file asked back from one checkpoint of one VM; runs only once approved."""
 
@@ -22,6 +35,9 @@ class RecoveryRequest(models.Model):
         RUNNING = "running"  # mounting / downloading / unmounting
         SUCCEEDED = "succeeded"  # the bytes landed (the unmount may still have failed: see result)
         FAILED = "failed"
+        # A restore in place: the bytes landed and the file in the guest is compared; a person must confirm.
+        CONFIRM = "confirm", "Awaiting write-back confirmation"
+        RESTORING = "restoring", "Writing back into the guest"  # guard, write, read back
 
     class Os(models.TextChoices):
         LINUX = "linux"
@@ -36,6 +52,8 @@ class RecoveryRequest(models.Model):
         POINT_IN_TIME = "point_in_time"  # undo: the newest journal checkpoint before a time
 
     FINISHED = (Status.DENIED, Status.EXPIRED, Status.SUCCEEDED, Status.FAILED)
+    # No mount is made any more: a restore in place goes on without one.
+    FLR_OVER = (*FINISHED, Status.CONFIRM, Status.RESTORING)
 
     agent = models.ForeignKey(
         "rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries"
@@ -98,6 +116,25 @@ class RecoveryRequest(models.Model):
     site_unavailable_reason = models.TextField(blank=True)
     # While waiting: when its run was queued again (its site answers), so overlapping sweeps queue it once.
     resume_queued_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # A restore in place (recoveries.restore): the file is written back into the guest once a person
+    # has seen how it differs from the file there now, and read back to verify it.
+    restore = models.BooleanField(default=False, help_text="Write the file back into the guest once confirmed.")
+    restore_state = models.CharField(max_length=12, choices=RestoreState.choices, blank=True)
+    restore_message = models.TextField(blank=True, help_text="What the write-back found, in one sentence.")
+    current_sha256 = models.CharField(
+        max_length=64, blank=True, help_text="The file in the guest before the write-back."
+    )
+    current_size = models.BigIntegerField(null=True, blank=True)
+    current_error = models.TextField(blank=True, help_text="Why the file in the guest could not be read.")
+    compared_at = models.DateTimeField(null=True, blank=True, help_text="When the diff was produced.")
+    confirmed_by = models.CharField(max_length=150, blank=True)
+    confirmed_at = models.DateTimeField(null=True, blank=True)
+    restore_guard = models.ForeignKey(
+        "rewind.ChangeGuard", null=True, blank=True, on_delete=models.SET_NULL, related_name="restores"
+    )
+    written_sha256 = models.CharField(max_length=64, blank=True, help_text="What the reader gave back after the write.")
+    # When a step of the restore last ran: a step whose next message was lost is queued again after a while.
+    restore_step_at = models.DateTimeField(null=True, blank=True, editable=False)
     purged_at = models.DateTimeField(
         null=True,
         blank=True,
@@ -247,3 +284,7 @@ class ReaperSweep(models.Model):
 
     def __str__(self) -> str:
         return f"reaper sweep at {self.started_at:%Y-%m-%d %H:%M:%S}"
+
+
+# A restore in place's tools per upstream and platform; defined beside the rows that use it.
+from recoveries.restore_models import GuestFileTools  # noqa: E402, F401

@@ -110,6 +110,11 @@ def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
         "",
         f"Review, then approve or deny: {approval_url(r)}",
     ]
+    if r.restore:
+        lines[1:1] = [
+            "Restore in place: the file will be written back into the guest, once a person has seen the diff",
+            "against the file there now and clicked Write back on the review page.",
+        ]
     return subject, lines
 
 

@@ -17,7 +17,7 @@ from django.urls import reverse
 from pydantic import BaseModel, Field
 from rest_framework import serializers
 
-from recoveries.models import RecoveryRequest
+from recoveries.models import RecoveryRequest, RestoreState
 from rewind.checkpoints.presenters import LEAVES_JOURNAL_AT_DOC, LEFT_JOURNAL_SEEN_AT_DOC
 from rewind.checkpoints.selectors import journal_state_of
 from rewind.rest.outputs import Rest
@@ -161,12 +161,59 @@ class ResultOut(BaseModel):
         str | None, Rest(field=serializers.URLField, optional=True, help_text="Where to download the file.")
     ] = Field(default=None, description="For larger files: GET it with your bearer token")
     error: Annotated[str | None, Rest(optional=True)] = None
+    restored: Annotated[str | None, Rest(optional=True)] = Field(
+        default=None,
+        description='A restore in place: "verified", or what differs, or why it was not (fully) written',
+    )
     unmount: UnmountOut | None = None
     folder: Annotated[FolderOut | None, Rest(optional=True)] = Field(
         default=None, description="A folder (recursive): what came back; url downloads the zip of it"
     )
     purged_at: Annotated[str | None, Rest(field=serializers.DateTimeField, optional=True)] = Field(
         default=None, description="Set once the retention period deleted the recovered bytes (error says so)"
+    )
+
+
+class RestoreOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryRestore"
+
+    state: Annotated[str, Rest(choices=RestoreState.choices)] = Field(
+        description="requested (not pulled yet), comparing, awaiting (a person must confirm the write-back after "
+        "seeing the diff), guarding, writing, verified, differs, not_written or failed"
+    )
+    restored: str | None = Field(
+        default=None, description='Once over: "verified", or what differs, or why it was not (fully) written'
+    )
+    current_sha256: str | None = Field(default=None, description="The file in the guest before the write-back")
+    current_size: int | None = None
+    current_error: str | None = Field(default=None, description="Why the file in the guest could not be read")
+    confirmed_by: str | None = None
+    read_back_sha256: str | None = Field(default=None, description="What the reader gave back after the write")
+    guard_id: int | None = Field(default=None, description="The guard taken before the write-back")
+    change_id: str | None = Field(
+        default=None, description="Its change id: zerto_recover_file with it undoes the write-back"
+    )
+
+
+def restore_out(r: RecoveryRequest) -> RestoreOut | None:
+    if not r.restore:
+        return None
+    over = r.restore_state in (
+        RestoreState.VERIFIED,
+        RestoreState.DIFFERS,
+        RestoreState.NOT_WRITTEN,
+        RestoreState.FAILED,
+    )
+    return RestoreOut(
+        state=r.restore_state or "requested",
+        restored=r.restore_message or None if over else None,
+        current_sha256=r.current_sha256 or None,
+        current_size=r.current_size,
+        current_error=r.current_error or None,
+        confirmed_by=r.confirmed_by or None,
+        read_back_sha256=r.written_sha256 or None,
+        guard_id=r.restore_guard_id,
+        change_id=f"restore-{r.pk}" if r.restore_guard_id else None,
     )
 
 
@@ -203,6 +250,9 @@ class RecoveryOut(BaseModel):
         "expires; nothing to do but poll",
     )
     result: Annotated[ResultOut | None, Rest(help_text="Set once the run ended (succeeded or failed).")] = None
+    restore: RestoreOut | None = Field(
+        default=None, description="Set when the file was asked to be written back into the guest (restore: true)"
+    )
 
 
 class ApprovalOut(BaseModel):
@@ -268,6 +318,8 @@ def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
     if r.status not in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED):
         return None
     out = ResultOut(ok=bool(r.ok), sha256=r.sha256 or None, size=r.size, unmount=unmount_out(r))
+    if r.restore and r.restore_message:
+        out.restored = r.restore_message
     if r.status == RecoveryRequest.Status.FAILED:
         out.error = r.error
         return out
@@ -355,6 +407,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
         request_id=r.request_id,
         approval_url=approval_url(r),
         result=result_out(r, inline=inline),
+        restore=restore_out(r),
     )
 
 

@@ -148,7 +148,7 @@ def _reapable(row: FlrSession, now: datetime) -> bool:
     if row.status in (S.UNMOUNT_FAILED, S.UNKNOWN):
         return True
     recovery = row.recovery
-    if recovery is None or recovery.status in RecoveryRequest.FINISHED:
+    if recovery is None or recovery.status in RecoveryRequest.FLR_OVER:
         return True
     limit = timedelta(seconds=settings.REWIND_FLR_TIME_LIMIT_S)
     started = recovery.started_at or row.created_at
@@ -234,5 +234,5 @@ def _settle_time() -> timedelta:
 
 def _settled(row: FlrSession, now: datetime) -> bool:
     """No run is still making this mount, and a session it started would be listed by now."""
-    finished = row.recovery is None or row.recovery.status in RecoveryRequest.FINISHED
+    finished = row.recovery is None or row.recovery.status in RecoveryRequest.FLR_OVER
     return finished and now - row.created_at > _settle_time()

@@ -29,7 +29,7 @@ from recoveries.archive import StorageFailed
 from recoveries.folders import Fetched, Session, folder_recover
 from recoveries.journal import journal_gone_reason
 from recoveries.mapping import Match, SessionVanished, map_guest_path
-from recoveries.models import FlrSession, RecoveryRequest
+from recoveries.models import FlrSession, RecoveryRequest, RestoreState
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import checkpoint_window
 from recoveries.sessions import (
@@ -449,7 +449,9 @@ def _finish_succeeded(
         }
     with transaction.atomic():
         won = RecoveryRequest.objects.filter(pk=r.pk, status=Status.RUNNING).update(
-            status=Status.SUCCEEDED,
+            # A restore in place goes on: the file in the guest is compared, then a person confirms.
+            status=Status.CONFIRM if r.restore else Status.SUCCEEDED,
+            restore_state=RestoreState.COMPARING if r.restore else "",
             ok=True,
             sha256=result.sha256,
             size=result.size,

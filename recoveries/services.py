@@ -23,6 +23,7 @@ from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
+from recoveries.restore_tools import restore_refusal
 from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
@@ -59,9 +60,14 @@ def recovery_request_create(
     before_call: str | None = None,
     point_in_time: str | None = None,
     recursive: bool = False,
+    restore: bool = False,
     request_id: str | None = None,
 ) -> RecoveryRequest:
     """Record a pending request bound to one VM, path and checkpoint.
+
+    ``restore``: once approved and pulled, the file is written back into the guest after a person
+    saw the diff and confirmed (``recoveries.restore``); refused at once when no writer tool serves
+    the VM's platform.
 
     ``before_call`` (a gateway call id of this agent) or ``point_in_time`` (ISO 8601) undo a
     change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
@@ -74,6 +80,11 @@ def recovery_request_create(
     """
     if not isinstance(recursive, bool):
         raise ApplicationError("recursive must be true or false")
+    if recursive and restore:
+        raise ApplicationError(
+            "restore=true writes one file back into the guest; a folder (recursive=true) comes back as its "
+            "files' bytes only: ask for the folder without restore, or restore its files one at a time"
+        )
     guest = parse_guest_path(path, folder=recursive)
     reason = (reason or "").strip()
     if not reason:
@@ -84,6 +95,8 @@ def recovery_request_create(
         raise ApplicationError("name the VM (its name, hostname or identifier)")
     if not agent.is_active:
         raise PermissionDeniedError(f"agent {agent.name} is disabled")
+    if restore and (refusal := restore_refusal(vm_name=str(vm).strip(), os=guest.os, any_vm=True)):
+        raise ApplicationError(refusal)  # before any ZVM is asked
     moment = _moment(agent, before_call, point_in_time)
     bound = bind_checkpoint(
         vm=str(vm).strip(),
@@ -93,6 +106,8 @@ def recovery_request_create(
         limit=VmLimit.of(agent),
         agent_name=agent.name,
     )
+    if restore and (refusal := restore_refusal(vm_name=bound.vm_name, os=guest.os)):
+        raise ApplicationError(refusal)
     rid = request_id or current_request_id()
     with transaction.atomic():
         recovery = RecoveryRequest.objects.create(
@@ -121,6 +136,7 @@ def recovery_request_create(
             approvals_required=2 if settings.REWIND_RECOVERY_SECOND_APPROVER else 1,
             expires_at=timezone.now() + timedelta(seconds=settings.REWIND_RECOVERY_EXPIRY_S),
             request_id=rid,
+            restore=restore,
         )
         audit_record(
             actor=Actor.agent(agent.name),
@@ -171,6 +187,7 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "expires_at": recovery.expires_at.isoformat(),
         # Only a folder says so: a file's request reads as it always did.
         **({"recursive": True} if recovery.recursive else {}),
+        "restore_in_place": recovery.restore,
     }
 
 

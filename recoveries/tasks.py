@@ -5,10 +5,13 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from recoveries.announce import recovery_requests_warn_expiring
+from recoveries.models import RecoveryRequest
 from recoveries.notify import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.reaper import recoveries_reap
+from recoveries.restore import WRITE_BACK_TASK, restore_compare
 from recoveries.runner import recovery_run
 from recoveries.site_wait import recoveries_resume_waiting
+from recoveries.write_back import restore_write_back_step, restores_resume_stalled
 from rewind.requestid import bound_request_id
 
 
@@ -16,7 +19,23 @@ from rewind.requestid import bound_request_id
 def recoveries_run(recovery_id: int, request_id: str | None = None) -> str:
     """Run one approved recovery. A repeat (redelivery) finds it no longer approved and returns."""
     with bound_request_id(request_id) as rid:
-        return recovery_run(recovery_id=recovery_id, request_id=rid)
+        status = recovery_run(recovery_id=recovery_id, request_id=rid)
+        if status == RecoveryRequest.Status.CONFIRM:  # a restore in place: the diff comes next
+            restore_compare(recovery_id=recovery_id, request_id=rid)
+        return status
+
+
+@shared_task(name="recoveries.restores_resume")
+def recoveries_restores_resume() -> int:
+    """Compare the pulled files never compared, queue again the write-backs whose step fell silent."""
+    return restores_resume_stalled()
+
+
+@shared_task(name=WRITE_BACK_TASK, acks_late=True)
+def recoveries_write_back(recovery_id: int, request_id: str | None = None) -> str:
+    """One step of a confirmed write-back into the guest; queues the next while its guard runs."""
+    with bound_request_id(request_id) as rid:
+        return restore_write_back_step(recovery_id=recovery_id, request_id=rid)
 
 
 @shared_task(name="recoveries.reap")

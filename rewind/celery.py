@@ -37,6 +37,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.resume_waiting",
             "schedule": float(min(settings.ZVM_CIRCUIT_PROBE_S, 30.0)),
         },
+        # Restores in place: compare the files whose run died after the pull, and queue again the
+        # write-backs whose step message was lost. Safe to overlap: compare-and-swap.
+        "recoveries-restores-resume": {
+            "task": "recoveries.restores_resume",
+            "schedule": 60.0,
+        },
         # Queue again the guards whose wait task died (worker killed, message lost): their
         # lease (15 s, renewed by a heartbeat) ran out. Safe to overlap: compare-and-swap.
         "checkpoints-resume-stale": {

@@ -336,6 +336,8 @@ REWIND_RECOVERY_SECOND_APPROVER = env_bool("REWIND_RECOVERY_SECOND_APPROVER", Fa
 REWIND_FLR_TIME_LIMIT_S = env_int("REWIND_FLR_TIME_LIMIT_S", 1800, minimum=60)
 REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
 REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)
+# The largest file a recovery writes back into a guest (restore in place); larger ones are refused when asked.
+REWIND_RESTORE_MAX_BYTES = env_int("REWIND_RESTORE_MAX_BYTES", 10 * 1024 * 1024, minimum=1)
 REWIND_STORAGE_DIR = Path(env_str("REWIND_STORAGE_DIR") or VAR_DIR / "recovered").resolve()
 # A folder asked back with recursive=true: refused (saying the figures) above this many files,
 # this many bytes in all, or this many folders browsed (each folder is one ZVM browse call).

@@ -81,6 +81,12 @@ class RecoveryAction(StrEnum):
     SESSION_VANISHED = "recoveries.session.vanished"
     SESSION_REAPED = "recoveries.session.reaped"
     SESSION_ENDED_BY_HAND = "recoveries.session.ended_by_hand"
+    RESTORE_COMPARED = "recoveries.restore.compared"
+    RESTORE_CONFIRMED = "recoveries.restore.confirmed"
+    RESTORE_GUARDED = "recoveries.restore.guarded"
+    RESTORE_FINISHED = "recoveries.restore.finished"
+    RESTORE_TOOLS_SET = "recoveries.restore_tools.set"
+    RESTORE_TOOLS_REMOVED = "recoveries.restore_tools.removed"
 
 
 class NotificationAction(StrEnum):

@@ -14,6 +14,9 @@ class NotificationKind(models.TextChoices):
     GUARD_FAILED = "guard.failed", "a guard failed or timed out"
     SITE_DOWN = "site.down", "a site is unreachable"
     CHECKPOINT_LEAVING_JOURNAL = "checkpoint.leaving_journal", "a guard's checkpoint is about to leave the journal"
+    RECOVERY_AWAITS_WRITE_BACK = "recovery.awaits_write_back", "a restore in place awaits its write-back click"
+    RECOVERY_RESTORED = "recovery.restored", "a file was written back into a guest and verified"
+    RECOVERY_NOT_RESTORED = "recovery.not_restored", "a file was not (fully) written back into a guest"
     TEST = "test", "a test notification"
 
 

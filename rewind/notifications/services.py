@@ -58,6 +58,9 @@ _NOTIFY_TYPE: dict[str, str] = {
     NotificationKind.GUARD_FAILED: "failure",
     NotificationKind.SITE_DOWN: "failure",
     NotificationKind.CHECKPOINT_LEAVING_JOURNAL: "warning",
+    NotificationKind.RECOVERY_AWAITS_WRITE_BACK: "info",
+    NotificationKind.RECOVERY_RESTORED: "success",
+    NotificationKind.RECOVERY_NOT_RESTORED: "failure",
     NotificationKind.TEST: "info",
 }
 

@@ -21,14 +21,18 @@ The options may come from the environment instead: ``GUESTSHELL_SIM_URL``, ``GUE
 ``GUESTSHELL_TOKEN``, ``GUESTSHELL_RECORD``.
 
 Tools: ``exec`` (a tiny shell: ``cat``, ``rm``, ``echo TEXT > PATH``, ``echo TEXT >> PATH``,
-``sed -i 's/OLD/NEW/[g]' PATH``), ``write_file``, ``read_file``, ``append_line`` (its VM argument
-is ``computer_name``) and ``slow`` (sleeps, reporting progress each second).
+``sed -i 's/OLD/NEW/[g]' PATH``), ``write_file`` and ``read_file`` (``encoding``: utf-8 text or base64),
+``append_line`` (its VM argument is ``computer_name``) and ``slow`` (sleeps, reporting progress each
+second). With ``--faulty`` two more misbehave on purpose, for restore tests: ``write_half`` writes half
+the bytes and fails, ``read_stale`` gives back other bytes than the file holds.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
+import binascii
 import json
 import os
 import shlex
@@ -36,7 +40,7 @@ import sys
 import threading
 from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 import requests
@@ -115,10 +119,32 @@ class Guests:
             raise self._fail(resp, host, path)
         return int(resp.json()["size"])
 
+    def write_bytes(self, host: str, path: str, data: bytes) -> int:
+        body = {"path": path, "content_b64": base64.b64encode(data).decode("ascii")}
+        resp = self.http.put(self._url(host), json=body, timeout=30)
+        if resp.status_code != 200:
+            raise self._fail(resp, host, path)
+        return int(resp.json()["size"])
+
     def delete(self, host: str, path: str) -> None:
         resp = self.http.delete(self._url(host), params={"path": path}, timeout=30)
         if resp.status_code != 200:
             raise self._fail(resp, host, path)
+
+
+Encoding = Annotated[
+    Literal["utf-8", "base64"],
+    Field(description="How content travels: utf-8 text (the default) or base64 (any bytes)."),
+]
+
+
+def _decode(content: str, encoding: str) -> bytes:
+    if encoding != "base64":
+        return content.encode()
+    try:
+        return base64.b64decode(content, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise ToolError(f"content is not valid base64: {exc}") from exc
 
 
 class Recorder:
@@ -237,7 +263,7 @@ class Shell:
         return ""
 
 
-def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
+def build_server(guests: Guests, recorder: Recorder, *, faulty: bool = False) -> MCPServer:
     server = MCPServer(
         "guestshell",
         instructions="Change and read files inside lab VMs (a test upstream for zerto-rewind).",
@@ -266,15 +292,18 @@ def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
     def write_file(
         host: Host,
         path: GuestPath,
-        content: Annotated[str, Field(description="The whole new content of the file (UTF-8 text).")],
+        content: Annotated[str, Field(description="The whole new content of the file (UTF-8 text, or base64).")],
+        encoding: Encoding = "utf-8",
     ) -> str:
         """Create or replace a file on a VM."""
-        size = guests.write(host, path, content)
+        size = guests.write_bytes(host, path, _decode(content, encoding))
         return f"wrote {size} bytes to {host}:{path}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file"))
-    def read_file(host: Host, path: GuestPath) -> str:
-        """Return the content of a file on a VM."""
+    def read_file(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:
+        """Return the content of a file on a VM (as text, or base64)."""
+        if encoding == "base64":
+            return base64.b64encode(guests.read(host, path)).decode("ascii")
         return guests.read_text(host, path)
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=False, title="Append a line"))
@@ -304,7 +333,26 @@ def build_server(guests: Guests, recorder: Recorder) -> MCPServer:
             await ctx.report_progress(waited, seconds, f"{waited:g} of {seconds:g} s")
         return "done"
 
+    if faulty:
+        _add_faulty_tools(server, guests)
     return server
+
+
+def _add_faulty_tools(server: MCPServer, guests: Guests) -> None:
+    """Tools that misbehave on purpose (``--faulty``), for the tests of restores in place."""
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write half a file"))
+    def write_half(host: Host, path: GuestPath, content: str, encoding: Encoding = "utf-8") -> str:
+        """A writer that breaks half-way: it writes the first half of the bytes, then fails."""
+        data = _decode(content, encoding)
+        guests.write_bytes(host, path, data[: len(data) // 2])
+        raise ToolError(f"{host}:{path}: No space left on device after {len(data) // 2} bytes")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file, wrongly"))
+    def read_stale(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:
+        """A reader that gives back other bytes than the file holds (a cache gone stale)."""
+        data = guests.read(host, path) + b"# stale\n"
+        return base64.b64encode(data).decode("ascii") if encoding == "base64" else data.decode("utf-8", "replace")
 
 
 class BearerGate:
@@ -389,6 +437,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--record", default=env("GUESTSHELL_RECORD"), help="append one JSON line per tool call here (GUESTSHELL_RECORD)"
     )
+    p.add_argument(
+        "--faulty", action="store_true", help="also export write_half and read_stale, which misbehave on purpose"
+    )
     args = p.parse_args(argv)
     if not args.sim_url:
         p.error("--sim-url (or GUESTSHELL_SIM_URL) is required")
@@ -397,7 +448,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record))
+    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record), faulty=args.faulty)
     if args.stdio:
         server.run("stdio")
         return 0

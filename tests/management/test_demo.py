@@ -129,6 +129,13 @@ def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
     assert re.search(r"call gwc_\S+: guarded on the way through, change gw-gwc_", gateway_out)
     assert "+    worker_connections 768;" in gateway_out
     assert "recoveries.request.succeeded" in gateway_out
+    # The service put the file back itself, after the diff was shown and Write back clicked, and proved it.
+    assert "The approval page shows the file in the guest beside the checkpoint's" in gateway_out
+    assert "-    worker_connections 4096\n+    worker_connections 768;" in gateway_out
+    assert re.search(r"guarded first: guard #\d+ \(change restore-\d+\)", gateway_out)
+    assert "restored: verified" in gateway_out
+    assert "web01:/etc/nginx/nginx.conf now holds the good file again" in gateway_out
+    assert "recoveries.restore.finished" in gateway_out
     out = done.stdout
     assert done.returncode == 0, out[-4000:] + done.stderr[-3000:] + proc.output()[-3000:]
     assert "Approve it here: http://127.0.0.1:" in out

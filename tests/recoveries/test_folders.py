@@ -20,6 +20,7 @@ from recoveries.notify import approval_summary
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
+from rewind.errors import ApplicationError
 from rewind.models import Agent, AuditEvent
 from tests.helpers import call_tool_async, poll_recovery_status, run, tool_ok, wait_recovery_finished
 from tests.mcpfixtures import make_agent_token
@@ -187,6 +188,13 @@ def test_a_folder_without_recursive_says_how_to_ask_for_it(inline_tasks, sim, si
     assert recovery.status == RecoveryRequest.Status.FAILED
     assert "not a file" in recovery.error
     assert "recursive=true" in recovery.error
+
+
+@pytest.mark.django_db
+def test_a_folder_is_not_written_back_in_place_and_asking_records_nothing(sites, agent) -> None:
+    with pytest.raises(ApplicationError, match="restore its files one at a time"):
+        recovery_request_create(agent=agent, vm="web01", path="/etc/nginx", reason="x", recursive=True, restore=True)
+    assert not RecoveryRequest.objects.exists()
 
 
 def test_the_folder_archive_downloads_only_with_the_agents_token_or_a_reviewer(

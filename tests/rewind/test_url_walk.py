@@ -127,7 +127,18 @@ def expected(caller: str, name: str, path: str) -> int | None:
         return {ANONYMOUS: 401, AGENT: 404, STAFF: 403, APPROVER: 404}[caller]  # 404: nothing recovered yet
     if name in POST_ONLY_API:
         return 405 if signed_in else 403
-    if name in ("recoveries-api:approve", "recoveries-api:deny"):
+    if name == "recoveries-api:diff":
+        return 404 if caller == APPROVER else 403  # nothing pulled and compared yet
+    if name == "recoveries-api:guest-file-tools":
+        return 403  # the guest file tools' own permissions, which neither signed-in caller holds
+    if name == "recoveries-api:guest-file-tools-detail":
+        return 405 if signed_in else 403  # DELETE only
+    if name in (
+        "recoveries-api:approve",
+        "recoveries-api:deny",
+        "recoveries-api:write-back",
+        "recoveries-api:no-write-back",
+    ):
         return 405 if caller == APPROVER else 403  # POST only, for those who may review recoveries
     if caller == APPROVER and name.startswith("recoveries-api:"):
         return 200

@@ -4,7 +4,11 @@ The guest shell (``tests/gateway/guestshell.py``, a small MCP server that edits 
 guests) is the agent's "ssh": it is added as a stdio upstream that the service starts itself,
 and the catalog lists its ``exec`` tool. The scripted agent calls ``guestshell__exec`` straight
 away, never a zerto tool first: the gateway guards the VM on the way through and hands back the
-guard in the result's ``_meta``, and the agent asks for the file back with that change id.
+guard in the result's ``_meta``, and the agent asks for the file back with that change id and
+``restore: true``: the guest shell's ``write_file`` and ``read_file`` are the service's writer and
+reader for Linux guests, so once a person has seen the diff and clicked Write back (``--auto-approve``
+does both through the services the page calls), the service guards, writes the file back into the
+guest, reads it back and reports ``restored: verified``.
 """
 
 from __future__ import annotations
@@ -18,7 +22,12 @@ from django.core.management.base import CommandError
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_add
+from recoveries.models import RecoveryRequest
+from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
+from recoveries.restore_models import GuestFileTools
+from recoveries.restore_tools import guest_file_tools_set
 from rewind.audit import Actor
+from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Upstream
@@ -60,7 +69,49 @@ def ensure_guest_shell(sim_url: str) -> tuple[Upstream, list[str]]:
             description="the demo's guest shell: runs a command in the guest",
         )
         said.append(f"the catalog lists {UPSTREAM}/exec (VM in argument host)")
+    said += ensure_guest_file_tools(upstream)
     return upstream, said
+
+
+def ensure_guest_file_tools(upstream: Upstream) -> list[str]:
+    """The guest shell's write_file and read_file as the writer and reader of Linux guests (base64)."""
+    wanted = {
+        "writer_tool": "write_file",
+        "reader_tool": "read_file",
+        "vm_arg": "host",
+        "path_arg": "path",
+        "content_arg": "content",
+        "content_encoding": GuestFileTools.Encoding.BASE64,
+        "encoding_arg": "encoding",
+        "enabled": True,
+    }
+    row = GuestFileTools.objects.filter(upstream=upstream, os="linux", vm_pattern="*").first()
+    if row is not None and all(getattr(row, k) == v for k, v in wanted.items()):
+        return []
+    guest_file_tools_set(actor=ACTOR, upstream=upstream, os="linux", **wanted)
+    return [f"{UPSTREAM}/write_file and read_file write and read files in Linux guests (restore in place)"]
+
+
+def diff_lines(recovery_id: int) -> list[str]:
+    """The diff the approval page shows, as text."""
+    recovery = RecoveryRequest.objects.get(pk=recovery_id)
+    diff = restore_diff(recovery)
+    if diff is None:
+        return ["   (no diff)"]
+    lines = [
+        f"   in the guest now: {diff.current_size} bytes, sha256 {diff.current_sha256 or '-'}",
+        f"   at the checkpoint: {diff.recovered_size} bytes, sha256 {diff.recovered_sha256}",
+    ]
+    return lines + [line.text for line in diff.lines]
+
+
+def write_back_confirm(recovery_id: int, user: Any) -> None:
+    """The page's second click, made through the same service, with the diff that was shown."""
+    recovery = RecoveryRequest.objects.get(pk=recovery_id)
+    try:
+        recovery_restore_confirm(recovery_id=recovery_id, user=user, seen=diff_token(recovery))
+    except ApplicationError as exc:
+        raise CommandError(f"the write-back could not be confirmed: {exc.message}") from None
 
 
 def sed_command(path: str) -> str:

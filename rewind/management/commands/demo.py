@@ -19,6 +19,7 @@ import difflib
 import os
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import requests
@@ -36,7 +37,14 @@ from rewind.audit.selectors import audit_event_trail
 from rewind.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
 from rewind.management.commands._demo_folder import fetch_checked, manifest_lines
-from rewind.management.commands._demo_gateway import EXEC, UPSTREAM, ensure_guest_shell, guard_lines, sed_command
+from rewind.management.commands._demo_gateway import (
+    EXEC,
+    diff_lines,
+    ensure_guest_shell,
+    guard_lines,
+    sed_command,
+    write_back_confirm,
+)
 from rewind.mcp.endpoint import public_base_url
 from rewind.sites.models import Site
 
@@ -53,6 +61,11 @@ def _default_url() -> str:
 
 def _default_sim_url() -> str:
     return f"https://127.0.0.1:{os.environ.get('REWIND_SIM_PORT', '9443')}"
+
+
+def _diff_shown(out: dict[str, Any]) -> bool:
+    """A restore in place whose diff the page shows now (or that is over)."""
+    return (out.get("restore") or {}).get("state") not in (None, "requested", "comparing")
 
 
 def bad_edit(text: str) -> str:
@@ -165,18 +178,36 @@ class Command(BaseCommand):
         self._show_diff(good, bad, f"{path} before the call", f"{path} after the call")
         asked = self.agent.call(
             "zerto_recover_file",
-            {"vm": vm, "path": path, "reason": f"{EXEC} broke {path}", "change_id": guard["change_id"]},
+            {
+                "vm": vm,
+                "path": path,
+                "reason": f"{EXEC} broke {path}",
+                "change_id": guard["change_id"],
+                "restore": True,
+            },
         )
         self._step(
-            3, f"The agent asks for the file back with that change id: recovery #{asked['id']} is {asked['status']}"
+            3,
+            f"The agent asks for the file back in place (restore: true) with that change id: recovery "
+            f"#{asked['id']} is {asked['status']}",
         )
-        self.stdout.write(f"   Approve it here: {asked['approval_url']}\n")
+        self.stdout.write(f"   Approve it here, read the diff, then click Write back: {asked['approval_url']}\n")
         done = self._await(asked, options)
-        recovered = self._report(done, bad, vm, path)
+        self._report(done, bad, vm, path)
         self._trail(guard["id"], done["id"])
-        if recovered is not None:
-            self.agent.call_result(f"{UPSTREAM}__write_file", {"host": vm, "path": path, "content": recovered})
-            self._step(6, f"The agent puts the file back with {UPSTREAM}__write_file (the gateway guards that too)")
+        self._restored(done, vm, path, good)
+
+    def _write_back(self, recovery_id: int, timeout_s: float) -> None:
+        """--auto-approve of a restore in place: once the diff is there, print it and click Write back."""
+        out = self._poll(recovery_id, "approved", timeout_s, until=_diff_shown)
+        if not _diff_shown(out) or out["status"] in FINISHED:
+            return
+        self.stdout.write(
+            self.style.MIGRATE_HEADING("\n   The approval page shows the file in the guest beside the checkpoint's")
+        )
+        self.stdout.write("\n".join(diff_lines(recovery_id)))
+        write_back_confirm(recovery_id, self._approver())
+        self.stdout.write(f"   {DEMO_APPROVER} clicks Write back (--auto-approve): a guard first, then the write")
 
     def _run_folder(self, vm: str, folder: str, options: dict[str, Any], url: str) -> None:
         change_id = f"demo-{timezone.now():%Y%m%dT%H%M%S}"
@@ -246,6 +277,8 @@ class Command(BaseCommand):
         recovery_id = asked["id"]
         if options["auto_approve"]:
             self._approve(recovery_id)
+            if asked.get("restore"):
+                self._write_back(recovery_id, options["timeout_s"])
         else:
             self.stdout.write(
                 f"   Waiting for a person: log in as {DEMO_APPROVER} (make run printed the password; it is in "
@@ -259,26 +292,32 @@ class Command(BaseCommand):
                 f"({asked['expires_at']}), and the guest keeps the bad file"
             ) from None
 
-    def _poll(self, recovery_id: int, said: str, timeout_s: float) -> dict[str, Any]:
+    def _poll(
+        self, recovery_id: int, said: str, timeout_s: float, until: Callable[[dict[str, Any]], bool] | None = None
+    ) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
         while True:
             out = self.agent.call("zerto_recovery_status", {"id": recovery_id})
             if out["status"] != said:
                 said = out["status"]
                 self.stdout.write(f"   recovery #{recovery_id}: {said}")
-            if out["status"] in FINISHED:
+            if out["status"] in FINISHED or (until is not None and until(out)):
                 return dict(out)
             if time.monotonic() > deadline:
                 raise CommandError(f"recovery #{recovery_id} is still {out['status']} after {timeout_s:g} s")
             time.sleep(POLL_S)
 
-    def _approve(self, recovery_id: int) -> None:
+    def _approver(self) -> Any:
         approver = get_user_model().objects.filter(username=DEMO_APPROVER).first()
         if approver is None:
             raise CommandError(
                 f"there is no user {DEMO_APPROVER!r} to approve as: make run creates the demo people "
                 "(or run manage.py demo_setup --sim-url ...)"
             )
+        return approver
+
+    def _approve(self, recovery_id: int) -> None:
+        approver = self._approver()
         try:
             recovery_request_approve(recovery_id=recovery_id, user=approver)
         except ApplicationError as exc:
@@ -305,6 +344,18 @@ class Command(BaseCommand):
         if unmount.get("warning"):
             self.stdout.write(f"   warning: {unmount['warning']}")
         return str(recovered)
+
+    def _restored(self, done: dict[str, Any], vm: str, path: str, good: str) -> None:
+        """What the service wrote back into the guest, and whether reading it back proved it."""
+        restore = done.get("restore") or {}
+        self._step(6, f"The service put the file back into {vm}:{path} itself")
+        self.stdout.write(f"   guarded first: guard #{restore.get('guard_id')} (change {restore.get('change_id')})")
+        self.stdout.write(f"   read back: sha256 {restore.get('read_back_sha256')}")
+        self.stdout.write(f"   restored: {restore.get('restored')}")
+        if restore.get("restored") != "verified":
+            raise CommandError(f"the write-back was not verified: {restore.get('restored') or restore.get('state')}")
+        in_guest = self.sim.read(vm, path)
+        self.stdout.write(f"   {vm}:{path} now " + ("holds the good file again" if in_guest == good else "DIFFERS"))
 
     def _trail(self, guard_id: int, recovery_id: int) -> None:
         self.stdout.write("\nAudit trail of the change:")

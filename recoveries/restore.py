@@ -1,0 +1,334 @@
+"""Restore in place: after the pull, show a person the diff, and on their second click guard, write
+the file back into the guest, read it back and compare sha256.
+
+The steps, each a compare-and-swap on ``restore_state`` so a redelivered task acts once:
+1. ``restore_compare`` (right after the pull, status ``confirm``): the size limit and the writer's
+   encoding are checked, and the file as it is now in the guest is read through the reader tool
+   and kept beside the recovered bytes; the request then awaits the write-back click.
+2. ``recovery_restore_confirm`` (the page, REST and the admin alike): refused unless the diff was
+   produced and is the one the person was shown (``diff_token``); queues the write-back.
+3. ``recoveries.write_back``: guard, write, read back, and sha256 decides; ``restore_finish`` ends
+   it, and the request, whatever happened.
+
+Nothing is written into a guest before its guard is ok.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from pathlib import Path
+from typing import Any
+
+from celery import current_app
+from django.conf import settings
+from django.contrib.auth.models import AnonymousUser, User
+from django.db import transaction
+from django.utils import timezone
+from kombu.exceptions import OperationalError
+
+from recoveries.diff import FileDiff, file_diff
+from recoveries.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
+from recoveries.models import RecoveryRequest, RestoreState
+from recoveries.restore_announce import restore_announce_awaiting, restore_announce_finished
+from recoveries.restore_models import GuestFileTools
+from recoveries.restore_tools import guest_file_tools_for
+from recoveries.services import _check_approver, _get
+from rewind.audit import SYSTEM, Actor, audit_record
+from rewind.audit.actions import RecoveryAction
+from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.requestid import current_request_id
+from rewind.workers.broker import broker_refused
+
+logger = logging.getLogger(__name__)
+Status = RecoveryRequest.Status
+State = RestoreState
+CURRENT_FILE = ".guest-current"
+WRITE_BACK_TASK = "recoveries.write_back"
+FINAL_STATES = (State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+
+
+def restore_change_id(recovery: RecoveryRequest) -> str:
+    return f"restore-{recovery.pk}"
+
+
+def _current_path(recovery: RecoveryRequest) -> Path:
+    return Path(settings.REWIND_STORAGE_DIR) / str(recovery.pk) / CURRENT_FILE
+
+
+def restore_recovered(recovery: RecoveryRequest) -> bytes:
+    return Path(recovery.stored_path).read_bytes()
+
+
+def _current(recovery: RecoveryRequest) -> bytes | None:
+    path = _current_path(recovery)
+    return path.read_bytes() if recovery.current_sha256 and path.is_file() else None
+
+
+def diff_token(recovery: RecoveryRequest) -> str:
+    """Names the diff a page showed: the write-back click carries it, and only the same diff confirms."""
+    if recovery.compared_at is None:
+        return ""
+    seen = f"{recovery.pk}|{recovery.sha256}|{recovery.current_sha256}|{recovery.current_error}|{recovery.compared_at.isoformat()}"
+    return hashlib.sha256(seen.encode()).hexdigest()[:32]
+
+
+def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
+    """The diff for the approval page; None before the file in the guest was compared (or without the bytes)."""
+    if recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
+        return None
+    try:
+        recovered = restore_recovered(recovery)
+    except OSError:
+        return None
+    if recovery.current_error and not recovery.current_sha256:
+        return file_diff(None, recovered, current_name="(not read)", recovered_name="checkpoint")
+    name = recovery.path
+    return file_diff(_current(recovery), recovered, current_name=f"{name} now", recovered_name=f"{name} at checkpoint")
+
+
+def restore_context(recovery: RecoveryRequest) -> dict[str, Any]:
+    """What the review page shows of a restore in place: the diff, its token, and whether to offer the click.
+
+    The click is offered from approval on, so a page loaded before the diff exists still has it: its
+    empty token is refused, saying to reload and read the diff first.
+    """
+    if not recovery.restore:
+        return {}
+    open_states = ("", State.COMPARING, State.AWAITING)
+    offered = recovery.status in (Status.APPROVED, Status.WAITING, Status.RUNNING, Status.CONFIRM)
+    return {
+        "diff": restore_diff(recovery),
+        "diff_token": diff_token(recovery),
+        "restore_open": offered and recovery.restore_state in open_states,
+    }
+
+
+# -- 1. after the pull ---------------------------------------------------------------------------
+
+
+def _refusal_before_asking(recovery: RecoveryRequest, tools: GuestFileTools | None) -> str | None:
+    """Why the file cannot be written back at all, known before any person is asked; None when it can."""
+    if tools is None:
+        return f"no tool is configured any more to write a file into {recovery.vm_name} ({recovery.os})"
+    limit = settings.REWIND_RESTORE_MAX_BYTES
+    if (recovery.size or 0) > limit:
+        return f"the file is {recovery.size} bytes, above the in-place limit of {limit} (REWIND_RESTORE_MAX_BYTES)"
+    try:
+        encode_content(tools, restore_recovered(recovery))
+    except ApplicationError as exc:
+        return exc.message
+    return None
+
+
+def restore_compare(*, recovery_id: int, request_id: str) -> str:
+    """Read the file in the guest now and keep it for the diff; returns the restore state afterwards.
+
+    Runs once per request (the swap from comparing decides). A file that cannot be written back
+    at all (too large, binary for a text writer, no writer left) ends the request now: the bytes
+    are there, ``restored`` says why nothing was written.
+    """
+    won = RecoveryRequest.objects.filter(pk=recovery_id, status=Status.CONFIRM, restore_state=State.COMPARING).exists()
+    if not won:
+        return str(RecoveryRequest.objects.filter(pk=recovery_id).values_list("restore_state", flat=True).first())
+    recovery = RecoveryRequest.objects.get(pk=recovery_id)
+    tools = guest_file_tools_for(vm_name=recovery.vm_name, os=recovery.os)
+    refusal = _refusal_before_asking(recovery, tools)
+    if refusal is not None:
+        restore_finish(recovery, State.NOT_WRITTEN, f"not written: {refusal}; the recovered bytes are kept", request_id)
+        return State.NOT_WRITTEN
+    assert tools is not None
+    current, error = _read_current(recovery, tools)
+    fields: dict[str, Any] = {"current_error": error, "current_sha256": "", "current_size": None}
+    if current is not None:
+        path = _current_path(recovery)
+        path.write_bytes(current)
+        fields.update(current_sha256=hashlib.sha256(current).hexdigest(), current_size=len(current))
+    with transaction.atomic():
+        done = RecoveryRequest.objects.filter(pk=recovery_id, restore_state=State.COMPARING).update(
+            restore_state=State.AWAITING, compared_at=timezone.now(), **fields
+        )
+        if done:
+            audit_record(
+                actor=SYSTEM,
+                action=RecoveryAction.RESTORE_COMPARED,
+                target=recovery,
+                data={
+                    "vm": recovery.vm_name,
+                    "path": recovery.normalized_path,
+                    "recovered_sha256": recovery.sha256,
+                    "current_sha256": fields["current_sha256"] or None,
+                    "current_size": fields["current_size"],
+                    "current_error": error or None,
+                },
+                request_id=request_id,
+            )
+            restore_announce_awaiting(recovery=recovery, request_id=request_id)
+    return State.AWAITING
+
+
+def _read_current(recovery: RecoveryRequest, tools: GuestFileTools) -> tuple[bytes | None, str]:
+    if not tools.reader_tool:
+        return None, (
+            f"no reader tool is configured for upstream {tools.upstream.name}: the file in the guest cannot be "
+            "shown, and the write-back cannot be verified"
+        )
+
+    async def read(files: GuestFiles) -> bytes:
+        return await files.read(recovery.vm_name, recovery.path)
+
+    try:
+        return guest_files_use(tools, read), ""
+    except GuestFileError as exc:
+        return None, f"the file in the guest could not be read: {exc.message}"
+
+
+# -- 2. the second click ---------------------------------------------------------------------------
+
+
+def recovery_restore_confirm(
+    *, recovery_id: int, user: User | AnonymousUser, seen: str, request_id: str | None = None
+) -> RecoveryRequest:
+    """A person's write-back click, after they were shown the diff named ``seen`` (``diff_token``).
+
+    Refused (``ApplicationError``, nothing changed) before the diff exists, for a diff other than
+    the one produced, or when the request is not awaiting the click; refused
+    (``PermissionDeniedError``) without the permission to approve or for the requesting agent's owner.
+    """
+    recovery = _get(recovery_id)
+    person = _check_approver(user, recovery)
+    if recovery.agent is not None and recovery.agent.owner_id == person.pk:
+        raise PermissionDeniedError(
+            f"you own agent {recovery.agent_name}, which asked for this file; someone else must confirm the write-back"
+        )
+    if not recovery.restore:
+        raise ApplicationError(f"recovery #{recovery.pk} was not asked to be restored in place")
+    if recovery.restore_state != State.AWAITING:
+        raise ApplicationError(_not_awaiting(recovery))
+    if not seen or seen != diff_token(recovery):
+        raise ApplicationError(
+            f"recovery #{recovery.pk}: you have not been shown the diff of the file in the guest against the "
+            "checkpoint's yet (or not this one): reload the page, read the diff, then click Write back"
+        )
+    rid = request_id or current_request_id()
+    now = timezone.now()
+    with transaction.atomic():
+        won = RecoveryRequest.objects.filter(
+            pk=recovery.pk, status=Status.CONFIRM, restore_state=State.AWAITING
+        ).update(
+            status=Status.RESTORING,
+            restore_state=State.GUARDING,
+            confirmed_by=person.get_username(),
+            confirmed_at=now,
+            restore_step_at=now,
+        )
+        if not won:
+            raise ApplicationError(f"recovery #{recovery.pk} was confirmed meanwhile")
+        audit_record(
+            actor=Actor.user(person.get_username()),
+            action=RecoveryAction.RESTORE_CONFIRMED,
+            target=recovery,
+            data={
+                "vm": recovery.vm_name,
+                "path": recovery.normalized_path,
+                "recovered_sha256": recovery.sha256,
+                "current_sha256": recovery.current_sha256 or None,
+                "diff": seen,
+            },
+            request_id=rid,
+        )
+        transaction.on_commit(lambda: write_back_queue(recovery.pk, rid))
+    recovery.refresh_from_db()
+    return recovery
+
+
+def recovery_restore_decline(
+    *, recovery_id: int, user: User | AnonymousUser, request_id: str | None = None
+) -> RecoveryRequest:
+    """A person decides not to write the file back: the request ends with its bytes, nothing written.
+
+    Only while it awaits the write-back click; stopping is always safe, so the agent's owner may too.
+    """
+    recovery = _get(recovery_id)
+    person = _check_approver(user, recovery)
+    if recovery.restore_state != State.AWAITING:
+        raise ApplicationError(_not_awaiting(recovery))
+    name = person.get_username()
+    message = f"not written: {name} decided not to write it back; the recovered bytes are kept"
+    rid = request_id or current_request_id()
+    ended = restore_finish(recovery, State.NOT_WRITTEN, message, rid, actor=Actor.user(name), from_state=State.AWAITING)
+    if not ended:
+        raise ApplicationError(f"recovery #{recovery.pk} was decided meanwhile")
+    recovery.refresh_from_db()
+    return recovery
+
+
+def _not_awaiting(recovery: RecoveryRequest) -> str:
+    if recovery.status in (Status.PENDING, Status.APPROVED, Status.WAITING, Status.RUNNING) or (
+        recovery.restore_state == State.COMPARING
+    ):
+        return (
+            f"recovery #{recovery.pk}: the diff of the file in the guest against the checkpoint's is not produced "
+            "yet (the file is pulled first): reload the page once it shows the diff, read it, then click Write back"
+        )
+    if recovery.restore_state in FINAL_STATES:
+        return f"recovery #{recovery.pk} is over: {recovery.restore_message}"
+    return f"recovery #{recovery.pk} is {recovery.status} ({recovery.restore_state or 'not restoring'}); nothing to confirm"
+
+
+def write_back_queue(recovery_id: int, request_id: str, countdown: float | None = None) -> None:
+    """Queue the next write-back step; a queue that refuses leaves it for ``restores_resume_stalled``."""
+    try:
+        current_app.signature(WRITE_BACK_TASK, args=(recovery_id, request_id)).apply_async(countdown=countdown)
+    except OperationalError as exc:
+        broker_refused(exc, f"the write-back of recovery #{recovery_id}")
+
+
+def restore_finish(
+    recovery: RecoveryRequest,
+    state: str,
+    message: str,
+    request_id: str,
+    written: str = "",
+    *,
+    actor: Actor = SYSTEM,
+    from_state: str | None = None,
+) -> str:
+    """End the restore: the request succeeded (its bytes are here) and ``restored`` says what the guest got.
+
+    Returns ``state``, or "" when another step ended it first (or it was not in ``from_state``).
+    """
+    with transaction.atomic():
+        rows = RecoveryRequest.objects.filter(pk=recovery.pk, status__in=(Status.CONFIRM, Status.RESTORING))
+        if from_state is not None:
+            rows = rows.filter(restore_state=from_state)
+        won = rows.exclude(restore_state__in=FINAL_STATES).update(
+            status=Status.SUCCEEDED,
+            restore_state=state,
+            restore_message=message[:4000],
+            written_sha256=written,
+            finished_at=timezone.now(),
+        )
+        if won:
+            audit_record(
+                actor=actor,
+                action=RecoveryAction.RESTORE_FINISHED,
+                target=recovery,
+                data={
+                    "restored": state,
+                    "message": message[:4000],
+                    "vm": recovery.vm_name,
+                    "path": recovery.normalized_path,
+                    "sha256": recovery.sha256,
+                    "read_back_sha256": written or None,
+                    "guard": RecoveryRequest.objects.filter(pk=recovery.pk)
+                    .values_list("restore_guard_id", flat=True)
+                    .first(),
+                },
+                request_id=request_id,
+            )
+            restore_announce_finished(recovery=recovery, state=state, message=message, request_id=request_id)
+    if not won:
+        return ""
+    logger.info("recovery %s: restore in place %s: %s", recovery.pk, state, message)
+    return state

@@ -1,0 +1,170 @@
+"""REST for restores in place: the diff a person must read, the write-back click, and which upstream
+tools write and read guest files (``GuestFileTools``).
+
+The write-back click takes the ``diff`` token the diff endpoint handed out: a click without it, or
+with the token of an older diff, is refused, so no bytes are written that nobody was shown.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from recoveries.api import CanReview, RecoveryOutputSerializer
+from recoveries.presenters import recovery_dict
+from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
+from recoveries.restore_models import GuestFileTools
+from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
+from recoveries.selectors import recovery_get
+from rewind.errors import NotFoundError
+from rewind.gateway.selectors import upstream_get
+from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
+
+DiffSerializer = inline_serializer(
+    "RecoveryDiff",
+    {
+        "diff": serializers.CharField(help_text="Give it to write-back: it names the diff you were shown."),
+        "text": serializers.BooleanField(),
+        "identical": serializers.BooleanField(),
+        "current_size": serializers.IntegerField(allow_null=True),
+        "current_sha256": serializers.CharField(),
+        "current_error": serializers.CharField(),
+        "recovered_size": serializers.IntegerField(),
+        "recovered_sha256": serializers.CharField(),
+        "unified_diff": serializers.CharField(),
+        "hidden_lines": serializers.IntegerField(),
+    },
+)
+
+
+class RecoveryDiffApi(APIView):
+    """The file in the guest now against the checkpoint's: a unified diff for text, sizes and sha256 always."""
+
+    permission_classes = [CanReview]
+
+    @extend_schema(responses=DiffSerializer)
+    def get(self, request: Request, pk: int) -> Response:
+        recovery = recovery_get(recovery_id=pk)
+        diff = restore_diff(recovery)
+        if diff is None:
+            raise NotFoundError(f"recovery #{pk} has no diff yet (it is {recovery.status}; the file is pulled first)")
+        return Response(
+            {
+                "diff": diff_token(recovery),
+                "text": diff.text,
+                "identical": diff.identical,
+                "current_size": diff.current_size,
+                "current_sha256": diff.current_sha256,
+                "current_error": recovery.current_error,
+                "recovered_size": diff.recovered_size,
+                "recovered_sha256": diff.recovered_sha256,
+                "unified_diff": "\n".join(line.text for line in diff.lines),
+                "hidden_lines": diff.hidden_lines,
+            }
+        )
+
+
+class RecoveryWriteBackApi(APIView):
+    """Write the recovered file back into the guest (the second click), after reading its diff."""
+
+    permission_classes = [CanReview]
+
+    class InputSerializer(serializers.Serializer):
+        diff = serializers.CharField(max_length=64, help_text="The diff token of the diff endpoint.")
+
+    @extend_schema(request=InputSerializer, responses=RecoveryOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        recovery = recovery_restore_confirm(
+            recovery_id=pk, user=request.user, seen=data.validated_data["diff"], request_id=request_id_of(request)
+        )
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
+
+
+class RecoveryNoWriteBackApi(APIView):
+    """Do not write the file back: the request ends with its bytes, nothing written into the guest."""
+
+    permission_classes = [CanReview]
+
+    @extend_schema(request=None, responses=RecoveryOutputSerializer)
+    def post(self, request: Request, pk: int) -> Response:
+        recovery = recovery_restore_decline(recovery_id=pk, user=request.user, request_id=request_id_of(request))
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
+
+
+class GuestFileToolsSerializer(serializers.ModelSerializer):
+    upstream = serializers.CharField(source="upstream.name", read_only=True)
+
+    class Meta:
+        model = GuestFileTools
+        fields = [
+            "id",
+            "upstream",
+            "os",
+            "vm_pattern",
+            "writer_tool",
+            "reader_tool",
+            "vm_arg",
+            "path_arg",
+            "content_arg",
+            "content_encoding",
+            "encoding_arg",
+            "enabled",
+            "updated_at",
+        ]
+
+
+class GuestFileToolsInputSerializer(serializers.Serializer):
+    upstream_id = serializers.IntegerField()
+    os = serializers.ChoiceField(choices=GuestFileTools.Os.choices)
+    vm_pattern = serializers.CharField(max_length=255, required=False, default="*")
+    writer_tool = serializers.CharField(max_length=200)
+    reader_tool = serializers.CharField(max_length=200, required=False, allow_blank=True, default="")
+    vm_arg = serializers.CharField(max_length=100, required=False, default="host")
+    path_arg = serializers.CharField(max_length=100, required=False, default="path")
+    content_arg = serializers.CharField(max_length=100, required=False, default="content")
+    content_encoding = serializers.ChoiceField(choices=GuestFileTools.Encoding.choices, default="utf-8")
+    encoding_arg = serializers.CharField(max_length=100, required=False, allow_blank=True, default="")
+    enabled = serializers.BooleanField(required=False, default=True)
+
+
+class GuestFileToolsListApi(APIView):
+    """The upstream tools that write a file into a guest and read one, per upstream, platform and VMs.
+
+    POST sets them (creates, or changes the row of the same upstream, platform and VM pattern)."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"GET": "recoveries.view_guestfiletools", "POST": "recoveries.add_guestfiletools"}
+
+    @extend_schema(responses=GuestFileToolsSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        rows = GuestFileTools.objects.select_related("upstream")
+        return Response(GuestFileToolsSerializer(rows, many=True).data)
+
+    @extend_schema(request=GuestFileToolsInputSerializer, responses={201: GuestFileToolsSerializer})
+    def post(self, request: Request) -> Response:
+        data = GuestFileToolsInputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        fields: dict[str, Any] = dict(data.validated_data)
+        try:
+            upstream = upstream_get(fields.pop("upstream_id"))
+        except NotFoundError as exc:
+            raise serializers.ValidationError({"upstream_id": [exc.message]}) from None
+        row = guest_file_tools_set(actor=actor_of(request), upstream=upstream, **fields)
+        return Response(GuestFileToolsSerializer(row).data, status=status.HTTP_201_CREATED)
+
+
+class GuestFileToolsDetailApi(APIView):
+    permission_classes = [HasModelPermission]
+    required_permissions = {"DELETE": "recoveries.delete_guestfiletools"}
+
+    @extend_schema(responses={204: None})
+    def delete(self, request: Request, pk: int) -> Response:
+        guest_file_tools_remove(actor=actor_of(request), tools_id=pk)
+        return Response(status=status.HTTP_204_NO_CONTENT)
