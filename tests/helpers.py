@@ -395,3 +395,11 @@ def scrape(client: Client) -> Samples:
 
 def value(samples: Samples, name: str, **labels: str) -> float:
     return samples.get((name, tuple(sorted(labels.items()))), 0.0)
+
+
+def work_queued(callbacks: list[Callable[[], Any]]) -> list[Callable[[], Any]]:
+    """The work a commit queued (``django_capture_on_commit_callbacks``), without the audit chainer:
+    on PostgreSQL every audit append queues ``chain_pending`` after its commit (rewind.audit.chaining)."""
+    from rewind.audit.chaining import chain_pending
+
+    return [callback for callback in callbacks if callback is not chain_pending]
