@@ -115,6 +115,9 @@ def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, age
 
 @pytest.mark.django_db
 def test_a_queued_guard_says_how_many_are_ahead_and_whether_a_worker_is_alive(agent: Any) -> None:
+    # A worker process another test of this module started may still be beating into this
+    # database; within this test's transaction none has ever reported.
+    WorkerHeartbeat.objects.all().delete()
     now = timezone.now()
 
     def guard(minutes_ago: float, status: str = ChangeGuard.Status.PENDING) -> ChangeGuard:
