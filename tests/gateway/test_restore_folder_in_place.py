@@ -226,3 +226,22 @@ def test_the_approval_page_shows_each_files_change_and_diff(
     assert '<span class="rw-diff-added">+log /var/log/app.log;</span>' in page
     assert f'value="{diff_token(recovery)}"' in page
     assert 'id="write-back"' in page
+
+
+def test_a_folder_with_a_file_above_the_per_file_limit_is_not_written_at_all_and_says_which(
+    inline_tasks, sim, sites, people, agent, guestshell_http, settings
+) -> None:
+    settings.REWIND_RESTORE_MAX_BYTES = 30
+    _tools(guestshell_http)
+    _folder_at_checkpoint(sim, sites, {"small.conf": "ok\n", "large.conf": "x" * 40 + "\n"})
+    sim.set_file("web01", f"{FOLDER}/small.conf", text="changed\n")
+    guestshell_http.clear()
+
+    recovery = _ask_and_compare(inline_tasks, people, agent)
+
+    assert recovery.restore_state == State.NOT_WRITTEN
+    assert recovery.status == RecoveryRequest.Status.SUCCEEDED  # the folder's bytes are there
+    assert "large.conf is above the in-place limit of 30 bytes per file" in recovery.restore_message
+    assert "no file of the folder is written" in recovery.restore_message
+    assert guestshell_http.calls() == []  # nobody asked, nothing read or written
+    assert sim.read_file("web01", f"{FOLDER}/small.conf") == b"changed\n"
