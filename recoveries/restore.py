@@ -268,6 +268,7 @@ def recovery_restore_confirm(
                 "recovered_sha256": recovery.sha256,
                 "current_sha256": recovery.current_sha256 or None,
                 "diff": seen,
+                **({"files": len(recovery.restore_files)} if recovery.recursive else {}),
             },
             request_id=rid,
         )
@@ -295,6 +296,16 @@ def recovery_restore_decline(
         raise ApplicationError(f"recovery #{recovery.pk} was decided meanwhile")
     recovery.refresh_from_db()
     return recovery
+
+
+def _files_left_unwritten(recovery: RecoveryRequest, message: str) -> list[dict[str, Any]]:
+    """A folder's files, each one the write-back never reached marked not written with the reason it ended."""
+    files = RecoveryRequest.objects.filter(pk=recovery.pk).values_list("restore_files", flat=True).first() or []
+    if any(not row["result"] for row in files):
+        said = message if message.startswith("not written") else f"not written: {message}"
+        files = [row if row["result"] else {**row, "result": State.NOT_WRITTEN, "message": said} for row in files]
+        RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_files=files)
+    return files
 
 
 def _not_awaiting(recovery: RecoveryRequest) -> str:
@@ -344,7 +355,7 @@ def restore_finish(
             finished_at=timezone.now(),
         )
         if won:
-            files = RecoveryRequest.objects.filter(pk=recovery.pk).values_list("restore_files", flat=True).first()
+            files = _files_left_unwritten(recovery, message)
             audit_record(
                 actor=actor,
                 action=RecoveryAction.RESTORE_FINISHED,
@@ -364,7 +375,7 @@ def restore_finish(
                 request_id=request_id,
             )
             restore_announce_finished(
-                recovery=recovery, state=state, message=message, request_id=request_id, files=files or []
+                recovery=recovery, state=state, message=message, request_id=request_id, files=files
             )
     if not won:
         return ""

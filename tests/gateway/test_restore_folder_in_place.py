@@ -13,7 +13,7 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.presenters import recovery_dict
-from recoveries.restore import diff_token, recovery_restore_confirm, restore_folder_diffs
+from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_folder_diffs
 from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit import Actor
@@ -245,3 +245,22 @@ def test_a_folder_with_a_file_above_the_per_file_limit_is_not_written_at_all_and
     assert "no file of the folder is written" in recovery.restore_message
     assert guestshell_http.calls() == []  # nobody asked, nothing read or written
     assert sim.read_file("web01", f"{FOLDER}/small.conf") == b"changed\n"
+
+
+def test_a_folder_the_person_decides_not_to_write_back_says_so_for_each_file(
+    inline_tasks, sim, sites, people, agent, guestshell_http
+) -> None:
+    _tools(guestshell_http)
+    _folder_at_checkpoint(sim, sites, ORIGINAL)
+    sim.set_file("web01", f"{FOLDER}/a.conf", text="broken\n")
+    recovery = _ask_and_compare(inline_tasks, people, agent)
+    recovery = recovery_restore_decline(recovery_id=recovery.pk, user=people.approver)
+
+    assert recovery.restore_state == State.NOT_WRITTEN
+    results = {row["path"]: (row["result"], row["message"]) for row in recovery.restore_files}
+    assert set(results) == set(ORIGINAL)
+    for result, message in results.values():
+        assert result == "not_written"
+        assert "alice decided not to write it back" in message
+    assert sim.read_file("web01", f"{FOLDER}/a.conf") == b"broken\n"
+    assert not ChangeGuard.objects.filter(change_id=f"restore-{recovery.pk}").exists()
