@@ -11,6 +11,10 @@ The steps, each a compare-and-swap on ``restore_state`` so a redelivered task ac
    it, and the request, whatever happened.
 
 Nothing is written into a guest before its guard is ok.
+
+A folder (``recursive``) goes through the same steps with every file of its manifest
+(``recoveries.restore_files``): compared one by one, confirmed with one click, guarded once, then
+written, read back and verified file by file, each file's result kept in ``restore_files``.
 """
 
 from __future__ import annotations
@@ -84,10 +88,9 @@ def diff_token(recovery: RecoveryRequest) -> str:
 def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
     """The diff for the approval page; None before the file in the guest was compared (or without the bytes).
 
-    A folder has one per file (``restore_folder_diffs``)."""
-    if recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
-        return None
-    if recovery.recursive:
+    None for a folder, which has one per file (``restore_folder_diffs``).
+    """
+    if recovery.recursive or recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
         return None
     try:
         recovered = restore_recovered(recovery)
@@ -101,9 +104,7 @@ def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
 
 def restore_folder_diffs(recovery: RecoveryRequest) -> list[FolderFileDiff] | None:
     """A folder's per-file summary for the approval page; None before its files were compared."""
-    if not recovery.recursive or recovery.compared_at is None or not recovery.stored_path:
-        return None
-    if recovery.purged_at is not None:
+    if not recovery.recursive or recovery.compared_at is None or not recovery.stored_path or recovery.purged_at:
         return None
     try:
         return folder_diffs(recovery)

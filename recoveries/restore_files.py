@@ -45,19 +45,28 @@ class WriteOutcome:
 
 def read_current(tools: GuestFileTools, vm: str, path: str) -> tuple[bytes | None, str]:
     """The file in the guest now, or why it could not be read (an empty error when it was)."""
+    return read_currents(tools, vm, [path])[0]
+
+
+def read_currents(tools: GuestFileTools, vm: str, paths: list[str]) -> list[tuple[bytes | None, str]]:
+    """Each file in the guest now, in one session, or why it could not be read; one answer per path."""
     if not tools.reader_tool:
-        return None, (
+        why = (
             f"no reader tool is configured for upstream {tools.upstream.name}: the file in the guest cannot be "
             "shown, and the write-back cannot be verified"
         )
+        return [(None, why)] * len(paths)
 
-    async def read(files: GuestFiles) -> bytes:
-        return await files.read(vm, path)
+    async def read_all(files: GuestFiles) -> list[tuple[bytes | None, str]]:
+        out: list[tuple[bytes | None, str]] = []
+        for path in paths:
+            try:
+                out.append((await files.read(vm, path), ""))
+            except GuestFileError as exc:
+                out.append((None, f"the file in the guest could not be read: {exc.message}"))
+        return out
 
-    try:
-        return guest_files_use(tools, read), ""
-    except GuestFileError as exc:
-        return None, f"the file in the guest could not be read: {exc.message}"
+    return guest_files_use(tools, read_all)
 
 
 def write_one(
@@ -172,10 +181,12 @@ def folder_compare(recovery: RecoveryRequest, tools: GuestFileTools) -> list[dic
     """
     keep = _current_dir(recovery)
     keep.mkdir(parents=True, exist_ok=True)
+    entries = folder_entries(recovery)
+    paths = [folder_guest_path(recovery, entry.path) for entry in entries]
     files = []
-    for index, entry in enumerate(folder_entries(recovery)):
-        guest_path = folder_guest_path(recovery, entry.path)
-        current, error = read_current(tools, recovery.vm_name, guest_path)
+    for index, (entry, guest_path, (current, error)) in enumerate(
+        zip(entries, paths, read_currents(tools, recovery.vm_name, paths), strict=True)
+    ):
         row: dict[str, Any] = {
             "path": entry.path,
             "guest_path": guest_path,
