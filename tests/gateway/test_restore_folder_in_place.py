@@ -264,3 +264,36 @@ def test_a_folder_the_person_decides_not_to_write_back_says_so_for_each_file(
         assert "alice decided not to write it back" in message
     assert sim.read_file("web01", f"{FOLDER}/a.conf") == b"broken\n"
     assert not ChangeGuard.objects.filter(change_id=f"restore-{recovery.pk}").exists()
+
+
+def test_a_windows_folder_with_subfolders_is_written_back_through_windows_paths(
+    inline_tasks, sim, sites, people, agent, guestshell_http
+) -> None:
+    upstream = add_http_upstream(guestshell_http, default_policy="pass")
+    guest_file_tools_set(
+        actor=Actor.user("admin"),
+        upstream=upstream,
+        os="windows",
+        writer_tool="write_file",
+        reader_tool="read_file",
+        content_encoding="base64",
+        encoding_arg="encoding",
+    )
+    index = "C:\\inetpub\\wwwroot\\index.html"
+    good = sim.read_file("win01", index)
+    insert_tagged_checkpoint(sim, sites, "win01", "chg-1", "fixer")
+    sim.set_file("win01", index, text="defaced")
+    recovery = recovery_request_create(
+        agent=agent, vm="win01", path="C:\\inetpub\\", reason="x", change_id="chg-1", recursive=True, restore=True
+    )
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    recovery = _until(inline_tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+    rows = _by_path(recovery)
+    assert rows["wwwroot/index.html"]["guest_path"] == index
+    assert rows["wwwroot/index.html"]["change"] == "changed"
+    assert rows["web.config"]["change"] == "unchanged"
+
+    recovery = _finish(inline_tasks, people, recovery)
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    assert sim.read_file("win01", index) == good
+    assert _writes(guestshell_http) == [index]
