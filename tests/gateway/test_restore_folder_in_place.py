@@ -227,6 +227,13 @@ def test_the_approval_page_shows_each_files_change_and_diff(
     assert f'value="{diff_token(recovery)}"' in page
     assert 'id="write-back"' in page
 
+    recovery = _finish(inline_tasks, people, recovery)
+    assert recovery.restore_state == State.VERIFIED, recovery.restore_message
+    page = client.get(reverse("admin:recoveries_recoveryrequest_review", args=[recovery.pk])).content.decode()
+    assert 'id="restore-results"' in page
+    assert '<tr class="restore-result" data-path="a.conf"><td><code>a.conf</code></td>\n      <td><strong>verified' in page
+    assert '<tr class="restore-result" data-path="b.conf"><td><code>b.conf</code></td>\n      <td><strong>skipped' in page
+
 
 def test_a_folder_with_a_file_above_the_per_file_limit_is_not_written_at_all_and_says_which(
     inline_tasks, sim, sites, people, agent, guestshell_http, settings
