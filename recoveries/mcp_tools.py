@@ -186,7 +186,9 @@ async def zerto_recover_file(
         Field(
             description="JSON true: once approved, the service writes the file back into the guest itself (a "
             "person sees the diff and confirms; a new guard comes first) and reads it back to verify; the result "
-            'says restored: "verified". Refused when no writer tool serves the VM: ask without it for the bytes'
+            'says restored: "verified". With recursive=true, each changed or new file of the folder is written '
+            "and verified on its own (restore.files), the unchanged skipped. Refused when no writer tool serves "
+            "the VM: ask without it for the bytes"
         ),
     ] = False,
     wait: Annotated[
@@ -209,8 +211,8 @@ async def zerto_recover_file(
     checkpoint strictly before it is used, and the answer says how far before. With `recursive=true`, `path` is a
     folder and everything under it comes back in one mount: `result.folder` lists each file (path, size, sha256,
     modified) and `result.url` is one zip of them. With `restore=true` the service puts the file back into the
-    guest itself once a person confirmed, and `restore.restored` says whether it was verified (one file, not a
-    folder). `reason` is shown to the approver. The answer carries the request id, its status
+    guest itself once a person confirmed, and `restore.restored` says whether it was verified (for a folder,
+    `restore.files` gives each file's result). `reason` is shown to the approver. The answer carries the request id, its status
     and the approval URL to give a human. With `wait=true` the call stays open (up to 10 minutes, with progress
     notifications) until the recovery ends; otherwise poll zerto_recovery_status.
     """

@@ -133,6 +133,10 @@ class RecoveryRequest(models.Model):
         "rewind.ChangeGuard", null=True, blank=True, on_delete=models.SET_NULL, related_name="restores"
     )
     written_sha256 = models.CharField(max_length=64, blank=True, help_text="What the reader gave back after the write.")
+    # A folder restored in place: one entry per manifest file, in manifest order (recoveries.restore_files):
+    # {path, guest_path, change (unchanged/changed/new), current_sha256, current_size, current_error,
+    #  result ("" until decided, then verified/differs/not_written/failed/skipped), message, read_back_sha256}.
+    restore_files = models.JSONField(default=list, blank=True, help_text="A folder: each file's comparison and result.")
     # When a step of the restore last ran: a step whose next message was lost is queued again after a while.
     restore_step_at = models.DateTimeField(null=True, blank=True, editable=False)
     purged_at = models.DateTimeField(

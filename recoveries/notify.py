@@ -112,10 +112,14 @@ def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
     ]
     if r.restore:
         lines[1:1] = [
-            "Restore in place: the file will be written back into the guest, once a person has seen the diff",
-            "against the file there now and clicked Write back on the review page.",
+            f"Restore in place: the {_restored_what(r)} will be written back into the guest, once a person has "
+            "seen the diff against what is there now and clicked Write back on the review page.",
         ]
     return subject, lines
+
+
+def _restored_what(r: RecoveryRequest) -> str:
+    return "folder's changed and new files" if r.recursive else "file"
 
 
 def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailMessage:

@@ -174,6 +174,24 @@ class ResultOut(BaseModel):
     )
 
 
+class RestoreFileOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryRestoreFile"
+
+    path: str = Field(description="Below the folder, /-separated (as in the manifest)")
+    change: str = Field(
+        description="What the write-back would do: unchanged (skipped), changed, or new (the guest has no such "
+        "file now, or it could not be read: see current_error)"
+    )
+    current_sha256: str | None = Field(default=None, description="The file in the guest before the write-back")
+    current_size: int | None = None
+    current_error: str | None = None
+    result: str | None = Field(
+        default=None, description="Once decided: verified, differs, failed, not_written, or skipped (unchanged)"
+    )
+    restored: str | None = Field(default=None, description='"verified", or what differs, or why it was not written')
+    read_back_sha256: str | None = None
+
+
 class RestoreOut(BaseModel):
     rest_name: ClassVar[str] = "RecoveryRestore"
 
@@ -192,6 +210,11 @@ class RestoreOut(BaseModel):
     guard_id: int | None = Field(default=None, description="The guard taken before the write-back")
     change_id: str | None = Field(
         default=None, description="Its change id: zerto_recover_file with it undoes the write-back"
+    )
+    files: Annotated[list[RestoreFileOut] | None, Rest(optional=True)] = Field(
+        default=None,
+        description="A folder (recursive): each file's comparison and, once written, its own verification; "
+        "restored is verified only when every file written is",
     )
 
 
@@ -214,6 +237,20 @@ def restore_out(r: RecoveryRequest) -> RestoreOut | None:
         read_back_sha256=r.written_sha256 or None,
         guard_id=r.restore_guard_id,
         change_id=f"restore-{r.pk}" if r.restore_guard_id else None,
+        files=[_restore_file_out(row) for row in r.restore_files] if r.recursive else None,
+    )
+
+
+def _restore_file_out(row: dict[str, Any]) -> RestoreFileOut:
+    return RestoreFileOut(
+        path=row["path"],
+        change=row["change"],
+        current_sha256=row.get("current_sha256") or None,
+        current_size=row.get("current_size"),
+        current_error=row.get("current_error") or None,
+        result=row.get("result") or None,
+        restored=row.get("message") or None,
+        read_back_sha256=row.get("read_back_sha256") or None,
     )
 
 

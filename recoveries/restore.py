@@ -11,6 +11,10 @@ The steps, each a compare-and-swap on ``restore_state`` so a redelivered task ac
    it, and the request, whatever happened.
 
 Nothing is written into a guest before its guard is ok.
+
+A folder (``recursive``) goes through the same steps with every file of its manifest
+(``recoveries.restore_files``): compared one by one, confirmed with one click, guarded once, then
+written, read back and verified file by file, each file's result kept in ``restore_files``.
 """
 
 from __future__ import annotations
@@ -28,9 +32,17 @@ from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from recoveries.diff import FileDiff, file_diff
-from recoveries.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
+from recoveries.guestfile import encode_content
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore_announce import restore_announce_awaiting, restore_announce_finished
+from recoveries.restore_files import (
+    FolderFileDiff,
+    folder_compare,
+    folder_compared_digest,
+    folder_diffs,
+    folder_refusal,
+    read_current,
+)
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_for
 from recoveries.services import _check_approver, _get
@@ -74,8 +86,11 @@ def diff_token(recovery: RecoveryRequest) -> str:
 
 
 def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
-    """The diff for the approval page; None before the file in the guest was compared (or without the bytes)."""
-    if recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
+    """The diff for the approval page; None before the file in the guest was compared (or without the bytes).
+
+    None for a folder, which has one per file (``restore_folder_diffs``).
+    """
+    if recovery.recursive or recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
         return None
     try:
         recovered = restore_recovered(recovery)
@@ -85,6 +100,16 @@ def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
         return file_diff(None, recovered, current_name="(not read)", recovered_name="checkpoint")
     name = recovery.path
     return file_diff(_current(recovery), recovered, current_name=f"{name} now", recovered_name=f"{name} at checkpoint")
+
+
+def restore_folder_diffs(recovery: RecoveryRequest) -> list[FolderFileDiff] | None:
+    """A folder's per-file summary for the approval page; None before its files were compared."""
+    if not recovery.recursive or recovery.compared_at is None or not recovery.stored_path or recovery.purged_at:
+        return None
+    try:
+        return folder_diffs(recovery)
+    except OSError:
+        return None
 
 
 def restore_context(recovery: RecoveryRequest) -> dict[str, Any]:
@@ -99,6 +124,7 @@ def restore_context(recovery: RecoveryRequest) -> dict[str, Any]:
     offered = recovery.status in (Status.APPROVED, Status.WAITING, Status.RUNNING, Status.CONFIRM)
     return {
         "diff": restore_diff(recovery),
+        "folder_diffs": restore_folder_diffs(recovery),
         "diff_token": diff_token(recovery),
         "restore_open": offered and recovery.restore_state in open_states,
     }
@@ -111,6 +137,8 @@ def _refusal_before_asking(recovery: RecoveryRequest, tools: GuestFileTools | No
     """Why the file cannot be written back at all, known before any person is asked; None when it can."""
     if tools is None:
         return f"no tool is configured any more to write a file into {recovery.vm_name} ({recovery.os})"
+    if recovery.recursive:
+        return folder_refusal(recovery, tools)
     limit = settings.REWIND_RESTORE_MAX_BYTES
     if (recovery.size or 0) > limit:
         return f"the file is {recovery.size} bytes, above the in-place limit of {limit} (REWIND_RESTORE_MAX_BYTES)"
@@ -138,12 +166,7 @@ def restore_compare(*, recovery_id: int, request_id: str) -> str:
         restore_finish(recovery, State.NOT_WRITTEN, f"not written: {refusal}; the recovered bytes are kept", request_id)
         return State.NOT_WRITTEN
     assert tools is not None
-    current, error = _read_current(recovery, tools)
-    fields: dict[str, Any] = {"current_error": error, "current_sha256": "", "current_size": None}
-    if current is not None:
-        path = _current_path(recovery)
-        path.write_bytes(current)
-        fields.update(current_sha256=hashlib.sha256(current).hexdigest(), current_size=len(current))
+    fields = _compared_fields(recovery, tools)
     with transaction.atomic():
         done = RecoveryRequest.objects.filter(pk=recovery_id, restore_state=State.COMPARING).update(
             restore_state=State.AWAITING, compared_at=timezone.now(), **fields
@@ -159,7 +182,8 @@ def restore_compare(*, recovery_id: int, request_id: str) -> str:
                     "recovered_sha256": recovery.sha256,
                     "current_sha256": fields["current_sha256"] or None,
                     "current_size": fields["current_size"],
-                    "current_error": error or None,
+                    "current_error": fields["current_error"] or None,
+                    **_files_audited(fields.get("restore_files")),
                 },
                 request_id=request_id,
             )
@@ -167,20 +191,31 @@ def restore_compare(*, recovery_id: int, request_id: str) -> str:
     return State.AWAITING
 
 
-def _read_current(recovery: RecoveryRequest, tools: GuestFileTools) -> tuple[bytes | None, str]:
-    if not tools.reader_tool:
-        return None, (
-            f"no reader tool is configured for upstream {tools.upstream.name}: the file in the guest cannot be "
-            "shown, and the write-back cannot be verified"
-        )
+def _compared_fields(recovery: RecoveryRequest, tools: GuestFileTools) -> dict[str, Any]:
+    """What the guest holds now, as the request keeps it: the file's bytes beside the recovered ones,
+    or a folder's files one by one (``current_sha256`` then pins them all, for the diff token)."""
+    if recovery.recursive:
+        files = folder_compare(recovery, tools)
+        return {
+            "restore_files": files,
+            "current_sha256": folder_compared_digest(files),
+            "current_size": None,
+            "current_error": "",
+        }
+    current, error = read_current(tools, recovery.vm_name, recovery.path)
+    fields: dict[str, Any] = {"current_error": error, "current_sha256": "", "current_size": None}
+    if current is not None:
+        _current_path(recovery).write_bytes(current)
+        fields.update(current_sha256=hashlib.sha256(current).hexdigest(), current_size=len(current))
+    return fields
 
-    async def read(files: GuestFiles) -> bytes:
-        return await files.read(recovery.vm_name, recovery.path)
 
-    try:
-        return guest_files_use(tools, read), ""
-    except GuestFileError as exc:
-        return None, f"the file in the guest could not be read: {exc.message}"
+def _files_audited(files: list[dict[str, Any]] | None) -> dict[str, Any]:
+    """A folder's files in an audit row: each path with what the guest held and, once known, its result."""
+    if not files:
+        return {}
+    keys = ("path", "change", "current_sha256", "result", "message", "read_back_sha256")
+    return {"files": [{key: row.get(key) for key in keys} for row in files]}
 
 
 # -- 2. the second click ---------------------------------------------------------------------------
@@ -234,6 +269,7 @@ def recovery_restore_confirm(
                 "recovered_sha256": recovery.sha256,
                 "current_sha256": recovery.current_sha256 or None,
                 "diff": seen,
+                **({"files": len(recovery.restore_files)} if recovery.recursive else {}),
             },
             request_id=rid,
         )
@@ -261,6 +297,16 @@ def recovery_restore_decline(
         raise ApplicationError(f"recovery #{recovery.pk} was decided meanwhile")
     recovery.refresh_from_db()
     return recovery
+
+
+def _files_left_unwritten(recovery: RecoveryRequest, message: str) -> list[dict[str, Any]]:
+    """A folder's files, each one the write-back never reached marked not written with the reason it ended."""
+    files = RecoveryRequest.objects.filter(pk=recovery.pk).values_list("restore_files", flat=True).first() or []
+    if any(not row["result"] for row in files):
+        said = message if message.startswith("not written") else f"not written: {message}"
+        files = [row if row["result"] else {**row, "result": State.NOT_WRITTEN, "message": said} for row in files]
+        RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_files=files)
+    return files
 
 
 def _not_awaiting(recovery: RecoveryRequest) -> str:
@@ -310,6 +356,7 @@ def restore_finish(
             finished_at=timezone.now(),
         )
         if won:
+            files = _files_left_unwritten(recovery, message)
             audit_record(
                 actor=actor,
                 action=RecoveryAction.RESTORE_FINISHED,
@@ -321,13 +368,16 @@ def restore_finish(
                     "path": recovery.normalized_path,
                     "sha256": recovery.sha256,
                     "read_back_sha256": written or None,
+                    **_files_audited(files),
                     "guard": RecoveryRequest.objects.filter(pk=recovery.pk)
                     .values_list("restore_guard_id", flat=True)
                     .first(),
                 },
                 request_id=request_id,
             )
-            restore_announce_finished(recovery=recovery, state=state, message=message, request_id=request_id)
+            restore_announce_finished(
+                recovery=recovery, state=state, message=message, request_id=request_id, files=files
+            )
     if not won:
         return ""
     logger.info("recovery %s: restore in place %s: %s", recovery.pk, state, message)

@@ -3,6 +3,8 @@ and how the write-back ended (verified, or why not). Each once per request (``de
 
 from __future__ import annotations
 
+from typing import Any
+
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.presenters import approval_url
 from recoveries.selectors import recovery_site
@@ -25,7 +27,7 @@ def restore_announce_awaiting(*, recovery: RecoveryRequest, request_id: str | No
             f"back into {recovery.vm_name}",
             body="\n".join(
                 [
-                    f"The file {recovery.path} of VM {recovery.vm_name} was pulled from its checkpoint and compared "
+                    f"The {'folder' if recovery.recursive else 'file'} {recovery.path} of VM {recovery.vm_name} was pulled from its checkpoint and compared "
                     "with the file in the guest now.",
                     "Nothing is written into the guest until a person has read the diff and clicked Write back:",
                     approval_url(recovery),
@@ -37,8 +39,10 @@ def restore_announce_awaiting(*, recovery: RecoveryRequest, request_id: str | No
         )
 
 
-def restore_announce_finished(*, recovery: RecoveryRequest, state: str, message: str, request_id: str) -> None:
-    """How the write-back ended, in the caller's transaction."""
+def restore_announce_finished(
+    *, recovery: RecoveryRequest, state: str, message: str, request_id: str, files: list[dict[str, Any]]
+) -> None:
+    """How the write-back ended, in the caller's transaction; a folder's ``files`` each with their result."""
     verified = state == RestoreState.VERIFIED
     with notifying(f"recovery #{recovery.pk}'s write-back"):
         notification_send(
@@ -48,8 +52,9 @@ def restore_announce_finished(*, recovery: RecoveryRequest, state: str, message:
             + ("restored: verified" if verified else f"not restored ({state})"),
             body="\n".join(
                 [
-                    f"VM {recovery.vm_name}, file {recovery.path}, asked back by agent {recovery.agent_name}.",
+                    f"VM {recovery.vm_name}, {'folder' if recovery.recursive else 'file'} {recovery.path}, asked back by agent {recovery.agent_name}.",
                     f"restored: {message}",
+                    *[f"  {row['path']}: {row['result'] or 'not written'}: {row['message']}" for row in files],
                     approval_url(recovery),
                 ]
             ),

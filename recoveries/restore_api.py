@@ -16,8 +16,16 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recoveries.api import CanReview, RecoveryOutputSerializer
+from recoveries.models import RecoveryRequest
 from recoveries.presenters import recovery_dict
-from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
+from recoveries.restore import (
+    diff_token,
+    recovery_restore_confirm,
+    recovery_restore_decline,
+    restore_diff,
+    restore_folder_diffs,
+)
+from recoveries.restore_files import UNCHANGED, FolderFileDiff
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
 from recoveries.selectors import recovery_get
@@ -38,6 +46,12 @@ DiffSerializer = inline_serializer(
         "recovered_sha256": serializers.CharField(),
         "unified_diff": serializers.CharField(),
         "hidden_lines": serializers.IntegerField(),
+        "files": serializers.ListField(
+            child=serializers.DictField(),
+            required=False,
+            help_text="A folder: per file its path, change (unchanged, changed or new), sizes, sha256 and "
+            "unified_diff (empty for unchanged or binary files, or once the page's line budget is spent).",
+        ),
     },
 )
 
@@ -50,6 +64,8 @@ class RecoveryDiffApi(APIView):
     @extend_schema(responses=DiffSerializer)
     def get(self, request: Request, pk: int) -> Response:
         recovery = recovery_get(recovery_id=pk)
+        if recovery.recursive:
+            return self._folder(recovery)
         diff = restore_diff(recovery)
         if diff is None:
             raise NotFoundError(f"recovery #{pk} has no diff yet (it is {recovery.status}; the file is pulled first)")
@@ -67,6 +83,44 @@ class RecoveryDiffApi(APIView):
                 "hidden_lines": diff.hidden_lines,
             }
         )
+
+    def _folder(self, recovery: RecoveryRequest) -> Response:
+        files = restore_folder_diffs(recovery)
+        if files is None:
+            raise NotFoundError(
+                f"recovery #{recovery.pk} has no diff yet (it is {recovery.status}; the folder is pulled first)"
+            )
+        shown = [_folder_file(file) for file in files]
+        return Response(
+            {
+                "diff": diff_token(recovery),
+                "text": False,
+                "identical": all(file.change == UNCHANGED for file in files),
+                "current_size": None,
+                "current_sha256": recovery.current_sha256,
+                "current_error": recovery.current_error,
+                "recovered_size": recovery.size,
+                "recovered_sha256": recovery.sha256,
+                "unified_diff": "\n".join(file["unified_diff"] for file in shown if file["unified_diff"]),
+                "hidden_lines": sum(file.diff.hidden_lines for file in files if file.diff is not None),
+                "files": shown,
+            }
+        )
+
+
+def _folder_file(file: FolderFileDiff) -> dict[str, Any]:
+    lines = file.diff.lines if file.diff is not None and file.diff.text else []
+    return {
+        "path": file.path,
+        "change": file.change,
+        "current_error": file.current_error,
+        "current_size": file.current_size,
+        "current_sha256": file.current_sha256,
+        "recovered_size": file.recovered_size,
+        "recovered_sha256": file.recovered_sha256,
+        "text": bool(file.diff is not None and file.diff.text),
+        "unified_diff": "\n".join(line.text for line in lines),
+    }
 
 
 class RecoveryWriteBackApi(APIView):

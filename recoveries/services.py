@@ -73,6 +73,7 @@ def recovery_request_create(
     change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
     ``recursive``: ``path`` is a folder, brought back whole within the folder limits
     (``recoveries.folders``); what it holds is known only once it is mounted, after approval.
+    With ``restore`` too, its files are compared and written back one by one under one guard.
 
     Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
     checkpoint); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
@@ -80,11 +81,6 @@ def recovery_request_create(
     """
     if not isinstance(recursive, bool):
         raise ApplicationError("recursive must be true or false")
-    if recursive and restore:
-        raise ApplicationError(
-            "restore=true writes one file back into the guest; a folder (recursive=true) comes back as its "
-            "files' bytes only: ask for the folder without restore, or restore its files one at a time"
-        )
     guest = parse_guest_path(path, folder=recursive)
     reason = (reason or "").strip()
     if not reason:

@@ -10,16 +10,23 @@ never started again.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.utils import timezone
 
-from recoveries.guestfile import GuestFileError, GuestFiles, guest_files_use
+from recoveries.guestfile import GuestFileError, guest_files_use
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore import restore_change_id, restore_compare, restore_finish, restore_recovered, write_back_queue
+from recoveries.restore_files import (
+    SKIPPED,
+    UNCHANGED,
+    folder_entries,
+    folder_recovered,
+    folder_summary,
+    write_one,
+)
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_for
 from rewind.audit import SYSTEM, audit_record
@@ -47,6 +54,9 @@ def restore_write_back_step(*, recovery_id: int, request_id: str) -> str:
         logger.exception("the write-back of recovery %s failed unexpectedly", recovery_id)
         recovery.refresh_from_db()
         if recovery.restore_state == State.WRITING:  # the bytes may have gone out
+            if recovery.recursive:
+                said = _folder_broke_off(recovery, f"internal error during its write ({type(exc).__name__})")
+                return restore_finish(recovery, State.FAILED, said, request_id)
             why = f"internal error during the write ({type(exc).__name__}); the file may be partly written"
             return restore_finish(recovery, State.FAILED, why, request_id)
         return restore_finish(
@@ -100,7 +110,7 @@ def _guard_start(recovery: RecoveryRequest, tools: GuestFileTools, request_id: s
             agent_name=recovery.agent_name,
             agent_id=recovery.agent_id,
             vm=recovery.vm_identifier,
-            action=f"write back {recovery.file_name} (recovery #{recovery.pk})",
+            action=f"write back {_what(recovery)} (recovery #{recovery.pk})",
             change_id=restore_change_id(recovery),
             tool=f"{tools.upstream.name}/{tools.writer_tool}",
             request_id=request_id,
@@ -125,60 +135,77 @@ def _guard_start(recovery: RecoveryRequest, tools: GuestFileTools, request_id: s
     return State.GUARDING
 
 
+def _what(recovery: RecoveryRequest) -> str:
+    if recovery.recursive:
+        return f"the files of folder {recovery.file_name}"
+    return recovery.file_name
+
+
 def _next_step(recovery: RecoveryRequest, request_id: str) -> None:
     RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_step_at=timezone.now())
     write_back_queue(recovery.pk, request_id, countdown=GUARD_POLL_S)
 
 
 def _write(recovery: RecoveryRequest, tools: GuestFileTools, request_id: str) -> str:
-    data = restore_recovered(recovery)
-    vm, path = recovery.vm_name, recovery.path
-    written: dict[str, bool] = {"done": False}
-
-    async def write_and_read(files: GuestFiles) -> bytes | None:
-        await files.write(vm, path, data)
-        written["done"] = True
-        return await files.read(vm, path) if tools.reader_tool else None
-
-    try:
-        back = guest_files_use(tools, write_and_read)
-    except GuestFileError as exc:
-        if written["done"]:
-            why = f"written, but it could not be read back to verify it: {exc.message}"
-            return restore_finish(recovery, State.FAILED, why, request_id)
-        if not exc.may_have_run:
-            return restore_finish(recovery, State.NOT_WRITTEN, f"not written: {exc.message}", request_id)
-        return restore_finish(recovery, State.FAILED, _failed_write(recovery, tools, exc), request_id)
-    if back is None:
-        why = "written, not verified: no reader tool is configured to read it back"
-        return restore_finish(recovery, State.FAILED, why, request_id)
-    got = hashlib.sha256(back).hexdigest()
-    if got == recovery.sha256:
-        return restore_finish(recovery, State.VERIFIED, "verified", request_id, written=got)
-    why = (
-        f"differs: the guest gives back {len(back)} bytes with sha256 {got}, not the checkpoint's "
-        f"{recovery.size} bytes with sha256 {recovery.sha256}"
+    if recovery.recursive:
+        return _write_folder(recovery, tools, request_id)
+    outcome = write_one(
+        tools,
+        recovery.vm_name,
+        recovery.path,
+        restore_recovered(recovery),
+        before_sha256=recovery.current_sha256,
+        size=recovery.size or 0,
+        sha256=recovery.sha256,
     )
-    return restore_finish(recovery, State.DIFFERS, why, request_id, written=got)
+    return restore_finish(recovery, outcome.state, outcome.message, request_id, written=outcome.read_back_sha256)
 
 
-def _failed_write(recovery: RecoveryRequest, tools: GuestFileTools, exc: GuestFileError) -> str:
-    """A write that failed on the way: what the guest holds now, when the reader can tell."""
-    said = f"the write failed: {exc.message}; the file may be partly written"
-    if not tools.reader_tool:
-        return said
-    try:
-        now = guest_files_use(tools, lambda files: files.read(recovery.vm_name, recovery.path))
-    except GuestFileError as read_error:
-        return f"{said} (it could not be read afterwards: {read_error.message})"
-    digest = hashlib.sha256(now).hexdigest()
-    if digest == recovery.current_sha256:
-        return f"the write failed: {exc.message}; the guest still holds the file as it was before"
-    if digest == recovery.sha256:
-        return f"the writer reported an error ({exc.message}), yet the guest holds the checkpoint's bytes"
-    return (
-        f"{said}: the guest now holds {len(now)} bytes with sha256 {digest}, neither the old file nor the checkpoint's"
-    )
+def _write_folder(recovery: RecoveryRequest, tools: GuestFileTools, request_id: str) -> str:
+    """Write each changed or new file in manifest order, each read back and verified; the unchanged are skipped.
+
+    The first file not (fully) written stops the rest, which are then not written; every file's
+    result is saved as soon as it is known, so what the guest got is known even if this step dies.
+    """
+    files = [dict(row) for row in recovery.restore_files]
+    entries = {entry.path: entry for entry in folder_entries(recovery)}
+    stopped_at = ""
+    for row in files:
+        if row["change"] == UNCHANGED:
+            row.update(result=SKIPPED, message="unchanged: the guest already holds the checkpoint's bytes; not written")
+        elif stopped_at:
+            row.update(result=State.NOT_WRITTEN, message=f"not written: the write-back stopped at {stopped_at}")
+        else:
+            entry = entries[row["path"]]
+            outcome = write_one(
+                tools,
+                recovery.vm_name,
+                row["guest_path"],
+                folder_recovered(recovery, entry),
+                before_sha256=row["current_sha256"],
+                size=entry.size,
+                sha256=entry.sha256,
+            )
+            row.update(result=outcome.state, message=outcome.message, read_back_sha256=outcome.read_back_sha256)
+            if outcome.state in (State.FAILED, State.NOT_WRITTEN):
+                stopped_at = row["path"]
+        RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_files=files)
+    state, message = folder_summary(files)
+    return restore_finish(recovery, state, message, request_id)
+
+
+def _folder_broke_off(recovery: RecoveryRequest, why: str) -> str:
+    """An unexpected error during a folder's write: the file under way may be partly written, the rest are not."""
+    files = [dict(row) for row in recovery.restore_files]
+    pending = [row for row in files if not row["result"]]
+    for number, row in enumerate(pending):
+        if number == 0:
+            row.update(result=State.FAILED, message=f"{why}; it may be partly written")
+        else:
+            row.update(result=State.NOT_WRITTEN, message="not written: the write-back broke off before it")
+    RecoveryRequest.objects.filter(pk=recovery.pk).update(restore_files=files)
+    recovery.restore_files = files
+    return folder_summary(files)[1]
 
 
 # -- a step whose message was lost ---------------------------------------------------------------------

@@ -23,8 +23,9 @@ The options may come from the environment instead: ``GUESTSHELL_SIM_URL``, ``GUE
 Tools: ``exec`` (a tiny shell: ``cat``, ``rm``, ``echo TEXT > PATH``, ``echo TEXT >> PATH``,
 ``sed -i 's/OLD/NEW/[g]' PATH``), ``write_file`` and ``read_file`` (``encoding``: utf-8 text or base64),
 ``append_line`` (its VM argument is ``computer_name``) and ``slow`` (sleeps, reporting progress each
-second). With ``--faulty`` two more misbehave on purpose, for restore tests: ``write_half`` writes half
-the bytes and fails, ``read_stale`` gives back other bytes than the file holds.
+second). With ``--faulty`` three more misbehave on purpose, for restore tests: ``write_half`` writes half
+the bytes and fails, ``write_until_full`` does so only for a file whose name starts with ``full-`` (a
+folder whose second file fills the disk), ``read_stale`` gives back other bytes than the file holds.
 """
 
 from __future__ import annotations
@@ -347,6 +348,14 @@ def _add_faulty_tools(server: MCPServer, guests: Guests) -> None:
         data = _decode(content, encoding)
         guests.write_bytes(host, path, data[: len(data) // 2])
         raise ToolError(f"{host}:{path}: No space left on device after {len(data) // 2} bytes")
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write till full"))
+    def write_until_full(host: Host, path: GuestPath, content: str, encoding: Encoding = "utf-8") -> str:
+        """A writer that writes files whole, but breaks half-way through one whose name starts with full-."""
+        if path.replace("\\", "/").rsplit("/", 1)[-1].startswith("full-"):
+            return write_half(host, path, content, encoding)
+        size = guests.write_bytes(host, path, _decode(content, encoding))
+        return f"wrote {size} bytes to {host}:{path}"
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file, wrongly"))
     def read_stale(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:

@@ -191,8 +191,8 @@ def test_a_folder_without_recursive_says_how_to_ask_for_it(inline_tasks, sim, si
 
 
 @pytest.mark.django_db
-def test_a_folder_is_not_written_back_in_place_and_asking_records_nothing(sites, agent) -> None:
-    with pytest.raises(ApplicationError, match="restore its files one at a time"):
+def test_a_folder_to_restore_in_place_without_a_writer_is_refused_and_records_nothing(sites, agent) -> None:
+    with pytest.raises(ApplicationError, match="no tool is configured to write a file into web01"):
         recovery_request_create(agent=agent, vm="web01", path="/etc/nginx", reason="x", recursive=True, restore=True)
     assert not RecoveryRequest.objects.exists()
 
