@@ -13,23 +13,11 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore_tools import EDITABLE, guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
 from rewind.admin_base import actor_for
 from rewind.errors import ApplicationError
 
-_FIELDS = [
-    "upstream",
-    "os",
-    "vm_pattern",
-    "writer_tool",
-    "reader_tool",
-    "vm_arg",
-    "path_arg",
-    "content_arg",
-    "content_encoding",
-    "encoding_arg",
-    "enabled",
-]
+_FIELDS = ["upstream", "os", *EDITABLE]
 
 
 class GuestFileToolsForm(forms.ModelForm):
@@ -65,7 +53,7 @@ class GuestFileToolsAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: GuestFileTools, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in _FIELDS if k not in ("upstream", "os") and k in data}
+        fields = {k: data[k] for k in EDITABLE if k in data}
         if change:
             fields["vm_pattern"] = obj.vm_pattern
         try:

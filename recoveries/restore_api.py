@@ -27,7 +27,7 @@ from recoveries.restore import (
 )
 from recoveries.restore_files import UNCHANGED, FolderFileDiff
 from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore_tools import EDITABLE, guest_file_tools_remove, guest_file_tools_set
 from recoveries.selectors import recovery_get
 from rewind.errors import NotFoundError
 from rewind.gateway.selectors import upstream_get
@@ -157,21 +157,7 @@ class GuestFileToolsSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = GuestFileTools
-        fields = [
-            "id",
-            "upstream",
-            "os",
-            "vm_pattern",
-            "writer_tool",
-            "reader_tool",
-            "vm_arg",
-            "path_arg",
-            "content_arg",
-            "content_encoding",
-            "encoding_arg",
-            "enabled",
-            "updated_at",
-        ]
+        fields = ["id", "upstream", "os", *EDITABLE, "updated_at"]
 
 
 class GuestFileToolsInputSerializer(serializers.Serializer):

@@ -19,7 +19,9 @@ from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.gateway.models import Upstream, UpstreamTool
 
-_EDITABLE = (
+# What an operator sets on a row (besides the upstream and platform that name it): the admin
+# form and the REST serializer show exactly these.
+EDITABLE = (
     "vm_pattern",
     "writer_tool",
     "reader_tool",
@@ -33,7 +35,7 @@ _EDITABLE = (
 
 
 def _snapshot(row: GuestFileTools) -> dict[str, Any]:
-    return {"upstream": row.upstream.name, "os": row.os, **{name: getattr(row, name) for name in _EDITABLE}}
+    return {"upstream": row.upstream.name, "os": row.os, **{name: getattr(row, name) for name in EDITABLE}}
 
 
 def _tool_arguments(upstream: Upstream, tool: str) -> list[str] | None:
@@ -84,7 +86,7 @@ def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> Non
     """What ``guest_file_tools_set`` would refuse, checked without saving (a form's validation)."""
     row = GuestFileTools(upstream=upstream, os=os)
     for key, value in fields.items():
-        if key in _EDITABLE:
+        if key in EDITABLE:
             setattr(row, key, value)
     _validate(row)
 
@@ -96,7 +98,7 @@ def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields:
     Raises ``ApplicationError`` with nothing changed when a field is unknown or does not fit the
     upstream's listed tools.
     """
-    unknown = set(fields) - set(_EDITABLE)
+    unknown = set(fields) - set(EDITABLE)
     if unknown:
         raise ApplicationError(f"unknown fields: {', '.join(sorted(unknown))}")
     pattern = str(fields.get("vm_pattern") or "*").strip() or "*"

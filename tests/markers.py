@@ -15,6 +15,7 @@ shared simulator (tests.simfixtures) is the one process every run has; it starts
 from __future__ import annotations
 
 import contextlib
+import shutil
 import subprocess
 import threading
 from collections.abc import Iterator
@@ -40,6 +41,11 @@ PROCESS_FIXTURES = frozenset(
 BROWSER_FIXTURES = frozenset({"browser"})
 NODE_FIXTURES = frozenset({"node_mcp_client"})
 MARKERS = ("process", "browser", "node")  # registered in pyproject.toml
+# Browser tests drive the machine's Chromium (tests/conftest.py launches /usr/bin/chromium);
+# under REWIND_TESTS_NO_SKIPS=1 (CI) this skip fails the run instead.
+NEEDS_CHROMIUM = pytest.mark.skipif(
+    shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"
+)
 
 _allowed = threading.local()
 _real_popen_init = subprocess.Popen.__init__

@@ -4,7 +4,6 @@ waits for a person comes first, and every number opens the list of exactly what 
 from __future__ import annotations
 
 import re
-import shutil
 from typing import Any
 
 import pytest
@@ -19,11 +18,12 @@ from rewind.models import Agent, ChangeGuard, Site
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
 from tests.helpers import install_starter_catalog, wait_guard_finished
+from tests.markers import NEEDS_CHROMIUM
 from tests.mcpfixtures import register_sites
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 

@@ -40,3 +40,17 @@ def guestshell_stdio_command(tmp_path: Path, sim: SimHandle) -> GuestShellStdio:
     argv = [PYTHON, "-m", MODULE, "--stdio", *sim_args(sim.server), "--record", str(record)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(REPO)}
     return GuestShellStdio(argv, env, record)
+
+
+@pytest.fixture(scope="module")
+def faulty_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
+    """A guest shell that also exports its faulty tools (``--faulty``: write_half, read_stale, write_until_full)."""
+    with run_guestshell(tmp_path_factory.mktemp("faulty-guestshell"), sim_server, "--faulty") as server:
+        yield server
+
+
+@pytest.fixture
+def faulty(faulty_server: GuestShellHttp, sim: SimHandle) -> GuestShellHttp:
+    """The faulty guest shell against a freshly reset simulator, its record emptied."""
+    faulty_server.clear()
+    return faulty_server

@@ -4,7 +4,6 @@ and its tools appear on /mcp under their exposed names."""
 from __future__ import annotations
 
 import json
-import shutil
 from typing import Any
 
 import pytest
@@ -16,11 +15,12 @@ from rewind.gateway.services import upstream_headers
 from rewind.models import AuditEvent
 from tests.gateway.support import GuestShellHttp
 from tests.helpers import post
+from tests.markers import NEEDS_CHROMIUM
 from tests.mcpfixtures import make_agent_token
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 

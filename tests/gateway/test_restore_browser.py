@@ -6,7 +6,6 @@ first click is made, for certain, before there is any diff."""
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import pytest
@@ -20,10 +19,11 @@ from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent
 from tests.gateway.support import add_http_upstream
 from tests.helpers import insert_tagged_checkpoint
+from tests.markers import NEEDS_CHROMIUM
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 NGINX = "/etc/nginx/nginx.conf"
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,9 +22,8 @@ from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
-from tests.gateway.support import GuestShellHttp, add_http_upstream, run_guestshell
+from tests.gateway.support import GuestShellHttp, add_http_upstream
 from tests.helpers import insert_tagged_checkpoint
-from tests.simfixtures import SimServer
 
 pytestmark = pytest.mark.timeout(300)
 State = RestoreState
@@ -37,18 +35,6 @@ ORIGINAL = {
     "d.conf": "log /var/log/app.log;\n",
 }
 WRITERS = ("write_file", "write_until_full")
-
-
-@pytest.fixture(scope="module")
-def faulty_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
-    with run_guestshell(tmp_path_factory.mktemp("faulty-guestshell"), sim_server, "--faulty") as server:
-        yield server
-
-
-@pytest.fixture
-def faulty(faulty_server: GuestShellHttp, sim: Any) -> GuestShellHttp:
-    faulty_server.clear()
-    return faulty_server
 
 
 @pytest.fixture(autouse=True)

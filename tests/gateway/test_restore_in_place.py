@@ -4,7 +4,7 @@ diff, confirm, guard, write, read back, verify; and each way it can go wrong, re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -25,28 +25,14 @@ from rewind.models import Agent, Site
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream, run_guestshell
+from tests.gateway.support import GuestShellHttp, add_http_upstream
 from tests.helpers import call_tool, insert_tagged_checkpoint, poll_recovery_status, tool_ok, tool_text
 from tests.mcpfixtures import make_agent_token
-from tests.simfixtures import SimServer
 
 pytestmark = pytest.mark.timeout(300)
 NGINX = "/etc/nginx/nginx.conf"
 BLOB = "/var/lib/app/blob.bin"
 State = RestoreState
-
-
-@pytest.fixture(scope="module")
-def faulty_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
-    """A guest shell that also exports write_half and read_stale (``--faulty``)."""
-    with run_guestshell(tmp_path_factory.mktemp("faulty-guestshell"), sim_server, "--faulty") as server:
-        yield server
-
-
-@pytest.fixture
-def faulty(faulty_server: GuestShellHttp, sim: Any) -> GuestShellHttp:
-    faulty_server.clear()
-    return faulty_server
 
 
 @pytest.fixture(autouse=True)

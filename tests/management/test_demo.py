@@ -104,23 +104,9 @@ def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
     proc, env = _stack(tmp_path)
     try:
         # A second terminal: the same state folder and ports as make run, nothing else.
-        done = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--auto-approve"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = _demo(env, "--auto-approve")
         # The same loop through the gateway: the agent calls the guest shell's exec, no zerto tool first.
-        through = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--gateway", "--auto-approve"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        through = _demo(env, "--gateway", "--auto-approve")
     finally:
         proc.stop(sig=signal.SIGINT, timeout=60)
     gateway_out = through.stdout
@@ -160,19 +146,24 @@ def test_manage_demo_runs_the_loop_against_the_stack(tmp_path: Path) -> None:
     assert "agent:demo-agent" in trail
 
 
+def _demo(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``manage.py demo`` in a second terminal: the same state folder and ports as the stack, nothing else."""
+    return subprocess.run(
+        [sys.executable, "manage.py", "demo", *args],
+        cwd=settings.BASE_DIR,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
 @pytest.mark.timeout(420)
 @pytest.mark.process
 def test_manage_demo_folder_brings_back_a_folder_against_the_stack(tmp_path: Path) -> None:
     proc, env = _stack(tmp_path)
     try:
-        done = subprocess.run(
-            [sys.executable, "manage.py", "demo", "--folder", "--auto-approve"],
-            cwd=settings.BASE_DIR,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
+        done = _demo(env, "--folder", "--auto-approve")
     finally:
         proc.stop(sig=signal.SIGINT, timeout=60)
     out = done.stdout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import shutil
 from typing import Any
 
 import pytest
@@ -14,11 +13,12 @@ from rewind.agents import agent_create
 from rewind.audit import Actor
 from rewind.models import AgentToken
 from tests.helpers import post
+from tests.markers import NEEDS_CHROMIUM
 from tests.mcp.support import connection_of, token_in
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 

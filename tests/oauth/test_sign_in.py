@@ -3,7 +3,6 @@ and the host calls tools as that agent: the official Python SDK's OAuth client a
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import httpx2
@@ -16,11 +15,12 @@ from rewind.audit import Actor
 from rewind.models import Agent, AgentGrant, AuditEvent
 from rewind.oauth.services import agent_grant_revoke
 from tests.helpers import post
+from tests.markers import NEEDS_CHROMIUM
 from tests.oauth.support import CALLBACK, NodeOAuthHost, OAuthHost, consent, oauth_token
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 PASSWORD = "pw-alice-12345"

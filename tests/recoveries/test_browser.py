@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +10,11 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_create
+from tests.markers import NEEDS_CHROMIUM
 
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 

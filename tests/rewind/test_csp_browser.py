@@ -8,16 +8,17 @@ docs page, and uses a few of their scripts (the action bar, a filter, the docs' 
 
 from __future__ import annotations
 
-import shutil
 from typing import Any
 
 import pytest
 from django.contrib import admin
 from django.urls import reverse
 
+from tests.markers import NEEDS_CHROMIUM
+
 pytestmark = [
     pytest.mark.timeout(300),
-    pytest.mark.skipif(shutil.which("chromium") is None, reason="Chromium is not installed (apt-get install chromium)"),
+    NEEDS_CHROMIUM,
 ]
 
 
