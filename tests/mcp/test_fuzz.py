@@ -204,6 +204,11 @@ def _message(era: str, method: str, params: dict[str, Any], rpc_id: Any = 1) -> 
     return {"jsonrpc": "2.0", "id": rpc_id, "method": method, "params": params}
 
 
+def _sendable(value: str) -> bool:
+    """Whether a client can put ``value`` in a header: printable ASCII, no space at either end (h11 refuses those)."""
+    return bool(value) and value.isascii() and value.isprintable() and value == value.strip()
+
+
 @st.composite
 def hostile_body(draw: Any, era: str) -> tuple[str, bytes, dict[str, str]]:
     """(what kind, the body, extra headers)."""
@@ -213,7 +218,7 @@ def hostile_body(draw: Any, era: str) -> tuple[str, bytes, dict[str, str]]:
     headers: dict[str, str] = {}
     if kind == "call":
         tool, args = draw(refused_call())
-        headers = {"Mcp-Method": "tools/call", "Mcp-Name": tool} if era == MODERN else {}
+        headers = {"Mcp-Method": "tools/call", "Mcp-Name": tool} if era == MODERN and _sendable(tool) else {}
         body: Any = _message(era, "tools/call", {"name": tool, "arguments": args}, draw(st.integers(1, 10**6)))
     elif kind == "junk":
         return kind, draw(st.binary(max_size=300)), headers
@@ -230,12 +235,11 @@ def hostile_body(draw: Any, era: str) -> tuple[str, bytes, dict[str, str]]:
                 lambda m: m not in ("ping", "initialize") and ("/" not in m or len(m) > 40)
             )
         )
-        headers = {"Mcp-Method": method} if era == MODERN and method.isascii() and method.isprintable() else {}
+        headers = {"Mcp-Method": method} if era == MODERN and _sendable(method) else {}
         body = _message(era, method, {})
     else:
         name = draw(st.text(min_size=1, max_size=200).filter(lambda n: n not in TOOLS))
-        printable = name.isascii() and name.isprintable()
-        headers = {"Mcp-Method": "tools/call", "Mcp-Name": name} if era == MODERN and printable else {}
+        headers = {"Mcp-Method": "tools/call", "Mcp-Name": name} if era == MODERN and _sendable(name) else {}
         body = _message(era, "tools/call", {"name": name, "arguments": {}})
     return kind, json.dumps(body).encode(), headers
 
