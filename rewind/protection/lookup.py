@@ -455,15 +455,16 @@ def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection
     answer = state.answers.get(key)
     if answer is not None and answer[0] > state.cache.clock():
         return answer[1]
-    cache_only.on, cache_only.fresh_until = True, float("inf")
+    cache_only.on, cache_only.fresh_until, cache_only.refresh_at = True, float("inf"), float("inf")
     try:
         found = _lookup(vm, sites, dns_resolver)
     except Miss:
         return None
     finally:
         cache_only.on = False
-    # The answer is as fresh as the oldest cached entry it was built from, not fresher.
-    state.answer_keep(key, cache_only.fresh_until, found)
+    # The answer is as fresh as the oldest cached entry it was built from, not fresher; and it is
+    # built again once one of them is due for its refresh-ahead, which only a read of it starts.
+    state.answer_keep(key, min(cache_only.fresh_until, cache_only.refresh_at), found)
     return found
 
 

@@ -1,7 +1,7 @@
 """The look-up's per-process state: its caches, the enabled sites, each site's client, its thread pool.
 
 - ``cache``: directories, filtered look-ups, IP indexes, status names (``TtlCache``; tests
-  may set ``cache.clock``);
+  may set ``cache.clock``), refreshed ahead of expiry on ``refresh_pool``;
 - ``answers``: whole answers of ``find_protection_cached``, by (query, sites fingerprint):
   under load the same VMs are asked for again and again, and rebuilding an answer from the
   caches costs more than the rest of the call. Each expires with the first cache entry it was
@@ -17,10 +17,12 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from django.conf import settings
+from django.db import connections
 
 from rewind.protection.cache import MAX_ENTRIES, Miss, TtlCache, cache_only
 from rewind.protection.fingerprint import SitesFingerprint, sites_fingerprint
@@ -30,7 +32,22 @@ from rewind.sites import site_client
 from rewind.sites.models import Site
 from rewind.zvm import ZvmClient
 
-cache = TtlCache()
+
+def _refresh_off_thread(job: Callable[[], None]) -> None:
+    refresh_pool.submit(_closing_connections, job)
+
+
+def _closing_connections(job: Callable[[], None]) -> None:
+    """A refresh may count the ZVM cap in the database: its thread's connection is not kept open."""
+    try:
+        job()
+    finally:
+        connections.close_all()
+
+
+# Two threads: a refresh waits behind the ZVM's cap, and one slow site must not hold up the rest.
+refresh_pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-lookup-refresh")
+cache = TtlCache(background=_refresh_off_thread)
 answers: dict[tuple[str, SitesFingerprint], tuple[float, Protection]] = {}
 _clients: dict[int, tuple[tuple[Any, ...], ZvmClient]] = {}
 _clients_lock = threading.Lock()

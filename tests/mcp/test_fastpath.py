@@ -115,15 +115,23 @@ def test_a_cached_answer_is_reused_until_the_first_entry_it_was_built_from_expir
     settings.REWIND_LOOKUP_CACHE_S = 1.0
     now = [1000.0]
     monkeypatch.setattr(protection_state.cache, "clock", lambda: now[0])
+    # Expiry itself is what this test reads: no entry is refreshed ahead of it in the background.
+    monkeypatch.setattr(protection_state.cache, "_background", None)
     find_protection("web01")  # caches both sites' directories and web01's rows
-    now[0] += 0.5
+    now[0] += 0.2
     find_protection("db01")  # db01's rows are younger than the directories it is answered with
     fingerprint = sites_fingerprint()
     first = find_protection_cached("db01", fingerprint)
     assert first is not None
     assert find_protection_cached("db01", fingerprint) is first
-    # Past the directories' expiry (but not the db01 rows'), the kept answer must not be served.
-    now[0] += 0.6
+    # Once an entry it was built from is due for its refresh-ahead (half its time gone), the answer
+    # is built again from the entries, so that reading them starts the refresh.
+    now[0] += 0.4
+    again = find_protection_cached("db01", fingerprint)
+    assert again is not first
+    assert again == first
+    # Past the web01-time entries' expiry (but not the db01 rows'), no kept answer is served.
+    now[0] += 0.5
     assert find_protection_cached("db01", fingerprint) is None
     assert find_protection("db01") == first
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -265,3 +266,54 @@ def test_it_asks_every_time_with_the_cache_off(sim: Any, two_sites: Any, setting
     assert sim.calls("site-a").get("GET /v1/vms", 0) == before + 1
     sim.add_fault("http_error", site="site-b", status=500, path_regex="/v1/vms")
     assert find_protection("db01").unavailable_sites == ("Site B",)  # asked again, not a cached answer
+
+
+def _calls_reach(sim: Any, count: int) -> int:
+    """GET /v1/vms as site-a counted it, once it reached ``count`` (a background refresh ran) or after 10 s."""
+    deadline = time.monotonic() + 10
+    while (seen := sim.calls("site-a").get("GET /v1/vms", 0)) < count and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return seen
+
+
+def test_a_list_read_in_the_second_half_of_its_time_is_fetched_again_before_it_expires(
+    sim: Any, two_sites: Any
+) -> None:
+    from rewind.protection import state
+
+    now = [1000.0]
+    state.cache.clock = lambda: now[0]
+    try:
+        spent = _site_list_at_hand(sim)  # the whole list, kept 60 s
+        now[0] += 20
+        assert find_protection("web01", resolver=no_dns).vm_name == "web01"
+        assert sim.calls("site-a").get("GET /v1/vms", 0) == spent, "in the first half: kept as it is"
+        now[0] += 15  # 35 s old: answered from it at once, and fetched again behind the answer
+        assert find_protection("app01", resolver=no_dns).vm_name == "app01"
+        assert _calls_reach(sim, spent + 1) == spent + 1
+        now[0] += 28  # past the first fetch's 60 s, in the first half of the second's
+        assert find_protection("web01", resolver=no_dns).vm_name == "web01"
+        assert sim.calls("site-a").get("GET /v1/vms", 0) == spent + 1, "the refreshed list answered"
+    finally:
+        state.cache.clock = time.monotonic
+
+
+def test_a_refresh_that_fails_leaves_the_value_to_expire_and_the_next_reader_loads_it() -> None:
+    from rewind.protection.cache import TtlCache
+
+    now = [0.0]
+    cache = TtlCache(clock=lambda: now[0], background=lambda job: job())
+    assert cache.get("k", 10, lambda: "first") == "first"
+
+    def broken() -> str:
+        raise ConnectionError("the ZVM is away")
+
+    now[0] = 6
+    assert cache.get("k", 10, broken) == "first", "the refresh failed behind a value still fresh"
+    now[0] = 9.9
+    assert cache.get("k", 10, lambda: "second") == "first", "still fresh; refreshed now"
+    now[0] = 10.5  # the first value's time is over; the refreshed one (from 9.9) holds
+    assert cache.get("k", 10, broken) == "second"
+    now[0] = 20
+    with pytest.raises(ConnectionError):  # nothing older than its time is handed out
+        cache.get("k", 10, broken)
