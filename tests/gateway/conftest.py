@@ -44,7 +44,7 @@ def guestshell_stdio_command(tmp_path: Path, sim: SimHandle) -> GuestShellStdio:
 
 @pytest.fixture(scope="module")
 def faulty_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
-    """A guest shell that also exports its faulty tools (``--faulty``: write_half, read_stale, write_until_full)."""
+    """A guest shell that also exports its faulty tools (``--faulty``: write_half, read_stale, write_until_full, write_stalling)."""
     with run_guestshell(tmp_path_factory.mktemp("faulty-guestshell"), sim_server, "--faulty") as server:
         yield server
 

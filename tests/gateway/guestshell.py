@@ -25,7 +25,10 @@ Tools: ``exec`` (a tiny shell: ``cat``, ``rm``, ``echo TEXT > PATH``, ``echo TEX
 ``append_line`` (its VM argument is ``computer_name``) and ``slow`` (sleeps, reporting progress each
 second). With ``--faulty`` three more misbehave on purpose, for restore tests: ``write_half`` writes half
 the bytes and fails, ``write_until_full`` does so only for a file whose name starts with ``full-`` (a
-folder whose second file fills the disk), ``read_stale`` gives back other bytes than the file holds.
+folder whose second file fills the disk), ``read_stale`` gives back other bytes than the file holds, and
+``write_stalling`` hangs for a file whose name starts with ``stall-before-`` (nothing written) or
+``stall-after-`` (written whole first), as a guest whose session freezes mid-write (a test kills the
+worker meanwhile).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from pydantic import Field
 
 READY = "guestshell ready on "
+# How long write_stalling hangs: far beyond any test, which kills the worker waiting on it.
+STALL_S = 3600.0
 MCP_PATH = "/mcp"
 
 Host = Annotated[
@@ -357,6 +362,19 @@ def _add_faulty_tools(server: MCPServer, guests: Guests) -> None:
         size = guests.write_bytes(host, path, _decode(content, encoding))
         return f"wrote {size} bytes to {host}:{path}"
 
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, title="Write, or hang"))
+    async def write_stalling(host: Host, path: GuestPath, content: str, encoding: Encoding = "utf-8") -> str:
+        """A writer that hangs for a file whose name starts with stall-before- (before writing a byte)
+        or stall-after- (after writing it whole); other files are written whole."""
+        name = path.replace("\\", "/").rsplit("/", 1)[-1]
+        if name.startswith("stall-before-"):
+            await asyncio.sleep(STALL_S)
+            raise ToolError(f"{host}:{path}: the session froze; nothing was written")  # never writes late
+        size = await asyncio.to_thread(guests.write_bytes, host, path, _decode(content, encoding))
+        if name.startswith("stall-after-"):
+            await asyncio.sleep(STALL_S)
+        return f"wrote {size} bytes to {host}:{path}"
+
     @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Read a file, wrongly"))
     def read_stale(host: Host, path: GuestPath, encoding: Encoding = "utf-8") -> str:
         """A reader that gives back other bytes than the file holds (a cache gone stale)."""
@@ -447,7 +465,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--record", default=env("GUESTSHELL_RECORD"), help="append one JSON line per tool call here (GUESTSHELL_RECORD)"
     )
     p.add_argument(
-        "--faulty", action="store_true", help="also export write_half and read_stale, which misbehave on purpose"
+        "--faulty",
+        action="store_true",
+        help="also export write_half, write_until_full, read_stale and write_stalling, which misbehave on purpose",
     )
     args = p.parse_args(argv)
     if not args.sim_url:
