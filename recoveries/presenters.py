@@ -272,7 +272,7 @@ class RecoveryOut(BaseModel):
     )
     vm: str
     vm_identifier: str
-    path: Annotated[str, Rest(help_text="The guest path as the agent gave it.")]
+    path: Annotated[str, Rest(help_text="The guest path as it was asked for.")]
     recursive: bool = Field(default=False, description="true: path is a folder, brought back with all it holds")
     checkpoint: CheckpointOut
     approval_url: Annotated[
@@ -304,7 +304,8 @@ class RecoveryRecordOut(RecoveryOut):
 
     rest_name: ClassVar[str] = "Recovery"
 
-    agent: str
+    agent: Annotated[str, Rest(help_text="The agent that asked; empty when a person asked.")]
+    requested_by: Annotated[str, Rest(help_text="The person who asked (REST or the admin); empty when an agent asked.")]
     normalized_path: str
     reason: str
     approvals: list[ApprovalOut]
@@ -425,6 +426,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
         id=r.pk,
         status=r.status,
         agent=r.agent_name,
+        requested_by=r.requested_by_name,
         vm=r.vm_name,
         vm_identifier=r.vm_identifier,
         path=r.path,

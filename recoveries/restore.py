@@ -45,7 +45,7 @@ from recoveries.restore_files import (
 )
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_for
-from recoveries.services import _check_approver, _get
+from recoveries.services import _check_approver, _get, asked_by_them
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, PermissionDeniedError
@@ -228,14 +228,13 @@ def recovery_restore_confirm(
 
     Refused (``ApplicationError``, nothing changed) before the diff exists, for a diff other than
     the one produced, or when the request is not awaiting the click; refused
-    (``PermissionDeniedError``) without the permission to approve or for the requesting agent's owner.
+    (``PermissionDeniedError``) without the permission to approve, for the requesting agent's owner and
+    for the person who asked.
     """
     recovery = _get(recovery_id)
     person = _check_approver(user, recovery)
-    if recovery.agent is not None and recovery.agent.owner_id == person.pk:
-        raise PermissionDeniedError(
-            f"you own agent {recovery.agent_name}, which asked for this file; someone else must confirm the write-back"
-        )
+    if (why := asked_by_them(recovery, person)) is not None:
+        raise PermissionDeniedError(f"{why}; someone else must confirm the write-back")
     if not recovery.restore:
         raise ApplicationError(f"recovery #{recovery.pk} was not asked to be restored in place")
     if recovery.restore_state != State.AWAITING:
