@@ -25,6 +25,8 @@ from recoveries.models import (
     ReaperSweep,
     RecoveryApproval,
     RecoveryRequest,
+    RecoveryWriteBackConfirmation,
+    RestoreState,
 )
 from recoveries.presenters import folder_summary, result_dict, waiting_message
 from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
@@ -33,6 +35,7 @@ from recoveries.selectors import (
     recovery_approved_by,
     recovery_for_review,
     recovery_site,
+    recovery_write_back_confirmed_by,
     site_enabled_get,
     undone_call,
 )
@@ -84,6 +87,17 @@ class RequesterFilter(admin.SimpleListFilter):
         return queryset
 
 
+class WriteBackConfirmationInline(admin.TabularInline):
+    model = RecoveryWriteBackConfirmation
+    fields = readonly_fields = ("person_name", "diff_token", "at")
+    extra = 0
+    can_delete = False
+    verbose_name = "write-back confirmation"
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(RecoveryRequest)
 class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
     list_display = [
@@ -101,7 +115,7 @@ class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
     list_display_links = ["id"]
     list_filter = ["status", RequesterFilter]
     search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "requested_by_name", "request_id"]
-    inlines = [ApprovalInline]
+    inlines = [ApprovalInline, WriteBackConfirmationInline]
     # Its add view stays off (ReadOnlyAdmin): a person asks on the page of AskPage, linked from the list.
     change_list_template = "admin/recoveries/recoveryrequest/change_list.html"
 
@@ -123,6 +137,8 @@ class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
             return format_html('{}<br><span class="rw-sub">{}</span>', status_badge(obj.status), waiting_message(obj))
         if obj.restore:
             said = obj.get_restore_state_display() or "not pulled yet"
+            if obj.restore_state == RestoreState.AWAITING and obj.approvals_required > 1:
+                said += f" ({obj.write_back_confirmations.count()} of {obj.approvals_required} confirmed)"
             return format_html('{}<br><span class="rw-sub">in place: {}</span>', status_badge(obj.status), said)
         return status_badge(obj.status)
 
@@ -184,6 +200,7 @@ class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
             "own_agent": own_agent,
             "own_request": recovery.requested_by_id is not None and recovery.requested_by_id == request.user.pk,
             "may_decide": request.user.has_perm(APPROVE_PERMISSION),
+            "write_back_confirmed_by_you": recovery_write_back_confirmed_by(recovery=recovery, user_id=request.user.pk),
             "already_approved": already,
             "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
             "site": recovery_site(recovery),
@@ -251,7 +268,7 @@ class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
                 self.message_user(request, "Not written back; the recovered bytes are kept.", messages.SUCCESS)
             return
         try:
-            recovery_restore_confirm(
+            done = recovery_restore_confirm(
                 recovery_id=pk,
                 user=request.user,
                 seen=request.POST.get("diff", ""),
@@ -260,11 +277,15 @@ class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
         except ApplicationError as exc:
             self.message_user(request, exc.message, messages.ERROR)
             return
-        self.message_user(
-            request,
-            "Write-back confirmed: a checkpoint is taken, then the file is written and read back.",
-            messages.SUCCESS,
-        )
+        if done.status == RecoveryRequest.Status.CONFIRM:
+            count, required = done.write_back_confirmations.count(), done.approvals_required
+            text = (
+                f"Your confirmation is recorded: {count} of {required} confirmed the write-back; nothing is written "
+                "until someone else confirms it too."
+            )
+        else:
+            text = "Write-back confirmed: a checkpoint is taken, then the file is written and read back."
+        self.message_user(request, text, messages.SUCCESS)
 
 
 def _may_see(request: HttpRequest) -> bool:

@@ -207,6 +207,32 @@ class RecoveryApproval(models.Model):
         return f"{self.approver_name} approved #{self.recovery_id}"
 
 
+class RecoveryWriteBackConfirmation(models.Model):
+    """One person's write-back click on a restore in place, naming the diff they were shown.
+
+    With a second approver required (``approvals_required`` 2) the write-back starts only once two
+    distinct people confirmed the same diff; otherwise the one click starts it. Recorded in both
+    cases, so every page says who confirmed which diff.
+    """
+
+    recovery = models.ForeignKey(RecoveryRequest, on_delete=models.CASCADE, related_name="write_back_confirmations")
+    person = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="recovery_write_back_confirmations"
+    )
+    person_name = models.CharField(max_length=150)
+    diff_token = models.CharField(max_length=64, help_text="The diff the person was shown (restore.diff_token).")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["recovery", "person"], name="recovery_write_back_confirmed_once_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.person_name} confirmed the write-back of #{self.recovery_id}"
+
+
 class FlrSession(models.Model):
     """An FLR session this service opened (or tried to). Recorded before the mount call.
 
