@@ -1,5 +1,6 @@
 """The approver's console: pending requests, a review page, approve/deny behind a confirmation,
-and every live FLR session on every site with "end session" behind a confirmation.
+a page where a person asks for a file back (``recoveries.ask_admin``), and every live FLR session
+on every site with "end session" behind a confirmation.
 
 Rows are read-only here; every decision goes through a service, so it is audited with
 the person's name.
@@ -18,7 +19,15 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
-from recoveries.models import FlrSession, ReaperSweep, RecoveryApproval, RecoveryRequest
+from recoveries.ask_admin import AskPage
+from recoveries.models import (
+    FlrSession,
+    ReaperSweep,
+    RecoveryApproval,
+    RecoveryRequest,
+    RecoveryWriteBackConfirmation,
+    RestoreState,
+)
 from recoveries.presenters import folder_summary, result_dict, waiting_message
 from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
 from recoveries.selectors import (
@@ -26,10 +35,16 @@ from recoveries.selectors import (
     recovery_approved_by,
     recovery_for_review,
     recovery_site,
+    recovery_write_back_confirmed_by,
     site_enabled_get,
     undone_call,
 )
-from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+from recoveries.services import (
+    APPROVE_PERMISSION,
+    ASK_PERMISSION,
+    recovery_request_approve,
+    recovery_request_deny,
+)
 from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
 from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
@@ -52,31 +67,68 @@ class ApprovalInline(admin.TabularInline):
         return False
 
 
+class RequesterFilter(admin.SimpleListFilter):
+    """Who asked: each agent, and each person, by name."""
+
+    title = "asked by"
+    parameter_name = "asked_by"
+
+    def lookups(self, request: HttpRequest, model_admin: admin.ModelAdmin) -> list[tuple[str, str]]:
+        rows = RecoveryRequest.objects.order_by().values_list("agent_name", "requested_by_name").distinct()
+        found = {f"person:{person}" if person else f"agent:{agent}" for agent, person in rows}
+        return [(value, value.replace(":", " ", 1)) for value in sorted(found)]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[RecoveryRequest]) -> QuerySet[RecoveryRequest]:
+        kind, _, name = (self.value() or "").partition(":")
+        if kind == "person":
+            return queryset.filter(requested_by_name=name)
+        if kind == "agent":
+            return queryset.filter(agent_name=name, requested_by_name="")
+        return queryset
+
+
+class WriteBackConfirmationInline(admin.TabularInline):
+    model = RecoveryWriteBackConfirmation
+    fields = readonly_fields = ("person_name", "diff_token", "at")
+    extra = 0
+    can_delete = False
+    verbose_name = "write-back confirmation"
+
+    def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
 @admin.register(RecoveryRequest)
-class RecoveryRequestAdmin(ReadOnlyAdmin):
+class RecoveryRequestAdmin(AskPage, ReadOnlyAdmin):
     list_display = [
         "id",
         "state",
         "review",
         "vm_name",
         "path",
-        "agent_name",
+        "asked_by",
         "vpg_name",
         "created_at",
         "expires_at",
         "leaves_journal",
     ]
     list_display_links = ["id"]
-    list_filter = ["status", "agent_name"]
-    search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "request_id"]
-    inlines = [ApprovalInline]
+    list_filter = ["status", RequesterFilter]
+    search_fields = ["vm_name", "vm_identifier", "path", "agent_name", "requested_by_name", "request_id"]
+    inlines = [ApprovalInline, WriteBackConfirmationInline]
+    # Its add view stays off (ReadOnlyAdmin): a person asks on the page of AskPage, linked from the list.
+    change_list_template = "admin/recoveries/recoveryrequest/change_list.html"
 
     def has_view_permission(self, request: HttpRequest, obj: object = None) -> bool:
-        # Whoever may approve must be able to see the queue.
-        return request.user.has_perm(APPROVE_PERMISSION) or super().has_view_permission(request, obj)
+        # Whoever may approve must be able to see the queue; whoever may ask, the requests.
+        return _may_see(request) or super().has_view_permission(request, obj)
 
     def has_module_permission(self, request: HttpRequest) -> bool:
-        return request.user.has_perm(APPROVE_PERMISSION) or super().has_module_permission(request)
+        return _may_see(request) or super().has_module_permission(request)
+
+    @admin.display(description="asked by", ordering="agent_name")
+    def asked_by(self, obj: RecoveryRequest) -> str:
+        return obj.requester
 
     @admin.display(description="Status", ordering="status")
     def state(self, obj: RecoveryRequest) -> str:
@@ -85,6 +137,8 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             return format_html('{}<br><span class="rw-sub">{}</span>', status_badge(obj.status), waiting_message(obj))
         if obj.restore:
             said = obj.get_restore_state_display() or "not pulled yet"
+            if obj.restore_state == RestoreState.AWAITING and obj.approvals_required > 1:
+                said += f" ({obj.write_back_confirmations.count()} of {obj.approvals_required} confirmed)"
             return format_html('{}<br><span class="rw-sub">in place: {}</span>', status_badge(obj.status), said)
         return status_badge(obj.status)
 
@@ -107,7 +161,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         # Approvers come here for the queue: open on the pending requests unless a filter was chosen.
         if not request.GET and request.method == "GET":
             return HttpResponseRedirect(f"{request.path}?status__exact={RecoveryRequest.Status.PENDING}")
-        return super().changelist_view(request, extra_context)
+        return super().changelist_view(request, {**(extra_context or {}), "can_ask": self.has_ask_permission(request)})
 
     def get_urls(self) -> list[URLPattern]:
         own = [
@@ -122,10 +176,10 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
                 name="recoveries_recoveryrequest_decide",
             ),
         ]
-        return own + super().get_urls()
+        return self.ask_urls() + own + super().get_urls()
 
-    def _recovery(self, request: HttpRequest, pk: int) -> RecoveryRequest:
-        if not request.user.has_perm(APPROVE_PERMISSION):
+    def _recovery(self, request: HttpRequest, pk: int, *, to_decide: bool = True) -> RecoveryRequest:
+        if not (request.user.has_perm(APPROVE_PERMISSION) or (not to_decide and _may_see(request))):
             raise PermissionDenied
         recovery = recovery_for_review(recovery_id=pk)
         if recovery is None:
@@ -133,7 +187,8 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         return recovery
 
     def review_view(self, request: HttpRequest, pk: int) -> HttpResponse:
-        recovery = self._recovery(request, pk)
+        # Whoever may ask may read the page of the request they asked for, though not approve it.
+        recovery = self._recovery(request, pk, to_decide=False)
         own_agent = recovery.agent is not None and recovery.agent.owner_id == request.user.pk
         already = recovery_approved_by(recovery=recovery, user_id=request.user.pk)
         context = {
@@ -143,6 +198,9 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
             "recovery": recovery,
             "result": result_dict(recovery, inline=False),
             "own_agent": own_agent,
+            "own_request": recovery.requested_by_id is not None and recovery.requested_by_id == request.user.pk,
+            "may_decide": request.user.has_perm(APPROVE_PERMISSION),
+            "write_back_confirmed_by_you": recovery_write_back_confirmed_by(recovery=recovery, user_id=request.user.pk),
             "already_approved": already,
             "can_decide": recovery.status == RecoveryRequest.Status.PENDING and not recovery.is_expired_now,
             "site": recovery_site(recovery),
@@ -210,7 +268,7 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
                 self.message_user(request, "Not written back; the recovered bytes are kept.", messages.SUCCESS)
             return
         try:
-            recovery_restore_confirm(
+            done = recovery_restore_confirm(
                 recovery_id=pk,
                 user=request.user,
                 seen=request.POST.get("diff", ""),
@@ -219,11 +277,19 @@ class RecoveryRequestAdmin(ReadOnlyAdmin):
         except ApplicationError as exc:
             self.message_user(request, exc.message, messages.ERROR)
             return
-        self.message_user(
-            request,
-            "Write-back confirmed: a checkpoint is taken, then the file is written and read back.",
-            messages.SUCCESS,
-        )
+        if done.status == RecoveryRequest.Status.CONFIRM:
+            count, required = done.write_back_confirmations.count(), done.approvals_required
+            text = (
+                f"Your confirmation is recorded: {count} of {required} confirmed the write-back; nothing is written "
+                "until someone else confirms it too."
+            )
+        else:
+            text = "Write-back confirmed: a checkpoint is taken, then the file is written and read back."
+        self.message_user(request, text, messages.SUCCESS)
+
+
+def _may_see(request: HttpRequest) -> bool:
+    return any(request.user.has_perm(p) for p in (APPROVE_PERMISSION, ASK_PERMISSION))
 
 
 class LiveFilter(admin.SimpleListFilter):

@@ -66,8 +66,8 @@ def _warn_expiring(r: RecoveryRequest, now: datetime) -> list[NotificationDelive
     body = "\n".join(
         [
             f"Recovery #{r.pk} still waits for approval and expires in about {left} min, at {when(r.expires_at)}.",
-            f"VM {r.vm_name}, path {r.path}, asked by agent {r.agent_name}.",
-            "Once it expires the agent has to ask again.",
+            f"VM {r.vm_name}, path {r.path}, asked by {r.requester}.",
+            f"Once it expires, {r.requester} has to ask again.",
             "",
             f"Review, then approve or deny: {approval_url(r)}",
         ]

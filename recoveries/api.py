@@ -1,7 +1,8 @@
-"""REST API for people (session auth): list, detail, approve, deny; plus the file download.
+"""REST API for people (session auth): list, ask, detail, approve, deny; plus the file download.
 
-Approve and deny accept only a signed-in Django user (session + CSRF): an agent's bearer
-token is not an authentication method here, so it can never approve anything.
+Asking, approving and denying accept only a signed-in Django user (session + CSRF): an agent's
+bearer token is not an authentication method here, so it can never approve anything, and an
+agent asks over MCP. Whoever asks may not approve their own request.
 
 The download of a recovered file accepts either a staff session of someone allowed to
 review recoveries, or the bearer token of the agent that asked for the file (the URL
@@ -16,20 +17,31 @@ from django.http import FileResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
-from rest_framework import authentication, exceptions, permissions, serializers
+from rest_framework import authentication, exceptions, permissions, serializers, status
+from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from recoveries.models import RecoveryRequest
+from recoveries.paths import MAX_PATH_LENGTH, GuestPathError
 from recoveries.presenters import RecoveryRecordOut, purged_message, recovery_dict, stored_file
 from recoveries.selectors import recovery_get, recovery_list
-from recoveries.services import APPROVE_PERMISSION, recovery_request_approve, recovery_request_deny
+from recoveries.services import (
+    APPROVE_PERMISSION,
+    ASK_PERMISSION,
+    MAX_REASON_LENGTH,
+    recovery_request_approve,
+    recovery_request_create,
+    recovery_request_deny,
+)
 from rewind.agents import hash_token
 from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
+from rewind.rest.fields import StrictBooleanField
 from rewind.rest.outputs import output_serializer
+from rewind.rest.permissions import request_id_of
 from rewind.rest.schema import ErrorSerializer
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
@@ -50,6 +62,27 @@ class CanReview(permissions.BasePermission):
 
     def describe(self, view: Any, method: str) -> str:
         return f"a signed-in staff user holding `{REVIEW_PERMISSIONS[0]}` or `{REVIEW_PERMISSIONS[1]}`."
+
+
+def _staff_person(request: Request) -> bool:
+    user = request.user
+    return bool(user and user.is_authenticated and not isinstance(user, AgentPrincipal) and user.is_staff)
+
+
+class CanReviewOrAsk(permissions.BasePermission):
+    """The list of recoveries: reading it as ``CanReview``; POST (asking for one) needs the add permission."""
+
+    def has_permission(self, request: Request, view: Any) -> bool:
+        if request.method != "POST":
+            self.message = CanReview.message
+            return CanReview().has_permission(request, view)
+        self.message = "you lack the permission to ask for recoveries"
+        return _staff_person(request) and bool(request.user.has_perm(ASK_PERMISSION))
+
+    def describe(self, view: Any, method: str) -> str:
+        if method == "POST":
+            return f"a signed-in staff user holding `{ASK_PERMISSION}`."
+        return CanReview().describe(view, method)
 
 
 class AgentPrincipal:
@@ -101,12 +134,46 @@ RecoveryOutputSerializer = output_serializer(RecoveryRecordOut)
 
 
 class RecoveryListApi(APIView):
-    """Recovery requests, newest first (at most 500)."""
+    """Recovery requests, newest first (at most 500); POST asks for one, as a person.
 
-    permission_classes = [CanReview]
+    A person's request waits for approval like an agent's; someone else must approve it (and confirm
+    its write-back, with ``restore``)."""
+
+    permission_classes = [CanReviewOrAsk]
+    # JSON only: its true and false are the only booleans taken.
+    parser_classes = [JSONParser]
 
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(required=False, choices=RecoveryRequest.Status.choices)
+
+    class InputSerializer(serializers.Serializer):
+        vm = serializers.CharField(max_length=255, help_text="The VM's name, hostname or identifier.")
+        path = serializers.CharField(
+            max_length=MAX_PATH_LENGTH,
+            trim_whitespace=False,
+            help_text="The absolute guest path: /etc/nginx/nginx.conf or C:\\inetpub\\web.config; "
+            "a folder with recursive.",
+        )
+        reason = serializers.CharField(max_length=MAX_REASON_LENGTH, help_text="Shown to the approver.")
+        checkpoint = serializers.CharField(
+            required=False, max_length=255, help_text="A tag this service put on a checkpoint, or a checkpoint id."
+        )
+        change_id = serializers.CharField(required=False, max_length=100, help_text="The guarded change to go back to.")
+        before_call = serializers.CharField(
+            required=False,
+            max_length=64,
+            help_text="Undo a gateway call (any agent's): the newest journal checkpoint before it.",
+        )
+        point_in_time = serializers.CharField(
+            required=False, max_length=64, help_text="Undo since a time (ISO 8601 with its zone)."
+        )
+        recursive = StrictBooleanField(required=False, default=False, help_text="path is a folder: all of it.")
+        restore = StrictBooleanField(
+            required=False,
+            default=False,
+            help_text="Write it back into the guest once approved, and once someone else has read the diff and "
+            "confirmed; refused when no writer tool serves the VM.",
+        )
 
     @extend_schema(
         operation_id="recoveries_list",
@@ -117,6 +184,26 @@ class RecoveryListApi(APIView):
         filters.is_valid(raise_exception=True)
         rows = recovery_list(status=filters.validated_data.get("status"))[:500]
         return Response({"results": [recovery_dict(r) for r in rows]})
+
+    @extend_schema(
+        operation_id="recoveries_create",
+        responses={
+            201: RecoveryOutputSerializer,
+            404: OpenApiResponse(
+                ErrorSerializer, description="No such VM, guarded change or gateway call; nothing was recorded."
+            ),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        data = self.InputSerializer(data=request.data)
+        data.is_valid(raise_exception=True)
+        try:
+            recovery = recovery_request_create(
+                person=request.user, request_id=request_id_of(request), **data.validated_data
+            )
+        except GuestPathError as exc:
+            raise serializers.ValidationError({"path": [exc.message]}) from None
+        return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)), status=status.HTTP_201_CREATED)
 
 
 class RecoveryDetailApi(APIView):

@@ -24,7 +24,11 @@ class RestoreState(models.TextChoices):
 
 
 class RecoveryRequest(models.Model):
-    """One guest file asked back from one checkpoint of one VM; runs only once approved."""
+    """One guest file asked back from one checkpoint of one VM; runs only once approved.
+
+    Asked by an agent (``agent``, over MCP) or by a person (``requested_by``, over REST or the admin);
+    ``requester`` says which, wherever a page, a message or a notification names who asked.
+    """
 
     class Status(models.TextChoices):
         PENDING = "pending"  # waiting for a human
@@ -58,10 +62,19 @@ class RecoveryRequest(models.Model):
     agent = models.ForeignKey(
         "rewind.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="recoveries"
     )
-    agent_name = models.CharField(max_length=64, db_index=True)
+    agent_name = models.CharField(max_length=64, db_index=True, blank=True, help_text="Empty when a person asked.")
+    # A person's request: who asked (the name stays when the account is deleted); may not approve it.
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="recoveries_asked",
+    )
+    requested_by_name = models.CharField(max_length=150, blank=True, db_index=True)
     vm_identifier = models.CharField(max_length=255, db_index=True)
     vm_name = models.CharField(max_length=255)
-    path = models.CharField(max_length=1024, help_text="The guest path as the agent gave it.")
+    path = models.CharField(max_length=1024, help_text="The guest path as it was asked for.")
     normalized_path = models.CharField(max_length=1024, help_text="Linux: /a/b; Windows: C:/a/b.")
     os = models.CharField(max_length=10, choices=Os.choices)
     reason = models.TextField()
@@ -165,6 +178,13 @@ class RecoveryRequest(models.Model):
         return self.expires_at <= timezone.now()
 
     @property
+    def requester(self) -> str:
+        """Who asked, as every page and message names them: "agent fixer" or "person alice"."""
+        if self.requested_by_name:
+            return f"person {self.requested_by_name}"
+        return f"agent {self.agent_name}"
+
+    @property
     def file_name(self) -> str:
         return self.normalized_path.rstrip("/").rsplit("/", 1)[-1]
 
@@ -185,6 +205,32 @@ class RecoveryApproval(models.Model):
 
     def __str__(self) -> str:
         return f"{self.approver_name} approved #{self.recovery_id}"
+
+
+class RecoveryWriteBackConfirmation(models.Model):
+    """One person's write-back click on a restore in place, naming the diff they were shown.
+
+    With a second approver required (``approvals_required`` 2) the write-back starts only once two
+    distinct people confirmed the same diff; otherwise the one click starts it. Recorded in both
+    cases, so every page says who confirmed which diff.
+    """
+
+    recovery = models.ForeignKey(RecoveryRequest, on_delete=models.CASCADE, related_name="write_back_confirmations")
+    person = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="recovery_write_back_confirmations"
+    )
+    person_name = models.CharField(max_length=150)
+    diff_token = models.CharField(max_length=64, help_text="The diff the person was shown (restore.diff_token).")
+    at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["at", "pk"]
+        constraints = [
+            models.UniqueConstraint(fields=["recovery", "person"], name="recovery_write_back_confirmed_once_per_user"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.person_name} confirmed the write-back of #{self.recovery_id}"
 
 
 class FlrSession(models.Model):

@@ -10,7 +10,8 @@ there. Its delivery is listed with every other channel's, and audited under its 
 Recipients are the people who could act on the mail: active staff users (the review page is
 in the admin) with an email address who hold ``recoveries.approve_recovery`` directly,
 through a group, or as superusers, plus the extra addresses of REWIND_APPROVER_EMAILS. The
-owner of the requesting agent is left out: they may not approve their own agent's request.
+owner of the requesting agent is left out: they may not approve their own agent's request; so is
+the person who asked, for a person's request.
 The mail carries what an approver needs to decide, never a secret (no token, no password).
 """
 
@@ -23,7 +24,7 @@ from datetime import UTC, datetime
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
-from django.contrib.auth.models import Permission
+from django.contrib.auth.models import Permission, User
 from django.core.mail import EmailMessage
 from django.db import transaction
 from django.db.models import Q
@@ -50,7 +51,7 @@ NOTIFY_TASK = "recoveries.notify_approvers"
 
 def approver_addresses(recovery: RecoveryRequest) -> list[str]:
     """Who is told about ``recovery``: sorted, each address once (case-insensitively)."""
-    owner = recovery.agent.owner if recovery.agent is not None else None
+    owner = _asker(recovery)
     users = get_user_model().objects.filter(is_active=True, is_staff=True).exclude(email="")
     holds = Q(is_superuser=True)
     perm = Permission.objects.filter(content_type__app_label="recoveries", codename="approve_recovery").first()
@@ -69,6 +70,14 @@ def approver_addresses(recovery: RecoveryRequest) -> list[str]:
         if key and key not in skip:
             out.setdefault(key, address.strip())
     return sorted(out.values(), key=str.casefold)
+
+
+def _asker(recovery: RecoveryRequest) -> User | None:
+    """The person who stands behind the request and so may not approve it: the agent's owner, or
+    the person who asked."""
+    if recovery.agent is not None:
+        return recovery.agent.owner
+    return recovery.requested_by
 
 
 def when(value: datetime | None) -> str:
@@ -95,12 +104,12 @@ def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
     approvals = "two different people" if r.approvals_required > 1 else "one person"
     what = "a folder" if r.recursive else "a file"
     lines = [
-        f"Agent {r.agent_name} asks for {what} back from a checkpoint. It runs only after {approvals} approve.",
+        f"{r.requester[:1].upper()}{r.requester[1:]} asks for {what} back from a checkpoint. It runs only after {approvals} approve.",
         "",
         f"VM:          {r.vm_name} ({r.vm_identifier})",
         f"Path:        {r.path}",
         *([f"Folder:      {folder_summary(r)}"] if r.recursive else []),
-        f"Agent:       {r.agent_name}",
+        f"Asked by:    {r.requester}",
         f"VPG:         {r.vpg_name}, mounted at recovery site {r.recovery_site_name or r.recovery_site_identifier}",
         f"Checkpoint:  {r.checkpoint_tag or r.checkpoint_identifier}",
         f"             taken {when(r.checkpoint_timestamp)} (id {r.checkpoint_identifier})",
@@ -130,8 +139,9 @@ def approval_message(recovery: RecoveryRequest, recipients: list[str]) -> EmailM
         [
             *lines,
             "",
-            "You get this mail because you may approve file recoveries in zerto-rewind. The owner of the",
-            f"agent is not asked: they may not approve their own agent's request. Request id {r.request_id}.",
+            "You get this mail because you may approve file recoveries in zerto-rewind. "
+            + ("The person who asked" if r.requested_by_name else "The owner of the agent"),
+            f"is not asked: they may not approve their own request. Request id {r.request_id}.",
         ]
     )
     return EmailMessage(
@@ -194,7 +204,7 @@ def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None
     is recorded and audited instead. Nothing is sent for a request that is gone, decided or
     expired, or when nobody has an address: the delivery is then recorded as skipped.
     """
-    recovery = RecoveryRequest.objects.select_related("agent__owner").filter(pk=recovery_id).first()
+    recovery = RecoveryRequest.objects.select_related("agent__owner", "requested_by").filter(pk=recovery_id).first()
     delivery = _mail_delivery(recovery_id, recovery, request_id or "")
     if recovery is None or delivery is None:
         _skip(delivery, "the request is gone")

@@ -192,6 +192,13 @@ class RestoreFileOut(BaseModel):
     read_back_sha256: str | None = None
 
 
+class WriteBackConfirmationOut(BaseModel):
+    rest_name: ClassVar[str] = "RecoveryWriteBackConfirmation"
+
+    person: str
+    at: Timestamp
+
+
 class RestoreOut(BaseModel):
     rest_name: ClassVar[str] = "RecoveryRestore"
 
@@ -206,6 +213,14 @@ class RestoreOut(BaseModel):
     current_size: int | None = None
     current_error: str | None = Field(default=None, description="Why the file in the guest could not be read")
     confirmed_by: str | None = None
+    confirmations: list[WriteBackConfirmationOut] = Field(
+        default_factory=list, description="Who clicked Write back after reading the diff, in order"
+    )
+    confirmations_required: int = Field(
+        default=1,
+        description="How many distinct people must confirm the write-back before anything is written: 2 when "
+        "a second approver is required, else 1",
+    )
     read_back_sha256: str | None = Field(default=None, description="What the reader gave back after the write")
     guard_id: int | None = Field(default=None, description="The guard taken before the write-back")
     change_id: str | None = Field(
@@ -234,6 +249,11 @@ def restore_out(r: RecoveryRequest) -> RestoreOut | None:
         current_size=r.current_size,
         current_error=r.current_error or None,
         confirmed_by=r.confirmed_by or None,
+        confirmations=[
+            WriteBackConfirmationOut(person=c.person_name, at=c.at.isoformat())
+            for c in r.write_back_confirmations.all()
+        ],
+        confirmations_required=r.approvals_required,
         read_back_sha256=r.written_sha256 or None,
         guard_id=r.restore_guard_id,
         change_id=f"restore-{r.pk}" if r.restore_guard_id else None,
@@ -272,7 +292,7 @@ class RecoveryOut(BaseModel):
     )
     vm: str
     vm_identifier: str
-    path: Annotated[str, Rest(help_text="The guest path as the agent gave it.")]
+    path: Annotated[str, Rest(help_text="The guest path as it was asked for.")]
     recursive: bool = Field(default=False, description="true: path is a folder, brought back with all it holds")
     checkpoint: CheckpointOut
     approval_url: Annotated[
@@ -304,7 +324,8 @@ class RecoveryRecordOut(RecoveryOut):
 
     rest_name: ClassVar[str] = "Recovery"
 
-    agent: str
+    agent: Annotated[str, Rest(help_text="The agent that asked; empty when a person asked.")]
+    requested_by: Annotated[str, Rest(help_text="The person who asked (REST or the admin); empty when an agent asked.")]
     normalized_path: str
     reason: str
     approvals: list[ApprovalOut]
@@ -425,6 +446,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
         id=r.pk,
         status=r.status,
         agent=r.agent_name,
+        requested_by=r.requested_by_name,
         vm=r.vm_name,
         vm_identifier=r.vm_identifier,
         path=r.path,

@@ -27,13 +27,13 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from recoveries.diff import FileDiff, file_diff
 from recoveries.guestfile import encode_content
-from recoveries.models import RecoveryRequest, RestoreState
+from recoveries.models import RecoveryRequest, RecoveryWriteBackConfirmation, RestoreState
 from recoveries.restore_announce import restore_announce_awaiting, restore_announce_finished
 from recoveries.restore_files import (
     FolderFileDiff,
@@ -45,7 +45,7 @@ from recoveries.restore_files import (
 )
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import guest_file_tools_for
-from recoveries.services import _check_approver, _get
+from recoveries.services import _check_approver, _get, asked_by_them
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, PermissionDeniedError
@@ -226,16 +226,19 @@ def recovery_restore_confirm(
 ) -> RecoveryRequest:
     """A person's write-back click, after they were shown the diff named ``seen`` (``diff_token``).
 
+    Every click is recorded (``RecoveryWriteBackConfirmation``). The write-back starts once as many
+    distinct people as the request's ``approvals_required`` confirmed the same diff: with a second
+    approver required (four eyes), the first click leaves the request awaiting the second.
+
     Refused (``ApplicationError``, nothing changed) before the diff exists, for a diff other than
-    the one produced, or when the request is not awaiting the click; refused
-    (``PermissionDeniedError``) without the permission to approve or for the requesting agent's owner.
+    the one produced, when the request is not awaiting the click, or when this person already
+    confirmed it; refused (``PermissionDeniedError``) without the permission to approve, for the
+    requesting agent's owner and for the person who asked.
     """
     recovery = _get(recovery_id)
     person = _check_approver(user, recovery)
-    if recovery.agent is not None and recovery.agent.owner_id == person.pk:
-        raise PermissionDeniedError(
-            f"you own agent {recovery.agent_name}, which asked for this file; someone else must confirm the write-back"
-        )
+    if (why := asked_by_them(recovery, person)) is not None:
+        raise PermissionDeniedError(f"{why}; someone else must confirm the write-back")
     if not recovery.restore:
         raise ApplicationError(f"recovery #{recovery.pk} was not asked to be restored in place")
     if recovery.restore_state != State.AWAITING:
@@ -248,17 +251,26 @@ def recovery_restore_confirm(
     rid = request_id or current_request_id()
     now = timezone.now()
     with transaction.atomic():
-        won = RecoveryRequest.objects.filter(
-            pk=recovery.pk, status=Status.CONFIRM, restore_state=State.AWAITING
-        ).update(
-            status=Status.RESTORING,
-            restore_state=State.GUARDING,
-            confirmed_by=person.get_username(),
-            confirmed_at=now,
-            restore_step_at=now,
-        )
-        if not won:
-            raise ApplicationError(f"recovery #{recovery.pk} was confirmed meanwhile")
+        # The lock orders two people's clicks: the second one counts the first.
+        locked = RecoveryRequest.objects.select_for_update().get(pk=recovery.pk)
+        if locked.restore_state != State.AWAITING:
+            raise ApplicationError(_not_awaiting(locked))
+        names = _confirmation_record(locked, person, seen)
+        required = locked.approvals_required
+        complete = len(names) >= required
+        if complete:
+            won = RecoveryRequest.objects.filter(
+                pk=recovery.pk, status=Status.CONFIRM, restore_state=State.AWAITING
+            ).update(
+                status=Status.RESTORING,
+                restore_state=State.GUARDING,
+                confirmed_by=", ".join(names)[:150],
+                confirmed_at=now,
+                restore_step_at=now,
+            )
+            if not won:
+                raise ApplicationError(f"recovery #{recovery.pk} was confirmed meanwhile")
+            transaction.on_commit(lambda: write_back_queue(recovery.pk, rid))
         audit_record(
             actor=Actor.user(person.get_username()),
             action=RecoveryAction.RESTORE_CONFIRMED,
@@ -270,12 +282,35 @@ def recovery_restore_confirm(
                 "current_sha256": recovery.current_sha256 or None,
                 "diff": seen,
                 **({"files": len(recovery.restore_files)} if recovery.recursive else {}),
+                "confirmations": len(names),
+                "required": required,
+                "complete": complete,
             },
             request_id=rid,
         )
-        transaction.on_commit(lambda: write_back_queue(recovery.pk, rid))
     recovery.refresh_from_db()
     return recovery
+
+
+def _confirmation_record(recovery: RecoveryRequest, person: User, seen: str) -> list[str]:
+    """Record ``person``'s click on the diff ``seen``; the names of all who confirmed that diff, in order.
+
+    Needs the caller's transaction (and its lock on the request). ``ApplicationError`` when this
+    person already confirmed: a second confirmation must be someone else's.
+    """
+    again = ApplicationError(
+        f"you already confirmed the write-back of recovery #{recovery.pk}; a second person must confirm it"
+    )
+    if recovery.write_back_confirmations.filter(person_id=person.pk).exists():
+        raise again
+    try:
+        with transaction.atomic():  # a double click that raced past the check meets the unique constraint
+            RecoveryWriteBackConfirmation.objects.create(
+                recovery=recovery, person=person, person_name=person.get_username(), diff_token=seen
+            )
+    except IntegrityError:
+        raise again from None
+    return list(recovery.write_back_confirmations.filter(diff_token=seen).values_list("person_name", flat=True))
 
 
 def recovery_restore_decline(

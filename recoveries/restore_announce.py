@@ -52,7 +52,7 @@ def restore_announce_finished(
             + ("restored: verified" if verified else f"not restored ({state})"),
             body="\n".join(
                 [
-                    f"VM {recovery.vm_name}, {'folder' if recovery.recursive else 'file'} {recovery.path}, asked back by agent {recovery.agent_name}.",
+                    f"VM {recovery.vm_name}, {'folder' if recovery.recursive else 'file'} {recovery.path}, asked back by {recovery.requester}.",
                     f"restored: {message}",
                     *[f"  {row['path']}: {row['result'] or 'not written'}: {row['message']}" for row in files],
                     approval_url(recovery),

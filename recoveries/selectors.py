@@ -19,7 +19,7 @@ from rewind.sites.models import Site
 def recovery_list(*, status: str | None = None) -> QuerySet[RecoveryRequest]:
     qs = (
         RecoveryRequest.objects.select_related("agent")
-        .prefetch_related("approvals")
+        .prefetch_related("approvals", "write_back_confirmations")
         .annotate(**journal_state_annotations())
     )
     return qs.filter(status=status) if status else qs
@@ -35,7 +35,7 @@ def recovery_get(*, recovery_id: int) -> RecoveryRequest:
 def recovery_get_for_agent(*, recovery_id: int, agent_id: int) -> RecoveryRequest:
     """One recovery of this agent; ``NotFoundError`` for another agent's (its existence is not told)."""
     recovery = (
-        RecoveryRequest.objects.prefetch_related("approvals")
+        RecoveryRequest.objects.prefetch_related("approvals", "write_back_confirmations")
         .annotate(**journal_state_annotations())
         .filter(pk=recovery_id, agent_id=agent_id)
         .first()
@@ -48,7 +48,7 @@ def recovery_get_for_agent(*, recovery_id: int, agent_id: int) -> RecoveryReques
 def recovery_for_review(*, recovery_id: int) -> RecoveryRequest | None:
     return (
         RecoveryRequest.objects.select_related("agent__owner")
-        .prefetch_related("approvals")
+        .prefetch_related("approvals", "write_back_confirmations")
         .annotate(**journal_state_annotations())
         .filter(pk=recovery_id)
         .first()
@@ -57,6 +57,10 @@ def recovery_for_review(*, recovery_id: int) -> RecoveryRequest | None:
 
 def recovery_approved_by(*, recovery: RecoveryRequest, user_id: int | None) -> bool:
     return recovery.approvals.filter(approver_id=user_id).exists()
+
+
+def recovery_write_back_confirmed_by(*, recovery: RecoveryRequest, user_id: int | None) -> bool:
+    return recovery.write_back_confirmations.filter(person_id=user_id).exists()
 
 
 def recovery_site(recovery: RecoveryRequest) -> Site | None:

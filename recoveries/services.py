@@ -36,22 +36,45 @@ from rewind.workers.broker import broker_refused
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
 APPROVE_PERMISSION = "recoveries.approve_recovery"
+ASK_PERMISSION = "recoveries.add_recoveryrequest"
 MAX_REASON_LENGTH = 2000
 
 
-def _moment(agent: Agent, before_call: str | None, point_in_time: str | None) -> Moment | None:
+def _moment(agent: Agent | None, before_call: str | None, point_in_time: str | None) -> Moment | None:
+    """The moment an undo goes back before; an agent names only its own calls, a person any agent's."""
     if before_call is not None and point_in_time is not None:
         raise ApplicationError("give before_call or point_in_time, not both")
     if before_call is not None:
-        return moment_of_call(before_call, agent_name=agent.name)
+        return moment_of_call(before_call, agent_name=agent.name if agent is not None else None)
     if point_in_time is not None:
         return moment_of_time(point_in_time)
     return None
 
 
+def _requester(agent: Agent | None, person: User | AnonymousUser | None) -> tuple[Actor, VmLimit, User | None]:
+    """Who asks, as the audit names them, the VM limit they ask within, and the person (None for an
+    agent); refused when they may not ask.
+
+    A person is not held to any agent's VM limit: the limit narrows what an agent's token may reach,
+    and a person who may ask for recoveries may ask for any protected VM.
+    """
+    if (agent is None) == (person is None):
+        raise ApplicationError("a recovery is asked for by an agent or by a person: name exactly one")
+    if agent is not None:
+        if not agent.is_active:
+            raise PermissionDeniedError(f"agent {agent.name} is disabled")
+        return Actor.agent(agent.name), VmLimit.of(agent), None
+    if not isinstance(person, User) or not person.is_authenticated or not person.is_active or not person.is_staff:
+        raise PermissionDeniedError("only a signed-in, active staff person may ask for a recovery")
+    if not person.has_perm(ASK_PERMISSION):
+        raise PermissionDeniedError(f"you lack the permission to ask for recoveries ({ASK_PERMISSION})")
+    return Actor.user(person.get_username()), VmLimit(), person
+
+
 def recovery_request_create(
     *,
-    agent: Agent,
+    agent: Agent | None = None,
+    person: User | AnonymousUser | None = None,
     vm: str,
     path: str,
     reason: str,
@@ -63,7 +86,11 @@ def recovery_request_create(
     restore: bool = False,
     request_id: str | None = None,
 ) -> RecoveryRequest:
-    """Record a pending request bound to one VM, path and checkpoint.
+    """Record a pending request bound to one VM, path and checkpoint, asked by ``agent`` or ``person``.
+
+    A person (REST, the admin) must be active staff holding ``recoveries.add_recoveryrequest``; an
+    agent's VM limit does not apply to them, and their ``before_call`` may name any agent's call.
+    Whoever asked may not approve the request nor confirm its write-back.
 
     ``restore``: once approved and pulled, the file is written back into the guest after a person
     saw the diff and confirmed (``recoveries.restore``); refused at once when no writer tool serves
@@ -76,7 +103,8 @@ def recovery_request_create(
     With ``restore`` too, its files are compared and written back one by one under one guard.
 
     Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
-    checkpoint); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
+    checkpoint, neither or both of agent and person) or ``PermissionDeniedError`` (a disabled agent,
+    a person who may not ask); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
     transaction. Not idempotent: each call is a new request.
     """
     if not isinstance(recursive, bool):
@@ -89,8 +117,7 @@ def recovery_request_create(
         raise ApplicationError(f"the reason is longer than {MAX_REASON_LENGTH} characters")
     if not vm or not str(vm).strip():
         raise ApplicationError("name the VM (its name, hostname or identifier)")
-    if not agent.is_active:
-        raise PermissionDeniedError(f"agent {agent.name} is disabled")
+    actor, limit, asker = _requester(agent, person)
     if restore and (refusal := restore_refusal(vm_name=str(vm).strip(), os=guest.os, any_vm=True)):
         raise ApplicationError(refusal)  # before any ZVM is asked
     moment = _moment(agent, before_call, point_in_time)
@@ -99,8 +126,8 @@ def recovery_request_create(
         checkpoint=checkpoint,
         change_id=change_id,
         before=moment,
-        limit=VmLimit.of(agent),
-        agent_name=agent.name,
+        limit=limit,
+        agent_name=agent.name if agent is not None else "",
     )
     if restore and (refusal := restore_refusal(vm_name=bound.vm_name, os=guest.os)):
         raise ApplicationError(refusal)
@@ -108,7 +135,9 @@ def recovery_request_create(
     with transaction.atomic():
         recovery = RecoveryRequest.objects.create(
             agent=agent,
-            agent_name=agent.name,
+            agent_name=agent.name if agent is not None else "",
+            requested_by=asker,
+            requested_by_name=asker.get_username() if asker is not None else "",
             vm_identifier=bound.vm_identifier,
             vm_name=bound.vm_name,
             path=path.strip(),
@@ -135,7 +164,7 @@ def recovery_request_create(
             restore=restore,
         )
         audit_record(
-            actor=Actor.agent(agent.name),
+            actor=actor,
             action=RecoveryAction.REQUESTED,
             target=recovery,
             data=_describe(recovery),
@@ -145,11 +174,11 @@ def recovery_request_create(
         # that fails never fails the request, which waits in the admin queue regardless.
         recovery_announce(recovery=recovery, request_id=rid)
     logger.info(
-        "recovery #%s of %s:%s by agent %s waits for approval",
+        "recovery #%s of %s:%s by %s waits for approval",
         recovery.pk,
         recovery.vm_name,
         recovery.normalized_path,
-        agent.name,
+        recovery.requester,
     )
     return recovery
 
@@ -180,6 +209,8 @@ def _describe(recovery: RecoveryRequest) -> dict[str, object]:
         "undo_before": recovery.undo_before.isoformat() if recovery.undo_before else None,
         "undo_before_by_s": recovery.undo_before_by_s,
         "reason": recovery.reason,
+        # Only a person's request says so: an agent's is named by the audit row's actor as it always was.
+        **({"requested_by": recovery.requested_by_name} if recovery.requested_by_name else {}),
         "expires_at": recovery.expires_at.isoformat(),
         # Only a folder says so: a file's request reads as it always did.
         **({"recursive": True} if recovery.recursive else {}),
@@ -194,6 +225,19 @@ def _check_approver(user: User | AnonymousUser, recovery: RecoveryRequest) -> Us
     if not user.has_perm(APPROVE_PERMISSION):
         raise PermissionDeniedError("you lack the permission to approve or deny recoveries")
     return user
+
+
+def asked_by_them(recovery: RecoveryRequest, user: User) -> str | None:
+    """Why ``user`` may not approve ``recovery`` nor confirm its write-back (the four-eyes rule), or None.
+
+    The owner of the asking agent and the person who asked both stand behind the request: approving
+    it themselves would make it one person's decision.
+    """
+    if recovery.agent is not None and recovery.agent.owner_id == user.pk:
+        return f"you own agent {recovery.agent_name}, which asked for this file"
+    if recovery.requested_by_id is not None and recovery.requested_by_id == user.pk:
+        return "you asked for this file yourself"
+    return None
 
 
 def _expire_if_due(recovery: RecoveryRequest, now: datetime) -> None:
@@ -222,10 +266,8 @@ def recovery_request_approve(
     """
     recovery = _get(recovery_id)
     approver = _check_approver(user, recovery)
-    if recovery.agent is not None and recovery.agent.owner_id == approver.pk:
-        raise PermissionDeniedError(
-            f"you own agent {recovery.agent_name}, which asked for this file; someone else must approve it"
-        )
+    if (why := asked_by_them(recovery, approver)) is not None:
+        raise PermissionDeniedError(f"{why}; someone else must approve it")
     now = timezone.now()
     _expire_if_due(recovery, now)
     rid = request_id or current_request_id()

@@ -34,11 +34,14 @@ class Moment:
     described: str
 
 
-def moment_of_call(call_id: str, *, agent_name: str) -> Moment:
-    """The moment a call of this agent left for its upstream. Another agent's call is not found."""
+def moment_of_call(call_id: str, *, agent_name: str | None) -> Moment:
+    """The moment a call left for its upstream. An agent (``agent_name``) names only its own calls:
+    another agent's is not found; a person (``agent_name`` None) may name any agent's call."""
     value = (call_id or "").strip()
     call = GatewayCall.objects.filter(call_id=value).first() if value else None
-    if call is None or call.agent_name != agent_name:
+    if call is None and agent_name is None:
+        raise NotFoundError(f"no call {value[:60]!r} went through the gateway (before_call takes a gateway call id)")
+    if call is None or (agent_name is not None and call.agent_name != agent_name):
         raise NotFoundError(
             f"you made no call {value[:60]!r} through the gateway (before_call takes a call id of yours)"
         )

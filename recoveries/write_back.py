@@ -114,7 +114,8 @@ def _guard_start(recovery: RecoveryRequest, tools: GuestFileTools, request_id: s
         return State.NOT_WRITTEN
     try:
         outcome = guard_create(
-            agent_name=recovery.agent_name,
+            # A person's request is guarded in their name: the tag says who the write-back is for.
+            agent_name=(recovery.agent_name or recovery.requested_by_name)[:64],
             agent_id=recovery.agent_id,
             vm=recovery.vm_identifier,
             action=f"write back {_what(recovery)} (recovery #{recovery.pk})",
