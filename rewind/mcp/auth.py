@@ -26,7 +26,7 @@ from django.conf import settings
 from django.utils import timezone
 from mcp.server.auth.provider import AccessToken
 
-from rewind.mcp.context import run_db
+from rewind.mcp.context import run_quick
 
 _MAX_ENTRIES = 10_000
 
@@ -131,7 +131,7 @@ class CachedTokenVerifier:
         cache_seconds = self._cache_seconds[index]
         entry = self._cache.get((index, key))
         if entry is None or entry.fresh_until <= now:
-            grant = await run_db(store.find, key)
+            grant = await run_quick(store.find, key)
             if grant is None:
                 entry = _Entry(None, None, None, now + cache_seconds, now)
             else:
@@ -144,7 +144,7 @@ class CachedTokenVerifier:
             return None
         if now - entry.last_used_written >= store.touch_interval_s and entry.token_pk is not None:
             entry.last_used_written = now
-            await run_db(store.touch, entry.token_pk)
+            await run_quick(store.touch, entry.token_pk)
         return entry.access
 
     def _remember(self, key: tuple[int, str], entry: _Entry) -> None:

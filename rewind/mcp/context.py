@@ -13,7 +13,9 @@ so an agent whose call failed afterwards can still find the outcome.
 own ``sync_to_async`` would put every call of the process on one shared thread when called
 from the MCP app (measured: 8 concurrent 100 ms calls took 810 ms), so it is not used here.
 Each pool thread keeps its own database connection for its lifetime, so a process holds at
-most ``POOL_SIZE`` connections for MCP work.
+most ``POOL_SIZE`` connections for MCP work, and two more for ``run_quick``: single short
+queries (a token, the sites' fingerprint) on a lane of their own, so that a call answered from
+caches never waits behind pool threads that wait for a ZVM's request cap.
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ T = TypeVar("T")
 # ZVM calls block on I/O, so a few more threads than cores pay off; each holds a DB connection.
 POOL_SIZE = 8
 _pool = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="rewind-mcp")
+# A lane of its own for single short queries that never call a ZVM (``run_quick``): under load
+# every thread of the pool may wait seconds for a ZVM's request cap (guards looking their VMs
+# up), and a call answered from caches must not queue behind them for the one query it needs.
+_quick_lane = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-quick")
 
 
 def current_agent_name() -> str:
@@ -121,10 +127,21 @@ def database_retried(fn: Callable[[], T], what: str) -> T:
 
 async def run_db(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
     """Run ``fn(*args, **kwargs)`` on the MCP thread pool; context vars (agent, request id) follow."""
+    return await _run_on(_pool, fn, args, kwargs)
+
+
+async def run_quick(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """``run_db`` for one short query that never calls a ZVM (a token, the sites' fingerprint)."""
+    return await _run_on(_quick_lane, fn, args, kwargs)
+
+
+async def _run_on(
+    executor: ThreadPoolExecutor, fn: Callable[..., T], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> T:
     loop = asyncio.get_running_loop()
     ctx = contextvars.copy_context()
     call = functools.partial(ctx.run, _run_in_thread, fn, args, kwargs)
-    return await loop.run_in_executor(_pool, call)
+    return await loop.run_in_executor(executor, call)
 
 
 async def run_db_retried(fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
@@ -180,7 +197,7 @@ class _ReadState[V]:
 
 
 class SharedRead[V]:
-    """``await read()``: the value of ``fn()`` (run with ``run_db``) as read after the await began.
+    """``await read()``: ``fn()`` (one short query, on a thread of its own) as read after the await began.
 
     Callers that arrive while a read is running wait for the next one, which starts when the
     running one ends and serves all of them: under load one thread hand-off answers many
@@ -212,7 +229,7 @@ class SharedRead[V]:
 
     async def _read(self, loop: asyncio.AbstractEventLoop, state: _ReadState[V], future: asyncio.Future[V]) -> None:
         try:
-            value = await run_db(self._fn)
+            value = await run_quick(self._fn)
         except asyncio.CancelledError:  # the loop is shutting down: so are the waiters
             future.cancel()
             if state.next is not None:
