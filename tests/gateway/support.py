@@ -139,3 +139,20 @@ def add_http_upstream(shell: GuestShellHttp, name: str = "guestshell", **fields:
     )
     upstream_tools_refresh(upstream)
     return upstream
+
+
+def guest_shell_file_tools(shell: GuestShellHttp, os: str = "linux", **fields: Any) -> Upstream:
+    """The guest shell as an upstream whose write_file and read_file write and read ``os`` guests' files
+    (base64); ``fields`` override the guest file tools' settings (another writer, a VM pattern)."""
+    from recoveries.restore_tools import guest_file_tools_set  # the gateway tests without it import no app
+
+    upstream = add_http_upstream(shell, default_policy="pass")
+    settings = {
+        "writer_tool": "write_file",
+        "reader_tool": "read_file",
+        "content_encoding": "base64",
+        "encoding_arg": "encoding",
+        **fields,
+    }
+    guest_file_tools_set(actor=Actor.user("admin"), upstream=upstream, os=os, **settings)
+    return upstream

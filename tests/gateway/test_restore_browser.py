@@ -12,12 +12,10 @@ import pytest
 from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_create
-from rewind.audit import Actor
 from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent
-from tests.gateway.support import add_http_upstream
+from tests.gateway.support import guest_shell_file_tools
 from tests.helpers import insert_tagged_checkpoint
 from tests.markers import NEEDS_CHROMIUM
 
@@ -37,16 +35,7 @@ def test_the_write_back_needs_the_diff_shown_then_a_second_click(
     live_server, inline_tasks, page, sim, sites, people, guestshell_http, settings: Any
 ) -> None:
     settings.REWIND_LOOKUP_CACHE_S = 0
-    upstream = add_http_upstream(guestshell_http, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="linux",
-        writer_tool="write_file",
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(guestshell_http)
     agent = Agent.objects.create(name="fixer", owner=people.owner)
     good = sim.read_file("web01", NGINX)
     insert_tagged_checkpoint(sim, sites, "web01", "chg-1", "fixer")

@@ -14,15 +14,13 @@ from django.urls import reverse
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.presenters import recovery_dict
 from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_folder_diffs
-from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
-from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
 from tests.helpers import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -49,16 +47,7 @@ def agent(people: Any) -> Agent:
 
 
 def _tools(shell: GuestShellHttp, writer: str = "write_file") -> None:
-    upstream = add_http_upstream(shell, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="linux",
-        writer_tool=writer,
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(shell, writer_tool=writer)
 
 
 def _folder_at_checkpoint(sim: Any, sites: Any, files: dict[str, str]) -> dict[str, bytes]:
@@ -263,16 +252,7 @@ def test_a_folder_the_person_decides_not_to_write_back_says_so_for_each_file(
 def test_a_windows_folder_with_subfolders_is_written_back_through_windows_paths(
     inline_tasks, sim, sites, people, agent, guestshell_http
 ) -> None:
-    upstream = add_http_upstream(guestshell_http, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="windows",
-        writer_tool="write_file",
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(guestshell_http, os="windows")
     index = "C:\\inetpub\\wwwroot\\index.html"
     good = sim.read_file("win01", index)
     insert_tagged_checkpoint(sim, sites, "win01", "chg-1", "fixer")

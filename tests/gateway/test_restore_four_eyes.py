@@ -11,15 +11,13 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore import diff_token, recovery_restore_confirm
-from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
-from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent
 from rewind.protection import protection_cache_clear
 from tests.fixtures import APPROVE, make_user
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
 from tests.helpers import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,16 +36,7 @@ def _fresh_lookups(settings: Any) -> None:
 @pytest.fixture
 def broken_nginx(sim: Any, sites: Any, guestshell_http: GuestShellHttp) -> bytes:
     """A writer and reader for linux VMs, a guarded change "chg-1" of web01, then nginx.conf broken; the good bytes."""
-    upstream = add_http_upstream(guestshell_http, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="linux",
-        writer_tool="write_file",
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(guestshell_http)
     good = sim.read_file("web01", NGINX)
     insert_tagged_checkpoint(sim, sites, "web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")

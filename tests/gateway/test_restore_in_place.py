@@ -20,12 +20,11 @@ from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import ApplicationError
-from rewind.gateway.models import Upstream
 from rewind.models import Agent, Site
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import add_http_upstream, guest_shell_file_tools
 from tests.helpers import call_tool, insert_tagged_checkpoint, poll_recovery_status, tool_ok, tool_text
 from tests.mcpfixtures import make_agent_token
 
@@ -52,19 +51,6 @@ def tagged(sim: Any, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
         return insert_tagged_checkpoint(sim, sites, vm, change_id, "fixer")
 
     return make
-
-
-def _tools(shell: GuestShellHttp, **fields: Any) -> Upstream:
-    upstream = add_http_upstream(shell, default_policy="pass")
-    settings = {
-        "writer_tool": "write_file",
-        "reader_tool": "read_file",
-        "content_encoding": "base64",
-        "encoding_arg": "encoding",
-        **fields,
-    }
-    guest_file_tools_set(actor=Actor.user("admin"), upstream=upstream, os="linux", **settings)
-    return upstream
 
 
 def _ask(agent: Any, path: str = NGINX, **kw: Any) -> RecoveryRequest:
@@ -104,7 +90,7 @@ def test_a_text_file_is_written_back_after_the_diff_and_a_second_click_and_verif
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http, receiver, settings
 ) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     good = sim.read_file("web01", NGINX)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="worker_connections 4096\n")
@@ -143,7 +129,7 @@ def test_a_text_file_is_written_back_after_the_diff_and_a_second_click_and_verif
 def test_a_binary_file_is_restored_in_place_through_base64(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     blob = bytes(range(256)) * 8
     sim.set_file("web01", BLOB, content=blob)
     tagged("web01", "chg-1")
@@ -162,7 +148,7 @@ def test_a_binary_file_is_restored_in_place_through_base64(
 def test_the_write_back_is_refused_before_the_diff_and_for_another_diff(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     tagged("web01", "chg-1")
     recovery = _ask(agent)
     with pytest.raises(ApplicationError, match="not produced yet"):
@@ -191,7 +177,7 @@ def test_a_write_that_fails_half_way_is_reported_with_what_the_guest_holds(
     inline_tasks, sim, sites, people, agent, tagged, faulty, receiver, settings
 ) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
-    _tools(faulty, writer_tool="write_half")
+    guest_shell_file_tools(faulty, writer_tool="write_half")
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
     recovery = _confirm_and_finish(inline_tasks, people, _approve_and_compare(inline_tasks, people, _ask(agent)))
@@ -206,7 +192,7 @@ def test_a_write_that_fails_half_way_is_reported_with_what_the_guest_holds(
 def test_a_reader_that_gives_back_other_bytes_is_reported_as_differing(
     inline_tasks, sim, sites, people, agent, tagged, faulty
 ) -> None:
-    _tools(faulty, reader_tool="read_stale")
+    guest_shell_file_tools(faulty, reader_tool="read_stale")
     good = sim.read_file("web01", NGINX)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
@@ -220,7 +206,7 @@ def test_a_reader_that_gives_back_other_bytes_is_reported_as_differing(
 def test_an_upstream_that_is_down_writes_nothing_and_takes_no_checkpoint(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
     recovery = _approve_and_compare(inline_tasks, people, _ask(agent))
@@ -238,7 +224,7 @@ def test_an_upstream_that_is_down_writes_nothing_and_takes_no_checkpoint(
 def test_a_binary_file_and_a_text_writer_end_before_anyone_is_asked(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http, content_encoding="utf-8", encoding_arg="")
+    guest_shell_file_tools(guestshell_http, content_encoding="utf-8", encoding_arg="")
     sim.set_file("web01", BLOB, content=b"\xff\xfe\x00binary")
     tagged("web01", "chg-1")
     recovery = _approve_and_compare(inline_tasks, people, _ask(agent, BLOB))
@@ -257,7 +243,7 @@ def test_an_agent_asks_over_mcp_and_a_person_confirms_over_rest_after_reading_th
     assert refused.is_error
     assert "no tool is configured to write a file into web01" in tool_text(refused)
 
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     guard = tool_ok(
         call_tool(mcp_client, token, "zerto_create_tagged_checkpoint", {"vm": "web01", "action": "edit nginx"})
     )
@@ -322,7 +308,7 @@ def test_an_operator_names_the_tools_in_the_admin_checked_against_the_upstreams_
 def test_a_write_back_whose_step_message_was_lost_is_queued_again_by_the_sweep(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     good = sim.read_file("web01", NGINX)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
@@ -339,7 +325,7 @@ def test_a_write_back_whose_step_message_was_lost_is_queued_again_by_the_sweep(
 def test_a_windows_file_is_restored_through_the_windows_tools_only(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    upstream = _tools(guestshell_http)  # Linux only so far
+    upstream = guest_shell_file_tools(guestshell_http)  # Linux only so far
     path = "C:\\inetpub\\web.config"
     with pytest.raises(ApplicationError, match=r"into win01 \(windows\)"):
         recovery_request_create(agent=agent, vm="win01", path=path, reason="x", change_id="chg-1", restore=True)
@@ -365,7 +351,7 @@ def test_a_windows_file_is_restored_through_the_windows_tools_only(
 def test_a_person_may_decide_not_to_write_it_back_after_reading_the_diff(
     inline_tasks, sim, sites, people, agent, tagged, guestshell_http
 ) -> None:
-    _tools(guestshell_http)
+    guest_shell_file_tools(guestshell_http)
     tagged("web01", "chg-1")
     sim.set_file("web01", NGINX, text="broken\n")
     recovery = _approve_and_compare(inline_tasks, people, _ask(agent))

@@ -11,14 +11,12 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore import diff_token, recovery_restore_confirm
-from recoveries.restore_tools import guest_file_tools_set
-from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import PermissionDeniedError
 from rewind.protection import protection_cache_clear
 from tests.fixtures import APPROVE, make_user
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
 from tests.helpers import insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -33,16 +31,7 @@ def _fresh_lookups(settings: Any) -> None:
 
 
 def _writer(shell: GuestShellHttp) -> None:
-    upstream = add_http_upstream(shell, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="linux",
-        writer_tool="write_file",
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(shell)
 
 
 def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:

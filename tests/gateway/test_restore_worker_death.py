@@ -17,17 +17,15 @@ from django.utils import timezone
 
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore import diff_token, recovery_restore_confirm
-from recoveries.restore_tools import guest_file_tools_set
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.write_back import WRITE_STALLED_AFTER, restores_end_dead_writes, restores_resume_stalled
-from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent, Site
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
 from tests.helpers import WorkerProcess, insert_tagged_checkpoint
 
 pytestmark = pytest.mark.timeout(300)
@@ -57,16 +55,7 @@ def tagged(sim: Any, sites: dict[str, Site]) -> Callable[[], ChangeGuard]:
 
 
 def _tools(shell: GuestShellHttp, writer: str = "write_stalling") -> None:
-    upstream = add_http_upstream(shell, default_policy="pass")
-    guest_file_tools_set(
-        actor=Actor.user("admin"),
-        upstream=upstream,
-        os="linux",
-        writer_tool=writer,
-        reader_tool="read_file",
-        content_encoding="base64",
-        encoding_arg="encoding",
-    )
+    guest_shell_file_tools(shell, writer_tool=writer)
 
 
 def _ask(agent: Agent, path: str, **kw: Any) -> RecoveryRequest:
