@@ -98,7 +98,9 @@ def _concrete(pattern: str, name: str, objects: dict[str, Any]) -> str | None:
 
 
 def _admin_model_route(name: str) -> tuple[str, str] | None:
-    found = re.match(r"admin:(\w+?)_(changelist|add|history|delete|change|review|decide|live|end|connect|test|ask)$", name)
+    found = re.match(
+        r"admin:(\w+?)_(changelist|add|history|delete|change|review|decide|live|end|connect|test|ask)$", name
+    )
     return (found.group(1), found.group(2)) if found else None
 
 
