@@ -110,6 +110,7 @@ class SharedBreaker(Protocol):
     def set_disabled(self, key: str, disabled: bool) -> None: ...
     def book(self, key: str) -> AuditBook: ...
     def set_book(self, key: str, book: AuditBook) -> None: ...
+    def forget(self, key: str) -> None: ...
 
 
 # --- Redis -----------------------------------------------------------------------------------
@@ -270,7 +271,10 @@ class RedisBreaker:
             self._link.failed(exc, "site circuits are kept")
 
     def forget(self, key: str) -> None:
-        self._link.client.delete(CIRCUIT_PREFIX + key)
+        try:
+            self._link.client.delete(CIRCUIT_PREFIX + key)
+        except REDIS_DOWN as exc:
+            self._link.failed(exc, "site circuits are kept")
 
 
 # --- the database ----------------------------------------------------------------------------
@@ -435,6 +439,9 @@ class DbBreaker:
     def set_disabled(self, key: str, disabled: bool) -> None:
         """Nothing to do: the admission reads ``Site.enabled`` itself."""
 
+    def forget(self, key: str) -> None:
+        SiteCircuit.objects.filter(site_id=_site_pk(key) or 0).delete()
+
 
 def _after(key: str, site_name: str, t: Transition, book: AuditBook, audit: bool) -> None:
     _log(site_name, t)
@@ -464,3 +471,8 @@ def circuit_audit_catch_up(breaker: SharedBreaker, site: Site) -> bool:
 def clear_local_circuits() -> None:
     """Forget the circuits kept per process while the shared store was down (tests)."""
     _LOCAL.clear()
+
+
+def clear_local_circuit(key: str) -> None:
+    """Forget the circuit this process kept for ``key`` while the shared store was down."""
+    _LOCAL.forget(key)

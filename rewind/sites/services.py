@@ -23,7 +23,7 @@ from rewind.audit.actions import SiteAction
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
 from rewind.requestid import current_request_id
-from rewind.sites.circuit import circuit_audit_catch_up
+from rewind.sites.circuit import circuit_audit_catch_up, clear_local_circuit
 from rewind.sites.fanout import SiteOutcome, for_each_site
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.zvm_shared import shared_breaker
@@ -101,8 +101,23 @@ def site_create(
         max_requests_per_s=max_requests_per_s,
     )
     site.save()
+    _circuit_fresh(site)
     audit_record(actor=actor, action=SiteAction.CREATED, target=site, data={"after": _site_snapshot(site)})
     return site
+
+
+def _circuit_fresh(site: Site) -> None:
+    """A new site starts with a closed circuit, and a disabled one is refused by every process at once.
+
+    Circuits are keyed by site id, and Redis may have outlived the database (reset or restored):
+    an earlier site with the same id may have left its circuit there, open or disabled.
+    """
+    key = str(site.pk)
+    breaker = shared_breaker()
+    breaker.forget(key)
+    clear_local_circuit(key)
+    if not site.enabled:
+        breaker.set_disabled(key, True)
 
 
 @transaction.atomic

@@ -200,6 +200,10 @@ class MemoryBreaker:
         with self._lock:
             self._states.clear()
 
+    def forget(self, key: str) -> None:
+        with self._lock:
+            self._states.pop(key, None)
+
 
 # The breaker of clients handed no other: one per process, like ``pacing.LOCAL_PACER``.
 LOCAL_BREAKER = MemoryBreaker()

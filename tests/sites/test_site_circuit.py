@@ -235,3 +235,29 @@ def test_the_redis_circuit_is_what_other_processes_see(sim: Any, sites: dict[str
         site_client(c).list_vpgs()
     raw = redis.Redis.from_url(REDIS_URL).hgetall(CIRCUIT_PREFIX + str(c.pk))
     assert raw[b"state"] == b"open"
+
+
+def test_a_new_site_starts_closed_whatever_an_earlier_site_with_its_id_left(sim: Any, store: str) -> None:
+    """Redis (or a restored database) may outlive the site a circuit was kept for; the id comes back."""
+    first = site_create(actor=ADMIN, name="first", base_url="https://zvm-1.example.test")
+    breaker, stale = shared_breaker(), str(first.pk + 1)
+    breaker.failed(stale, "gone", "the ZVM did not answer", at_once=True)
+    breaker.set_disabled(stale, True)
+    neighbour = str(first.pk + 2)
+    breaker.failed(neighbour, "other", "the ZVM did not answer", at_once=True)
+
+    second = site_create(actor=ADMIN, name="second", base_url="https://zvm-2.example.test")
+    assert str(second.pk) == stale, "each test database numbers its sites in order"
+    state = site_circuit(second)
+    assert not state.is_open
+    assert not state.disabled
+    assert breaker.admit(stale) is None
+    if store == "redis":  # only what was under the new site's id is forgotten
+        assert breaker.state(neighbour).is_open
+
+
+def test_a_site_created_disabled_is_refused_by_every_process(sim: Any, store: str) -> None:
+    site = site_create(actor=ADMIN, name="off", base_url="https://zvm-3.example.test", enabled=False)
+    refused = shared_breaker().admit(str(site.pk))
+    assert refused is not None
+    assert refused.disabled
