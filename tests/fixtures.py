@@ -13,6 +13,9 @@ Personas (each a ``User``; the passwords are ``pw-<name>`` or ``pw-<name>-123`` 
 - ``approver`` alice and ``second_approver`` bob: staff with the approval permission;
 - ``staff_outsider`` mallory: staff without any permission;
 - ``people``: those four together (``People``), as the recovery tests use them;
+- ``fixer``: the agent "fixer", owned by ``agent_owner``, and ``tagged(vm, change_id, agent_name)``
+  pinning a tagged checkpoint of a VM by hand, as that agent's guard would (tests.helpers);
+- ``fresh_lookups``: every protection look-up asks the simulator (no look-up cache);
 - ``outsider`` mallory: signed in, not staff, no permission (a different mallory: take one or
   the other);
 - ``staff_no_perms`` sam, ``viewer`` vera (every view permission of the REST API) and
@@ -50,6 +53,7 @@ from tests.simfixtures import PASSWORD, USERNAME, SimHandle
 if TYPE_CHECKING:
     from django.contrib.auth.models import User
 
+    from rewind.models import Agent, ChangeGuard
     from rewind.sites.models import Site
 
 SITE_NAMES = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
@@ -149,6 +153,32 @@ def staff_outsider(db: None) -> User:
 @pytest.fixture
 def people(agent_owner: User, approver: User, second_approver: User, staff_outsider: User) -> People:
     return People(owner=agent_owner, approver=approver, second=second_approver, outsider=staff_outsider)
+
+
+@pytest.fixture
+def fixer(people: People) -> Agent:
+    from rewind.models import Agent
+
+    return Agent.objects.create(name="fixer", owner=people.owner)
+
+
+@pytest.fixture
+def tagged(sim: SimHandle, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
+    from tests.helpers import insert_tagged_checkpoint
+
+    def make(vm: str = "web01", change_id: str = "chg-1", agent_name: str = "fixer") -> ChangeGuard:
+        return insert_tagged_checkpoint(sim, sites, vm, change_id, agent_name)
+
+    return make
+
+
+@pytest.fixture
+def fresh_lookups(settings: Any) -> None:
+    """Tests that change what the simulator lists see it at the next look-up, never a cached answer."""
+    from rewind.protection import protection_cache_clear
+
+    settings.REWIND_LOOKUP_CACHE_S = 0
+    protection_cache_clear()
 
 
 @pytest.fixture

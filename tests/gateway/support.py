@@ -156,3 +156,14 @@ def guest_shell_file_tools(shell: GuestShellHttp, os: str = "linux", **fields: A
     }
     guest_file_tools_set(actor=Actor.user("admin"), upstream=upstream, os=os, **settings)
     return upstream
+
+
+def restore_until(tasks: Any, recovery: Any, *states: str, timeout: float = 120) -> Any:
+    """The recovery, once its restore reached one of ``states`` (``tasks``: inline tasks or the real worker's)."""
+
+    def reached() -> bool:
+        recovery.refresh_from_db()
+        return recovery.restore_state in states
+
+    tasks.wait_for(reached, timeout=timeout)
+    return recovery

@@ -19,11 +19,10 @@ from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.models import Agent
 from rewind.notifications.models import NotificationDelivery, NotificationKind
-from rewind.protection import protection_cache_clear
-from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until
 from tests.helpers import insert_tagged_checkpoint
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fresh_lookups")]
 State = RestoreState
 FOLDER = "/srv/app"
 ORIGINAL = {
@@ -33,17 +32,6 @@ ORIGINAL = {
     "d.conf": "log /var/log/app.log;\n",
 }
 WRITERS = ("write_file", "write_until_full")
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lookups(settings: Any) -> None:
-    settings.REWIND_LOOKUP_CACHE_S = 0
-    protection_cache_clear()
-
-
-@pytest.fixture
-def agent(people: Any) -> Agent:
-    return Agent.objects.create(name="fixer", owner=people.owner)
 
 
 def _tools(shell: GuestShellHttp, writer: str = "write_file") -> None:
@@ -57,15 +45,6 @@ def _folder_at_checkpoint(sim: Any, sites: Any, files: dict[str, str]) -> dict[s
     return {rel: text.encode() for rel, text in files.items()}
 
 
-def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:
-    def reached() -> bool:
-        recovery.refresh_from_db()
-        return recovery.restore_state in states
-
-    tasks.wait_for(reached, timeout=120)
-    return recovery
-
-
 def _ask_and_compare(tasks: Any, people: Any, agent: Agent) -> RecoveryRequest:
     recovery = recovery_request_create(
         agent=agent,
@@ -77,12 +56,12 @@ def _ask_and_compare(tasks: Any, people: Any, agent: Agent) -> RecoveryRequest:
         restore=True,
     )
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    return _until(tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+    return restore_until(tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
 
 
 def _finish(tasks: Any, people: Any, recovery: RecoveryRequest) -> RecoveryRequest:
     recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=diff_token(recovery))
-    return _until(tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    return restore_until(tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
 
 
 def _writes(shell: GuestShellHttp) -> list[str]:
@@ -117,7 +96,7 @@ def test_a_folder_with_two_changed_files_one_unchanged_and_one_gone_is_restored_
     assert files["c.conf"]["unified_diff"] == ""
     assert person.post(f"/api/recoveries/{recovery.pk}/write-back/", {"diff": shown["diff"]}).status_code == 200
 
-    recovery = _until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    recovery = restore_until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert recovery.restore_message.startswith("verified: 3 of 3 written verified, 1 unchanged")
     for rel, data in good.items():
@@ -261,7 +240,7 @@ def test_a_windows_folder_with_subfolders_is_written_back_through_windows_paths(
         agent=agent, vm="win01", path="C:\\inetpub\\", reason="x", change_id="chg-1", recursive=True, restore=True
     )
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = _until(inline_tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+    recovery = restore_until(inline_tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
     rows = _by_path(recovery)
     assert rows["wwwroot/index.html"]["guest_path"] == index
     assert rows["wwwroot/index.html"]["change"] == "changed"

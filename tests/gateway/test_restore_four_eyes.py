@@ -15,22 +15,15 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from rewind.audit.models import AuditEvent
 from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent
-from rewind.protection import protection_cache_clear
 from tests.fixtures import APPROVE, make_user
-from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until
 from tests.helpers import insert_tagged_checkpoint
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fresh_lookups")]
 NGINX = "/etc/nginx/nginx.conf"
 State = RestoreState
 WRITE_BACK = "recoveries.write_back"
 FINAL = (State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lookups(settings: Any) -> None:
-    settings.REWIND_LOOKUP_CACHE_S = 0
-    protection_cache_clear()
 
 
 @pytest.fixture
@@ -43,19 +36,10 @@ def broken_nginx(sim: Any, sites: Any, guestshell_http: GuestShellHttp) -> bytes
     return good
 
 
-def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:
-    def reached() -> bool:
-        recovery.refresh_from_db()
-        return recovery.restore_state in states
-
-    tasks.wait_for(reached, timeout=120)
-    return recovery
-
-
 def _awaiting(tasks: Any, recovery: RecoveryRequest, *approvers: Any) -> RecoveryRequest:
     for person in approvers:
         recovery_request_approve(recovery_id=recovery.pk, user=person)
-    recovery = _until(tasks, recovery, State.AWAITING, *FINAL)
+    recovery = restore_until(tasks, recovery, State.AWAITING, *FINAL)
     assert recovery.restore_state == State.AWAITING, recovery.restore_message
     return recovery
 
@@ -75,7 +59,7 @@ def test_with_one_approver_one_click_starts_the_write_back(inline_tasks, sim, pe
     assert (restore["confirmations_required"], [c["person"] for c in restore["confirmations"]]) == (1, ["alice"])
     assert answer.json()["status"] == "restoring"
     assert inline_tasks.pending().count(WRITE_BACK) == 1
-    recovery = _until(inline_tasks, recovery, *FINAL)
+    recovery = restore_until(inline_tasks, recovery, *FINAL)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("web01", NGINX) == broken_nginx
     assert _confirmed_rows(recovery) == [{"actor": "alice", "confirmations": 1, "required": 1, "complete": True}]
@@ -129,7 +113,7 @@ def test_with_a_second_approver_two_distinct_people_confirm_and_the_second_click
         recovery_restore_confirm(recovery_id=recovery.pk, user=people.second, seen=seen)
     assert inline_tasks.pending().count(WRITE_BACK) == 1
 
-    recovery = _until(inline_tasks, recovery, *FINAL)
+    recovery = restore_until(inline_tasks, recovery, *FINAL)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("web01", NGINX) == broken_nginx
     assert AuditEvent.objects.filter(action="recoveries.restore.guarded", target_id=str(recovery.pk)).count() == 1

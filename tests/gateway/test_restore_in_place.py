@@ -4,7 +4,6 @@ diff, confirm, guard, write, read back, verify; and each way it can go wrong, re
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,37 +19,16 @@ from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import ApplicationError
-from rewind.models import Agent, Site
 from rewind.notifications.models import NotificationDelivery, NotificationKind
-from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.gateway.support import add_http_upstream, guest_shell_file_tools
-from tests.helpers import call_tool, insert_tagged_checkpoint, poll_recovery_status, tool_ok, tool_text
+from tests.gateway.support import add_http_upstream, guest_shell_file_tools, restore_until
+from tests.helpers import call_tool, poll_recovery_status, tool_ok, tool_text
 from tests.mcpfixtures import make_agent_token
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fresh_lookups")]
 NGINX = "/etc/nginx/nginx.conf"
 BLOB = "/var/lib/app/blob.bin"
 State = RestoreState
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lookups(settings: Any) -> None:
-    settings.REWIND_LOOKUP_CACHE_S = 0
-    protection_cache_clear()
-
-
-@pytest.fixture
-def agent(people: Any) -> Agent:
-    return Agent.objects.create(name="fixer", owner=people.owner)
-
-
-@pytest.fixture
-def tagged(sim: Any, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
-    def make(vm: str, change_id: str = "chg-1") -> ChangeGuard:
-        return insert_tagged_checkpoint(sim, sites, vm, change_id, "fixer")
-
-    return make
 
 
 def _ask(agent: Any, path: str = NGINX, **kw: Any) -> RecoveryRequest:
@@ -59,23 +37,14 @@ def _ask(agent: Any, path: str = NGINX, **kw: Any) -> RecoveryRequest:
     )
 
 
-def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:
-    def reached() -> bool:
-        recovery.refresh_from_db()
-        return recovery.restore_state in states
-
-    tasks.wait_for(reached, timeout=120)
-    return recovery
-
-
 def _approve_and_compare(tasks: Any, people: Any, recovery: RecoveryRequest) -> RecoveryRequest:
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    return _until(tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+    return restore_until(tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
 
 
 def _confirm_and_finish(tasks: Any, people: Any, recovery: RecoveryRequest) -> RecoveryRequest:
     recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=diff_token(recovery))
-    return _until(tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    return restore_until(tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
 
 
 def _actions(recovery: RecoveryRequest) -> list[str]:
@@ -317,7 +286,7 @@ def test_a_write_back_whose_step_message_was_lost_is_queued_again_by_the_sweep(
     assert inline_tasks.lose("recoveries.write_back") == 1  # the broker lost it
     assert restores_resume_stalled() == 0  # not silent long enough yet
     assert restores_resume_stalled(now=timezone.now() + timedelta(minutes=3)) == 1
-    recovery = _until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    recovery = restore_until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("web01", NGINX) == good
 

@@ -3,8 +3,6 @@ write-back after the diff; the person who asked is refused both, and the page sa
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from django.test import Client
 from django.urls import reverse
@@ -14,33 +12,17 @@ from recoveries.restore import diff_token, recovery_restore_confirm
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.errors import PermissionDeniedError
-from rewind.protection import protection_cache_clear
 from tests.fixtures import APPROVE, make_user
-from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
+from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until
 from tests.helpers import insert_tagged_checkpoint
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fresh_lookups")]
 NGINX = "/etc/nginx/nginx.conf"
 State = RestoreState
 
 
-@pytest.fixture(autouse=True)
-def _fresh_lookups(settings: Any) -> None:
-    settings.REWIND_LOOKUP_CACHE_S = 0
-    protection_cache_clear()
-
-
 def _writer(shell: GuestShellHttp) -> None:
     guest_shell_file_tools(shell)
-
-
-def _until(tasks: Any, recovery: RecoveryRequest, *states: str) -> RecoveryRequest:
-    def reached() -> bool:
-        recovery.refresh_from_db()
-        return recovery.restore_state in states
-
-    tasks.wait_for(reached, timeout=120)
-    return recovery
 
 
 def test_a_person_asks_for_a_restore_over_rest_and_only_someone_else_approves_and_writes_it_back(
@@ -59,7 +41,7 @@ def test_a_person_asks_for_a_restore_over_rest_and_only_someone_else_approves_an
 
     assert api(paula).post(f"/api/recoveries/{recovery.pk}/approve/").status_code == 403
     assert api(people.approver).post(f"/api/recoveries/{recovery.pk}/approve/").status_code == 200
-    recovery = _until(inline_tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
+    recovery = restore_until(inline_tasks, recovery, State.AWAITING, State.NOT_WRITTEN)
     assert recovery.restore_state == State.AWAITING, recovery.restore_message
     seen = diff_token(recovery)
 
@@ -77,7 +59,7 @@ def test_a_person_asks_for_a_restore_over_rest_and_only_someone_else_approves_an
     assert sim.read_file("web01", NGINX) == b"broken\n"
 
     assert api(people.approver).post(f"/api/recoveries/{recovery.pk}/write-back/", {"diff": seen}).status_code == 200
-    recovery = _until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
+    recovery = restore_until(inline_tasks, recovery, State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
     assert recovery.restore_state == State.VERIFIED, recovery.restore_message
     assert sim.read_file("web01", NGINX) == good
     guard = ChangeGuard.objects.get(restores=recovery)

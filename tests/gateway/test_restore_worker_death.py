@@ -8,7 +8,6 @@ The deaths are real: a real worker process writes through the faulty guest shell
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,15 +19,13 @@ from recoveries.restore import diff_token, recovery_restore_confirm
 from recoveries.restore_sweep import WRITE_STALLED_AFTER, restores_end_dead_writes, restores_resume_stalled
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit.models import AuditEvent
-from rewind.checkpoints.models import ChangeGuard
-from rewind.models import Agent, Site
+from rewind.models import Agent
 from rewind.notifications.models import NotificationDelivery, NotificationKind
-from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
 from tests.gateway.support import GuestShellHttp, guest_shell_file_tools
-from tests.helpers import WorkerProcess, insert_tagged_checkpoint
+from tests.helpers import WorkerProcess
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = [pytest.mark.timeout(300), pytest.mark.usefixtures("fresh_lookups")]
 State = RestoreState
 Status = RecoveryRequest.Status
 DIR = "/etc/app"
@@ -36,22 +33,6 @@ FOLDER = "/srv/app"
 # Past every bound: the upstream's calls (300 s each by default) and WRITE_STALLED_AFTER.
 LONG_AFTER = timedelta(hours=2)
 FINAL = (State.VERIFIED, State.DIFFERS, State.NOT_WRITTEN, State.FAILED)
-
-
-@pytest.fixture(autouse=True)
-def _fresh_lookups(settings: Any) -> None:
-    settings.REWIND_LOOKUP_CACHE_S = 0
-    protection_cache_clear()
-
-
-@pytest.fixture
-def agent(people: Any) -> Agent:
-    return Agent.objects.create(name="fixer", owner=people.owner)
-
-
-@pytest.fixture
-def tagged(sim: Any, sites: dict[str, Site]) -> Callable[[], ChangeGuard]:
-    return lambda: insert_tagged_checkpoint(sim, sites, "web01", "chg-1", "fixer")
 
 
 def _tools(shell: GuestShellHttp, writer: str = "write_stalling") -> None:
@@ -78,6 +59,19 @@ def _state(recovery: RecoveryRequest, *states: str, tasks: Any = None) -> Recove
 
 def _confirm(people: Any, recovery: RecoveryRequest) -> None:
     recovery_restore_confirm(recovery_id=recovery.pk, user=people.approver, seen=diff_token(recovery))
+
+
+def _broken_and_confirmed(sim: Any, people: Any, agent: Agent, tagged: Any, faulty: Any, path: str) -> RecoveryRequest:
+    """``path`` good at the checkpoint and broken since; asked back, approved, its write-back confirmed."""
+    _tools(faulty)
+    sim.set_file("web01", path, text="good = 1\n")
+    tagged()
+    sim.set_file("web01", path, text="broken = 1\n")
+    recovery = _ask(agent, path)
+    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
+    recovery = _state(recovery, State.AWAITING)
+    _confirm(people, recovery)
+    return recovery
 
 
 def _writes(shell: GuestShellHttp) -> list[str]:
@@ -116,14 +110,7 @@ def test_a_worker_killed_after_the_write_reached_the_guest_ends_verified(
 ) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
     path = f"{DIR}/stall-after-app.conf"
-    _tools(faulty)
-    sim.set_file("web01", path, text="good = 1\n")
-    tagged()
-    sim.set_file("web01", path, text="broken = 1\n")
-    recovery = _ask(agent, path)
-    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = _state(recovery, State.AWAITING)
-    _confirm(people, recovery)
+    recovery = _broken_and_confirmed(sim, people, agent, tagged, faulty, path)
     wait_until(lambda: sim.read_file("web01", path) == b"good = 1\n", 120, what="the write in the guest")
 
     recovery = _sweep_after_death(_kill_mid_write(worker, recovery))
@@ -140,14 +127,7 @@ def test_a_worker_killed_before_the_write_reached_the_guest_ends_not_written(
     worker, sim, sites, people, agent, tagged, faulty
 ) -> None:
     path = f"{DIR}/stall-before-app.conf"
-    _tools(faulty)
-    sim.set_file("web01", path, text="good = 1\n")
-    tagged()
-    sim.set_file("web01", path, text="broken = 1\n")
-    recovery = _ask(agent, path)
-    recovery_request_approve(recovery_id=recovery.pk, user=people.approver)
-    recovery = _state(recovery, State.AWAITING)
-    _confirm(people, recovery)
+    recovery = _broken_and_confirmed(sim, people, agent, tagged, faulty, path)
     wait_until(lambda: _writes(faulty) == [path], 120, what="the writer's call")
 
     recovery = _sweep_after_death(_kill_mid_write(worker, recovery))
