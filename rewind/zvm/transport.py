@@ -12,6 +12,7 @@ import json
 import logging
 import socket
 import ssl
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
@@ -40,8 +41,32 @@ _MAX_ERROR_BODY = 64 * 1024
 _MAX_MESSAGE = 300
 
 
+# The request this thread is about to send, checked once its connection is ready (``_WireCheck``).
+_on_wire = threading.local()
+
+
+def _connected_and_on_time(conn: Any) -> None:
+    """Connect now if the pooled connection is closed, then give the request's pacing its last word.
+
+    The pacing's slot is kept at the moment the bytes leave, not before the connection was
+    checked out: a TLS handshake on a busy host can take longer than the pacer's arrival slack.
+    """
+    if conn.is_closed:
+        conn.connect()  # as urllib3 does for HTTPS: connect early so TLS errors surface here
+    check: _WireCheck | None = getattr(_on_wire, "check", None)
+    if check is None:
+        return
+    _on_wire.check = None  # this request's only: a redirect is not paced again
+    for _ in range(RESERVE_TRIES):
+        if not check.late_then_waited():
+            return
+        if not conn.is_connected:  # the ZVM closed it while we waited for the new slot
+            conn.close()
+            conn.connect()
+
+
 class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
-    """urllib3's HTTPS pool without the InsecureRequestWarning.
+    """urllib3's HTTPS pool without the InsecureRequestWarning, paced at the wire.
 
     Unverified TLS is this session's configured choice (``verify_tls=False`` against
     self-signed appliance certificates), so the warning is noise here; silencing it
@@ -50,8 +75,13 @@ class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
 
     def _validate_conn(self, conn: Any) -> None:
         HTTPConnectionPool._validate_conn(self, conn)
-        if conn.is_closed:
-            conn.connect()  # as urllib3 does: connect early so TLS errors surface here
+        _connected_and_on_time(conn)
+
+
+class _PacedHTTPConnectionPool(HTTPConnectionPool):
+    def _validate_conn(self, conn: Any) -> None:
+        super()._validate_conn(conn)
+        _connected_and_on_time(conn)
 
 
 class _QuietAdapter(HTTPAdapter):
@@ -64,7 +94,7 @@ class _QuietAdapter(HTTPAdapter):
             kwargs["ssl_context"] = self._ssl_context
         super().init_poolmanager(*args, **kwargs)
         self.poolmanager.pool_classes_by_scheme = {
-            "http": HTTPConnectionPool,
+            "http": _PacedHTTPConnectionPool,
             "https": _QuietHTTPSConnectionPool,
         }
 
@@ -145,6 +175,22 @@ LATE_S = ARRIVAL_SLACK_S / 3
 RESERVE_TRIES = 4
 
 
+class _WireCheck:
+    """A request's slot, checked again once its connection is ready and its bytes are about to leave."""
+
+    def __init__(self, transport: Transport, due: float, method: str, path: str, request_id: str) -> None:
+        self.transport, self.due = transport, due
+        self.what = (method, path, request_id)
+
+    def late_then_waited(self) -> bool:
+        """On time: False. Late past ``LATE_S`` (a slow handshake, a busy core): a new slot, waited for; True."""
+        if self.transport._clock() - self.due <= LATE_S:
+            return False
+        due = self.transport._pace(*self.what)
+        self.due = self.transport._clock() if due is None else due
+        return True
+
+
 class Transport:
     """Sends one HTTP request to one ZVM and maps failures to ``ZvmError``s."""
 
@@ -223,16 +269,17 @@ class Transport:
         return self.error(ZvmRejectedError, f"unexpected HTTP {status} answer to {what}", **kw)
 
     # -- the one network call ------------------------------------------------------
-    def _pace(self, method: str, path: str, request_id: str) -> None:
+    def _pace(self, method: str, path: str, request_id: str) -> float | None:
         """Wait for this request's slot under the site's cap (it is counted even if it then fails).
 
         A sender that wakes up late (a busy core, a thread waiting for the GIL) would arrive
         in the next window beside the requests that own it, and the ZVM would see more than
         the cap in one second: past ``LATE_S`` it gives its slot up and takes a new one.
+        Returns when the slot was due (None: no cap), which ``_WireCheck`` holds the sending to.
         """
         per_s = self.conn.max_requests_per_s
         if per_s is None:
-            return
+            return None
         for _ in range(RESERVE_TRIES):
             wait = self.pacer.reserve(self.conn.zvm_key, per_s)
             due = self._clock() + wait
@@ -247,10 +294,11 @@ class Transport:
                 )
                 self._sleep(wait)
             if self._clock() - due <= LATE_S:
-                return
+                return due
         logger.info(
             "%s %s: late for its slot %d times; sent anyway request_id=%s", method, path, RESERVE_TRIES, request_id
         )
+        return None
 
     def send(
         self,
@@ -272,7 +320,8 @@ class Transport:
             "zerto-triggered-by": TRIGGERED_BY,
             **(headers or {}),
         }
-        self._pace(method, path, request_id)
+        due = self._pace(method, path, request_id)
+        _on_wire.check = None if due is None else _WireCheck(self, due, method, path, request_id)
         started = time.monotonic()
         try:
             resp = self.session.request(
@@ -297,6 +346,8 @@ class Transport:
             error = self.error_from_exception(exc, f"{method} {path}")
             self._count(no_answer(error))
             raise error from exc
+        finally:
+            _on_wire.check = None  # never left for the thread's next request
         ms = (time.monotonic() - started) * 1000
         logger.debug("%s %s -> %s in %.0f ms request_id=%s", method, path, resp.status_code, ms, request_id)
         self._count(answered(resp.status_code))

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import socket
 import threading
+import time
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -107,3 +111,66 @@ def test_a_sender_that_wakes_late_takes_a_new_slot_instead_of_crowding_the_next_
     Transport(conn, pacer=always_late, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r3")
     assert always_late.reserved == RESERVE_TRIES, "bounded: it is sent after a few tries anyway"
     assert LATE_S < ARRIVAL_SLACK_S
+
+
+class _SlowToConnect:
+    """A TCP relay to the simulator whose every new connection takes ``delay`` seconds to set up
+    (a slow handshake on a busy host, a far network); bytes on a set-up connection pass at once."""
+
+    def __init__(self, target_url: str, delay: float) -> None:
+        parts = urlsplit(target_url)
+        self.target = (parts.hostname or "127.0.0.1", parts.port or 443)
+        self.delay = delay
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.url = target_url.replace(parts.netloc, f"127.0.0.1:{self.port}", 1)
+        self.connections = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+
+    def _relay(self, client: socket.socket) -> None:
+        time.sleep(self.delay)
+        upstream = socket.create_connection(self.target)
+        for source, sink in ((client, upstream), (upstream, client)):
+            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
+
+    @staticmethod
+    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := source.recv(65536):
+                sink.sendall(data)
+        for sock in (source, sink):
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_a_request_whose_connection_was_slow_to_set_up_takes_a_new_slot_before_it_leaves(sim: SimHandle) -> None:
+    """The slot is kept where the bytes leave: a handshake longer than the arrival slack would
+    otherwise land the request in the next window beside the requests that own it."""
+    relay = _SlowToConnect(sim.site_url("site-a"), delay=0.3)
+    try:
+        pacer = _CountingPacer([])  # every slot is free: only lateness takes a new one
+        client = ZvmClient(connection(sim, base_url=relay.url, max_requests_per_s=10.0), stores=Stores(pacer=pacer))
+        for _ in range(2):
+            reserved, connections = pacer.reserved, relay.connections
+            before = sim.control("GET", "sites/site-a/rate")["requests"]
+            assert client.local_site().name == "Site A"
+            sent = sim.control("GET", "sites/site-a/rate")["requests"] - before
+            opened = relay.connections - connections
+            # A request on a new connection is late by its set-up and takes a second slot; one on
+            # a kept-alive connection is on time.
+            assert pacer.reserved - reserved == sent + opened
+        assert relay.connections >= 1
+    finally:
+        relay.close()
