@@ -12,14 +12,17 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from catalog.models import MutatingTool, ToolSighting
+from rewind import bulk
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import CatalogAction
 from rewind.audit.models import AuditEvent
@@ -163,6 +166,39 @@ def mutating_tool_match(tool: str) -> MutatingTool | None:
     return candidates.get(tool) or candidates.get(f"{server}/*")
 
 
+@dataclass(frozen=True)
+class CatalogView:
+    """What the catalog says of one tool, as a call's decision needs it (``catalog_view``)."""
+
+    entry: MutatingTool | None  # the enabled entry covering it: exact beats ``server/*``
+    sighting_status: str | None  # its sighting's status; None: never sighted
+    suggested_vm_arg: str  # its sighting's suggested VM argument, "" when none
+
+
+@functools.cache
+def _view_sql() -> str:
+    return (
+        f"SELECT s.status, s.suggested_vm_arg, {bulk.columns(MutatingTool, 'm')}"
+        f" FROM (SELECT 1 AS one) o LEFT JOIN {bulk.table(ToolSighting)} s ON s.tool = %s"
+        f" LEFT JOIN {bulk.table(MutatingTool)} m ON m.pattern IN (%s, %s) AND m.enabled = %s"
+    )
+
+
+def catalog_view(tool: str) -> CatalogView:
+    """The entry covering ``tool`` (already normalized) and its sighting, read afresh in one statement.
+
+    Every forwarded call reads it: one statement built once per process, never a cache, so a
+    change a person makes decides the very next call.
+    """
+    server = tool.split("/", 1)[0]
+    with connection.cursor() as cursor:
+        cursor.execute(_view_sql(), [tool, tool, f"{server}/*", True])
+        rows = cursor.fetchall()
+    status, suggested = rows[0][0], rows[0][1] or ""
+    entries = {e.pattern: e for e in (bulk.model_from_row(MutatingTool, r[2:]) for r in rows if r[2] is not None)}
+    return CatalogView(entries.get(tool) or entries.get(f"{server}/*"), status, suggested)
+
+
 def mutating_tool_list(*, include_disabled: bool = False) -> list[MutatingTool]:
     qs = MutatingTool.objects.all() if include_disabled else MutatingTool.objects.filter(enabled=True)
     return list(qs.order_by("pattern"))
@@ -200,7 +236,8 @@ def tool_sighting_record(
     tool = normalize_tool_name(tool)
     names = sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]
     now = timezone.now()
-    with transaction.atomic():
+    # No savepoint inside the caller's transaction: nothing there recovers from a failure here.
+    with transaction.atomic(savepoint=False):
         sighting = _locked_sighting(tool, now)
         sighting.count += 1
         sighting.last_seen_at = now
