@@ -53,7 +53,14 @@ from rewind.gateway.services import (
     upstream_link_record,
 )
 from rewind.mcp import scopes
-from rewind.mcp.context import call_refers_to, current_agent_id, current_agent_name, current_scopes, run_db
+from rewind.mcp.context import (
+    call_refers_to,
+    commit_with_record,
+    current_agent_id,
+    current_agent_name,
+    current_scopes,
+    run_db,
+)
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -310,7 +317,8 @@ async def _send(
         return await _failed(link, call, text, outcome=GatewayCall.Outcome.ERROR)
     await _note_link(link)
     outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
-    await run_db(gateway_call_finish, call=call, outcome=outcome)
+    # Committed with the call's mcp.tool.called row, which records the same outcome.
+    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome))
     return result
 
 
@@ -326,5 +334,5 @@ async def _failed(
     link: Link, call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
 ) -> CallToolResult:
     await _note_link(link)
-    await run_db(gateway_call_finish, call=call, outcome=outcome, error=text)
+    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome, error=text))
     return _error(text, call)
