@@ -35,6 +35,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
+from rewind.agents.mcp_auth import agent_token_current
 from rewind.checkpoints.mcp_tools import guard_follow, guard_result
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
@@ -58,6 +59,7 @@ from rewind.mcp.context import (
     commit_with_record,
     current_agent_id,
     current_agent_name,
+    current_claims,
     current_scopes,
     run_db,
 )
@@ -209,7 +211,7 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
     found = exported_tool(name)
     if found is None:
         return None
-    tool, spec = found
+    tool, spec = found.tool, found.spec
     who: dict[str, Any] = {
         "agent_name": current_agent_name(),
         "agent_id": current_agent_id(),
@@ -229,6 +231,9 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         call = gateway_call_record(**who, decision=decision, reason=reason, sighted=sighted, **fields)
         return Prepared(tool, spec, call, plan, answer)
 
+    if not agent_token_current(current_claims(), found.credentials_version):
+        why = "this agent token was revoked or its agent deactivated since it was verified; nothing was forwarded"
+        return decided(refused, GatewayCall.Decision.REFUSED, why, why)
     problem = schema_problem(tool, arguments)
     if problem is not None:
         return decided(refused, GatewayCall.Decision.REFUSED, problem, problem)

@@ -21,6 +21,7 @@ from django.utils import timezone
 
 from catalog.services import TOOL_RE, tool_sighting_listed, tool_sighting_record
 from rewind import bulk
+from rewind.agents.selectors import credentials_version_sql
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record, mask_secrets
 from rewind.audit.actions import GatewayAction
 from rewind.crypto import decrypt, encrypt
@@ -392,26 +393,34 @@ def new_call_id() -> str:
 @functools.cache
 def _exported_tool_sql() -> str:
     return (
-        f"SELECT {bulk.columns(UpstreamTool, 't')}, {bulk.columns(Upstream, 'u')}"
+        f"SELECT {credentials_version_sql()}, {bulk.columns(UpstreamTool, 't')}, {bulk.columns(Upstream, 'u')}"
         f" FROM {bulk.table(UpstreamTool)} t INNER JOIN {bulk.table(Upstream)} u ON u.id = t.upstream_id"
         " WHERE t.exposed_name = %s AND t.state = %s AND u.enabled = %s"
     )
 
 
-def exported_tool(exposed: str) -> tuple[UpstreamTool, UpstreamSpec] | None:
+@dataclass(frozen=True)
+class Exported:
+    tool: UpstreamTool  # with its upstream
+    spec: UpstreamSpec
+    credentials_version: int  # read in the same statement (``rewind.agents.models.CredentialsVersion``)
+
+
+def exported_tool(exposed: str) -> Exported | None:
     """The tool agents call by ``exposed`` and how to reach its upstream, read afresh; None when not exported.
 
-    One statement built once per process (the ORM's select_related cost more CPU than the read).
+    One statement built once per process (the ORM's select_related cost more CPU than the read),
+    which also reads the credentials version: a revoked token is then refused without a query of its own.
     """
     with connection.cursor() as cursor:
         cursor.execute(_exported_tool_sql(), [exposed, UpstreamTool.State.EXPORTED, True])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = bulk.column_count(UpstreamTool)
-    tool = bulk.model_from_row(UpstreamTool, row[:split])
+    split = 1 + bulk.column_count(UpstreamTool)
+    tool = bulk.model_from_row(UpstreamTool, row[1:split])
     tool.upstream = bulk.model_from_row(Upstream, row[split:])
-    return tool, upstream_spec(tool.upstream)
+    return Exported(tool, upstream_spec(tool.upstream), int(row[0]))
 
 
 def _new_call(
