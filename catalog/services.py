@@ -249,6 +249,38 @@ def tool_sighting_record(
     return sighting
 
 
+# A call of an unlisted tool whose agent and argument names this process already merged into the
+# sighting: the lists only grow, so counting it is one UPDATE (no read, no lock held while
+# merging). By (tool, agent, argument names): the row id.
+_merged_rows: dict[tuple[str, str, tuple[str, ...]], int] = {}
+_MERGED_KEPT = 4096
+
+
+@functools.cache
+def _count_sql() -> str:
+    return f"UPDATE {bulk.table(ToolSighting)} SET count = count + 1, last_seen_at = %s WHERE id = %s AND tool = %s"
+
+
+def tool_sighting_count(*, tool: str, agent_name: str, argument_names: list[str]) -> None:
+    """``tool_sighting_record`` for a forwarded call: one statement when this process has merged
+    the same agent and argument names into the same row before. Call inside the caller's transaction."""
+    tool = normalize_tool_name(tool)
+    key = (tool, agent_name, tuple(sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]))
+    pk = _merged_rows.get(key)
+    if pk is not None:
+        when = ToolSighting._meta.get_field("last_seen_at").get_db_prep_save(timezone.now(), connection)
+        with connection.cursor() as cursor:
+            cursor.execute(_count_sql(), [when, pk, tool])
+            if cursor.rowcount == 1:
+                return
+    sighting = tool_sighting_record(tool=tool, agent_name=agent_name, argument_names=argument_names)
+    if len(_merged_rows) >= _MERGED_KEPT:
+        _merged_rows.clear()
+    # Kept before the caller commits: a row that is rolled back matches no UPDATE (id and tool), so
+    # the next call merges again.
+    _merged_rows[key] = sighting.pk
+
+
 def tool_sighting_listed(
     *, tool: str, argument_names: list[str], annotations: dict[str, Any] | None, suggested_vm_arg: str
 ) -> tuple[ToolSighting, bool]:

@@ -19,7 +19,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.services import TOOL_RE, tool_sighting_listed, tool_sighting_record
+from catalog.services import TOOL_RE, tool_sighting_count, tool_sighting_listed, tool_sighting_record
 from rewind import bulk
 from rewind.agents.selectors import credentials_version_sql
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record, mask_secrets
@@ -463,6 +463,13 @@ def gateway_call_open(
 
 def _sighting(tool: UpstreamTool, agent_name: str, arguments: Mapping[str, Any], suggested_vm_arg: str = "") -> None:
     try:
+        if not suggested_vm_arg:  # a forwarded call: counted, in one statement once its names are merged
+            tool_sighting_count(
+                tool=catalog_name(tool.upstream.name, tool.name),
+                agent_name=agent_name,
+                argument_names=[str(k) for k in arguments],
+            )
+            return
         tool_sighting_record(
             tool=catalog_name(tool.upstream.name, tool.name),
             agent_name=agent_name,
