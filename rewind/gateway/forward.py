@@ -15,6 +15,15 @@ Order, and what each step leaves behind:
    connection broke, ends the call ``upstream_failed``, saying whether it ran there: not at all
    (refused, never reached), or unknown (the connection broke after the call was sent).
 
+What each call reads, afresh (a change decides the very next call, in every process; no cache
+here expires by time): the tool, its upstream and the credentials version, in one statement
+(``exported_tool``); a token verified under an older credentials version is looked up again, so
+a revoked token or a deactivated agent is refused; then the catalog entry covering the tool and
+its sighting, in one more (``catalog_view``). Only the upstream's decrypted settings are kept per
+process, by their ``updated_at``, and checked validators, by their schema. A call passed at once is
+one write transaction (its row, its sighting, its decision's audit row); its outcome goes in with
+its ``mcp.tool.called`` row (``commit_with_record``).
+
 An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
 retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
 """
