@@ -20,9 +20,10 @@ here expires by time): the tool, its upstream and the credentials version, in on
 (``exported_tool``); a token verified under an older credentials version is looked up again, so
 a revoked token or a deactivated agent is refused; then the catalog entry covering the tool and
 its sighting, in one more (``catalog_view``). Only the upstream's decrypted settings are kept per
-process, by their ``updated_at``, and checked validators, by their schema. A call passed at once is
-one write transaction (its row, its sighting, its decision's audit row); its outcome goes in with
-its ``mcp.tool.called`` row (``commit_with_record``).
+process, by their ``updated_at``, and checked validators, by their schema (the exposed names
+``mcp_tools`` keeps for a few seconds only route a call here, where its tool is read afresh).
+A call passed at once is one write transaction (its row, its sighting, its decision's audit
+row); its outcome goes in with its ``mcp.tool.called`` row (``commit_with_record``).
 
 An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
 retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
