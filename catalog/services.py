@@ -12,14 +12,17 @@ Rules:
 
 from __future__ import annotations
 
+import functools
 import re
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from catalog.models import MutatingTool, ToolSighting
+from rewind import bulk
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import CatalogAction
 from rewind.audit.models import AuditEvent
@@ -163,6 +166,39 @@ def mutating_tool_match(tool: str) -> MutatingTool | None:
     return candidates.get(tool) or candidates.get(f"{server}/*")
 
 
+@dataclass(frozen=True)
+class CatalogView:
+    """What the catalog says of one tool, as a call's decision needs it (``catalog_view``)."""
+
+    entry: MutatingTool | None  # the enabled entry covering it: exact beats ``server/*``
+    sighting_status: str | None  # its sighting's status; None: never sighted
+    suggested_vm_arg: str  # its sighting's suggested VM argument, "" when none
+
+
+@functools.cache
+def _view_sql() -> str:
+    return (
+        f"SELECT s.status, s.suggested_vm_arg, {bulk.columns(MutatingTool, 'm')}"
+        f" FROM (SELECT 1 AS one) o LEFT JOIN {bulk.table(ToolSighting)} s ON s.tool = %s"
+        f" LEFT JOIN {bulk.table(MutatingTool)} m ON m.pattern IN (%s, %s) AND m.enabled = %s"
+    )
+
+
+def catalog_view(tool: str) -> CatalogView:
+    """The entry covering ``tool`` (already normalized) and its sighting, read afresh in one statement.
+
+    Every forwarded call reads it: one statement built once per process, never a cache, so a
+    change a person makes decides the very next call.
+    """
+    server = tool.split("/", 1)[0]
+    with connection.cursor() as cursor:
+        cursor.execute(_view_sql(), [tool, tool, f"{server}/*", True])
+        rows = cursor.fetchall()
+    status, suggested = rows[0][0], rows[0][1] or ""
+    entries = {e.pattern: e for e in (bulk.model_from_row(MutatingTool, r[2:]) for r in rows if r[2] is not None)}
+    return CatalogView(entries.get(tool) or entries.get(f"{server}/*"), status, suggested)
+
+
 def mutating_tool_list(*, include_disabled: bool = False) -> list[MutatingTool]:
     qs = MutatingTool.objects.all() if include_disabled else MutatingTool.objects.filter(enabled=True)
     return list(qs.order_by("pattern"))
@@ -200,7 +236,8 @@ def tool_sighting_record(
     tool = normalize_tool_name(tool)
     names = sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]
     now = timezone.now()
-    with transaction.atomic():
+    # No savepoint inside the caller's transaction: nothing there recovers from a failure here.
+    with transaction.atomic(savepoint=False):
         sighting = _locked_sighting(tool, now)
         sighting.count += 1
         sighting.last_seen_at = now
@@ -210,6 +247,38 @@ def tool_sighting_record(
             sighting.suggested_vm_arg = suggested_vm_arg[:100]
         sighting.save(update_fields=["count", "last_seen_at", "agents", "argument_names", "suggested_vm_arg"])
     return sighting
+
+
+# A call of an unlisted tool whose agent and argument names this process already merged into the
+# sighting: the lists only grow, so counting it is one UPDATE (no read, no lock held while
+# merging). By (tool, agent, argument names): the row id.
+_merged_rows: dict[tuple[str, str, tuple[str, ...]], int] = {}
+_MERGED_KEPT = 4096
+
+
+@functools.cache
+def _count_sql() -> str:
+    return f"UPDATE {bulk.table(ToolSighting)} SET count = count + 1, last_seen_at = %s WHERE id = %s AND tool = %s"
+
+
+def tool_sighting_count(*, tool: str, agent_name: str, argument_names: list[str]) -> None:
+    """``tool_sighting_record`` for a forwarded call: one statement when this process has merged
+    the same agent and argument names into the same row before. Call inside the caller's transaction."""
+    tool = normalize_tool_name(tool)
+    key = (tool, agent_name, tuple(sorted({str(n)[:100] for n in argument_names})[:_SIGHTING_LIST_MAX]))
+    pk = _merged_rows.get(key)
+    if pk is not None:
+        when = ToolSighting._meta.get_field("last_seen_at").get_db_prep_save(timezone.now(), connection)
+        with connection.cursor() as cursor:
+            cursor.execute(_count_sql(), [when, pk, tool])
+            if cursor.rowcount == 1:
+                return
+    sighting = tool_sighting_record(tool=tool, agent_name=agent_name, argument_names=argument_names)
+    if len(_merged_rows) >= _MERGED_KEPT:
+        _merged_rows.clear()
+    # Kept before the caller commits: a row that is rolled back matches no UPDATE (id and tool), so
+    # the next call merges again.
+    _merged_rows[key] = sighting.pk
 
 
 def tool_sighting_listed(

@@ -1,4 +1,6 @@
-"""Writing many model rows at once in plain SQL: one statement, executed for every row.
+"""Rows written and read in plain SQL, with statements built once per process.
+
+``update_rows`` writes many rows at once: one statement, executed for every row.
 
 Django's ``bulk_update`` builds a ``CASE WHEN pk = … THEN …`` expression per field and row, and
 resolving that tree cost more CPU than everything else a poll round of 200 guards did
@@ -8,11 +10,14 @@ values are prepared by each field itself, as ``save()`` prepares them.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from functools import cache
-from typing import Any
+from typing import Any, TypeVar
 
 from django.db import connection, models
+
+M = TypeVar("M", bound=models.Model)
 
 
 def update_rows(objs: Sequence[models.Model], fields: Sequence[str]) -> None:
@@ -50,3 +55,86 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     if not isinstance(field, models.Field) or field.column is None:
         raise ValueError(f"{model.__name__}.{name} is not a column")
     return field
+
+
+# -- one row, read or written in plain SQL -----------------------------------------------------
+# The statements of a call's hot path, built once per process: building an ORM query (its
+# compiler, its where-tree, its converters) costs more CPU than running it on a small table.
+
+
+@cache
+def table(model: type[models.Model]) -> str:
+    """The model's table name, quoted for SQL."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
+@cache
+def columns(model: type[models.Model], alias: str = "") -> str:
+    """Every concrete column of the model in field order (what ``model_from_row`` takes), comma separated.
+
+    ``alias``: prefix each column with this table alias (for joins).
+    """
+    quote = connection.ops.quote_name
+    prefix = f"{alias}." if alias else ""
+    return ", ".join(prefix + quote(str(f.column)) for f in model._meta.concrete_fields)
+
+
+def column_count(model: type[models.Model]) -> int:
+    """How many values of a row ``columns(model)`` selects."""
+    return len(model._meta.concrete_fields)
+
+
+@functools.lru_cache(maxsize=256)
+def _converters(ops: Any, model: type[models.Model]) -> tuple[tuple[Any, tuple[Any, ...]], ...]:
+    # Per connection (its ``ops``): what the SQL compiler would apply to each column it reads.
+    out = []
+    for field in model._meta.concrete_fields:
+        col = field.get_col(model._meta.db_table)
+        out.append((col, tuple(ops.get_db_converters(col) + col.get_db_converters(ops.connection))))
+    return tuple(out)
+
+
+def model_from_row(model: type[M], row: Sequence[Any]) -> M:
+    """An instance of ``model`` from the values ``SELECT columns(model)`` read, converted as the ORM would."""
+    values = []
+    for value, (col, converters) in zip(row, _converters(connection.ops, model), strict=True):
+        for converter in converters:
+            value = converter(value, col, connection)
+        values.append(value)
+    return model.from_db(connection.alias, _attnames(model), values)
+
+
+@cache
+def _attnames(model: type[models.Model]) -> tuple[str, ...]:
+    return tuple(f.attname for f in model._meta.concrete_fields)
+
+
+@functools.lru_cache(maxsize=64)
+def _insert(ops: Any, model: type[models.Model]) -> tuple[str, tuple[models.Field[Any, Any], ...], bool]:
+    quote = connection.ops.quote_name
+    pk = model._meta.pk
+    assert pk is not None
+    fields = tuple(f for f in model._meta.concrete_fields if f is not pk)
+    names = ", ".join(quote(str(f.column)) for f in fields)
+    marks = ", ".join(["%s"] * len(fields))
+    returning = bool(ops.connection.features.can_return_columns_from_insert)
+    sql = f"INSERT INTO {table(model)} ({names}) VALUES ({marks})"
+    if returning:
+        sql += f" RETURNING {quote(str(pk.column))}"
+    return sql, fields, returning
+
+
+def insert_row(obj: models.Model) -> None:
+    """``obj.save()`` of a new row with a database-made primary key, in one statement built once per model.
+
+    Fills what ``save()`` fills (``auto_now_add``, ``auto_now``, the primary key); no signals
+    (the house has none on these models). Call inside the caller's transaction.
+    """
+    sql, fields, returning = _insert(connection.ops, type(obj))
+    params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        pk = cursor.fetchone()[0] if returning else cursor.lastrowid
+    obj.pk = pk
+    obj._state.adding = False
+    obj._state.db = connection.alias

@@ -67,3 +67,17 @@ class AgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.name} {self.prefix}…"
+
+
+class CredentialsVersion(models.Model):
+    """One row (id 1): a number raised by every token revocation and agent change.
+
+    A process that keeps verified tokens reads it with a statement a call runs anyway (the
+    gateway's tool read): when it is not the number the token was verified under, the token is
+    looked up again before the call goes on, so a revocation takes effect on the next call.
+    """
+
+    n = models.BigIntegerField(default=0)
+
+    def __str__(self) -> str:
+        return f"credentials version {self.n}"

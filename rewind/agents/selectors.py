@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from django.contrib.auth.models import User
+from django.db import connection
 from django.db.models import Prefetch, Q, QuerySet
 from django.utils import timezone
 
 from rewind.agents.limits import FIELDS as VM_LIMIT_FIELDS
 from rewind.agents.limits import VmLimit
-from rewind.agents.models import Agent, AgentToken
+from rewind.agents.models import Agent, AgentToken, CredentialsVersion
 from rewind.errors import NotFoundError
 
 
@@ -57,4 +58,26 @@ def agent_token_active(*, token_hash: str) -> AgentToken | None:
         .filter(token_hash=token_hash, revoked_at__isnull=True, agent__is_active=True)
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
         .first()
+    )
+
+
+def credentials_version_sql() -> str:
+    """A scalar subquery of the credentials version (``CredentialsVersion``), 0 before any change:
+    for a statement a call runs anyway, so reading it costs no query of its own."""
+    table = connection.ops.quote_name(CredentialsVersion._meta.db_table)
+    return f"COALESCE((SELECT n FROM {table} WHERE id = 1), 0)"
+
+
+def credentials_version() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT {credentials_version_sql()}")
+        return int(cursor.fetchone()[0])
+
+
+def agent_token_still_active(*, token_pk: int) -> bool:
+    """Whether token ``token_pk`` is still unrevoked and unexpired, and its agent active."""
+    return (
+        AgentToken.objects.filter(pk=token_pk, revoked_at__isnull=True, agent__is_active=True)
+        .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
+        .exists()
     )

@@ -15,13 +15,13 @@ from datetime import datetime, timedelta
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_slug
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Q
 from django.utils import timezone
 
 from rewind.agents.limits import FIELDS as LIMIT_FIELDS
 from rewind.agents.limits import VmLimit, lines
-from rewind.agents.models import Agent, AgentToken
+from rewind.agents.models import Agent, AgentToken, CredentialsVersion
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
@@ -98,7 +98,7 @@ def _clean_limit(field: str, value: object) -> str:
 def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, **fields: object) -> Agent:
     """Change an agent's owner, active flag, description or VM limit (its name is fixed: tags carry it).
 
-    Deactivating stops its tokens within MCP_TOKEN_CACHE_S seconds. A VM limit applies to guards,
+    Deactivating stops its tokens on the next gateway call, and within MCP_TOKEN_CACHE_S seconds for other tools. A VM limit applies to guards,
     recoveries and gateway calls at once, and to look-ups within MCP_TOKEN_CACHE_S (they read it from
     the token's cached verification).
     """
@@ -115,6 +115,7 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
     agent.save(update_fields=list(fields) or None)
     after = _agent_snapshot(agent)
     if after != before:
+        _credentials_changed()  # deactivated, or its VM limit changed: tokens verified before are stale
         audit_record(
             actor=actor,
             action=AgentAction.CHANGED,
@@ -123,6 +124,14 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
             request_id=request_id,
         )
     return agent
+
+
+def _credentials_changed() -> None:
+    """Raise the credentials version (``CredentialsVersion``) in the caller's transaction: processes
+    that keep verified tokens look them up again on their next call."""
+    table = connection.ops.quote_name(CredentialsVersion._meta.db_table)
+    with connection.cursor() as cursor:
+        cursor.execute(f"INSERT INTO {table} (id, n) VALUES (1, 1) ON CONFLICT (id) DO UPDATE SET n = {table}.n + 1")
 
 
 @dataclass(frozen=True)
@@ -210,12 +219,14 @@ def agent_token_issue_by_name(
 def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | None = None) -> bool:
     """Revoke ``token``. Returns False (and records nothing) when it was already revoked.
 
-    Running processes may accept the token for up to MCP_TOKEN_CACHE_S more seconds.
+    A gateway call refuses it on its next call in every process (``CredentialsVersion``); other
+    tools may accept it for up to MCP_TOKEN_CACHE_S more seconds.
     """
     now = timezone.now()
     changed = AgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
     if not changed:
         return False
+    _credentials_changed()
     token.revoked_at = now
     audit_record(
         actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id

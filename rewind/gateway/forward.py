@@ -15,6 +15,16 @@ Order, and what each step leaves behind:
    connection broke, ends the call ``upstream_failed``, saying whether it ran there: not at all
    (refused, never reached), or unknown (the connection broke after the call was sent).
 
+What each call reads, afresh (a change decides the very next call, in every process; no cache
+here expires by time): the tool, its upstream and the credentials version, in one statement
+(``exported_tool``); a token verified under an older credentials version is looked up again, so
+a revoked token or a deactivated agent is refused; then the catalog entry covering the tool and
+its sighting, in one more (``catalog_view``). Only the upstream's decrypted settings are kept per
+process, by their ``updated_at``, and checked validators, by their schema (the exposed names
+``mcp_tools`` keeps for a few seconds only route a call here, where its tool is read afresh).
+A call passed at once is one write transaction (its row, its sighting, its decision's audit
+row); its outcome goes in with its ``mcp.tool.called`` row (``commit_with_record``).
+
 An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
 retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
 """
@@ -35,6 +45,7 @@ from mcp.server.mcpserver import Context
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
+from rewind.agents.mcp_auth import agent_token_current
 from rewind.checkpoints.mcp_tools import guard_follow, guard_result
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
@@ -53,7 +64,15 @@ from rewind.gateway.services import (
     upstream_link_record,
 )
 from rewind.mcp import scopes
-from rewind.mcp.context import call_refers_to, current_agent_id, current_agent_name, current_scopes, run_db
+from rewind.mcp.context import (
+    call_refers_to,
+    commit_with_record,
+    current_agent_id,
+    current_agent_name,
+    current_claims,
+    current_scopes,
+    run_db,
+)
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
@@ -202,7 +221,7 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
     found = exported_tool(name)
     if found is None:
         return None
-    tool, spec = found
+    tool, spec = found.tool, found.spec
     who: dict[str, Any] = {
         "agent_name": current_agent_name(),
         "agent_id": current_agent_id(),
@@ -222,6 +241,9 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         call = gateway_call_record(**who, decision=decision, reason=reason, sighted=sighted, **fields)
         return Prepared(tool, spec, call, plan, answer)
 
+    if not agent_token_current(current_claims(), found.credentials_version):
+        why = "this agent token was revoked or its agent deactivated since it was verified; nothing was forwarded"
+        return decided(refused, GatewayCall.Decision.REFUSED, why, why)
     problem = schema_problem(tool, arguments)
     if problem is not None:
         return decided(refused, GatewayCall.Decision.REFUSED, problem, problem)
@@ -310,7 +332,8 @@ async def _send(
         return await _failed(link, call, text, outcome=GatewayCall.Outcome.ERROR)
     await _note_link(link)
     outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
-    await run_db(gateway_call_finish, call=call, outcome=outcome)
+    # Committed with the call's mcp.tool.called row, which records the same outcome.
+    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome))
     return result
 
 
@@ -326,5 +349,5 @@ async def _failed(
     link: Link, call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
 ) -> CallToolResult:
     await _note_link(link)
-    await run_db(gateway_call_finish, call=call, outcome=outcome, error=text)
+    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome, error=text))
     return _error(text, call)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from catalog.models import ToolSighting
-from catalog.services import TOOL_RE, mutating_tool_match
+from catalog.services import TOOL_RE, CatalogView, catalog_view
 from rewind.checkpoints.services import host_only, vm_from_arguments
 from rewind.errors import ApplicationError
 from rewind.gateway.models import Policy, UpstreamTool
@@ -86,10 +86,6 @@ def protected_vm_argument(arguments: Mapping[str, Any], *, suggested: str = "") 
     return None
 
 
-def _sighting_status(name: str) -> str | None:
-    return ToolSighting.objects.filter(tool=name).values_list("status", flat=True).first()
-
-
 def effective_policy(tool: UpstreamTool) -> str:
     if tool.policy:
         return tool.policy
@@ -100,11 +96,12 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
     """Decide; raises ``ApplicationError`` (the call is refused, nothing forwarded) when it cannot."""
     name = catalog_name(tool.upstream.name, tool.name)
     listed = TOOL_RE.match(name) is not None
-    entry = mutating_tool_match(name) if listed else None
+    view = catalog_view(name) if listed else CatalogView(None, None, "")
+    entry = view.entry
     if entry is not None:
         vm = vm_from_arguments(entry, arguments)
         return Plan(GUARD, f"the catalog lists it ({entry.pattern})", entry.pattern, "", vm, entry.vm_arg)
-    if listed and _sighting_status(name) == ToolSighting.Status.IGNORED:
+    if view.sighting_status == ToolSighting.Status.IGNORED:
         return Plan(PASS, "a person classified it read-only")
     policy = effective_policy(tool)
     if policy == Policy.PASS:
@@ -120,8 +117,7 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
             "under Gateway, Upstream tools); nothing was forwarded",
             policy=policy,
         )
-    suggested = ToolSighting.objects.filter(tool=name).values_list("suggested_vm_arg", flat=True).first() or ""
-    found = protected_vm_argument(arguments, suggested=suggested)
+    found = protected_vm_argument(arguments, suggested=view.suggested_vm_arg)
     if found is None:
         return Plan(PASS, "no argument names a protected VM", policy=policy)
     key, vm = found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -15,10 +16,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from django.conf import settings
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from catalog.services import TOOL_RE, tool_sighting_listed, tool_sighting_record
+from catalog.services import TOOL_RE, tool_sighting_count, tool_sighting_listed, tool_sighting_record
+from rewind import bulk
+from rewind.agents.selectors import credentials_version_sql
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record, mask_secrets
 from rewind.audit.actions import GatewayAction
 from rewind.crypto import decrypt, encrypt
@@ -387,14 +390,37 @@ def new_call_id() -> str:
     return "gwc_" + secrets.token_urlsafe(12)
 
 
-def exported_tool(exposed: str) -> tuple[UpstreamTool, UpstreamSpec] | None:
-    """The tool agents call by ``exposed`` and how to reach its upstream, read afresh; None when not exported."""
-    tool = (
-        UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED, upstream__enabled=True, exposed_name=exposed)
-        .select_related("upstream")
-        .first()
+@functools.cache
+def _exported_tool_sql() -> str:
+    return (
+        f"SELECT {credentials_version_sql()}, {bulk.columns(UpstreamTool, 't')}, {bulk.columns(Upstream, 'u')}"
+        f" FROM {bulk.table(UpstreamTool)} t INNER JOIN {bulk.table(Upstream)} u ON u.id = t.upstream_id"
+        " WHERE t.exposed_name = %s AND t.state = %s AND u.enabled = %s"
     )
-    return None if tool is None else (tool, upstream_spec(tool.upstream))
+
+
+@dataclass(frozen=True)
+class Exported:
+    tool: UpstreamTool  # with its upstream
+    spec: UpstreamSpec
+    credentials_version: int  # read in the same statement (``rewind.agents.models.CredentialsVersion``)
+
+
+def exported_tool(exposed: str) -> Exported | None:
+    """The tool agents call by ``exposed`` and how to reach its upstream, read afresh; None when not exported.
+
+    One statement built once per process (the ORM's select_related cost more CPU than the read),
+    which also reads the credentials version: a revoked token is then refused without a query of its own.
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_exported_tool_sql(), [exposed, UpstreamTool.State.EXPORTED, True])
+        row = cursor.fetchone()
+    if row is None:
+        return None
+    split = 1 + bulk.column_count(UpstreamTool)
+    tool = bulk.model_from_row(UpstreamTool, row[1:split])
+    tool.upstream = bulk.model_from_row(Upstream, row[split:])
+    return Exported(tool, upstream_spec(tool.upstream), int(row[0]))
 
 
 def _new_call(
@@ -429,7 +455,7 @@ def gateway_call_open(
     argument that named a protected VM as the one to classify it with.
     """
     call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
-    call.save()
+    bulk.insert_row(call)
     if suggested_vm_arg:
         _sighting(tool, agent_name, arguments, suggested_vm_arg)
     return call
@@ -437,6 +463,13 @@ def gateway_call_open(
 
 def _sighting(tool: UpstreamTool, agent_name: str, arguments: Mapping[str, Any], suggested_vm_arg: str = "") -> None:
     try:
+        if not suggested_vm_arg:  # a forwarded call: counted, in one statement once its names are merged
+            tool_sighting_count(
+                tool=catalog_name(tool.upstream.name, tool.name),
+                agent_name=agent_name,
+                argument_names=[str(k) for k in arguments],
+            )
+            return
         tool_sighting_record(
             tool=catalog_name(tool.upstream.name, tool.name),
             agent_name=agent_name,
@@ -447,7 +480,7 @@ def _sighting(tool: UpstreamTool, agent_name: str, arguments: Mapping[str, Any],
         pass  # a name the catalog cannot hold: the call row and its audit still record it
 
 
-@transaction.atomic
+@transaction.atomic(savepoint=False)
 def gateway_call_record(
     *,
     agent_name: str,
@@ -467,7 +500,8 @@ def gateway_call_record(
     return gateway_call_decide(call=call, decision=decision, reason=reason, **fields)
 
 
-@transaction.atomic
+# No savepoint when called inside gateway_call_record: nothing there recovers from a failure inside.
+@transaction.atomic(savepoint=False)
 def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", **fields: Any) -> GatewayCall:
     """Record the decision and, for a forwarded call, its start time, audited: fail-closed.
 
@@ -481,7 +515,10 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
         call.outcome, call.forwarded_at = GatewayCall.Outcome.FORWARDED, timezone.now()
     else:
         call.outcome, call.ended_at = GatewayCall.Outcome.NOT_FORWARDED, timezone.now()
-    call.save()
+    if call.pk is None:
+        bulk.insert_row(call)  # a call decided at once: its row goes in with its decision
+    else:
+        call.save()
     # audit_append, not audit_record: nothing here reads the event back (one query less per call).
     entry = AuditEntry(
         actor=Actor.agent(call.agent_name),

@@ -27,7 +27,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -51,6 +51,7 @@ class _Pending:
     request_id: str
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[None]
+    also: tuple[Callable[[], None], ...] = ()
 
 
 @dataclass
@@ -88,13 +89,24 @@ class AuditWriter:
                 self._running -= 1
 
     async def record(
-        self, *, actor: Actor, action: str, target: tuple[str, str], data: dict[str, Any], request_id: str
+        self,
+        *,
+        actor: Actor,
+        action: str,
+        target: tuple[str, str],
+        data: dict[str, Any],
+        request_id: str,
+        also: tuple[Callable[[], None], ...] = (),
     ) -> None:
-        """Return once the event is committed; raise what the database raised otherwise."""
+        """Return once the event is committed; raise what the database raised otherwise.
+
+        ``also``: writes committed in the same transaction as the row (``commit_with_record``); one
+        that fails fails this row alone. They must be safe to repeat: a batch is retried.
+        """
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._ensure_thread()
-        self._queue.put(_Pending(actor, action, target, data, request_id, loop, future))
+        self._queue.put(_Pending(actor, action, target, data, request_id, loop, future, also))
         await future
 
     def _ensure_thread(self) -> None:
@@ -184,8 +196,11 @@ class AuditWriter:
 
 
 def _append_committed(batch: list[_Pending]) -> None:
-    """Append ``batch`` to the chain in order, in a transaction of its own."""
+    """Append ``batch`` to the chain in order, in a transaction of its own, with the writes they carry."""
     with transaction.atomic():
+        for item in batch:
+            for write in item.also:
+                write()
         audit_append([AuditEntry(i.actor, i.action, i.target, i.data, i.request_id) for i in batch])
 
 

@@ -6,6 +6,9 @@ variable). A cache hit costs a dict lookup; a miss costs one look-up in the stor
 query or two). The trade-off: a revoked or deactivated token keeps working in a process for up to
 the store's cache time (MCP_TOKEN_CACHE_S for pasted agent tokens; OAuth tokens are not cached,
 so revoking a grant ends its tokens at once). Expiry is checked on every call, cached or not.
+A store may put a version of its credentials in the claims (the agents' store does), for a tool
+that reads the current version anyway to look the token up again when it moved: the gateway
+refuses a revoked agent token on its next call that way.
 
 The stores are handed in (``rewind.asgi`` gives the agents' pasted tokens and the OAuth grants'
 tokens), so this framework names no part.

@@ -9,6 +9,9 @@ is tried again for up to ``REWIND_DB_RETRY_S`` before the call fails. ``call_ref
 what the call created (a guard, its change id): every error the call then ends in repeats it,
 so an agent whose call failed afterwards can still find the outcome.
 
+``commit_with_record`` leaves a write (a forwarded call's outcome) to the transaction that
+commits the call's audit row: one write transaction less per call.
+
 ``run_db`` runs synchronous code (ORM, ZVM client) on a small dedicated thread pool. Django's
 own ``sync_to_async`` would put every call of the process on one shared thread when called
 from the MCP app (measured: 8 concurrent 100 ms calls took 810 ms), so it is not used here.
@@ -186,6 +189,37 @@ def refs_sentence(refs: dict[str, str]) -> str:
     if change is not None:
         parts.append(f"change_id {change} (call again with it to get the same guard, never a second checkpoint)")
     return "This call refers to " + " and ".join(parts) + "."
+
+
+# -- writes committed with the call's audit row --------------------------------------------------
+_with_record: contextvars.ContextVar[list[Callable[[], None]] | None] = contextvars.ContextVar(
+    "rewind_mcp_with_record", default=None
+)
+
+
+@contextmanager
+def writes_with_record() -> Iterator[list[Callable[[], None]]]:
+    """For the framework: collect the writes the call running inside leaves for its audit row's transaction."""
+    writes: list[Callable[[], None]] = []
+    token = _with_record.set(writes)
+    try:
+        yield writes
+    finally:
+        _with_record.reset(token)
+
+
+async def commit_with_record(fn: Callable[[], None]) -> None:
+    """Run the write ``fn`` in the transaction that commits this call's audit row (one transaction less).
+
+    The call's answer waits for that commit, and a row that cannot be written fails the call, so
+    ``fn`` is as durable as a write of its own; it must be safe to repeat (the writer retries a
+    database that does not answer). Outside a call of the framework (a test, a script) it runs now.
+    """
+    writes = _with_record.get()
+    if writes is None:
+        await run_db(fn)
+    else:
+        writes.append(fn)
 
 
 class _ReadState[V]:

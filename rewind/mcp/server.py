@@ -65,7 +65,7 @@ from rewind.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
-from rewind.mcp.context import call_refs, refs_sentence
+from rewind.mcp.context import call_refs, refs_sentence, writes_with_record
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, unknown_arguments_message, validation_message
 from rewind.mcp.http import McpHttpGuard
@@ -205,7 +205,7 @@ class RewindMCPServer(MCPServer):
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Context | None = None) -> Any:
         started = time.perf_counter()
-        with bound_request_id(None) as rid, call_refs() as refs:
+        with bound_request_id(None) as rid, call_refs() as refs, writes_with_record() as writes:
             failure: BaseException | None = None
             outcome, message = "ok", ""
             try:
@@ -245,6 +245,7 @@ class RewindMCPServer(MCPServer):
                         target=("mcp.tool", data["tool"]),
                         data=data,
                         request_id=rid,
+                        also=tuple(writes),
                     )
             except Exception:
                 logger.exception("could not audit the call of tool %s (request %s)", name, rid)

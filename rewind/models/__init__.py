@@ -1,4 +1,4 @@
-from rewind.agents.models import Agent, AgentToken
+from rewind.agents.models import Agent, AgentToken, CredentialsVersion
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.checkpoints.models import ChangeGuard, ChangeGuardVpg, SitePoller, TaggedCheckpoint
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
@@ -17,6 +17,7 @@ __all__ = [
     "BrokerOutage",
     "ChangeGuard",
     "ChangeGuardVpg",
+    "CredentialsVersion",
     "GatewayCall",
     "McpRateCall",
     "McpRateCount",

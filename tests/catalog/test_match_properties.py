@@ -1,5 +1,6 @@
 """Properties of the catalog matcher: an exact entry beats its server's ``server/*``, names match
-without regard to case, a disabled entry matches nothing, and nothing else matches."""
+without regard to case, a disabled entry matches nothing, and nothing else matches; the gateway's
+one-statement read (``catalog_view``) finds the same entry."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from catalog.models import MutatingTool
-from catalog.services import mutating_tool_match, normalize_tool_name
+from catalog.services import catalog_view, mutating_tool_match, normalize_tool_name
 from tests.sizes import cases
 
 part = st.from_regex(r"\A[a-z0-9_.-]{1,8}\Z")
@@ -42,4 +43,6 @@ def test_the_most_specific_enabled_entry_matches(
         else:
             expected = None
         assert (found.pattern if found else None) == expected
+        viewed = catalog_view(normalize_tool_name(asked)).entry
+        assert (viewed.pattern if viewed else None) == expected
         transaction.set_rollback(True)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 
 from catalog.models import MutatingTool, ToolSighting
 from catalog.services import (
@@ -13,6 +15,7 @@ from catalog.services import (
     mutating_tool_update,
     tool_sighting_classify_mutating,
     tool_sighting_classify_readonly,
+    tool_sighting_count,
     tool_sighting_record,
 )
 from rewind.audit import Actor, verify_chain
@@ -127,6 +130,28 @@ def test_a_person_updates_and_removes_with_before_and_after_audited() -> None:
     assert removed.data["before"]["pattern"] == "ssh/exec"
     assert removed.data["after"] is None
     assert not MutatingTool.objects.filter(pattern="ssh/exec").exists()
+
+
+def test_a_forwarded_call_counts_in_one_statement_once_its_names_are_merged_and_never_loses_one() -> None:
+    def count(agent: str, names: list[str]) -> int:
+        with CaptureQueriesContext(connection) as queries:
+            tool_sighting_count(tool="FS/exec", agent_name=agent, argument_names=names)
+        return len(queries)
+
+    assert count("ops-bot", ["cmd", "host"]) > 1  # first seen here: read, merged, written
+    first = ToolSighting.objects.get(tool="fs/exec")
+    assert count("ops-bot", ["host", "cmd"]) == 1  # the same names: counted in one UPDATE
+    assert count("gpt", ["host"]) > 1  # another agent: merged
+    assert count("ops-bot", ["host", "cmd", "timeout"]) > 1  # a new argument name: merged
+    s = ToolSighting.objects.get(tool="fs/exec")
+    assert s.count == 4
+    assert s.agents == ["ops-bot", "gpt"]
+    assert s.argument_names == ["cmd", "host", "timeout"]
+    assert s.last_seen_at >= first.last_seen_at
+    s.delete()  # a person removed it: the next call sights it anew, with its names
+    assert count("ops-bot", ["host", "cmd"]) > 1
+    again = ToolSighting.objects.get(tool="fs/exec")
+    assert (again.count, again.agents, again.argument_names) == (1, ["ops-bot"], ["cmd", "host"])
 
 
 def test_sightings_count_calls_agents_and_argument_names() -> None:
