@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from django.db.models import Q
 from django.utils import timezone
 
 from rewind.checkpoints import pacing
@@ -53,6 +54,11 @@ DUE_SLACK = timedelta(milliseconds=300)
 RETRY_S = 2.0
 # What a round learns from the task list about rows, due or not.
 _TASK_STATE_FIELDS = ("task_started_at", "task_completed_at", "last_miss_at")
+
+
+def due_by(now: datetime) -> Q:
+    """The waiting rows a round started at ``now`` asks about: those without a time, or due within ``DUE_SLACK``."""
+    return Q(next_poll_at__isnull=True) | Q(next_poll_at__lte=now + DUE_SLACK)
 
 
 @dataclass
