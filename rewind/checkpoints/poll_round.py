@@ -20,13 +20,14 @@ usually takes), never past its guard's deadline, which runs from the guard's req
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db.models import Q
+from django.db import connection
 from django.utils import timezone
 
 from rewind.checkpoints import pacing
@@ -56,9 +57,37 @@ RETRY_S = 2.0
 _TASK_STATE_FIELDS = ("task_started_at", "task_completed_at", "last_miss_at")
 
 
-def due_by(now: datetime) -> Q:
-    """The waiting rows a round started at ``now`` asks about: those without a time, or due within ``DUE_SLACK``."""
-    return Q(next_poll_at__isnull=True) | Q(next_poll_at__lte=now + DUE_SLACK)
+def site_has_due_rows(site_id: int, now: datetime) -> bool:
+    """Whether a round started at ``now`` has a row of the site to ask about: one inserted (or
+    with its outcome unknown) and without a time, or due within ``DUE_SLACK`` (as ``run`` picks them)."""
+    field = TaggedCheckpoint._meta.get_field("next_poll_at")
+    with connection.cursor() as cursor:
+        cursor.execute(
+            _due_sql(connection.vendor),
+            [
+                site_id,
+                *(str(s) for s in TaggedCheckpoint.INSERTED),
+                field.get_db_prep_value(now + DUE_SLACK, connection),
+            ],
+        )
+        return cursor.fetchone() is not None
+
+
+@functools.cache
+def _due_sql(vendor: str) -> str:
+    """Plain SQL built once: through the ORM, building the query cost about what it saved (measured
+    in a burst of 200 guards: half the CPU of the rows' load it spares)."""
+    quote = connection.ops.quote_name
+    opts = TaggedCheckpoint._meta
+
+    def col(name: str) -> str:
+        return quote(str(opts.get_field(name).column))
+
+    statuses = ", ".join(["%s"] * len(TaggedCheckpoint.INSERTED))
+    return (
+        f"SELECT 1 FROM {quote(opts.db_table)} WHERE {col('site')} = %s AND {col('status')} IN ({statuses}) "
+        f"AND ({col('next_poll_at')} IS NULL OR {col('next_poll_at')} <= %s) LIMIT 1"
+    )
 
 
 @dataclass

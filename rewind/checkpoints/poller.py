@@ -38,7 +38,7 @@ from kombu.exceptions import OperationalError
 from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
-from rewind.checkpoints.poll_round import RoundReport, SiteRound, due_by, guards_of
+from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of, site_has_due_rows
 from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
@@ -138,10 +138,13 @@ def _round(site_id: int, run_id: str) -> RoundReport:
         # First the queued guards' inserts, oldest first; then the poll, which their rows join once due.
         batch = site_insert_batch(site, renew, limit=batch_size(site))
         guards_finish(batch.guards)
-    waiting = TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
-    if site is not None and site.enabled and not waiting.filter(due_by(timezone.now())).exists():
+    if site is not None and site.enabled and not site_has_due_rows(site_id, timezone.now()):
         return _nothing_due(site, run_id, batch)
-    rows = list(waiting.select_related("guard").order_by("guard__requested_at", "pk"))
+    rows = list(
+        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
+        .select_related("guard")
+        .order_by("guard__requested_at", "pk")
+    )
     _note_cut_off_inserts(rows)
     if not rows:
         return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
