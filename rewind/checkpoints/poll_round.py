@@ -30,6 +30,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
+from rewind.bulk import column, table
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import RowEnd, row_since, rows_finish, rows_save
@@ -77,16 +78,12 @@ def site_has_due_rows(site_id: int, now: datetime) -> bool:
 def _due_sql(vendor: str) -> str:
     """Plain SQL built once: through the ORM, building the query cost about what it saved (measured
     in a burst of 200 guards: half the CPU of the rows' load it spares)."""
-    quote = connection.ops.quote_name
-    opts = TaggedCheckpoint._meta
-
-    def col(name: str) -> str:
-        return quote(str(opts.get_field(name).column))
-
     statuses = ", ".join(["%s"] * len(TaggedCheckpoint.INSERTED))
+    at = column(TaggedCheckpoint, "next_poll_at")
     return (
-        f"SELECT 1 FROM {quote(opts.db_table)} WHERE {col('site')} = %s AND {col('status')} IN ({statuses}) "
-        f"AND ({col('next_poll_at')} IS NULL OR {col('next_poll_at')} <= %s) LIMIT 1"
+        f"SELECT 1 FROM {table(TaggedCheckpoint)} WHERE {column(TaggedCheckpoint, 'site')} = %s "
+        f"AND {column(TaggedCheckpoint, 'status')} IN ({statuses}) "
+        f"AND ({at} IS NULL OR {at} <= %s) LIMIT 1"
     )
 
 
