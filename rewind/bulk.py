@@ -50,6 +50,16 @@ def _statement(vendor: str, model: type[models.Model], fields: tuple[str, ...]) 
     return f"UPDATE {quote(opts.db_table)} SET {columns} WHERE {quote(str(opts.pk.column))} = %s"
 
 
+def column(model: type[models.Model], name: str) -> str:
+    """The quoted column of ``model.name``, for plain SQL built once (see ``update_rows``)."""
+    return connection.ops.quote_name(str(_field(model, name).column))
+
+
+def table(model: type[models.Model]) -> str:
+    """The quoted table of ``model``."""
+    return connection.ops.quote_name(model._meta.db_table)
+
+
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     field = model._meta.get_field(name)
     if not isinstance(field, models.Field) or field.column is None:

@@ -5,11 +5,13 @@ What a guard looks like to the outside is ``rewind.checkpoints.presenters``."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, cast
 
+from django.db import connection
 from django.db.models import (
     Count,
     DurationField,
@@ -27,6 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
+from rewind.bulk import column, table
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
 from rewind.workers.selectors import broker_outage_describe, broker_outage_open, workers_seen
@@ -116,6 +119,25 @@ def guard_waiting_for(
         )
         parts.append(f"behind {ahead} other guard(s) for {name or 'its site'}'s request cap")
     return "queued to insert its checkpoints, " + "; ".join(parts)
+
+
+def guard_pk_of_change(vm_identifier: str, change_id: str) -> int | None:
+    """The id of the guard recorded for this VM and change id, if any (at most one: a unique constraint).
+
+    Every guard creation asks first, and nearly always finds none: one plain query built once,
+    as building it through the ORM cost more than the database spends answering (measured: a
+    fifth of a guard creation's CPU in a burst of 200).
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(_change_sql(connection.vendor), [vm_identifier, change_id])
+        found = cursor.fetchone()
+    return None if found is None else int(found[0])
+
+
+@functools.cache
+def _change_sql(vendor: str) -> str:
+    vm, change = column(ChangeGuard, "vm_identifier"), column(ChangeGuard, "change_id")
+    return f"SELECT {column(ChangeGuard, 'id')} FROM {table(ChangeGuard)} WHERE {vm} = %s AND {change} = %s"
 
 
 def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]:

@@ -303,3 +303,29 @@ def test_a_crowded_sites_first_look_at_the_windows_end_keeps_the_forecast() -> N
     again = pacing.forecast([hit / 1000] * 10 + [5.3] * 10)
     assert again is not None
     assert again.expected_s == pytest.approx(5.3)
+
+
+def test_a_round_with_no_row_due_asks_nothing_and_reads_none_of_the_waiting_rows(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from rewind.checkpoints import poller
+
+    outcome = guard_create(agent_name=agent.name, vm="web01", action="edit")
+    assert outcome.guard is not None
+    inline_tasks.run_due()  # the first round: its batch inserts the checkpoint
+    rows = TaggedCheckpoint.objects.filter(guard=outcome.guard)
+    assert set(rows.values_list("status", flat=True)) == {TaggedCheckpoint.Status.WAITING}
+    later = timezone.now() + timedelta(minutes=5)
+    rows.update(next_poll_at=later)
+    SitePoller.objects.update(lease_owner="", lease_expires_at=None)  # the next round may claim the site
+    made: list[object] = []
+    monkeypatch.setattr(poller, "SiteRound", lambda *args, **kwargs: made.append(args))
+    calls_before = sim.calls("site-a")
+    site_id = rows.values_list("site_id", flat=True).first()
+    assert site_id is not None
+    assert poller.poller_round(site_id) == "0 inserted, 0 due, 0 listed, 0 ended, 0 requests"
+    assert made == [], "no row is due: the round loads none of them"
+    assert set(rows.values_list("next_poll_at", flat=True)) == {later}, "the rows keep their time"
+    assert sim.calls("site-a") == calls_before, "nothing asked of the ZVM"
+    # Its successor is queued for when the row is due.
+    assert SitePoller.objects.get(pk=site_id).next_round_at == later

@@ -136,3 +136,26 @@ def test_a_waiting_guard_is_told_first_that_the_task_queue_does_not_answer(guard
     assert waiting is not None
     assert waiting.startswith("the task queue (Redis at 127.0.0.1:6399/0) has not answered since ")
     assert "no poll round can be queued until it answers" in waiting
+
+
+def test_a_kick_reads_the_poller_row_as_the_orm_does(guard: ChangeGuard) -> None:
+    from rewind.checkpoints.poller import _poller_read
+
+    stored = SitePoller.objects.get()
+    SitePoller.objects.filter(pk=stored.pk).update(wanted_at=stored.next_round_at)
+    stored.refresh_from_db()
+    read = _poller_read(stored.pk)
+    assert read is not None
+    assert stored.lease.alive(timezone.now())
+    assert (read.lease, read.next_round_at, read.wanted_at) == (stored.lease, stored.next_round_at, stored.wanted_at)
+    assert read.lease.expires_at is not None
+    assert read.lease.expires_at.utcoffset() == timedelta(0)
+    assert _poller_read(stored.pk + 1000) is None
+
+
+def test_a_guard_asked_for_again_is_found_by_its_vm_and_change_id(guard: ChangeGuard, agent: Any) -> None:
+    again = guard_create(agent_name=agent.name, vm="web01", action="edit", change_id=guard.change_id)
+    assert (again.created, again.guard) == (False, guard)
+    other = guard_create(agent_name=agent.name, vm="web01", action="edit", change_id=guard.change_id + "-2")
+    assert other.created
+    assert other.guard != guard
