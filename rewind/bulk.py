@@ -55,11 +55,6 @@ def column(model: type[models.Model], name: str) -> str:
     return connection.ops.quote_name(str(_field(model, name).column))
 
 
-def table(model: type[models.Model]) -> str:
-    """The quoted table of ``model``."""
-    return connection.ops.quote_name(model._meta.db_table)
-
-
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     field = model._meta.get_field(name)
     if not isinstance(field, models.Field) or field.column is None:
