@@ -28,16 +28,15 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 from celery import current_app
 from django.db import connection, transaction
 from django.db.models import F, Min, Q
 from django.utils import timezone
-from django.utils.dateparse import parse_datetime
 from kombu.exceptions import OperationalError
 
-from rewind.bulk import column, table
+from rewind import bulk
 from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
@@ -67,45 +66,23 @@ def poller_kick(site_id: int, at: datetime | None = None) -> None:
 
 
 def _poller_read(site_id: int) -> SitePoller | None:
-    """The site's poller row as ``_kicked`` reads it (its lease and times), None when there is none yet.
+    """The site's poller row, None when there is none yet.
 
     Every guard kicks the pollers of its sites, and nearly always finds the row there: one plain
     query built once, as the ORM's ``get_or_create`` cost more to build than to answer (measured:
     a fifth of a guard creation's CPU in a burst of 200).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_poller_sql(connection.vendor), [site_id])
+        cursor.execute(_poller_sql(), [site_id])
         row = cursor.fetchone()
-    if row is None:
-        return None
-    owner, expires_at, next_round_at, wanted_at = row
-    return SitePoller(
-        site_id=site_id,
-        lease_owner=owner,
-        lease_expires_at=_aware(expires_at),
-        next_round_at=_aware(next_round_at),
-        wanted_at=_aware(wanted_at),
-    )
+    return None if row is None else bulk.model_from_row(SitePoller, row)
 
 
 @functools.cache
-def _poller_sql(vendor: str) -> str:
-    columns = ", ".join(
-        column(SitePoller, name) for name in ("lease_owner", "lease_expires_at", "next_round_at", "wanted_at")
+def _poller_sql() -> str:
+    return (
+        f"SELECT {bulk.columns(SitePoller)} FROM {bulk.table(SitePoller)} WHERE {bulk.column(SitePoller, 'site')} = %s"
     )
-    return f"SELECT {columns} FROM {table(SitePoller)} WHERE {column(SitePoller, 'site')} = %s"
-
-
-def _aware(value: datetime | str | None) -> datetime | None:
-    """A datetime column read without the ORM: SQLite hands it back naive (stored in UTC), or as text."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        parsed = parse_datetime(value)
-        if parsed is None:
-            raise ValueError(f"not a datetime: {value!r}")
-        value = parsed
-    return value if timezone.is_aware(value) else value.replace(tzinfo=UTC)
 
 
 def _kicked(poller: SitePoller, at: datetime) -> bool:

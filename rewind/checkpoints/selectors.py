@@ -29,7 +29,7 @@ from django.db.models import (
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from rewind.bulk import column, table
+from rewind import bulk
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.errors import NotFoundError
 from rewind.workers.selectors import broker_outage_describe, broker_outage_open, workers_seen
@@ -121,23 +121,23 @@ def guard_waiting_for(
     return "queued to insert its checkpoints, " + "; ".join(parts)
 
 
-def guard_pk_of_change(vm_identifier: str, change_id: str) -> int | None:
-    """The id of the guard recorded for this VM and change id, if any (at most one: a unique constraint).
+def guard_of_change(vm_identifier: str, change_id: str) -> ChangeGuard | None:
+    """The guard recorded for this VM and change id, if any (at most one: a unique constraint).
 
     Every guard creation asks first, and nearly always finds none: one plain query built once,
     as building it through the ORM cost more than the database spends answering (measured: a
     fifth of a guard creation's CPU in a burst of 200).
     """
     with connection.cursor() as cursor:
-        cursor.execute(_change_sql(connection.vendor), [vm_identifier, change_id])
+        cursor.execute(_change_sql(), [vm_identifier, change_id])
         found = cursor.fetchone()
-    return None if found is None else int(found[0])
+    return None if found is None else bulk.model_from_row(ChangeGuard, found)
 
 
 @functools.cache
-def _change_sql(vendor: str) -> str:
-    vm, change = column(ChangeGuard, "vm_identifier"), column(ChangeGuard, "change_id")
-    return f"SELECT {column(ChangeGuard, 'id')} FROM {table(ChangeGuard)} WHERE {vm} = %s AND {change} = %s"
+def _change_sql() -> str:
+    vm, change = bulk.column(ChangeGuard, "vm_identifier"), bulk.column(ChangeGuard, "change_id")
+    return f"SELECT {bulk.columns(ChangeGuard)} FROM {bulk.table(ChangeGuard)} WHERE {vm} = %s AND {change} = %s"
 
 
 def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]:

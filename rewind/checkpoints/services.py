@@ -36,7 +36,7 @@ from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.poller import poller_kick, pollers_restart_dead
 from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
-from rewind.checkpoints.selectors import guard_pk_of_change
+from rewind.checkpoints.selectors import guard_of_change
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.protection import find_protection
@@ -107,8 +107,7 @@ def guard_create(
     protection = find_protection(vm)
     if agent_id is not None:
         check_within(agent_vm_limit(agent_id), protection, agent_name=agent_name)
-    existing_pk = guard_pk_of_change(protection.vm_identifier, change)
-    existing = None if existing_pk is None else ChangeGuard.objects.filter(pk=existing_pk).first()
+    existing = guard_of_change(protection.vm_identifier, change)
     if existing is not None:
         if existing.agent_name != agent_name:
             raise ApplicationError(
