@@ -21,25 +21,40 @@ from .variants import Variants, VariantTable
 
 
 class RateMeter:
-    """Requests to one site: the total, and the most seen within any one-second window."""
+    """Requests to one site: the total, and the most seen within any one-second window.
+
+    The busiest window's requests are kept (arrival time and route), so a run that went over
+    a cap can say which requests made up that second.
+    """
 
     WINDOW_S = 1.0
 
     def __init__(self) -> None:
         self.total = 0
         self.peak = 0
-        self._recent: deque[float] = deque()
+        self._recent: deque[tuple[float, str]] = deque()
+        self._peak_window: list[tuple[float, str]] = []
 
-    def record(self, now: float) -> None:
+    def record(self, now: float, what: str = "") -> None:
         self.total += 1
         recent = self._recent
-        while recent and recent[0] <= now - self.WINDOW_S:
+        while recent and recent[0][0] <= now - self.WINDOW_S:
             recent.popleft()
-        recent.append(now)
-        self.peak = max(self.peak, len(recent))
+        recent.append((now, what))
+        if len(recent) > self.peak:
+            self.peak = len(recent)
+            self._peak_window = list(recent)
 
-    def as_json(self) -> dict[str, float | int]:
-        return {"peak_per_s": self.peak, "requests": self.total, "window_s": self.WINDOW_S}
+    def as_json(self) -> dict[str, Any]:
+        start = self._peak_window[0][0] if self._peak_window else 0.0
+        return {
+            "peak_per_s": self.peak,
+            "requests": self.total,
+            "window_s": self.WINDOW_S,
+            "peak_window": [
+                {"at": round(t, 4), "after_s": round(t - start, 4), "call": what} for t, what in self._peak_window
+            ],
+        }
 
 
 class ApiError(Exception):
@@ -120,7 +135,7 @@ class World:
 
     def record_call(self, slug: str, key: str) -> None:
         self.calls[slug][key] += 1
-        self.rates[slug].record(self.now())
+        self.rates[slug].record(self.now(), key)
 
     def variant(self, slug: str) -> Variants:
         return self.variants.of(slug)

@@ -27,12 +27,22 @@ from typing import Protocol
 # core, a new TLS connection) can arrive closer to a later one than their slots were.
 # Widening the window a little keeps the cap true at the ZVM's end.
 ARRIVAL_SLACK_S = 0.05
+# How far from its slot a sender may find itself and still keep it; past that it takes a new
+# one (``rewind.zvm.transport``). A third of the slack: a pacer may place a slot this far off
+# (see ``Pacer.reserve``), the sender may then be this late at the wire, and a third is left
+# for the way to the ZVM.
+LATE_S = ARRIVAL_SLACK_S / 3
 MAX_PER_S = 1000.0  # the window keeps one time per allowed request; bounded so it stays small
 
 
 class Pacer(Protocol):
     def reserve(self, key: str, per_s: float) -> float:
-        """Count one request to the ZVM ``key``; the seconds its sender must wait (0: go now)."""
+        """Count one request to the ZVM ``key``; the seconds from this return to its slot.
+
+        Negative when the slot had already passed on return (the reservation itself was slow):
+        the sender is late by that much. A pacer that cannot place the slot exactly on this
+        process's clock places it no earlier than it is, and at most ``LATE_S`` later.
+        """
         ...
 
 

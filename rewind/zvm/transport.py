@@ -32,7 +32,7 @@ from .errors import (
     ZvmTlsError,
     ZvmTransientError,
 )
-from .pacing import ARRIVAL_SLACK_S, LOCAL_PACER, Pacer
+from .pacing import LATE_S, LOCAL_PACER, Pacer
 
 logger = logging.getLogger("rewind.zvm")
 
@@ -169,9 +169,8 @@ def one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-# A request sent more than this after its slot takes a new one (see ``Transport._pace``); a
-# third of the pacer's arrival slack, so a slot kept is still inside the window it counted in.
-LATE_S = ARRIVAL_SLACK_S / 3
+# A request sent more than ``LATE_S`` after its slot takes a new one (``Transport._pace``), at
+# most this many times.
 RESERVE_TRIES = 4
 
 
@@ -283,7 +282,7 @@ class Transport:
         for _ in range(RESERVE_TRIES):
             wait = self.pacer.reserve(self.conn.zvm_key, per_s)
             due = self._clock() + wait
-            if wait > 0:
+            if wait > 0:  # negative: the reservation returned after its slot (a slow commit, a busy core)
                 logger.debug(
                     "%s %s waits %.0f ms for the cap of %g requests/s request_id=%s",
                     method,

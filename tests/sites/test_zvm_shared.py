@@ -230,3 +230,35 @@ def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(monke
     wait = pacer.reserve("zvm-slow-commit", 1.0)
     # Its slot is 100.0 + 1.05; counted from 100.4, not from 100.1 (which would send it 0.3 s late).
     assert wait == pytest.approx(101.05 - 100.4)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_commit_that_ends_after_its_slot_says_how_late_the_sender_is(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Not 0 (go now), which would hide the lateness from the sender: it must take another slot."""
+    import rewind.sites.zvm_shared as shared
+
+    pacer = DbPacer()
+    # The first reservation at 100.0; the second's slot is 101.05, but its commit ends at 101.3.
+    readings = iter([100.0, 100.0, 100.9, 101.3])
+    monkeypatch.setattr(shared, "time", SimpleNamespace(time=lambda: next(readings)))
+    assert pacer.reserve("zvm-late-commit", 1.0) == 0.0
+    assert pacer.reserve("zvm-late-commit", 1.0) == pytest.approx(101.05 - 101.3)
+
+
+def test_a_slow_round_trip_to_redis_gives_its_slot_up(redis_db: redis.Redis) -> None:
+    """Redis places the slot somewhere in the round trip: one longer than LATE_S would leave the
+    sender late by as much, unseen. Its slot is given up (still counted) and another taken."""
+    from rewind.zvm.pacing import LATE_S
+
+    readings = iter([0.0, 3 * LATE_S, 10.0, 10.0 + LATE_S / 2])
+    pacer = RedisPacer(RedisLink(REDIS_URL), clock=lambda: next(readings))
+    assert pacer.reserve("zvm-slow-trip", 1.0) > 0.9  # the second slot: a window after the first
+    assert redis_db.llen(RATE_PREFIX + "zvm-slow-trip") == 1  # a cap of 1 keeps one time
+    assert next(readings, None) is None  # exactly two round trips
+
+
+def test_a_quick_round_trip_to_redis_keeps_its_slot(redis_db: redis.Redis) -> None:
+    readings = iter([0.0, 0.001])
+    pacer = RedisPacer(RedisLink(REDIS_URL), clock=lambda: next(readings))
+    assert pacer.reserve("zvm-quick-trip", 1.0) == 0.0
+    assert next(readings, None) is None

@@ -112,6 +112,11 @@ def test_a_sender_that_wakes_late_takes_a_new_slot_instead_of_crowding_the_next_
     assert always_late.reserved == RESERVE_TRIES, "bounded: it is sent after a few tries anyway"
     assert LATE_S < ARRIVAL_SLACK_S
 
+    # A reservation that returned after its slot (a commit that waited) is late already.
+    slow_commit = _CountingPacer([-2 * LATE_S, -LATE_S / 2])
+    Transport(conn, pacer=slow_commit, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r4")
+    assert slow_commit.reserved == 2, "the first slot had passed by more than LATE_S; the second by less"
+
 
 class _SlowToConnect:
     """A TCP relay to the simulator whose every new connection takes ``delay`` seconds to set up
