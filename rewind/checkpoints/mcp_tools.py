@@ -25,7 +25,7 @@ from pydantic import Field, StrictFloat, StrictStr
 
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.presenters import GuardOut, guard_out, guard_report
-from rewind.checkpoints.selectors import guard_progress
+from rewind.checkpoints.selectors import GuardProgress, guard_progress, guard_tally
 from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
 from rewind.checkpoints.tags import new_change_id
 from rewind.errors import NotFoundError
@@ -42,6 +42,9 @@ TOOLS_POSITION = 10
 WAIT_GRACE_S = 2.0
 POLL_MIN_S, POLL_MAX_S = 0.05, 1.0
 RESUME_EVERY_S = 5.0
+# What a waiting guard is queued behind is worked out again when its status or count moves,
+# and otherwise this often: it costs a query per site (``guard_tally`` is read in between).
+QUEUE_EVERY_S = 2.0
 TimeoutSeconds = Annotated[StrictFloat, Field(ge=1, le=TIMEOUT_MAX_S)]
 # The description sits outside the optional type, or the schema would bury it in anyOf.
 Timeout = Annotated[
@@ -162,11 +165,15 @@ async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
     deadline = started + max(0.0, remaining) + WAIT_GRACE_S
     reported, said = -1.0, ""
     last_resume = started
+    queue = _QueueRead(first)
     while True:
-        progress = await run_db_retried(guard_progress, guard_id)
+        progress = await run_db_retried(guard_tally, guard_id)
+        if queue.due(progress):
+            progress = await run_db_retried(guard_progress, guard_id)
+            queue.read(progress)
         words = f"{named}: {progress.listed}/{progress.total} VPGs list the checkpoint"
-        if progress.waiting_for:
-            words += f"; {progress.waiting_for}"
+        if queue.waiting_for and progress.status in ChangeGuard.UNFINISHED:
+            words += f"; {queue.waiting_for}"
         value = float(progress.listed) if progress.listed > reported else min(reported + 0.01, progress.listed + 0.99)
         if ctx is not None and words != said and value > reported:
             await ctx.report_progress(value, progress.total, words)
@@ -181,6 +188,21 @@ async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
         await asyncio.sleep(max(0.0, min(pause, deadline - time.monotonic())))
     final = await run_db_retried(_status, guard_id)
     return final.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused})
+
+
+class _QueueRead:
+    """When a waiting call last worked out what its guard is queued behind, and what it found."""
+
+    def __init__(self, progress: GuardProgress) -> None:
+        self.read(progress)
+
+    def read(self, progress: GuardProgress) -> None:
+        self.at, self.seen = time.monotonic(), (progress.status, progress.listed)
+        self.waiting_for = progress.waiting_for
+
+    def due(self, progress: GuardProgress) -> bool:
+        moved = (progress.status, progress.listed) != self.seen
+        return moved or time.monotonic() - self.at >= QUEUE_EVERY_S
 
 
 def _change_for_this_call(change_id: str | None) -> str:

@@ -66,6 +66,29 @@ def guard_progress(guard_id: int, now: datetime | None = None) -> GuardProgress:
     )
 
 
+def guard_tally(guard_id: int) -> GuardProgress:
+    """A guard's status, deadline and VPGs listed, in one statement, without what it is queued
+    behind (``guard_progress`` works that out with a query per site and one for the task queue).
+
+    What a waiting call reads between those: under a load of 100 waiting guards their reads
+    were two fifths of a replica's database time.
+    """
+    found = (
+        ChangeGuard.objects.filter(pk=guard_id)
+        .annotate(
+            total=Count("vpgs"),
+            listed=Count("vpgs", filter=Q(vpgs__status=TaggedCheckpoint.Status.LISTED)),
+        )
+        .values_list("status", "requested_at", "timeout_s", "total", "listed")
+        .first()
+    )
+    if found is None:
+        return GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None)
+    status, requested_at, timeout_s, total, listed = found
+    deadline = requested_at + timedelta(seconds=timeout_s)  # ChangeGuard.deadline
+    return GuardProgress(status=status, listed=listed, total=total, deadline=deadline, waiting_for=None)
+
+
 def guards_waiting_for_worker(now: datetime | None = None) -> int:
     """Guards recorded more than ``NO_WORKER_AFTER_S`` ago that no worker has started yet."""
     cutoff = (now or timezone.now()) - timedelta(seconds=NO_WORKER_AFTER_S)

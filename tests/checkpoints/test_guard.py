@@ -123,3 +123,18 @@ def test_another_agent_cannot_reuse_a_change_id_for_the_same_vm(sim: Any, sites:
     guard_before_mutate(agent_name="ops-bot", tool="ssh/exec", arguments={"host": "db01"}, action="x", change_id="C-1")
     with pytest.raises(ApplicationError, match="already in use"):
         guard_before_mutate(agent_name="gpt", tool="ssh/exec", arguments={"host": "db01"}, action="x", change_id="C-1")
+
+
+def test_the_cheap_progress_read_agrees_with_the_full_one(db: None) -> None:
+    from rewind.checkpoints.selectors import guard_progress, guard_tally
+    from rewind.models import TaggedCheckpoint
+
+    guard = ChangeGuard.objects.create(
+        agent_name="a", action="x", vm_identifier="vm-1", vm_name="web01", change_id="c-1", tag="t", timeout_s=120
+    )
+    for n, status in enumerate(["listed", "pending", "listed", "failed"]):
+        TaggedCheckpoint.objects.create(guard=guard, vpg_identifier=f"vpg-{n}", vpg_name=f"VPG {n}", status=status)
+    full, tally = guard_progress(guard.pk), guard_tally(guard.pk)
+    assert (tally.status, tally.listed, tally.total, tally.deadline) == (full.status, 2, 4, full.deadline)
+    assert tally.waiting_for is None
+    assert guard_tally(guard.pk + 1000).status == ""  # no such guard: as guard_progress says
