@@ -17,7 +17,8 @@ sent to the two replicas in turn, all at once:
 - as the first ``--recoveries`` guards end, their agents ask for that file back and the demo
   approver approves each over REST (signed in through the replicas in turn); the agents poll;
 - ``--gateway`` agents call ``guestshell__read_file`` through the gateway, five times each;
-- meanwhile ``zerto_find_protection`` is called ``--finds`` times by 8 clients.
+- meanwhile ``zerto_find_protection`` is called ``--finds`` times, 8 a second (``FIND_PER_S``), by
+  8 clients, each look-up timed from when it was due.
 
 Printed, each beside its target (and in ``--json`` for bench/run.py): failed calls (0); VPG and
 change pairs with other than one tagged checkpoint, read from the ZVMs (0); recoveries whose bytes
@@ -26,11 +27,16 @@ differ from the file set (0); FLR sessions left mounted after one reaper run (0)
 and ``zerto_find_protection``'s p99 under the load (≤ 250 ms), beside its p99 on the idle stack
 with the cache warm, measured first in the same run.
 
-What bounds those last two on a machine of 2 cores, where the shape itself saturates the host
-(traced once, each look-up timed at every step inside a replica): under the load no look-up
-missed the cache; its time passed alike in every await of the replica (the rate limit, the tool,
-the audit row, the answer), each waiting for a turn of a busy core. The simulator, on the same
-cores, counts a request when its own loop gets to it.
+What bounds those last two on a machine of 2 cores, where the shape itself saturates the host:
+- the look-ups over 250 ms are all sent in the first seconds, while the 120-odd agents start at
+  once (printed by when they were sent); after those, none (traced: each look-up's time passed
+  alike in every await of the replica, the rate limit, the tool, the audit row, the answer, each
+  waiting for a turn of a busy core);
+- the simulator, on the same cores, counts a request when its own loop gets to it. Every request
+  of a busiest second over the cap was traced once from its sender: each left within 8 ms of its
+  slot, ten to a window of 1.05 s, and the first reached the simulator's handler 43 ms after it
+  left, inside the window's 50 ms slack for the way (``rewind.zvm.pacing.ARRIVAL_SLACK_S``) but
+  on top of the sender's own lateness.
 
 ``--soak-minutes M`` runs the same mix at a tenth of the rate for M minutes instead (new change
 ids as it goes), after a warm-up of two minutes (pools fill, caches warm), and prints at the start
@@ -72,6 +78,10 @@ CAP = 10.0  # ZVM_MAX_REQUESTS_PER_S, the default the stack runs with
 FIND_P99_TARGET_MS = 250.0
 GATEWAY_CALLS_EACH = 5
 FIND_CLIENTS = 8
+# Look-ups spread over the load at this rate (300 take 37.5 s of a full load's ~50 s), instead of
+# 8 clients sending back to back: those had all 300 answered within the agents' first 5 s, a
+# closed loop that measured its own burst (285 look-ups/s) more than look-ups under the load.
+FIND_PER_S = 8.0
 WARM_UP_MIN = 2.0
 # What the processes' pools may hold at most: per replica the MCP threads (rewind.mcp.context
 # POOL_SIZE 8), the audit writer and Django's request thread; per worker its 2 pool processes,
@@ -247,6 +257,7 @@ class Tally:
     calls: int = 0
     failed: list[str] = field(default_factory=list)
     find_ms: list[float] = field(default_factory=list)
+    find_at_s: list[float] = field(default_factory=list)
     guards: dict[str, tuple[str, str]] = field(default_factory=dict)  # guard id -> (vm, tag)
     recovered: dict[int, tuple[str, str]] = field(default_factory=dict)  # recovery id -> (expected sha, got)
 
@@ -256,6 +267,7 @@ class Tally:
     def add_finds(self, found: Found) -> None:
         self.calls += found.calls
         self.find_ms += found.find_ms
+        self.find_at_s += found.find_at_s
         for what in found.failed:
             self.fail(what)
 
@@ -344,13 +356,14 @@ class Load:
         self.tally.add_finds(await find_clients(self.shape.urls(), token, count, vms))
 
     async def finds_apart(self, token: str, count: int, vms: list[str]) -> None:
-        """The same look-ups from a process of their own, as an agent would send them: on this
-        process's loop, busy with every other agent's client, a look-up's answer waits for a
-        turn of the loop before it is timed (measured: 160 ms on the idle stack while clients
-        were made beside it)."""
+        """The same look-ups, ``FIND_PER_S`` a second, from a process of their own, as agents would
+        send them: on this process's loop, busy with every other agent's client, a look-up's answer
+        waits for a turn of the loop before it is timed (measured: 160 ms on the idle stack while
+        clients were made beside it)."""
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             loop = asyncio.get_running_loop()
-            found = await loop.run_in_executor(pool, find_clients_run, self.shape.urls(), token, count, vms)
+            urls = self.shape.urls()
+            found = await loop.run_in_executor(pool, find_clients_run, urls, token, count, vms, FIND_PER_S)
         self.tally.add_finds(found)
 
     async def gateway(self, token: str, vm: str) -> None:
@@ -362,13 +375,19 @@ class Load:
 class Found:
     calls: int = 0
     find_ms: list[float] = field(default_factory=list)
+    find_at_s: list[float] = field(default_factory=list)  # when each was sent, from the first
     failed: list[str] = field(default_factory=list)
 
 
-async def find_clients(urls: list[str], token: str, count: int, vms: list[str]) -> Found:
+async def find_clients(urls: list[str], token: str, count: int, vms: list[str], per_s: float | None = None) -> Found:
     """``count`` look-ups by ``FIND_CLIENTS`` clients, each a kept-alive connection sending the
     2026-07-28 request as it goes on the wire (bench/mcp_find.py's): the service's time, not the SDK's.
-    Every client is made before the first is timed."""
+    Every client is made before the first is timed.
+
+    ``per_s``: look-up ``i`` is due ``i / per_s`` after the start, and timed from when it was due,
+    so a client still waiting for a slow answer counts that wait too (no stall is hidden by the
+    schedule slipping). None: each client sends its next as soon as it has an answer.
+    """
     import httpx2
 
     found = Found()
@@ -389,18 +408,23 @@ async def find_clients(urls: list[str], token: str, count: int, vms: list[str]) 
                 found.calls += 1
                 body = call_body(i, "zerto_find_protection", {"vm": vms[i % len(vms)]})
                 started = time.perf_counter()
+                if per_s is not None:
+                    started = begun + i / per_s
+                    await asyncio.sleep(started - time.perf_counter())
                 resp = await http.post(f"{urls[n % len(urls)]}/mcp", content=body)
                 if call_ok(resp.status_code, resp.text):
                     found.find_ms.append((time.perf_counter() - started) * 1000)
+                    found.find_at_s.append(started - begun)
                 else:
                     found.failed.append(f"zerto_find_protection: HTTP {resp.status_code} {resp.text[:200]}")
 
+    begun = time.perf_counter()
     await asyncio.gather(*(client(n, http) for n, http in enumerate(clients)))
     return found
 
 
-def find_clients_run(urls: list[str], token: str, count: int, vms: list[str]) -> Found:
-    return asyncio.run(find_clients(urls, token, count, vms))
+def find_clients_run(urls: list[str], token: str, count: int, vms: list[str], per_s: float | None) -> Found:
+    return asyncio.run(find_clients(urls, token, count, vms, per_s))
 
 
 def p99(samples: list[float]) -> float:
@@ -500,6 +524,17 @@ def idle_find_p99(shape: Shape, token: str, vms: list[str], count: int) -> float
     return p99(tally.find_ms)
 
 
+def print_slow_finds(tally: Tally, bucket_s: float = 5.0) -> None:
+    """When the slow look-ups were sent: the agents all start at once, and the first seconds differ."""
+    slow: dict[int, int] = {}
+    for ms, at in zip(tally.find_ms, tally.find_at_s, strict=True):
+        if ms > FIND_P99_TARGET_MS:
+            slow[int(at // bucket_s)] = slow.get(int(at // bucket_s), 0) + 1
+    if slow:
+        spans = ", ".join(f"{k * bucket_s:g}-{(k + 1) * bucket_s:g} s: {n}" for k, n in sorted(slow.items()))
+        print(f"  look-ups over {FIND_P99_TARGET_MS:g} ms by when they were sent (from the first): {spans}")
+
+
 def report_load(report: Report, tally: Tally, idle_p99: float, load_average: float) -> None:
     wrong = checkpoints_not_one(tally.guards)
     not_exact = [rid for rid, (want, got) in tally.recovered.items() if want != got]
@@ -523,6 +558,7 @@ def report_load(report: Report, tally: Tally, idle_p99: float, load_average: flo
         f"{load_average:.1f} on {os.cpu_count()} cores: a request sent in its slot may reach a busy simulator late",
     )
     slow = sum(1 for ms in tally.find_ms if ms > FIND_P99_TARGET_MS)
+    print_slow_finds(tally)
     report.add(
         "zerto_find_protection p99 under load",
         p99(tally.find_ms),
