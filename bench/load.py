@@ -34,9 +34,9 @@ What bounds those last two on a machine of 2 cores, where the shape itself satur
   waiting for a turn of a busy core);
 - the simulator, on the same cores, counts a request when its own loop gets to it. Every request
   of a busiest second over the cap was traced once from its sender: each left within 8 ms of its
-  slot, ten to a window of 1.05 s, and the first reached the simulator's handler 43 ms after it
-  left, inside the window's 50 ms slack for the way (``rewind.zvm.pacing.ARRIVAL_SLACK_S``) but
-  on top of the sender's own lateness.
+  slot (the slots ten to any 1.05 s), and the first reached the simulator's handler 43 ms after
+  it left, which with its sender's lateness is more than the 50 ms of slack the slots leave for
+  the way (``rewind.zvm.pacing.ARRIVAL_SLACK_S``).
 
 ``--soak-minutes M`` runs the same mix at a tenth of the rate for M minutes instead (new change
 ids as it goes), after a warm-up of two minutes (pools fill, caches warm), and prints at the start
