@@ -55,3 +55,40 @@ def test_an_error_names_the_guard_and_change_id_the_call_referred_to() -> None:
     call_refers_to(guard=13)  # outside a call: nothing to name, nothing fails
     with call_refs() as nothing:
         assert _naming_refs(ToolError("plain"), nothing).args == ("plain",)
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_kept_connection_is_checked_by_its_socket_and_one_the_server_ended_is_replaced() -> None:
+    """No SELECT 1 before a call's first query: a connection the server ended has said so on its socket."""
+    import time
+
+    import psycopg
+    from django.db import connection
+
+    from rewind.mcp.context import _health_checked_by_its_socket
+
+    if connection.vendor != "postgresql":
+        pytest.skip("the check is PostgreSQL's (SQLite has no server to end a connection)")
+    if not connection.health_check_enabled:
+        pytest.skip("this database's settings have CONN_HEALTH_CHECKS off")
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        pid = cursor.fetchone()[0]
+    connection.health_check_done = False  # as close_if_unusable_or_obsolete leaves it
+    _health_checked_by_its_socket(connection)
+    assert connection.health_check_done, "sound: no SELECT 1 to come"
+    assert connection.connection is not None, "sound: kept"
+
+    params = connection.get_connection_params()
+    with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}, autocommit=True) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    deadline = time.monotonic() + 10
+    connection.health_check_done = False
+    while connection.connection is not None and time.monotonic() < deadline:
+        _health_checked_by_its_socket(connection)
+        connection.health_check_done = False
+        time.sleep(0.05)
+    assert connection.connection is None, "the ended connection was closed before any query used it"
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_backend_pid()")
+        assert cursor.fetchone()[0] != pid, "the next query opened a new one"
