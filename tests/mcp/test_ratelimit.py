@@ -188,6 +188,33 @@ def test_a_closed_event_loop_does_not_keep_its_redis_client(redis_url: str) -> N
     assert limiter._link.event_loops_held() == 1
 
 
+def test_a_burst_of_calls_on_one_loop_is_counted_in_redis_not_per_process(
+    redis_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """150 calls at once (120 agents starting together reach one replica so): each waits for one of
+    the loop's few connections. The client's own pool refused a 101st connection, which read as
+    Redis not answering and switched every limit to per-process counting for 10 s."""
+    import asyncio
+
+    from rewind.redislink import LOOP_CONNECTIONS
+
+    limiter = RedisRateLimiter(redis_url, RateLimit(1000))
+    agent = f"bot-{uuid.uuid4().hex}"
+
+    async def burst() -> tuple[list[float], int]:
+        waits = await asyncio.gather(*(limiter.take(agent) for _ in range(150)))
+        pool = limiter._link._loops[asyncio.get_running_loop()].client.connection_pool
+        return list(waits), len(pool._available_connections) + len(pool._in_use_connections)
+
+    with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
+        waits, opened = run(burst())
+    assert waits == [0.0] * 150
+    assert "per process" not in caplog.text
+    assert limiter._link.up()
+    assert redis.Redis.from_url(redis_url).llen(KEY_PREFIX + agent) == 150, "every call counted in Redis"
+    assert opened <= LOOP_CONNECTIONS
+
+
 def _accepted_at(limit: RateLimit, arrivals_us: list[int]) -> list[int]:
     """The arrivals a per-process counter lets through, on a clock the test moves."""
     limiter = LocalRateLimiter(limit)
