@@ -217,32 +217,31 @@ def test_a_call_inside_a_transaction_holds_no_lock_on_the_shared_cap() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
-def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A slow commit (the write lock held by another process) is not added to the sender's wait."""
+@pytest.mark.parametrize(
+    ("second", "committed", "wait"),
+    [
+        # A slow commit (the write lock held by another process) is not added to the sender's
+        # wait: counted from 100.4, not from 100.1 (which would send it 0.3 s late).
+        (100.1, 100.4, 101.05 - 100.4),
+        # One that ends after the slot says how late the sender is (not 0, go now, which would
+        # hide it): the sender takes another slot.
+        (100.9, 101.3, 101.05 - 101.3),
+    ],
+)
+def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(
+    monkeypatch: pytest.MonkeyPatch, second: float, committed: float, wait: float
+) -> None:
     import rewind.sites.zvm_shared as shared
 
     pacer = DbPacer()
-    # One request per 1.05 s window; reads of the clock: the first reservation (inside, then
-    # after its commit), the second inside its transaction at 100.1, its commit done at 100.4.
-    readings = iter([100.0, 100.0, 100.1, 100.4])
+    # One request per 1.05 s window. Reads of the clock: the first reservation (inside its
+    # transaction, then after its commit) at 100.0; the second inside its transaction at
+    # ``second``, its commit done at ``committed``. Its slot is 100.0 + 1.05.
+    readings = iter([100.0, 100.0, second, committed])
     monkeypatch.setattr(shared, "time", SimpleNamespace(time=lambda: next(readings)))
-    assert pacer.reserve("zvm-slow-commit", 1.0) == 0.0
-    wait = pacer.reserve("zvm-slow-commit", 1.0)
-    # Its slot is 100.0 + 1.05; counted from 100.4, not from 100.1 (which would send it 0.3 s late).
-    assert wait == pytest.approx(101.05 - 100.4)
-
-
-@pytest.mark.django_db(transaction=True)
-def test_a_commit_that_ends_after_its_slot_says_how_late_the_sender_is(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Not 0 (go now), which would hide the lateness from the sender: it must take another slot."""
-    import rewind.sites.zvm_shared as shared
-
-    pacer = DbPacer()
-    # The first reservation at 100.0; the second's slot is 101.05, but its commit ends at 101.3.
-    readings = iter([100.0, 100.0, 100.9, 101.3])
-    monkeypatch.setattr(shared, "time", SimpleNamespace(time=lambda: next(readings)))
-    assert pacer.reserve("zvm-late-commit", 1.0) == 0.0
-    assert pacer.reserve("zvm-late-commit", 1.0) == pytest.approx(101.05 - 101.3)
+    key = f"zvm-commit-{second}"
+    assert pacer.reserve(key, 1.0) == 0.0
+    assert pacer.reserve(key, 1.0) == pytest.approx(wait)
 
 
 def test_a_slow_round_trip_to_redis_gives_its_slot_up(redis_db: redis.Redis) -> None:
