@@ -35,13 +35,13 @@ Figures of a concurrent run:
   the tagged checkpoints of the guards that ended ok (a VPG guarded by two guards counts twice;
   distinct VPGs are printed beside). The simulator is reset only while no worker runs, so no
   process holds a token the reset revoked (whose 401 and repeat would be counted too);
-- cap-bound lower bound: at cap C a site takes n = floor(C) requests per 1.05 s window
-  (rewind/zvm/pacing.py). A guard's look-up asks every site, its inserts go to their VPGs'
+- cap-bound lower bound: at cap C a site takes n = floor(C) requests per 1.1 s window
+  (``window_shape`` in rewind/zvm/pacing.py). A guard's look-up asks every site, its inserts go to their VPGs'
   protected sites, and a guard can be ok only 0.3 s + --delay after its last insert. So the k
   look-ups and inserts a site got (as the simulator counted them) end no sooner than
-  floor((k - 1) / n) x 1.05 s after the first, and the run lasts at least that plus 0.3 s +
+  floor((k - 1) / n) x 1.1 s after the first, and the run lasts at least that plus 0.3 s +
   --delay. Each of the v distinct VPGs guarded at the site is listed at least once, so its
-  last request goes no sooner than floor((k + v - 1) / n) x 1.05 s after its first. The larger
+  last request goes no sooner than floor((k + v - 1) / n) x 1.1 s after its first. The larger
   of the two, at the site where it is largest, ÷ the reference is the best ratio the cap allows.
   The floor is the larger of that bound and one guard alone (no burst finishes sooner than one
   guard does); targets: wall <= 1.1 x the floor for 16 guards, <= 1.2 x for 200;

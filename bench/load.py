@@ -28,15 +28,15 @@ and ``zerto_find_protection``'s p99 under the load (≤ 250 ms), beside its p99 
 with the cache warm, measured first in the same run.
 
 What bounds those last two on a machine of 2 cores, where the shape itself saturates the host:
-- the look-ups over 250 ms are all sent in the first seconds, while the 120-odd agents start at
+- the look-ups over 250 ms are nearly all sent in the first seconds, while the 120-odd agents start at
   once (printed by when they were sent); after those, none (traced: each look-up's time passed
   alike in every await of the replica, the rate limit, the tool, the audit row, the answer, each
   waiting for a turn of a busy core);
 - the simulator, on the same cores, counts a request when its own loop gets to it. Every request
   of a busiest second over the cap was traced once from its sender: each left within 8 ms of its
-  slot (the slots ten to any 1.05 s), and the first reached the simulator's handler 43 ms after
-  it left, which with its sender's lateness is more than the 50 ms of slack the slots leave for
-  the way (``rewind.zvm.pacing.ARRIVAL_SLACK_S``).
+  slot (the slots then ten to any 1.05 s), and the first reached the simulator's handler 43 ms
+  after it left, more than the 50 ms of slack left for the way with its sender's lateness. The
+  slack is 100 ms since (``rewind.zvm.pacing.ARRIVAL_SLACK_S``).
 
 ``--soak-minutes M`` runs the same mix at a tenth of the rate for M minutes instead (new change
 ids as it goes), after a warm-up of two minutes (pools fill, caches warm), and prints at the start

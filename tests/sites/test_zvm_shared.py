@@ -222,10 +222,10 @@ def test_a_call_inside_a_transaction_holds_no_lock_on_the_shared_cap() -> None:
     [
         # A slow commit (the write lock held by another process) is not added to the sender's
         # wait: counted from 100.4, not from 100.1 (which would send it 0.3 s late).
-        (100.1, 100.4, 101.05 - 100.4),
+        (100.1, 100.4, 101.1 - 100.4),
         # One that ends after the slot says how late the sender is (not 0, go now, which would
         # hide it): the sender takes another slot.
-        (100.9, 101.3, 101.05 - 101.3),
+        (100.9, 101.3, 101.1 - 101.3),
     ],
 )
 def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(
@@ -234,9 +234,9 @@ def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(
     import rewind.sites.zvm_shared as shared
 
     pacer = DbPacer()
-    # One request per 1.05 s window. Reads of the clock: the first reservation (inside its
+    # One request per 1.1 s window. Reads of the clock: the first reservation (inside its
     # transaction, then after its commit) at 100.0; the second inside its transaction at
-    # ``second``, its commit done at ``committed``. Its slot is 100.0 + 1.05.
+    # ``second``, its commit done at ``committed``. Its slot is 100.0 + 1.1.
     readings = iter([100.0, 100.0, second, committed])
     monkeypatch.setattr(shared, "time", SimpleNamespace(time=lambda: next(readings)))
     key = f"zvm-commit-{second}"

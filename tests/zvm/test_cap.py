@@ -22,7 +22,7 @@ def test_the_window_takes_a_burst_of_the_cap_then_one_per_window() -> None:
     slots: list[float] = []
     for _ in range(7):
         slots.append(next_slot(slots, 100.0, n, window))
-    assert slots == [100.0] * 3 + [100.0 + window] * 3 + [100.0 + 2 * window]
+    assert slots == pytest.approx([100.0] * 3 + [100.0 + window] * 3 + [100.0 + 2 * window])
 
 
 def test_fractional_caps_count_whole_requests_and_slow_caps_widen_the_window() -> None:
