@@ -55,8 +55,13 @@ class ChangeGuard(models.Model):
 
     @property
     def deadline(self) -> datetime:
-        """From the request, not from when a poller got to it: queued time counts against ``timeout_s``."""
-        return self.requested_at + timedelta(seconds=self.timeout_s)
+        return deadline_of(self.requested_at, self.timeout_s)
+
+
+def deadline_of(requested_at: datetime, timeout_s: float) -> datetime:
+    """A guard's deadline: from the request, not from when a poller got to it (queued time counts
+    against ``timeout_s``). Also for a guard read as values, not as a model."""
+    return requested_at + timedelta(seconds=timeout_s)
 
 
 class ChangeGuardVpg(models.Model):

@@ -30,7 +30,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind import bulk
-from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint, deadline_of
 from rewind.errors import NotFoundError
 from rewind.workers.selectors import broker_outage_describe, broker_outage_open, workers_seen
 
@@ -85,8 +85,9 @@ def guard_tally(guard_id: int) -> GuardProgress:
     if found is None:
         return GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None)
     status, requested_at, timeout_s, total, listed = found
-    deadline = requested_at + timedelta(seconds=timeout_s)  # ChangeGuard.deadline
-    return GuardProgress(status=status, listed=listed, total=total, deadline=deadline, waiting_for=None)
+    return GuardProgress(
+        status=status, listed=listed, total=total, deadline=deadline_of(requested_at, timeout_s), waiting_for=None
+    )
 
 
 def guards_waiting_for_worker(now: datetime | None = None) -> int:
