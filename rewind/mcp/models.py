@@ -10,11 +10,13 @@ class McpRateCount(models.Model):
 
     Locked while a call of the agent is decided, so every worker decides in turn. ``tat`` is the
     burst pacing's "theoretical arrival time" of the agent's next call (GCRA), in microseconds
-    since the epoch; 0 while bursts are not limited.
+    since the epoch; 0 while bursts are not limited. ``calls`` is how many ``McpRateCall`` rows
+    the agent has: the decision reads the calls themselves only when that reaches the limit.
     """
 
     key = models.CharField(max_length=200, primary_key=True)
     tat = models.BigIntegerField(default=0)
+    calls = models.IntegerField(default=0, help_text="The agent's McpRateCall rows")
 
     class Meta:
         verbose_name = "MCP rate count"

@@ -15,11 +15,12 @@ arrival time" per agent). The window holds either way.
 The count is kept once for the whole deployment, so N uvicorn workers allow the limit, not N
 times it:
 - ``RedisRateLimiter`` (when REDIS_URL is set): one list of accepted call times per agent
-  (at most ``per_minute`` long, expiring with the window), on Redis's clock, in one script per
-  request.
+  (the window's, at most ``per_minute`` of them, expiring with the window), on Redis's clock, in
+  one script per request.
 - ``DbRateLimiter`` (no Redis, e.g. ``make run``'s embedded default): the same in the database,
-  one ``McpRateCount`` row per agent (locked for the decision, holding the burst pacing) and one
-  ``McpRateCall`` row per accepted call inside the window, in one short transaction of its own
+  one ``McpRateCount`` row per agent (locked for the decision, holding the burst pacing and how
+  many calls the agent has in the window) and one ``McpRateCall`` row per accepted call inside
+  the window, in one short transaction of its own
   (on a thread of its own, never inside another transaction). The clock is this machine's
   (replicas on several machines need synchronized clocks, as NTP gives).
 - ``LocalRateLimiter``: the same in this process; what the others fall back to.
@@ -138,7 +139,9 @@ class LocalRateLimiter:
 
 # KEYS[1]: the agent's list of accepted call times, newest first; KEYS[2]: its pacing's arrival
 # time. ARGV: the limit, the window, the pacing interval and tolerance (-1: no pacing), all µs.
-# The decision is RateLimit.decide's.
+# The decision is RateLimit.decide's. Calls older than the window are dropped first, so the list
+# holds the window's calls only, whatever the limit (a busy agent's list would otherwise keep
+# growing towards it).
 _SLIDING_WINDOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -146,6 +149,11 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
 local tolerance = tonumber(ARGV[4])
+local oldest = redis.call('LINDEX', KEYS[1], -1)
+while oldest and tonumber(oldest) < now - window do
+  redis.call('RPOP', KEYS[1])
+  oldest = redis.call('LINDEX', KEYS[1], -1)
+end
 local nth = redis.call('LINDEX', KEYS[1], limit - 1)
 if nth and tonumber(nth) >= now - window then return tonumber(nth) + window - now + 1 end
 local tat = 0
@@ -193,24 +201,26 @@ def _now_us() -> int:
 
 @dataclass(frozen=True)
 class _Sql:
-    lock: str  # the agent's row, made if need be and locked until the transaction ends; gives its tat
-    nth_latest: str
-    record: str
-    pace: str
+    lock: str  # the agent's row, made if need be and locked until the transaction ends; gives tat, calls
     forget: str
+    nth_latest: str
+    count: str
+    record: str
+    save: str
 
 
 def _statements() -> _Sql:
     quote = connection.ops.quote_name
     counts, calls = quote(McpRateCount._meta.db_table), quote(McpRateCall._meta.db_table)
-    key, at, tat = quote("key"), quote("at"), quote("tat")
+    key, at, tat, n = quote("key"), quote("at"), quote("tat"), quote("calls")
     return _Sql(
-        lock=f"INSERT INTO {counts} ({key}, {tat}) VALUES (%s, 0) "
-        f"ON CONFLICT ({key}) DO UPDATE SET {tat} = {counts}.{tat} RETURNING {tat}",
-        nth_latest=f"SELECT {at} FROM {calls} WHERE {key} = %s ORDER BY {at} DESC LIMIT 1 OFFSET %s",
-        record=f"INSERT INTO {calls} ({key}, {at}) VALUES (%s, %s)",
-        pace=f"UPDATE {counts} SET {tat} = %s WHERE {key} = %s",
+        lock=f"INSERT INTO {counts} ({key}, {tat}, {n}) VALUES (%s, 0, 0) "
+        f"ON CONFLICT ({key}) DO UPDATE SET {tat} = {counts}.{tat} RETURNING {tat}, {n}",
         forget=f"DELETE FROM {calls} WHERE {key} = %s AND {at} < %s",
+        nth_latest=f"SELECT {at} FROM {calls} WHERE {key} = %s ORDER BY {at} DESC LIMIT 1 OFFSET %s",
+        count=f"SELECT COUNT(*) FROM {calls} WHERE {key} = %s",
+        record=f"INSERT INTO {calls} ({key}, {at}) VALUES (%s, %s)",
+        save=f"UPDATE {counts} SET {tat} = %s, {n} = %s WHERE {key} = %s",
     )
 
 
@@ -258,17 +268,28 @@ class DbRateLimiter:
     def _decide(self, cursor: CursorWrapper, key: str, now: int) -> float:
         sql, limit = self._sql, self.limit
         cursor.execute(sql.lock, [key])
-        (tat,) = cursor.fetchone()
-        cursor.execute(sql.nth_latest, [key, limit.per_minute - 1])
-        found = cursor.fetchone()
-        wait, new_tat = limit.decide(int(found[0]) if found else None, int(tat), now)
-        if wait > 0:
-            return wait / 1_000_000
-        cursor.execute(sql.record, [key, now])
-        if new_tat != tat:
-            cursor.execute(sql.pace, [new_tat, key])
+        tat, counted = cursor.fetchone()
         cursor.execute(sql.forget, [key, now - limit.window_us])
-        return 0.0
+        in_window = counted - max(0, cursor.rowcount)
+        # The calls themselves are read only when the count reaches the limit: walking the index to
+        # the per_minute-th latest costs in proportion to the calls in the window, which a high
+        # limit (100,000 a minute) made thousands of rows on every call.
+        nth_latest = None
+        if in_window >= limit.per_minute:
+            cursor.execute(sql.nth_latest, [key, limit.per_minute - 1])
+            found = cursor.fetchone()
+            if found is not None:
+                nth_latest = int(found[0])
+            else:  # fewer calls than counted (rows deleted by hand): count them again
+                cursor.execute(sql.count, [key])
+                (in_window,) = cursor.fetchone()
+        wait, new_tat = limit.decide(nth_latest, int(tat), now)
+        if wait == 0:
+            cursor.execute(sql.record, [key, now])
+            in_window += 1
+        if (new_tat, in_window) != (tat, counted):
+            cursor.execute(sql.save, [new_tat, in_window, key])
+        return wait / 1_000_000
 
 
 def rate_limiter(limit: RateLimit, redis_url: str | None) -> RateLimiter:

@@ -120,6 +120,46 @@ def test_a_database_count_gives_a_call_back_once_the_window_passed(transactional
     assert McpRateCall.objects.filter(key="bot").count() == 2, "calls out of the window are forgotten"
 
 
+def test_a_database_count_under_a_high_limit_keeps_the_window_s_calls_and_reads_them_only_at_the_limit(
+    transactional_db: None, monkeypatch: Any
+) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    limiter = DbRateLimiter(RateLimit(100_000))
+    now = [1_800_000_000_000_000]
+    monkeypatch.setattr("rewind.mcp.ratelimit._now_us", lambda: now[0])
+    for _ in range(300):
+        now[0] += 1000
+        assert limiter.take_now("busy") == 0.0
+    with CaptureQueriesContext(connection) as queries:
+        limiter.take_now("busy")
+    assert not [q for q in queries if "OFFSET" in q["sql"]], "below the limit no call is read back"
+    assert McpRateCount.objects.get(key="busy").calls == McpRateCall.objects.filter(key="busy").count() == 301
+    # Calls at 1..300 ms and one more at 300 ms; 60.05 s later the window begins at 150 ms.
+    now[0] += MINUTE_US + 200_000 - 150_000
+    assert limiter.take_now("busy") == 0.0
+    assert McpRateCount.objects.get(key="busy").calls == McpRateCall.objects.filter(key="busy").count() == 151 + 1 + 1
+
+
+def test_a_database_count_higher_than_the_calls_kept_is_set_right_at_the_limit(transactional_db: None) -> None:
+    limiter = DbRateLimiter(RateLimit(3))
+    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, 0.0]
+    McpRateCall.objects.filter(key="bot").order_by("at")[:1].get().delete()  # by hand: the count says 3, 2 are kept
+    assert limiter.take_now("bot") == 0.0, "the count is not a refusal: the calls kept are"
+    assert McpRateCount.objects.get(key="bot").calls == McpRateCall.objects.filter(key="bot").count() == 3
+    assert limiter.take_now("bot") > 59
+
+
+def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url: str) -> None:
+    agent = f"bot-{uuid.uuid4().hex}"
+    client = redis.Redis.from_url(redis_url)
+    client.rpush(KEY_PREFIX + agent, *[str(1_000_000 + i) for i in range(500)])  # calls of long ago
+    limiter = RedisRateLimiter(redis_url, RateLimit(100_000))
+    assert run(limiter.take(agent)) == 0.0
+    assert client.llen(KEY_PREFIX + agent) == 1, "calls older than the window are dropped"
+
+
 def test_without_the_database_it_counts_per_process_and_says_so(
     transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
