@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
 from django.db import connection
@@ -71,22 +71,37 @@ def guard_tally(guard_id: int) -> GuardProgress:
     behind (``guard_progress`` works that out with a query per site and one for the task queue).
 
     What a waiting call reads between those: under a load of 100 waiting guards their reads
-    were two fifths of a replica's database time.
+    were two fifths of a replica's database time. The statement is written out once rather than
+    built by the ORM on every read: building it was most of a replica's CPU for these reads
+    (12 % of it while 120 agents started at once).
     """
-    found = (
-        ChangeGuard.objects.filter(pk=guard_id)
-        .annotate(
-            total=Count("vpgs"),
-            listed=Count("vpgs", filter=Q(vpgs__status=TaggedCheckpoint.Status.LISTED)),
-        )
-        .values_list("status", "requested_at", "timeout_s", "total", "listed")
-        .first()
-    )
+    with connection.cursor() as cursor:
+        cursor.execute(_tally_sql(), [TaggedCheckpoint.Status.LISTED, guard_id])
+        found = cursor.fetchone()
     if found is None:
         return GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None)
     status, requested_at, timeout_s, total, listed = found
+    if timezone.is_naive(requested_at):  # SQLite keeps UTC without saying so; PostgreSQL says it
+        requested_at = timezone.make_aware(requested_at, UTC)
     return GuardProgress(
-        status=status, listed=listed, total=total, deadline=deadline_of(requested_at, timeout_s), waiting_for=None
+        status=status,
+        listed=int(listed or 0),
+        total=int(total),
+        deadline=deadline_of(requested_at, timeout_s),
+        waiting_for=None,
+    )
+
+
+@functools.cache
+def _tally_sql() -> str:
+    quote = connection.ops.quote_name
+    guards, vpgs = quote(ChangeGuard._meta.db_table), quote(TaggedCheckpoint._meta.db_table)
+    return (
+        f"SELECT g.{quote('status')}, g.{quote('requested_at')}, g.{quote('timeout_s')}, COUNT(v.{quote('id')}), "
+        f"SUM(CASE WHEN v.{quote('status')} = %s THEN 1 ELSE 0 END) "
+        f"FROM {guards} g LEFT JOIN {vpgs} v ON v.{quote('guard_id')} = g.{quote('id')} "
+        f"WHERE g.{quote('id')} = %s GROUP BY g.{quote('id')}, g.{quote('status')}, g.{quote('requested_at')}, "
+        f"g.{quote('timeout_s')}"
     )
 
 

@@ -138,3 +138,8 @@ def test_the_cheap_progress_read_agrees_with_the_full_one(db: None) -> None:
     assert (tally.status, tally.listed, tally.total, tally.deadline) == (full.status, 2, 4, full.deadline)
     assert tally.waiting_for is None
     assert guard_tally(guard.pk + 1000).status == ""  # no such guard: as guard_progress says
+    bare = ChangeGuard.objects.create(
+        agent_name="a", action="x", vm_identifier="vm-2", vm_name="web02", change_id="c-2", tag="t", timeout_s=60
+    )
+    full, tally = guard_progress(bare.pk), guard_tally(bare.pk)
+    assert (tally.status, tally.listed, tally.total, tally.deadline) == (full.status, 0, 0, bare.deadline)
