@@ -169,7 +169,9 @@ class AuditWriter:
             recycle_connections()
             # A database that restarts is waited for (REWIND_DB_RETRY_S): its callers wait anyway,
             # and a row that cannot be written fails its call.
-            database_retried(lambda: _append_committed(batch), "the MCP calls' audit rows")
+            database_retried(
+                lambda: _append_committed(batch, lambda: self._report(batch, None)), "the MCP calls' audit rows"
+            )
         except Exception:
             connections["default"].close_if_unusable_or_obsolete()
             if len(batch) == 1:
@@ -179,8 +181,6 @@ class AuditWriter:
             # One bad row must not fail the others: write them one by one.
             for item in batch:
                 self._write([item])
-            return
-        self._report(batch, None)
 
     @staticmethod
     def _report(batch: list[_Pending], error: BaseException | None) -> None:
@@ -195,9 +195,16 @@ class AuditWriter:
                 pass  # the event loop is closed: the callers are gone
 
 
-def _append_committed(batch: list[_Pending]) -> None:
-    """Append ``batch`` to the chain in order, in a transaction of its own, with the writes they carry."""
+def _append_committed(batch: list[_Pending], committed: Callable[[], None]) -> None:
+    """Append ``batch`` to the chain in order, in a transaction of its own, with the writes they carry.
+
+    ``committed`` runs as soon as the transaction commits, before the chaining ``audit_append``
+    leaves for after the commit: that chains every row other processes committed meanwhile, and
+    under a burst (two replicas and the workers appending) callers waited up to 375 ms for it
+    although their rows were safely in.
+    """
     with transaction.atomic():
+        transaction.on_commit(committed)  # the first hook: it runs before the chaining's
         for item in batch:
             for write in item.also:
                 write()

@@ -34,7 +34,7 @@ def _pending(i: int) -> _Pending:
 
 def test_a_batch_continues_the_chain_in_order(db: None) -> None:
     audit_record(actor=Actor.system(), action="before.batch")
-    _append_committed([_pending(i) for i in range(5)])
+    _append_committed([_pending(i) for i in range(5)], lambda: None)
     audit_record(actor=Actor.system(), action="after.batch")
     checked, problem = verify_chain()
     assert (checked, problem) == (7, None)
@@ -44,6 +44,28 @@ def test_a_batch_continues_the_chain_in_order(db: None) -> None:
     assert all(r.data["arguments"]["password"] == "***" for r in rows[1:6])
     assert rows[3].request_id == "req-00000002"
     assert rows[3].actor == "bot"
+
+
+@pytest.mark.django_db(transaction=True)
+def test_callers_are_told_once_their_rows_commit_not_after_chaining_what_others_wrote(monkeypatch: Any) -> None:
+    from django.db import connection
+
+    import rewind.audit
+
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite runs one write transaction at a time: an append chains its own rows before it commits")
+    order: list[str] = []
+    chain_pending = rewind.audit.chain_pending
+
+    def chaining() -> int:
+        order.append("chaining")
+        return chain_pending()
+
+    monkeypatch.setattr(rewind.audit, "chain_pending", chaining)
+    _append_committed([_pending(i) for i in range(3)], lambda: order.append("told"))
+    assert order == ["told", "chaining"]
+    assert AuditEvent.objects.filter(action="mcp.tool.called").count() == 3
+    assert verify_chain() == (3, None)
 
 
 def test_the_writer_returns_once_every_row_is_committed(transactional_db: None) -> None:
