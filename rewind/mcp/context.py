@@ -30,7 +30,7 @@ import logging
 import select
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -247,28 +247,38 @@ async def commit_with_record(fn: Callable[[], None]) -> None:
         writes.append(fn)
 
 
-class _ReadState[V]:
-    """One event loop's reads: the one running and the one callers are joining."""
+class _ReadState[K, V]:
+    """One event loop's reads: the one running and the one callers are joining, with the keys they want."""
 
     def __init__(self) -> None:
-        self.next: asyncio.Future[V] | None = None  # not started yet; callers arriving now join it
+        self.next: asyncio.Future[Mapping[K, V]] | None = None  # not started yet; callers arriving now join it
+        self.keys: set[K] = set()  # what the callers of ``next`` want read
         self.task: asyncio.Task[None] | None = None  # running now
 
 
-class SharedRead[V]:
-    """``await read()``: ``fn()`` (one short query, on a thread of its own) as read after the await began.
+class SharedReads[K, V]:
+    """``await read(key)``: ``fn(keys)[key]`` (one short query for many keys) as read after the await began.
 
     Callers that arrive while a read is running wait for the next one, which starts when the
-    running one ends and serves all of them: under load one thread hand-off answers many
-    calls, and no caller ever gets a value read before its own call began (so a change
-    committed before that is seen).
+    running one ends and reads the keys of all of them at once: under load one thread hand-off
+    and one statement answer many calls (a hundred waiting guard calls read their guards' tallies
+    together), and no caller ever gets a value read before its own call began (so a change
+    committed before that is seen). ``fn`` must answer every key it is given; ``run`` is how it
+    is run off the event loop (``run_quick`` unless said otherwise).
     """
 
-    def __init__(self, fn: Callable[[], V]) -> None:
+    def __init__(
+        self,
+        fn: Callable[[frozenset[K]], Mapping[K, V]],
+        run: Callable[..., Awaitable[Mapping[K, V]]] | None = None,
+    ) -> None:
         self._fn = fn
-        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ReadState[V]] = weakref.WeakKeyDictionary()
+        self._run = run or run_quick
+        self._states: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _ReadState[K, V]] = (
+            weakref.WeakKeyDictionary()
+        )
 
-    async def __call__(self) -> V:
+    async def __call__(self, key: K) -> V:
         loop = asyncio.get_running_loop()
         state = self._states.get(loop)
         if state is None:
@@ -276,19 +286,27 @@ class SharedRead[V]:
         future = state.next
         if future is None:
             future = state.next = loop.create_future()
-            if state.task is None:
-                self._start(loop, state)
+        state.keys.add(key)
+        if state.task is None:
+            self._start(loop, state)
         # shield: one caller going away must not cancel the read the others wait for
-        return await asyncio.shield(future)
+        return (await asyncio.shield(future))[key]
 
-    def _start(self, loop: asyncio.AbstractEventLoop, state: _ReadState[V]) -> None:
-        future, state.next = state.next, None
+    def _start(self, loop: asyncio.AbstractEventLoop, state: _ReadState[K, V]) -> None:
+        future, keys = state.next, frozenset(state.keys)
+        state.next, state.keys = None, set()
         assert future is not None
-        state.task = loop.create_task(self._read(loop, state, future))
+        state.task = loop.create_task(self._read(loop, state, future, keys))
 
-    async def _read(self, loop: asyncio.AbstractEventLoop, state: _ReadState[V], future: asyncio.Future[V]) -> None:
+    async def _read(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        state: _ReadState[K, V],
+        future: asyncio.Future[Mapping[K, V]],
+        keys: frozenset[K],
+    ) -> None:
         try:
-            value = await run_quick(self._fn)
+            values = await self._run(self._fn, keys)
         except asyncio.CancelledError:  # the loop is shutting down: so are the waiters
             future.cancel()
             if state.next is not None:
@@ -301,8 +319,19 @@ class SharedRead[V]:
                 future.exception()  # retrieved: no "never retrieved" warning when nobody waits
         else:
             if not future.done():
-                future.set_result(value)
+                future.set_result(values)
         finally:
             state.task = None
             if state.next is not None and not loop.is_closed():
                 self._start(loop, state)
+
+
+class SharedRead[V]:
+    """``await read()``: ``fn()`` (one short query, on a thread of its own) as read after the await began;
+    ``SharedReads`` with one key, so callers that arrive while a read is running share the next one."""
+
+    def __init__(self, fn: Callable[[], V]) -> None:
+        self._reads: SharedReads[None, V] = SharedReads(lambda _keys: {None: fn()})
+
+    async def __call__(self) -> V:
+        return await self._reads(None)

@@ -126,7 +126,7 @@ def test_another_agent_cannot_reuse_a_change_id_for_the_same_vm(sim: Any, sites:
 
 
 def test_the_cheap_progress_read_agrees_with_the_full_one(db: None) -> None:
-    from rewind.checkpoints.selectors import guard_progress, guard_tally
+    from rewind.checkpoints.selectors import guard_progress, guard_tallies, guard_tally
     from rewind.models import TaggedCheckpoint
 
     guard = ChangeGuard.objects.create(
@@ -143,3 +143,5 @@ def test_the_cheap_progress_read_agrees_with_the_full_one(db: None) -> None:
     )
     full, tally = guard_progress(bare.pk), guard_tally(bare.pk)
     assert (tally.status, tally.listed, tally.total, tally.deadline) == (full.status, 0, 0, bare.deadline)
+    together = guard_tallies([guard.pk, bare.pk, bare.pk + 1000])  # one statement for them all
+    assert together == {guard.pk: guard_tally(guard.pk), bare.pk: tally, bare.pk + 1000: guard_tally(bare.pk + 1000)}

@@ -15,7 +15,7 @@ import pytest
 from rewind.audit import Actor, verify_chain
 from rewind.mcp import auditlog
 from rewind.mcp.auditlog import AuditWriter, _Pending
-from rewind.mcp.context import SharedRead, run_db
+from rewind.mcp.context import SharedRead, SharedReads, run_db
 from rewind.models import AuditEvent
 from rewind.protection import (
     find_protection,
@@ -242,6 +242,35 @@ def test_shared_read_serves_a_burst_with_one_read() -> None:
     assert first_value == 1
     assert values == [2] * 10
     assert fn.calls == 2
+
+
+@pytest.mark.django_db  # run_db recycles the thread's database connection around each read
+def test_shared_reads_by_key_read_the_keys_of_a_burst_in_one_read() -> None:
+    gate = GatedRead()
+    asked: list[frozenset[int]] = []
+
+    def fn(keys: frozenset[int]) -> dict[int, tuple[int, int]]:
+        asked.append(keys)
+        n = gate()
+        return {key: (key, n) for key in keys}
+
+    read: SharedReads[int, tuple[int, int]] = SharedReads(fn)
+
+    async def scenario() -> tuple[tuple[int, int], list[tuple[int, int]]]:
+        first = asyncio.create_task(read(1))
+        await gate.wait_entered()
+        burst = [asyncio.create_task(read(key)) for key in (2, 3, 3, 4)]  # they join the next read
+        await _settle()
+        gate.release()
+        first_value = await first
+        await gate.wait_entered()
+        gate.release()
+        return first_value, list(await asyncio.gather(*burst))
+
+    first_value, values = run(scenario())
+    assert first_value == (1, 1)
+    assert values == [(2, 2), (3, 2), (3, 2), (4, 2)], "each caller gets its own key, of the read after it began"
+    assert asked == [frozenset({1}), frozenset({2, 3, 4})]
 
 
 @pytest.mark.django_db  # run_db recycles the thread's database connection around each read
