@@ -24,7 +24,7 @@ from rewind.gateway.models import UpstreamTool
 from rewind.gateway.naming import SEPARATOR
 from rewind.gateway.selectors import exported_name_exists, exported_names, exported_tools
 from rewind.mcp import scopes
-from rewind.mcp.context import run_db
+from rewind.mcp.context import SharedRead, run_db
 from rewind.mcp.server import RewindMCPServer
 
 # After the zerto tools: agents read those first, and some clients show only the head of the list.
@@ -50,6 +50,12 @@ def _listing() -> list[MCPTool]:
     return [as_mcp_tool(t) for t in exported_tools()]
 
 
+# Agents list the tools when they start, so a fleet starting at once lists together: one read
+# after their calls began answers all of them (measured: 2.8 % of a replica's CPU while 120 agents
+# started, each listing on its own).
+_listing_read = SharedRead(_listing)
+
+
 class GatewayTools:
     """The provider the MCP server asks for tools it does not hold itself.
 
@@ -69,7 +75,7 @@ class GatewayTools:
         return name in self._names
 
     async def tools(self) -> list[MCPTool]:
-        return await run_db(_listing)
+        return list(await _listing_read())  # a list of its own: the read is shared
 
     async def has(self, name: str) -> bool:
         if SEPARATOR not in name:  # every exposed name has it; the zerto tools never do

@@ -151,3 +151,31 @@ def test_metrics_count_gateway_calls_tools_and_failing_upstreams(db: None, clien
     assert value(samples, "rewind_gateway_calls_total", upstream="ssh", decision="held", outcome="not_forwarded") == 1
     assert value(samples, "rewind_gateway_tools", upstream="ssh", state="exported") == 2
     assert value(samples, "rewind_gateway_upstream_listing_failed", upstream="ssh") == 1
+
+
+@pytest.mark.django_db(transaction=True)  # the read runs on a thread of its own, with its own connection
+def test_agents_listing_at_once_share_one_read_and_each_sees_the_tools(monkeypatch: Any) -> None:
+    import asyncio
+
+    import rewind.gateway.mcp_tools as gateway_tools
+    from tests.helpers import run
+
+    up = upstream_create(actor=ADMIN, name="win", url="http://127.0.0.1:1/mcp")
+    upstream_tools_record(upstream=up, listed=[listed("run"), listed("ping")], reserved=set())
+    reads: list[int] = []
+    exported = gateway_tools.exported_tools
+
+    def counted() -> list[UpstreamTool]:
+        reads.append(1)
+        return exported()
+
+    monkeypatch.setattr(gateway_tools, "exported_tools", counted)
+    provider = gateway_tools.GatewayTools()
+
+    async def fleet() -> list[list[str]]:
+        listings = await asyncio.gather(*(provider.tools() for _ in range(20)))
+        return [[t.name for t in tools] for tools in listings]
+
+    listings = run(fleet())
+    assert listings == [["win__ping", "win__run"]] * 20
+    assert len(reads) <= 2, "the first read, and at most one more for the calls that came while it ran"
