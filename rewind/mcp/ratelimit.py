@@ -40,9 +40,11 @@ import asyncio
 import logging
 import threading
 import time
+import weakref
 from collections import deque
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from django.db import DatabaseError, connection, transaction
@@ -224,8 +226,22 @@ def _statements() -> _Sql:
     )
 
 
+@dataclass
+class _Batch:
+    """One event loop's calls waiting for the database's decision, and whether a batch is being decided."""
+
+    waiting: list[tuple[str, asyncio.Future[float]]] = field(default_factory=list)
+    deciding: asyncio.Task[None] | None = None
+
+
 class DbRateLimiter:
-    """The limit counted in the database for every process; see the module docstring."""
+    """The limit counted in the database for every process; see the module docstring.
+
+    The calls of an event loop that arrive while a decision is in the database are decided
+    together next, in one transaction: one thread hand-off and one write transaction for many
+    calls (on SQLite every write transaction takes the database's one write lock, which the audit
+    rows' writer needs too).
+    """
 
     def __init__(self, limit: RateLimit) -> None:
         self.limit = limit
@@ -235,13 +251,45 @@ class DbRateLimiter:
         # A thread of its own: the tools' pool may be busy with ZVM calls, and the count must
         # not wait for them. Each of its threads keeps one connection.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-rate")
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
 
     async def take(self, key: str) -> float:
         if time.monotonic() < self._down_until:
             return self._local.take_now(key)
         loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = _Batch()
+        future: asyncio.Future[float] = loop.create_future()
+        batch.waiting.append((key, future))
+        if batch.deciding is None:
+            batch.deciding = loop.create_task(self._decide_waiting(loop, batch))
+        return await future
+
+    async def _decide_waiting(self, loop: asyncio.AbstractEventLoop, batch: _Batch) -> None:
+        calls: list[tuple[str, asyncio.Future[float]]] = []
         try:
-            return await loop.run_in_executor(self._pool, self.take_now, key)
+            while batch.waiting:
+                calls, batch.waiting = batch.waiting, []
+                waits = await self._decided(loop, [key for key, _ in calls])
+                for (_, future), wait in zip(calls, waits, strict=True):
+                    if not future.done():  # a caller that went away was counted all the same
+                        future.set_result(wait)
+        except BaseException as exc:  # nobody may wait for ever: every caller left gets what happened
+            for _, future in [*calls, *batch.waiting]:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            batch.waiting = []
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            batch.deciding = None
+
+    async def _decided(self, loop: asyncio.AbstractEventLoop, keys: list[str]) -> list[float]:
+        if time.monotonic() < self._down_until:
+            return [self._local.take_now(key) for key in keys]
+        try:
+            return await loop.run_in_executor(self._pool, self.take_many_now, keys)
         except DatabaseError as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
             logger.warning(
@@ -249,21 +297,34 @@ class DbRateLimiter:
                 RETRY_AFTER_FAILURE_S,
                 type(exc).__name__,
             )
-            return self._local.take_now(key)
+            return [self._local.take_now(key) for key in keys]
 
     def take_now(self, key: str) -> float:
         """Decide one call of ``key`` in one short transaction of its own; 0.0 or the seconds to wait."""
+        return self.take_many_now([key])[0]
+
+    def take_many_now(self, keys: Sequence[str]) -> list[float]:
+        """Decide a call of each of ``keys`` (an agent may be named more than once), in one short transaction.
+
+        Each agent's calls are decided in the order given, and the agents in the order of their
+        keys: every transaction locks agents' rows in that one order, so two processes deciding
+        the same agents at once wait for each other instead of deadlocking.
+        """
         if connection.in_atomic_block:
             # Counted here, the write would last until the caller's transaction ends and hold
             # up every other process meanwhile; only a test calls from inside one.
-            return self._local.take_now(key)
+            return [self._local.take_now(key) for key in keys]
         recycle_connections()
+        order = sorted(range(len(keys)), key=lambda i: keys[i])  # stable: each agent's calls keep their order
+        waits = [0.0] * len(keys)
         try:
             with transaction.atomic(), connection.cursor() as cursor:
-                return self._decide(cursor, key, _now_us())
+                for i in order:
+                    waits[i] = self._decide(cursor, keys[i], _now_us())
         except DatabaseError:
             connection.close_if_unusable_or_obsolete()
             raise
+        return waits
 
     def _decide(self, cursor: CursorWrapper, key: str, now: int) -> float:
         sql, limit = self._sql, self.limit

@@ -160,6 +160,36 @@ def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url
     assert client.llen(KEY_PREFIX + agent) == 1, "calls older than the window are dropped"
 
 
+def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly(
+    transactional_db: None, monkeypatch: Any
+) -> None:
+    import asyncio
+
+    limiter = DbRateLimiter(RateLimit(5))
+    batches: list[list[str]] = []
+    take_many_now = limiter.take_many_now
+
+    def counted(keys: list[str]) -> list[float]:
+        batches.append(list(keys))
+        return take_many_now(keys)
+
+    monkeypatch.setattr(limiter, "take_many_now", counted)
+    agents = ["b-bot", "a-bot", "c-bot"] * 10  # interleaved, the rows locked in another order than they came
+
+    async def burst() -> list[float]:
+        return list(await asyncio.gather(*(limiter.take(agent) for agent in agents)))
+
+    waits = run(burst())
+    for agent in set(agents):
+        mine = [w for a, w in zip(agents, waits, strict=True) if a == agent]
+        assert mine[:5] == [0.0] * 5, (agent, mine)  # the first five, in the order they came
+        assert all(w > 59 for w in mine[5:]), (agent, mine)
+        assert McpRateCall.objects.filter(key=agent).count() == 5
+        assert McpRateCount.objects.get(key=agent).calls == 5
+    assert sum(len(b) for b in batches) == 30
+    assert len(batches) <= 2, "the first call's own decision, then everyone who came meanwhile"
+
+
 def test_without_the_database_it_counts_per_process_and_says_so(
     transactional_db: None, monkeypatch: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -167,10 +197,10 @@ def test_without_the_database_it_counts_per_process_and_says_so(
 
     limiter = DbRateLimiter(RateLimit(2))
 
-    def broken(key: str) -> float:
+    def broken(keys: list[str]) -> list[float]:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(limiter, "take_now", broken)
+    monkeypatch.setattr(limiter, "take_many_now", broken)
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
     assert waits[:2] == [0.0, 0.0]
