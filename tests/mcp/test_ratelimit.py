@@ -370,3 +370,60 @@ def test_the_endpoint_says_to_wait_for_the_window_and_survives_a_deeply_nested_b
     assert nested.status_code == 429, nested.text  # was a 500 and a RecursionError in the log
     assert nested.json()["id"] is None
     assert "Traceback" not in log
+
+
+@pytest.mark.process
+def test_the_database_count_is_shared_again_at_once_after_a_real_postgresql_restart(tmp_path: Any) -> None:
+    """Without Redis the count lives in PostgreSQL; restarted under the endpoint, the next calls are counted there.
+
+    The rate count keeps connections of its own threads: a restart ends them all, and a thread
+    that used its dead connection would count per process (each worker allowing the limit again)
+    until it tried the database again.
+    """
+    import subprocess
+
+    from tests.simfixtures import PYTHON, REPO
+    from tests.stackfixtures import PostgresServer
+
+    postgres = PostgresServer()
+    try:
+        postgres.create_database("rewind")
+        env = {
+            **{k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")},
+            "DATABASE_URL": postgres.url(),
+            "REDIS_URL": "",
+            "REWIND_VAR_DIR": str(tmp_path / "var"),
+        }
+
+        def manage(*args: str) -> str:
+            done = subprocess.run(
+                [PYTHON, "manage.py", *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=180
+            )
+            assert done.returncode == 0, done.stderr[-3000:]
+            return done.stdout
+
+        manage("migrate", "-v0")
+        env["DJANGO_SUPERUSER_PASSWORD"] = uuid.uuid4().hex
+        manage("createsuperuser", "--noinput", "--username", "owner", "--email", "owner@example.com")
+        token = manage("createagent", "rate-restart").strip().splitlines()[-1]
+        limit = 6
+        server_env = {"MCP_RATE_LIMIT_PER_MINUTE": str(limit), "REDIS_URL": "", "REWIND_VAR_DIR": env["REWIND_VAR_DIR"]}
+        with run_uvicorn(tmp_path, database_url=postgres.url(), workers=2, env=server_env) as server:
+            before = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(2)]
+            postgres.restart(down_s=1.0)
+            after = [post(server.mcp_url, call_body(rpc_id=i), token).status_code for i in range(limit + 2)]
+            log = server.log.read_text()
+        psql = ["psql", "-h", "127.0.0.1", "-p", str(postgres.port), "-U", "postgres", "-d", "rewind", "-At"]
+        counted = subprocess.run(
+            [*psql, "-c", "SELECT calls FROM rewind_mcpratecount WHERE key = 'rate-restart'"],
+            check=True,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        ).stdout.strip()
+    finally:
+        postgres.remove()
+    assert before == [200, 200]
+    assert after == [200] * (limit - 2) + [429] * 4, "both workers count in the database again, from where it was"
+    assert "counted per process" not in log
+    assert counted == str(limit)
