@@ -112,6 +112,11 @@ class SiteRound:
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
         self.crowded = False
         self.ends: list[RowEnd] = []  # rows this round ended, written together at its end
+        # Rows not due whose VPG a due row had listed: that listing answered them too.
+        self.asked_early: list[TaggedCheckpoint] = []
+        # When each VPG's listing came back: its rows' next looks count from then, not from the
+        # round's start (a round listing many VPGs lasts a while).
+        self.answered_at: dict[str, datetime] = {}
         self._database_now: datetime | None = None
 
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
@@ -134,9 +139,10 @@ class SiteRound:
             # The round could not finish asking: its rows keep their place and ask again soon.
             self.report.error = str(exc)
             logger.warning("poller of site %s: the round failed: %s", self.site.name, exc)
-        self._reschedule(due)
+        rescheduled = due + self.asked_early
+        self._reschedule(rescheduled)
         self.report.ended += len(rows_finish(self.ends))
-        due_pks = {r.pk for r in due}
+        due_pks = {r.pk for r in rescheduled}
         # Rows not due keep their time; only those this round learned something about are written
         # (a site with many waiting rows would otherwise rewrite every one of them every round).
         learned = [r for r in rows if r.pk not in due_pks and r.status not in TaggedCheckpoint.FINAL]
@@ -244,17 +250,25 @@ class SiteRound:
 
     # -- 2. checkpoint lists -----------------------------------------------------------------
     def _list(self, due: list[TaggedCheckpoint], every: list[TaggedCheckpoint]) -> None:
-        """One listing per VPG with a due row; it is matched against every waiting row of that VPG."""
+        """One listing per VPG with a due row; it is matched against every waiting row of that VPG.
+
+        A row of that VPG not yet due was asked about all the same, so its next time is counted
+        from this listing too (``asked_early``). Otherwise each of the guards sharing a VPG would
+        list it on a schedule of its own (measured in a burst of 100 guards: a VPG that several
+        guards shared was listed up to 20 times).
+        """
         by_vpg: dict[str, list[TaggedCheckpoint]] = defaultdict(list)
         for row in every:
             if row.status not in TaggedCheckpoint.FINAL and (row.task_completed_at is not None or not row.task_id):
                 by_vpg[row.vpg_identifier].append(row)
         wanted = {r.vpg_identifier for r in due}
+        due_pks = {r.pk for r in due}
         for vpg_id, rows in by_vpg.items():
             if vpg_id not in wanted:
                 continue
             since = min(row_since(r, self.offset_s) for r in rows)
             self.report.requests += 1
+            asked_at = timezone.now()
             try:
                 listed = self.client.list_checkpoints(vpg_id, start=since)
             except ZvmNotFoundError as exc:
@@ -266,16 +280,24 @@ class SiteRound:
                 continue
             finally:
                 self.renew()
-            self._match(rows, listed)
+            self.answered_at[vpg_id] = timezone.now()
+            self._match(rows, listed, asked_at, self.answered_at[vpg_id])
+            self.asked_early += [r for r in rows if r.pk not in due_pks and r.status not in TaggedCheckpoint.FINAL]
 
-    def _match(self, rows: Iterable[TaggedCheckpoint], listed: list[Checkpoint]) -> None:
+    def _match(
+        self, rows: Iterable[TaggedCheckpoint], listed: list[Checkpoint], asked_at: datetime, answered_at: datetime
+    ) -> None:
+        """Which rows the listing holds. A miss says the checkpoint was not listed when we asked;
+        a hit, that it was by the answer: so the time to list is bracketed by what happened, not
+        by when the round began (measured: under load, samples that fell early and widened the
+        site's window)."""
         by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.tag}
         for row in rows:
             found = by_tag.get(row.guard.tag.strip())
             if found is None:
-                row.last_miss_at = self.now
+                row.last_miss_at = asked_at
                 continue
-            self._end(row, TaggedCheckpoint.Status.LISTED, "", found)
+            self._end(row, TaggedCheckpoint.Status.LISTED, "", found, seen_at=answered_at)
             self.report.listed += 1
 
     # -- the rows' next times -------------------------------------------------------------
@@ -294,13 +316,14 @@ class SiteRound:
                 outages = broker_outages_note(row.guard.requested_at, self._shared_now())
                 self._end(row, TaggedCheckpoint.Status.TIMED_OUT, _timeout_reason(row, self.report.error, outages))
                 continue
+            looked_at = self.answered_at.get(row.vpg_identifier, self.now)
             if self.report.error:
                 gap = min(RETRY_S, remaining)
             else:
                 start = row.insert_started_at or row.guard.requested_at
-                elapsed = (self.now - start).total_seconds()
+                elapsed = (looked_at - start).total_seconds()
                 gap = pacing.next_gap(elapsed, remaining, self.fc, crowded=self.crowded)
-            row.next_poll_at = self.now + timedelta(seconds=gap)
+            row.next_poll_at = looked_at + timedelta(seconds=gap)
             row.error = row.error[:2000]
             waiting.append(row)
         rows_save(waiting, ("next_poll_at", "error", *_TASK_STATE_FIELDS))
@@ -311,11 +334,19 @@ class SiteRound:
             self._database_now = database_now()
         return self._database_now
 
-    def _end(self, row: TaggedCheckpoint, status: str, error: str, checkpoint: Checkpoint | None = None) -> None:
+    def _end(
+        self,
+        row: TaggedCheckpoint,
+        status: str,
+        error: str,
+        checkpoint: Checkpoint | None = None,
+        *,
+        seen_at: datetime | None = None,
+    ) -> None:
         """End the row at the end of the round (``rows_finish``, with the round's other ends)."""
         listed_after = None
         if status == TaggedCheckpoint.Status.LISTED:
-            listed_after = listing_time_ms(row, self.now, held=self.fc if self.crowded else None)
+            listed_after = listing_time_ms(row, seen_at or self.now, held=self.fc if self.crowded else None)
         self.ends.append(RowEnd(row, status, error, checkpoint, self.offset_s, listed_after))
         self.report.ended_guards.add(row.guard_id)
         row.status = status

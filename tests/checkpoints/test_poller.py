@@ -334,3 +334,72 @@ def test_a_round_with_no_row_due_asks_nothing_and_reads_none_of_the_waiting_rows
     assert sim.calls("site-a") == calls_before, "nothing asked of the ZVM"
     # Its successor is queued for when the row is due.
     assert SitePoller.objects.get(pk=site_id).next_round_at == later
+
+
+def test_a_listing_asked_for_one_guard_answers_every_guard_waiting_on_that_vpg(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any
+) -> None:
+    # Two guards of one VM wait on the same two VPGs; only the first's rows are due. The round
+    # lists each VPG once, and the second guard's rows count that listing as their own look:
+    # they are not due again a moment later for a listing of their own.
+    from rewind.checkpoints import poller
+
+    sim.add_fault("checkpoint_listing_delay", seconds=60)
+    first, second = (_request(agent, "web01") for _ in range(2))
+    inline_tasks.run_due()  # the first round: its batch inserts the four checkpoints
+    rows = TaggedCheckpoint.objects.filter(guard__in=[first, second])
+    assert list(rows.values_list("status", flat=True)) == [TaggedCheckpoint.Status.WAITING] * 4
+    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
+    now = timezone.now()
+    rows.filter(guard=first).update(next_poll_at=now - timedelta(seconds=1))
+    not_due = now + timedelta(seconds=3)
+    rows.filter(guard=second).update(next_poll_at=not_due)
+    SitePoller.objects.update(lease_owner="", lease_expires_at=None)  # the next round may claim the site
+    site_id = rows.values_list("site_id", flat=True).first()
+    assert site_id is not None
+    calls_before = sim.calls("site-a")
+    poller.poller_round(site_id)
+    listings = sim.calls("site-a").get("GET /v1/vpgs/{vpg_id}/checkpoints", 0) - calls_before.get(
+        "GET /v1/vpgs/{vpg_id}/checkpoints", 0
+    )
+    assert listings == 2, "one listing per VPG"
+    for row in rows.filter(guard=second):
+        assert row.last_miss_at is not None
+        assert row.last_miss_at >= now, "the listing looked for its tag too"
+        assert row.next_poll_at != not_due, "its next look is counted from that listing"
+        twin = rows.get(guard=first, vpg_identifier=row.vpg_identifier)
+        assert twin.next_poll_at is not None
+        assert row.next_poll_at is not None
+        assert abs((row.next_poll_at - twin.next_poll_at).total_seconds()) < 0.5, "the two guards now ask together"
+
+
+def test_a_look_is_timed_when_its_listing_was_asked_not_when_its_round_began(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any
+) -> None:
+    # One guard on two VPGs; the first VPG's listing answers 1.5 s late. The second was asked
+    # after it: its miss (what the site's pacing learns its time to list from) and its next
+    # look are counted from its own listing. Counted from the round's start, a round that
+    # lists many VPGs learns times that are too early, and asks its last VPGs again at once.
+    from rewind.checkpoints import poller
+
+    sim.add_fault("checkpoint_listing_delay", seconds=60)
+    guard = _request(agent, "web01")
+    inline_tasks.run_due()
+    rows = TaggedCheckpoint.objects.filter(guard=guard).order_by("pk")
+    assert rows.count() == 2
+    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
+    rows.update(next_poll_at=timezone.now() - timedelta(seconds=1))
+    first, second = rows
+    sim.add_fault("hang", "site-a", seconds=1.5, path_regex=f"/v1/vpgs/{first.vpg_identifier}/checkpoints", count=1)
+    SitePoller.objects.update(lease_owner="", lease_expires_at=None)
+    assert first.site_id is not None
+    began = timezone.now()
+    poller.poller_round(first.site_id)
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert first.last_miss_at is not None
+    assert second.last_miss_at is not None
+    assert (first.last_miss_at - began).total_seconds() < 1.0, "asked at once"
+    assert (second.last_miss_at - began).total_seconds() >= 1.4, "asked after the late answer"
+    assert second.next_poll_at is not None
+    assert second.next_poll_at > second.last_miss_at
