@@ -203,6 +203,7 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
     now = timezone.now()
     fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
     crowded = pacing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)
+    probers = pacing.probers(r.vpg_identifier for r in rows)  # the batch's oldest guards
     failed: list[RowEnd] = []
     kept: list[TaggedCheckpoint] = []
     for row in rows:
@@ -229,7 +230,8 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
             row.error, row.outcome_unknown_since = answer.unknown[:2000], now
             report.unknown += 1
         elapsed = (now - (row.insert_started_at or now)).total_seconds()
-        row.next_poll_at = now + timedelta(seconds=pacing.next_gap(elapsed, remaining, fc, crowded=crowded))
+        gap = pacing.next_gap(elapsed, remaining, pacing.probing(fc, row.vpg_identifier, probers), crowded=crowded)
+        row.next_poll_at = now + timedelta(seconds=gap)
         kept.append(row)
     with transaction.atomic():
         _ended(rows_finish(failed), report)

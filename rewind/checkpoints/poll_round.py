@@ -111,6 +111,7 @@ class SiteRound:
         self.report = RoundReport()
         self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
         self.crowded = False
+        self.probers: set[str] = set()
         self.ends: list[RowEnd] = []  # rows this round ended, written together at its end
         # Rows not due whose VPG a due row had listed: that listing answered them too.
         self.asked_early: list[TaggedCheckpoint] = []
@@ -124,8 +125,9 @@ class SiteRound:
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
         self.report.due = len(due)
         self.report.guards = {r.guard_id for r in rows}
-        waiting_vpgs = len({r.vpg_identifier for r in rows if r.status not in TaggedCheckpoint.FINAL})
-        self.crowded = pacing.crowded(waiting_vpgs, site_request_cap(self.site), self.fc)
+        waiting = [r.vpg_identifier for r in rows if r.status not in TaggedCheckpoint.FINAL]
+        self.crowded = pacing.crowded(len(set(waiting)), site_request_cap(self.site), self.fc)
+        self.probers = pacing.probers(waiting)
         if not due:
             return self.report
         before = {r.pk: _task_state(r) for r in rows}
@@ -322,7 +324,8 @@ class SiteRound:
             else:
                 start = row.insert_started_at or row.guard.requested_at
                 elapsed = (looked_at - start).total_seconds()
-                gap = pacing.next_gap(elapsed, remaining, self.fc, crowded=self.crowded)
+                fc = pacing.probing(self.fc, row.vpg_identifier, self.probers)
+                gap = pacing.next_gap(elapsed, remaining, fc, crowded=self.crowded)
             row.next_poll_at = looked_at + timedelta(seconds=gap)
             row.error = row.error[:2000]
             waiting.append(row)

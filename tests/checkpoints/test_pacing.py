@@ -10,10 +10,13 @@ from rewind.checkpoints.pacing import (
     LONG_SLEEP_S,
     MAX_GAP_S,
     MIN_GAP_S,
+    PROBE_VPGS,
     Forecast,
     calls_bound,
     forecast,
     next_gap,
+    probers,
+    probing,
 )
 
 
@@ -200,3 +203,21 @@ def test_two_slow_guards_in_a_row_shift_the_forecast_and_one_does_not() -> None:
     assert one.expected_s == 5.0
     assert two is not None
     assert two.expected_s == pytest.approx(9.1)
+
+
+def test_only_the_oldest_waiting_vpgs_probe() -> None:
+    fc = forecast([4.3, *[5.3] * 19])
+    assert fc is not None
+    assert fc.probe_s is not None
+    # Oldest guard first; a VPG two guards share counts once.
+    chosen = probers(["vpg-1", "vpg-1", "vpg-2", "vpg-3", "vpg-4"])
+    assert PROBE_VPGS == 2
+    assert chosen == {"vpg-1", "vpg-2"}
+    assert probing(fc, "vpg-2", chosen) == fc
+    others = probing(fc, "vpg-3", chosen)
+    assert others is not None
+    assert others.probe_s is None
+    assert (others.expected_s, others.early_s) == (fc.expected_s, fc.early_s)
+    # A VPG that does not probe sleeps until the window: no early looks at all.
+    assert next_gap(0.0, 300.0, others) == pytest.approx(fc.window_start_s)
+    assert probing(None, "vpg-3", chosen) is None

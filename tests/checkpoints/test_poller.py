@@ -19,7 +19,7 @@ import pytest
 from django.utils import timezone
 
 from rewind.checkpoints import pacing
-from rewind.checkpoints.selectors import guard_progress
+from rewind.checkpoints.selectors import guard_progress, site_listing_times_s
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
 from rewind.sites import site_client
@@ -403,3 +403,44 @@ def test_a_look_is_timed_when_its_listing_was_asked_not_when_its_round_began(
     assert (second.last_miss_at - began).total_seconds() >= 1.4, "asked after the late answer"
     assert second.next_poll_at is not None
     assert second.next_poll_at > second.last_miss_at
+
+
+def test_a_burst_of_guards_probes_a_faster_zvm_with_its_oldest_vpgs_only(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any
+) -> None:
+    # The site's newest listing came early (a first look found it): the next guards probe for a
+    # faster ZVM. Three guards on six VPGs of site A, inserted by one batch: the oldest guard's
+    # two VPGs probe, the others sleep until the usual moment.
+    site = sites["site-a"]
+    old = ChangeGuard.objects.create(
+        agent_name=agent.name, action="edit", vm_identifier="old", vm_name="old", change_id="c", tag="t", timeout_s=60
+    )
+    start = timezone.now() - timedelta(minutes=30)
+    TaggedCheckpoint.objects.bulk_create(
+        TaggedCheckpoint(
+            guard=old,
+            vpg_identifier=f"old-{i}",
+            site=site,
+            status=TaggedCheckpoint.Status.LISTED,
+            insert_started_at=start + timedelta(seconds=i),
+            waited_ms=1000 if i == 19 else 5300,
+            listed_after_ms=1000 if i == 19 else 5300,
+        )
+        for i in range(20)
+    )
+    fc = pacing.forecast(site_listing_times_s(site.pk))
+    assert fc is not None
+    assert fc.probe_s is not None
+    guards = [_request(agent, vm) for vm in ("web01", "app01", "db01")]
+    inline_tasks.run_due()  # the first round: its batch inserts every checkpoint
+    rows = list(TaggedCheckpoint.objects.filter(guard__in=guards, site=site))
+    assert len(rows) == 6
+    first_look: dict[str, float] = {}
+    for row in rows:
+        assert row.next_poll_at is not None
+        assert row.insert_started_at is not None
+        first_look[row.vpg_identifier] = (row.next_poll_at - row.insert_started_at).total_seconds()
+    early = {vpg for vpg, s in first_look.items() if s < fc.window_start_s / 2}
+    oldest = set(TaggedCheckpoint.objects.filter(guard=guards[0]).values_list("vpg_identifier", flat=True))
+    assert early == oldest, first_look
+    assert all(s >= fc.window_start_s - 0.5 for vpg, s in first_look.items() if vpg not in oldest), first_look
