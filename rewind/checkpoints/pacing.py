@@ -43,6 +43,7 @@ import itertools
 import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 HISTORY = 20  # recent listed guards per site that the forecast looks at
 MIN_SAMPLES = 3  # fewer: no forecast, the cold schedule applies
@@ -113,6 +114,12 @@ def _window(expected: float, mad: float) -> Forecast:
     return Forecast(expected_s=expected, early_s=max(0.15, 0.05 * expected, 2.0 * mad))
 
 
+@overload
+def probing(fc: Forecast, vpg: str, probers: set[str]) -> Forecast: ...
+@overload
+def probing(fc: None, vpg: str, probers: set[str]) -> None: ...
+@overload
+def probing(fc: Forecast | None, vpg: str, probers: set[str]) -> Forecast | None: ...
 def probing(fc: Forecast | None, vpg: str, probers: set[str]) -> Forecast | None:
     """The forecast a row of ``vpg`` waits by: without the probe unless its VPG is one of ``probers``."""
     if fc is None or fc.probe_s is None or vpg in probers:
@@ -143,6 +150,13 @@ def next_gap(elapsed_s: float, remaining_s: float, fc: Forecast | None, *, crowd
 
 def _cold_gap(elapsed_s: float) -> float:
     return min(MAX_GAP_S, max(COLD_FIRST_S, COLD_FRACTION * elapsed_s))
+
+
+def first_look_s(fc: Forecast, *, crowded: bool) -> float:
+    """When, after the insert started, a row waiting by ``fc`` looks first (a probe included)."""
+    if fc.probe_s is not None and not crowded:
+        return fc.probe_s
+    return fc.window_end_s if crowded else fc.window_start_s
 
 
 def _forecast_gap(elapsed_s: float, fc: Forecast, crowded: bool) -> float:

@@ -123,11 +123,16 @@ class SiteRound:
     def run(self, rows: list[TaggedCheckpoint]) -> RoundReport:
         """Ask about the rows that are due; what an answer says about rows not yet due is used too."""
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
-        self.report.due = len(due)
         self.report.guards = {r.guard_id for r in rows}
         waiting = [r.vpg_identifier for r in rows if r.status not in TaggedCheckpoint.FINAL]
         self.crowded = pacing.crowded(len(set(waiting)), site_request_cap(self.site), self.fc)
         self.probers = pacing.probers(waiting)
+        later = self._first_look_moved(due)
+        if later:
+            moved = {r.pk for r in later}
+            due = [r for r in due if r.pk not in moved]
+            rows_save(later, ("next_poll_at",))
+        self.report.due = len(due)
         if not due:
             return self.report
         before = {r.pk: _task_state(r) for r in rows}
@@ -150,6 +155,33 @@ class SiteRound:
         learned = [r for r in rows if r.pk not in due_pks and r.status not in TaggedCheckpoint.FINAL]
         rows_save([r for r in learned if _task_state(r) != before[r.pk]], _TASK_STATE_FIELDS)
         return self.report
+
+    def _first_look_moved(self, due: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
+        """Due rows that have not looked yet and whose first look the newest forecast puts later:
+        each gets that time, and nothing is asked for it now.
+
+        A burst's rows got their first look from the forecast of when they were inserted. When
+        the first of them find the ZVM slower than that (a miss, then a hit), the forecast moves
+        within the burst, and the rows yet to look wait for the new moment instead of each
+        spending a request on a miss: at a crowded site, a slot another guard needed.
+        """
+        if self.fc is None:
+            return []
+        later = []
+        for row in due:
+            start = row.insert_started_at
+            if row.status != TaggedCheckpoint.Status.WAITING or row.last_miss_at is not None or start is None:
+                continue
+            fc = pacing.probing(self.fc, row.vpg_identifier, self.probers)
+            at = min(
+                start + timedelta(seconds=pacing.first_look_s(fc, crowded=self.crowded)),
+                row.guard.deadline,
+                self.now + timedelta(seconds=pacing.LONG_SLEEP_S),
+            )
+            if at > self.now + DUE_SLACK:
+                row.next_poll_at = at
+                later.append(row)
+        return later
 
     # -- 1. insert tasks -------------------------------------------------------------------
     def _tasks(self, due: list[TaggedCheckpoint], rows: list[TaggedCheckpoint]) -> dict[str, Task]:

@@ -412,22 +412,7 @@ def test_a_burst_of_guards_probes_a_faster_zvm_with_its_oldest_vpgs_only(
     # faster ZVM. Three guards on six VPGs of site A, inserted by one batch: the oldest guard's
     # two VPGs probe, the others sleep until the usual moment.
     site = sites["site-a"]
-    old = ChangeGuard.objects.create(
-        agent_name=agent.name, action="edit", vm_identifier="old", vm_name="old", change_id="c", tag="t", timeout_s=60
-    )
-    start = timezone.now() - timedelta(minutes=30)
-    TaggedCheckpoint.objects.bulk_create(
-        TaggedCheckpoint(
-            guard=old,
-            vpg_identifier=f"old-{i}",
-            site=site,
-            status=TaggedCheckpoint.Status.LISTED,
-            insert_started_at=start + timedelta(seconds=i),
-            waited_ms=1000 if i == 19 else 5300,
-            listed_after_ms=1000 if i == 19 else 5300,
-        )
-        for i in range(20)
-    )
+    _listed_history(site, agent, [1000] + [5300] * 19)
     fc = pacing.forecast(site_listing_times_s(site.pk))
     assert fc is not None
     assert fc.probe_s is not None
@@ -444,3 +429,66 @@ def test_a_burst_of_guards_probes_a_faster_zvm_with_its_oldest_vpgs_only(
     oldest = set(TaggedCheckpoint.objects.filter(guard=guards[0]).values_list("vpg_identifier", flat=True))
     assert early == oldest, first_look
     assert all(s >= fc.window_start_s - 0.5 for vpg, s in first_look.items() if vpg not in oldest), first_look
+
+
+def _listed_history(site: Any, agent: Any, newest_first_ms: list[int], *, newest_at: Any = None) -> None:
+    """Listed checkpoints of earlier guards at ``site``, taking these times to list, newest first."""
+    old = ChangeGuard.objects.create(
+        agent_name=agent.name,
+        action="edit",
+        vm_identifier="old",
+        vm_name="old",
+        change_id=f"old-{uuid.uuid4().hex[:8]}",
+        tag="t",
+        timeout_s=60,
+    )
+    newest_at = newest_at or timezone.now() - timedelta(minutes=10)
+    TaggedCheckpoint.objects.bulk_create(
+        TaggedCheckpoint(
+            guard=old,
+            vpg_identifier=f"old-{uuid.uuid4().hex[:8]}",
+            site=site,
+            status=TaggedCheckpoint.Status.LISTED,
+            insert_started_at=newest_at - timedelta(seconds=i),
+            waited_ms=ms,
+            listed_after_ms=ms,
+        )
+        for i, ms in enumerate(newest_first_ms)
+    )
+
+
+def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothing(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any
+) -> None:
+    # The row was given its first look by a forecast of 5.3 s. Before it looks, two guards find
+    # the ZVM slower (9 s): the forecast moves, and the row waits for the new moment instead of
+    # spending a request on a look that would miss.
+    from rewind.checkpoints import poller
+
+    site = sites["site-a"]
+    _listed_history(site, agent, [5300] * 20, newest_at=timezone.now() - timedelta(minutes=20))
+    sim.add_fault("checkpoint_listing_delay", seconds=60)
+    guard = _request(agent, "db01")
+    inline_tasks.run_due()
+    row = TaggedCheckpoint.objects.get(guard=guard)
+    assert row.status == TaggedCheckpoint.Status.WAITING
+    assert row.insert_started_at is not None
+    assert row.next_poll_at is not None
+    assert (row.next_poll_at - row.insert_started_at).total_seconds() < 5.3, "by the old forecast"
+    _listed_history(site, agent, [9000, 9100])
+    moved = pacing.forecast(site_listing_times_s(site.pk))
+    assert moved is not None
+    assert moved.expected_s > 8.5
+    time.sleep(0.5)  # the insert task completes (0.3 s)
+    TaggedCheckpoint.objects.filter(pk=row.pk).update(next_poll_at=timezone.now() - timedelta(seconds=0.1))
+    SitePoller.objects.update(lease_owner="", lease_expires_at=None)
+    calls_before = sim.calls("site-a")
+    assert site.pk is not None
+    report = poller.poller_round(site.pk)
+    assert report.startswith("0 inserted, 0 due, 0 listed"), report
+    listings = sim.calls("site-a").get("GET /v1/vpgs/{vpg_id}/checkpoints", 0)
+    assert listings == calls_before.get("GET /v1/vpgs/{vpg_id}/checkpoints", 0), "nothing asked"
+    row.refresh_from_db()
+    assert row.next_poll_at is not None
+    waits = (row.next_poll_at - row.insert_started_at).total_seconds()
+    assert waits == pytest.approx(moved.window_start_s, abs=0.05), "the new forecast's first look"
