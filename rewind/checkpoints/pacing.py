@@ -161,17 +161,17 @@ def first_look_s(fc: Forecast, *, crowded: bool) -> float:
 
 def _forecast_gap(elapsed_s: float, fc: Forecast, crowded: bool) -> float:
     near = max(MIN_GAP_S, NEAR_FRACTION * fc.expected_s, 2 * fc.early_s / WINDOW_ASKS)
-    first_look_s = fc.window_end_s if crowded else fc.window_start_s
-    if fc.probe_s is not None and not crowded and elapsed_s < first_look_s:
+    window_look_s = fc.window_end_s if crowded else fc.window_start_s
+    if fc.probe_s is not None and not crowded and elapsed_s < window_look_s:
         # A crowded site has no slot to spare for a probe; its first looks wait for the window's end.
         if elapsed_s < fc.probe_s:
             return min(LONG_SLEEP_S, max(MIN_GAP_S, fc.probe_s - elapsed_s))
         # Between the probe and the window, quickly growing gaps, landing on the window.
-        return max(near, min(first_look_s - elapsed_s, PROBE_GROWTH * elapsed_s))
-    if elapsed_s < first_look_s:
+        return max(near, min(window_look_s - elapsed_s, PROBE_GROWTH * elapsed_s))
+    if elapsed_s < window_look_s:
         # Wake at that moment (not a fixed share of it): the first look lands just before the
         # moment the ZVM usually lists (just after it when crowded), whatever the expectation.
-        return min(LONG_SLEEP_S, max(MIN_GAP_S, first_look_s - elapsed_s))
+        return min(LONG_SLEEP_S, max(MIN_GAP_S, window_look_s - elapsed_s))
     if elapsed_s <= fc.window_end_s:
         return near
     overdue = elapsed_s - fc.window_end_s
