@@ -17,7 +17,7 @@ from rewind.protection import (
     protection_cache_clear,
 )
 from rewind.requestid import bound_request_id
-from tests.fixtures import register_sites
+from tests.fixtures import register_sites, wait_until
 from tests.localzvm import serve
 
 
@@ -292,6 +292,9 @@ def test_a_list_read_in_the_second_half_of_its_time_is_fetched_again_before_it_e
         assert find_protection("app01", resolver=no_dns).vm_name == "app01"
         assert _calls_reach(sim, spent + 1) == spent + 1
         now[0] += 28  # past the first fetch's 60 s, in the first half of the second's
+        # The simulator counts the refresh when it is asked, before the list is kept: wait until
+        # it is (the first list has expired by now), or the look-up asks the ZVM by name meanwhile.
+        wait_until(lambda: state.cache.fresh(("all", two_sites["Site A"].pk)), 10, what="the refreshed list kept")
         assert find_protection("web01", resolver=no_dns).vm_name == "web01"
         assert sim.calls("site-a").get("GET /v1/vms", 0) == spent + 1, "the refreshed list answered"
     finally:
