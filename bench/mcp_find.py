@@ -2,9 +2,12 @@
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
     .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000] [--quick] [--json F]
+        [--database-url postgres://...] [--redis-url redis://...]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite) under var/bench-mcp, migrated; an agent with a token;
+1. a fresh state folder (SQLite, or the PostgreSQL database --database-url names, emptied) under
+   var/bench-mcp, migrated; an agent with a token. With --redis-url the per-agent rate count is
+   kept in Redis (the production shape), else in the database;
 2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, for the whole run;
 3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
    "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
@@ -285,11 +288,23 @@ def main() -> None:
     )
     parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
+    parser.add_argument(
+        "--database-url",
+        default="",
+        help="PostgreSQL instead of the embedded SQLite, e.g. postgres://postgres@127.0.0.1/bench_mcp "
+        "(an existing database; the bench empties it)",
+    )
+    parser.add_argument("--redis-url", default="", help="Redis for the rate count instead of the database")
     args = parse_args(parser, quick={"vms": "100", "rounds": 2, "seconds": 2.0, "warmup": 1.0})
     figures = Report("mcp_find", args)
 
     work = fresh_dir(REPO / "var" / "bench-mcp")
-    django_setup(work / "state")
+    servers = {"DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url}
+    django_setup(work / "state", **{k: v for k, v in servers.items() if v})
+    if args.database_url:
+        from django.core.management import call_command
+
+        call_command("flush", interactive=False, verbosity=0)
     token = make_agent()
     # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
     env = {
@@ -321,7 +336,8 @@ def main() -> None:
 
     print(
         f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
-        f"cores={os.cpu_count()}",
+        f"cores={os.cpu_count()} database={'PostgreSQL' if args.database_url else 'SQLite'} "
+        f"rate count={'Redis' if args.redis_url else 'database'}",
         flush=True,
     )
     # Echo is the yardstick: each round measures echo, then find with the cache on and off, so a

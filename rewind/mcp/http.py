@@ -153,6 +153,7 @@ class McpHttpGuard:
         self.max_body_bytes = max_body_bytes
         self.limiter = limiter
         self.required_scope = required_scope  # a tool's name -> the scope a call needs (None: no such tool)
+        self.open_requests = 0  # POSTs of this process between arrival and answer (the rate count may gather them)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -168,6 +169,13 @@ class McpHttpGuard:
                 extra_headers=[(b"allow", ALLOWED_METHODS.encode())],
             )
             return
+        self.open_requests += 1
+        try:
+            await self._post(scope, receive, send)
+        finally:
+            self.open_requests -= 1
+
+    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
         access = await self._authenticated(scope, send)
         if access is None:
             return
@@ -239,7 +247,7 @@ class McpHttpGuard:
                 return b"".join(chunks)
 
     async def _over_rate(self, access: AccessToken, envelope: Envelope, send: Send) -> bool:
-        wait = await self.limiter.take(access.client_id)
+        wait = await self.limiter.take(access.client_id, others_open=self.open_requests > 1)
         if wait <= 0:
             return False
         retry_after = max(1, math.ceil(wait))

@@ -160,12 +160,7 @@ def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url
     assert client.llen(KEY_PREFIX + agent) == 1, "calls older than the window are dropped"
 
 
-def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly(
-    transactional_db: None, monkeypatch: Any
-) -> None:
-    import asyncio
-
-    limiter = DbRateLimiter(RateLimit(5))
+def _counting_batches(limiter: DbRateLimiter, monkeypatch: Any) -> list[list[str]]:
     batches: list[list[str]] = []
     take_many_now = limiter.take_many_now
 
@@ -174,6 +169,16 @@ def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly
         return take_many_now(keys)
 
     monkeypatch.setattr(limiter, "take_many_now", counted)
+    return batches
+
+
+def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly(
+    transactional_db: None, monkeypatch: Any
+) -> None:
+    import asyncio
+
+    limiter = DbRateLimiter(RateLimit(5))
+    batches = _counting_batches(limiter, monkeypatch)
     agents = ["b-bot", "a-bot", "c-bot"] * 10  # interleaved, the rows locked in another order than they came
 
     async def burst() -> list[float]:
@@ -188,6 +193,43 @@ def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly
         assert McpRateCount.objects.get(key=agent).calls == 5
     assert sum(len(b) for b in batches) == 30
     assert len(batches) <= 2, "the first call's own decision, then everyone who came meanwhile"
+
+
+def test_calls_arriving_while_other_requests_are_open_are_gathered_into_one_decision(
+    transactional_db: None, monkeypatch: Any
+) -> None:
+    """Clients send their next call when one ends: with other requests under way, the first call's
+    decision waits the gather window for theirs, and one transaction decides all of them."""
+    import asyncio
+
+    from rewind.mcp import ratelimit
+
+    monkeypatch.setattr(ratelimit, "GATHER_WINDOW_S", 0.5)  # wide, so a slow machine still lands inside it
+    limiter = DbRateLimiter(RateLimit(5))
+    batches = _counting_batches(limiter, monkeypatch)
+
+    async def staggered() -> list[float]:
+        first = asyncio.ensure_future(limiter.take("bot", others_open=True))
+        await asyncio.sleep(0.05)  # the first call's decision would be long done without the window
+        rest = [limiter.take("bot", others_open=True) for _ in range(5)]
+        return list(await asyncio.gather(first, *rest))
+
+    waits = run(staggered())
+    assert waits[:5] == [0.0] * 5
+    assert waits[5] > 59, "gathered calls are still counted one by one, in the order they came"
+    assert batches == [["bot"] * 6]
+    assert McpRateCount.objects.get(key="bot").calls == McpRateCall.objects.filter(key="bot").count() == 5
+
+
+def test_a_lone_call_is_decided_at_once(transactional_db: None, monkeypatch: Any) -> None:
+    import asyncio
+
+    from rewind.mcp import ratelimit
+
+    monkeypatch.setattr(ratelimit, "GATHER_WINDOW_S", 60.0)  # a lone call that waited would time out below
+    limiter = DbRateLimiter(RateLimit(5))
+    assert run(asyncio.wait_for(limiter.take("bot"), timeout=10)) == 0.0
+    assert McpRateCall.objects.filter(key="bot").count() == 1
 
 
 def test_without_the_database_it_counts_per_process_and_says_so(
