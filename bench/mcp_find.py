@@ -2,12 +2,12 @@
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
     .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000] [--quick] [--json F]
-        [--database-url postgres://...] [--redis-url redis://...]
+        [--production]
 
 What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite, or the PostgreSQL database --database-url names, emptied) under
-   var/bench-mcp, migrated; an agent with a token. With --redis-url the per-agent rate count is
-   kept in Redis (the production shape), else in the database;
+1. a fresh state folder under var/bench-mcp (SQLite, the embedded default; with --production a
+   private PostgreSQL and Redis of this run, the per-agent rate count then in Redis), migrated;
+   an agent with a token;
 2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, for the whole run;
 3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
    "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -56,6 +57,8 @@ from bench._common import (
     django_setup,
     free_port,
     fresh_dir,
+    private_postgres,
+    private_redis,
     register_sites,
     sim_control,
     start_sim,
@@ -289,22 +292,28 @@ def main() -> None:
     parser.add_argument("--vms", default="100,10000", help="inventory sizes (filler VMs), comma-separated")
     parser.add_argument("--names", type=int, default=100, help="distinct VM names the calls rotate over")
     parser.add_argument(
-        "--database-url",
-        default="",
-        help="PostgreSQL instead of the embedded SQLite, e.g. postgres://postgres@127.0.0.1/bench_mcp "
-        "(an existing database; the bench empties it)",
+        "--production",
+        action="store_true",
+        help="the production shape: PostgreSQL and Redis (the rate count in Redis), private instances of this run",
     )
-    parser.add_argument("--redis-url", default="", help="Redis for the rate count instead of the database")
     args = parse_args(parser, quick={"vms": "100", "rounds": 2, "seconds": 2.0, "warmup": 1.0})
     figures = Report("mcp_find", args)
 
     work = fresh_dir(REPO / "var" / "bench-mcp")
-    servers = {"DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url}
-    django_setup(work / "state", **{k: v for k, v in servers.items() if v})
-    if args.database_url:
-        from django.core.management import call_command
+    with contextlib.ExitStack() as stack:
+        servers: dict[str, str] = {}
+        if args.production:
+            (work / "pg").mkdir()
+            servers = {
+                "DATABASE_URL": stack.enter_context(private_postgres(work / "pg")),
+                "REDIS_URL": stack.enter_context(private_redis(work)),
+            }
+        measure(args, work, servers, figures)
 
-        call_command("flush", interactive=False, verbosity=0)
+
+def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figures: Report) -> None:
+    django_setup(work / "state", **servers)
+    shape = " (PostgreSQL, Redis)" if servers else ""
     token = make_agent()
     # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
     env = {
@@ -336,8 +345,7 @@ def main() -> None:
 
     print(
         f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} workers={args.workers} "
-        f"cores={os.cpu_count()} database={'PostgreSQL' if args.database_url else 'SQLite'} "
-        f"rate count={'Redis' if args.redis_url else 'database'}",
+        f"cores={os.cpu_count()} shape={'PostgreSQL + Redis' if servers else 'SQLite, rate count in the database'}",
         flush=True,
     )
     # Echo is the yardstick: each round measures echo, then find with the cache on and off, so a
@@ -385,11 +393,11 @@ def main() -> None:
                 sim.stop()
     finally:
         echo_proc.stop()
-    report(sizes, parts, figures)
+    report(sizes, parts, figures, shape)
     figures.write()
 
 
-def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report) -> None:
+def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report, shape: str) -> None:
     def to_echo(vms: int, cache: str) -> list[float]:
         """find/echo throughput of each round at ``vms``."""
         return [f.rps / e.rps for f, e in zip(parts[(vms, cache)], parts[(vms, "echo")], strict=True)]
@@ -409,7 +417,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms"
         )
         figures.add(
-            f"find_protection at {vms} VMs, cache on: throughput over the echo's",
+            f"find_protection at {vms} VMs, cache on: throughput over the echo's{shape}",
             statistics.median(ratios),
             "x",
             better="higher",
@@ -419,7 +427,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
         off = merged("", parts[(vms, "off")])
         off_rounds = [r.cpu_ms_per_call for r in parts[(vms, "off")]]
         figures.add(
-            f"find_protection at {vms} VMs, cache off: server CPU per look-up",
+            f"find_protection at {vms} VMs, cache off: server CPU per look-up{shape}",
             off.cpu_ms_per_call,
             "ms",
             reference=echo.cpu_ms_per_call,
@@ -427,7 +435,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             spread=spread_of(off_rounds),
         )
         figures.add(
-            f"find_protection at {vms} VMs, cache off: ZVM calls per look-up",
+            f"find_protection at {vms} VMs, cache off: ZVM calls per look-up{shape}",
             (off.zvm_calls or 0) / max(1, off.sent),
         )
     if len(sizes) > 1:
