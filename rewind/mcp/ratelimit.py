@@ -42,7 +42,7 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -57,9 +57,9 @@ from rewind.redislink import REDIS_DOWN, RETRY_AFTER_FAILURE_S, RedisLink
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rewind:mcp:rate:"
-# How long a database decision waits for more calls when other requests are under way. Each trip
-# is a thread hand-off and a write transaction: about 0.19 ms of CPU for a lone call, 0.03 ms a
-# call in batches of 16. bench/mcp_find.py (16 clients, SQLite), three runs each way side by side:
+# How long a decision of the shared count waits for more calls when other requests are under way.
+# In the database each trip is a thread hand-off and a write transaction: about 0.19 ms of CPU for
+# a lone call, 0.03 ms a call in batches of 16. bench/mcp_find.py (16 clients, SQLite), three runs each way side by side:
 # 3.7-4.0 calls a trip without the wait, 4.8-4.9 with 2 ms; the server's CPU per look-up
 # 1.20/1.15/1.09 ms without, 1.15/0.98/0.91 ms with; its p50 no worse (the server is CPU-bound).
 GATHER_WINDOW_S = 0.002
@@ -149,11 +149,13 @@ class LocalRateLimiter:
             return 0.0
 
 
-# KEYS[1]: the agent's list of accepted call times, newest first; KEYS[2]: its pacing's arrival
-# time. ARGV: the limit, the window, the pacing interval and tolerance (-1: no pacing), all µs.
-# The decision is RateLimit.decide's. Calls older than the window are dropped first, so the list
-# holds the window's calls only, whatever the limit (a busy agent's list would otherwise keep
-# growing towards it).
+# One script decides a batch of calls, one pair of KEYS per call: the agent's list of accepted
+# call times, newest first, and its pacing's arrival time. They are decided in the order given, so
+# two calls of one agent in a batch see each other as one after the other would. ARGV: the limit,
+# the window, the pacing interval and tolerance (-1: no pacing), all µs. Each decision is
+# RateLimit.decide's. Calls older than the window are dropped first, so the list holds the
+# window's calls only, whatever the limit (a busy agent's list would otherwise keep growing
+# towards it).
 _SLIDING_WINDOW = """
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
@@ -161,50 +163,116 @@ local limit = tonumber(ARGV[1])
 local window = tonumber(ARGV[2])
 local interval = tonumber(ARGV[3])
 local tolerance = tonumber(ARGV[4])
-local oldest = redis.call('LINDEX', KEYS[1], -1)
-while oldest and tonumber(oldest) < now - window do
-  redis.call('RPOP', KEYS[1])
-  oldest = redis.call('LINDEX', KEYS[1], -1)
+local function decide(calls, pace)
+  local oldest = redis.call('LINDEX', calls, -1)
+  while oldest and tonumber(oldest) < now - window do
+    redis.call('RPOP', calls)
+    oldest = redis.call('LINDEX', calls, -1)
+  end
+  local nth = redis.call('LINDEX', calls, limit - 1)
+  if nth and tonumber(nth) >= now - window then return tonumber(nth) + window - now + 1 end
+  if tolerance >= 0 then
+    local tat = tonumber(redis.call('GET', pace) or '0')
+    if tat < now then tat = now end
+    if tat - tolerance > now then return tat - tolerance - now end
+    tat = tat + interval
+    redis.call('SET', pace, string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
+  end
+  redis.call('LPUSH', calls, string.format('%d', now))
+  redis.call('LTRIM', calls, 0, limit - 1)
+  redis.call('PEXPIRE', calls, math.ceil(window / 1000) + 1)
+  return 0
 end
-local nth = redis.call('LINDEX', KEYS[1], limit - 1)
-if nth and tonumber(nth) >= now - window then return tonumber(nth) + window - now + 1 end
-local tat = 0
-if tolerance >= 0 then
-  tat = tonumber(redis.call('GET', KEYS[2]) or '0')
-  if tat < now then tat = now end
-  if tat - tolerance > now then return tat - tolerance - now end
-  tat = tat + interval
-  redis.call('SET', KEYS[2], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000) + 1)
-end
-redis.call('LPUSH', KEYS[1], string.format('%d', now))
-redis.call('LTRIM', KEYS[1], 0, limit - 1)
-redis.call('PEXPIRE', KEYS[1], math.ceil(window / 1000) + 1)
-return 0
+local waits = {}
+for i = 1, #KEYS, 2 do waits[#waits + 1] = decide(KEYS[i], KEYS[i + 1]) end
+return waits
 """
 
 
+@dataclass
+class _Batch:
+    """One event loop's calls waiting for the shared count's decision, and whether a batch is being decided."""
+
+    waiting: list[tuple[str, asyncio.Future[float]]] = field(default_factory=list)
+    deciding: asyncio.Task[None] | None = None
+
+
+class _Gatherer:
+    """The calls of each event loop, decided together by ``decide`` (keys -> seconds to wait, in order).
+
+    The calls that arrive while a decision is out are decided together next: one trip to the
+    shared count for many calls. When other requests are under way, a decision first waits
+    ``GATHER_WINDOW_S`` for the calls they are about to send; a lone call does not wait.
+    """
+
+    def __init__(self, decide: Callable[[list[str]], Awaitable[list[float]]]) -> None:
+        self._decide = decide
+        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
+
+    async def take(self, key: str, *, gather: bool) -> float:
+        loop = asyncio.get_running_loop()
+        batch = self._batches.get(loop)
+        if batch is None:
+            batch = self._batches[loop] = _Batch()
+        future: asyncio.Future[float] = loop.create_future()
+        batch.waiting.append((key, future))
+        if batch.deciding is None:
+            batch.deciding = loop.create_task(self._decide_waiting(batch, gather=gather))
+        return await future
+
+    async def _decide_waiting(self, batch: _Batch, *, gather: bool) -> None:
+        calls: list[tuple[str, asyncio.Future[float]]] = []
+        try:
+            if gather:
+                await asyncio.sleep(GATHER_WINDOW_S)
+            while batch.waiting:
+                calls, batch.waiting = batch.waiting, []
+                waits = await self._decide([key for key, _ in calls])
+                for (_, future), wait in zip(calls, waits, strict=True):
+                    if not future.done():  # a caller that went away was counted all the same
+                        future.set_result(wait)
+        except BaseException as exc:  # nobody may wait for ever: every caller left gets what happened
+            for _, future in [*calls, *batch.waiting]:
+                if not future.done():
+                    future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            batch.waiting = []
+            if not isinstance(exc, Exception):
+                raise
+        finally:
+            batch.deciding = None
+
+
 class RedisRateLimiter:
-    """The limit counted in Redis for every process; see the module docstring."""
+    """The limit counted in Redis for every process; see the module docstring.
+
+    An event loop's calls are decided in batches (``_Gatherer``), one script per batch.
+    """
 
     def __init__(self, url: str, limit: RateLimit) -> None:
         self.limit = limit
         self._local = LocalRateLimiter(limit)
         self._link = RedisLink(url, logger=logger)
+        self._gatherer = _Gatherer(self._scripted)
 
     async def take(self, key: str, *, others_open: bool = False) -> float:
         if not self._link.up():
             return self._local.take_now(key)
+        return await self._gatherer.take(key, gather=others_open)
+
+    async def _scripted(self, keys: list[str]) -> list[float]:
+        if not self._link.up():
+            return [self._local.take_now(key) for key in keys]
         limit = self.limit
         try:
             script = self._link.async_script(_SLIDING_WINDOW)
-            wait_us = await script(
-                keys=[KEY_PREFIX + key, KEY_PREFIX + "pace:" + key],
+            waits_us = await script(
+                keys=[name for key in keys for name in (KEY_PREFIX + key, KEY_PREFIX + "pace:" + key)],
                 args=[limit.per_minute, limit.window_us, limit.interval_us, limit.tolerance_us],
             )
         except REDIS_DOWN as exc:
             self._link.failed(exc, "rate limits are counted")
-            return self._local.take_now(key)
-        return max(0.0, int(wait_us) / 1_000_000)
+            return [self._local.take_now(key) for key in keys]
+        return [max(0.0, int(wait_us) / 1_000_000) for wait_us in waits_us]
 
 
 def _now_us() -> int:
@@ -236,22 +304,12 @@ def _statements() -> _Sql:
     )
 
 
-@dataclass
-class _Batch:
-    """One event loop's calls waiting for the database's decision, and whether a batch is being decided."""
-
-    waiting: list[tuple[str, asyncio.Future[float]]] = field(default_factory=list)
-    deciding: asyncio.Task[None] | None = None
-
-
 class DbRateLimiter:
     """The limit counted in the database for every process; see the module docstring.
 
-    The calls of an event loop that arrive while a decision is in the database are decided
-    together next, in one transaction: one thread hand-off and one write transaction for many
-    calls (on SQLite every write transaction takes the database's one write lock, which the audit
-    rows' writer needs too). When other requests are under way, a decision first waits
-    ``GATHER_WINDOW_S`` for the calls they are about to send; a lone call does not wait.
+    An event loop's calls are decided in batches (``_Gatherer``), each in one transaction: one
+    thread hand-off and one write transaction for many calls (on SQLite every write transaction
+    takes the database's one write lock, which the audit rows' writer needs too).
     """
 
     def __init__(self, limit: RateLimit) -> None:
@@ -262,47 +320,18 @@ class DbRateLimiter:
         # A thread of its own: the tools' pool may be busy with ZVM calls, and the count must
         # not wait for them. Each of its threads keeps one connection.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-rate")
-        self._batches: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Batch] = weakref.WeakKeyDictionary()
+        self._gatherer = _Gatherer(self._decided)
 
     async def take(self, key: str, *, others_open: bool = False) -> float:
         if time.monotonic() < self._down_until:
             return self._local.take_now(key)
-        loop = asyncio.get_running_loop()
-        batch = self._batches.get(loop)
-        if batch is None:
-            batch = self._batches[loop] = _Batch()
-        future: asyncio.Future[float] = loop.create_future()
-        batch.waiting.append((key, future))
-        if batch.deciding is None:
-            batch.deciding = loop.create_task(self._decide_waiting(loop, batch, gather=others_open))
-        return await future
+        return await self._gatherer.take(key, gather=others_open)
 
-    async def _decide_waiting(self, loop: asyncio.AbstractEventLoop, batch: _Batch, *, gather: bool) -> None:
-        calls: list[tuple[str, asyncio.Future[float]]] = []
-        try:
-            if gather:
-                await asyncio.sleep(GATHER_WINDOW_S)
-            while batch.waiting:
-                calls, batch.waiting = batch.waiting, []
-                waits = await self._decided(loop, [key for key, _ in calls])
-                for (_, future), wait in zip(calls, waits, strict=True):
-                    if not future.done():  # a caller that went away was counted all the same
-                        future.set_result(wait)
-        except BaseException as exc:  # nobody may wait for ever: every caller left gets what happened
-            for _, future in [*calls, *batch.waiting]:
-                if not future.done():
-                    future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
-            batch.waiting = []
-            if not isinstance(exc, Exception):
-                raise
-        finally:
-            batch.deciding = None
-
-    async def _decided(self, loop: asyncio.AbstractEventLoop, keys: list[str]) -> list[float]:
+    async def _decided(self, keys: list[str]) -> list[float]:
         if time.monotonic() < self._down_until:
             return [self._local.take_now(key) for key in keys]
         try:
-            return await loop.run_in_executor(self._pool, self.take_many_now, keys)
+            return await asyncio.get_running_loop().run_in_executor(self._pool, self.take_many_now, keys)
         except DatabaseError as exc:
             self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
             logger.warning(

@@ -151,6 +151,35 @@ def test_a_database_count_higher_than_the_calls_kept_is_set_right_at_the_limit(t
     assert limiter.take_now("bot") > 59
 
 
+def test_a_burst_on_one_loop_is_decided_in_a_few_redis_scripts_each_agent_exactly(redis_url: str) -> None:
+    import asyncio
+
+    limiter = RedisRateLimiter(redis_url, RateLimit(5))
+    batches: list[list[str]] = []
+    scripted = limiter._gatherer._decide
+
+    async def counted(keys: list[str]) -> list[float]:
+        batches.append(list(keys))
+        return await scripted(keys)
+
+    limiter._gatherer._decide = counted
+    run_id = uuid.uuid4().hex
+    agents = [f"{name}-{run_id}" for name in ("b-bot", "a-bot", "c-bot")] * 10
+
+    async def burst() -> list[float]:
+        return list(await asyncio.gather(*(limiter.take(agent) for agent in agents)))
+
+    waits = run(burst())
+    client = redis.Redis.from_url(redis_url)
+    for agent in set(agents):
+        mine = [w for a, w in zip(agents, waits, strict=True) if a == agent]
+        assert mine[:5] == [0.0] * 5, (agent, mine)  # the first five, in the order they came
+        assert all(w > 59 for w in mine[5:]), (agent, mine)
+        assert client.llen(KEY_PREFIX + agent) == 5
+    assert sum(len(b) for b in batches) == 30
+    assert len(batches) <= 2, "the first call's own script, then everyone who came meanwhile"
+
+
 def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url: str) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
     client = redis.Redis.from_url(redis_url)
