@@ -18,7 +18,7 @@ from rewind.zvm import (
     VmRow,
     Vpg,
 )
-from rewind.zvm._fields import format_datetime, parse_datetime
+from rewind.zvm._fields import Fields, format_datetime, parse_datetime
 
 T = datetime(2025, 3, 1, 10, 15, 42, tzinfo=UTC)
 
@@ -50,6 +50,17 @@ def test_it_formats_filter_dates_as_utc_with_milliseconds() -> None:
     local = datetime(2025, 3, 1, 12, 15, 42, 987654, tzinfo=timezone(timedelta(hours=2)))
     assert format_datetime(local) == "2025-03-01T10:15:42.987Z"
     assert format_datetime(datetime(2025, 3, 1, 10, 15, 42)) == "2025-03-01T10:15:42.000Z"
+
+
+def test_a_field_is_found_in_any_case_and_a_null_counts_as_missing() -> None:
+    f = Fields({"VmName": None, "vmname": "web01", "vpgName": "vpg-web", "Status": 0, "SourceSite": "Site A"})
+    assert f.get("VmName") == "web01", "a null under the name as asked does not hide the value in another case"
+    assert f.get("VpgName") == "vpg-web"  # camelCase answered for a PascalCase name
+    assert f.get("Status") == 0, "a falsy value is a value"
+    assert f.get("ProtectedSiteName", "SourceSite") == "Site A", "the next name when the first is missing"
+    assert f.get("Missing") is None
+    assert not Fields(["not", "an", "object"])
+    assert Fields(None).get("VmName") is None
 
 
 def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
