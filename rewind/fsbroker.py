@@ -11,6 +11,13 @@ threads in the publishing process (the ASGI server's thread pool, or concurrent 
 
 Here the payload is written under a name the consumer ignores and renamed into place; a rename
 within one folder is atomic, so a consumer sees the whole message or nothing.
+
+The exchange tables (which queues an exchange delivers to, one file each) had the same flaw.
+kombu's bind creates the file empty, then locks and writes it. A second worker binding in
+between found the file, read it empty and died at start-up on the same JSON error. Two workers
+binding it at once could also each truncate the other's binding away. Seen with ``runstack``'s
+two workers starting together. Here a bind opens the file without truncating it, and reads and
+writes it under one lock; a table still empty has no bindings yet.
 """
 
 from __future__ import annotations
@@ -23,8 +30,8 @@ from typing import Any
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
-from kombu.utils.encoding import str_to_bytes
-from kombu.utils.json import dumps
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
 
 # Not "<queue>.msg" after the first dot, so the consumer never takes a half-written file.
 PARTIAL_SUFFIX = ".part"
@@ -45,6 +52,45 @@ class Channel(filesystem.Channel):
             with contextlib.suppress(OSError):
                 os.unlink(partial)
             raise ChannelError(f"Cannot add file {final!r} to directory") from exc
+
+    def _queue_bind(self, exchange: str, routing_key: str, pattern: str, queue: str) -> None:
+        """Add the binding to the exchange's table: read and written under one lock, the file made if need be."""
+        file = self._exchange_file(exchange)
+        self.control_folder.mkdir(exist_ok=True)
+        binding = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            with os.fdopen(os.open(file, os.O_RDWR | os.O_CREAT, 0o644), "rb+", buffering=0) as f:
+                filesystem.lock(f, filesystem.LOCK_EX)
+                try:
+                    table = _table(f.read())
+                    if binding not in table:
+                        table.insert(0, binding)
+                        f.seek(0)
+                        f.truncate()
+                        f.write(str_to_bytes(dumps(table)))
+                finally:
+                    filesystem.unlock(f)
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {file}") from exc
+
+    def get_table(self, exchange: str) -> list[Any]:
+        """The exchange's bindings; an exchange file another worker has just made, still empty, has none yet."""
+        file = self._exchange_file(exchange)
+        try:
+            with file.open("rb") as f:
+                filesystem.lock(f, filesystem.LOCK_SH)
+                try:
+                    return _table(f.read())
+                finally:
+                    filesystem.unlock(f)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {file}") from exc
+
+
+def _table(content: bytes) -> list[Any]:
+    return [filesystem.exchange_queue_t(*q) for q in loads(bytes_to_str(content))] if content.strip() else []
 
 
 class Transport(filesystem.Transport):

@@ -1,10 +1,11 @@
-"""The embedded broker never lets a consumer see a message file before its payload is in it."""
+"""The embedded broker never lets a consumer see a message file before its payload is in it, nor a worker an exchange table half made."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -57,6 +58,35 @@ def test_a_message_file_is_visible_only_once_it_is_whole(channel: Any, queue_fol
     assert [name.split(".", 1)[1] for name in os.listdir(queue_folder)] == ["jobs.msg"]
     assert channel._get("jobs") == {"body": "probe", "n": 1}
     assert os.listdir(queue_folder) == []
+
+
+def test_an_exchange_file_another_worker_has_just_made_reads_as_no_bindings_yet(
+    channel: Any, queue_folder: Path
+) -> None:
+    """kombu's bind creates the file, then locks and writes it: a worker in between found it empty
+    and died at start-up on the JSON error (seen with two workers starting together)."""
+    (queue_folder.parent / "control" / "celery.pidbox.exchange").touch()
+    assert channel.get_table("celery.pidbox") == []
+    channel._queue_bind("celery.pidbox", "", "", "worker1.celery.pidbox")
+    assert [b.queue for b in channel.get_table("celery.pidbox")] == ["worker1.celery.pidbox"]
+
+
+def test_workers_binding_at_once_keep_every_binding(channel: Any, queue_folder: Path) -> None:
+    """Each bind reads and writes the table under one lock: none truncates another's binding away."""
+    for round_ in range(10):
+        exchange = f"exchange-{round_}"
+        start = threading.Barrier(8)
+
+        def bind(n: int, exchange: str = exchange, start: threading.Barrier = start) -> None:
+            start.wait()
+            channel._queue_bind(exchange, f"key-{n}", "", f"queue-{n}")
+
+        threads = [threading.Thread(target=bind, args=(n,)) for n in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+        assert sorted(b.queue for b in channel.get_table(exchange)) == [f"queue-{n}" for n in range(8)]
 
 
 @pytest.mark.process
