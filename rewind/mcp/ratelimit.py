@@ -59,9 +59,10 @@ logger = logging.getLogger(__name__)
 KEY_PREFIX = "rewind:mcp:rate:"
 # How long a decision of the shared count waits for more calls when other requests are under way.
 # In the database each trip is a thread hand-off and a write transaction: about 0.19 ms of CPU for
-# a lone call, 0.03 ms a call in batches of 16. bench/mcp_find.py (16 clients, SQLite), three runs each way side by side:
-# 3.7-4.0 calls a trip without the wait, 4.8-4.9 with 2 ms; the server's CPU per look-up
-# 1.20/1.15/1.09 ms without, 1.15/0.98/0.91 ms with; its p50 no worse (the server is CPU-bound).
+# a lone call, 0.03 ms a call in batches of 16. bench/mcp_find.py (16 clients, SQLite), three runs
+# each way side by side: 3.7-4.0 calls a trip without the wait, 4.8-4.9 with 2 ms; the server's
+# CPU per look-up 1.20/1.15/1.09 ms without, 1.15/0.98/0.91 ms with; its p50 no worse (the server
+# is CPU-bound).
 GATHER_WINDOW_S = 0.002
 MINUTE_US = 60_000_000
 WINDOW_MARGIN_US = 200_000

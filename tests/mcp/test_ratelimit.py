@@ -151,18 +151,26 @@ def test_a_database_count_higher_than_the_calls_kept_is_set_right_at_the_limit(t
     assert limiter.take_now("bot") > 59
 
 
-def test_a_burst_on_one_loop_is_decided_in_a_few_redis_scripts_each_agent_exactly(redis_url: str) -> None:
-    import asyncio
-
-    limiter = RedisRateLimiter(redis_url, RateLimit(5))
+def _counting_batches(limiter: DbRateLimiter | RedisRateLimiter, monkeypatch: Any) -> list[list[str]]:
+    """The keys of each trip the limiter makes to its shared count, as they are made."""
     batches: list[list[str]] = []
-    scripted = limiter._gatherer._decide
+    decide = limiter._gatherer._decide
 
     async def counted(keys: list[str]) -> list[float]:
         batches.append(list(keys))
-        return await scripted(keys)
+        return await decide(keys)
 
-    limiter._gatherer._decide = counted
+    monkeypatch.setattr(limiter._gatherer, "_decide", counted)
+    return batches
+
+
+def test_a_burst_on_one_loop_is_decided_in_a_few_redis_scripts_each_agent_exactly(
+    redis_url: str, monkeypatch: Any
+) -> None:
+    import asyncio
+
+    limiter = RedisRateLimiter(redis_url, RateLimit(5))
+    batches = _counting_batches(limiter, monkeypatch)
     run_id = uuid.uuid4().hex
     agents = [f"{name}-{run_id}" for name in ("b-bot", "a-bot", "c-bot")] * 10
 
@@ -187,18 +195,6 @@ def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url
     limiter = RedisRateLimiter(redis_url, RateLimit(100_000))
     assert run(limiter.take(agent)) == 0.0
     assert client.llen(KEY_PREFIX + agent) == 1, "calls older than the window are dropped"
-
-
-def _counting_batches(limiter: DbRateLimiter, monkeypatch: Any) -> list[list[str]]:
-    batches: list[list[str]] = []
-    take_many_now = limiter.take_many_now
-
-    def counted(keys: list[str]) -> list[float]:
-        batches.append(list(keys))
-        return take_many_now(keys)
-
-    monkeypatch.setattr(limiter, "take_many_now", counted)
-    return batches
 
 
 def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly(
