@@ -188,6 +188,46 @@ def test_a_burst_on_one_loop_is_decided_in_a_few_redis_scripts_each_agent_exactl
     assert len(batches) <= 2, "the first call's own script, then everyone who came meanwhile"
 
 
+@pytest.mark.process
+def test_a_real_redis_restart_is_counted_per_process_meanwhile_then_in_redis_again(
+    tmp_path: Any, monkeypatch: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Batches of calls on one event loop, across a restart of a Redis of the test's own: the batch
+    that finds it gone is counted in the process (said once), and once the retry time passed the
+    same loop's calls are counted in Redis again, on connections opened anew."""
+    import asyncio
+
+    from rewind import redislink
+    from tests.stackfixtures import RedisServer
+
+    monkeypatch.setattr(redislink, "RETRY_AFTER_FAILURE_S", 1.0)  # the outage's retry, shortened
+    server = RedisServer(tmp_path)
+    limiter = RedisRateLimiter(server.url(), RateLimit(100))
+
+    async def burst() -> list[float]:
+        return list(await asyncio.gather(*(limiter.take("bot", others_open=True) for _ in range(5))))
+
+    async def across_a_restart() -> list[list[float]]:
+        before = await burst()
+        server.stop()
+        during = await burst()
+        server.start()
+        await asyncio.sleep(1.2)
+        return [before, during, await burst()]
+
+    try:
+        with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
+            before, during, after = run(across_a_restart())
+        assert before == during == after == [0.0] * 5
+        warnings = [r.getMessage() for r in caplog.records if r.name == "rewind.mcp.ratelimit"]
+        assert len(warnings) == 1, warnings
+        assert "counted per process" in warnings[0]
+        # The restarted Redis kept nothing: what it holds is the calls after it came back.
+        assert redis.Redis.from_url(server.url()).llen(KEY_PREFIX + "bot") == 5
+    finally:
+        server.stop()
+
+
 def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url: str) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
     client = redis.Redis.from_url(redis_url)
