@@ -1,21 +1,22 @@
 #!/usr/bin/env python
-"""Benchmark: what the gateway would save by relaying a call's JSON-RPC message itself.
+"""Benchmark: what the gateway's client spends per forwarded call, three ways side by side.
 
     .venv/bin/python bench/relay.py [--calls 1500] [--rounds 3] [--quick] [--json F]
 
 The gateway forwards a tool call through the official SDK's client (``rewind.gateway.links``):
-session, dispatcher, streamable HTTP transport, message validation. Issue 26 asks whether
-posting the JSON-RPC message ourselves over a pooled connection would be cheaper. This measures
-the two clients side by side against the bare SDK echo server (``bench.mcp_find.echo_app``,
-its own uvicorn process), one call after another, alternating rounds:
+session, dispatcher, streamable HTTP transport, message validation, over an httpx client. Issue 26
+asks whether posting the JSON-RPC message ourselves over a pooled connection would be cheaper.
+This measures three clients against the bare SDK echo server (``bench.mcp_find.echo_app``, its own
+uvicorn process), one call after another, alternating in each round:
 
-- the SDK client: one ``Client`` session, ``call_tool("echo", …)`` each time;
-- the relay: the same 2026-07-28 ``tools/call`` POSTed with httpx on one kept-alive connection,
-  its answer parsed from JSON or SSE into the SDK's ``CallToolResult`` (what the gateway returns).
+- the SDK client over httpx's own transport (httpcore and h11), as the gateway forwarded before;
+- the SDK client over ``rewind.gateway.wire`` (kept-alive HTTP/1.1 on asyncio streams), as the
+  gateway forwards now;
+- the relay: the same 2026-07-28 ``tools/call`` POSTed with httpx (its own transport) on one
+  kept-alive connection, its answer parsed from JSON or SSE into the SDK's ``CallToolResult``.
 
-Printed: this process's CPU per call for each, their difference (what relaying would take off the
-gateway's own CPU per call, today 5-6 ms in bench/gateway.py), and the wall p50 of each. No
-thresholds are asserted.
+Printed: this process's CPU per call for each, what the wire transport and what relaying take off
+the client's CPU per call, and the wall p50 of each. No thresholds are asserted.
 """
 
 from __future__ import annotations
@@ -39,13 +40,19 @@ QUICK = {"calls": 300, "rounds": 2}
 WARM_UP = 50
 
 
-async def sdk_client(url: str, calls: int) -> tuple[float, float]:
-    """CPU per call (ms) and the wall p50 (ms) of ``calls`` calls through the SDK's client."""
+async def sdk_client(url: str, calls: int, *, wire: bool) -> tuple[float, float]:
+    """CPU per call (ms) and the wall p50 (ms) of ``calls`` calls through the SDK's client.
+
+    ``wire``: over ``rewind.gateway.wire``'s transport (the gateway's), else over httpx's own."""
     import httpx2
     from mcp import Client
     from mcp.client.streamable_http import streamable_http_client
 
-    async with httpx2.AsyncClient() as http, Client(streamable_http_client(url, http_client=http)) as client:
+    from rewind.gateway.wire import KeptAliveTransport
+
+    transport = KeptAliveTransport() if wire else None
+    http = httpx2.AsyncClient(transport=transport)
+    async with http, Client(streamable_http_client(url, http_client=http)) as client:
         for _ in range(WARM_UP):
             await client.call_tool("echo", {"text": "hi"})
         return await _timed(calls, lambda i: client.call_tool("echo", {"text": "hi"}))
@@ -81,6 +88,14 @@ async def _timed(calls: int, call: Any) -> tuple[float, float]:
     return (time.process_time() - cpu) / calls * 1000, statistics.median(walls)
 
 
+ARMS = {
+    "SDK client over httpx's transport": lambda url, calls: sdk_client(url, calls, wire=False),
+    "SDK client over rewind.gateway.wire": lambda url, calls: sdk_client(url, calls, wire=True),
+    "relay over httpx": relay,
+}
+BEFORE, GATEWAY, RELAY = ARMS
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=1500, help="calls per client per round (1500)")
@@ -91,44 +106,43 @@ def main() -> None:
     import os
 
     proc, url = start_uvicorn("echo", "bench.mcp_find:echo_app", dict(os.environ), work, 1, factory=True)
-    sdk: list[tuple[float, float]] = []
-    raw: list[tuple[float, float]] = []
+    runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     try:
         for n in range(args.rounds):
-            sdk.append(asyncio.run(sdk_client(url, args.calls)))
-            raw.append(asyncio.run(relay(url, args.calls)))
-            print(
-                f"round {n + 1}: SDK client {sdk[-1][0]:.2f} ms CPU/call (p50 {sdk[-1][1]:.2f} ms), "
-                f"relay {raw[-1][0]:.2f} ms CPU/call (p50 {raw[-1][1]:.2f} ms)",
-                flush=True,
-            )
+            for arm, client in ARMS.items():
+                runs[arm].append(asyncio.run(client(url, args.calls)))
+            said = ", ".join(f"{arm} {r[-1][0]:.2f} ms CPU/call (p50 {r[-1][1]:.2f} ms)" for arm, r in runs.items())
+            print(f"round {n + 1}: {said}", flush=True)
     finally:
         proc.stop(timeout=15)
-    sdk_cpu, raw_cpu = statistics.median(c for c, _ in sdk), statistics.median(c for c, _ in raw)
-    saved = [s[0] - r[0] for s, r in zip(sdk, raw, strict=True)]
-    report.add(
-        "client CPU per call, relaying the JSON-RPC message",
-        raw_cpu,
-        "ms",
-        reference=sdk_cpu,
-        reference_name="through the SDK's client",
-        spread=spread_of([c for c, _ in raw]),
-    )
-    report.add(
-        "what relaying would take off the gateway's CPU per call",
-        statistics.median(saved),
-        "ms",
-        better="higher",
-        spread=spread_of(saved),
-        note="of the gateway's own 5-6 ms per pass-through call (bench/gateway.py)",
-    )
-    report.add(
-        "wall p50 per call, relaying",
-        statistics.median(w for _, w in raw),
-        "ms",
-        reference=statistics.median(w for _, w in sdk),
-        reference_name="through the SDK's client",
-    )
+    cpu = {arm: statistics.median(c for c, _ in r) for arm, r in runs.items()}
+    for arm in (GATEWAY, RELAY):
+        report.add(
+            f"client CPU per call, {arm}",
+            cpu[arm],
+            "ms",
+            reference=cpu[BEFORE],
+            reference_name=BEFORE,
+            spread=spread_of([c for c, _ in runs[arm]]),
+        )
+    for arm in (GATEWAY, RELAY):
+        saved = [b[0] - a[0] for b, a in zip(runs[BEFORE], runs[arm], strict=True)]
+        report.add(
+            f"client CPU per call taken off by the {arm.removeprefix('SDK client over ')}",
+            statistics.median(saved),
+            "ms",
+            better="higher",
+            spread=spread_of(saved),
+            note="beside the gateway's own CPU per pass-through call (bench/gateway.py)",
+        )
+    for arm in (GATEWAY, RELAY):
+        report.add(
+            f"wall p50 per call, {arm}",
+            statistics.median(w for _, w in runs[arm]),
+            "ms",
+            reference=statistics.median(w for _, w in runs[BEFORE]),
+            reference_name=BEFORE,
+        )
     print()
     for f in report.figures:
         beside = f"; {f.reference_name} {f.reference:.2f} {f.unit}" if f.reference is not None else ""

@@ -52,6 +52,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.errors import ApplicationError
+from rewind.gateway.wire import upstream_transport
 
 logger = logging.getLogger(__name__)
 
@@ -95,7 +96,9 @@ def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: R
         return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env))
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
     hooks = {"response": [on_response]} if on_response is not None else None
-    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks)
+    # Our own HTTP/1.1 connections under the httpx client the SDK drives (``rewind.gateway.wire``).
+    transport = upstream_transport(spec.url)
+    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks, transport=transport)
     stack.push_async_callback(http.aclose)
     return streamable_http_client(spec.url, http_client=http)
 
