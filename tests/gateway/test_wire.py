@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import ssl
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +88,10 @@ def client(**kwargs: Any) -> httpx2.AsyncClient:
 
 
 def run(coro: Coroutine[Any, Any, Any]) -> Any:
-    return asyncio.run(asyncio.wait_for(coro, 30))
+    """On a thread of its own: a browser test run before in the same worker leaves its event loop
+    running on this one."""
+    with ThreadPoolExecutor(1) as thread:
+        return thread.submit(asyncio.run, asyncio.wait_for(coro, 30)).result()
 
 
 def test_calls_share_one_kept_alive_connection_whatever_the_framing() -> None:
