@@ -200,3 +200,16 @@ def private_redis(work: Path) -> Iterator[str]:
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         proc.stop(timeout=15)
+
+
+PRODUCTION_HELP = "the production shape: PostgreSQL and Redis, private instances of this run"
+PRODUCTION_SHAPE = " (PostgreSQL, Redis)"  # after each figure's name, so runs of the two shapes never compare
+
+
+def production_servers(stack: contextlib.ExitStack, work: Path) -> dict[str, str]:
+    """``DATABASE_URL`` and ``REDIS_URL`` of a PostgreSQL and a Redis of this run's own, stopped with ``stack``."""
+    (work / "pg").mkdir(parents=True, exist_ok=True)
+    return {
+        "DATABASE_URL": stack.enter_context(private_postgres(work / "pg")),
+        "REDIS_URL": stack.enter_context(private_redis(work)),
+    }

@@ -54,14 +54,15 @@ def spread_of(samples: Sequence[float]) -> float | None:
 class Report:
     """The figures of one benchmark run, written as JSON where ``--json`` says."""
 
-    def __init__(self, bench: str, args: argparse.Namespace) -> None:
+    def __init__(self, bench: str, args: argparse.Namespace, shape: str = "") -> None:
         self.bench = bench
         self.path: Path | None = args.json
         self.quick: bool = args.quick
+        self.shape = shape  # after every figure's name: figures of another shape never compare
         self.figures: list[Figure] = []
 
     def add(self, name: str, value: float, unit: str = "", **details: Any) -> Figure:
-        figure = Figure(name, float(value), unit, **details)
+        figure = Figure(name + self.shape, float(value), unit, **details)
         self.figures.append(figure)
         return figure
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env python
 """Benchmark: calls through the gateway beside the same calls made straight to the upstream.
 
-    .venv/bin/python bench/gateway.py [--clients 16] [--seconds 4] [--rounds 3] [--guarded 7] [--quick] [--json F]
+    .venv/bin/python bench/gateway.py [--clients 16] [--seconds 4] [--rounds 3] [--guarded 7] [--production]
+                                      [--quick] [--json F]
 
 All on 127.0.0.1, every process bounded and stopped at the end: a fresh state folder (SQLite +
-filesystem broker) under var/bench-gateway; the ZVM simulator with sites A and B; the guest
+filesystem broker; with --production a PostgreSQL and a Redis of the run's own instead, and
+the figures' names say so) under var/bench-gateway; the ZVM simulator with sites A and B; the guest
 shell (tests/gateway/guestshell.py) over streamable HTTP with a bearer token, added as upstream
 ``guestshell`` with its tools listed and ``guestshell/exec`` in the catalog; the app under
 uvicorn (one worker) and one Celery worker for the guards.
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
 import statistics
@@ -45,12 +48,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
+    PRODUCTION_HELP,
+    PRODUCTION_SHAPE,
     PYTHON,
     REPO,
     START_TIMEOUT,
     Proc,
     django_setup,
     fresh_dir,
+    production_servers,
     register_sites,
     start_sim,
     start_worker,
@@ -195,23 +201,18 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--warmup", type=float, default=1.5)
     parser.add_argument("--guarded", type=int, default=7, help="guarded calls (and guards alone) measured")
-    parser.add_argument(
-        "--database-url",
-        default="",
-        help="PostgreSQL instead of the embedded SQLite, e.g. postgres://postgres@127.0.0.1/bench_gateway "
-        "(an existing database; the bench empties it)",
-    )
-    parser.add_argument("--redis-url", default="", help="Redis instead of the filesystem broker")
+    parser.add_argument("--production", action="store_true", help=PRODUCTION_HELP)
     args = parse_args(parser, quick={"seconds": 2.0, "rounds": 2, "warmup": 1.0, "guarded": 3})
-    report = Report("gateway", args)
+    report = Report("gateway", args, shape=PRODUCTION_SHAPE if args.production else "")
 
     work = fresh_dir(REPO / "var" / "bench-gateway")
-    servers = {"DATABASE_URL": args.database_url, "REDIS_URL": args.redis_url}
-    django_setup(work / "state", MCP_RATE_LIMIT_PER_MINUTE="100000000", **{k: v for k, v in servers.items() if v})
-    if args.database_url:
-        from django.core.management import call_command
+    with contextlib.ExitStack() as stack:
+        servers = production_servers(stack, work) if args.production else {}
+        django_setup(work / "state", MCP_RATE_LIMIT_PER_MINUTE="100000000", **servers)
+        measure(args, work, report, database="PostgreSQL, Redis" if servers else "SQLite")
 
-        call_command("flush", interactive=False, verbosity=0)
+
+def measure(args: argparse.Namespace, work: Path, report: Report, database: str) -> None:
     procs: list[Proc] = []
     try:
         sim, sim_url = start_sim(work, "--vms", "50")
@@ -227,7 +228,6 @@ def main() -> None:
         app, app_url = start_uvicorn("app", "rewind.asgi:application", env, work, workers=1)
         procs.append(app)
         procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
-        database = "PostgreSQL" if args.database_url else "SQLite"
         print(
             f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()} "
             f"database={database}",

@@ -49,6 +49,8 @@ from mcp.server.transport_security import TransportSecuritySettings
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
+    PRODUCTION_HELP,
+    PRODUCTION_SHAPE,
     PYTHON,
     REPO,
     START_TIMEOUT,
@@ -57,8 +59,7 @@ from bench._common import (
     django_setup,
     free_port,
     fresh_dir,
-    private_postgres,
-    private_redis,
+    production_servers,
     register_sites,
     sim_control,
     start_sim,
@@ -294,26 +295,19 @@ def main() -> None:
     parser.add_argument(
         "--production",
         action="store_true",
-        help="the production shape: PostgreSQL and Redis (the rate count in Redis), private instances of this run",
+        help=PRODUCTION_HELP + " (the rate count in Redis)",
     )
     args = parse_args(parser, quick={"vms": "100", "rounds": 2, "seconds": 2.0, "warmup": 1.0})
-    figures = Report("mcp_find", args)
+    figures = Report("mcp_find", args, shape=PRODUCTION_SHAPE if args.production else "")
 
     work = fresh_dir(REPO / "var" / "bench-mcp")
     with contextlib.ExitStack() as stack:
-        servers: dict[str, str] = {}
-        if args.production:
-            (work / "pg").mkdir()
-            servers = {
-                "DATABASE_URL": stack.enter_context(private_postgres(work / "pg")),
-                "REDIS_URL": stack.enter_context(private_redis(work)),
-            }
+        servers = production_servers(stack, work) if args.production else {}
         measure(args, work, servers, figures)
 
 
 def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figures: Report) -> None:
     django_setup(work / "state", **servers)
-    shape = " (PostgreSQL, Redis)" if servers else ""
     token = make_agent()
     # The per-agent rate limit would cut a benchmark short; it is not what is measured here.
     env = {
@@ -393,11 +387,11 @@ def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figur
                 sim.stop()
     finally:
         echo_proc.stop()
-    report(sizes, parts, figures, shape)
+    report(sizes, parts, figures)
     figures.write()
 
 
-def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report, shape: str) -> None:
+def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report) -> None:
     def to_echo(vms: int, cache: str) -> list[float]:
         """find/echo throughput of each round at ``vms``."""
         return [f.rps / e.rps for f, e in zip(parts[(vms, cache)], parts[(vms, "echo")], strict=True)]
@@ -417,7 +411,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             f"{find.cpu_ms_per_call / echo.cpu_ms_per_call:.2f}x echo; find p99 {find.pct(0.99):.1f} ms"
         )
         figures.add(
-            f"find_protection at {vms} VMs, cache on: throughput over the echo's{shape}",
+            f"find_protection at {vms} VMs, cache on: throughput over the echo's",
             statistics.median(ratios),
             "x",
             better="higher",
@@ -427,7 +421,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
         off = merged("", parts[(vms, "off")])
         off_rounds = [r.cpu_ms_per_call for r in parts[(vms, "off")]]
         figures.add(
-            f"find_protection at {vms} VMs, cache off: server CPU per look-up{shape}",
+            f"find_protection at {vms} VMs, cache off: server CPU per look-up",
             off.cpu_ms_per_call,
             "ms",
             reference=echo.cpu_ms_per_call,
@@ -435,7 +429,7 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             spread=spread_of(off_rounds),
         )
         figures.add(
-            f"find_protection at {vms} VMs, cache off: ZVM calls per look-up{shape}",
+            f"find_protection at {vms} VMs, cache off: ZVM calls per look-up",
             (off.zvm_calls or 0) / max(1, off.sent),
         )
     if len(sizes) > 1:
