@@ -13,7 +13,10 @@ requests, not about any one part of the product.
    Measured here: 44 ms per sequential request with 2 workers against 1.2 ms with one.
 
    ``enable_tcp_nodelay()`` widens asyncio's check to ``proto`` 0 on TCP stream sockets (which is TCP).
-   It changes nothing else and is harmless where the check already passes.
+   It changes nothing else and is harmless where the check already passes. It serves asyncio's own
+   loop (``uvicorn --loop asyncio``); uvloop, which uvicorn picks when it is installed (it is in the
+   requirements), sets TCP_NODELAY on every TCP connection itself (measured: 0.2 ms per sequential
+   request to ``uvicorn --workers 2``).
 
 2. Freezing the start-up heap (``freeze_startup_heap``):
    Move what a worker built at start-up out of the garbage collector's sight.
