@@ -87,7 +87,7 @@ def audit_record(
     return AuditEvent.objects.get(pk=pk)
 
 
-def audit_append(entries: Sequence[AuditEntry]) -> list[int]:
+def audit_append(entries: Sequence[AuditEntry], *, chain: bool = True) -> list[int]:
     """Record ``entries`` in order in the caller's transaction; return their ids (the order of recording).
 
     Same contract as ``audit_record``. The rows go in unchained and wait for no lock; when the
@@ -95,6 +95,13 @@ def audit_append(entries: Sequence[AuditEntry]) -> list[int]:
     writer's events are chained before they commit, as they always were), and after commit
     ``chain_pending`` chains what others committed meanwhile (``rewind.audit.chaining``). On
     SQLite, where one write transaction runs at a time, the events go in chained.
+
+    ``chain=False`` (PostgreSQL; SQLite chains as it inserts whatever it says): the rows go in
+    waiting, and this transaction chains nothing, neither now nor after its commit. For a caller
+    whose next append follows at once and chains whatever waits: a gateway call's decision, which
+    the call's own ``mcp.tool.called`` row follows from the MCP audit writer, chaining a batch
+    of waiting rows in one go. The beat's ``audit_chain_pending`` chains what a process that
+    died in between left waiting.
     """
     if not entries:
         return []
@@ -102,6 +109,8 @@ def audit_append(entries: Sequence[AuditEntry]) -> list[int]:
         rows = [_new_row(entry) for entry in entries]
         if connection.vendor == "sqlite":  # one writer at a time: it holds the chain as it is
             return insert_chained(rows)
+        if not chain:
+            return insert_unchained(rows, try_lock=False)[0]
         ids, chain_free = insert_unchained(rows)
         if chain_free:
             chain_locked()

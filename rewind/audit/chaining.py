@@ -45,18 +45,22 @@ class AuditChainError(Exception):
     pass
 
 
-def insert_unchained(rows: list[dict[str, Any]]) -> tuple[list[int], bool]:
-    """Insert ``rows`` (``COLUMNS`` each); (their ids in order, whether this transaction got the chain lock)."""
+def insert_unchained(rows: list[dict[str, Any]], *, try_lock: bool = True) -> tuple[list[int], bool]:
+    """Insert ``rows`` (``COLUMNS`` each); (their ids in order, whether this transaction got the chain lock).
+
+    ``try_lock=False``: the lock is not tried (False), so no other chainer is kept waiting for a
+    transaction that will not chain.
+    """
     sql = _statements()
     ids: list[int] = []
-    chain_free = True
+    chain_free = try_lock
     with connection.cursor() as cursor:
         for start in range(0, len(rows), INSERT_ROWS):
             chunk = rows[start : start + INSERT_ROWS]
-            cursor.execute(sql.insert_of(len(chunk)), _db_params(chunk))
+            cursor.execute(sql.insert_of(len(chunk), try_lock=try_lock), _db_params(chunk))
             found = cursor.fetchall()
             ids += [int(row[0]) for row in found]
-            chain_free = bool(found[0][1])
+            chain_free = try_lock and bool(found[0][1])
     return ids, chain_free
 
 
@@ -252,7 +256,8 @@ def _db_params(rows: list[dict[str, Any]], columns: Sequence[str] = COLUMNS) -> 
 
 @dataclass(frozen=True)
 class _Sql:
-    insert: str  # ``{values}``: one ``row`` per event
+    insert: str  # ``{values}``: one ``row`` per event; the ids, each with whether the chain lock was taken
+    insert_only: str  # the same without trying the lock: the ids alone
     row: str
     insert_chained: str  # ``{values}``: one ``chained_row`` per event
     chained_row: str
@@ -263,8 +268,8 @@ class _Sql:
     read_waiting: str  # the head (locked), joined with up to CHAIN_BATCH waiting events
     waiting: str  # a condition: some event waits to be chained
 
-    def insert_of(self, rows: int) -> str:
-        return self.insert.replace("{values}", ", ".join([self.row] * rows))
+    def insert_of(self, rows: int, *, try_lock: bool = True) -> str:
+        return (self.insert if try_lock else self.insert_only).replace("{values}", ", ".join([self.row] * rows))
 
     def insert_chained_of(self, rows: int) -> str:
         return self.insert_chained.replace("{values}", ", ".join([self.chained_row] * rows))
@@ -302,6 +307,7 @@ def _statements_for(vendor: str) -> _Sql:
             if postgres
             else f"{insert}, 1"
         ),
+        insert_only=f"WITH ins AS ({insert}) SELECT {pk} FROM ins ORDER BY {pk}" if postgres else insert,
         row="(" + ", ".join(["%s"] * len(COLUMNS)) + ")",
         insert_chained=f"INSERT INTO {events} ({chained_columns}) VALUES {{values}} RETURNING {pk}",
         chained_row="(" + ", ".join(["%s"] * len(CHAINED_COLUMNS)) + ")",

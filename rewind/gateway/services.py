@@ -520,6 +520,9 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
     else:
         call.save()
     # audit_append, not audit_record: nothing here reads the event back (one query less per call).
+    # Left waiting to be chained: the call's own mcp.tool.called row follows from the MCP audit
+    # writer, whose batch chains it with the rest (on PostgreSQL a chaining in the decision's
+    # transaction and another after its commit cost more than the decision's own writes).
     entry = AuditEntry(
         actor=Actor.agent(call.agent_name),
         action=GatewayAction.CALL_DECIDED,
@@ -539,7 +542,7 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
             "forwarded_at": call.forwarded_at.isoformat() if call.forwarded_at else None,
         },
     )
-    audit_append([entry])
+    audit_append([entry], chain=False)
     return call
 
 

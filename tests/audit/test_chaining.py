@@ -15,7 +15,7 @@ from django.db import DatabaseError, connection, connections, transaction
 from django.test import Client
 from django.utils import timezone
 
-from rewind.audit import Actor, audit_record, chain_pending, verify_chain
+from rewind.audit import Actor, AuditEntry, audit_append, audit_record, chain_pending, verify_chain
 from rewind.audit.anchors import audit_anchor_publish
 from rewind.audit.chaining import CHAIN_LOCK_KEY, insert_unchained
 from rewind.audit.selectors import audit_chain_position, audit_event_list, audit_event_trail
@@ -84,6 +84,44 @@ def test_writers_in_several_processes_leave_one_chain_with_every_event_once() ->
     assert written == [(w, i) for w in range(WRITERS) for i in range(PER_WRITER)]
     seqs = AuditEvent.objects.filter(seq__isnull=False).values_list("seq", flat=True)
     assert sorted(s or 0 for s in seqs) == list(range(1, WRITERS * PER_WRITER + 1))
+
+
+def _lock_free_elsewhere() -> bool:
+    """Whether another session could take the chain lock now (it lets it go at once)."""
+    free: list[bool] = []
+
+    def try_it() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_try_advisory_lock(%s)", [CHAIN_LOCK_KEY])
+                (got,) = cursor.fetchone()
+                if got:
+                    cursor.execute("SELECT pg_advisory_unlock(%s)", [CHAIN_LOCK_KEY])
+                free.append(bool(got))
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=try_it)
+    thread.start()
+    thread.join(30)
+    return free == [True]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_an_append_left_to_the_next_chainer_neither_chains_nor_locks_and_the_next_append_chains_it() -> None:
+    """``audit_append(chain=False)``, as a gateway call's decision is written: no chaining in its
+    transaction or after its commit, and the chain lock never held, so no chainer waits for it;
+    the next ordinary append chains it, before its own event."""
+    if connection.vendor != "postgresql":
+        pytest.skip("SQLite runs one write transaction at a time: each append chains its own event")
+    _record(1)  # the chain and its head row exist
+    with transaction.atomic():
+        (left,) = audit_append([AuditEntry(Actor.agent("bot"), "test.left", data={"n": 1})], chain=False)
+        assert _lock_free_elsewhere()
+    assert AuditEvent.objects.get(pk=left).seq is None
+    (after,) = _record(1, "test.after")
+    assert (AuditEvent.objects.get(pk=left).seq, after.seq) == (2, 3)
+    assert verify_chain() == (3, None)
 
 
 def _chainer_waits_for_the_head() -> bool:

@@ -14,7 +14,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, get_default_environment
 
 from catalog.models import ToolSighting
 from catalog.services import mutating_tool_add
-from rewind.audit import Actor
+from rewind.audit import Actor, verify_chain
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, _target
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
@@ -162,6 +162,17 @@ def test_an_unlisted_tool_follows_its_upstreams_policy(
     else:
         assert row.decision == "held"
         assert "held until a person classifies it" in tool_text(result)
+    assert_decision_chained(row.call_id)
+
+
+def assert_decision_chained(call_id: str) -> None:
+    """A decision goes in waiting to be chained (``audit_append(chain=False)``): the call's own
+    ``mcp.tool.called`` row, from the MCP audit writer, chains it just after; the chain is intact."""
+    deadline = time.monotonic() + 10
+    while AuditEvent.objects.filter(seq__isnull=True).exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert AuditEvent.objects.get(action="gateway.call.decided", target_id=call_id).seq is not None
+    assert verify_chain()[1] is None
 
 
 def test_guard_if_protected_passes_when_no_argument_names_a_protected_vm(
