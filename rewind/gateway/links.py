@@ -97,7 +97,7 @@ def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: R
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
     hooks = {"response": [on_response]} if on_response is not None else None
     # Our own HTTP/1.1 connections under the httpx client the SDK drives (``rewind.gateway.wire``).
-    transport = upstream_transport(spec.url)
+    transport = upstream_transport()
     http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks, transport=transport)
     stack.push_async_callback(http.aclose)
     return streamable_http_client(spec.url, http_client=http)

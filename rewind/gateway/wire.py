@@ -46,8 +46,8 @@ DEFAULT_PORTS = {b"http": 80, b"https": 443}
 Origin = tuple[bytes, str, int]
 
 
-def upstream_transport(url: str) -> KeptAliveTransport | None:
-    """The transport for a link to ``url``; None (httpx's own) when the environment names a proxy."""
+def upstream_transport() -> KeptAliveTransport | None:
+    """The transport for a link to an HTTP upstream; None (httpx's own) when the environment names a proxy."""
     proxies = urllib.request.getproxies()
     if any(key in proxies for key in ("http", "https", "all")):
         return None
