@@ -70,7 +70,7 @@ from rewind.protection.results import (
     VpgProtection,
 )
 from rewind.sites.models import Site
-from rewind.zvm import LocalSite, PeerSite, VmRow, ZvmClient, ZvmError
+from rewind.zvm import LocalSite, PeerSite, VmList, VmRow, ZvmClient, ZvmError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -104,16 +104,14 @@ def _directory(h: _Handle) -> _Directory:
     return state.cache.get(("dir", h.site.pk, h.site.base_url), state.directory_ttl(), load)
 
 
-def _inventory(h: _Handle) -> tuple[VmRow, ...]:
+def _inventory(h: _Handle) -> VmList:
     """Every VM row the site lists (one unfiltered ``GET /v1/vms``), kept for the cache time."""
-    return state.cache.get(("all", h.site.pk), state.ttl(), lambda: tuple(h.client.list_vms()))
+    return state.cache.get(("all", h.site.pk), state.ttl(), h.client.vm_list)
 
 
-def _from_inventory(h: _Handle) -> tuple[VmRow, ...] | None:
-    """The site's whole VM list when it is at hand or a burst of look-ups makes it the cheaper way."""
-    if state.cache.fresh(("all", h.site.pk)) or state.in_burst(h.site.pk):
-        return _inventory(h)
-    return None
+def _from_inventory(h: _Handle) -> bool:
+    """Whether to answer from the site's whole VM list: it is at hand, or a burst of look-ups makes it the cheaper way."""
+    return state.cache.fresh(("all", h.site.pk)) or state.in_burst(h.site.pk)
 
 
 def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[VmRow]]:
@@ -124,48 +122,51 @@ def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[
     return load
 
 
-_Index = dict[str, tuple[VmRow, ...]]
+_Index = dict[str, tuple[int, ...]]
 # (kind, site id) -> (the VM list it was built from, the index). Derived, and checked against the
 # list at hand on every use, so it needs no clearing; one per kind and site, so it stays small.
-_indexes: dict[tuple[str, int], tuple[tuple[VmRow, ...], _Index]] = {}
+_indexes: dict[tuple[str, int], tuple[VmList, _Index]] = {}
 
 
-def _indexed(h: _Handle, kind: str, keys: Callable[[VmRow], Iterable[str]]) -> _Index:
-    """The site's whole VM list by ``keys(row)``, built once per list fetched.
+def _found(h: _Handle, kind: str, keys: Callable[[VmList, int], Iterable[str]], wanted: Iterable[str]) -> list[VmRow]:
+    """The rows of the site's whole VM list whose ``keys`` include one of ``wanted``.
 
     A look-up under load answers from the list many times a second: scanning every row each
-    time grows with the inventory, the index does not. It is rebuilt as soon as the list at
-    hand is another one, so it never outlives the list it came from.
+    time grows with the inventory, an index does not. It is built once per list fetched (rows
+    are read for their keys, not parsed) and rebuilt as soon as the list at hand is another
+    one, so it never outlives the list it came from.
     """
     rows = _inventory(h)
     held = _indexes.get((kind, h.site.pk))
-    if held is not None and held[0] is rows:
-        return held[1]
-    index: dict[str, list[VmRow]] = {}
-    for row in rows:
-        for key in keys(row):
-            index.setdefault(key, []).append(row)
-    built = {key: tuple(found) for key, found in index.items()}
-    _indexes[(kind, h.site.pk)] = (rows, built)  # one assignment: a racing builder only repeats the work
-    return built
+    if held is None or held[0] is not rows:
+        positions: dict[str, list[int]] = {}
+        for i in range(len(rows)):
+            for key in keys(rows, i):
+                positions.setdefault(key, []).append(i)
+        held = (rows, {key: tuple(found) for key, found in positions.items()})
+        _indexes[(kind, h.site.pk)] = held  # one assignment: a racing builder only repeats the work
+    index = held[1]
+    return [rows[i] for key in wanted for i in index.get(key, ())]
 
 
-def _by_name(row: VmRow) -> Iterable[str]:
-    return (row.vm_name.casefold(),) if row.vm_name else ()
+def _by_name(rows: VmList, i: int) -> Iterable[str]:
+    name = rows.name_at(i)
+    return (name.casefold(),) if name else ()
 
 
-def _by_identifier(row: VmRow) -> Iterable[str]:
-    return (row.vm_identifier.casefold(),) if row.vm_identifier else ()
+def _by_identifier(rows: VmList, i: int) -> Iterable[str]:
+    identifier = rows.identifier_at(i)
+    return (identifier.casefold(),) if identifier else ()
 
 
-def _by_ip(row: VmRow) -> Iterable[str]:
-    return {_normal_ip(ip) for ip in row.ip_addresses}
+def _by_ip(rows: VmList, i: int) -> Iterable[str]:
+    return {_normal_ip(ip) for ip in rows.ip_addresses_at(i)}
 
 
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
     wanted = name.casefold()
-    if _from_inventory(h) is not None:
-        return list(_indexed(h, "by-name", _by_name).get(wanted, ()))
+    if _from_inventory(h):
+        return _found(h, "by-name", _by_name, (wanted,))
     load = _queried(h, lambda: h.client.list_vms(vm_name=name))
     rows = state.cache.get(("name", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_name or "").casefold() == wanted]
@@ -173,16 +174,15 @@ def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
 
 def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
     wanted = identifier.casefold()
-    if _from_inventory(h) is not None:
-        return list(_indexed(h, "by-identifier", _by_identifier).get(wanted, ()))
+    if _from_inventory(h):
+        return _found(h, "by-identifier", _by_identifier, (wanted,))
     load = _queried(h, lambda: h.client.list_vms(vm_identifier=identifier))
     rows = state.cache.get(("id", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
 
 
 def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
-    index = _indexed(h, "by-ip", _by_ip)
-    return [row for ip in ips for row in index.get(ip, ())]
+    return _found(h, "by-ip", _by_ip, ips)
 
 
 Failed = dict[int, tuple["_Handle", ZvmError]]

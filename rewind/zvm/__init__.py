@@ -36,6 +36,7 @@ from .types import (
     PointInTime,
     SiteLink,
     Task,
+    VmList,
     VmRow,
     Vpg,
 )
@@ -66,6 +67,7 @@ __all__ = [
     "Stores",
     "Task",
     "TokenStore",
+    "VmList",
     "VmRow",
     "Vpg",
     "ZvmAuthError",

@@ -57,6 +57,7 @@ from .types import (
     PeerSite,
     PointInTime,
     Task,
+    VmList,
     VmRow,
     Vpg,
 )
@@ -223,6 +224,11 @@ class ZvmClient:
         """One row per (VM, VPG) pair; filters are the ZVM's own (case-insensitive)."""
         params = {"vmName": vm_name, "vmIdentifier": vm_identifier}
         return [VmRow.from_json(row) for row in self._list(self._get("/v1/vms", params))]
+
+    @_call
+    def vm_list(self) -> VmList:
+        """Every (VM, VPG) row the ZVM lists (``GET /v1/vms`` unfiltered), parsed as each is read."""
+        return VmList(self._list(self._get("/v1/vms")))
 
     @_call
     def list_vpgs(self, *, name: str | None = None) -> list[Vpg]:

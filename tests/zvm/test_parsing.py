@@ -15,6 +15,7 @@ from rewind.zvm import (
     PeerSite,
     PointInTime,
     Task,
+    VmList,
     VmRow,
     Vpg,
 )
@@ -63,26 +64,32 @@ def test_a_field_is_found_in_any_case_and_a_null_counts_as_missing() -> None:
     assert Fields(None).get("VmName") is None
 
 
+ROW_IN_ANY_CASE = {
+    "vmidentifier": "srv.vm-38",
+    "VMNAME": "web01",
+    "VpgIdentifier": "vpg-1",
+    "vpgName": "vpg-web",
+    "ProtectedSite": {"identifier": "s-a", "type": "LocalSiteApi", "href": "h", "rel": None},
+    "recoverysite": {"Identifier": "s-b", "Type": "PeerSiteApi"},
+    "ProtectedSiteName": "Site A",
+    "RecoverySiteName": "Site B",
+    "Status": 1,
+    "SubStatus": "0",
+    "EnabledActions": {"isFlrEnabled": True},
+    "VmNetworkInformation": {
+        "NetworkAdapters": [{"IpAddresses": ["10.0.0.11", "fe80::1"]}, {"ipaddresses": ["10.0.0.11"]}]
+    },
+    "SomethingNew": {"x": 1},
+}
+ROW_OF_LINKS_AND_LEGACY_NAMES = {
+    "Link": {"identifier": "srv.vm-38?VpgIdentifier=vpg-9"},
+    "SourceSite": "Old A",
+    "TargetSite": "Old B",
+}
+
+
 def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
-    row = VmRow.from_json(
-        {
-            "vmidentifier": "srv.vm-38",
-            "VMNAME": "web01",
-            "VpgIdentifier": "vpg-1",
-            "vpgName": "vpg-web",
-            "ProtectedSite": {"identifier": "s-a", "type": "LocalSiteApi", "href": "h", "rel": None},
-            "recoverysite": {"Identifier": "s-b", "Type": "PeerSiteApi"},
-            "ProtectedSiteName": "Site A",
-            "RecoverySiteName": "Site B",
-            "Status": 1,
-            "SubStatus": "0",
-            "EnabledActions": {"isFlrEnabled": True},
-            "VmNetworkInformation": {
-                "NetworkAdapters": [{"IpAddresses": ["10.0.0.11", "fe80::1"]}, {"ipaddresses": ["10.0.0.11"]}]
-            },
-            "SomethingNew": {"x": 1},
-        }
-    )
+    row = VmRow.from_json(ROW_IN_ANY_CASE)
     assert (row.vm_identifier, row.vm_name) == ("srv.vm-38", "web01")
     assert (row.vpg_identifier, row.vpg_name) == ("vpg-1", "vpg-web")
     assert row.protected_site.is_local
@@ -95,15 +102,27 @@ def test_it_reads_a_vm_row_in_any_case_and_ignores_unknown_fields() -> None:
 
 
 def test_it_falls_back_to_the_link_and_legacy_names_for_a_vm_row() -> None:
-    row = VmRow.from_json(
-        {"Link": {"identifier": "srv.vm-38?VpgIdentifier=vpg-9"}, "SourceSite": "Old A", "TargetSite": "Old B"}
-    )
+    row = VmRow.from_json(ROW_OF_LINKS_AND_LEGACY_NAMES)
     assert (row.vm_identifier, row.vpg_identifier) == ("srv.vm-38", "vpg-9")
     assert (row.protected_site_name, row.recovery_site_name) == ("Old A", "Old B")
     assert row.protected_site.identifier is None
     assert not row.protected_site.is_local
     assert row.is_flr_enabled is None
     assert row.ip_addresses == ()
+
+
+def test_a_whole_vm_list_reads_each_row_as_a_vm_row_does_and_parses_only_the_rows_read() -> None:
+    raw = [ROW_IN_ANY_CASE, ROW_OF_LINKS_AND_LEGACY_NAMES, {"VmName": None, "Link": "not an object"}, "not a row", {}]
+    listed = VmList(raw)
+    assert len(listed) == len(raw)
+    assert [listed.name_at(i) for i in range(len(raw))] == ["web01", None, None, None, None]
+    assert [listed.identifier_at(i) for i in range(len(raw))] == ["srv.vm-38", "srv.vm-38", None, None, None]
+    assert listed.ip_addresses_at(0) == ("10.0.0.11", "fe80::1")
+    assert listed._rows == [None] * len(raw)  # reading the keys parsed no row
+    assert listed[1] == VmRow.from_json(ROW_OF_LINKS_AND_LEGACY_NAMES)
+    assert listed._rows.count(None) == len(raw) - 1
+    assert listed[1] is listed[1]
+    assert list(listed) == [VmRow.from_json(row) for row in raw]
 
 
 def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
