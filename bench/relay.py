@@ -1,19 +1,21 @@
 #!/usr/bin/env python
-"""Benchmark: what the gateway's client spends per forwarded call, three ways side by side.
+"""Benchmark: what the gateway's client spends per forwarded call, four ways side by side.
 
     .venv/bin/python bench/relay.py [--calls 1500] [--rounds 3] [--quick] [--json F]
 
 The gateway forwards a tool call through the official SDK's client (``rewind.gateway.links``):
 session, dispatcher, streamable HTTP transport, message validation, over an httpx client. Issue 26
 asks whether posting the JSON-RPC message ourselves over a pooled connection would be cheaper.
-This measures three clients against the bare SDK echo server (``bench.mcp_find.echo_app``, its own
+This measures four clients against the bare SDK echo server (``bench.mcp_find.echo_app``, its own
 uvicorn process), one call after another, alternating in each round:
 
 - the SDK client over httpx's own transport (httpcore and h11), as the gateway forwarded before;
 - the SDK client over ``rewind.gateway.wire`` (kept-alive HTTP/1.1 on asyncio streams), as the
   gateway forwards now;
 - the relay: the same 2026-07-28 ``tools/call`` POSTed with httpx (its own transport) on one
-  kept-alive connection, its answer parsed from JSON or SSE into the SDK's ``CallToolResult``.
+  kept-alive connection, its answer parsed from JSON or SSE into the SDK's ``CallToolResult``;
+- the relay on the wire: the same messages handed straight to ``rewind.gateway.wire``'s transport,
+  with neither the SDK's client nor httpx's client above it: what a relay of our own would cost.
 
 Printed: this process's CPU per call for each, what the wire transport and what relaying take off
 the client's CPU per call, and the wall p50 of each. No thresholds are asserted.
@@ -78,6 +80,34 @@ async def relay(url: str, calls: int) -> tuple[float, float]:
         return await _timed(calls, one)
 
 
+async def relay_on_wire(url: str, calls: int) -> tuple[float, float]:
+    """The same messages handed straight to ``rewind.gateway.wire``'s transport: no SDK client, no
+    httpx client (its headers, timeouts, hooks and redirects), only a request, its bytes and its answer."""
+    import httpx2
+    from mcp_types import CallToolResult
+
+    from rewind.gateway.wire import KeptAliveTransport
+
+    headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+    timeouts = {"connect": 5.0, "read": 30.0, "write": 5.0, "pool": 5.0}
+    transport = KeptAliveTransport()
+
+    async def one(i: int) -> CallToolResult:
+        body = call_body(i, "echo", {"text": "hi"})
+        request = httpx2.Request("POST", url, headers=headers, content=body, extensions={"timeout": timeouts})
+        resp = await transport.handle_async_request(request)
+        raw = await resp.aread()
+        if resp.headers.get("content-type", "").startswith("text/event-stream"):
+            lines = raw.decode().splitlines()
+            raw = [ln[5:] for ln in lines if ln.startswith("data:") and ln[5:].strip()][-1].encode()
+        return CallToolResult.model_validate(json.loads(raw)["result"])
+
+    async with transport:
+        for i in range(WARM_UP):
+            await one(i)
+        return await _timed(calls, one)
+
+
 async def _timed(calls: int, call: Any) -> tuple[float, float]:
     walls = []
     cpu = time.process_time()
@@ -92,8 +122,9 @@ ARMS = {
     "SDK client over httpx's transport": lambda url, calls: sdk_client(url, calls, wire=False),
     "SDK client over rewind.gateway.wire": lambda url, calls: sdk_client(url, calls, wire=True),
     "relay over httpx": relay,
+    "relay on rewind.gateway.wire": relay_on_wire,
 }
-BEFORE, GATEWAY, RELAY = ARMS
+BEFORE, GATEWAY, RELAY, RAW = ARMS
 
 
 def main() -> None:
@@ -116,7 +147,7 @@ def main() -> None:
     finally:
         proc.stop(timeout=15)
     cpu = {arm: statistics.median(c for c, _ in r) for arm, r in runs.items()}
-    for arm in (GATEWAY, RELAY):
+    for arm in (GATEWAY, RELAY, RAW):
         report.add(
             f"client CPU per call, {arm}",
             cpu[arm],
@@ -125,7 +156,7 @@ def main() -> None:
             reference_name=BEFORE,
             spread=spread_of([c for c, _ in runs[arm]]),
         )
-    for arm in (GATEWAY, RELAY):
+    for arm in (GATEWAY, RELAY, RAW):
         saved = [b[0] - a[0] for b, a in zip(runs[BEFORE], runs[arm], strict=True)]
         report.add(
             f"client CPU per call taken off by the {arm.removeprefix('SDK client over ')}",
@@ -135,7 +166,7 @@ def main() -> None:
             spread=spread_of(saved),
             note="beside the gateway's own CPU per pass-through call (bench/gateway.py)",
         )
-    for arm in (GATEWAY, RELAY):
+    for arm in (GATEWAY, RELAY, RAW):
         report.add(
             f"wall p50 per call, {arm}",
             statistics.median(w for _, w in runs[arm]),
