@@ -122,30 +122,15 @@ def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[
     return load
 
 
-_Index = dict[str, tuple[int, ...]]
-# (kind, site id) -> (the VM list it was built from, the index). Derived, and checked against the
-# list at hand on every use, so it needs no clearing; one per kind and site, so it stays small.
-_indexes: dict[tuple[str, int], tuple[VmList, _Index]] = {}
-
-
-def _found(h: _Handle, kind: str, keys: Callable[[VmList, int], Iterable[str]], wanted: Iterable[str]) -> list[VmRow]:
+def _found(h: _Handle, keys: Callable[[VmList, int], Iterable[str]], wanted: Iterable[str]) -> list[VmRow]:
     """The rows of the site's whole VM list whose ``keys`` include one of ``wanted``.
 
     A look-up under load answers from the list many times a second: scanning every row each
-    time grows with the inventory, an index does not. It is built once per list fetched (rows
-    are read for their keys, not parsed) and rebuilt as soon as the list at hand is another
-    one, so it never outlives the list it came from.
+    time grows with the inventory, an index does not. The list builds it once (rows are read
+    for their keys, not parsed) and keeps it as long as itself (``VmList.index``).
     """
     rows = _inventory(h)
-    held = _indexes.get((kind, h.site.pk))
-    if held is None or held[0] is not rows:
-        positions: dict[str, list[int]] = {}
-        for i in range(len(rows)):
-            for key in keys(rows, i):
-                positions.setdefault(key, []).append(i)
-        held = (rows, {key: tuple(found) for key, found in positions.items()})
-        _indexes[(kind, h.site.pk)] = held  # one assignment: a racing builder only repeats the work
-    index = held[1]
+    index = rows.index(keys)
     return [rows[i] for key in wanted for i in index.get(key, ())]
 
 
@@ -166,7 +151,7 @@ def _by_ip(rows: VmList, i: int) -> Iterable[str]:
 def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
     wanted = name.casefold()
     if _from_inventory(h):
-        return _found(h, "by-name", _by_name, (wanted,))
+        return _found(h, _by_name, (wanted,))
     load = _queried(h, lambda: h.client.list_vms(vm_name=name))
     rows = state.cache.get(("name", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_name or "").casefold() == wanted]
@@ -175,14 +160,14 @@ def _rows_by_name(h: _Handle, name: str) -> list[VmRow]:
 def _rows_by_identifier(h: _Handle, identifier: str) -> list[VmRow]:
     wanted = identifier.casefold()
     if _from_inventory(h):
-        return _found(h, "by-identifier", _by_identifier, (wanted,))
+        return _found(h, _by_identifier, (wanted,))
     load = _queried(h, lambda: h.client.list_vms(vm_identifier=identifier))
     rows = state.cache.get(("id", h.site.pk, wanted), state.ttl(), load)
     return [r for r in rows if (r.vm_identifier or "").casefold() == wanted]
 
 
 def _rows_by_ips(h: _Handle, ips: frozenset[str]) -> list[VmRow]:
-    return _found(h, "by-ip", _by_ip, ips)
+    return _found(h, _by_ip, ips)
 
 
 Failed = dict[int, tuple["_Handle", ZvmError]]

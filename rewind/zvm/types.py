@@ -7,7 +7,7 @@ Callers never see raw dicts.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -198,11 +198,12 @@ class VmList:
     and 15 MB for parsed ones.
     """
 
-    __slots__ = ("_raw", "_rows")
+    __slots__ = ("_indexes", "_raw", "_rows")
 
     def __init__(self, raw: list[Any]) -> None:
         self._raw = tuple(_kept(row) for row in raw)
         self._rows: list[VmRow | None] = [None] * len(self._raw)
+        self._indexes: dict[Callable[[VmList, int], Iterable[str]], dict[str, tuple[int, ...]]] = {}
 
     def __len__(self) -> int:
         return len(self._raw)
@@ -227,6 +228,20 @@ class VmList:
     def ip_addresses_at(self, index: int) -> tuple[str, ...]:
         """``self[index].ip_addresses``, without parsing the row."""
         return _ip_addresses(Fields(self._raw[index]))
+
+    def index(self, keys: Callable[[VmList, int], Iterable[str]]) -> dict[str, tuple[int, ...]]:
+        """The positions of the rows by each key ``keys(self, i)`` gives, built once per list and ``keys``.
+
+        It lives and dies with the list, so it never outlives the rows it points at.
+        """
+        built = self._indexes.get(keys)
+        if built is None:  # a racing builder only repeats the work
+            positions: dict[str, list[int]] = {}
+            for i in range(len(self._raw)):
+                for key in keys(self, i):
+                    positions.setdefault(key, []).append(i)
+            built = self._indexes[keys] = {key: tuple(found) for key, found in positions.items()}
+        return built
 
 
 def _failover_test_running(f: Fields) -> bool:

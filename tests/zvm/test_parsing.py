@@ -125,6 +125,17 @@ def test_a_whole_vm_list_reads_each_row_as_a_vm_row_does_and_parses_only_the_row
     assert list(listed) == [VmRow.from_json(row) for row in raw]
 
 
+def test_a_whole_vm_list_indexes_its_rows_once_per_key() -> None:
+    def by_identifier(rows: VmList, i: int) -> list[str]:
+        identifier = rows.identifier_at(i)
+        return [identifier] if identifier else []
+
+    listed = VmList([ROW_IN_ANY_CASE, ROW_OF_LINKS_AND_LEGACY_NAMES, {}])
+    index = listed.index(by_identifier)
+    assert index == {"srv.vm-38": (0, 1)}
+    assert listed.index(by_identifier) is index
+
+
 def test_it_reads_a_vpg_with_a_failover_test_running() -> None:
     vpg = Vpg.from_json(
         {
