@@ -31,10 +31,11 @@ What bounds those last two on a machine of 2 cores, where the shape itself satur
 - the look-ups over 250 ms are nearly all sent in the first seconds, while the 120-odd agents start at
   once (printed by when they were sent); after those, none (traced: each look-up's time passed
   alike in every await of the replica, the rate limit, the tool, the audit row, the answer, each
-  waiting for a turn of a busy core). The approver signs in once: when each recovery ending in
-  those seconds signed in on its own, their PBKDF2 hashes took 3.2 s of a core in the first 12 s
-  (py-spy on the replica), and the p99 was over 250 ms in three runs of four (313 to 641 ms);
-  signing in once, it was 165 to 227 ms in four of four;
+  waiting for a turn of a busy core). Two costs of this benchmark's own made those seconds worse,
+  and are gone: each recovery ending then signed the approver in again (their PBKDF2 hashes took
+  3.2 s of a replica's core in the first 12 s), and each guest file the agents set opened a
+  session of its own (``guest_files``). The p99 was over 250 ms in three runs of four (313 to
+  641 ms) before; 102 to 153 ms in four runs of four after, none of the 300 over 250 ms;
 - the simulator, on the same cores, counts a request when its own loop gets to it. Every request
   of a busiest second over the cap was traced once from its sender: each left within 8 ms of its
   slot (the slots then ten to any 1.05 s), and the first reached the simulator's handler 43 ms
@@ -249,8 +250,16 @@ def _sim_url() -> str:
     return f"https://127.0.0.1:{os.environ['REWIND_SIM_PORT']}"
 
 
+@cache
+def guest_files() -> Any:
+    """One session for every guest file the agents set, its connections kept: a session of its
+    own per file made a TLS context per file, loading the CA store (25 ms of CPU), and the 50
+    files set as the load starts took 44 % of this process's CPU in its first 8 s (py-spy)."""
+    return sim_control()
+
+
 def set_guest_file(vm: str, text: str) -> None:
-    sim_control().put(
+    guest_files().put(
         f"{_sim_url()}/_sim/vms/{vm}/files", json={"path": FILE, "text": text}, timeout=30
     ).raise_for_status()
 
