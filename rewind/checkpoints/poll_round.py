@@ -381,7 +381,7 @@ class SiteRound:
         """End the row at the end of the round (``rows_finish``, with the round's other ends)."""
         listed_after = None
         if status == TaggedCheckpoint.Status.LISTED:
-            listed_after = listing_time_ms(row, seen_at or self.now, held=self.fc if self.crowded else None)
+            listed_after = listing_time_ms(row, seen_at or self.now, fc=self.fc, crowded=self.crowded)
         self.ends.append(RowEnd(row, status, error, checkpoint, self.offset_s, listed_after))
         self.report.ended_guards.add(row.guard_id)
         row.status = status
@@ -393,7 +393,9 @@ class SiteRound:
 UNSEEN_SHARE = 0.8
 
 
-def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Forecast | None = None) -> int | None:
+def listing_time_ms(
+    row: TaggedCheckpoint, seen_at: datetime, *, fc: pacing.Forecast | None = None, crowded: bool = False
+) -> int | None:
     """How long the ZVM took to list the row's checkpoint, for the site's pacing to learn from.
 
     Between the last look that did not find it and the one that did (the midpoint); when the
@@ -401,11 +403,15 @@ def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Fo
     not the answer: under load the poller looks late, and learning that lateness would make
     every later guard look late too.
 
-    ``held``: the forecast of a crowded round, whose first looks wait for the window's end on
-    purpose. A first look that found the checkpoint there only says the forecast held, so the
-    forecast is the sample: shrinking it would move the next window early, where every look
-    misses and takes a slot another guard needed (measured: the learned time of a site fell
-    from 5.3 s to 4.3 s over one burst of 200 guards at cap 10).
+    A first look that found the checkpoint no sooner than the forecast (``fc``) expected it, or
+    at a ``crowded`` site, whose first looks wait for the window's end on purpose, only says
+    the forecast held: the forecast is the sample (no more than when it was seen). A share of
+    a look that came late says nothing of a faster ZVM, and moved the next window early, where
+    every look misses and takes a slot another guard needed (measured, 200 guards at cap 10:
+    the learned time of a site fell from 5.3 s to 4.3 s over one burst, once from its crowded
+    rounds and, with those held, again from the last rounds of the burst, no longer crowded,
+    whose first looks still came at the window's end; the next burst then listed each VPG 3.2
+    times).
     """
     start = row.insert_started_at
     if start is None:
@@ -414,8 +420,8 @@ def listing_time_ms(row: TaggedCheckpoint, seen_at: datetime, *, held: pacing.Fo
     if row.last_miss_at is not None and row.last_miss_at > start:
         missed = (row.last_miss_at - start).total_seconds()
         return max(0, int((missed + seen) / 2 * 1000))
-    if held is not None:
-        return max(0, int(min(seen, held.expected_s) * 1000))
+    if fc is not None and (crowded or seen >= fc.expected_s):
+        return max(0, int(min(seen, fc.expected_s) * 1000))
     return max(0, int(seen * UNSEEN_SHARE * 1000))
 
 

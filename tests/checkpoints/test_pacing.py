@@ -142,13 +142,23 @@ def _guard(listed_at: float, samples: list[float]) -> float:
     """One guard's wait against a ZVM listing at ``listed_at``; its sample goes to the front of ``samples``.
 
     The sample is what the poll round records (poll_round.listing_time_ms): between the last
-    miss and the hit, or, for a hit at the first look, that look's time x UNSEEN_SHARE.
+    miss and the hit, or, for a hit at the first look, that look's time x UNSEEN_SHARE, or the
+    forecast when the first look came no sooner than it.
     """
-    from rewind.checkpoints.poll_round import UNSEEN_SHARE
+    from datetime import UTC, datetime, timedelta
 
-    looks = _schedule(listed_at, forecast(samples))
+    from rewind.checkpoints.models import TaggedCheckpoint
+    from rewind.checkpoints.poll_round import listing_time_ms
+
+    fc = forecast(samples)
+    looks = _schedule(listed_at, fc)
     seen, missed = looks[-1], looks[-2] if len(looks) > 1 else None
-    samples.insert(0, (missed + seen) / 2 if missed is not None else seen * UNSEEN_SHARE)
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    row = TaggedCheckpoint(insert_started_at=start)
+    row.last_miss_at = None if missed is None else start + timedelta(seconds=missed)
+    ms = listing_time_ms(row, start + timedelta(seconds=seen), fc=fc)
+    assert ms is not None
+    samples.insert(0, ms / 1000)
     return seen
 
 

@@ -295,19 +295,47 @@ def test_a_crowded_sites_first_look_at_the_windows_end_keeps_the_forecast() -> N
     row = TaggedCheckpoint(insert_started_at=start)
     # Found at the first look, which a crowded round placed at the window's end (5.55 s): the
     # forecast held, and that is the sample, not a share of when the look came.
-    assert listing_time_ms(row, start + timedelta(seconds=5.9), held=held) == 5300
+    assert listing_time_ms(row, start + timedelta(seconds=5.9), fc=held, crowded=True) == 5300
     assert listing_time_ms(row, start + timedelta(seconds=5.9)) == int(5900 * UNSEEN_SHARE)
     # Seen sooner than the forecast (the round came early): no more than when it was seen.
-    assert listing_time_ms(row, start + timedelta(seconds=4.0), held=held) == 4000
+    assert listing_time_ms(row, start + timedelta(seconds=4.0), fc=held, crowded=True) == 4000
     # A miss before the hit brackets the time, crowded or not.
     row.last_miss_at = start + timedelta(seconds=5.5)
-    assert listing_time_ms(row, start + timedelta(seconds=6.5), held=held) == 6000
+    assert listing_time_ms(row, start + timedelta(seconds=6.5), fc=held, crowded=True) == 6000
     # Samples like these keep a crowded site's forecast where it was, burst after burst.
-    hit = listing_time_ms(TaggedCheckpoint(insert_started_at=start), start + timedelta(seconds=5.8), held=held)
+    hit = listing_time_ms(
+        TaggedCheckpoint(insert_started_at=start), start + timedelta(seconds=5.8), fc=held, crowded=True
+    )
     assert hit is not None
     again = pacing.forecast([hit / 1000] * 10 + [5.3] * 10)
     assert again is not None
     assert again.expected_s == pytest.approx(5.3)
+
+
+def test_a_first_look_no_sooner_than_the_forecast_keeps_it_once_the_site_is_no_longer_crowded() -> None:
+    """The last rounds of a burst are not crowded, but their rows' first looks were placed at the
+    window's end while it was: a hit there says the forecast held, not that the ZVM got faster."""
+    from rewind.checkpoints.poll_round import UNSEEN_SHARE, listing_time_ms
+
+    start = timezone.now()
+    fc = pacing.forecast([5.3, 5.2, 5.4, 5.3])
+    assert fc is not None
+    row = TaggedCheckpoint(insert_started_at=start)
+    late = [listing_time_ms(row, start + timedelta(seconds=s), fc=fc) for s in (5.3, 5.5, 5.9, 8.0)]
+    assert late == [5300, 5300, 5300, 5300]
+    # Two such samples in a row used to shift the forecast below the window (to 0.8 x 5.5 s).
+    newest = [(ms or 0) / 1000 for ms in late[:2]]
+    kept = pacing.forecast([*newest, 5.3, 5.2, 5.4, 5.3])
+    assert kept is not None
+    assert kept.expected_s == pytest.approx(5.3)
+    assert kept.probe_s is None
+    # Found before the expected moment (a first look at the window's start, a probe): the ZVM
+    # may be faster, so a share of it, and the next guard probes.
+    early = listing_time_ms(row, start + timedelta(seconds=5.1), fc=fc)
+    assert early == int(5100 * UNSEEN_SHARE)
+    probed = pacing.forecast([(early or 0) / 1000, 5.3, 5.2, 5.4, 5.3])
+    assert probed is not None
+    assert probed.probe_s is not None
 
 
 def test_a_round_with_no_row_due_asks_nothing_and_reads_none_of_the_waiting_rows(
