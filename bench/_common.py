@@ -105,15 +105,10 @@ def start_worker(work: Path, *, concurrency: int, name: str, pool: str = "prefor
 
 
 def sim_control() -> requests.Session:
-    """An HTTP session for the simulator's control API (self-signed certificate, no proxies)."""
-    import requests
-    import urllib3
+    """An HTTP session for the simulator's control API (``zvmsim.control_client``)."""
+    from zvmsim.control_client import control_session
 
-    urllib3.disable_warnings(urllib3.exceptions.InsecureRequestWarning)
-    http = requests.Session()
-    # trust_env off: a REQUESTS_CA_BUNDLE in the environment would override verify=False.
-    http.verify, http.trust_env = False, False
-    return http
+    return control_session()
 
 
 def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:

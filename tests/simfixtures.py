@@ -22,10 +22,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import requests
 
 from rewind.processes import Proc, ProcessError
 from tests.markers import processes_allowed
+from zvmsim.control_client import control_session
 
 REPO = Path(__file__).resolve().parent.parent
 _VENV_PYTHON = REPO / ".venv" / "bin" / "python"
@@ -37,14 +37,6 @@ START_TIMEOUT = 60.0
 # Admin credentials every simulated site accepts.
 USERNAME, PASSWORD, CLIENT_ID = "admin", "zvmsim-Passw0rd-7c1e", "zerto-client"
 SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET = "rewind", "rewind-secret"
-
-
-def _session() -> requests.Session:
-    # trust_env off: a REQUESTS_CA_BUNDLE in the environment would override verify=False.
-    http = requests.Session()
-    http.verify = False
-    http.trust_env = False
-    return http
 
 
 class SimError(RuntimeError):
@@ -115,7 +107,7 @@ class SimHandle:
         self.server = server
         self.url = server.url
         self.ca_bundle = server.ca_bundle
-        self.http = _session()
+        self.http = control_session()
 
     def site_url(self, slug: str) -> str:
         return self.server.site_url(slug)
