@@ -18,7 +18,6 @@ import base64
 import difflib
 import os
 import time
-import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -28,7 +27,6 @@ from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 from django.utils.text import Truncator
-from urllib3.exceptions import InsecureRequestWarning
 
 from recoveries.services import recovery_request_approve
 from rewind.agents import agent_token_issue_by_name, agent_token_revoke
@@ -47,6 +45,7 @@ from rewind.management.commands._demo_gateway import (
 )
 from rewind.mcp.endpoint import public_base_url
 from rewind.sites.models import Site
+from zvmsim.control_client import control_session
 
 DEMO_AGENT = "demo-agent"
 DEMO_APPROVER = "approver"  # created by demo_setup (make run); not the agent's owner, so it may approve
@@ -405,13 +404,10 @@ class _Sim:
 
     def __init__(self, url: str) -> None:
         self.url = url
-        self.http = requests.Session()
+        self.http = control_session()
 
     def _request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", InsecureRequestWarning)
-            # Per request: a session's verify=False loses to REQUESTS_CA_BUNDLE; the certificate is self-signed.
-            resp = self.http.request(method, f"{self.url}{path}", timeout=30, verify=False, **kwargs)
+        resp = self.http.request(method, f"{self.url}{path}", timeout=30, **kwargs)
         if resp.status_code >= 400:
             raise CommandError(f"the simulator refused {method} {path}: {resp.status_code} {resp.text[:300]}")
         return resp
