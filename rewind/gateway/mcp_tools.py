@@ -15,8 +15,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS, CallToolResult, ToolAnnotations
+from mcp_types import CallToolResult, ToolAnnotations
 from mcp_types import Tool as MCPTool
 
 from rewind.gateway.forward import forward_call
@@ -25,6 +24,7 @@ from rewind.gateway.naming import SEPARATOR
 from rewind.gateway.selectors import exported_name_exists, exported_names, exported_tools
 from rewind.mcp import scopes
 from rewind.mcp.context import SharedRead, run_db
+from rewind.mcp.errors import unknown_tool
 from rewind.mcp.server import RewindMCPServer
 
 # After the zerto tools: agents read those first, and some clients show only the head of the list.
@@ -92,9 +92,7 @@ class GatewayTools:
         result = await forward_call(name, arguments, context)
         if result is None:  # removed, switched off or refused since this process last looked
             self._names_at = float("-inf")
-            raise MCPError(
-                code=INVALID_PARAMS, message=f"unknown tool {name[:60]}: tools/list names the tools of this server"
-            )
+            raise unknown_tool(name)
         return result
 
 

@@ -17,6 +17,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
+from mcp.shared.exceptions import MCPError
+from mcp_types import INVALID_PARAMS
 from pydantic import ValidationError
 
 EXCERPT_CHARS = 40
@@ -27,6 +29,13 @@ def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
     if len(value) <= limit:
         return repr(value)
     return f"{value[:limit]!r}… ({len(value)} characters)"
+
+
+def unknown_tool(name: str) -> MCPError:
+    """The refusal of a tool this server does not have (now): one wording, whichever path found it out."""
+    return MCPError(
+        code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
+    )
 
 
 def describe(value: Any) -> str:

@@ -67,7 +67,7 @@ from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.context import call_refs, refs_sentence, writes_with_record
 from rewind.mcp.endpoint import MCP_PATH
-from rewind.mcp.errors import excerpt, unknown_arguments_message, validation_message
+from rewind.mcp.errors import excerpt, unknown_arguments_message, unknown_tool, validation_message
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.providers import ToolProvider
 from rewind.mcp.ratelimit import RateLimit, rate_limiter
@@ -187,9 +187,7 @@ class RewindMCPServer(MCPServer):
             if provider is not None:
                 _check_scope(provider.scope, name)
                 return await provider.call(name, arguments, context)
-            raise MCPError(
-                code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
-            )
+            raise unknown_tool(name)
         _check_scope(_declared_scope(tool.meta), name)
         properties = tool.parameters.get("properties", {})
         unknown = [key for key in arguments if key not in properties]

@@ -69,7 +69,7 @@ def test_a_disabled_upstream_is_not_called_on_the_next_call(
     )
     assert not first.is_error, tool_text(first)
     assert isinstance(second, MCPError)
-    assert f"unknown tool {TOOL}" in str(second)
+    assert f"unknown tool {TOOL!r}" in str(second)
     assert _forwarded(guestshell_http) == 1
 
 
@@ -89,7 +89,7 @@ def test_a_tool_its_upstream_no_longer_lists_is_not_called_on_the_next_call(
     assert not first.is_error, tool_text(first)
     assert UpstreamTool.objects.get(exposed_name=TOOL).state == "gone"
     assert isinstance(second, MCPError)
-    assert f"unknown tool {TOOL}" in str(second)
+    assert f"unknown tool {TOOL!r}" in str(second)
     assert _forwarded(guestshell_http) == 1
 
 
