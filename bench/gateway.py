@@ -67,6 +67,13 @@ from bench.figures import Report, parse_args, spread_of
 from bench.mcp_find import PROTOCOL, Result, call_body, call_ok, load, make_agent, start_uvicorn
 
 GUEST_READY = "guestshell ready on "
+# What the gateway's own CPU per forwarded call is made of (py-spy --gil of the gateway, 1 client),
+# for the table's "what bounds them": its figures are in the closing notes of issue 26.
+FORWARD_BOUND = (
+    "the SDK's server path (bench/mcp_find.py's echo: its whole CPU per call), the SDK's client "
+    "(bench/relay.py: its CPU per call beside a relay's), and the safety writes of every call: the "
+    "shared rate count, the decision audited before forwarding, the outcome audited after"
+)
 NGINX = "/etc/nginx/nginx.conf"
 
 
@@ -150,6 +157,7 @@ def report_pass_through(
         reference=statistics.median(r.upstream for r in rounds),
         reference_name="the upstream's (guest shell + simulator)",
         spread=spread_of(own),
+        note=FORWARD_BOUND,
     )
     if single:
         extras = [g.pct(0.5) - d.pct(0.5) for g, d in zip(gateway, direct, strict=True)]
@@ -161,6 +169,7 @@ def report_pass_through(
             reference=statistics.median(d.pct(0.5) for d in direct),
             reference_name="direct p50",
             spread=spread_of(extras),
+            note="the gateway's own CPU per call, spent on the call's way there and back: " + FORWARD_BOUND,
         )
         return
     # With the cores setting the pace, the ratio cannot beat the bound its CPU implies; within 10 % of it.

@@ -417,6 +417,8 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             better="higher",
             target=0.5,
             spread=spread_of(ratios),
+            note="the echo does no work of ours; each look-up also has its rate count shared by every "
+            "process, its audit row committed before the answer (fail-closed) and the sites' fingerprint read",
         )
         off = merged("", parts[(vms, "off")])
         off_rounds = [r.cpu_ms_per_call for r in parts[(vms, "off")]]
