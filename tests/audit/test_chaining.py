@@ -195,6 +195,34 @@ def test_a_transaction_that_rolls_back_leaves_no_audit_row() -> None:
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.parametrize("chain", [True, False])
+def test_a_batch_gets_each_event_its_own_id_in_order(chain: bool) -> None:
+    """As the MCP audit writer appends: many events in one statement (on PostgreSQL one array per
+    column), each id the one of its own event, whatever the values hold."""
+    entries = [
+        AuditEntry(
+            Actor.agent(f"agent-{n}"),
+            f"test.batch.{n}",
+            ("thing", str(n)),
+            data={"n": n, "text": "ä'\"\\,{}" * (n % 3), "nested": [n, {"k": None}]},
+            request_id=f"req-{n}" if n % 2 else None,
+        )
+        for n in range(37)
+    ]
+    ids = audit_append(entries, chain=chain)
+    assert len(ids) == len(set(ids)) == len(entries)
+    by_id = {event.pk: event for event in AuditEvent.objects.filter(pk__in=ids)}
+    for n, pk in enumerate(ids):
+        event = by_id[pk]
+        assert (event.action, event.actor, event.target_id) == (f"test.batch.{n}", f"agent-{n}", str(n))
+        assert event.data == entries[n].data
+        if n % 2:  # the others get the request's own id
+            assert event.request_id == f"req-{n}"
+    chain_pending()
+    assert verify_chain() == (len(entries), None)
+
+
+@pytest.mark.django_db(transaction=True)
 def test_a_chainer_that_rolls_back_leaves_what_it_chained_to_the_next() -> None:
     waiting = _left_waiting("test.left")
     with pytest.raises(RuntimeError), transaction.atomic():  # noqa: PT012
