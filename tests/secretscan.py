@@ -43,6 +43,7 @@ class Registry:
         self.hits: list[str] = []
         self.scanned: Counter[str] = Counter()
         self.allowed = threading.local()  # tokens an answer being made may show
+        self.test = ""  # the test running (its node id): a hit names it, so a leak is found where it began
 
     def add(self, kind: str, value: Any) -> None:
         if isinstance(value, str) and len(value) >= MIN_SECRET and value not in self.secrets:
@@ -239,7 +240,10 @@ def _sinks() -> list[Callable[[], None]]:
 
 
 def scan_tables(where: str) -> None:
-    """Every row of our tables (what other processes wrote too), but encrypted columns and hashes."""
+    """Every row of our tables (what other processes wrote too), but encrypted columns and hashes.
+
+    A hit names the row (its id, and its action where it has one), never what it holds.
+    """
     from django.apps import apps
 
     for model in apps.get_models():
@@ -250,8 +254,14 @@ def scan_tables(where: str) -> None:
             for f in model._meta.concrete_fields
             if not f.attname.endswith("_encrypted") and f.attname != "token_hash"
         ]
-        for row in model._default_manager.values_list(*fields):
-            registry.scan("database row", f"{model._meta.db_table} ({where})", " ".join(_text(v) for v in row))
+        named = ["pk", *(["action"] if "action" in fields else [])]
+        for row in model._default_manager.values_list(*named, *fields):
+            label = " ".join(f"{name} {value}" for name, value in zip(named, row, strict=False))
+            registry.scan(
+                "database row",
+                f"{model._meta.db_table} {label} ({where})",
+                " ".join(_text(v) for v in row[len(named) :]),
+            )
 
 
 def _scan_files(roots: list[Path]) -> None:
@@ -273,7 +283,7 @@ def _secrets_never_leak(tmp_path_factory: pytest.TempPathFactory, django_db_setu
     original_teardown = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
 
     def teardown(self: Any) -> None:
-        scan_tables(type(self).__name__)  # before the flush: what every process wrote
+        scan_tables(f"before the flush after {registry.test or type(self).__name__}")  # what every process wrote
         original_teardown(self)
 
     TransactionTestCase._fixture_teardown = teardown  # type: ignore[attr-defined]
@@ -289,3 +299,7 @@ def _secrets_never_leak(tmp_path_factory: pytest.TempPathFactory, django_db_setu
     )
     if registry.hits:
         pytest.fail("secrets leaked:\n" + "\n".join(sorted(set(registry.hits))[:50]), pytrace=False)
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    registry.test = item.nodeid
