@@ -197,8 +197,8 @@ def test_a_transaction_that_rolls_back_leaves_no_audit_row() -> None:
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.parametrize("chain", [True, False])
 def test_a_batch_gets_each_event_its_own_id_in_order(chain: bool) -> None:
-    """As the MCP audit writer appends: many events in one statement (on PostgreSQL one array per
-    column), each id the one of its own event, whatever the values hold."""
+    """As the MCP audit writer appends: many events in one statement, each id the one of its own
+    event, whatever the values hold."""
     entries = [
         AuditEntry(
             Actor.agent(f"agent-{n}"),
