@@ -50,13 +50,21 @@ def site_base_url_clean(base_url: str) -> str:
     """``base_url`` as stored: trimmed, without a trailing ``/``.
 
     Raises ``ApplicationError`` unless it is ``https://`` (or ``http://``) and a host, or
-    when it ends in ``/v1`` (the client adds ``/v1`` itself). The admin form, the REST API
-    and the services all check a base URL here.
+    when it ends in ``/v1`` (the client adds ``/v1`` itself), or when it holds credentials, a
+    query or a fragment: the base URL is shown, logged and audited as it is, so a password in
+    it would reach all three, and the client appends its paths to it. The admin form, the
+    REST API and the services all check a base URL here; no error quotes it.
     """
     value = base_url.strip().rstrip("/")
     parts = urlsplit(value)
     if parts.scheme not in ("https", "http") or not parts.netloc:
         raise ApplicationError("give the ZVM's base URL, starting with https:// (or http://)")
+    if "@" in parts.netloc:
+        raise ApplicationError(
+            "give the ZVM's base URL without a user name or password in it: they go in the username and password fields"
+        )
+    if parts.query or parts.fragment or value.endswith(("?", "#")):
+        raise ApplicationError("give the ZVM's base URL without a query (?) or fragment (#)")
     if value.rsplit("/", 1)[-1].lower() == "v1":
         raise ApplicationError("give the ZVM's base URL without /v1")
     return value

@@ -15,14 +15,14 @@ pytestmark = pytest.mark.django_db
 ADMIN = Actor.user("alice")
 
 
-def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zvmsim-Passw0rd-7c1e") -> Site:
+def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zvmsim-Passw0rd-7c1e-4b9d") -> Site:
     return site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password=password)
 
 
 def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:
     site = _site(sim)
     site.refresh_from_db()
-    assert "zvmsim-Passw0rd-7c1e" not in site.password_encrypted
+    assert "zvmsim-Passw0rd-7c1e-4b9d" not in site.password_encrypted
     assert site_client(site).local_site().name == "Site A"
     event = AuditEvent.objects.get(action="site.created")
     assert "'zerto'" not in str(event.data)
@@ -102,7 +102,7 @@ def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:
     client.force_login(User.objects.get(username="alice"))
     page = client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
     assert site.password_encrypted not in page
-    assert "zvmsim-Passw0rd-7c1e" not in page.split("id_password")[1][:200]
+    assert "zvmsim-Passw0rd-7c1e-4b9d" not in page.split("id_password")[1][:200]
     response = client.post(
         f"/admin/rewind/site/{site.pk}/change/",
         {
@@ -131,7 +131,7 @@ def test_site_update_records_before_and_after(sim) -> None:
 
 def test_site_update_says_which_credentials_were_rotated(sim) -> None:
     site = _site(sim)
-    site_update(actor=ADMIN, site=site, password="zvmsim-Passw0rd-7c1e")
+    site_update(actor=ADMIN, site=site, password="zvmsim-Passw0rd-7c1e-4b9d")
     event = AuditEvent.objects.get(action="site.changed")
     assert event.data["rotated"] == ["password"]
 
@@ -184,8 +184,22 @@ def test_the_admin_and_the_api_show_and_check_the_cap(sim) -> None:
     assert ok.json()["max_requests_per_s"] is None
 
 
-@pytest.mark.parametrize("base_url", ["https://zvm.example.com/v1", "https://zvm.example.com/V1/"])
-def test_the_admin_the_api_and_the_services_refuse_a_base_url_ending_in_v1(base_url: str) -> None:
+URL_SECRET = "pw-in-url-9d2f"
+
+
+@pytest.mark.parametrize(
+    ("base_url", "said"),
+    [
+        ("https://zvm.example.com/v1", "without /v1"),
+        ("https://zvm.example.com/V1/", "without /v1"),
+        (f"https://admin:{URL_SECRET}@zvm.example.com", "without a user name or password"),
+        ("https://admin@zvm.example.com", "without a user name or password"),
+        (f"https://zvm.example.com/?password={URL_SECRET}", "without a query"),
+        ("https://zvm.example.com/#x", "without a query"),
+        ("https://zvm.example.com/?", "without a query"),
+    ],
+)
+def test_the_admin_the_api_and_the_services_refuse_a_bad_base_url_and_never_quote_it(base_url: str, said: str) -> None:
     User.objects.create_superuser("alice", "a@example.com", "pw-alice-1")
     client = Client()
     client.force_login(User.objects.get(username="alice"))
@@ -201,11 +215,13 @@ def test_the_admin_the_api_and_the_services_refuse_a_base_url_ending_in_v1(base_
     }
     refused = client.post("/admin/rewind/site/add/", form)
     assert refused.status_code == 200
-    assert "without /v1" in refused.content.decode()
+    assert said in refused.content.decode()
     api = client.post("/api/sites/", {"name": "Site V", "base_url": base_url}, content_type="application/json")
     assert api.status_code == 400
-    assert "without /v1" in api.json()["base_url"][0]
-    with pytest.raises(ApplicationError, match="without /v1"):
+    assert said in api.json()["base_url"][0]
+    assert URL_SECRET not in api.content.decode()
+    with pytest.raises(ApplicationError, match=said) as raised:
         site_create(actor=ADMIN, name="Site V", base_url=base_url)
+    assert URL_SECRET not in str(raised.value)
     assert not Site.objects.exists()
     assert not AuditEvent.objects.exists()
