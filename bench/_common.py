@@ -127,7 +127,7 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
     for slug in slugs:
         name = SITE_NAMES[slug]
         check = site_register(
-            actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zvmsim-Passw0rd-7c1e"
+            actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zvmsim-Passw0rd-7c1e-4b9d"
         )
         if not check.ok:
             raise RuntimeError(f"{name}: {check.error}")

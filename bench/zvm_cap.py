@@ -102,7 +102,7 @@ class Bench:
             site_name=self.site_name,
             base_url=f"{self.sim_url}/{SLUG}",
             username="admin",
-            password="zvmsim-Passw0rd-7c1e",
+            password="zvmsim-Passw0rd-7c1e-4b9d",
             max_requests_per_s=cap,
         )
         client = ZvmClient(conn, stores=self.stores(store))

@@ -35,7 +35,7 @@ CA_BUNDLE = "zvmsim CA bundle: "
 START_TIMEOUT = 60.0
 
 # Admin credentials every simulated site accepts.
-USERNAME, PASSWORD, CLIENT_ID = "admin", "zvmsim-Passw0rd-7c1e", "zerto-client"
+USERNAME, PASSWORD, CLIENT_ID = "admin", "zvmsim-Passw0rd-7c1e-4b9d", "zerto-client"
 SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET = "rewind", "rewind-secret"
 
 

@@ -11,7 +11,9 @@ from typing import Any
 
 USERNAME = "admin"
 # Distinctive on purpose: the suite scans logs, audit rows, responses and the database for it (tests/secretscan.py).
-PASSWORD = "zvmsim-Passw0rd-7c1e"
+# Longer than 20 characters on purpose too: Hypothesis feeds the fuzz tests string constants of at most
+# 20 characters found in the project's modules, and an agent's input holding it is audited as sent.
+PASSWORD = "zvmsim-Passw0rd-7c1e-4b9d"
 PASSWORD_CLIENT_ID = "zerto-client"
 TOKEN_MARK = "zvmsimTok"
 SERVICE_CLIENT_ID = "rewind"

@@ -37,7 +37,7 @@ def make_site(sim: Any, name: str | None = None, base_url: str | None = None) ->
         name=name or f"Metrics {uuid.uuid4().hex[:8]}",
         base_url=base_url or sim.site_url("site-a"),
         username="admin",
-        password="zvmsim-Passw0rd-7c1e",
+        password="zvmsim-Passw0rd-7c1e-4b9d",
     )
 
 

@@ -42,7 +42,7 @@ def _register(sim: Any) -> dict[str, Site]:
             name=name,
             base_url=sim.site_url(slug),
             username="admin",
-            password="zvmsim-Passw0rd-7c1e",
+            password="zvmsim-Passw0rd-7c1e-4b9d",
         )
         assert site_check(site=site).ok
         out[slug] = Site.objects.get(pk=site.pk)

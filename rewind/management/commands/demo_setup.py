@@ -14,7 +14,7 @@ from rewind.sites import site_register
 
 DEMO_SITES = (("Site A", "site-a"), ("Site B", "site-b"))
 DEMO_ZVM_USER = "admin"
-DEMO_ZVM_PASSWORD = "zvmsim-Passw0rd-7c1e"
+DEMO_ZVM_PASSWORD = "zvmsim-Passw0rd-7c1e-4b9d"
 
 
 class Command(BaseCommand):
