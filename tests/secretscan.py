@@ -8,20 +8,21 @@ tokens) and every Apprise URL and its secret parts (``configured_secrets``).
 
 Where they are looked for, in this process, as the suite runs:
 - every log record any logger emits;
-- every value written to the database (INSERT and UPDATE parameters; an encrypted column holds
-  ciphertext, which must not hold the plaintext either);
+- every value written to the database (the parameters of INSERT and UPDATE, also inside a WITH;
+  an encrypted column holds ciphertext, which must not hold the plaintext either);
 - every answer of Django (the test client, the live server) and every HTTP answer a test reads
   with httpx2 (uvicorn, the gateway's upstreams), but the simulator's own (its token endpoint
   hands tokens out) and an answer that shows a token issued while making it (shown once, by design);
 and, for what other processes (uvicorn, Celery workers) wrote, every table of ours before a
-transactional test's flush, and at the end every log file under the session's temporary folder
-and REWIND_VAR_DIR. At the end of the session a hit fails the run (an error at the teardown of the
+transactional test's flush and once more at the end, and at the end every log file under the
+session's temporary folder and REWIND_VAR_DIR. At the end of the session a hit fails the run (an error at the teardown of the
 last test), naming where it was and what kind of secret, never the secret; the counts are printed.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import threading
 from collections import Counter
@@ -32,6 +33,9 @@ from typing import Any
 import pytest
 
 MIN_SECRET = 8  # shorter strings are not distinctive enough to search for
+# A statement that writes rows: INSERT or UPDATE, also inside a WITH (on PostgreSQL every audit append
+# is ``WITH ins AS (INSERT ...)``, which a look at the first word alone never scanned).
+_WRITE = re.compile(r"\s*(?:WITH\b.*?\b)?(?:INSERT|UPDATE)\b", re.IGNORECASE | re.DOTALL)
 _lock = threading.Lock()
 
 
@@ -80,7 +84,14 @@ registry = Registry()
 def _text(value: Any) -> str:
     if isinstance(value, bytes):
         return value.decode("utf-8", errors="replace")
-    return value if isinstance(value, str) else repr(value)
+    if isinstance(value, str):
+        return value
+    # psycopg's Json and Jsonb (what a JSON column is written as on PostgreSQL) hold the value in
+    # ``obj``; their repr is reprlib's, which cuts strings at 30 characters and dicts at 4 keys.
+    held = getattr(value, "obj", value)
+    if isinstance(held, (dict, list, tuple)):
+        return json.dumps(held, default=str, ensure_ascii=False)
+    return repr(value)
 
 
 class _LogSink:
@@ -170,8 +181,7 @@ def _sinks() -> list[Callable[[], None]]:
 
     def execute(original: Callable[..., Any]) -> Callable[..., Any]:
         def run(self: Any, sql: str, params: Any = None, *args: Any, **kwargs: Any) -> Any:
-            head = sql.lstrip()[:6].upper()
-            if head in ("INSERT", "UPDATE") and params:
+            if params and _WRITE.match(sql):
                 rows = params if original.__name__ == "executemany" else [params]
                 for row in rows:
                     values = row.values() if isinstance(row, dict) else row
@@ -272,7 +282,9 @@ def _scan_files(roots: list[Path]) -> None:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _secrets_never_leak(tmp_path_factory: pytest.TempPathFactory, django_db_setup: None) -> Iterator[None]:
+def _secrets_never_leak(
+    tmp_path_factory: pytest.TempPathFactory, django_db_setup: None, django_db_blocker: Any
+) -> Iterator[None]:
     from django.conf import settings
     from django.test import TransactionTestCase
 
@@ -282,13 +294,19 @@ def _secrets_never_leak(tmp_path_factory: pytest.TempPathFactory, django_db_setu
     undo = [*_sources(), *_sinks()]
     original_teardown = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
 
+    flushed = []
+
     def teardown(self: Any) -> None:
         scan_tables(f"before the flush after {registry.test or type(self).__name__}")  # what every process wrote
         original_teardown(self)
+        flushed.append(registry.test)
 
     TransactionTestCase._fixture_teardown = teardown  # type: ignore[attr-defined]
     yield
     TransactionTestCase._fixture_teardown = original_teardown  # type: ignore[attr-defined]
+    if flushed:  # what other processes committed after the last flush (without one, no process wrote)
+        with django_db_blocker.unblock():
+            scan_tables(f"at the end, after {registry.test}")
     for restore in undo:
         restore()
     _scan_files([tmp_path_factory.getbasetemp(), Path(settings.VAR_DIR)])
