@@ -15,8 +15,9 @@ Where they are looked for, in this process, as the suite runs:
   hands tokens out) and an answer that shows a token issued while making it (shown once, by design);
 and, for what other processes (uvicorn, Celery workers) wrote, every table of ours before a
 transactional test's flush and once more at the end, and at the end every log file under the
-session's temporary folder and REWIND_VAR_DIR. At the end of the session a hit fails the run (an error at the teardown of the
-last test), naming where it was and what kind of secret, never the secret; the counts are printed.
+session's temporary folder and REWIND_VAR_DIR. At the end of the session a hit fails the run (an
+error at the teardown of the last test), naming where it was and what kind of secret, never the
+secret; the counts are printed.
 """
 
 from __future__ import annotations
@@ -89,6 +90,8 @@ def _text(value: Any) -> str:
     # psycopg's Json and Jsonb (what a JSON column is written as on PostgreSQL) hold the value in
     # ``obj``; their repr is reprlib's, which cuts strings at 30 characters and dicts at 4 keys.
     held = getattr(value, "obj", value)
+    if isinstance(held, str):
+        return held
     if isinstance(held, (dict, list, tuple)):
         return json.dumps(held, default=str, ensure_ascii=False)
     return repr(value)
@@ -294,7 +297,7 @@ def _secrets_never_leak(
     undo = [*_sources(), *_sinks()]
     original_teardown = TransactionTestCase._fixture_teardown  # type: ignore[attr-defined]
 
-    flushed = []
+    flushed: list[str] = []
 
     def teardown(self: Any) -> None:
         scan_tables(f"before the flush after {registry.test or type(self).__name__}")  # what every process wrote
