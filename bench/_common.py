@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rewind.processes import Proc, ProcessError, free_port
+from zvmsim.auth import PASSWORD
 
 if TYPE_CHECKING:
     import requests
@@ -126,9 +127,7 @@ def register_sites(sim_url: str, slugs: Iterable[str]) -> dict[str, Site]:
     sites = {}
     for slug in slugs:
         name = SITE_NAMES[slug]
-        check = site_register(
-            actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password="zvmsim-Passw0rd-7c1e-4b9d"
-        )
+        check = site_register(actor=actor, name=name, base_url=f"{sim_url}/{slug}", username="admin", password=PASSWORD)
         if not check.ok:
             raise RuntimeError(f"{name}: {check.error}")
         check.site.refresh_from_db()

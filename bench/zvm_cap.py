@@ -32,6 +32,7 @@ if __package__ in (None, ""):  # run as a script: the repository must be importa
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import PYTHON, REPO, django_setup, fresh_dir, sim_control, start_sim
 from bench.figures import Report, parse_args
+from zvmsim.auth import PASSWORD
 
 STATE = REPO / "var" / "bench-zvm-cap"
 SLUG = "site-a"
@@ -102,7 +103,7 @@ class Bench:
             site_name=self.site_name,
             base_url=f"{self.sim_url}/{SLUG}",
             username="admin",
-            password="zvmsim-Passw0rd-7c1e-4b9d",
+            password=PASSWORD,
             max_requests_per_s=cap,
         )
         client = ZvmClient(conn, stores=self.stores(store))

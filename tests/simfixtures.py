@@ -25,6 +25,7 @@ import pytest
 
 from rewind.processes import Proc, ProcessError
 from tests.markers import processes_allowed
+from zvmsim.auth import PASSWORD, PASSWORD_CLIENT_ID, USERNAME
 from zvmsim.control_client import control_session
 
 REPO = Path(__file__).resolve().parent.parent
@@ -34,9 +35,8 @@ READY = "zvmsim ready on "
 CA_BUNDLE = "zvmsim CA bundle: "
 START_TIMEOUT = 60.0
 
-# Admin credentials every simulated site accepts.
-USERNAME, PASSWORD, CLIENT_ID = "admin", "zvmsim-Passw0rd-7c1e-4b9d", "zerto-client"
-SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET = "rewind", "rewind-secret"
+# Admin credentials every simulated site accepts, as the simulator defines them.
+CLIENT_ID = PASSWORD_CLIENT_ID
 
 
 class SimError(RuntimeError):

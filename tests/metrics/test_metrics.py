@@ -19,6 +19,7 @@ from rewind.metrics import collectors
 from rewind.sites import site_check, site_create
 from rewind.sites.models import Site
 from tests.helpers import METRICS_TOKEN, scrape, value
+from tests.simfixtures import PASSWORD
 
 SETUP = Actor.system("tests")
 
@@ -37,7 +38,7 @@ def make_site(sim: Any, name: str | None = None, base_url: str | None = None) ->
         name=name or f"Metrics {uuid.uuid4().hex[:8]}",
         base_url=base_url or sim.site_url("site-a"),
         username="admin",
-        password="zvmsim-Passw0rd-7c1e-4b9d",
+        password=PASSWORD,
     )
 
 

@@ -10,6 +10,7 @@ from rewind.audit import Actor
 from rewind.crypto import decrypt
 from rewind.models import AuditEvent, Site
 from rewind.sites import site_create
+from tests.simfixtures import PASSWORD as SIM_PASSWORD
 
 PASSWORD = "Pw-Very-Secret-81"
 CLIENT_SECRET = "Cs-Very-Secret-92"
@@ -154,7 +155,7 @@ def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any,
     client = api(superuser)
     created = client.post(
         "/api/sites/",
-        {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": "zvmsim-Passw0rd-7c1e-4b9d"},
+        {"name": "A", "base_url": sim.site_url("site-a"), "username": "admin", "password": SIM_PASSWORD},
     ).json()
     response = client.post(f"/api/sites/{created['id']}/check/")
     assert response.status_code == 200
@@ -167,7 +168,7 @@ def test_the_check_learns_the_identity_and_counts_vpgs(api: Any, superuser: Any,
     assert body["vpg_count"] > 0
     assert body["site"]["identifier"] == state["site-a"]["identifier"]
     assert body["site"]["last_error"] == ""
-    assert "zvmsim-Passw0rd-7c1e-4b9d" not in response.content.decode()
+    assert SIM_PASSWORD not in response.content.decode()
     event = AuditEvent.objects.get(action="site.identity_learned")
     assert (event.actor_type, event.actor) == ("user", "root")
 

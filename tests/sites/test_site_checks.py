@@ -21,6 +21,7 @@ from rewind.audit import Actor
 from rewind.sites import site_check, site_circuit, site_client, site_create
 from rewind.sites.models import Site
 from rewind.zvm import ZvmTransientError
+from tests.simfixtures import PASSWORD
 
 pytestmark = pytest.mark.timeout(300)
 SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
@@ -37,7 +38,7 @@ def sites(sim: Any, transactional_db: None, settings: Any) -> dict[str, Site]:
             name=name,
             base_url=sim.site_url(slug),
             username="admin",
-            password="zvmsim-Passw0rd-7c1e-4b9d",
+            password=PASSWORD,
         )
         assert site_check(site=site).ok
         out[slug] = Site.objects.get(pk=site.pk)

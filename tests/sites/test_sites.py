@@ -9,20 +9,21 @@ from rewind.audit import Actor, verify_chain
 from rewind.errors import ApplicationError
 from rewind.models import AuditEvent, Site
 from rewind.sites import site_check, site_client, site_create, site_update
+from tests.simfixtures import PASSWORD
 
 pytestmark = pytest.mark.django_db
 
 ADMIN = Actor.user("alice")
 
 
-def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = "zvmsim-Passw0rd-7c1e-4b9d") -> Site:
+def _site(sim, slug: str = "site-a", name: str = "Site A", password: str = PASSWORD) -> Site:
     return site_create(actor=ADMIN, name=name, base_url=sim.site_url(slug), username="admin", password=password)
 
 
 def test_it_stores_the_password_encrypted_and_audits_without_it(sim) -> None:
     site = _site(sim)
     site.refresh_from_db()
-    assert "zvmsim-Passw0rd-7c1e-4b9d" not in site.password_encrypted
+    assert PASSWORD not in site.password_encrypted
     assert site_client(site).local_site().name == "Site A"
     event = AuditEvent.objects.get(action="site.created")
     assert "'zerto'" not in str(event.data)
@@ -102,7 +103,7 @@ def test_admin_edit_keeps_the_password_when_left_empty(sim) -> None:
     client.force_login(User.objects.get(username="alice"))
     page = client.get(f"/admin/rewind/site/{site.pk}/change/").content.decode()
     assert site.password_encrypted not in page
-    assert "zvmsim-Passw0rd-7c1e-4b9d" not in page.split("id_password")[1][:200]
+    assert PASSWORD not in page.split("id_password")[1][:200]
     response = client.post(
         f"/admin/rewind/site/{site.pk}/change/",
         {
@@ -131,7 +132,7 @@ def test_site_update_records_before_and_after(sim) -> None:
 
 def test_site_update_says_which_credentials_were_rotated(sim) -> None:
     site = _site(sim)
-    site_update(actor=ADMIN, site=site, password="zvmsim-Passw0rd-7c1e-4b9d")
+    site_update(actor=ADMIN, site=site, password=PASSWORD)
     event = AuditEvent.objects.get(action="site.changed")
     assert event.data["rotated"] == ["password"]
 

@@ -28,6 +28,7 @@ from rewind.sites.models import Site
 from rewind.sites.refresh import sites_identity_refresh
 from tests.fixtures import wait_until
 from tests.helpers import insert_tagged_checkpoint, work_queued
+from tests.simfixtures import PASSWORD
 
 pytestmark = pytest.mark.timeout(300)
 SLUGS = {"site-a": "Site A", "site-b": "Site B", "site-c": "Site C"}
@@ -42,7 +43,7 @@ def _register(sim: Any) -> dict[str, Site]:
             name=name,
             base_url=sim.site_url(slug),
             username="admin",
-            password="zvmsim-Passw0rd-7c1e-4b9d",
+            password=PASSWORD,
         )
         assert site_check(site=site).ok
         out[slug] = Site.objects.get(pk=site.pk)

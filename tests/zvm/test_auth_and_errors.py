@@ -23,8 +23,9 @@ from rewind.zvm import (
     ZvmTransientError,
 )
 from tests.helpers import TOKEN_CALL, calls, connection
-from tests.simfixtures import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET, SimHandle, SimServer, run_sim
+from tests.simfixtures import SimHandle, SimServer, run_sim
 from tests.zvm.support import MakeClient
+from zvmsim.auth import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET
 
 
 def test_it_logs_in_once_and_reuses_the_token(sim: SimHandle, make_client: MakeClient) -> None:

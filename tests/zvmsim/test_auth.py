@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.simfixtures import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET, SimHandle, run_sim
+from tests.simfixtures import PASSWORD, SimHandle, run_sim
 from tests.zvmsim.support import TOKEN_PATH, Zvm
+from zvmsim.auth import SERVICE_CLIENT_ID, SERVICE_CLIENT_SECRET
 
 
 def _token(sim: SimHandle, slug: str, **form: str) -> requests.Response:
@@ -22,7 +23,7 @@ def test_it_issues_a_keycloak_token_for_the_password_grant(sim: SimHandle) -> No
         grant_type="password",
         client_id="zerto-client",
         username="admin",
-        password="zvmsim-Passw0rd-7c1e-4b9d",
+        password=PASSWORD,
         scope="openid",
     )
     assert resp.status_code == 200
@@ -65,7 +66,7 @@ def test_it_refuses_a_bad_client_secret(sim: SimHandle) -> None:
 
 
 def test_it_refuses_a_missing_grant_type(sim: SimHandle) -> None:
-    resp = _token(sim, "site-a", username="admin", password="zvmsim-Passw0rd-7c1e-4b9d")
+    resp = _token(sim, "site-a", username="admin", password=PASSWORD)
     assert resp.status_code == 400
     assert resp.json()["error"] == "invalid_request"
 
@@ -77,7 +78,7 @@ def test_it_renews_with_a_refresh_token(sim: SimHandle) -> None:
         grant_type="password",
         client_id="zerto-client",
         username="admin",
-        password="zvmsim-Passw0rd-7c1e-4b9d",
+        password=PASSWORD,
     ).json()
     again = _token(
         sim, "site-a", grant_type="refresh_token", client_id="zerto-client", refresh_token=first["refresh_token"]
@@ -133,7 +134,7 @@ def test_tokens_expire_after_the_configured_ttl(tmp_path: Path) -> None:
             grant_type="password",
             client_id="zerto-client",
             username="admin",
-            password="zvmsim-Passw0rd-7c1e-4b9d",
+            password=PASSWORD,
         )
         assert resp.json()["expires_in"] == 60
         headers = {"Authorization": f"Bearer {resp.json()['access_token']}"}

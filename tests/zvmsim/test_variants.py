@@ -12,7 +12,7 @@ import pytest
 import requests
 
 from tests.fixtures import wait_until
-from tests.simfixtures import SimError, SimHandle, run_sim
+from tests.simfixtures import PASSWORD, SimError, SimHandle, run_sim
 from tests.zvmsim.support import Zvm
 
 NGINX_PATH = "partition#2 Ext4/etc/nginx/nginx.conf"
@@ -139,7 +139,7 @@ def test_token_lifetime_is_per_site(sim: SimHandle) -> None:
             "grant_type": "password",
             "client_id": "zerto-client",
             "username": "admin",
-            "password": "zvmsim-Passw0rd-7c1e-4b9d",
+            "password": PASSWORD,
         },
         verify=False,
         timeout=30,
@@ -151,7 +151,7 @@ def test_token_lifetime_is_per_site(sim: SimHandle) -> None:
             "grant_type": "password",
             "client_id": "zerto-client",
             "username": "admin",
-            "password": "zvmsim-Passw0rd-7c1e-4b9d",
+            "password": PASSWORD,
         },
         verify=False,
         timeout=30,
