@@ -5,6 +5,7 @@ forwarded call with its call id."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -26,7 +27,13 @@ from rewind.gateway.selectors import (
     upstream_tool_get,
     upstream_tool_problem,
 )
-from rewind.gateway.services import upstream_create, upstream_tool_set_policy, upstream_update
+from rewind.gateway.services import (
+    upstream_command_clean,
+    upstream_create,
+    upstream_tool_set_policy,
+    upstream_update,
+    upstream_url_clean,
+)
 
 
 def _json_object(text: str, what: str) -> dict[str, Any] | None:
@@ -87,7 +94,19 @@ class UpstreamForm(forms.ModelForm):
             raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]') from None
         if not isinstance(value, list):
             raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]')
-        return value
+        return _field_clean(upstream_command_clean, value) if value else value
+
+    def clean_url(self) -> str:
+        value: str = self.cleaned_data["url"]
+        return _field_clean(upstream_url_clean, value) if value.strip() else value
+
+
+def _field_clean[T](clean: Callable[[T], T], value: T) -> T:
+    """The service's own check of one field, its refusal shown under the field (the service checks the pair)."""
+    try:
+        return clean(value)
+    except ApplicationError as exc:
+        raise forms.ValidationError(exc.message) from None
 
 
 class UpstreamToolInline(admin.TabularInline):

@@ -7,6 +7,7 @@ On update an omitted ``headers``/``env`` keeps the stored ones; ``{}`` removes t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -15,6 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Policy, Upstream, UpstreamTool
@@ -27,11 +29,13 @@ from rewind.gateway.selectors import (
     upstream_tool_get,
 )
 from rewind.gateway.services import (
+    upstream_command_clean,
     upstream_create,
     upstream_env,
     upstream_headers,
     upstream_tool_set_policy,
     upstream_update,
+    upstream_url_clean,
 )
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
@@ -103,6 +107,21 @@ class UpstreamInputSerializer(serializers.Serializer):
     connect_timeout_s = serializers.FloatField(required=False, default=10.0)
     call_timeout_s = serializers.FloatField(required=False, default=300.0)
     default_policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.GUARD_IF_PROTECTED)
+
+    # A URL or command the service would refuse is bad input (400, under its field), like a site's
+    # base URL; the other transport's field stays empty, and the service checks the pair.
+    def validate_url(self, value: str) -> str:
+        return _field_clean(upstream_url_clean, value) if value.strip() else value
+
+    def validate_command(self, value: list[str]) -> list[str]:
+        return _field_clean(upstream_command_clean, value) if value else value
+
+
+def _field_clean[T](clean: Callable[[T], T], value: T) -> T:
+    try:
+        return clean(value)
+    except ApplicationError as exc:
+        raise serializers.ValidationError(exc.message) from None
 
 
 class UpstreamListApi(APIView):

@@ -29,6 +29,7 @@ from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
+from rewind.gateway.secrets import command_credential_problem, url_credential_problem
 from rewind.mcp.endpoint import MCP_PATH
 
 CONNECT_TIMEOUT_RANGE = (1.0, 120.0)
@@ -92,24 +93,30 @@ def _clean_seconds(value: Any, name: str, bounds: tuple[float, float]) -> float:
     return float(value)
 
 
-def _clean_command(command: Any) -> list[str]:
+def upstream_command_clean(command: Any) -> list[str]:
+    """A stdio upstream's command as stored; raises ``ApplicationError`` (never quoting it) when it cannot be."""
     if not isinstance(command, Sequence) or isinstance(command, str) or not command:
         raise ApplicationError(
             'a stdio upstream needs its command as a list: the program, then its arguments, e.g. ["npx", "ssh-mcp"]'
         )
     if not all(isinstance(part, str) and part and "\x00" not in part for part in command):
         raise ApplicationError("every part of the command must be non-empty text")
+    problem = command_credential_problem(command)
+    if problem is not None:
+        raise ApplicationError(problem)
     return list(command)
 
 
-def _clean_url(url: str) -> str:
+def upstream_url_clean(url: str) -> str:
+    """An HTTP upstream's URL as stored; raises ``ApplicationError`` (never quoting it) when it cannot be."""
     parts = urlsplit(url.strip())
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise ApplicationError(
             "an HTTP upstream needs its MCP endpoint as an http(s) URL, e.g. https://ssh-mcp.internal/mcp"
         )
-    if parts.username or parts.password:
-        raise ApplicationError("put credentials in the upstream's headers, not in its URL")
+    problem = url_credential_problem(url.strip())
+    if problem is not None:
+        raise ApplicationError(problem)
     own = urlsplit(settings.REWIND_PUBLIC_URL)
     if parts.netloc.lower() == own.netloc.lower() and parts.path.rstrip("/") == MCP_PATH:
         raise ApplicationError("that is this service's own MCP endpoint: an upstream must be another server")
@@ -120,9 +127,9 @@ def _validate(upstream: Upstream) -> None:
     if not UPSTREAM_NAME.match(upstream.name):
         raise ApplicationError(f"an upstream name is {UPSTREAM_NAME_RULE}")
     if upstream.transport == Upstream.Transport.HTTP:
-        upstream.url = _clean_url(upstream.url)
+        upstream.url = upstream_url_clean(upstream.url)
     elif upstream.transport == Upstream.Transport.STDIO:
-        upstream.command = _clean_command(upstream.command)
+        upstream.command = upstream_command_clean(upstream.command)
     else:
         raise ApplicationError("transport must be http or stdio")
     if upstream.default_policy not in Policy.values:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import html
+import json
 import re
 from typing import Any
 
@@ -179,3 +181,85 @@ def test_agents_listing_at_once_share_one_read_and_each_sees_the_tools(monkeypat
     listings = run(fleet())
     assert listings == [["win__ping", "win__run"]] * 20
     assert len(reads) <= 2, "the first read, and at most one more for the calls that came while it ran"
+
+
+CREDENTIAL = "cred-in-settings-5be1"
+
+
+@pytest.mark.parametrize(
+    ("fields", "said"),
+    [
+        (
+            {"url": f"https://user:{CREDENTIAL}@mcp.example.com/mcp"},
+            "not in its URL (it holds a user name or password)",
+        ),
+        ({"url": f"https://{CREDENTIAL}@mcp.example.com/mcp"}, "not in its URL (it holds a user name or password)"),
+        ({"url": f"https://mcp.example.com/mcp?api_key={CREDENTIAL}"}, "not in its URL (its query names api_key)"),
+        ({"url": f"https://mcp.example.com/mcp?profile=ops&access-token={CREDENTIAL}"}, "its query names access-token"),
+        ({"url": f"https://mcp.example.com/mcp?key={CREDENTIAL}&sig=x"}, "its query names key, sig"),
+        ({"url": f"https://mcp.example.com/mcp#{CREDENTIAL}"}, "without a fragment"),
+        ({"transport": "stdio", "command": ["ssh-mcp", "--token", CREDENTIAL]}, "argument 2 of the command is --token"),
+        ({"transport": "stdio", "command": ["ssh-mcp", f"--api-key={CREDENTIAL}"]}, "argument 2 of the command sets"),
+        ({"transport": "stdio", "command": ["env", f"GITHUB_TOKEN={CREDENTIAL}", "gh-mcp"]}, "sets GITHUB_TOKEN"),
+        (
+            {"transport": "stdio", "command": ["npx", "server-postgres", f"postgresql://u:{CREDENTIAL}@db/x"]},
+            "argument 3 of the command is a URL with a user name or password",
+        ),
+    ],
+)
+def test_a_credential_in_an_upstreams_url_or_command_is_refused_everywhere_and_never_quoted(
+    db: None, admin_client: Any, fields: dict[str, Any], said: str
+) -> None:
+    """The URL and command are stored, shown and audited as given: a credential there would reach the audit log."""
+    with pytest.raises(ApplicationError, match=re.escape(said)) as raised:
+        upstream_create(actor=ADMIN, name="ssh", **fields)
+    assert CREDENTIAL not in str(raised.value)
+    if fields.get("transport") == "stdio":
+        assert '["sh", "-c"' in str(raised.value)  # where it goes instead
+    api = admin_client.post("/api/gateway/upstreams/", {"name": "ssh", **fields}, content_type="application/json")
+    assert api.status_code == 400
+    assert said in api.content.decode()
+    assert CREDENTIAL not in api.content.decode()
+    form = {
+        "name": "ssh",
+        "transport": fields.get("transport", "http"),
+        "url": fields.get("url", ""),
+        "command_json": json.dumps(fields.get("command", [])),
+        "headers": "",
+        "env": "",
+        "enabled": "on",
+        "connect_timeout_s": "10",
+        "call_timeout_s": "300",
+        "default_policy": "guard-if-protected",
+        "tools-TOTAL_FORMS": "0",
+        "tools-INITIAL_FORMS": "0",
+    }
+    page = admin_client.post("/admin/rewind/upstream/add/", form)
+    assert page.status_code == 200
+    assert html.escape(said) in page.content.decode()
+    assert not Upstream.objects.exists()
+    assert not AuditEvent.objects.exists()
+
+
+def test_a_credential_already_stored_is_refused_at_the_next_edit(db: None) -> None:
+    up = upstream_create(actor=ADMIN, name="ssh", url="https://h/mcp")
+    Upstream.objects.filter(pk=up.pk).update(url=f"https://h/mcp?token={CREDENTIAL}")  # stored before the check
+    up.refresh_from_db()
+    with pytest.raises(ApplicationError, match="its query names token"):
+        upstream_update(actor=ADMIN, upstream=up, enabled=False)
+    assert AuditEvent.objects.filter(action="gateway.upstream.changed").count() == 0
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"url": "https://h/mcp?profile=ops&toolsets=repos,issues"},
+        {"url": "https://h/mcp?monkey=1&author=x&passthrough=y"},
+        {"transport": "stdio", "command": ["ssh-mcp", "--key", "/etc/ssh/id_ed25519", "--port", "22"]},
+        {"transport": "stdio", "command": ["ssh-mcp", "--no-auth", "--auth-mode", "agent", "--tls-key=./k.pem"]},
+        {"transport": "stdio", "command": ["npx", "server-postgres", "postgresql://db.internal/x"]},
+    ],
+)
+def test_urls_and_commands_without_credentials_pass(db: None, fields: dict[str, Any]) -> None:
+    up = upstream_create(actor=ADMIN, name="ssh", **fields)
+    assert (up.url, up.command) == (fields.get("url", ""), fields.get("command", []))
