@@ -258,6 +258,7 @@ def test_a_credential_already_stored_is_refused_at_the_next_edit(db: None) -> No
         {"transport": "stdio", "command": ["ssh-mcp", "--key", "/etc/ssh/id_ed25519", "--port", "22"]},
         {"transport": "stdio", "command": ["ssh-mcp", "--no-auth", "--auth-mode", "agent", "--tls-key=./k.pem"]},
         {"transport": "stdio", "command": ["npx", "server-postgres", "postgresql://db.internal/x"]},
+        {"transport": "stdio", "command": ["sh", "-c", 'exec the-server --token "$THE_TOKEN"']},  # the refusal's hint
     ],
 )
 def test_urls_and_commands_without_credentials_pass(db: None, fields: dict[str, Any]) -> None:
