@@ -1,24 +1,27 @@
 #!/usr/bin/env python
-"""Benchmark: what the gateway's client spends per forwarded call, four ways side by side.
+"""Benchmark: what the gateway's client spends per forwarded call, six ways side by side.
 
     .venv/bin/python bench/relay.py [--calls 1500] [--rounds 3] [--quick] [--json F]
 
-The gateway forwards a tool call through the official SDK's client (``rewind.gateway.links``):
-session, dispatcher, streamable HTTP transport, message validation, over an httpx client. Issue 26
-asks whether posting the JSON-RPC message ourselves over a pooled connection would be cheaper.
-This measures four clients against the bare SDK echo server (``bench.mcp_find.echo_app``, its own
-uvicorn process), one call after another, alternating in each round:
+The gateway forwards a tool call through a link (``rewind.gateway.links``): the official SDK's
+client session, and below it, for a 2026-07-28 HTTP upstream, a ``tools/call`` posted by the
+gateway itself (``rewind.gateway.relay``) instead of the SDK's dispatcher, streamable HTTP
+transport and httpx client. This measures six clients against the bare SDK echo server
+(``bench.mcp_find.echo_app``, its own uvicorn process), one call after another, alternating in
+each round:
 
-- the SDK client over httpx's own transport (httpcore and h11), as the gateway forwarded before;
-- the SDK client over ``rewind.gateway.wire`` (kept-alive HTTP/1.1 on asyncio streams), as the
-  gateway forwards now;
-- the relay: the same 2026-07-28 ``tools/call`` POSTed with httpx (its own transport) on one
+- the SDK client over httpx's own transport (httpcore and h11), as the gateway first forwarded;
+- the SDK client over ``rewind.gateway.wire`` (kept-alive HTTP/1.1 on asyncio streams);
+- a bare relay: the same 2026-07-28 ``tools/call`` POSTed with httpx (its own transport) on one
   kept-alive connection, its answer parsed from JSON or SSE into the SDK's ``CallToolResult``;
-- the relay on the wire: the same messages handed straight to ``rewind.gateway.wire``'s transport,
-  with neither the SDK's client nor httpx's client above it: what a relay of our own would cost.
+- a bare relay on the wire: the same messages handed straight to ``rewind.gateway.wire``, with
+  neither the SDK's session nor httpx's client above it: the floor of any relay;
+- the gateway's link as it forwards now (the SDK's session, the relay below it, a progress
+  callback as every forwarded call has), and the same link with ``REWIND_GATEWAY_RELAY=false``.
 
-Printed: this process's CPU per call for each, what the wire transport and what relaying take off
-the client's CPU per call, and the wall p50 of each. No thresholds are asserted.
+Printed: this process's CPU per call for each, what the relay takes off the link's CPU per call,
+what the wire and the bare relays take off the first client's, and the wall p50 of each. No
+thresholds are asserted.
 """
 
 from __future__ import annotations
@@ -108,6 +111,38 @@ async def relay_on_wire(url: str, calls: int) -> tuple[float, float]:
         return await _timed(calls, one)
 
 
+async def gateway_link(url: str, calls: int, *, relay: bool) -> tuple[float, float]:
+    """The gateway's own ``Link`` (its session, its progress callback, as ``forward._send`` calls it),
+    relaying ``tools/call`` itself (``rewind.gateway.relay``) or, with ``REWIND_GATEWAY_RELAY=false``, not."""
+    from rewind.gateway.links import Link, UpstreamSpec
+
+    spec = UpstreamSpec(
+        pk=1,
+        name="echo",
+        transport="http",
+        url=url,
+        headers=(),
+        command=(),
+        env=(),
+        connect_timeout_s=5.0,
+        call_timeout_s=30.0,
+        version="1",
+    )
+    link = Link(spec, relay=relay)
+
+    async def progress(progress: float, total: float | None, message: str | None) -> None:
+        return None
+
+    try:
+        for _ in range(WARM_UP):
+            await link.call_tool("echo", {"text": "hi"}, progress)
+        assert (link.relay is not None) == relay, "the link did not take the path asked for"
+        return await _timed(calls, lambda i: link.call_tool("echo", {"text": "hi"}, progress))
+    finally:
+        link.discard()
+        await asyncio.sleep(0.05)  # let the session's task close its connections
+
+
 async def _timed(calls: int, call: Any) -> tuple[float, float]:
     walls = []
     cpu = time.process_time()
@@ -123,8 +158,10 @@ ARMS = {
     "SDK client over rewind.gateway.wire": lambda url, calls: sdk_client(url, calls, wire=True),
     "relay over httpx": relay,
     "relay on rewind.gateway.wire": relay_on_wire,
+    "the gateway's link, relayed": lambda url, calls: gateway_link(url, calls, relay=True),
+    "the gateway's link, not relayed": lambda url, calls: gateway_link(url, calls, relay=False),
 }
-BEFORE, GATEWAY, RELAY, RAW = ARMS
+BEFORE, GATEWAY, RELAY, RAW, LINK, LINK_SDK = ARMS
 
 
 def main() -> None:
@@ -147,6 +184,16 @@ def main() -> None:
     finally:
         proc.stop(timeout=15)
     cpu = {arm: statistics.median(c for c, _ in r) for arm, r in runs.items()}
+    saved_by_relay = [b[0] - a[0] for b, a in zip(runs[LINK_SDK], runs[LINK], strict=True)]
+    report.add(
+        "client CPU per call, the gateway's link",
+        cpu[LINK],
+        "ms",
+        reference=cpu[LINK_SDK],
+        reference_name="the same link with REWIND_GATEWAY_RELAY=false",
+        spread=spread_of([c for c, _ in runs[LINK]]),
+        note=f"the relay takes off {statistics.median(saved_by_relay):.2f} ms per call",
+    )
     for arm in (GATEWAY, RELAY, RAW):
         report.add(
             f"client CPU per call, {arm}",

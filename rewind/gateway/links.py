@@ -20,6 +20,11 @@ What counts as broken, and what a call is then told:
 ``ready()`` asks the upstream for a ping over the session (reopened once if it broke): a guarded
 call asks it before a checkpoint is spent on a call that could not be forwarded.
 
+On a 2026-07-28 HTTP session, each ``tools/call`` is posted by ``rewind.gateway.relay`` on the
+link's own connections, below the SDK's session, which still stamps it and checks its answer
+(``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it); every other message, and every call on
+an older revision or over stdio, goes through the SDK's client whole.
+
 One-off sessions (``open_client``) serve the admin's "test connection" and the tool-list refresh,
 which run in sync code under ``asyncio.run``.
 
@@ -42,6 +47,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import httpx2
+from django.conf import settings
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
@@ -52,7 +58,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.errors import ApplicationError
-from rewind.gateway.wire import upstream_transport
+from rewind.gateway.relay import Relay, RelayingDispatcher
+from rewind.gateway.wire import KeptAliveTransport, upstream_transport
 
 logger = logging.getLogger(__name__)
 
@@ -94,13 +101,21 @@ ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
 def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> Any:
     if spec.transport == "stdio":
         return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env))
+    http, _ = _http(spec, stack, on_response)
+    return streamable_http_client(spec.url, http_client=http)
+
+
+def _http(
+    spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None
+) -> tuple[httpx2.AsyncClient, KeptAliveTransport | None]:
+    """The httpx client the SDK drives for an HTTP upstream, and our transport under it (None behind a proxy)."""
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
     hooks = {"response": [on_response]} if on_response is not None else None
     # Our own HTTP/1.1 connections under the httpx client the SDK drives (``rewind.gateway.wire``).
     transport = upstream_transport()
     http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks, transport=transport)
     stack.push_async_callback(http.aclose)
-    return streamable_http_client(spec.url, http_client=http)
+    return http, transport
 
 
 def _session_closed(client: Client) -> bool:
@@ -152,9 +167,11 @@ async def open_client(spec: UpstreamSpec) -> AsyncIterator[Client]:
 class Link:
     """One upstream's shared session on one event loop, reopened when it broke (see the module)."""
 
-    def __init__(self, spec: UpstreamSpec) -> None:
+    def __init__(self, spec: UpstreamSpec, *, relay: bool = True) -> None:
         self.spec = spec
+        self._relay_wanted = relay  # REWIND_GATEWAY_RELAY: off, the SDK's client sends every call
         self._client: Client | None = None
+        self.relay: Relay | None = None  # the session's, when its tools/call are relayed (rewind.gateway.relay)
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._session_lost = False  # the upstream answered 404 to our session id since the last send
@@ -203,9 +220,21 @@ class Link:
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                target = _target(self.spec, stack, self._note_response)
+                relay: Relay | None = None
+                if self.spec.transport == "stdio":
+                    target = _target(self.spec, stack)
+                else:
+                    http, transport = _http(self.spec, stack, self._note_response)
+                    target = streamable_http_client(self.spec.url, http_client=http)
+                    if transport is not None and self._relay_wanted:
+                        relay = Relay(self.spec.url, http, transport, self._note_response)
                 client = Client(target, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
                 await stack.enter_async_context(client)
+                if relay is not None:
+                    # The session's seam for its dispatcher is its constructor, which Client calls
+                    # itself; so the dispatcher it built is wrapped here, before any call is sent.
+                    client.session._dispatcher = RelayingDispatcher(client.session._dispatcher, relay)
+                self.relay = relay
                 if not ready.done():
                     ready.set_result(client)
                 await stop.wait()
@@ -342,5 +371,5 @@ def link_for(spec: UpstreamSpec) -> Link:
     if link is None or link.spec.version != spec.version:
         if link is not None:
             link.discard()
-        link = links[spec.pk] = Link(spec)
+        link = links[spec.pk] = Link(spec, relay=settings.REWIND_GATEWAY_RELAY)
     return link

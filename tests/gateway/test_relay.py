@@ -1,0 +1,322 @@
+"""The links' relayed tools/call (``rewind.gateway.relay``): what the SDK's own path would give, every time.
+
+Against the guest shell served by uvicorn (a real SDK server, 2026-07-28), each call goes once
+through a link, whose session relays it, and once through a plain SDK client, and the two answers
+must be the same: results, isError results, progress. Against scripted servers
+(``tests.gateway.test_wire``), each way an upstream can answer a POST is sent byte by byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+import httpx2
+import pytest
+from mcp.shared.exceptions import MCPError
+from mcp.shared.inbound import MCP_METHOD_HEADER, MCP_PROTOCOL_VERSION_HEADER
+from mcp_types import CallToolResult
+from mcp_types.jsonrpc import (
+    CONNECTION_CLOSED,
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    REQUEST_TIMEOUT,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
+
+from rewind.gateway.links import Link, UpstreamSpec, link_for, open_client
+from rewind.gateway.relay import Relay, RelayingDispatcher
+from rewind.gateway.wire import KeptAliveTransport
+from tests.gateway.support import GuestShellHttp
+from tests.gateway.test_wire import Scripted, ok
+
+MODERN = MODERN_PROTOCOL_VERSIONS[-1]
+STAMP = {MCP_PROTOCOL_VERSION_HEADER: MODERN, MCP_METHOD_HEADER: "tools/call", "mcp-name": "echo"}
+
+
+def spec_of(shell: GuestShellHttp) -> UpstreamSpec:
+    return UpstreamSpec(
+        pk=1,
+        name="guestshell",
+        transport="http",
+        url=shell.url,
+        headers=tuple(shell.headers.items()),
+        command=(),
+        env=(),
+        connect_timeout_s=5.0,
+        call_timeout_s=30.0,
+        version="1",
+    )
+
+
+CALLS: list[tuple[str, dict[str, Any]]] = [
+    ("exec", {"host": "web01", "command": "echo relayed > /tmp/relay.txt"}),
+    ("read_file", {"host": "web01", "path": "/tmp/relay.txt"}),
+    ("read_file", {"host": "web01", "path": "/no/such/file"}),  # an isError result
+    ("read_file", {"host": "web01"}),  # arguments the server refuses, an isError result too
+    ("slow", {"seconds": 1.5}),  # progress on an SSE stream
+    ("no_such_tool", {}),
+]
+
+
+def _outcome(result: CallToolResult | BaseException) -> Any:
+    if isinstance(result, MCPError):
+        return ("error", result.error.code, result.error.message)
+    assert isinstance(result, CallToolResult), result
+    return result.model_dump(exclude={"meta"})
+
+
+async def _through_link(link: Link, name: str, arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
+    seen: list[Any] = []
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    try:
+        result: CallToolResult | MCPError = await link.call_tool(name, arguments, note)
+    except MCPError as exc:
+        result = exc
+    return _outcome(result), seen
+
+
+async def _through_sdk(spec: UpstreamSpec, name: str, arguments: dict[str, Any]) -> tuple[Any, list[Any]]:
+    seen: list[Any] = []
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        seen.append((progress, total, message))
+
+    async with open_client(spec) as client:
+        try:
+            result: CallToolResult | MCPError = await client.call_tool(name, arguments, progress_callback=note)
+        except MCPError as exc:
+            result = exc
+    return _outcome(result), seen
+
+
+def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(guestshell_http: GuestShellHttp, settings: Any) -> None:
+    spec = spec_of(guestshell_http)
+
+    async def run() -> tuple[list[Any], list[Any], list[Any], int]:
+        link = Link(spec)
+        settings.REWIND_GATEWAY_RELAY = False
+        unrelayed_link = link_for(spec)  # the operators' switch: the SDK's client sends every call
+        relayed, unrelayed, direct = [], [], []
+        for name, arguments in CALLS:
+            relayed.append(await _through_link(link, name, arguments))
+            unrelayed.append(await _through_link(unrelayed_link, name, arguments))
+            direct.append(await _through_sdk(spec, name, arguments))
+        assert link.relay is not None
+        assert unrelayed_link.relay is None
+        count = link.relay.relayed
+        link.discard()
+        unrelayed_link.discard()
+        return relayed, unrelayed, direct, count
+
+    relayed, unrelayed, direct, count = asyncio.run(run())
+    assert relayed == direct
+    assert unrelayed == direct
+    assert count == len(CALLS)  # every one went through the relay, none through the SDK's dispatcher
+    outcomes = [outcome for outcome, _ in relayed]
+    assert outcomes[1]["structured_content"] == {"result": "relayed\n"}
+    assert outcomes[2]["is_error"]
+    assert not outcomes[1]["is_error"]
+    assert outcomes[3]["is_error"]
+    assert "path\n  Field required" in outcomes[3]["content"][0]["text"]
+    assert outcomes[5]["content"][0]["text"] == "Unknown tool: no_such_tool"
+    slow_progress = relayed[4][1]
+    assert [value for value, _, _ in slow_progress] == [1.0, 1.5]
+    assert slow_progress[-1][2] == "1.5 of 1.5 s"
+
+
+# -- each way an upstream can answer the POST, byte by byte ---------------------------------------
+def _relay(url: str, hooked: list[int] | None = None) -> Relay:
+    async def hook(response: httpx2.Response) -> None:
+        if hooked is not None:
+            hooked.append(response.status_code)
+
+    http = httpx2.AsyncClient(headers={"Authorization": "Bearer upstream-credential"}, timeout=5.0)
+    return Relay(f"{url}/mcp", http, KeptAliveTransport(), hook)
+
+
+def _sse(*events: dict[str, Any] | str) -> bytes:
+    body = b"".join(
+        (b": keep-alive\n\n" if e == "ping" else b"event: message\ndata: %s\n\n" % json.dumps(e).encode())
+        for e in events
+    )
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _status(code: int, body: bytes = b"", kind: bytes = b"text/plain") -> bytes:
+    head = b"HTTP/1.1 %d X\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n" % (code, kind, len(body))
+    return head + body
+
+
+RESULT = {"content": [{"type": "text", "text": "hi"}], "isError": False}
+
+
+def _call(relay: Relay, *, progress: list[Any] | None = None, timeout: float = 5.0) -> Any:
+    seen = progress
+
+    async def note(progress: float, total: float | None, message: str | None) -> None:
+        assert seen is not None
+        seen.append((progress, total, message))
+
+    opts: dict[str, Any] = {"headers": dict(STAMP), "timeout": timeout}
+    if progress is not None:
+        opts["on_progress"] = note
+    params = {"name": "echo", "arguments": {"text": "hi"}, "_meta": {"io.modelcontextprotocol/protocolVersion": MODERN}}
+    return relay.tool_call(params, opts)  # type: ignore[arg-type]
+
+
+def test_the_post_carries_the_upstreams_credentials_the_stamp_and_a_progress_token() -> None:
+    async def run() -> tuple[Any, list[tuple[bytes, bytes]], list[int]]:
+        hooked: list[int] = []
+        answer = {"jsonrpc": "2.0", "id": "relay-1", "result": RESULT}
+        async with Scripted(ok(json.dumps(answer).encode())) as server:
+            result = await _call(_relay(server.url, hooked), progress=[])
+            return result, server.requests, hooked
+
+    result, requests, hooked = asyncio.run(run())
+    assert result == RESULT
+    assert hooked == [200]  # the link's hook sees every answer, as it does on the SDK's path
+    head, body = requests[0]
+    lines = head.decode().lower().split("\r\n")
+    assert lines[0] == "post /mcp http/1.1"
+    for header in (
+        "authorization: bearer upstream-credential",
+        "accept: application/json, text/event-stream",
+        "content-type: application/json",
+        f"mcp-protocol-version: {MODERN}",
+        "mcp-method: tools/call",
+        "mcp-name: echo",
+    ):
+        assert header in lines, header
+    sent = json.loads(body)
+    assert sent["method"] == "tools/call"
+    assert sent["id"] == "relay-1"
+    assert sent["params"]["_meta"]["progressToken"] == "relay-1"
+    assert sent["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN
+
+
+def test_progress_on_the_stream_reaches_the_callback_and_the_first_answer_ends_it() -> None:
+    progress_event = {"jsonrpc": "2.0", "method": "notifications/progress", "params": {}}
+    events: list[dict[str, Any] | str] = [
+        {**progress_event, "params": {"progressToken": "relay-1", "progress": 1, "total": 2, "message": "half"}},
+        {**progress_event, "params": {"progressToken": "someone-else", "progress": 9}},  # not this call's
+        {**progress_event, "params": {"progressToken": "relay-1", "progress": True}},  # not a number
+        {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}},
+        "ping",
+        {"jsonrpc": "2.0", "id": 7, "result": RESULT},  # the POST's stream answers it, whatever id it quotes
+        {"jsonrpc": "2.0", "id": "relay-1", "result": {"content": [], "isError": True}},
+    ]
+
+    async def run() -> tuple[Any, list[Any]]:
+        progress: list[Any] = []
+        async with Scripted(_sse(*events)) as server:
+            return await _call(_relay(server.url), progress=progress), progress
+
+    result, progress = asyncio.run(run())
+    assert result == RESULT
+    assert progress == [(1.0, 2.0, "half")]
+
+
+@pytest.mark.parametrize(
+    ("reply", "code", "message"),
+    [
+        (
+            ok(json.dumps({"jsonrpc": "2.0", "id": "relay-1", "error": {"code": -32042, "message": "no"}}).encode()),
+            -32042,
+            "no",
+        ),
+        (_status(202), INVALID_REQUEST, "server answered a request with 202 Accepted"),
+        (_status(404), METHOD_NOT_FOUND, "Not Found"),
+        (_status(500, b"boom"), INTERNAL_ERROR, "Server returned an error response"),
+        (
+            _status(
+                400,
+                json.dumps(
+                    {"jsonrpc": "2.0", "id": None, "error": {"code": INVALID_PARAMS, "message": "bad"}}
+                ).encode(),
+                b"application/json",
+            ),
+            INVALID_PARAMS,
+            "bad",
+        ),
+        (_status(200, b"<html>", b"text/html"), INVALID_REQUEST, "Unexpected content type: text/html"),
+        (_status(200, b"{not json", b"application/json"), -32700, "Failed to parse JSON response"),
+        (_sse({"jsonrpc": "2.0", "method": "notifications/message", "params": {}}), CONNECTION_CLOSED, "ended"),
+    ],
+)
+def test_each_other_answer_is_the_error_the_sdks_transport_gives(reply: bytes, code: int, message: str) -> None:
+    async def run() -> MCPError:
+        async with Scripted(reply) as server:
+            with pytest.raises(MCPError) as raised:
+                await _call(_relay(server.url))
+            return raised.value
+
+    error = asyncio.run(run())
+    assert error.error.code == code
+    assert message in error.error.message
+
+
+def test_a_call_past_its_timeout_is_request_timeout_and_its_connection_is_dropped() -> None:
+    async def never(writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(30)
+        return True
+
+    async def run() -> tuple[MCPError, Any, int]:
+        answer = ok(json.dumps({"jsonrpc": "2.0", "id": "relay-2", "result": RESULT}).encode())
+        async with Scripted(never, answer) as server:
+            relay = _relay(server.url)
+            with pytest.raises(MCPError) as raised:
+                await _call(relay, timeout=0.3)
+            again = await _call(relay)  # on a new connection: the timed-out one is never reused
+            return raised.value, again, server.connections
+
+    error, again, connections = asyncio.run(run())
+    assert error.error.code == REQUEST_TIMEOUT
+    assert again == RESULT
+    assert connections == 2
+
+
+class _SdkDispatcher:
+    """Stands in for the SDK's dispatcher: records what it was handed."""
+
+    def __init__(self) -> None:
+        self.sent: list[str] = []
+        self._closed = False
+
+    async def send_raw_request(self, method: str, params: Any, opts: Any = None, **kwargs: Any) -> dict[str, Any]:
+        self.sent.append(method)
+        return {"from": "sdk"}
+
+
+def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk() -> None:
+    redirect = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp/\r\nContent-Length: 0\r\n\r\n"
+
+    async def run() -> tuple[list[Any], list[str], int]:
+        async with Scripted(redirect) as server:
+            relay = _relay(server.url)
+            inner = _SdkDispatcher()
+            dispatcher = RelayingDispatcher(inner, relay)
+            handshake = {MCP_PROTOCOL_VERSION_HEADER: "2025-11-25"}
+            answers = [
+                await dispatcher.send_raw_request("tools/list", {}, {"headers": dict(STAMP)}),
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": handshake}),
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": dict(STAMP)}),
+            ]
+            dispatcher.on_stream_exception = "set"  # written through to the SDK's dispatcher
+            assert inner.on_stream_exception == "set"  # type: ignore[attr-defined]
+            inner._closed = True
+            with pytest.raises(MCPError) as closed:
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": dict(STAMP)})
+            assert closed.value.error.code == CONNECTION_CLOSED
+            return answers, inner.sent, relay.relayed
+
+    answers, sent, relayed = asyncio.run(run())
+    assert answers == [{"from": "sdk"}] * 3
+    assert sent == ["tools/list", "tools/call", "tools/call"]  # the redirected one was resent by the SDK
+    assert relayed == 1
