@@ -194,6 +194,7 @@ def test_the_post_carries_the_upstreams_credentials_the_stamp_and_a_progress_tok
         "mcp-name: echo",
     ):
         assert header in lines, header
+    assert [line.split(":")[0] for line in lines].count("accept") == 1  # the transport's, not httpx's default too
     sent = json.loads(body)
     assert sent["method"] == "tools/call"
     assert sent["id"] == "relay-1"
