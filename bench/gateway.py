@@ -71,8 +71,9 @@ GUEST_READY = "guestshell ready on "
 # for the table's "what bounds them": its figures are in the closing notes of issue 26.
 FORWARD_BOUND = (
     "the SDK's server path (bench/mcp_find.py's echo: its whole CPU per call), the SDK's client "
-    "(bench/relay.py: its CPU per call beside a relay's), and the safety writes of every call: the "
-    "shared rate count, the decision audited before forwarding, the outcome audited after"
+    "session above the gateway's relay (bench/relay.py: the link's CPU per call), and the safety "
+    "writes of every call: the shared rate count, the decision audited before forwarding, the "
+    "outcome audited after"
 )
 NGINX = "/etc/nginx/nginx.conf"
 

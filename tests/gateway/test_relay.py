@@ -9,6 +9,7 @@ must be the same: results, isError results, progress. Against scripted servers
 from __future__ import annotations
 
 import asyncio
+import gzip
 import json
 from typing import Any
 
@@ -31,7 +32,7 @@ from rewind.gateway.links import Link, UpstreamSpec, link_for, open_client
 from rewind.gateway.relay import Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport
 from tests.gateway.support import GuestShellHttp
-from tests.gateway.test_wire import Scripted, ok
+from tests.gateway.test_wire import Scripted, chunked, ok
 
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
 STAMP = {MCP_PROTOCOL_VERSION_HEADER: MODERN, MCP_METHOD_HEADER: "tools/call", "mcp-name": "echo"}
@@ -200,6 +201,27 @@ def test_the_post_carries_the_upstreams_credentials_the_stamp_and_a_progress_tok
     assert sent["id"] == "relay-1"
     assert sent["params"]["_meta"]["progressToken"] == "relay-1"
     assert sent["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == MODERN
+
+
+def _gzipped(answer: dict[str, Any]) -> bytes:
+    body = gzip.compress(json.dumps(answer).encode())
+    return ok(body, b"Content-Encoding: gzip")
+
+
+def _sse_in_pieces(answer: dict[str, Any]) -> bytes:
+    """An SSE answer whose event is cut mid-line across chunks, as a proxy may cut it."""
+    event = b"event: message\ndata: " + json.dumps(answer).encode() + b"\n\n"
+    head = chunked(event[:9], event[9:30], event[30:])
+    return head.replace(b"Transfer-Encoding", b"Content-Type: text/event-stream\r\nTransfer-Encoding")
+
+
+@pytest.mark.parametrize("shape", [_gzipped, _sse_in_pieces], ids=["gzip", "sse-in-pieces"])
+def test_an_answer_compressed_or_cut_into_pieces_is_read_whole(shape: Any) -> None:
+    async def run() -> Any:
+        async with Scripted(shape({"jsonrpc": "2.0", "id": "relay-1", "result": RESULT})) as server:
+            return await _call(_relay(server.url))
+
+    assert asyncio.run(run()) == RESULT
 
 
 def test_progress_on_the_stream_reaches_the_callback_and_the_first_answer_ends_it() -> None:
