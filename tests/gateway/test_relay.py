@@ -31,8 +31,8 @@ from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 from rewind.gateway.links import Link, UpstreamSpec, link_for, open_client
 from rewind.gateway.relay import Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport
+from tests.gateway.scripted import Scripted, chunked, ok, run
 from tests.gateway.support import GuestShellHttp
-from tests.gateway.test_wire import Scripted, chunked, ok
 
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
 STAMP = {MCP_PROTOCOL_VERSION_HEADER: MODERN, MCP_METHOD_HEADER: "tools/call", "mcp-name": "echo"}
@@ -100,7 +100,7 @@ async def _through_sdk(spec: UpstreamSpec, name: str, arguments: dict[str, Any])
 def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(guestshell_http: GuestShellHttp, settings: Any) -> None:
     spec = spec_of(guestshell_http)
 
-    async def run() -> tuple[list[Any], list[Any], list[Any], int]:
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:
         link = Link(spec)
         settings.REWIND_GATEWAY_RELAY = False
         unrelayed_link = link_for(spec)  # the operators' switch: the SDK's client sends every call
@@ -116,7 +116,7 @@ def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(guestshell_http: Gu
         unrelayed_link.discard()
         return relayed, unrelayed, direct, count
 
-    relayed, unrelayed, direct, count = asyncio.run(run())
+    relayed, unrelayed, direct, count = run(scenario())
     assert relayed == direct
     assert unrelayed == direct
     assert count == len(CALLS)  # every one went through the relay, none through the SDK's dispatcher
@@ -173,14 +173,14 @@ def _call(relay: Relay, *, progress: list[Any] | None = None, timeout: float = 5
 
 
 def test_the_post_carries_the_upstreams_credentials_the_stamp_and_a_progress_token() -> None:
-    async def run() -> tuple[Any, list[tuple[bytes, bytes]], list[int]]:
+    async def scenario() -> tuple[Any, list[tuple[bytes, bytes]], list[int]]:
         hooked: list[int] = []
         answer = {"jsonrpc": "2.0", "id": "relay-1", "result": RESULT}
         async with Scripted(ok(json.dumps(answer).encode())) as server:
             result = await _call(_relay(server.url, hooked), progress=[])
             return result, server.requests, hooked
 
-    result, requests, hooked = asyncio.run(run())
+    result, requests, hooked = run(scenario())
     assert result == RESULT
     assert hooked == [200]  # the link's hook sees every answer, as it does on the SDK's path
     head, body = requests[0]
@@ -217,11 +217,11 @@ def _sse_in_pieces(answer: dict[str, Any]) -> bytes:
 
 @pytest.mark.parametrize("shape", [_gzipped, _sse_in_pieces], ids=["gzip", "sse-in-pieces"])
 def test_an_answer_compressed_or_cut_into_pieces_is_read_whole(shape: Any) -> None:
-    async def run() -> Any:
+    async def scenario() -> Any:
         async with Scripted(shape({"jsonrpc": "2.0", "id": "relay-1", "result": RESULT})) as server:
             return await _call(_relay(server.url))
 
-    assert asyncio.run(run()) == RESULT
+    assert run(scenario()) == RESULT
 
 
 def test_progress_on_the_stream_reaches_the_callback_and_the_first_answer_ends_it() -> None:
@@ -236,12 +236,12 @@ def test_progress_on_the_stream_reaches_the_callback_and_the_first_answer_ends_i
         {"jsonrpc": "2.0", "id": "relay-1", "result": {"content": [], "isError": True}},
     ]
 
-    async def run() -> tuple[Any, list[Any]]:
+    async def scenario() -> tuple[Any, list[Any]]:
         progress: list[Any] = []
         async with Scripted(_sse(*events)) as server:
             return await _call(_relay(server.url), progress=progress), progress
 
-    result, progress = asyncio.run(run())
+    result, progress = run(scenario())
     assert result == RESULT
     assert progress == [(1.0, 2.0, "half")]
 
@@ -274,13 +274,13 @@ def test_progress_on_the_stream_reaches_the_callback_and_the_first_answer_ends_i
     ],
 )
 def test_each_other_answer_is_the_error_the_sdks_transport_gives(reply: bytes, code: int, message: str) -> None:
-    async def run() -> MCPError:
+    async def scenario() -> MCPError:
         async with Scripted(reply) as server:
             with pytest.raises(MCPError) as raised:
                 await _call(_relay(server.url))
             return raised.value
 
-    error = asyncio.run(run())
+    error = run(scenario())
     assert error.error.code == code
     assert message in error.error.message
 
@@ -290,7 +290,7 @@ def test_a_call_past_its_timeout_is_request_timeout_and_its_connection_is_droppe
         await asyncio.sleep(30)
         return True
 
-    async def run() -> tuple[MCPError, Any, int]:
+    async def scenario() -> tuple[MCPError, Any, int]:
         answer = ok(json.dumps({"jsonrpc": "2.0", "id": "relay-2", "result": RESULT}).encode())
         async with Scripted(never, answer) as server:
             relay = _relay(server.url)
@@ -299,7 +299,7 @@ def test_a_call_past_its_timeout_is_request_timeout_and_its_connection_is_droppe
             again = await _call(relay)  # on a new connection: the timed-out one is never reused
             return raised.value, again, server.connections
 
-    error, again, connections = asyncio.run(run())
+    error, again, connections = run(scenario())
     assert error.error.code == REQUEST_TIMEOUT
     assert again == RESULT
     assert connections == 2
@@ -320,7 +320,7 @@ class _SdkDispatcher:
 def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk() -> None:
     redirect = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp/\r\nContent-Length: 0\r\n\r\n"
 
-    async def run() -> tuple[list[Any], list[str], int]:
+    async def scenario() -> tuple[list[Any], list[str], int]:
         async with Scripted(redirect) as server:
             relay = _relay(server.url)
             inner = _SdkDispatcher()
@@ -339,7 +339,7 @@ def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk()
             assert closed.value.error.code == CONNECTION_CLOSED
             return answers, inner.sent, relay.relayed
 
-    answers, sent, relayed = asyncio.run(run())
+    answers, sent, relayed = run(scenario())
     assert answers == [{"from": "sdk"}] * 3
     assert sent == ["tools/list", "tools/call", "tools/call"]  # the redirected one was resent by the SDK
     assert relayed == 1
