@@ -3,7 +3,7 @@
 An upstream's URL and command are stored as given, shown in the admin's list, and recorded in
 the ``gateway.upstream.*`` audit rows; its headers and environment are stored encrypted and only
 their names are ever shown. So a credential in the URL (``https://user:pw@h/mcp``,
-``?api_key=...``) or on the command line (``--token abc``, ``postgresql://u:pw@db/x``) would reach
+``?api_key=...``) or on the command line (``--token abc``, ``postgresql://u:pw@db/x``, ``--header "Authorization: Bearer ..."``) would reach
 the audit log, which can never forget it. Such settings are refused, with a sentence saying where
 the credential goes instead; no sentence quotes a value.
 
@@ -25,6 +25,8 @@ _CREDENTIAL_NAME = re.compile(
     re.IGNORECASE,
 )
 _PATH = ("/", "./", "../", "~/")
+# An HTTP header with a credential given as one argument, e.g. mcp-remote's --header "Authorization: Bearer ...".
+_CREDENTIAL_HEADER = re.compile(r"^\s*(proxy-)?authorization\s*:|\bbearer\s+\S{8,}", re.IGNORECASE)
 ENV_HINT = (
     "pass it in the upstream's environment (env) instead; a server that reads it only from its "
     'arguments can be started as ["sh", "-c", "exec the-server --token \\"$THE_TOKEN\\""]'
@@ -62,6 +64,8 @@ def command_credential_problem(command: Sequence[str]) -> str | None:
 def _argument_problem(part: str, following: str | None) -> str | None:
     if "://" in part and "@" in urlsplit(part).netloc:
         return "is a URL with a user name or password in it"
+    if _CREDENTIAL_HEADER.search(part.partition("=")[2] or part):
+        return "is an Authorization header or a bearer token"
     name, equals, value = part.partition("=")
     if equals and credential_name(name) and value and not value.startswith(_PATH):
         return f"sets {name.lstrip('-')}, a credential"

@@ -202,6 +202,17 @@ CREDENTIAL = "cred-in-settings-5be1"
         ({"transport": "stdio", "command": ["ssh-mcp", f"--api-key={CREDENTIAL}"]}, "argument 2 of the command sets"),
         ({"transport": "stdio", "command": ["env", f"GITHUB_TOKEN={CREDENTIAL}", "gh-mcp"]}, "sets GITHUB_TOKEN"),
         (
+            {
+                "transport": "stdio",
+                "command": ["mcp-remote", "https://x/mcp", "--header", f"Authorization: {CREDENTIAL}"],
+            },
+            "argument 4 of the command is an Authorization header or a bearer token",
+        ),
+        (
+            {"transport": "stdio", "command": ["mcp-remote", f"--header=X-Key:Bearer {CREDENTIAL}"]},
+            "argument 2 of the command is an Authorization header or a bearer token",
+        ),
+        (
             {"transport": "stdio", "command": ["npx", "server-postgres", f"postgresql://u:{CREDENTIAL}@db/x"]},
             "argument 3 of the command is a URL with a user name or password",
         ),
@@ -258,6 +269,7 @@ def test_a_credential_already_stored_is_refused_at_the_next_edit(db: None) -> No
         {"transport": "stdio", "command": ["ssh-mcp", "--key", "/etc/ssh/id_ed25519", "--port", "22"]},
         {"transport": "stdio", "command": ["ssh-mcp", "--no-auth", "--auth-mode", "agent", "--tls-key=./k.pem"]},
         {"transport": "stdio", "command": ["npx", "server-postgres", "postgresql://db.internal/x"]},
+        {"transport": "stdio", "command": ["mcp-remote", "https://x/mcp", "--header", "X-Team: ops"]},
         {"transport": "stdio", "command": ["sh", "-c", 'exec the-server --token "$THE_TOKEN"']},  # the refusal's hint
     ],
 )
