@@ -44,7 +44,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
 from django.conf import settings
@@ -98,11 +98,17 @@ class UpstreamSpec:
 ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
 
 
-def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> Any:
+class _Target(NamedTuple):
+    sdk: Any  # what the SDK's Client connects to
+    http: httpx2.AsyncClient | None = None  # an HTTP upstream's client, which the SDK drives
+    transport: KeptAliveTransport | None = None  # our connections under it (None behind a proxy)
+
+
+def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> _Target:
     if spec.transport == "stdio":
-        return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env))
-    http, _ = _http(spec, stack, on_response)
-    return streamable_http_client(spec.url, http_client=http)
+        return _Target(StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env)))
+    http, transport = _http(spec, stack, on_response)
+    return _Target(streamable_http_client(spec.url, http_client=http), http, transport)
 
 
 def _http(
@@ -157,7 +163,7 @@ async def open_client(spec: UpstreamSpec) -> AsyncIterator[Client]:
         try:
             async with asyncio.timeout(spec.connect_timeout_s):
                 client = await stack.enter_async_context(
-                    Client(_target(spec, stack), mode="auto", read_timeout_seconds=spec.call_timeout_s)
+                    Client(_target(spec, stack).sdk, mode="auto", read_timeout_seconds=spec.call_timeout_s)
                 )
         except (Exception, BaseExceptionGroup) as exc:
             raise unavailable(spec, exc, doing="connecting") from None
@@ -220,15 +226,11 @@ class Link:
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
+                target = _target(self.spec, stack, self._note_response)
                 relay: Relay | None = None
-                if self.spec.transport == "stdio":
-                    target = _target(self.spec, stack)
-                else:
-                    http, transport = _http(self.spec, stack, self._note_response)
-                    target = streamable_http_client(self.spec.url, http_client=http)
-                    if transport is not None and self._relay_wanted:
-                        relay = Relay(self.spec.url, http, transport, self._note_response)
-                client = Client(target, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
+                if target.http is not None and target.transport is not None and self._relay_wanted:
+                    relay = Relay(self.spec.url, target.http, target.transport, self._note_response)
+                client = Client(target.sdk, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
                 await stack.enter_async_context(client)
                 if relay is not None:
                     # The session's seam for its dispatcher is its constructor, which Client calls

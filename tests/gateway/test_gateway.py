@@ -341,7 +341,7 @@ def test_a_stdio_upstream_gets_only_its_own_environment() -> None:
         call_timeout_s=5,
         version="v",
     )
-    params = _target(spec, contextlib.AsyncExitStack())
+    params = _target(spec, contextlib.AsyncExitStack()).sdk
     assert params.env == {"TOKEN": "its-own"}
     inherited = set(get_default_environment())
     assert inherited <= set(DEFAULT_INHERITED_ENV_VARS)
