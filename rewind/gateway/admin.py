@@ -5,7 +5,6 @@ forwarded call with its call id."""
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
 from typing import Any
 
 from django import forms
@@ -16,7 +15,7 @@ from django.urls import reverse
 from django.utils.html import format_html
 
 from rewind.admin_base import ReadOnlyAdmin, actor_for, status_badge
-from rewind.errors import ApplicationError
+from rewind.errors import ApplicationError, field_checked
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
@@ -94,19 +93,11 @@ class UpstreamForm(forms.ModelForm):
             raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]') from None
         if not isinstance(value, list):
             raise forms.ValidationError('give the command as a JSON list, e.g. ["npx", "ssh-mcp"]')
-        return _field_clean(upstream_command_clean, value) if value else value
+        return field_checked(upstream_command_clean, value, forms.ValidationError) if value else value
 
     def clean_url(self) -> str:
         value: str = self.cleaned_data["url"]
-        return _field_clean(upstream_url_clean, value) if value.strip() else value
-
-
-def _field_clean[T](clean: Callable[[T], T], value: T) -> T:
-    """The service's own check of one field, its refusal shown under the field (the service checks the pair)."""
-    try:
-        return clean(value)
-    except ApplicationError as exc:
-        raise forms.ValidationError(exc.message) from None
+        return field_checked(upstream_url_clean, value, forms.ValidationError) if value.strip() else value
 
 
 class UpstreamToolInline(admin.TabularInline):

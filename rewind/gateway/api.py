@@ -7,7 +7,6 @@ On update an omitted ``headers``/``env`` keeps the stored ones; ``{}`` removes t
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from drf_spectacular.utils import extend_schema
@@ -16,7 +15,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import ApplicationError
+from rewind.errors import field_checked
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Policy, Upstream, UpstreamTool
@@ -111,17 +110,10 @@ class UpstreamInputSerializer(serializers.Serializer):
     # A URL or command the service would refuse is bad input (400, under its field), like a site's
     # base URL; the other transport's field stays empty, and the service checks the pair.
     def validate_url(self, value: str) -> str:
-        return _field_clean(upstream_url_clean, value) if value.strip() else value
+        return field_checked(upstream_url_clean, value, serializers.ValidationError) if value.strip() else value
 
     def validate_command(self, value: list[str]) -> list[str]:
-        return _field_clean(upstream_command_clean, value) if value else value
-
-
-def _field_clean[T](clean: Callable[[T], T], value: T) -> T:
-    try:
-        return clean(value)
-    except ApplicationError as exc:
-        raise serializers.ValidationError(exc.message) from None
+        return field_checked(upstream_command_clean, value, serializers.ValidationError) if value else value
 
 
 class UpstreamListApi(APIView):

@@ -11,7 +11,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 
 from rewind.admin_base import actor_for, status_badge
-from rewind.errors import ApplicationError
+from rewind.errors import field_checked
 from rewind.sites.models import Site
 from rewind.sites.selectors import site_get
 from rewind.sites.services import (
@@ -53,10 +53,7 @@ class SiteForm(forms.ModelForm):
         ]
 
     def clean_base_url(self) -> str:
-        try:
-            return site_base_url_clean(self.cleaned_data["base_url"])
-        except ApplicationError as exc:
-            raise forms.ValidationError(exc.message) from None
+        return field_checked(site_base_url_clean, self.cleaned_data["base_url"], forms.ValidationError)
 
 
 @admin.register(Site)

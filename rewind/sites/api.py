@@ -16,7 +16,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import ApplicationError
+from rewind.errors import ApplicationError, field_checked
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
@@ -98,10 +98,7 @@ class SiteInputSerializer(serializers.Serializer):
         return value
 
     def validate_base_url(self, value: str) -> str:
-        try:
-            return site_base_url_clean(value)
-        except ApplicationError as exc:
-            raise serializers.ValidationError(exc.message) from None
+        return field_checked(site_base_url_clean, value, serializers.ValidationError)
 
     def validate_name(self, value: str) -> str:
         if site_name_taken(value, other_than=self.instance):
