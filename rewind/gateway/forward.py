@@ -94,6 +94,10 @@ class ProgressRelay:
         self._ctx = ctx
         self._last = 0.0
         self._base = 0.0
+        # Without the agent's progress token nothing reaches it, so the upstream is not asked for
+        # progress either (its notifications would be parsed only to be dropped). The SDK gives
+        # ``_meta`` validated, the token under its Python name.
+        self.wanted = _request_meta(ctx).get("progress_token") is not None
 
     async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
         if self._ctx is None:
@@ -143,14 +147,19 @@ def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | No
     )
 
 
-def _meta_change_id(ctx: Context | None) -> str | None:
+def _request_meta(ctx: Context | None) -> Mapping[str, Any]:
+    """The ``_meta`` of the agent's request; empty without one."""
     if ctx is None:
-        return None
+        return {}
     try:
-        meta = ctx.request_context.meta or {}
+        meta = ctx.request_context.meta
     except (AttributeError, ValueError):
-        return None
-    value = meta.get(META_CHANGE_ID) if isinstance(meta, Mapping) else None
+        return {}
+    return meta if isinstance(meta, Mapping) else {}
+
+
+def _meta_change_id(ctx: Context | None) -> str | None:
+    value = _request_meta(ctx).get(META_CHANGE_ID)
     return str(value) if value is not None else None
 
 
@@ -317,7 +326,7 @@ async def _send(
     spec = link.spec
     try:
         async with asyncio.timeout(spec.call_timeout_s + HARD_BOUND_GRACE_S):
-            result = await link.call_tool(tool.name, arguments, relay.from_upstream)
+            result = await link.call_tool(tool.name, arguments, relay.from_upstream if relay.wanted else None)
     except UpstreamUnavailable as exc:
         return await _failed(link, call, f"not forwarded: {exc.message}; the call did not run")
     except UpstreamCallBroke as exc:

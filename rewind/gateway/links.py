@@ -260,7 +260,9 @@ class Link:
         self._client = None
 
     # -- calls ------------------------------------------------------------------------------------
-    async def call_tool(self, name: str, arguments: dict[str, Any], progress: ProgressFnT) -> CallToolResult:
+    async def call_tool(
+        self, name: str, arguments: dict[str, Any], progress: ProgressFnT | None = None
+    ) -> CallToolResult:
         """Call the upstream's tool. Raises ``UpstreamUnavailable`` (it did not run), ``UpstreamCallBroke``
         (it may have run), or ``MCPError`` when the upstream answered with a JSON-RPC error."""
         for first_try in (True, False):

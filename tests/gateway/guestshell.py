@@ -160,10 +160,13 @@ class Recorder:
         self.path = Path(path) if path else None
         self._lock = threading.Lock()
 
-    def record(self, tool: Any, arguments: Any, authorization: str | None) -> None:
+    def record(self, tool: Any, arguments: Any, authorization: str | None, progress_asked: bool = False) -> None:
         if self.path is None:
             return
-        line = json.dumps({"tool": tool, "arguments": arguments, "authorization": authorization}, default=str)
+        line = json.dumps(
+            {"tool": tool, "arguments": arguments, "authorization": authorization, "progress_asked": progress_asked},
+            default=str,
+        )
         with self._lock, self.path.open("a", encoding="utf-8") as out:
             out.write(line + "\n")
 
@@ -173,7 +176,13 @@ class Recorder:
         if ctx.method == "tools/call" and ctx.request_id is not None:
             params = ctx.params or {}
             headers = getattr(ctx.request, "headers", None)  # a Starlette request over HTTP; None over stdio
-            self.record(params.get("name"), params.get("arguments"), headers.get("authorization") if headers else None)
+            meta = params.get("_meta")
+            self.record(
+                params.get("name"),
+                params.get("arguments"),
+                headers.get("authorization") if headers else None,
+                progress_asked=isinstance(meta, dict) and meta.get("progressToken") is not None,
+            )
         return await call_next(ctx)
 
 

@@ -208,17 +208,30 @@ def test_a_retried_call_with_the_same_change_id_reuses_the_guard(
     assert ChangeGuard.objects.count() == 1
 
 
-def test_progress_from_the_upstream_reaches_the_agent(
-    mcp_sites: Any, agent_token: Any, mcp_client: Any, guestshell_http: GuestShellHttp
+@pytest.mark.parametrize("mode", ["legacy", "auto"])  # the agent's protocol era: a session, or 2026-07-28
+def test_progress_from_the_upstream_reaches_the_agent_that_asked_for_it(
+    mode: str, mcp_sites: Any, agent_token: Any, mcp_client: Any, guestshell_http: GuestShellHttp
 ) -> None:
     add_http_upstream(guestshell_http)
     _agent, token = agent_token
     progress: list[Any] = []
-    result = call_tool(mcp_client, token, "guestshell__slow", {"seconds": 2}, progress)
-    assert not result.is_error, tool_text(result)
+
+    async def on_progress(value: float, total: float | None, message: str | None) -> None:
+        progress.append((value, total, message))
+
+    async def twice() -> list[Any]:
+        async with mcp_client(token, mode) as client:
+            wanted = await client.call_tool("guestshell__slow", {"seconds": 2}, progress_callback=on_progress)
+            unwanted = await client.call_tool("guestshell__slow", {"seconds": 1})
+            return [wanted, unwanted]
+
+    results = run(twice())
+    assert not any(r.is_error for r in results), [tool_text(r) for r in results]
     assert len(progress) >= 2
     values = [p[0] for p in progress]
     assert values == sorted(set(values))
+    # An agent that asks for no progress gets none, and the upstream is not asked for any.
+    assert [(c["tool"], c["progress_asked"]) for c in guestshell_http.calls()] == [("slow", True), ("slow", False)]
 
 
 def test_the_stdio_transport_is_started_and_used(
