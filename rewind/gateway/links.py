@@ -107,21 +107,13 @@ class _Target(NamedTuple):
 def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> _Target:
     if spec.transport == "stdio":
         return _Target(StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env)))
-    http, transport = _http(spec, stack, on_response)
-    return _Target(streamable_http_client(spec.url, http_client=http), http, transport)
-
-
-def _http(
-    spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None
-) -> tuple[httpx2.AsyncClient, KeptAliveTransport | None]:
-    """The httpx client the SDK drives for an HTTP upstream, and our transport under it (None behind a proxy)."""
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
     hooks = {"response": [on_response]} if on_response is not None else None
     # Our own HTTP/1.1 connections under the httpx client the SDK drives (``rewind.gateway.wire``).
     transport = upstream_transport()
     http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks, transport=transport)
     stack.push_async_callback(http.aclose)
-    return http, transport
+    return _Target(streamable_http_client(spec.url, http_client=http), http, transport)
 
 
 def _session_closed(client: Client) -> bool:

@@ -3,8 +3,8 @@
 An upstream's URL and command are stored as given, shown in the admin's list, and recorded in
 the ``gateway.upstream.*`` audit rows; its headers and environment are stored encrypted and only
 their names are ever shown. So a credential in the URL (``https://user:pw@h/mcp``,
-``?api_key=...``) or on the command line (``--token abc``, ``postgresql://u:pw@db/x``, ``--header "Authorization: Bearer ..."``) would reach
-the audit log, which can never forget it. Such settings are refused, with a sentence saying where
+``?api_key=...``) or on the command line (``--token abc``, ``postgresql://u:pw@db/x``,
+``--header "Authorization: Bearer ..."``) would reach the audit log, which can never forget it. Such settings are refused, with a sentence saying where
 the credential goes instead; no sentence quotes a value.
 
 A name counts as a credential's when it ends in one (``token``, ``secret``, ``password``,
