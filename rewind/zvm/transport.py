@@ -22,6 +22,7 @@ import requests
 from requests.adapters import HTTPAdapter
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.util.ssl_ import create_urllib3_context
+from urllib3.util.wait import wait_for_read
 
 from .connection import ZvmConnection
 from .counting import RequestCounter, answered, no_answer
@@ -60,9 +61,37 @@ def _connected_and_on_time(conn: Any) -> None:
     for _ in range(RESERVE_TRIES):
         if not check.late_then_waited():
             return
-        if not conn.is_connected:  # the ZVM closed it while we waited for the new slot
+        if _closed_by_peer(conn):  # the ZVM closed it while we waited for the new slot
             conn.close()
             conn.connect()
+
+
+def _closed_by_peer(conn: Any) -> bool:
+    """Whether a connection that has sent nothing yet was closed by the ZVM.
+
+    urllib3's ``is_connected`` takes any readable socket for a closed one, but a TLS 1.3 server
+    sends its session tickets just after the handshake: a live connection is readable then, and
+    reconnecting for that made a fresh connection late again, up to ``RESERVE_TRIES`` times.
+    Reading without blocking tells them apart: the tickets leave nothing to read.
+    """
+    sock = conn.sock
+    if sock is None:
+        return True
+    if not wait_for_read(sock, timeout=0.0):
+        return False
+    if not isinstance(sock, ssl.SSLSocket):
+        return True  # bytes or an end before any request was sent: not a connection to send on
+    timeout = sock.gettimeout()
+    sock.settimeout(0.0)
+    try:
+        sock.recv(1)  # an end (b"") or bytes nobody asked for: not a connection to send on either way
+    except ssl.SSLWantReadError:
+        return False  # only TLS records (the tickets), read now: still open
+    except OSError:
+        pass  # a reset or a broken TLS session
+    finally:
+        sock.settimeout(timeout)
+    return True
 
 
 class _QuietHTTPSConnectionPool(HTTPSConnectionPool):

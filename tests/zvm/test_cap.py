@@ -6,6 +6,7 @@ import contextlib
 import socket
 import threading
 import time
+from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -120,12 +121,18 @@ def test_a_sender_that_wakes_late_takes_a_new_slot_instead_of_crowding_the_next_
 
 class _SlowToConnect:
     """A TCP relay to the simulator whose every new connection takes ``delay`` seconds to set up
-    (a slow handshake on a busy host, a far network); bytes on a set-up connection pass at once."""
+    (a slow handshake on a busy host, a far network); bytes on a set-up connection pass at once.
 
-    def __init__(self, target_url: str, delay: float) -> None:
+    With ``close_first``, the first connection is closed from the far end just after its TLS
+    handshake (the client's second flight, then time for the server's session tickets), as a
+    ZVM closes a connection it finds idle.
+    """
+
+    def __init__(self, target_url: str, delay: float, *, close_first: bool = False) -> None:
         parts = urlsplit(target_url)
         self.target = (parts.hostname or "127.0.0.1", parts.port or 443)
         self.delay = delay
+        self.close_first = close_first
         self.listener = socket.create_server(("127.0.0.1", 0))
         self.port = self.listener.getsockname()[1]
         self.url = target_url.replace(parts.netloc, f"127.0.0.1:{self.port}", 1)
@@ -139,20 +146,33 @@ class _SlowToConnect:
             except OSError:
                 return
             self.connections += 1
-            threading.Thread(target=self._relay, args=(client,), daemon=True).start()
+            closing = self.close_first and self.connections == 1
+            threading.Thread(target=self._relay, args=(client, closing), daemon=True).start()
 
-    def _relay(self, client: socket.socket) -> None:
+    def _relay(self, client: socket.socket, closing: bool) -> None:
         time.sleep(self.delay)
         upstream = socket.create_connection(self.target)
-        for source, sink in ((client, upstream), (upstream, client)):
-            threading.Thread(target=self._pipe, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pipe(source: socket.socket, sink: socket.socket) -> None:
+        def after_handshake(flights: int) -> None:
+            if closing and flights == 2:  # ClientHello, then the client's Finished
+                threading.Timer(0.05, self._shut, args=(client, upstream)).start()
+
+        threading.Thread(target=self._pipe, args=(client, upstream, after_handshake), daemon=True).start()
+        threading.Thread(target=self._pipe, args=(upstream, client, lambda _: None), daemon=True).start()
+
+    @classmethod
+    def _pipe(cls, source: socket.socket, sink: socket.socket, on_chunk: Callable[[int], None]) -> None:
+        chunks = 0
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 sink.sendall(data)
-        for sock in (source, sink):
+                chunks += 1
+                on_chunk(chunks)
+        cls._shut(source, sink)
+
+    @staticmethod
+    def _shut(*socks: socket.socket) -> None:
+        for sock in socks:
             with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
 
@@ -177,5 +197,45 @@ def test_a_request_whose_connection_was_slow_to_set_up_takes_a_new_slot_before_i
             # a kept-alive connection is on time.
             assert pacer.reserved - reserved == sent + opened
         assert relay.connections >= 1
+    finally:
+        relay.close()
+
+
+class _NextSlotLater(_CountingPacer):
+    """The first slot is free; every later one comes ``later`` seconds after it is asked for."""
+
+    def __init__(self, later: float) -> None:
+        super().__init__([])
+        self.later = later
+
+    def reserve(self, key: str, per_s: float) -> float:
+        super().reserve(key, per_s)
+        return 0.0 if self.reserved == 1 else self.later
+
+
+def test_a_fresh_tls_connection_waiting_for_its_new_slot_is_kept_though_the_tickets_made_it_readable(
+    sim: SimHandle,
+) -> None:
+    """A TLS 1.3 server sends its session tickets just after the handshake; a late request that
+    read them as a close reconnected, late again, until it ran out of tries."""
+    relay = _SlowToConnect(sim.site_url("site-a"), delay=0.3)
+    try:
+        pacer = _NextSlotLater(0.2)  # long enough for the tickets to arrive before the bytes leave
+        client = ZvmClient(connection(sim, base_url=relay.url, max_requests_per_s=10.0), stores=Stores(pacer=pacer))
+        assert client.local_site().name == "Site A"
+        assert relay.connections == 1
+        assert pacer.reserved == 3, "the login, late once by its set-up; the call on the kept-alive connection"
+    finally:
+        relay.close()
+
+
+def test_a_connection_the_zvm_closed_while_the_request_waited_for_its_new_slot_is_replaced(sim: SimHandle) -> None:
+    """Sent on the closed connection, the login would fail: one attempt only, so no retry hides it."""
+    relay = _SlowToConnect(sim.site_url("site-a"), delay=0.3, close_first=True)
+    try:
+        pacer = _NextSlotLater(0.3)
+        conn = connection(sim, base_url=relay.url, max_requests_per_s=10.0, get_attempts=1)
+        assert ZvmClient(conn, stores=Stores(pacer=pacer)).local_site().name == "Site A"
+        assert relay.connections == 2
     finally:
         relay.close()
