@@ -23,14 +23,19 @@ What the POST and its answer get, as the SDK's transport gives them:
 - 202 is ``INVALID_REQUEST``; a status of 400 and over is the JSON-RPC error in its body when there
   is one, else ``METHOD_NOT_FOUND`` for 404 and ``INTERNAL_ERROR`` for the rest; a redirect, which
   the SDK follows within the origin, is handed to the SDK's dispatcher (nothing ran there);
+- a stream that ends or breaks before its answer, after an event with an id, is resumed as the
+  SDK's transport resumes it: a GET with ``Last-Event-ID`` after the server's ``retry`` (1 s when
+  it gave none), again each time a resumed stream ends without the answer, and given up after two
+  GETs in a row that fail (not 2xx, not a stream, no connection: ``CONNECTION_CLOSED``). A redirect
+  answering the GET is such a failure here (the SDK follows one within the origin). A stream
+  without an id is not resumable: ending, it is ``CONNECTION_CLOSED`` ("may have run"); breaking,
+  it raises httpx's error;
 - the session's read timeout is ``REQUEST_TIMEOUT``, and the POST is dropped (closing its
   connection: the 2026-07-28 wire's cancellation), as it is when the caller is cancelled;
 - a connection that cannot be opened, or breaks, raises httpx's own error, as the SDK's would.
 
 Not relayed: the handshake-era revisions (2025-11-25 and before: a session id, server requests
-that need an answer, resumable streams); they go through the SDK's dispatcher and transport. A
-2026-07-28 stream that ends before its answer is ``CONNECTION_CLOSED`` ("may have run"), without
-the SDK's attempt to resume it with ``Last-Event-ID``.
+that need an answer, the courtesy cancellation); they go through the SDK's dispatcher and transport.
 """
 
 from __future__ import annotations
@@ -40,9 +45,10 @@ import itertools
 import json
 import logging
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import httpx2
+from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, LAST_EVENT_ID, MAX_RECONNECTION_ATTEMPTS
 from mcp.shared._otel import inject_trace_context
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
 from mcp.shared.exceptions import MCPError
@@ -67,12 +73,24 @@ RELAYED_METHOD = "tools/call"
 MAX_SSE_EVENT_BYTES = 1024 * 1024  # the SDK transport's own bound on one event
 # The streamable HTTP transport's own headers on every POST (its ``_prepare_headers``).
 _TRANSPORT_HEADERS = (("accept", "application/json, text/event-stream"), ("content-type", "application/json"))
+# What a GET resuming a stream adds (the SDK's ``sse_within_origin``; its Accept is overridden).
+_RESUME_HEADERS = (("cache-control", "no-store"),)
 
 ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
 
 
 class _Redirected(Exception):
     """The upstream redirected the POST: nothing ran there, and the SDK knows which redirects to follow."""
+
+
+class _Cut(NamedTuple):
+    """A stream that ended or broke before its answer, after an event with an id: where to resume."""
+
+    last_event_id: str
+    retry_ms: int | None
+
+
+Answer = JSONRPCResponse | JSONRPCError
 
 
 class Relay:
@@ -126,9 +144,7 @@ class Relay:
         headers = [(k, v) for k, v in self._headers if k not in overridden] + stamped
         return httpx2.Request("POST", self._url, headers=headers, content=body, extensions={"timeout": self._timeouts})
 
-    async def _exchange(
-        self, request: httpx2.Request, request_id: str, on_progress: ProgressFnT | None
-    ) -> JSONRPCResponse | JSONRPCError:
+    async def _exchange(self, request: httpx2.Request, request_id: str, on_progress: ProgressFnT | None) -> Answer:
         response = await self._transport.handle_async_request(request)
         response.request = request
         try:
@@ -143,11 +159,50 @@ class Relay:
                 return await _error_status(response, request_id, kind)
             if kind.startswith("application/json"):
                 return _answer(await response.aread(), request_id, "JSON response")
-            if kind.startswith("text/event-stream"):
-                return await _read_stream(response, request_id, on_progress)
-            return _error(request_id, INVALID_REQUEST, f"Unexpected content type: {kind}")
+            if not kind.startswith("text/event-stream"):
+                return _error(request_id, INVALID_REQUEST, f"Unexpected content type: {kind}")
+            answer = await _read_stream(response, request_id, on_progress)
         finally:
             await response.aclose()
+        if isinstance(answer, _Cut):
+            return await self._resume(answer, request, request_id, on_progress)
+        return answer
+
+    async def _resume(
+        self, cut: _Cut, post: httpx2.Request, request_id: str, on_progress: ProgressFnT | None
+    ) -> Answer:
+        """The rest of a cut stream, read from GETs with ``Last-Event-ID`` as the SDK's transport reads it."""
+        failed = 0
+        while failed < MAX_RECONNECTION_ATTEMPTS:
+            delay_ms = cut.retry_ms if cut.retry_ms is not None else DEFAULT_RECONNECTION_DELAY_MS
+            await asyncio.sleep(delay_ms / 1000)
+            request = self._resume_request(post, cut.last_event_id)
+            try:
+                response = await self._transport.handle_async_request(request)
+            except httpx2.TransportError as exc:
+                logger.info("relay: resuming a stream failed: %r", exc)
+                failed += 1
+                continue
+            response.request = request
+            try:
+                await self._on_response(response)
+                if not response.is_success or not _is_stream(response):
+                    failed += 1
+                    continue
+                outcome = await _read_stream(response, request_id, on_progress, cut)
+            finally:
+                await response.aclose()
+            if not isinstance(outcome, _Cut):
+                return outcome
+            cut, failed = outcome, 0  # it ended again on a new id: resumed from there, as the SDK does
+        return _error(request_id, CONNECTION_CLOSED, "SSE stream ended and reconnection attempts were exhausted")
+
+    def _resume_request(self, post: httpx2.Request, last_event_id: str) -> httpx2.Request:
+        version = post.headers.get(MCP_PROTOCOL_VERSION_HEADER)
+        headers = [*self._headers, *_RESUME_HEADERS, (LAST_EVENT_ID, last_event_id)]
+        if version:
+            headers.append((MCP_PROTOCOL_VERSION_HEADER.lower(), version))
+        return httpx2.Request("GET", self._url, headers=headers, extensions={"timeout": self._timeouts})
 
 
 def _error(request_id: str, code: int, message: str) -> JSONRPCError:
@@ -180,13 +235,21 @@ async def _error_status(response: httpx2.Response, request_id: str, kind: str) -
     return _error(request_id, INTERNAL_ERROR, "Server returned an error response")
 
 
+def _is_stream(response: httpx2.Response) -> bool:
+    return response.headers.get("content-type", "").lower().startswith("text/event-stream")
+
+
 async def _read_stream(
-    response: httpx2.Response, request_id: str, on_progress: ProgressFnT | None
-) -> JSONRPCResponse | JSONRPCError:
+    response: httpx2.Response, request_id: str, on_progress: ProgressFnT | None, resumed: _Cut | None = None
+) -> Answer | _Cut:
+    """The stream's answer, or where to resume it (``resumed``: where this stream was resumed from)."""
+    last_id, retry_ms = resumed or (None, None)
     try:
         async for event in httpx2.EventSource(response, max_event_size=MAX_SSE_EVENT_BYTES):
+            last_id = event.id or last_id
+            retry_ms = event.retry if event.retry is not None else retry_ms
             if event.event != "message" or not event.data:
-                continue  # another kind of event, or a priming event (resumption, not done here)
+                continue  # another kind of event, or a priming event (its id is kept above)
             try:
                 message = jsonrpc_message_adapter.validate_json(event.data, by_name=False)
             except ValidationError as exc:
@@ -199,6 +262,12 @@ async def _read_stream(
                 logger.debug("relay: dropped %s from the upstream's stream", getattr(message, "method", "a message"))
     except httpx2.SSEError as exc:
         return _error(request_id, CONNECTION_CLOSED, f"SSE stream failed: {exc}")
+    except httpx2.TransportError:
+        if last_id is None:
+            raise  # broken, and not resumable: the caller's "may have run"
+        logger.info("relay: a stream broke before its answer; it is resumed after event %s", last_id)
+    if last_id is not None:
+        return _Cut(last_id, retry_ms)  # a resumed stream that ended on no new event is resumed again
     return _error(request_id, CONNECTION_CLOSED, "SSE stream ended without a response")
 
 

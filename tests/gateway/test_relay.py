@@ -343,3 +343,115 @@ def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk()
     assert answers == [{"from": "sdk"}] * 3
     assert sent == ["tools/list", "tools/call", "tools/call"]  # the redirected one was resent by the SDK
     assert relayed == 1
+
+
+# -- a stream cut before its answer, resumed with Last-Event-ID as the SDK's transport resumes it -----
+def _event(message: dict[str, Any] | None, *, event_id: str | None = None, retry: int | None = None) -> bytes:
+    lines = [b"event: message", b"data: %s" % (json.dumps(message).encode() if message else b"")]
+    lines += [b"id: %s" % event_id.encode()] if event_id else []
+    lines += [b"retry: %d" % retry] if retry is not None else []
+    return b"\n".join(lines) + b"\n\n"
+
+
+def _stream(*events: bytes) -> bytes:
+    body = b"".join(events)
+    return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+
+
+def _broken_stream(*events: bytes) -> Any:
+    """A stream that sends its events, then hangs up inside its chunked body."""
+
+    async def reply(writer: asyncio.StreamWriter) -> bool:
+        body = b"".join(events)
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"%x\r\n%s\r\n" % (len(body), body))
+        await writer.drain()
+        return True
+
+    return reply
+
+
+def _progress_event(value: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "method": "notifications/progress",
+        "params": {"progressToken": "relay-1", "progress": value},
+    }
+
+
+ANSWER = {"jsonrpc": "2.0", "id": "relay-1", "result": RESULT}
+
+
+@pytest.mark.parametrize("cut", [_stream, _broken_stream], ids=["ended", "broken"])
+def test_a_stream_cut_after_an_event_with_an_id_is_resumed_from_that_event(cut: Any) -> None:
+    async def scenario() -> tuple[Any, list[Any], list[tuple[bytes, bytes]]]:
+        progress: list[Any] = []
+        first = cut(_event(None, event_id="e0", retry=10), _event(_progress_event(1), event_id="e1"))
+        rest = _stream(_event(_progress_event(2), event_id="e2"), _event(ANSWER, event_id="e3"))
+        async with Scripted(first, rest) as server:
+            return await _call(_relay(server.url), progress=progress), progress, server.requests
+
+    result, progress, requests = run(scenario())
+    assert result == RESULT
+    assert progress == [(1.0, None, None), (2.0, None, None)]  # from both streams
+    assert len(requests) == 2
+    lines = requests[1][0].decode().lower().split("\r\n")
+    assert lines[0] == "get /mcp http/1.1"
+    for header in (
+        "last-event-id: e1",
+        f"mcp-protocol-version: {MODERN}",
+        "authorization: bearer upstream-credential",
+        "accept: application/json, text/event-stream",
+        "cache-control: no-store",
+    ):
+        assert header in lines, header
+    assert requests[1][1] == b""
+
+
+def test_a_resumed_stream_that_ends_again_is_resumed_from_its_own_last_event() -> None:
+    async def scenario() -> tuple[Any, list[tuple[bytes, bytes]]]:
+        first = _stream(_event(_progress_event(1), event_id="e1", retry=10))
+        second = _stream(_event(_progress_event(2), event_id="e2"))
+        async with Scripted(first, second, _stream(_event(ANSWER))) as server:
+            return await _call(_relay(server.url)), server.requests
+
+    result, requests = run(scenario())
+    assert result == RESULT
+    resumed_from = [
+        line for head, _ in requests[1:] for line in head.decode().lower().split("\r\n") if "last-event" in line
+    ]
+    assert resumed_from == ["last-event-id: e1", "last-event-id: e2"]
+
+
+@pytest.mark.parametrize(
+    "refusal", [_status(503, b"busy"), _status(200, b"{}", b"application/json")], ids=["503", "not-a-stream"]
+)
+def test_a_stream_whose_resumption_fails_twice_in_a_row_is_connection_closed(refusal: bytes) -> None:
+    async def scenario() -> tuple[MCPError, int]:
+        first = _stream(_event(_progress_event(1), event_id="e1", retry=10))
+        async with Scripted(first, refusal, refusal, _stream(_event(ANSWER))) as server:
+            with pytest.raises(MCPError) as raised:
+                await _call(_relay(server.url))
+            return raised.value, len(server.requests)
+
+    error, requests = run(scenario())
+    assert error.error.code == CONNECTION_CLOSED
+    assert "reconnection attempts were exhausted" in error.error.message
+    assert requests == 3  # the POST and two GETs; the answer waiting on the fourth was never asked for
+
+
+def test_a_stream_without_an_event_id_is_not_resumed() -> None:
+    async def scenario() -> tuple[MCPError, type[BaseException], int]:
+        async with Scripted(_stream(_event(_progress_event(1))), _broken_stream(_event(_progress_event(1)))) as server:
+            relay = _relay(server.url)
+            with pytest.raises(MCPError) as ended:
+                await _call(relay)
+            with pytest.raises(httpx2.TransportError) as broke:
+                await _call(relay)
+            return ended.value, type(broke.value), len(server.requests)
+
+    ended, broke, requests = run(scenario())
+    assert ended.error.code == CONNECTION_CLOSED
+    assert "SSE stream ended without a response" in ended.error.message
+    assert issubclass(broke, httpx2.RemoteProtocolError)  # the link's "may have run"
+    assert requests == 2  # no GET
