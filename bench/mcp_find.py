@@ -88,6 +88,22 @@ def echo_app() -> Any:
     )
 
 
+def echo_handshake_app() -> Any:
+    """The same echo, speaking only the handshake era (2025-11-25) with sessions, as most servers do."""
+    from rewind import startup
+    from tests.gateway.guestshell import HandshakeOnly
+
+    startup.enable_tcp_nodelay()
+    server = MCPServer(name="echo")
+    server.tool()(echo)
+    app = server.streamable_http_app(
+        stateless_http=False,
+        json_response=False,
+        transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False),
+    )
+    return HandshakeOnly(app)
+
+
 # --- processes ------------------------------------------------------------------------------------
 def start_uvicorn(
     name: str, target: str, env: dict[str, str], work: Path, workers: int, factory: bool = False

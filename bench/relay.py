@@ -1,14 +1,15 @@
 #!/usr/bin/env python
-"""Benchmark: what the gateway's client spends per forwarded call, six ways side by side.
+"""Benchmark: what the gateway's client spends per forwarded call, eight ways side by side.
 
     .venv/bin/python bench/relay.py [--calls 1500] [--rounds 3] [--quick] [--json F]
 
 The gateway forwards a tool call through a link (``rewind.gateway.links``): the official SDK's
-client session, and below it, for a 2026-07-28 HTTP upstream, a ``tools/call`` posted by the
+client session, and below it, for an HTTP upstream, a ``tools/call`` posted by the
 gateway itself (``rewind.gateway.relay``) instead of the SDK's dispatcher, streamable HTTP
-transport and httpx client. This measures six clients against the bare SDK echo server
-(``bench.mcp_find.echo_app``, its own uvicorn process), one call after another, alternating in
-each round:
+transport and httpx client. This measures eight clients against the bare SDK echo server
+(``bench.mcp_find.echo_app``, its own uvicorn process, and the same server speaking only the
+handshake era with a session, ``bench.mcp_find.echo_handshake_app``), one call after another,
+alternating in each round:
 
 - the SDK client over httpx's own transport (httpcore and h11), as the gateway first forwarded;
 - the SDK client over ``rewind.gateway.wire`` (kept-alive HTTP/1.1 on asyncio streams);
@@ -17,7 +18,8 @@ each round:
 - a bare relay on the wire: the same messages handed straight to ``rewind.gateway.wire``, with
   neither the SDK's session nor httpx's client above it: the floor of any relay;
 - the gateway's link as it forwards now (the SDK's session, the relay below it, a progress
-  callback as every forwarded call has), and the same link with ``REWIND_GATEWAY_RELAY=false``.
+  callback as every forwarded call has), and the same link with ``REWIND_GATEWAY_RELAY=false``;
+- the same two links to the handshake-era server (2025-11-25, a session id on every call).
 
 Printed: this process's CPU per call for each, what the relay takes off the link's CPU per call,
 what the wire and the bare relays take off the first client's, and the wall p50 of each. No
@@ -153,15 +155,24 @@ async def _timed(calls: int, call: Any) -> tuple[float, float]:
     return (time.process_time() - cpu) / calls * 1000, statistics.median(walls)
 
 
-ARMS = {
-    "SDK client over httpx's transport": lambda url, calls: sdk_client(url, calls, wire=False),
-    "SDK client over rewind.gateway.wire": lambda url, calls: sdk_client(url, calls, wire=True),
-    "relay over httpx": relay,
-    "relay on rewind.gateway.wire": relay_on_wire,
-    "the gateway's link, relayed": lambda url, calls: gateway_link(url, calls, relay=True),
-    "the gateway's link, not relayed": lambda url, calls: gateway_link(url, calls, relay=False),
+# Each client, and the server it calls: the echo at 2026-07-28, or at the handshake era.
+ARMS: dict[str, tuple[str, Any]] = {
+    "SDK client over httpx's transport": ("echo", lambda url, calls: sdk_client(url, calls, wire=False)),
+    "SDK client over rewind.gateway.wire": ("echo", lambda url, calls: sdk_client(url, calls, wire=True)),
+    "relay over httpx": ("echo", relay),
+    "relay on rewind.gateway.wire": ("echo", relay_on_wire),
+    "the gateway's link, relayed": ("echo", lambda url, calls: gateway_link(url, calls, relay=True)),
+    "the gateway's link, not relayed": ("echo", lambda url, calls: gateway_link(url, calls, relay=False)),
+    "the gateway's link at the handshake era, relayed": (
+        "handshake",
+        lambda url, calls: gateway_link(url, calls, relay=True),
+    ),
+    "the gateway's link at the handshake era, not relayed": (
+        "handshake",
+        lambda url, calls: gateway_link(url, calls, relay=False),
+    ),
 }
-BEFORE, GATEWAY, RELAY, RAW, LINK, LINK_SDK = ARMS
+BEFORE, GATEWAY, RELAY, RAW, LINK, LINK_SDK, OLD_LINK, OLD_LINK_SDK = ARMS
 
 
 def main() -> None:
@@ -173,27 +184,32 @@ def main() -> None:
     work = fresh_dir(REPO / "var" / "bench-relay")
     import os
 
-    proc, url = start_uvicorn("echo", "bench.mcp_find:echo_app", dict(os.environ), work, 1, factory=True)
+    servers = {
+        name: start_uvicorn(name, f"bench.mcp_find:{app}", dict(os.environ), work, 1, factory=True)
+        for name, app in (("echo", "echo_app"), ("handshake", "echo_handshake_app"))
+    }
     runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     try:
         for n in range(args.rounds):
-            for arm, client in ARMS.items():
-                runs[arm].append(asyncio.run(client(url, args.calls)))
+            for arm, (server, client) in ARMS.items():
+                runs[arm].append(asyncio.run(client(servers[server][1], args.calls)))
             said = ", ".join(f"{arm} {r[-1][0]:.2f} ms CPU/call (p50 {r[-1][1]:.2f} ms)" for arm, r in runs.items())
             print(f"round {n + 1}: {said}", flush=True)
     finally:
-        proc.stop(timeout=15)
+        for proc, _ in servers.values():
+            proc.stop(timeout=15)
     cpu = {arm: statistics.median(c for c, _ in r) for arm, r in runs.items()}
-    saved_by_relay = [b[0] - a[0] for b, a in zip(runs[LINK_SDK], runs[LINK], strict=True)]
-    report.add(
-        "client CPU per call, the gateway's link",
-        cpu[LINK],
-        "ms",
-        reference=cpu[LINK_SDK],
-        reference_name="the same link with REWIND_GATEWAY_RELAY=false",
-        spread=spread_of([c for c, _ in runs[LINK]]),
-        note=f"the relay takes off {statistics.median(saved_by_relay):.2f} ms per call",
-    )
+    for link, unrelayed, era in ((LINK, LINK_SDK, ""), (OLD_LINK, OLD_LINK_SDK, " at the handshake era")):
+        saved_by_relay = [b[0] - a[0] for b, a in zip(runs[unrelayed], runs[link], strict=True)]
+        report.add(
+            f"client CPU per call, the gateway's link{era}",
+            cpu[link],
+            "ms",
+            reference=cpu[unrelayed],
+            reference_name="the same link with REWIND_GATEWAY_RELAY=false",
+            spread=spread_of([c for c, _ in runs[link]]),
+            note=f"the relay takes off {statistics.median(saved_by_relay):.2f} ms per call",
+        )
     for arm in (GATEWAY, RELAY, RAW):
         report.add(
             f"client CPU per call, {arm}",

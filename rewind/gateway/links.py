@@ -20,10 +20,10 @@ What counts as broken, and what a call is then told:
 ``ready()`` asks the upstream for a ping over the session (reopened once if it broke): a guarded
 call asks it before a checkpoint is spent on a call that could not be forwarded.
 
-On a 2026-07-28 HTTP session, each ``tools/call`` is posted by ``rewind.gateway.relay`` on the
-link's own connections, below the SDK's session, which still stamps it and checks its answer
-(``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it); every other message, and every call on
-an older revision or over stdio, goes through the SDK's client whole.
+On an HTTP session, each ``tools/call`` is posted by ``rewind.gateway.relay`` on the link's own
+connections, below the SDK's session, which still stamps it, checks its answer and answers what
+the upstream asks in between (``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it); every
+other message, and every call over stdio, goes through the SDK's client whole.
 
 One-off sessions (``open_client``) serve the admin's "test connection" and the tool-list refresh,
 which run in sync code under ``asyncio.run``.
@@ -58,14 +58,13 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.errors import ApplicationError
-from rewind.gateway.relay import Relay, RelayingDispatcher
+from rewind.gateway.relay import SESSION_HEADER, Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport, upstream_transport
 
 logger = logging.getLogger(__name__)
 
 CLIENT_NAME = "zerto-rewind-gateway"
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
-SESSION_HEADER = "mcp-session-id"
 
 
 class UpstreamUnavailable(ApplicationError):
@@ -222,12 +221,16 @@ class Link:
                 relay: Relay | None = None
                 if target.http is not None and target.transport is not None and self._relay_wanted:
                     relay = Relay(self.spec.url, target.http, target.transport, self._note_response)
+                    target.http.event_hooks["response"].append(relay.learn_session)  # before initialize is sent
                 client = Client(target.sdk, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
                 await stack.enter_async_context(client)
                 if relay is not None:
                     # The session's seam for its dispatcher is its constructor, which Client calls
                     # itself; so the dispatcher it built is wrapped here, before any call is sent.
-                    client.session._dispatcher = RelayingDispatcher(client.session._dispatcher, relay)
+                    session = client.session
+                    session._dispatcher = RelayingDispatcher(
+                        session._dispatcher, relay, session._on_request, session._on_notify
+                    )
                 self.relay = relay
                 if not ready.done():
                     ready.set_result(client)

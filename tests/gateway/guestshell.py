@@ -13,7 +13,9 @@ Run it over stdio or as streamable HTTP (stateless, at ``/mcp``)::
 Over HTTP it prints ``guestshell ready on http://127.0.0.1:PORT/mcp`` once it listens (``--port 0``
 picks a free port). ``--token T`` makes every HTTP request need ``Authorization: Bearer T`` (401
 otherwise). ``--stateful`` speaks only the handshake era and keeps MCP sessions in memory, as most
-servers do today: a restart forgets them and answers the old session id with 404 "Session not found". ``--record FILE`` appends one JSON line per tool call it receives:
+servers do today: a restart forgets them and answers the old session id with 404 "Session not found";
+it also exports ``consult``, which asks the client on its call's own stream (a ping, a log line, an
+elicitation), as only that era allows. ``--record FILE`` appends one JSON line per tool call it receives:
 ``{"tool", "arguments", "authorization"}`` (the request's Authorization header, or null over
 stdio), so a test can tell which calls reached this upstream and with which credentials.
 
@@ -53,9 +55,11 @@ from mcp.server import MCPServer
 from mcp.server.context import CallNext, HandlerResult, ServerRequestContext
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.shared.message import ServerMessageMetadata
+from mcp_types import EmptyResult, PingRequest, ToolAnnotations
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
-from pydantic import Field
+from pydantic import BaseModel, Field
 
 READY = "guestshell ready on "
 # How long write_stalling hangs: far beyond any test, which kills the worker waiting on it.
@@ -278,7 +282,7 @@ class Shell:
         return ""
 
 
-def build_server(guests: Guests, recorder: Recorder, *, faulty: bool = False) -> MCPServer:
+def build_server(guests: Guests, recorder: Recorder, *, faulty: bool = False, stateful: bool = False) -> MCPServer:
     server = MCPServer(
         "guestshell",
         instructions="Change and read files inside lab VMs (a test upstream for zerto-rewind).",
@@ -350,7 +354,37 @@ def build_server(guests: Guests, recorder: Recorder, *, faulty: bool = False) ->
 
     if faulty:
         _add_faulty_tools(server, guests)
+    if stateful:
+        _add_consult(server)
     return server
+
+
+class _Verdict(BaseModel):
+    go_on: bool
+
+
+def _add_consult(server: MCPServer) -> None:
+    """``consult`` (``--stateful``): requests to the client on the call's own stream, which only
+    the handshake era allows."""
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, title="Consult the client"))
+    async def consult(question: str, ctx: Context) -> str:
+        """Ask the client on this call's stream: a ping, a log line, then the question as an
+        elicitation; answer what each request got."""
+        said = []
+        related = ServerMessageMetadata(related_request_id=ctx.request_id)
+        try:
+            await ctx.session.send_request(PingRequest(), EmptyResult, metadata=related)
+            said.append("ping answered")
+        except MCPError as exc:
+            said.append(f"ping refused: {exc}")
+        await ctx.info(f"consulting on: {question}")
+        try:
+            verdict = await ctx.elicit(question, schema=_Verdict)
+            said.append(f"elicitation {verdict.action}")
+        except MCPError as exc:
+            said.append(f"elicitation refused: {exc}")
+        return "; ".join(said)
 
 
 def _add_faulty_tools(server: MCPServer, guests: Guests) -> None:
@@ -486,7 +520,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    server = build_server(Guests(args.sim_url, args.ca_bundle), Recorder(args.record), faulty=args.faulty)
+    guests, recorder = Guests(args.sim_url, args.ca_bundle), Recorder(args.record)
+    server = build_server(guests, recorder, faulty=args.faulty, stateful=args.stateful)
     if args.stdio:
         server.run("stdio")
         return 0

@@ -1,8 +1,9 @@
 """The links' relayed tools/call (``rewind.gateway.relay``): what the SDK's own path would give, every time.
 
-Against the guest shell served by uvicorn (a real SDK server, 2026-07-28), each call goes once
-through a link, whose session relays it, and once through a plain SDK client, and the two answers
-must be the same: results, isError results, progress. Against scripted servers
+Against the guest shell served by uvicorn (a real SDK server, at 2026-07-28 and, ``--stateful``, in
+the handshake era with a session), each call goes through a link whose session relays it, through
+one whose SDK client sends it, and through a plain SDK client, and the answers must be the same:
+results, isError results, progress, and what the client answered the server's own requests. Against scripted servers
 (``tests.gateway.test_wire``), each way an upstream can answer a POST is sent byte by byte.
 """
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import gzip
 import json
+import secrets
+from collections.abc import Iterator
 from typing import Any
 
 import httpx2
@@ -32,7 +35,8 @@ from rewind.gateway.links import Link, UpstreamSpec, link_for, open_client
 from rewind.gateway.relay import Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport
 from tests.gateway.scripted import Scripted, chunked, ok, run
-from tests.gateway.support import GuestShellHttp
+from tests.gateway.support import GuestShellHttp, run_guestshell
+from tests.simfixtures import SimHandle, SimServer
 
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
 STAMP = {MCP_PROTOCOL_VERSION_HEADER: MODERN, MCP_METHOD_HEADER: "tools/call", "mcp-name": "echo"}
@@ -97,29 +101,54 @@ async def _through_sdk(spec: UpstreamSpec, name: str, arguments: dict[str, Any])
     return _outcome(result), seen
 
 
-def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(guestshell_http: GuestShellHttp, settings: Any) -> None:
-    spec = spec_of(guestshell_http)
+@pytest.fixture(scope="module")
+def stateful_shell_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
+    token = "gs-" + secrets.token_urlsafe(16)
+    with run_guestshell(tmp_path_factory.mktemp("stateful-shell"), sim_server, "--stateful", token=token) as shell:
+        yield shell
 
-    async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:
+
+@pytest.fixture
+def stateful_shell(stateful_shell_server: GuestShellHttp, sim: SimHandle) -> GuestShellHttp:
+    stateful_shell_server.clear()
+    return stateful_shell_server
+
+
+# On its own stream the call asks the client for a ping (answered) and an elicitation, which the
+# gateway's client refuses as the SDK's does without a callback; a log line goes to the session.
+CONSULT = ("consult", {"question": "go on?"})
+
+
+@pytest.mark.process  # its guest shell is asked for by name, below
+@pytest.mark.parametrize("era", ["2026-07-28", "handshake"])
+def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(
+    era: str, request: pytest.FixtureRequest, settings: Any
+) -> None:
+    shell: GuestShellHttp = request.getfixturevalue("guestshell_http" if era == "2026-07-28" else "stateful_shell")
+    spec = spec_of(shell)
+    calls = CALLS if era == "2026-07-28" else [*CALLS, CONSULT]
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], int, str | None]:
         link = Link(spec)
         settings.REWIND_GATEWAY_RELAY = False
         unrelayed_link = link_for(spec)  # the operators' switch: the SDK's client sends every call
         relayed, unrelayed, direct = [], [], []
-        for name, arguments in CALLS:
+        for name, arguments in calls:
             relayed.append(await _through_link(link, name, arguments))
             unrelayed.append(await _through_link(unrelayed_link, name, arguments))
             direct.append(await _through_sdk(spec, name, arguments))
         assert link.relay is not None
         assert unrelayed_link.relay is None
-        count = link.relay.relayed
+        count, session_id = link.relay.relayed, link.relay.session_id
         link.discard()
         unrelayed_link.discard()
-        return relayed, unrelayed, direct, count
+        return relayed, unrelayed, direct, count, session_id
 
-    relayed, unrelayed, direct, count = run(scenario())
+    relayed, unrelayed, direct, count, session_id = run(scenario())
     assert relayed == direct
     assert unrelayed == direct
-    assert count == len(CALLS)  # every one went through the relay, none through the SDK's dispatcher
+    assert count == len(calls)  # every one went through the relay, none through the SDK's dispatcher
+    assert (session_id is None) == (era == "2026-07-28")  # a stateful server refuses a POST without it
     outcomes = [outcome for outcome, _ in relayed]
     assert outcomes[1]["structured_content"] == {"result": "relayed\n"}
     assert outcomes[2]["is_error"]
@@ -130,6 +159,10 @@ def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(guestshell_http: Gu
     slow_progress = relayed[4][1]
     assert [value for value, _, _ in slow_progress] == [1.0, 1.5]
     assert slow_progress[-1][2] == "1.5 of 1.5 s"
+    if era == "handshake":
+        assert outcomes[6]["structured_content"] == {
+            "result": "ping answered; elicitation refused: Elicitation not supported"
+        }
 
 
 # -- each way an upstream can answer the POST, byte by byte ---------------------------------------
@@ -310,24 +343,42 @@ class _SdkDispatcher:
 
     def __init__(self) -> None:
         self.sent: list[str] = []
+        self.notified: list[tuple[str, Any]] = []
+        self.dispatched: list[Any] = []
         self._closed = False
 
     async def send_raw_request(self, method: str, params: Any, opts: Any = None, **kwargs: Any) -> dict[str, Any]:
         self.sent.append(method)
         return {"from": "sdk"}
 
+    async def notify(self, method: str, params: Any, opts: Any = None) -> None:
+        self.notified.append((method, params))
 
-def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk() -> None:
+    async def _dispatch(self, item: Any, on_request: Any, on_notify: Any, sender_ctx: Any) -> None:
+        assert (on_request, on_notify) == ("the session's on_request", "the session's on_notify")
+        self.dispatched.append(item.message.model_dump(by_alias=True, exclude_none=True))
+
+
+def _dispatcher(relay: Relay) -> tuple[RelayingDispatcher, _SdkDispatcher]:
+    inner = _SdkDispatcher()
+    return RelayingDispatcher(inner, relay, "the session's on_request", "the session's on_notify"), inner
+
+
+HANDSHAKE = {MCP_PROTOCOL_VERSION_HEADER: "2025-11-25"}
+
+
+def test_only_a_stamped_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk() -> None:
     redirect = b"HTTP/1.1 307 Temporary Redirect\r\nLocation: /mcp/\r\nContent-Length: 0\r\n\r\n"
 
     async def scenario() -> tuple[list[Any], list[str], int]:
-        async with Scripted(redirect) as server:
+        async with Scripted(redirect, redirect) as server:
             relay = _relay(server.url)
             inner = _SdkDispatcher()
             dispatcher = RelayingDispatcher(inner, relay)
             handshake = {MCP_PROTOCOL_VERSION_HEADER: "2025-11-25"}
             answers = [
                 await dispatcher.send_raw_request("tools/list", {}, {"headers": dict(STAMP)}),
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {}),  # not stamped: the SDK's
                 await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": handshake}),
                 await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": dict(STAMP)}),
             ]
@@ -340,9 +391,9 @@ def test_only_a_2026_tools_call_is_relayed_and_a_redirect_goes_back_to_the_sdk()
             return answers, inner.sent, relay.relayed
 
     answers, sent, relayed = run(scenario())
-    assert answers == [{"from": "sdk"}] * 3
-    assert sent == ["tools/list", "tools/call", "tools/call"]  # the redirected one was resent by the SDK
-    assert relayed == 1
+    assert answers == [{"from": "sdk"}] * 4
+    assert sent == ["tools/list", "tools/call", "tools/call", "tools/call"]  # the redirected ones resent by the SDK
+    assert relayed == 2  # both revisions
 
 
 # -- a stream cut before its answer, resumed with Last-Event-ID as the SDK's transport resumes it -----
@@ -455,3 +506,136 @@ def test_a_stream_without_an_event_id_is_not_resumed() -> None:
     assert "SSE stream ended without a response" in ended.error.message
     assert issubclass(broke, httpx2.RemoteProtocolError)  # the link's "may have run"
     assert requests == 2  # no GET
+
+
+# -- a handshake-era session: its id, the server's requests, the courtesy cancellation --------------
+def test_a_handshake_call_carries_the_session_id_and_a_404_to_it_is_session_terminated() -> None:
+    async def scenario() -> tuple[MCPError, bytes, list[int]]:
+        hooked: list[int] = []
+        async with Scripted(_status(404, b"Session not found")) as server:
+            relay = _relay(server.url, hooked)
+            initialize = httpx2.Response(200, headers={"mcp-session-id": "s-1"})
+            await relay.learn_session(initialize)
+            await relay.learn_session(httpx2.Response(200, headers={"mcp-session-id": "s-2"}))  # the first one stays
+            dispatcher, _ = _dispatcher(relay)
+            with pytest.raises(MCPError) as raised:
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": dict(HANDSHAKE)})
+            return raised.value, server.requests[0][0], hooked
+
+    error, head, hooked = run(scenario())
+    assert "mcp-session-id: s-1" in head.decode().lower().split("\r\n")
+    assert (error.error.code, error.error.message) == (INVALID_REQUEST, "Session terminated")
+    assert hooked == [404]  # the link's hook sees it, and opens a new session for the call (tests/gateway/test_heal.py)
+
+
+def test_a_2026_call_never_carries_a_session_id() -> None:
+    async def scenario() -> bytes:
+        async with Scripted(ok(json.dumps(ANSWER).encode())) as server:
+            relay = _relay(server.url)
+            await relay.learn_session(httpx2.Response(200, headers={"mcp-session-id": "s-1"}))
+            await _call(relay)
+            return server.requests[0][0]
+
+    assert b"mcp-session-id" not in run(scenario()).lower()
+
+
+def test_what_the_stream_carries_besides_the_answer_and_the_calls_progress_goes_to_the_sdk() -> None:
+    ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+    log = {"jsonrpc": "2.0", "method": "notifications/message", "params": {"level": "info", "data": "x"}}
+    other_progress = {**_progress_event(3), "params": {"progressToken": 99, "progress": 3}}
+    events = [_event(ping), _event(_progress_event(1)), _event(log), _event(other_progress), _event(ANSWER)]
+
+    async def scenario() -> tuple[Any, list[Any], list[Any]]:
+        progress: list[Any] = []
+
+        async def note(value: float, total: float | None, message: str | None) -> None:
+            progress.append(value)
+
+        async with Scripted(_stream(*events)) as server:
+            dispatcher, inner = _dispatcher(_relay(server.url))
+            opts: Any = {"headers": dict(HANDSHAKE), "on_progress": note}
+            result = await dispatcher.send_raw_request("tools/call", {"name": "echo"}, opts)
+            return result, progress, inner.dispatched
+
+    result, progress, dispatched = run(scenario())
+    assert result == RESULT
+    assert progress == [1.0]
+    assert dispatched == [ping, log, other_progress]  # in the order they came, the SDK answers the ping
+
+
+@pytest.mark.parametrize("era", [HANDSHAKE, STAMP], ids=["handshake", "2026-07-28"])
+def test_a_call_given_up_is_handed_to_the_sdks_courtesy_cancellation(era: dict[str, str]) -> None:
+    """Timed out, or its caller cancelled: the SDK's dispatcher is told, as for its own requests (its
+    transport posts the cancellation on a handshake-era session and swallows it at 2026-07-28)."""
+
+    async def never(writer: asyncio.StreamWriter) -> bool:
+        await asyncio.sleep(30)
+        return True
+
+    async def scenario() -> tuple[MCPError, list[tuple[str, Any]], int]:
+        async with Scripted(never, never) as server:
+            dispatcher, inner = _dispatcher(_relay(server.url))
+            with pytest.raises(MCPError) as timed_out:
+                await dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": era, "timeout": 0.3})
+            task = asyncio.create_task(dispatcher.send_raw_request("tools/call", {"name": "echo"}, {"headers": era}))
+            while server.connections < 2:
+                await asyncio.sleep(0.01)
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            return timed_out.value, inner.notified, server.connections
+
+    timed_out, notified, connections = run(scenario())
+    assert timed_out.error.code == REQUEST_TIMEOUT
+    assert notified == [
+        ("notifications/cancelled", {"requestId": "relay-1", "reason": "timed out after 0.3s"}),
+        ("notifications/cancelled", {"requestId": "relay-2", "reason": "caller cancelled"}),
+    ]
+    assert connections == 2  # each POST's connection was dropped, never reused
+
+
+# -- an answered stream is read to its end, so that its connection is kept ----------------------------
+def _chunked_stream(*events: bytes) -> bytes:
+    """An answer stream as SDK servers send it: chunked, its end a chunk of its own after the answer."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
+
+
+def _left_open(*events: bytes) -> Any:
+    """An answer stream the server keeps open after the answer."""
+
+    async def reply(writer: asyncio.StreamWriter) -> bool:
+        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+        writer.write(head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events))
+        await writer.drain()
+        await asyncio.sleep(30)
+        return True
+
+    return reply
+
+
+def test_an_answered_stream_is_read_to_its_end_and_its_connection_used_again() -> None:
+    answer = _chunked_stream(_event(_progress_event(1)), _event(ANSWER))
+
+    async def scenario() -> tuple[list[Any], int]:
+        async with Scripted(answer, answer, answer) as server:
+            relay = _relay(server.url)
+            return [await _call(relay) for _ in range(3)], server.connections
+
+    results, connections = run(scenario())
+    assert results == [RESULT] * 3
+    assert connections == 1
+
+
+def test_a_server_that_keeps_its_answered_streams_open_is_not_waited_for_again() -> None:
+    async def scenario() -> tuple[list[Any], int, float]:
+        answer = _event(ANSWER)
+        async with Scripted(_left_open(answer), _left_open(answer), ok(json.dumps(ANSWER).encode())) as server:
+            relay = _relay(server.url)
+            results = [await _call(relay) for _ in range(3)]
+            return results, server.connections, relay._end_wait_s
+
+    results, connections, end_wait_s = run(scenario())
+    assert results == [RESULT] * 3  # each answered at its answer, the stream left open or not
+    assert end_wait_s == 0.0
+    assert connections == 3  # each stream left open is closed with its connection
