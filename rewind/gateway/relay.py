@@ -86,6 +86,7 @@ RELAYED_METHOD = "tools/call"
 SESSION_HEADER = "mcp-session-id"
 ABANDON_S = 5.0  # the SDK dispatcher's own bound on its courtesy cancellation's write
 END_WAIT_S = 0.25  # how long an answered stream is read on for its end (``Relay._read_to_the_end``)
+_BEFORE_DEADLINE_S = 0.05  # and how long before the call's timeout that stops at the latest
 MAX_SSE_EVENT_BYTES = 1024 * 1024  # the SDK transport's own bound on one event
 # The streamable HTTP transport's own headers on every POST (its ``_prepare_headers``).
 _TRANSPORT_HEADERS = (("accept", "application/json, text/event-stream"), ("content-type", "application/json"))
@@ -123,6 +124,7 @@ class _Call(NamedTuple):
     id: str
     on_progress: ProgressFnT | None
     peer: Peer | None
+    deadline: float | None  # the event loop's time at which the call times out
 
 
 class Relay:
@@ -155,10 +157,13 @@ class Relay:
         self, params: Mapping[str, Any] | None, opts: CallOptions, peer: Peer | None = None
     ) -> dict[str, Any]:
         """What the SDK's dispatcher returns for the request: its result; raises ``MCPError`` as it does."""
-        call = _Call(f"relay-{next(self._ids)}", opts.get("on_progress"), peer)  # never an int: the SDK mints those
+        timeout = opts.get("timeout")
+        deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
+        call = _Call(
+            f"relay-{next(self._ids)}", opts.get("on_progress"), peer, deadline
+        )  # never an int: the SDK mints those
         request = self._request(call, params, opts)
         self.relayed += 1
-        timeout = opts.get("timeout")
         try:
             async with asyncio.timeout(timeout):
                 answer = await self._exchange(request, call)
@@ -262,7 +267,7 @@ class Relay:
                 except ValidationError as exc:
                     return _error(call.id, PARSE_ERROR, f"Failed to parse SSE message: {exc}")
                 if isinstance(message, JSONRPCResponse | JSONRPCError):
-                    await self._read_to_the_end(events)
+                    await self._read_to_the_end(events, call)
                     return message  # the POST's stream answers this request, whatever id it quotes
                 if not await _progress(message, call):
                     await _deliver(message, call)
@@ -276,23 +281,28 @@ class Relay:
             return _Cut(last_id, retry_ms)  # a resumed stream that ended on no new event is resumed again
         return _error(call.id, CONNECTION_CLOSED, "SSE stream ended without a response")
 
-    async def _read_to_the_end(self, events: AsyncIterator[Any]) -> None:
+    async def _read_to_the_end(self, events: AsyncIterator[Any], call: _Call) -> None:
         """Read on to an answered stream's end, briefly, so that its connection is kept.
 
         A server ends the stream just after the answer, but a body left before its end cannot be
         reused: closing it there cost a new connection (a TLS handshake) per call on every
         handshake-era upstream, whose answers are streams. A server that keeps an answered stream
         open past ``END_WAIT_S`` is not waited for again: its streams are closed at the answer.
+        The wait ends well before the call's own timeout, which would turn the answer into none.
         """
-        if not self._end_wait_s:
+        wait = self._end_wait_s
+        if call.deadline is not None:
+            wait = min(wait, call.deadline - asyncio.get_running_loop().time() - _BEFORE_DEADLINE_S)
+        if wait <= 0:
             return
         try:
-            async with asyncio.timeout(self._end_wait_s):
+            async with asyncio.timeout(wait):
                 async for _ in events:
                     pass  # what follows the answer: nothing the call waits for
         except TimeoutError:
-            self._end_wait_s = 0.0
-            logger.info("relay: an answered stream stayed open past %g s; later ones are closed at once", END_WAIT_S)
+            if wait == self._end_wait_s:  # not cut short by the call's deadline: the server keeps them open
+                self._end_wait_s = 0.0
+                logger.info("relay: an answered stream stayed open past %g s; later ones are closed at once", wait)
         except (httpx2.TransportError, httpx2.SSEError):
             pass  # it broke after the answer: the answer stands, the connection is closed
 

@@ -639,3 +639,17 @@ def test_a_server_that_keeps_its_answered_streams_open_is_not_waited_for_again()
     assert results == [RESULT] * 3  # each answered at its answer, the stream left open or not
     assert end_wait_s == 0.0
     assert connections == 3  # each stream left open is closed with its connection
+
+
+def test_reading_on_after_the_answer_never_turns_it_into_a_timeout() -> None:
+    """The call's own timeout falls inside the wait for the stream's end: the answer stands."""
+
+    async def scenario() -> tuple[Any, float]:
+        async with Scripted(_left_open(_event(ANSWER))) as server:
+            relay = _relay(server.url)
+            result = await _call(relay, timeout=0.2)
+            return result, relay._end_wait_s
+
+    result, end_wait_s = run(scenario())
+    assert result == RESULT
+    assert end_wait_s > 0  # cut short by the call's deadline, not a server that keeps streams open
