@@ -159,9 +159,8 @@ class Relay:
         """What the SDK's dispatcher returns for the request: its result; raises ``MCPError`` as it does."""
         timeout = opts.get("timeout")
         deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
-        call = _Call(
-            f"relay-{next(self._ids)}", opts.get("on_progress"), peer, deadline
-        )  # never an int: the SDK mints those
+        # The id is never an integer: the SDK's dispatcher mints those for the session's own requests.
+        call = _Call(f"relay-{next(self._ids)}", opts.get("on_progress"), peer, deadline)
         request = self._request(call, params, opts)
         self.relayed += 1
         try:
