@@ -2,7 +2,7 @@
 """Benchmark: calls through the gateway beside the same calls made straight to the upstream.
 
     .venv/bin/python bench/gateway.py [--clients 16] [--seconds 4] [--rounds 3] [--guarded 8] [--production]
-                                      [--quick] [--json F]
+                                      [--handshake] [--quick] [--json F]
 
 All on 127.0.0.1, every process bounded and stopped at the end: a fresh state folder (SQLite +
 filesystem broker; with --production a PostgreSQL and a Redis of the run's own instead, and
@@ -27,6 +27,12 @@ uvicorn (one worker) and one Celery worker for the guards.
    opposite order (c, b, a): a guard's ZVM calls queue behind the guard's before it in the site's
    request cap, so whichever guard goes second waits about 250 ms longer (in a fixed order the
    ratio below swung from 0.92 to 1.40 between runs of one build). Target: p50(c) ≤ 1.1 x (p50(a) + p50(b)).
+
+With --handshake the guest shell speaks only the handshake era (``--stateful``: 2025-11-25, a
+session per client, answers as SSE streams), as most MCP servers do: the direct clients open a
+session each, the gateway's link relays to it (``rewind.gateway.relay``), and part 2, whose cost
+does not depend on the upstream's era, is left out. Its figures' names end in "(handshake-era
+upstream)", so they never compare with the default run's.
 
 Prints figures and ratios measured in this one run; no thresholds are asserted. The load
 generator shares the machine's cores with the servers; read the figures as relative.
@@ -67,6 +73,7 @@ from bench.figures import Report, parse_args, spread_of
 from bench.mcp_find import PROTOCOL, Result, call_body, call_ok, load, make_agent, start_uvicorn
 
 GUEST_READY = "guestshell ready on "
+HANDSHAKE_SHAPE = " (handshake-era upstream)"  # after each figure's name with --handshake
 # What the gateway's own CPU per forwarded call is made of (py-spy --gil of the gateway, 1 client),
 # for the table's "what bounds them": its figures are in the closing notes of issue 26.
 FORWARD_BOUND = (
@@ -78,10 +85,10 @@ FORWARD_BOUND = (
 NGINX = "/etc/nginx/nginx.conf"
 
 
-def start_guest_shell(work: Path, sim_url: str, token: str) -> tuple[Proc, str]:
+def start_guest_shell(work: Path, sim_url: str, token: str, *, handshake: bool = False) -> tuple[Proc, str]:
     cmd = [
         PYTHON, "-m", "tests.gateway.guestshell", "--http", "--port", "0", "--sim-url", sim_url,
-        "--ca-bundle", str(work / "certs" / "ca.pem"), "--token", token,
+        "--ca-bundle", str(work / "certs" / "ca.pem"), "--token", token, *(["--stateful"] if handshake else []),
     ]  # fmt: skip
     proc = Proc("guestshell", cmd, log=work / "guestshell.log", cwd=REPO, env={**os.environ, "PYTHONUNBUFFERED": "1"})
     out = proc.wait_for_output(GUEST_READY, timeout=START_TIMEOUT)
@@ -216,8 +223,14 @@ def main() -> None:
         "--guarded", type=int, default=8, help="guarded calls (and guards alone) measured; 0 skips part 2"
     )
     parser.add_argument("--production", action="store_true", help=PRODUCTION_HELP)
+    parser.add_argument(
+        "--handshake",
+        action="store_true",
+        help="the upstream speaks only the handshake era (2025-11-25, a session per client), as most servers do",
+    )
     args = parse_args(parser, quick={"seconds": 2.0, "rounds": 2, "warmup": 1.0, "guarded": 4})
-    report = Report("gateway", args, shape=PRODUCTION_SHAPE if args.production else "")
+    shape = (PRODUCTION_SHAPE if args.production else "") + (HANDSHAKE_SHAPE if args.handshake else "")
+    report = Report("gateway", args, shape=shape)
 
     work = fresh_dir(REPO / "var" / "bench-gateway")
     with contextlib.ExitStack() as stack:
@@ -233,7 +246,7 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         procs.append(sim)
         register_sites(sim_url, ["site-a", "site-b"])
         shell_token = "bench-upstream-token"
-        shell, shell_url = start_guest_shell(work, sim_url, shell_token)
+        shell, shell_url = start_guest_shell(work, sim_url, shell_token, handshake=args.handshake)
         procs.append(shell)
         add_upstream(shell_url, shell_token)
         token = make_agent()
@@ -255,19 +268,37 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             direct: list[Result] = []
             gateway: list[Result] = []
             for _ in range(args.rounds):
-                for label, url, tok, tool, out in (
-                    (f"direct read_file, {clients} clients", shell_url, shell_token, "read_file", direct),
+                for label, url, tok, tool, out, handshake in (
+                    (
+                        f"direct read_file, {clients} clients",
+                        shell_url,
+                        shell_token,
+                        "read_file",
+                        direct,
+                        args.handshake,
+                    ),
                     (
                         f"gateway guestshell__read_file, {clients} clients",
                         app_url,
                         token,
                         "guestshell__read_file",
                         gateway,
+                        False,  # agents speak 2026-07-28 to the gateway either way
                     ),
                 ):
                     before = cpu_of(servers_cpu)
                     result = asyncio.run(
-                        load(label, url, tok, tool, lambda _n: read, clients, args.seconds, args.warmup)
+                        load(
+                            label,
+                            url,
+                            tok,
+                            tool,
+                            lambda _n: read,
+                            clients,
+                            args.seconds,
+                            args.warmup,
+                            handshake=handshake,
+                        )
                     )
                     spent = {name: cpu - before[name] for name, cpu in cpu_of(servers_cpu).items()}
                     print(result.line() + cpu_line(spent, result.sent), flush=True)
@@ -287,7 +318,7 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             print(cpu_line_of(rounds, clients) + "\n", flush=True)
             report_pass_through(report, clients, direct, gateway, rounds, single=clients == 1)
 
-        if args.guarded:
+        if args.guarded and not args.handshake:  # what a guard costs does not depend on the upstream's era
             measure_guarded(args, app_url, token, shell_url, shell_token, report)
         report.write()
     finally:

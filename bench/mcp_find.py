@@ -67,6 +67,7 @@ from bench._common import (
 from bench.figures import Report, parse_args, spread_of
 
 PROTOCOL = "2026-07-28"
+HANDSHAKE_PROTOCOL = "2025-11-25"
 
 
 # --- the bare SDK server (uvicorn --factory bench.mcp_find:echo_app) ----------------------------
@@ -191,16 +192,39 @@ class Result:
         return (self.server_cpu_s or 0.0) * 1000 / max(1, self.sent)
 
 
-def call_body(rpc_id: int, tool: str, arguments: dict[str, Any]) -> bytes:
-    meta = {"io.modelcontextprotocol/protocolVersion": PROTOCOL, "io.modelcontextprotocol/clientCapabilities": {}}
-    return json.dumps(
-        {
-            "jsonrpc": "2.0",
-            "id": rpc_id,
-            "method": "tools/call",
-            "params": {"name": tool, "arguments": arguments, "_meta": meta},
+def call_body(rpc_id: int, tool: str, arguments: dict[str, Any], *, handshake: bool = False) -> bytes:
+    """A ``tools/call``; at 2026-07-28 its ``_meta`` names the revision, in the handshake era the session did."""
+    params: dict[str, Any] = {"name": tool, "arguments": arguments}
+    if not handshake:
+        params["_meta"] = {
+            "io.modelcontextprotocol/protocolVersion": PROTOCOL,
+            "io.modelcontextprotocol/clientCapabilities": {},
         }
-    ).encode()
+    return json.dumps({"jsonrpc": "2.0", "id": rpc_id, "method": "tools/call", "params": params}).encode()
+
+
+async def handshake_session(http: Any, url: str, headers: dict[str, str]) -> dict[str, str]:
+    """Open a handshake-era session (``initialize``, then ``notifications/initialized``) and
+    return the headers each of its calls carries: the session id and the negotiated revision."""
+    hello = {
+        "jsonrpc": "2.0",
+        "id": 0,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": HANDSHAKE_PROTOCOL,
+            "capabilities": {},
+            "clientInfo": {"name": "bench", "version": "1"},
+        },
+    }
+    opening = {k: v for k, v in headers.items() if not k.lower().startswith("mcp-")}
+    resp = await http.post(url, content=json.dumps(hello).encode(), headers=opening)
+    session_id = resp.headers.get("mcp-session-id")
+    if resp.status_code != 200 or not session_id:
+        raise RuntimeError(f"initialize failed: HTTP {resp.status_code}: {resp.text[:300]}")
+    session = {**opening, "MCP-Protocol-Version": HANDSHAKE_PROTOCOL, "Mcp-Session-Id": session_id}
+    done = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
+    await http.post(url, content=done, headers=session)
+    return session
 
 
 def call_ok(status: int, text: str) -> bool:
@@ -221,7 +245,10 @@ async def load(
     clients: int,
     seconds: float,
     warmup: float,
+    *,
+    handshake: bool = False,
 ) -> Result:
+    """``clients`` loops of ``tools/call`` POSTs; ``handshake``: each client in a session of its own."""
     import httpx2
 
     headers = {
@@ -242,10 +269,12 @@ async def load(
 
     async def client(http: Any) -> None:
         nonlocal errors
+        sent_with = await handshake_session(http, url, headers) if handshake else headers
         while (now := time.monotonic()) < end:
             n = next(counter)
             t0 = time.perf_counter()
-            resp = await http.post(url, content=call_body(n, tool, arguments(n)), headers=headers)
+            body = call_body(n, tool, arguments(n), handshake=handshake)
+            resp = await http.post(url, content=body, headers=sent_with)
             ms = (time.perf_counter() - t0) * 1000
             ok = call_ok(resp.status_code, resp.text)
             if now >= measure_from:
