@@ -58,6 +58,39 @@ def test_an_http_upstream_that_restarted_is_used_again_by_the_next_call(
     assert len(shell.calls()) == 10  # every call ran once: the one refused on a forgotten session was sent again
 
 
+def test_an_http_upstream_killed_during_a_call_says_it_may_have_run_and_is_used_again_once_restarted(
+    tmp_path: Path, sim_server: SimServer, sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
+) -> None:
+    """A handshake-era upstream (its calls relayed, its answers streams) dies mid-call: whether the
+    call ran is unknown, and said so; once it is back, the next calls open a new session."""
+    _agent, token = agent_token
+    with run_guestshell(tmp_path / "shell", sim_server, "--stateful", token="gs-" + secrets.token_urlsafe(8)) as shell:
+        add_http_upstream(shell, name="killed")
+        cut: list[Any] = []
+        slow = threading.Thread(
+            target=lambda: cut.append(call_tool(mcp_client, token, "killed__slow", {"seconds": 30}))
+        )
+        slow.start()
+        wait_until(lambda: [c for c in shell.calls() if c["tool"] == "slow"], 60, what="the slow call received")
+        shell.proc.kill()
+        slow.join(60)
+        assert not slow.is_alive()
+        text = tool_text(cut[0])
+        assert cut[0].is_error
+        assert "may or may not have run" in text, text
+        assert _outcome(cut[0]) == "upstream_failed"
+
+        shell.start_again()
+
+        def read() -> Any:
+            result = _read(mcp_client, token, "killed__read_file")
+            return result if not result.is_error else None
+
+        after = wait_until(read, 60, what="a call through the restarted upstream", every=0.5)
+    assert _outcome(after) == "ok"
+    assert [c["tool"] for c in shell.calls()][-1] == "read_file"
+
+
 def _stdio_children(record: Path) -> list[int]:
     """The guest shell processes started for this test's stdio upstream (its record file is its own)."""
     found = []
