@@ -12,6 +12,7 @@ import os
 import secrets
 import signal
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +42,24 @@ def _outcome(result: Any) -> str:
     return GatewayCall.objects.get(call_id=result.meta["zerto-rewind/call_id"]).outcome
 
 
+def _assert_cut_says_it_may_have_run(
+    mcp_client: Any, token: str, tool: str, received: Callable[[], list[dict[str, Any]]], kill: Callable[[], None]
+) -> None:
+    """A 30 s ``slow`` call whose upstream is killed once it received the call: the agent is told it
+    may or may not have run."""
+    cut: list[Any] = []
+    slow = threading.Thread(target=lambda: cut.append(call_tool(mcp_client, token, tool, {"seconds": 30})))
+    slow.start()
+    wait_until(lambda: [c for c in received() if c["tool"] == "slow"], 60, what="the slow call received")
+    kill()
+    slow.join(60)
+    assert not slow.is_alive()
+    text = tool_text(cut[0])
+    assert cut[0].is_error
+    assert "may or may not have run" in text, text
+    assert _outcome(cut[0]) == "upstream_failed"
+
+
 def test_an_http_upstream_that_restarted_is_used_again_by_the_next_call(
     tmp_path: Path, sim_server: SimServer, sim: Any, mcp_sites: Any, agent_token: Any, mcp_client: Any
 ) -> None:
@@ -66,19 +85,7 @@ def test_an_http_upstream_killed_during_a_call_says_it_may_have_run_and_is_used_
     _agent, token = agent_token
     with run_guestshell(tmp_path / "shell", sim_server, "--stateful", token="gs-" + secrets.token_urlsafe(8)) as shell:
         add_http_upstream(shell, name="killed")
-        cut: list[Any] = []
-        slow = threading.Thread(
-            target=lambda: cut.append(call_tool(mcp_client, token, "killed__slow", {"seconds": 30}))
-        )
-        slow.start()
-        wait_until(lambda: [c for c in shell.calls() if c["tool"] == "slow"], 60, what="the slow call received")
-        shell.proc.kill()
-        slow.join(60)
-        assert not slow.is_alive()
-        text = tool_text(cut[0])
-        assert cut[0].is_error
-        assert "may or may not have run" in text, text
-        assert _outcome(cut[0]) == "upstream_failed"
+        _assert_cut_says_it_may_have_run(mcp_client, token, "killed__slow", shell.calls, shell.proc.kill)
 
         shell.start_again()
 
@@ -142,17 +149,9 @@ def test_a_stdio_upstream_whose_command_died_is_started_again_and_a_call_cut_by_
     assert set(_stdio_children(command.record)).isdisjoint(started)
 
     # A command that dies while it runs a call: whether that call ran is unknown, and said so.
-    cut: list[Any] = []
-    slow = threading.Thread(target=lambda: cut.append(call_tool(mcp_client, token, "shelled__slow", {"seconds": 30})))
-    slow.start()
-    wait_until(lambda: [c for c in command.calls() if c["tool"] == "slow"], 60, what="the slow call received")
-    _kill_all(_stdio_children(command.record))
-    slow.join(60)
-    assert not slow.is_alive()
-    text = tool_text(cut[0])
-    assert cut[0].is_error
-    assert "may or may not have run" in text, text
-    assert _outcome(cut[0]) == "upstream_failed"
+    _assert_cut_says_it_may_have_run(
+        mcp_client, token, "shelled__slow", command.calls, lambda: _kill_all(_stdio_children(command.record))
+    )
 
 
 def test_a_guarded_call_to_an_upstream_that_does_not_answer_is_refused_before_any_checkpoint(

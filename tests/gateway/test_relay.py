@@ -409,17 +409,35 @@ def _stream(*events: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
 
-def _broken_stream(*events: bytes) -> Any:
-    """A stream that sends its events, then hangs up inside its chunked body."""
+def _unfinished_stream(*events: bytes) -> bytes:
+    """An answer stream's head and its events as chunks, without the chunk that ends it."""
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events)
 
+
+def _chunked_stream(*events: bytes) -> bytes:
+    """An answer stream as SDK servers send it: chunked, its end a chunk of its own after the answer."""
+    return _unfinished_stream(*events) + b"0\r\n\r\n"
+
+
+def _sent_then_hung_up(data: bytes, *, after_s: float = 0.0) -> Any:
     async def reply(writer: asyncio.StreamWriter) -> bool:
-        body = b"".join(events)
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-        writer.write(head + b"%x\r\n%s\r\n" % (len(body), body))
+        writer.write(data)
         await writer.drain()
+        await asyncio.sleep(after_s)
         return True
 
     return reply
+
+
+def _broken_stream(*events: bytes) -> Any:
+    """A stream that sends its events, then hangs up inside its chunked body."""
+    return _sent_then_hung_up(_unfinished_stream(*events))
+
+
+def _left_open(*events: bytes) -> Any:
+    """An answer stream the server keeps open after the answer."""
+    return _sent_then_hung_up(_unfinished_stream(*events), after_s=30)
 
 
 def _progress_event(value: int) -> dict[str, Any]:
@@ -595,25 +613,6 @@ def test_a_call_given_up_is_handed_to_the_sdks_courtesy_cancellation(era: dict[s
 
 
 # -- an answered stream is read to its end, so that its connection is kept ----------------------------
-def _chunked_stream(*events: bytes) -> bytes:
-    """An answer stream as SDK servers send it: chunked, its end a chunk of its own after the answer."""
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    return head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
-
-
-def _left_open(*events: bytes) -> Any:
-    """An answer stream the server keeps open after the answer."""
-
-    async def reply(writer: asyncio.StreamWriter) -> bool:
-        head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-        writer.write(head + b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events))
-        await writer.drain()
-        await asyncio.sleep(30)
-        return True
-
-    return reply
-
-
 def test_an_answered_stream_is_read_to_its_end_and_its_connection_used_again() -> None:
     answer = _chunked_stream(_event(_progress_event(1)), _event(ANSWER))
 
