@@ -105,6 +105,13 @@ def echo_handshake_app() -> Any:
     return HandshakeOnly(app)
 
 
+def serve_echo_stdio() -> None:
+    """The same echo over stdin/stdout, as a stdio upstream runs (``python -c`` starts it)."""
+    server = MCPServer(name="echo")
+    server.tool()(echo)
+    server.run("stdio")
+
+
 # --- processes ------------------------------------------------------------------------------------
 def start_uvicorn(
     name: str, target: str, env: dict[str, str], work: Path, workers: int, factory: bool = False

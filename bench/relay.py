@@ -1,12 +1,12 @@
 #!/usr/bin/env python
-"""Benchmark: what the gateway's client spends per forwarded call, eight ways side by side.
+"""Benchmark: what the gateway's client spends per forwarded call, ten ways side by side.
 
     .venv/bin/python bench/relay.py [--calls 1500] [--rounds 3] [--quick] [--json F]
 
 The gateway forwards a tool call through a link (``rewind.gateway.links``): the official SDK's
 client session, and below it, for an HTTP upstream, a ``tools/call`` posted by the
 gateway itself (``rewind.gateway.relay``) instead of the SDK's dispatcher, streamable HTTP
-transport and httpx client. This measures eight clients against the bare SDK echo server
+transport and httpx client. This measures ten clients against the bare SDK echo server
 (``bench.mcp_find.echo_app``, its own uvicorn process, and the same server speaking only the
 handshake era with a session, ``bench.mcp_find.echo_handshake_app``), one call after another,
 alternating in each round:
@@ -19,11 +19,14 @@ alternating in each round:
   neither the SDK's session nor httpx's client above it: the floor of any relay;
 - the gateway's link as it forwards now (the SDK's session, the relay below it, a progress
   callback as every forwarded call has), and the same link with ``REWIND_GATEWAY_RELAY=false``;
-- the same two links to the handshake-era server (2025-11-25, a session id on every call).
+- the same two links to the handshake-era server (2025-11-25, a session id on every call);
+- the gateway's link to the same echo over stdio (``bench.mcp_find.serve_echo_stdio``, started by
+  the link as a stdio upstream is), which is never relayed, and a bare relay on the pipes of such a
+  child: each call one line written and one line read, the floor of any stdio relay.
 
 Printed: this process's CPU per call for each, what the relay takes off the link's CPU per call,
-what the wire and the bare relays take off the first client's, and the wall p50 of each. No
-thresholds are asserted.
+what a stdio relay could take off at most, what the wire and the bare relays take off the first
+client's, and the wall p50 of each. No thresholds are asserted.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -113,24 +117,38 @@ async def relay_on_wire(url: str, calls: int) -> tuple[float, float]:
         return await _timed(calls, one)
 
 
-async def gateway_link(url: str, calls: int, *, relay: bool) -> tuple[float, float]:
-    """The gateway's own ``Link`` (its session, its progress callback, as ``forward._send`` calls it),
-    relaying ``tools/call`` itself (``rewind.gateway.relay``) or, with ``REWIND_GATEWAY_RELAY=false``, not."""
-    from rewind.gateway.links import Link, UpstreamSpec
+# The same echo over stdio, started as the gateway starts a stdio upstream (only the SDK's safe
+# variables are passed on, so the repository is named in PYTHONPATH).
+STDIO = "stdio"
+STDIO_COMMAND = (sys.executable, "-c", "from bench.mcp_find import serve_echo_stdio; serve_echo_stdio()")
+STDIO_ENV = (("PYTHONPATH", str(REPO)),)
 
-    spec = UpstreamSpec(
+
+def _spec(url: str) -> Any:
+    from rewind.gateway.links import UpstreamSpec
+
+    stdio = url == STDIO
+    return UpstreamSpec(
         pk=1,
         name="echo",
-        transport="http",
-        url=url,
+        transport="stdio" if stdio else "http",
+        url="" if stdio else url,
         headers=(),
-        command=(),
-        env=(),
+        command=STDIO_COMMAND if stdio else (),
+        env=STDIO_ENV if stdio else (),
         connect_timeout_s=5.0,
         call_timeout_s=30.0,
         version="1",
     )
-    link = Link(spec, relay=relay)
+
+
+async def gateway_link(url: str, calls: int, *, relay: bool) -> tuple[float, float]:
+    """The gateway's own ``Link`` (its session, its progress callback, as ``forward._send`` calls it),
+    relaying ``tools/call`` itself (``rewind.gateway.relay``) or, with ``REWIND_GATEWAY_RELAY=false``, not.
+    Over stdio (``url`` is ``STDIO``) a link never relays."""
+    from rewind.gateway.links import Link
+
+    link = Link(_spec(url), relay=relay)
 
     async def progress(progress: float, total: float | None, message: str | None) -> None:
         return None
@@ -143,6 +161,38 @@ async def gateway_link(url: str, calls: int, *, relay: bool) -> tuple[float, flo
     finally:
         link.discard()
         await asyncio.sleep(0.05)  # let the session's task close its connections
+
+
+async def relay_on_pipe(url: str, calls: int) -> tuple[float, float]:
+    """The floor of any stdio relay: each ``tools/call`` written as one line to the child's stdin and
+    its answer read as one line from its stdout, parsed into the SDK's ``CallToolResult``; no SDK client."""
+    from mcp_types import CallToolResult
+
+    child = await asyncio.create_subprocess_exec(
+        *STDIO_COMMAND,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", ""), **dict(STDIO_ENV)},
+    )
+    assert child.stdin is not None, "started with a pipe"
+    assert child.stdout is not None, "started with a pipe"
+    stdin, stdout = child.stdin, child.stdout
+
+    async def one(i: int) -> CallToolResult:
+        stdin.write(call_body(i, "echo", {"text": "hi"}) + b"\n")
+        await stdin.drain()
+        while True:  # a server may log or notify on the same pipe: the answer is the line with our id
+            message = json.loads(await stdout.readline())
+            if message.get("id") == i:
+                return CallToolResult.model_validate(message["result"])
+
+    try:
+        for i in range(WARM_UP):
+            await one(i)
+        return await _timed(calls, one)
+    finally:
+        stdin.close()
+        await child.wait()
 
 
 async def _timed(calls: int, call: Any) -> tuple[float, float]:
@@ -171,8 +221,10 @@ ARMS: dict[str, tuple[str, Any]] = {
         "handshake",
         lambda url, calls: gateway_link(url, calls, relay=False),
     ),
+    "the gateway's link over stdio": (STDIO, lambda url, calls: gateway_link(url, calls, relay=False)),
+    "a bare relay on the stdio pipes": (STDIO, relay_on_pipe),
 }
-BEFORE, GATEWAY, RELAY, RAW, LINK, LINK_SDK, OLD_LINK, OLD_LINK_SDK = ARMS
+BEFORE, GATEWAY, RELAY, RAW, LINK, LINK_SDK, OLD_LINK, OLD_LINK_SDK, PIPE_LINK, PIPE_RAW = ARMS
 
 
 def main() -> None:
@@ -182,17 +234,16 @@ def main() -> None:
     args = parse_args(parser, QUICK)
     report = Report("relay", args)
     work = fresh_dir(REPO / "var" / "bench-relay")
-    import os
-
     servers = {
         name: start_uvicorn(name, f"bench.mcp_find:{app}", dict(os.environ), work, 1, factory=True)
         for name, app in (("echo", "echo_app"), ("handshake", "echo_handshake_app"))
     }
+    urls = {name: url for name, (_, url) in servers.items()} | {STDIO: STDIO}
     runs: dict[str, list[tuple[float, float]]] = {arm: [] for arm in ARMS}
     try:
         for n in range(args.rounds):
             for arm, (server, client) in ARMS.items():
-                runs[arm].append(asyncio.run(client(servers[server][1], args.calls)))
+                runs[arm].append(asyncio.run(client(urls[server], args.calls)))
             said = ", ".join(f"{arm} {r[-1][0]:.2f} ms CPU/call (p50 {r[-1][1]:.2f} ms)" for arm, r in runs.items())
             print(f"round {n + 1}: {said}", flush=True)
     finally:
@@ -210,6 +261,16 @@ def main() -> None:
             spread=spread_of([c for c, _ in runs[link]]),
             note=f"the relay takes off {statistics.median(saved_by_relay):.2f} ms per call",
         )
+    saved_on_pipe = [b[0] - a[0] for b, a in zip(runs[PIPE_LINK], runs[PIPE_RAW], strict=True)]
+    report.add(
+        "client CPU per call, the gateway's link over stdio",
+        cpu[PIPE_LINK],
+        "ms",
+        reference=cpu[PIPE_RAW],
+        reference_name=PIPE_RAW,
+        spread=spread_of([c for c, _ in runs[PIPE_LINK]]),
+        note=f"a stdio relay could take off {statistics.median(saved_on_pipe):.2f} ms per call at most",
+    )
     for arm in (GATEWAY, RELAY, RAW):
         report.add(
             f"client CPU per call, {arm}",

@@ -45,8 +45,9 @@ What the POST and its answer get, as the SDK's transport gives them:
   session and nothing on a 2026-07-28 one, as for its own requests;
 - a connection that cannot be opened, or breaks, raises httpx's own error, as the SDK's would.
 
-Stdio sessions are not relayed: the SDK's client writes to the child's pipe, with no HTTP layers
-to save.
+Stdio sessions are not relayed: one reader owns the child's stdout, and it is the SDK's
+(``mcp.client.stdio``), so a relay there means a stdio client of our own. ``bench/relay.py``
+measures what it could save: the SDK's client over stdio beside a bare relay on the pipes.
 """
 
 from __future__ import annotations
