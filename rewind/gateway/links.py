@@ -20,10 +20,12 @@ What counts as broken, and what a call is then told:
 ``ready()`` asks the upstream for a ping over the session (reopened once if it broke): a guarded
 call asks it before a checkpoint is spent on a call that could not be forwarded.
 
-On an HTTP session, each ``tools/call`` is posted by ``rewind.gateway.relay`` on the link's own
-connections, below the SDK's session, which still stamps it, checks its answer and answers what
-the upstream asks in between (``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it); every
-other message, and every call over stdio, goes through the SDK's client whole.
+Each ``tools/call`` is relayed (``rewind.gateway.relay``), below the SDK's session, which still
+stamps it, checks its answer and answers what the upstream asks in between: on an HTTP session
+posted on the link's own connections, on a stdio one written to the child's stdin and its answer
+taken from the link's own reader of the child's stdout (``rewind.gateway.pipes``).
+``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it. Every other message goes through the
+SDK's client whole.
 
 One-off sessions (``open_client``) serve the admin's "test connection" and the tool-list refresh,
 which run in sync code under ``asyncio.run``.
@@ -58,7 +60,8 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.errors import ApplicationError
-from rewind.gateway.relay import SESSION_HEADER, Relay, RelayingDispatcher
+from rewind.gateway.pipes import relayed_stdio
+from rewind.gateway.relay import SESSION_HEADER, PipeRelay, Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport, upstream_transport
 
 logger = logging.getLogger(__name__)
@@ -168,7 +171,7 @@ class Link:
         self.spec = spec
         self._relay_wanted = relay  # REWIND_GATEWAY_RELAY: off, the SDK's client sends every call
         self._client: Client | None = None
-        self.relay: Relay | None = None  # the session's, when its tools/call are relayed (rewind.gateway.relay)
+        self.relay: Relay | PipeRelay | None = None  # the session's, when its tools/call are relayed
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._session_lost = False  # the upstream answered 404 to our session id since the last send
@@ -217,12 +220,8 @@ class Link:
     async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                target = _target(self.spec, stack, self._note_response)
-                relay: Relay | None = None
-                if target.http is not None and target.transport is not None and self._relay_wanted:
-                    relay = Relay(self.spec.url, target.http, target.transport, self._note_response)
-                    target.http.event_hooks["response"].append(relay.learn_session)  # before initialize is sent
-                client = Client(target.sdk, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
+                sdk, relay = self._relayed(_target(self.spec, stack, self._note_response))
+                client = Client(sdk, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
                 await stack.enter_async_context(client)
                 if relay is not None:
                     # The session's seam for its dispatcher is its constructor, which Client calls
@@ -243,6 +242,20 @@ class Link:
         finally:
             if self._stop is stop:
                 self._client = None
+
+    def _relayed(self, target: _Target) -> tuple[Any, Relay | PipeRelay | None]:
+        """What the SDK's client connects to, and the relay its ``tools/call`` go through (None: the SDK's
+        client sends them: ``REWIND_GATEWAY_RELAY=false``, or an HTTP upstream behind a proxy)."""
+        if not self._relay_wanted:
+            return target.sdk, None
+        if isinstance(target.sdk, StdioServerParameters):
+            pipe = PipeRelay()
+            return relayed_stdio(target.sdk, pipe), pipe
+        if target.http is None or target.transport is None:
+            return target.sdk, None
+        relay = Relay(self.spec.url, target.http, target.transport, self._note_response)
+        target.http.event_hooks["response"].append(relay.learn_session)  # before initialize is sent
+        return target.sdk, relay
 
     async def _note_response(self, response: httpx2.Response) -> None:
         if response.status_code == 404 and response.request.headers.get(SESSION_HEADER):

@@ -45,9 +45,13 @@ What the POST and its answer get, as the SDK's transport gives them:
   session and nothing on a 2026-07-28 one, as for its own requests;
 - a connection that cannot be opened, or breaks, raises httpx's own error, as the SDK's would.
 
-Stdio sessions are not relayed: one reader owns the child's stdout, and it is the SDK's
-(``mcp.client.stdio``), so a relay there means a stdio client of our own. ``bench/relay.py``
-measures what it could save: the SDK's client over stdio beside a bare relay on the pipes.
+A stdio session's ``tools/call`` goes to a ``PipeRelay``: written as one line to the child's stdin,
+its answer and its progress taken out of the child's stdout by the link's own reader of it
+(``rewind.gateway.pipes``), which hands every other line to the SDK's dispatcher. As on the SDK's
+path: progress reaches the callback in a task of its own; a pipe that closes (the child exited)
+fails every call waiting on it with ``CONNECTION_CLOSED``, as does a write the pipe refuses; a
+timeout is ``REQUEST_TIMEOUT``, and a call given up, timed out or cancelled, gets the SDK's courtesy
+``notifications/cancelled`` through its dispatcher, which writes it to the pipe.
 """
 
 from __future__ import annotations
@@ -61,6 +65,7 @@ from typing import Any, NamedTuple, Protocol
 
 import anyio
 import httpx2
+from anyio.abc import ByteSendStream
 from mcp.client.streamable_http import DEFAULT_RECONNECTION_DELAY_MS, LAST_EVENT_ID, MAX_RECONNECTION_ATTEMPTS
 from mcp.shared._otel import inject_trace_context
 from mcp.shared.dispatcher import CallOptions, ProgressFnT
@@ -182,18 +187,15 @@ class Relay:
             return []
         return [(SESSION_HEADER, self.session_id)]
 
+    def takes(self, opts: CallOptions) -> bool:
+        """Whether this call is relayed: a stamped one (every HTTP session's, of either era) that asks
+        for no resumption, which only the SDK's transport knows how to give."""
+        return (opts.get("headers") or {}).get(MCP_PROTOCOL_VERSION_HEADER) is not None and (
+            "resumption_token" not in opts
+        )
+
     def _request(self, call: _Call, params: Mapping[str, Any] | None, opts: CallOptions) -> httpx2.Request:
-        out = dict(params or {})
-        meta = dict(out.get("_meta") or {})
-        if call.on_progress is not None:
-            meta["progressToken"] = call.id
-        inject_trace_context(meta)
-        if meta:
-            out["_meta"] = meta
-        else:
-            out.pop("_meta", None)
-        message = {"jsonrpc": "2.0", "id": call.id, "method": RELAYED_METHOD, "params": out}
-        body = json.dumps(message, separators=(",", ":"), ensure_ascii=False).encode()
+        body = _call_message(call, params).encode()
         stamp = opts.get("headers") or {}
         stamped = [(k.lower(), v) for k, v in stamp.items()]
         overridden = {k for k, _ in stamped}
@@ -314,6 +316,120 @@ class Relay:
         return httpx2.Request("GET", self._url, headers=headers, extensions={"timeout": self._timeouts})
 
 
+def _call_message(call: _Call, params: Mapping[str, Any] | None) -> str:
+    """The ``tools/call`` as the SDK's dispatcher writes it: the call's id, its progress token when a
+    callback waits for progress, the W3C trace context in ``_meta``."""
+    out = dict(params or {})
+    meta = dict(out.get("_meta") or {})
+    if call.on_progress is not None:
+        meta["progressToken"] = call.id
+    inject_trace_context(meta)
+    if meta:
+        out["_meta"] = meta
+    else:
+        out.pop("_meta", None)
+    message = {"jsonrpc": "2.0", "id": call.id, "method": RELAYED_METHOD, "params": out}
+    return json.dumps(message, separators=(",", ":"), ensure_ascii=False)
+
+
+class _Waiting(NamedTuple):
+    call: _Call
+    answer: asyncio.Future[Answer]
+
+
+class PipeRelay:
+    """Writes a stdio session's ``tools/call`` to the child's stdin; the link's reader of the child's
+    stdout (``rewind.gateway.pipes``) hands back what answers them (see the module)."""
+
+    def __init__(self) -> None:
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, _Waiting] = {}
+        self._stdin: ByteSendStream | None = None
+        self._codec = ("utf-8", "strict")
+        self._reporting: set[asyncio.Task[bool]] = set()  # progress callbacks running, held until they end
+        self.relayed = 0  # calls written here, for the tests and the benchmark
+
+    def attach(self, stdin: ByteSendStream, encoding: str, errors: str) -> None:
+        """The child's stdin, and how its lines are encoded (the upstream's ``StdioServerParameters``)."""
+        self._stdin, self._codec = stdin, (encoding, errors)
+
+    def takes(self, opts: CallOptions) -> bool:
+        return self._stdin is not None
+
+    async def tool_call(
+        self, params: Mapping[str, Any] | None, opts: CallOptions, peer: Peer | None = None
+    ) -> dict[str, Any]:
+        """What the SDK's dispatcher returns for the request: its result; raises ``MCPError`` as it does."""
+        stdin = self._stdin
+        if stdin is None:
+            raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")
+        timeout = opts.get("timeout")
+        call = _Call(f"relay-{next(self._ids)}", opts.get("on_progress"), peer, None)
+        waiting = self._waiting[call.id] = _Waiting(call, asyncio.get_running_loop().create_future())
+        line = (_call_message(call, params) + "\n").encode(*self._codec)
+        self.relayed += 1
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    await stdin.send(line)
+                except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+                    raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+                answer = await waiting.answer
+        except TimeoutError:
+            await _abandon(call, f"timed out after {timeout}s")
+            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {RELAYED_METHOD!r} timed out") from None
+        except asyncio.CancelledError:
+            await _abandon(call, "caller cancelled")
+            raise
+        finally:
+            del self._waiting[call.id]
+        if isinstance(answer, JSONRPCError):
+            raise MCPError(code=answer.error.code, message=answer.error.message, data=answer.error.data)
+        return answer.result
+
+    def take(self, line: str) -> bool:
+        """Whether a line the child wrote answers a call waiting here, or reports its progress: if so,
+        it went to that call. Anything else is the SDK's (False), a line that is not JSON included."""
+        if not self._waiting:
+            return False  # nothing relayed in flight: not even parsed here
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False
+        if not isinstance(message, dict):
+            return False
+        answered = message.get("id")
+        if "method" not in message and isinstance(answered, str) and (waiting := self._waiting.get(answered)):
+            if not waiting.answer.done():
+                waiting.answer.set_result(_answer(line, answered, "stdout line"))
+            return True
+        if message.get("method") == "notifications/progress":
+            params = message.get("params")
+            token = params.get("progressToken") if isinstance(params, dict) else None
+            if isinstance(token, str) and (waiting := self._waiting.get(token)):
+                self._report(message, waiting.call)
+                return True
+        return False
+
+    def _report(self, message: dict[str, Any], call: _Call) -> None:
+        """The call's progress, to its callback in a task of its own, as the SDK's dispatcher runs it:
+        the reader goes on reading the other calls' answers meanwhile."""
+        try:
+            notification = JSONRPCNotification.model_validate(message)
+        except ValidationError:
+            return  # not a notification the SDK would read either
+        task = asyncio.get_running_loop().create_task(_progress(notification, call))
+        self._reporting.add(task)
+        task.add_done_callback(self._reporting.discard)
+
+    def close(self) -> None:
+        """The child's stdout ended: every call waiting here fails as the SDK's fail (``CONNECTION_CLOSED``)."""
+        self._stdin = None
+        for waiting in self._waiting.values():
+            if not waiting.answer.done():
+                waiting.answer.set_result(_error(waiting.call.id, CONNECTION_CLOSED, "Connection closed"))
+
+
 async def _abandon(call: _Call, reason: str) -> None:
     """Tell the SDK's side a call was given up, shielded as its dispatcher shields its own courtesy cancel."""
     if call.peer is None:
@@ -386,14 +502,15 @@ async def _deliver(message: JSONRPCRequest | JSONRPCNotification, call: _Call) -
 
 
 class RelayingDispatcher:
-    """A session's dispatcher whose HTTP ``tools/call`` goes to a ``Relay``; the rest to the SDK's own.
+    """A session's dispatcher whose ``tools/call`` goes to a ``Relay`` (HTTP) or a ``PipeRelay`` (stdio);
+    the rest to the SDK's own.
 
     Attributes are read from and written to the SDK's dispatcher, so the session and the link
     (which reads whether it closed) see the one they built. ``on_request`` and ``on_notify`` are
     the session's handlers, which the SDK's dispatcher runs for what its transport reads.
     """
 
-    def __init__(self, inner: Any, relay: Relay, on_request: Any = None, on_notify: Any = None) -> None:
+    def __init__(self, inner: Any, relay: Relay | PipeRelay, on_request: Any = None, on_notify: Any = None) -> None:
         object.__setattr__(self, "_inner", inner)
         object.__setattr__(self, "relay", relay)
         object.__setattr__(self, "_handlers", (on_request, on_notify))
@@ -408,8 +525,7 @@ class RelayingDispatcher:
         self, method: str, params: Mapping[str, Any] | None, opts: CallOptions | None = None, **kwargs: Any
     ) -> dict[str, Any]:
         opts = opts or {}
-        version = (opts.get("headers") or {}).get(MCP_PROTOCOL_VERSION_HEADER)
-        if method != RELAYED_METHOD or kwargs or version is None or "resumption_token" in opts:
+        if method != RELAYED_METHOD or kwargs or not self.relay.takes(opts):
             return await self._inner.send_raw_request(method, params, opts, **kwargs)
         if getattr(self._inner, "_closed", False):
             raise MCPError(code=CONNECTION_CLOSED, message="Connection closed")

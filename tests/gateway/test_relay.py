@@ -32,10 +32,10 @@ from mcp_types.jsonrpc import (
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.gateway.links import Link, UpstreamSpec, link_for, open_client
-from rewind.gateway.relay import Relay, RelayingDispatcher
+from rewind.gateway.relay import PipeRelay, Relay, RelayingDispatcher
 from rewind.gateway.wire import KeptAliveTransport
 from tests.gateway.scripted import Scripted, chunked, ok, run
-from tests.gateway.support import GuestShellHttp, run_guestshell
+from tests.gateway.support import GuestShellHttp, GuestShellStdio, run_guestshell
 from tests.simfixtures import SimHandle, SimServer
 
 MODERN = MODERN_PROTOCOL_VERSIONS[-1]
@@ -137,7 +137,7 @@ def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(
             relayed.append(await _through_link(link, name, arguments))
             unrelayed.append(await _through_link(unrelayed_link, name, arguments))
             direct.append(await _through_sdk(spec, name, arguments))
-        assert link.relay is not None
+        assert isinstance(link.relay, Relay)
         assert unrelayed_link.relay is None
         count, session_id = link.relay.relayed, link.relay.session_id
         link.discard()
@@ -163,6 +163,63 @@ def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(
         assert outcomes[6]["structured_content"] == {
             "result": "ping answered; elicitation refused: Elicitation not supported"
         }
+
+
+def stdio_spec_of(shell: GuestShellStdio) -> UpstreamSpec:
+    return UpstreamSpec(
+        pk=2,
+        name="guestshell",
+        transport="stdio",
+        url="",
+        headers=(),
+        command=tuple(shell.argv),
+        env=tuple(shell.env.items()),
+        connect_timeout_s=10.0,
+        call_timeout_s=30.0,
+        version="1",
+    )
+
+
+@pytest.mark.process  # it starts the stdio guest shell, three times
+def test_a_call_relayed_over_stdio_answers_exactly_as_the_sdks_own_path(
+    guestshell_stdio_command: GuestShellStdio, settings: Any
+) -> None:
+    # --stateful over stdio only adds consult, which asks the client on the call's own stream.
+    base = guestshell_stdio_command
+    shell = GuestShellStdio([*base.argv, "--stateful"], base.env, base.record)
+    spec = stdio_spec_of(shell)
+    calls = [*CALLS, CONSULT]
+
+    async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:
+        link = Link(spec)
+        settings.REWIND_GATEWAY_RELAY = False
+        unrelayed_link = link_for(spec)
+        relayed, unrelayed, direct = [], [], []
+        for name, arguments in calls:
+            relayed.append(await _through_link(link, name, arguments))
+            unrelayed.append(await _through_link(unrelayed_link, name, arguments))
+            direct.append(await _through_sdk(spec, name, arguments))
+        assert isinstance(link.relay, PipeRelay)
+        assert unrelayed_link.relay is None
+        count = link.relay.relayed
+        link.discard()
+        unrelayed_link.discard()
+        return relayed, unrelayed, direct, count
+
+    relayed, unrelayed, direct, count = run(scenario())
+    assert relayed == direct
+    assert unrelayed == direct
+    assert count == len(calls)  # every one written by the relay, none by the SDK's dispatcher
+    outcomes = [outcome for outcome, _ in relayed]
+    assert outcomes[1]["structured_content"] == {"result": "relayed\n"}
+    assert outcomes[2]["is_error"]
+    assert outcomes[3]["is_error"]
+    assert outcomes[5]["content"][0]["text"] == "Unknown tool: no_such_tool"
+    slow_progress = relayed[4][1]
+    assert [value for value, _, _ in slow_progress] == [1.0, 1.5]
+    assert outcomes[6]["structured_content"]["result"].startswith("ping ")
+    reached = [call["tool"] for call in shell.calls() if call["tool"] == "exec"]
+    assert len(reached) == 3  # each way ran the write once, on the child it started
 
 
 # -- each way an upstream can answer the POST, byte by byte ---------------------------------------
