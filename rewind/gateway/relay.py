@@ -169,18 +169,7 @@ class Relay:
         call = _Call(f"relay-{next(self._ids)}", opts.get("on_progress"), peer, deadline)
         request = self._request(call, params, opts)
         self.relayed += 1
-        try:
-            async with asyncio.timeout(timeout):
-                answer = await self._exchange(request, call)
-        except TimeoutError:
-            await _abandon(call, f"timed out after {timeout}s")
-            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {RELAYED_METHOD!r} timed out") from None
-        except asyncio.CancelledError:
-            await _abandon(call, "caller cancelled")
-            raise
-        if isinstance(answer, JSONRPCError):
-            raise MCPError(code=answer.error.code, message=answer.error.message, data=answer.error.data)
-        return answer.result
+        return await _result_of(call, timeout, self._exchange(request, call))
 
     def _session_headers(self, version: str | None) -> list[tuple[str, str]]:
         if self.session_id is None or version in MODERN_PROTOCOL_VERSIONS:
@@ -369,23 +358,9 @@ class PipeRelay:
         line = (_call_message(call, params) + "\n").encode(*self._codec)
         self.relayed += 1
         try:
-            async with asyncio.timeout(timeout):
-                try:
-                    await stdin.send(line)
-                except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
-                    raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
-                answer = await waiting.answer
-        except TimeoutError:
-            await _abandon(call, f"timed out after {timeout}s")
-            raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {RELAYED_METHOD!r} timed out") from None
-        except asyncio.CancelledError:
-            await _abandon(call, "caller cancelled")
-            raise
+            return await _result_of(call, timeout, _exchange(stdin, line, waiting.answer))
         finally:
             del self._waiting[call.id]
-        if isinstance(answer, JSONRPCError):
-            raise MCPError(code=answer.error.code, message=answer.error.message, data=answer.error.data)
-        return answer.result
 
     def take(self, line: str) -> bool:
         """Whether a line the child wrote answers a call waiting here, or reports its progress: if so,
@@ -428,6 +403,31 @@ class PipeRelay:
         for waiting in self._waiting.values():
             if not waiting.answer.done():
                 waiting.answer.set_result(_error(waiting.call.id, CONNECTION_CLOSED, "Connection closed"))
+
+
+async def _exchange(stdin: ByteSendStream, line: bytes, answer: asyncio.Future[Answer]) -> Answer:
+    try:
+        await stdin.send(line)
+    except (anyio.ClosedResourceError, anyio.BrokenResourceError, OSError):
+        raise MCPError(code=CONNECTION_CLOSED, message="Connection closed") from None
+    return await answer
+
+
+async def _result_of(call: _Call, timeout: float | None, exchange: Awaitable[Answer]) -> dict[str, Any]:
+    """The result the exchange brought, as the SDK's dispatcher returns it: a JSON-RPC error raised as
+    ``MCPError``, ``REQUEST_TIMEOUT`` after ``timeout``; a call timed out or cancelled is abandoned."""
+    try:
+        async with asyncio.timeout(timeout):
+            answer = await exchange
+    except TimeoutError:
+        await _abandon(call, f"timed out after {timeout}s")
+        raise MCPError(code=REQUEST_TIMEOUT, message=f"Request {RELAYED_METHOD!r} timed out") from None
+    except asyncio.CancelledError:
+        await _abandon(call, "caller cancelled")
+        raise
+    if isinstance(answer, JSONRPCError):
+        raise MCPError(code=answer.error.code, message=answer.error.message, data=answer.error.data)
+    return answer.result
 
 
 async def _abandon(call: _Call, reason: str) -> None:

@@ -101,6 +101,26 @@ async def _through_sdk(spec: UpstreamSpec, name: str, arguments: dict[str, Any])
     return _outcome(result), seen
 
 
+async def _three_ways(
+    spec: UpstreamSpec, calls: list[tuple[str, dict[str, Any]]], settings: Any
+) -> tuple[list[Any], list[Any], list[Any], Relay | PipeRelay | None]:
+    """Each call through a link whose session relays it, through one whose SDK client sends it (the
+    operators' switch), and through a plain SDK client; and the relaying link's relay."""
+    link = Link(spec)
+    settings.REWIND_GATEWAY_RELAY = False
+    unrelayed_link = link_for(spec)
+    relayed, unrelayed, direct = [], [], []
+    for name, arguments in calls:
+        relayed.append(await _through_link(link, name, arguments))
+        unrelayed.append(await _through_link(unrelayed_link, name, arguments))
+        direct.append(await _through_sdk(spec, name, arguments))
+    assert unrelayed_link.relay is None
+    relay = link.relay
+    link.discard()
+    unrelayed_link.discard()
+    return relayed, unrelayed, direct, relay
+
+
 @pytest.fixture(scope="module")
 def stateful_shell_server(tmp_path_factory: pytest.TempPathFactory, sim_server: SimServer) -> Iterator[GuestShellHttp]:
     token = "gs-" + secrets.token_urlsafe(16)
@@ -128,23 +148,9 @@ def test_a_relayed_call_answers_exactly_as_the_sdks_own_path(
     spec = spec_of(shell)
     calls = CALLS if era == "2026-07-28" else [*CALLS, CONSULT]
 
-    async def scenario() -> tuple[list[Any], list[Any], list[Any], int, str | None]:
-        link = Link(spec)
-        settings.REWIND_GATEWAY_RELAY = False
-        unrelayed_link = link_for(spec)  # the operators' switch: the SDK's client sends every call
-        relayed, unrelayed, direct = [], [], []
-        for name, arguments in calls:
-            relayed.append(await _through_link(link, name, arguments))
-            unrelayed.append(await _through_link(unrelayed_link, name, arguments))
-            direct.append(await _through_sdk(spec, name, arguments))
-        assert isinstance(link.relay, Relay)
-        assert unrelayed_link.relay is None
-        count, session_id = link.relay.relayed, link.relay.session_id
-        link.discard()
-        unrelayed_link.discard()
-        return relayed, unrelayed, direct, count, session_id
-
-    relayed, unrelayed, direct, count, session_id = run(scenario())
+    relayed, unrelayed, direct, relay = run(_three_ways(spec, calls, settings))
+    assert isinstance(relay, Relay)
+    count, session_id = relay.relayed, relay.session_id
     assert relayed == direct
     assert unrelayed == direct
     assert count == len(calls)  # every one went through the relay, none through the SDK's dispatcher
@@ -190,23 +196,9 @@ def test_a_call_relayed_over_stdio_answers_exactly_as_the_sdks_own_path(
     spec = stdio_spec_of(shell)
     calls = [*CALLS, CONSULT]
 
-    async def scenario() -> tuple[list[Any], list[Any], list[Any], int]:
-        link = Link(spec)
-        settings.REWIND_GATEWAY_RELAY = False
-        unrelayed_link = link_for(spec)
-        relayed, unrelayed, direct = [], [], []
-        for name, arguments in calls:
-            relayed.append(await _through_link(link, name, arguments))
-            unrelayed.append(await _through_link(unrelayed_link, name, arguments))
-            direct.append(await _through_sdk(spec, name, arguments))
-        assert isinstance(link.relay, PipeRelay)
-        assert unrelayed_link.relay is None
-        count = link.relay.relayed
-        link.discard()
-        unrelayed_link.discard()
-        return relayed, unrelayed, direct, count
-
-    relayed, unrelayed, direct, count = run(scenario())
+    relayed, unrelayed, direct, relay = run(_three_ways(spec, calls, settings))
+    assert isinstance(relay, PipeRelay)
+    count = relay.relayed
     assert relayed == direct
     assert unrelayed == direct
     assert count == len(calls)  # every one written by the relay, none by the SDK's dispatcher
@@ -220,6 +212,31 @@ def test_a_call_relayed_over_stdio_answers_exactly_as_the_sdks_own_path(
     assert outcomes[6]["structured_content"]["result"].startswith("ping ")
     reached = [call["tool"] for call in shell.calls() if call["tool"] == "exec"]
     assert len(reached) == 3  # each way ran the write once, on the child it started
+
+
+@pytest.mark.process  # it starts the stdio guest shell
+def test_concurrent_calls_relayed_over_one_stdio_session_each_get_their_own_answer(
+    guestshell_stdio_command: GuestShellStdio,
+) -> None:
+    """The answers come back on one pipe in whatever order the server finishes: each reaches its call."""
+    spec = stdio_spec_of(guestshell_stdio_command)
+    hosts = ["web01", "app01", "db01"]
+
+    async def scenario() -> list[Any]:
+        link = Link(spec)
+        try:
+            for n, host in enumerate(hosts):
+                await link.call_tool("exec", {"host": host, "command": f"echo {host}-{n} > /tmp/mine.txt"})
+            reads = [link.call_tool("read_file", {"host": host, "path": "/tmp/mine.txt"}) for host in hosts * 8]
+            results = await asyncio.gather(*reads)
+            assert isinstance(link.relay, PipeRelay)
+            assert link.relay.relayed == len(hosts) + len(reads)
+            return [r.structured_content for r in results]
+        finally:
+            link.discard()
+
+    got = run(scenario())
+    assert got == [{"result": f"{host}-{n}\n"} for host, n in zip(hosts, range(3), strict=True)] * 8
 
 
 # -- each way an upstream can answer the POST, byte by byte ---------------------------------------
