@@ -22,6 +22,7 @@ import logging
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import TextIO
 
 import anyio
 import anyio.lowlevel
@@ -42,6 +43,10 @@ from rewind.gateway.relay import PipeRelay
 logger = logging.getLogger(__name__)
 
 WRITER_FLUSH_S = 0.5  # the SDK's own bound on flushing what its session handed over before stdin closes
+# Where the child's stderr goes: this process's own stderr as it started, as the SDK's stdio client
+# sends it (its default, read when it is imported). Not ``sys.stderr`` now: a Celery worker has
+# replaced it with a logging proxy that has no file descriptor to give a child.
+CHILD_STDERR: TextIO = sys.__stderr__ if sys.__stderr__ is not None else sys.stderr
 
 
 @asynccontextmanager
@@ -51,7 +56,7 @@ async def relayed_stdio(server: StdioServerParameters, relay: PipeRelay) -> Asyn
         command=server.command,
         args=server.args,
         env=get_default_environment() | (server.env or {}),
-        errlog=sys.stderr,
+        errlog=CHILD_STDERR,
         cwd=server.cwd,
     )
     # No awaits until the task group is entered, or a cancellation there would leak the child.

@@ -9,6 +9,7 @@ server over stdio is ``test_relay``'s.
 
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -191,3 +192,18 @@ sys.stdin.read()
     assert sent["params"]["arguments"] == {"x": 1}
     assert sent["params"]["_meta"]["progressToken"] == "relay-1"
     assert sent["params"]["_meta"]["io.modelcontextprotocol/protocolVersion"] == "v"
+
+
+def test_a_child_is_started_where_sys_stderr_has_no_file_descriptor(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """In a Celery worker ``sys.stderr`` is a logging proxy without a file descriptor: the child's
+    stderr is this process's own, as the SDK's stdio client gives it, and the call goes through."""
+    monkeypatch.setattr(sys, "stderr", io.StringIO())  # fileno() raises, as the worker's proxy has none
+
+    async def scenario() -> dict[str, Any]:
+        relay = PipeRelay()
+        async with relayed_stdio(_child(tmp_path, 1, [_answer("ID0", "ok").replace('"ID0"', "ID0")]), relay):
+            return await relay.tool_call(_params("any"), {"timeout": 10})
+
+    assert run(scenario())["content"][0]["text"] == "ok"
