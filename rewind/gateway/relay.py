@@ -376,7 +376,7 @@ class PipeRelay:
         answered = message.get("id")
         if "method" not in message and isinstance(answered, str) and (waiting := self._waiting.get(answered)):
             if not waiting.answer.done():
-                waiting.answer.set_result(_answer(line, answered, "stdout line"))
+                waiting.answer.set_result(_answer(message, answered, "stdout line"))
             return True
         if message.get("method") == "notifications/progress":
             params = message.get("params")
@@ -444,9 +444,13 @@ def _error(request_id: str, code: int, message: str) -> JSONRPCError:
     )
 
 
-def _answer(data: bytes | str, request_id: str, what: str) -> JSONRPCResponse | JSONRPCError:
+def _answer(data: bytes | str | dict[str, Any], request_id: str, what: str) -> JSONRPCResponse | JSONRPCError:
+    """The answer in ``data``: its bytes, or the JSON object already parsed from them (not parsed twice)."""
     try:
-        message = jsonrpc_message_adapter.validate_json(data, by_name=False)
+        if isinstance(data, dict):
+            message = jsonrpc_message_adapter.validate_python(data, by_name=False)
+        else:
+            message = jsonrpc_message_adapter.validate_json(data, by_name=False)
     except ValidationError as exc:
         return _error(request_id, PARSE_ERROR, f"Failed to parse {what}: {exc}")
     if isinstance(message, JSONRPCResponse | JSONRPCError):
