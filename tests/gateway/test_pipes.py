@@ -1,7 +1,7 @@
 """A stdio upstream's relayed tools/call (``rewind.gateway.pipes``, ``relay.PipeRelay``), line by line.
 
 Each test starts a real child process, scripted: it reads a number of requests, then writes the
-lines given (``ID0``, ``ID1``: the ids of the requests it read, in order), then records every line
+lines given (``"ID0"``, ``"ID1"``: the ids of the requests it read, in order), then records every line
 it reads after them until its stdin closes, or exits at once. So what the relay and the SDK each get
 from the child's stdout, and what reaches its stdin, is exact. The whole session against a real SDK
 server over stdio is ``test_relay``'s.
@@ -35,7 +35,7 @@ reads, lines, record, then = int(sys.argv[1]), json.loads(sys.argv[2]), sys.argv
 ids = [json.loads(sys.stdin.readline())["id"] for _ in range(reads)]
 for line in lines:
     for n, rpc_id in enumerate(ids):
-        line = line.replace(f"ID{n}", json.dumps(rpc_id))
+        line = line.replace(f'"ID{n}"', json.dumps(rpc_id))
     sys.stdout.write(line + "\n")
 sys.stdout.flush()
 if then == "exit":
@@ -78,13 +78,11 @@ def test_answers_go_to_their_calls_in_any_order_and_the_other_lines_to_the_sdk(t
         '{"jsonrpc":"2.0","method":"notifications/message","params":{"level":"info","data":"working"}}',
         "not json at all",
         _answer("ID1", "second"),
-        '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":ID0,"progress":0.5}}',
+        '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"ID0","progress":0.5}}',
         '{"jsonrpc":"2.0","method":"notifications/progress","params":{"progressToken":"relay-99","progress":1}}',
         '{"jsonrpc":"2.0","id":7,"result":{}}',
         _answer("ID0", "first"),
     ]
-    # The answers quote the ids the child read (ID0, ID1), written without quotes in the template.
-    lines = [line.replace('"ID0"', "ID0").replace('"ID1"', "ID1") for line in lines]
     seen: list[float] = []
 
     async def note(progress: float, total: float | None, message: str | None) -> None:
@@ -203,7 +201,7 @@ def test_a_child_is_started_where_sys_stderr_has_no_file_descriptor(
 
     async def scenario() -> dict[str, Any]:
         relay = PipeRelay()
-        async with relayed_stdio(_child(tmp_path, 1, [_answer("ID0", "ok").replace('"ID0"', "ID0")]), relay):
+        async with relayed_stdio(_child(tmp_path, 1, [_answer("ID0", "ok")]), relay):
             return await relay.tool_call(_params("any"), {"timeout": 10})
 
     assert run(scenario())["content"][0]["text"] == "ok"
