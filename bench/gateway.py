@@ -20,7 +20,10 @@ uvicorn (one worker) and one Celery worker for the guards.
    and each client count the ratio that CPU alone implies when the cores set the pace, the CPU
    bound: (gateway's own + upstream's) ÷ upstream's. Targets: the gateway's own CPU ≤ 3 ms per
    call; with one client at most 5 ms added to the direct p50; with --clients, the p50 ratio
-   within 10 % of the CPU bound.
+   within 10 % of the CPU bound. With one client a third phase in each round calls the gateway
+   with the MCP SDK's server path taken out (bench/_gateway_floor.py, a second app process on the
+   same state): its own CPU per call beside the real one's is what that path costs, and what
+   is left of the gateway's cost without it (the fail-closed decision, the audit rows, the link).
 2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
    ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
    ``guestshell__exec`` through the gateway, which guards then forwards; every other time in the
@@ -83,6 +86,9 @@ FORWARD_BOUND = (
     "outcome audited after"
 )
 NGINX = "/etc/nginx/nginx.conf"
+# The gateway with the SDK's server path taken out (bench/_gateway_floor.py), as its CPU is named and its phase labelled.
+FLOOR = "floor"  # its CPU in each phase's line: the gateway without the SDK's server path
+FLOOR_LABEL = "gateway guestshell__read_file without the SDK's server path"
 
 
 def start_guest_shell(work: Path, sim_url: str, token: str, *, handshake: bool = False) -> tuple[Proc, str]:
@@ -192,6 +198,30 @@ def report_pass_through(
     )
 
 
+def report_floor(report: Report, samples: dict[str, list[dict[str, float]]]) -> None:
+    """The gateway's own CPU per call with the SDK's server path taken out, beside the real one, per round."""
+    with_path = [g["gateway"] for g in samples["gateway guestshell__read_file, 1 clients"]]
+    without = [f[FLOOR] for f in samples[f"{FLOOR_LABEL}, 1 clients"]]
+    report.add(
+        "pass-through, 1 client: the gateway's own CPU per call without the SDK's server path (its floor)",
+        statistics.median(without),
+        "ms",
+        target=3.0,
+        reference=statistics.median(with_path),
+        reference_name="the gateway's own, with it",
+        spread=spread_of(without),
+        note="bench/_gateway_floor.py: the same guard, decision, audit rows and relayed link; the MCP SDK's "
+        "server path (Starlette, its auth middleware, protocol ladder, runner, SSE deferral) skipped",
+    )
+    print(
+        f"CPU per call, 1 clients: the gateway's own {statistics.median(with_path):.2f} ms; without the SDK's "
+        f"server path {statistics.median(without):.2f} ms (rounds: "
+        + ", ".join(f"{w:.2f} vs {g:.2f}" for w, g in zip(without, with_path, strict=True))
+        + ")\n",
+        flush=True,
+    )
+
+
 async def one_call(url: str, token: str, tool: str, arguments: dict[str, Any], rpc_id: int) -> float:
     """One ``tools/call`` POST, its wall time in ms; raises when the answer is an error."""
     import httpx2
@@ -254,6 +284,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         app, app_url = start_uvicorn("app", "rewind.asgi:application", env, work, workers=1)
         procs.append(app)
+        floor, floor_url = start_uvicorn("floor", "bench._gateway_floor:application", env, work, workers=1)
+        procs.append(floor)
         procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
         print(
             f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()} "
@@ -261,13 +293,16 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             flush=True,
         )
         read = {"host": "web01", "path": NGINX}
-        servers_cpu = {"gateway": app, "guest shell": shell, "simulator": sim}
+        servers_cpu = {"gateway": app, FLOOR: floor, "guest shell": shell, "simulator": sim}
         samples: dict[str, list[dict[str, float]]] = defaultdict(list)
 
         for clients in (args.clients, 1):
             direct: list[Result] = []
             gateway: list[Result] = []
+            floored: list[Result] = []
             for _ in range(args.rounds):
+                # The floor once, with one client: what a call costs it does not depend on the queue.
+                floor_arm = [(f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False)]
                 for label, url, tok, tool, out, handshake in (
                     (
                         f"direct read_file, {clients} clients",
@@ -285,6 +320,7 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                         gateway,
                         False,  # agents speak 2026-07-28 to the gateway either way
                     ),
+                    *(floor_arm if clients == 1 else []),
                 ):
                     before = cpu_of(servers_cpu)
                     result = asyncio.run(
@@ -317,6 +353,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             )
             print(cpu_line_of(rounds, clients) + "\n", flush=True)
             report_pass_through(report, clients, direct, gateway, rounds, single=clients == 1)
+            if clients == 1:
+                report_floor(report, samples)
 
         if args.guarded and not args.handshake:  # what a guard costs does not depend on the upstream's era
             measure_guarded(args, app_url, token, shell_url, shell_token, report)
