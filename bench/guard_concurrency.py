@@ -2,7 +2,7 @@
 """Benchmark: many guards at once beside one guard, and what their waiting holds in the worker.
 
     .venv/bin/python bench/guard_concurrency.py [--delay 5] [--warmup 6] [--runs 5] [--raised-cap 100] [--vms 400]
-        [--sizes 16,200] [--creators 8] [--quick] [--json F]
+        [--sizes 16,200] [--creators 8] [--production] [--quick] [--json F]
 
 The shape of ``make run`` (rewind/management/commands/runstack.py) on a fresh state folder,
 var/bench-guard-concurrency (SQLite + filesystem broker): one Celery worker, prefork ``-c 4``,
@@ -13,6 +13,9 @@ at once, on --creators threads of this process (default 8: the MCP server runs i
 pool of that many threads, ``rewind.mcp.context.POOL_SIZE``, each keeping its database
 connection); ``--creators 0`` gives each guard a thread and a connection of its own. Every process is
 bounded and stopped at the end. Prints figures and ratios measured in this one run; no asserts.
+With --production the state is a PostgreSQL and a Redis of the run's own (the database, the
+broker, the shared pacing and circuits), and their CPU is ours too: each run prints what each
+spent and the database sessions opened, and counts both in our CPU per guard.
 
 1. warm-up: --warmup rounds of one guard per site at once, so each site's pacing has learned
    its time to list (rewind/checkpoints/pacing.py);
@@ -72,6 +75,7 @@ Figures of a concurrent run:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import statistics
@@ -86,12 +90,15 @@ from typing import Any
 if __package__ in (None, ""):  # run as a script: the repository must be importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import (
+    PRODUCTION_HELP,
+    PRODUCTION_SHAPE,
     PYTHON,
     REPO,
     SITE_NAMES,
     Proc,
     django_setup,
     fresh_dir,
+    production_servers,
     register_sites,
     sim_control,
     start_sim,
@@ -320,8 +327,9 @@ def learned() -> str:
 class Stack:
     """The worker (restartable with another cap) and its pool sampler."""
 
-    def __init__(self, work: Path) -> None:
+    def __init__(self, work: Path, servers: ServersCpu | None) -> None:
         self.work = work
+        self.servers = servers  # the run's own PostgreSQL and Redis, in the production shape
         self.worker: Proc | None = None
         self.sampler: PoolSampler | None = None
         self.kept_logs: list[Path] = []
@@ -372,11 +380,18 @@ def main() -> None:
     # follow the cold schedule, whose looks are up to 20 % apart, so three rounds only taught each
     # site the middle of a wide bracket (5.0 s where the simulator lists at 5.3 s), and the first
     # burst's looks at its window's end came just too soon (16 guards at cap 10: 1.21 x the floor).
+    parser.add_argument("--production", action="store_true", help=PRODUCTION_HELP)
     args = parse_args(parser, quick={"runs": 3, "sizes": "16,100", "vms": 300})
-    figures = Report("guard_concurrency", args)
-    django_setup(fresh_dir(STATE))
+    figures = Report("guard_concurrency", args, shape=PRODUCTION_SHAPE if args.production else "")
+    with contextlib.ExitStack() as servers:
+        work = fresh_dir(STATE)
+        django_setup(work, **(production_servers(servers, work) if args.production else {}))
+        measure(args, figures, ServersCpu() if args.production else None)
+
+
+def measure(args: argparse.Namespace, figures: Report, servers: ServersCpu | None) -> None:
     sim_proc, url = start_sim(STATE, "--vms", str(args.vms))
-    stack = Stack(STATE)
+    stack = Stack(STATE, servers)
     beat: Proc | None = None
     try:
         sim = Sim(url)
@@ -481,6 +496,7 @@ def concurrent(
     time.sleep(PAUSE_S)
     before, knew, load = sim.calls(), learned(), os.getloadavg()[0]
     cpu_before = (stack.worker.cpu_seconds(), _own_cpu_s())
+    servers_before = stack.servers.spent() if stack.servers else None
     stack.sampler.start()
     try:
         run = run_guards(vms, f"c{len(vms)}-cap{cap:g}", args.creators)
@@ -488,6 +504,7 @@ def concurrent(
         time.sleep(1.0)  # the last poll round's log line, and samples past the end
         stack.sampler.stop()
     cpu = (stack.worker.cpu_seconds() - cpu_before[0], _own_cpu_s() - cpu_before[1])
+    servers_spent = stack.servers.spent() - servers_before if stack.servers and servers_before else None
     calls = {slug: count - before[slug] for slug, count in sim.calls().items()}
     facts = guard_facts(list(run.done_s))
     by_site = Counter(placed[v] for v in vms)
@@ -523,7 +540,12 @@ def concurrent(
         f"{run.create_cpu_s:.1f} s on {_creators(args.creators)}; the rest is this benchmark's reads), in {run.wall_s:.1f} s on {os.cpu_count()} "
         f"shared cores; load average {load:.1f} before"
     )
-    print(f"  our CPU per guard (worker + creating them): {ours * 1000 / len(vms):.1f} ms")
+    counted = "worker + creating them"
+    if servers_spent is not None:
+        ours += servers_spent.postgres_s + servers_spent.redis_s
+        counted += " + PostgreSQL + Redis"
+        print(f"  the run's own servers: {servers_spent.line(len(vms))}")
+    print(f"  our CPU per guard ({counted}): {ours * 1000 / len(vms):.1f} ms")
     name = f"{len(vms)} guards at cap {cap:g}"
     figures.add(
         f"{name}: wall over the floor",
@@ -540,6 +562,74 @@ def concurrent(
         note=f"created on {_creators(args.creators)}",
     )
     figures.add(f"{name}: guards not ok", len(vms) - facts.ok, target=0)
+
+
+@dataclass(frozen=True)
+class ServersSpent:
+    """CPU seconds of the run's own PostgreSQL and Redis, and the database sessions opened."""
+
+    postgres_s: float
+    redis_s: float
+    sessions: int
+
+    def __sub__(self, before: ServersSpent) -> ServersSpent:
+        return ServersSpent(
+            self.postgres_s - before.postgres_s, self.redis_s - before.redis_s, self.sessions - before.sessions
+        )
+
+    def line(self, guards: int) -> str:
+        return (
+            f"PostgreSQL {self.postgres_s:.1f} s of CPU, {self.sessions} sessions opened "
+            f"({self.sessions / guards:.1f} a guard); Redis {self.redis_s:.1f} s"
+        )
+
+
+class ServersCpu:
+    """What the run's own PostgreSQL and Redis have spent so far (the production shape).
+
+    PostgreSQL: its postmaster with every backend, those still connected and those that ended
+    (the postmaster reaps them, so their CPU is in its children's count), and the sessions its
+    statistics counted; Redis: its own count (``INFO cpu``, main thread and children).
+    """
+
+    def __init__(self) -> None:
+        from django.db import connection
+        from redis import Redis
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            backend = cursor.fetchone()[0]
+        status = Path(f"/proc/{backend}/status").read_text()
+        self.postmaster = int(next(ln for ln in status.splitlines() if ln.startswith("PPid:")).split()[1])
+        self.redis = Redis.from_url(os.environ["REDIS_URL"])  # django_setup put it there
+
+    def spent(self) -> ServersSpent:
+        from django.db import connection
+
+        time.sleep(0.6)  # the statistics of ended sessions reach pg_stat_database within 0.5 s
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
+            sessions = int(cursor.fetchone()[0])
+        info = self.redis.info("cpu")
+        redis_s = sum(
+            float(info[k]) for k in ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")
+        )
+        return ServersSpent(self._postgres_s(), redis_s, sessions)
+
+    def _postgres_s(self) -> float:
+        tick = os.sysconf("SC_CLK_TCK")
+        total = 0
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                pid = int(stat.parent.name)
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except (OSError, ValueError):
+                continue
+            if pid == self.postmaster:  # its own, and its ended children's (fields 14-17)
+                total += sum(int(f) for f in fields[11:15])
+            elif int(fields[1]) == self.postmaster:  # a live backend or helper (field 4: parent)
+                total += int(fields[11]) + int(fields[12])
+        return total / tick
 
 
 def _own_cpu_s() -> float:
