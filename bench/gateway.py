@@ -198,6 +198,24 @@ def report_pass_through(
     )
 
 
+def recorded() -> tuple[int, int]:
+    """Gateway calls that ended ok, and ``mcp.tool.called`` audit rows, so far in the run's database."""
+    from rewind.audit.actions import McpAction
+    from rewind.gateway.models import GatewayCall
+    from rewind.models import AuditEvent
+
+    ended_ok = GatewayCall.objects.filter(outcome=GatewayCall.Outcome.OK).count()
+    return ended_ok, AuditEvent.objects.filter(action=McpAction.TOOL_CALLED).count()
+
+
+def check_recorded(label: str, sent: int, before: tuple[int, int], after: tuple[int, int]) -> None:
+    """Every call through the gateway, or through its floor, left its call row ended ok and its audit row: the
+    floor measures the gateway's own work only if it did that work (its answers alone could not tell)."""
+    calls, audited = after[0] - before[0], after[1] - before[1]
+    if calls != sent or audited != sent:
+        raise RuntimeError(f"{label}: {sent} calls answered, but {calls} gateway calls ended ok and {audited} audited")
+
+
 def report_floor(report: Report, samples: dict[str, list[dict[str, float]]]) -> None:
     """The gateway's own CPU per call with the SDK's server path taken out, beside the real one, per round."""
     with_path = [g["gateway"] for g in samples["gateway guestshell__read_file, 1 clients"]]
@@ -322,7 +340,7 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                     ),
                     *(floor_arm if clients == 1 else []),
                 ):
-                    before = cpu_of(servers_cpu)
+                    before, recorded_before = cpu_of(servers_cpu), recorded()
                     result = asyncio.run(
                         load(
                             label,
@@ -338,6 +356,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                     )
                     spent = {name: cpu - before[name] for name, cpu in cpu_of(servers_cpu).items()}
                     print(result.line() + cpu_line(spent, result.sent), flush=True)
+                    if url != shell_url:
+                        check_recorded(label, result.sent, recorded_before, recorded())
                     out.append(result)
                     samples[label].append({name: s * 1000 / max(1, result.sent) for name, s in spent.items()})
             ratios = [g.pct(0.5) / d.pct(0.5) for g, d in zip(gateway, direct, strict=True)]
