@@ -86,8 +86,9 @@ FORWARD_BOUND = (
     "outcome audited after"
 )
 NGINX = "/etc/nginx/nginx.conf"
-# The gateway with the SDK's server path taken out (bench/_gateway_floor.py), as its CPU is named and its phase labelled.
-FLOOR = "floor"  # its CPU in each phase's line: the gateway without the SDK's server path
+# The gateway with the SDK's server path taken out (bench/_gateway_floor.py): its name in each phase's CPU
+# line, and its phase's label.
+FLOOR = "floor"
 FLOOR_LABEL = "gateway guestshell__read_file without the SDK's server path"
 
 
@@ -313,14 +314,14 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         read = {"host": "web01", "path": NGINX}
         servers_cpu = {"gateway": app, FLOOR: floor, "guest shell": shell, "simulator": sim}
         samples: dict[str, list[dict[str, float]]] = defaultdict(list)
+        # The floor with one client only: what a call costs it does not depend on the queue.
+        floored: list[Result] = []
+        floor_arm = [(f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False)]
 
         for clients in (args.clients, 1):
             direct: list[Result] = []
             gateway: list[Result] = []
-            floored: list[Result] = []
             for _ in range(args.rounds):
-                # The floor once, with one client: what a call costs it does not depend on the queue.
-                floor_arm = [(f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False)]
                 for label, url, tok, tool, out, handshake in (
                     (
                         f"direct read_file, {clients} clients",
