@@ -504,7 +504,7 @@ def concurrent(
         time.sleep(1.0)  # the last poll round's log line, and samples past the end
         stack.sampler.stop()
     cpu = (stack.worker.cpu_seconds() - cpu_before[0], _own_cpu_s() - cpu_before[1])
-    servers_spent = stack.servers.spent() - servers_before if stack.servers and servers_before else None
+    servers_spent = None if stack.servers is None or servers_before is None else stack.servers.spent() - servers_before
     calls = {slug: count - before[slug] for slug, count in sim.calls().items()}
     facts = guard_facts(list(run.done_s))
     by_site = Counter(placed[v] for v in vms)
@@ -606,7 +606,9 @@ class ServersCpu:
     def spent(self) -> ServersSpent:
         from django.db import connection
 
-        time.sleep(0.6)  # the statistics of ended sessions reach pg_stat_database within 0.5 s
+        # A backend reports its pending statistics (its session's start among them) at most once a
+        # second, and when it ends: the count read here then holds every session of the run.
+        time.sleep(1.1)
         with connection.cursor() as cursor:
             cursor.execute("SELECT sessions FROM pg_stat_database WHERE datname = current_database()")
             sessions = int(cursor.fetchone()[0])
