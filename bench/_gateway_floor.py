@@ -28,16 +28,9 @@ from mcp_types import CallToolResult, TextContent
 from rewind import asgi
 from rewind.agents.mcp_auth import AgentTokenStore
 from rewind.mcp.auth import CachedTokenVerifier
-from rewind.mcp.http import ASGIApp, Receive, Scope, Send
+from rewind.mcp.http import ASGIApp, Receive, Scope, Send, _bearer, _header  # read as the guard reads them
 from rewind.mcp.server import RewindMCPServer, build_asgi_app, build_server
 from rewind.oauth.mcp_auth import OAuthTokenStore
-
-
-def _header(scope: Scope, name: bytes) -> str:
-    for key, value in scope.get("headers") or ():
-        if key == name:
-            return str(value.decode("latin-1"))
-    return ""
 
 
 async def _body(receive: Receive) -> bytes:
@@ -56,13 +49,14 @@ class WithoutServerPath:
         self.sdk_app, self.server, self.verifier = sdk_app, server, verifier
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        name = _header(scope, b"mcp-name")
+        name = _header(scope, b"mcp-name") or ""
         own = self.server._tool_manager.get_tool(name) is not None
         if scope["type"] != "http" or _header(scope, b"mcp-method") != "tools/call" or own:
             await self.sdk_app(scope, receive, send)
             return
         message = json.loads(await _body(receive))
-        access = await self.verifier.verify_request_token(_header(scope, b"authorization")[len("bearer ") :])
+        token = _bearer(scope)
+        access = None if token is None else await self.verifier.verify_request_token(token)
         if access is None:
             raise RuntimeError("the guard passed a token the verifier refuses")
         bound = auth_context_var.set(AuthenticatedUser(access))

@@ -81,7 +81,7 @@ class PoolSampler:
     """Samples a prefork worker's pool processes from /proc in a thread of its own (``start``/``stop``)."""
 
     def __init__(self, worker_pid: int) -> None:
-        self.children = _children(worker_pid)
+        self.children = children_of(worker_pid)
         self.tick = os.sysconf("SC_CLK_TCK")
         self.idle_wchans: set[str] = set()
         self.samples: list[Sample] = []
@@ -108,11 +108,11 @@ class PoolSampler:
             self._thread.join()
 
     def _run(self) -> None:
-        last = {pid: _stat(pid)[0] for pid in self.children}
+        last = {pid: cpu_and_threads(pid)[0] for pid in self.children}
         while not self._stop.wait(SAMPLE_EVERY_S):
             busy = threads = ticks = 0
             for pid in self.children:
-                cpu, nthreads = _stat(pid)
+                cpu, nthreads = cpu_and_threads(pid)
                 if nthreads > 1 or cpu > last[pid] or _wchan(pid) not in self.idle_wchans:
                     busy += 1
                 threads += nthreads
@@ -133,7 +133,7 @@ class PoolSampler:
         )
 
 
-def _children(pid: int) -> list[int]:
+def children_of(pid: int) -> list[int]:
     found = []
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
@@ -146,7 +146,7 @@ def _children(pid: int) -> list[int]:
     return sorted(found)
 
 
-def _stat(pid: int) -> tuple[int, int]:
+def cpu_and_threads(pid: int) -> tuple[int, int]:
     """(utime + stime in ticks, threads) of ``pid``; (0, 0) once it is gone."""
     try:
         fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()

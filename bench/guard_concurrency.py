@@ -104,7 +104,15 @@ from bench._common import (
     start_sim,
     start_worker,
 )
-from bench._worker_watch import SAMPLE_EVERY_S, PoolSampler, WorkerLog, executing, read_worker_log
+from bench._worker_watch import (
+    SAMPLE_EVERY_S,
+    PoolSampler,
+    WorkerLog,
+    children_of,
+    cpu_and_threads,
+    executing,
+    read_worker_log,
+)
 from bench.figures import Report, parse_args
 from rewind.mcp.context import POOL_SIZE
 from rewind.processes import ProcessError
@@ -619,19 +627,11 @@ class ServersCpu:
         return ServersSpent(self._postgres_s(), redis_s, sessions)
 
     def _postgres_s(self) -> float:
-        tick = os.sysconf("SC_CLK_TCK")
-        total = 0
-        for stat in Path("/proc").glob("[0-9]*/stat"):
-            try:
-                pid = int(stat.parent.name)
-                fields = stat.read_text().rsplit(")", 1)[1].split()
-            except (OSError, ValueError):
-                continue
-            if pid == self.postmaster:  # its own, and its ended children's (fields 14-17)
-                total += sum(int(f) for f in fields[11:15])
-            elif int(fields[1]) == self.postmaster:  # a live backend or helper (field 4: parent)
-                total += int(fields[11]) + int(fields[12])
-        return total / tick
+        """The postmaster's CPU, its ended backends' (it reaped them: fields 16, 17 of its stat) and its live ones'."""
+        fields = Path(f"/proc/{self.postmaster}/stat").read_text().rsplit(")", 1)[1].split()
+        reaped = int(fields[13]) + int(fields[14])
+        live = sum(cpu_and_threads(pid)[0] for pid in [self.postmaster, *children_of(self.postmaster)])
+        return (reaped + live) / os.sysconf("SC_CLK_TCK")
 
 
 def _own_cpu_s() -> float:
