@@ -11,7 +11,7 @@ values are prepared by each field itself, as ``save()`` prepares them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import cache
 from typing import Any, TypeVar
 
@@ -53,6 +53,11 @@ def _statement(vendor: str, model: type[models.Model], fields: tuple[str, ...]) 
 def column(model: type[models.Model], name: str) -> str:
     """The quoted column of ``model.name``, for plain SQL built once (see ``update_rows``)."""
     return connection.ops.quote_name(str(_field(model, name).column))
+
+
+def column_of(model: type[models.Model], alias: str) -> Callable[[str], str]:
+    """``name -> alias."column"`` of ``model``'s fields, for plain SQL that joins tables."""
+    return lambda name: f"{alias}.{column(model, name)}"
 
 
 def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
@@ -107,6 +112,31 @@ def model_from_row(model: type[M], row: Sequence[Any]) -> M:
             value = converter(value, col, connection)
         values.append(value)
     return model.from_db(connection.alias, _attnames(model), values)
+
+
+def value_from_db(model: type[models.Model], name: str, value: Any) -> Any:
+    """A value of column ``model.name`` read in plain SQL (an aggregate of it, say), converted as the ORM would."""
+    field = _field(model, name)
+    col, converters = _converters(connection.ops, model)[model._meta.concrete_fields.index(field)]
+    for converter in converters:
+        value = converter(value, col, connection)
+    return value
+
+
+def row_by_pk(model: type[M], pk: Any) -> M | None:
+    """``model.objects.filter(pk=pk).first()`` in one statement built once per model: what a hot
+    path reads on every turn (a poll round's site and poller) costs the ORM more to build than to run."""
+    with connection.cursor() as cursor:
+        cursor.execute(_by_pk(model), [pk])
+        row = cursor.fetchone()
+    return None if row is None else model_from_row(model, row)
+
+
+@cache
+def _by_pk(model: type[models.Model]) -> str:
+    pk = model._meta.pk
+    assert pk is not None
+    return f"SELECT {columns(model)} FROM {table(model)} WHERE {connection.ops.quote_name(str(pk.column))} = %s"
 
 
 @cache

@@ -32,16 +32,17 @@ from datetime import datetime, timedelta
 
 from celery import current_app
 from django.db import connection, transaction
-from django.db.models import F, Min, Q
+from django.db.models import F, Q
 from django.utils import timezone
 from kombu.exceptions import OperationalError
 
 from rewind import bulk
-from rewind.checkpoints.insert_batch import BatchReport, batch_rows, batch_size, site_insert_batch
+from rewind.checkpoints.insert_batch import BatchReport, batch_size, site_insert_batch
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of, site_has_due_rows
 from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
+from rewind.checkpoints.selectors import site_inserted_rows
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
 from rewind.workers.broker import broker_refused
@@ -68,21 +69,12 @@ def poller_kick(site_id: int, at: datetime | None = None) -> None:
 def _poller_read(site_id: int) -> SitePoller | None:
     """The site's poller row, None when there is none yet.
 
-    Every guard kicks the pollers of its sites, and nearly always finds the row there: one plain
-    query built once, as the ORM's ``get_or_create`` cost more to build than to answer (measured:
-    a fifth of a guard creation's CPU in a burst of 200).
+    Every guard kicks the pollers of its sites, and nearly always finds the row there, and every
+    round reads it to queue its successor: one plain query built once, as the ORM's
+    ``get_or_create`` cost more to build than to answer (measured: a fifth of a guard creation's
+    CPU in a burst of 200).
     """
-    with connection.cursor() as cursor:
-        cursor.execute(_poller_sql(), [site_id])
-        row = cursor.fetchone()
-    return None if row is None else bulk.model_from_row(SitePoller, row)
-
-
-@functools.cache
-def _poller_sql() -> str:
-    return (
-        f"SELECT {bulk.columns(SitePoller)} FROM {bulk.table(SitePoller)} WHERE {bulk.column(SitePoller, 'site')} = %s"
-    )
+    return bulk.row_by_pk(SitePoller, site_id)
 
 
 def _kicked(poller: SitePoller, at: datetime) -> bool:
@@ -103,11 +95,13 @@ def _kicked(poller: SitePoller, at: datetime) -> bool:
     return _queue_round(seen, site_id, at)
 
 
-def _queue_round(rows: Q, site_id: int, at: datetime) -> bool:
-    """CAS the poller row matched by ``rows`` to a newly queued round at ``at``; send it once committed."""
+def _queue_round(rows: Q, site_id: int, at: datetime, **also: object) -> bool:
+    """CAS the poller row matched by ``rows`` to a newly queued round at ``at``; send it once committed.
+
+    ``also``: more fields the same UPDATE writes (the ending round's ``last_error``)."""
     lease = Lease.queued(at)
     token = lease.token
-    won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None)
+    won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None, **also)
     if won:
         countdown = max(0.0, (at - timezone.now()).total_seconds())
         transaction.on_commit(lambda: _send_round(site_id, token, countdown), robust=True)
@@ -145,7 +139,7 @@ def poller_round(site_id: int, token: str | None = None) -> str:
 
 
 def _round(site_id: int, run_id: str) -> RoundReport:
-    site = Site.objects.filter(pk=site_id).first()
+    site = bulk.row_by_pk(Site, site_id)
     last_renew = [time.monotonic()]
 
     def renew() -> None:
@@ -161,12 +155,8 @@ def _round(site_id: int, run_id: str) -> RoundReport:
         batch = site_insert_batch(site, renew, limit=batch_size(site))
         guards_finish(batch.guards)
     if site is not None and site.enabled and not site_has_due_rows(site_id, timezone.now()):
-        return _nothing_due(site, run_id, batch)
-    rows = list(
-        TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
-        .select_related("guard")
-        .order_by("guard__requested_at", "pk")
-    )
+        return _nothing_due(site, batch)
+    rows = site_inserted_rows(site_id)
     _note_cut_off_inserts(rows)
     if not rows:
         return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
@@ -180,7 +170,6 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     offset_s = offset.offset_s if offset is not None else site_clock_offset_s(site)
     report = SiteRound(site, client, offset_s, renew).run(rows)
     site_record_clock(site=site, measured=client.clock_offset())
-    SitePoller.objects.filter(pk=site_id, lease_owner=run_id).update(last_error=report.error[:2000])
     # Only a guard a row of which ended here can have become finished.
     guards_finish(guards_of([r for r in rows if r.guard_id in report.ended_guards]))
     report.inserted = batch.inserted
@@ -189,17 +178,17 @@ def _round(site_id: int, run_id: str) -> RoundReport:
     return report
 
 
-def _nothing_due(site: Site, run_id: str, batch: BatchReport) -> RoundReport:
+def _nothing_due(site: Site, batch: BatchReport) -> RoundReport:
     """A round with no row due asks the ZVM nothing, so it reads none of the site's waiting rows.
 
     Most rounds of a burst are run for its insert batch while the rows inserted earlier wait
     for their time: loading every waiting row and its guard for nothing cost the worker more
     CPU than anything else such a round did. What the full round would write is written here:
-    the clock the batch's answers measured, and an earlier round's error cleared.
+    the clock the batch's answers measured; the round's error (none) is written as every round's
+    is, with its successor (``_schedule_next``).
     """
     if batch.calls:
         site_record_clock(site=site, measured=site_client(site).clock_offset())
-    SitePoller.objects.filter(pk=site.pk, lease_owner=run_id).exclude(last_error="").update(last_error="")
     return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
 
 
@@ -224,16 +213,19 @@ def _note_cut_off_inserts(rows: list[TaggedCheckpoint]) -> None:
 
 
 def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
-    """Queue the next round at the earliest time a row of the site is due, or end the chain."""
+    """Queue the next round at the earliest time a row of the site is due, or end the chain.
+
+    The same write records the round's error ("" once a round went well): one write less per round.
+    """
+    error = report.error[:2000]
     for _ in range(_CAS_TRIES):
-        poller = SitePoller.objects.get(pk=site_id)
-        if poller.lease_owner != run_id:
-            return  # our lease ran out and another round took over
-        waiting = TaggedCheckpoint.objects.filter(site_id=site_id, status__in=TaggedCheckpoint.INSERTED)
-        due = waiting.aggregate(at=Min("next_poll_at"))["at"]
-        if due is None and waiting.exists():
+        poller = _poller_read(site_id)
+        if poller is None or poller.lease_owner != run_id:
+            return  # our lease ran out and another round took over (or the site was deleted)
+        due, waiting, queued = _site_rows_ahead(site_id)
+        if due is None and waiting:
             due = timezone.now()  # a row handed over without a time: look at once
-        if TaggedCheckpoint.objects.filter(batch_rows(site_id)).exists():
+        if queued:
             due = timezone.now()  # queued guards left for the next batch
         at = min((t for t in (due, poller.wanted_at) if t is not None), default=None)
         same = Q(pk=site_id, lease_owner=run_id) & (
@@ -241,15 +233,46 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
         )
         if at is None:
             ended = SitePoller.objects.filter(same).update(
-                lease_owner="", lease_expires_at=None, next_round_at=None, wanted_at=None
+                lease_owner="", lease_expires_at=None, next_round_at=None, wanted_at=None, last_error=error
             )
             if ended:
                 return
             continue
         at = max(at, timezone.now())
-        if _queue_round(same, site_id, at):
+        if _queue_round(same, site_id, at, last_error=error):
             return
     logger.warning("poller of site %s: could not queue its next round; the sweep will restart it", site_id)
+
+
+def _site_rows_ahead(site_id: int) -> tuple[datetime | None, bool, bool]:
+    """What the site's next round has to do: the earliest time a waiting row is due, whether a row
+    waits at all, and whether a queued guard's row is left for a batch (``insert_batch.batch_rows``).
+
+    One statement built once, where the ORM built three: every round of every site ends with it.
+    """
+    waiting = [str(s) for s in TaggedCheckpoint.INSERTED]
+    queued = [str(TaggedCheckpoint.Status.PENDING), *(str(s) for s in ChangeGuard.UNFINISHED)]
+    with connection.cursor() as cursor:
+        cursor.execute(_rows_ahead_sql(connection.vendor), [*waiting, *waiting, *queued, site_id, *waiting, queued[0]])
+        due, waiting_count, queued_count = cursor.fetchone()
+    return bulk.value_from_db(TaggedCheckpoint, "next_poll_at", due), waiting_count > 0, queued_count > 0
+
+
+@functools.cache
+def _rows_ahead_sql(vendor: str) -> str:
+    def marks(values: tuple[object, ...]) -> str:
+        return ", ".join(["%s"] * len(values))
+
+    row, guard = bulk.column_of(TaggedCheckpoint, "c"), bulk.column_of(ChangeGuard, "g")
+    waiting = f"{row('status')} IN ({marks(TaggedCheckpoint.INSERTED)})"
+    queued = f"{row('status')} = %s AND {guard('status')} IN ({marks(ChangeGuard.UNFINISHED)})"
+    ahead = (*TaggedCheckpoint.INSERTED, TaggedCheckpoint.Status.PENDING)
+    return (
+        f"SELECT MIN(CASE WHEN {waiting} THEN {row('next_poll_at')} END), "
+        f"COUNT(CASE WHEN {waiting} THEN 1 END), COUNT(CASE WHEN {queued} THEN 1 END) "
+        f"FROM {bulk.table(TaggedCheckpoint)} c INNER JOIN {bulk.table(ChangeGuard)} g ON {guard('id')} = {row('guard')} "
+        f"WHERE {row('site')} = %s AND {row('status')} IN ({marks(ahead)})"
+    )
 
 
 def pollers_restart_stale() -> int:

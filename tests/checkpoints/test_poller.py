@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from rewind.checkpoints import pacing
@@ -356,12 +358,44 @@ def test_a_round_with_no_row_due_asks_nothing_and_reads_none_of_the_waiting_rows
     calls_before = sim.calls("site-a")
     site_id = rows.values_list("site_id", flat=True).first()
     assert site_id is not None
-    assert poller.poller_round(site_id) == "0 inserted, 0 due, 0 listed, 0 ended, 0 requests"
+    with CaptureQueriesContext(connection) as statements:
+        assert poller.poller_round(site_id) == "0 inserted, 0 due, 0 listed, 0 ended, 0 requests"
+    writes = [q["sql"] for q in statements if q["sql"].startswith(("UPDATE", "INSERT", "DELETE"))]
+    # Nothing to insert and nothing due: it writes its claim of the site and its successor, no more.
+    assert len(writes) == 2, writes
+    assert all('"rewind_sitepoller"' in sql for sql in writes), writes
     assert made == [], "no row is due: the round loads none of them"
     assert set(rows.values_list("next_poll_at", flat=True)) == {later}, "the rows keep their time"
     assert sim.calls("site-a") == calls_before, "nothing asked of the ZVM"
     # Its successor is queued for when the row is due.
     assert SitePoller.objects.get(pk=site_id).next_round_at == later
+
+
+def test_a_round_that_could_not_ask_the_zvm_says_why_on_its_poller_until_a_round_asks_again(
+    sim: SimHandle, sites: Any, agent: Any, inline_tasks: Any
+) -> None:
+    # The round's error is written with its successor's queueing (one write): it must still be
+    # there for an operator to read, and cleared by the next round that could ask.
+    from rewind.checkpoints import poller
+
+    guard = _request(agent, "web01")
+    inline_tasks.run_due()  # the first round: its batch inserts the checkpoints
+    rows = TaggedCheckpoint.objects.filter(guard=guard, site__name="Site A")
+    site_id = rows.values_list("site_id", flat=True).first()
+    assert site_id is not None
+
+    def round_now() -> SitePoller:
+        rows.update(next_poll_at=timezone.now() - timedelta(seconds=1))
+        SitePoller.objects.update(lease_owner="", lease_expires_at=None)  # the next round may claim the site
+        poller.poller_round(site_id)
+        return SitePoller.objects.get(pk=site_id)
+
+    sim.add_fault("http_error", site="site-a", status=500, path_regex=r"/v1/tasks", message="task service is down")
+    failed = round_now()
+    assert "task service is down" in failed.last_error
+    assert failed.next_round_at is not None, "its rows ask again soon"
+    sim.clear_faults()
+    assert round_now().last_error == ""
 
 
 def test_a_listing_asked_for_one_guard_answers_every_guard_waiting_on_that_vpg(
@@ -520,3 +554,51 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     assert row.next_poll_at is not None
     waits = (row.next_poll_at - row.insert_started_at).total_seconds()
     assert waits == pytest.approx(moved.window_start_s, abs=0.05), "the new forecast's first look"
+
+
+def test_what_a_sites_next_round_has_to_do_is_read_from_its_own_unfinished_rows(agent: Any) -> None:
+    from rewind.checkpoints.insert_batch import _batch_rows
+    from rewind.checkpoints.poller import _site_rows_ahead
+    from rewind.checkpoints.selectors import site_inserted_rows
+    from rewind.models import Site
+
+    here, other = (Site.objects.create(name=n, base_url=f"https://{n}.example") for n in ("here", "other"))
+
+    def row(site: Any, status: str, at: Any = None, guard_status: str = ChangeGuard.Status.RUNNING) -> None:
+        n = TaggedCheckpoint.objects.count()
+        guard = ChangeGuard.objects.create(
+            agent_name=agent.name,
+            action="edit",
+            vm_identifier=f"vm-{n}",
+            change_id=f"c{n}",
+            tag=f"t{n}",
+            timeout_s=60,
+            status=guard_status,
+        )
+        TaggedCheckpoint.objects.create(guard=guard, site=site, vpg_identifier=f"v{n}", status=status, next_poll_at=at)
+
+    assert _site_rows_ahead(here.pk) == (None, False, False)
+    soon = timezone.now() + timedelta(seconds=5)
+    row(here, TaggedCheckpoint.Status.LISTED, soon - timedelta(seconds=4))  # ended: not ahead
+    row(here, TaggedCheckpoint.Status.PENDING, guard_status=ChangeGuard.Status.FAILED)  # its guard ended
+    row(other, TaggedCheckpoint.Status.WAITING, soon - timedelta(seconds=3))  # another site's
+    row(other, TaggedCheckpoint.Status.PENDING)
+    assert _site_rows_ahead(here.pk) == (None, False, False)
+    row(here, TaggedCheckpoint.Status.INSERTING)  # handed over without a time
+    assert _site_rows_ahead(here.pk) == (None, True, False)
+    row(here, TaggedCheckpoint.Status.WAITING, soon + timedelta(seconds=1))
+    row(here, TaggedCheckpoint.Status.WAITING, soon)
+    assert _site_rows_ahead(here.pk) == (soon, True, False)
+    row(here, TaggedCheckpoint.Status.PENDING, guard_status=ChangeGuard.Status.PENDING)  # queued for a batch
+    assert _site_rows_ahead(here.pk) == (soon, True, True)
+
+    # What a round then reads: the inserted rows with their guards, oldest guard first, and the batch's.
+    inserted = site_inserted_rows(here.pk)
+    expected = TaggedCheckpoint.objects.filter(site=here, status__in=TaggedCheckpoint.INSERTED)
+    assert [r.pk for r in inserted] == list(expected.order_by("guard__requested_at", "pk").values_list("pk", flat=True))
+    assert [r.guard.change_id for r in inserted] == [r.guard.change_id for r in expected.order_by("pk")]
+    assert inserted[1].next_poll_at == soon + timedelta(seconds=1)
+    batch = _batch_rows(here, limit=10)
+    assert [(r.status, r.guard.status, r.site) for r in batch] == [("pending", "pending", here)]
+    assert _batch_rows(other, limit=10)[0].guard.change_id == "c3"
+    assert _batch_rows(other, limit=0) == []

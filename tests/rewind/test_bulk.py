@@ -119,3 +119,21 @@ def test_every_field_kind_of_the_tool_and_catalog_rows_reads_back_as_the_orm_rea
         assert type(read) is model
         assert not read._state.adding
         assert _fields(read) == _fields(model.objects.get(pk=pk))
+
+
+def test_an_aggregate_read_in_plain_sql_converts_as_the_orm_converts_its_column() -> None:
+    from django.db.models import Min
+
+    from rewind.bulk import column, value_from_db
+
+    guard = _guard(7)
+    earliest = timezone.now() + timedelta(minutes=3)
+    for n, at in enumerate((earliest + timedelta(seconds=1), earliest, None)):
+        TaggedCheckpoint.objects.create(guard=guard, vpg_identifier=f"vpg-{n}", vpg_name="v", next_poll_at=at)
+    with connection.cursor() as cursor:
+        cursor.execute(f"SELECT MIN({column(TaggedCheckpoint, 'next_poll_at')}) FROM {table(TaggedCheckpoint)}")
+        raw = cursor.fetchone()[0]
+    got = value_from_db(TaggedCheckpoint, "next_poll_at", raw)
+    assert got == earliest == TaggedCheckpoint.objects.aggregate(at=Min("next_poll_at"))["at"]
+    assert got.tzinfo is not None  # aware, as the ORM reads it (SQLite hands back text)
+    assert value_from_db(TaggedCheckpoint, "next_poll_at", None) is None
