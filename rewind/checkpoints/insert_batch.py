@@ -41,11 +41,11 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import audit_append
-from rewind.bulk import column_of, columns, table
+from rewind.bulk import column_of
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
-from rewind.checkpoints.selectors import rows_with_guards, site_listing_times_s, site_waiting_vpgs
+from rewind.checkpoints.selectors import rows_with_guards, rows_with_guards_sql, site_listing_times_s, site_waiting_vpgs
 from rewind.concurrency import run_each
 from rewind.dbclock import database_now
 from rewind.sites import site_client, site_request_cap
@@ -132,11 +132,8 @@ def _batch_rows(site: Site, limit: int) -> list[TaggedCheckpoint]:
 def _batch_rows_sql(vendor: str) -> str:
     row, guard = column_of(TaggedCheckpoint, "c"), column_of(ChangeGuard, "g")
     statuses = ", ".join(["%s"] * len(ChangeGuard.UNFINISHED))
-    return (
-        f"SELECT {columns(TaggedCheckpoint, 'c')}, {columns(ChangeGuard, 'g')} "
-        f"FROM {table(TaggedCheckpoint)} c INNER JOIN {table(ChangeGuard)} g ON {guard('id')} = {row('guard')} "
-        f"WHERE {row('site')} = %s AND {row('status')} = %s AND {guard('status')} IN ({statuses}) "
-        f"ORDER BY {guard('requested_at')}, {row('id')} LIMIT %s"
+    return rows_with_guards_sql(
+        f"{row('site')} = %s AND {row('status')} = %s AND {guard('status')} IN ({statuses})", "LIMIT %s"
     )
 
 

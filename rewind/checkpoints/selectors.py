@@ -230,7 +230,7 @@ def site_inserted_rows(site_id: int) -> list[TaggedCheckpoint]:
 
 
 def rows_with_guards(sql: str, params: Sequence[int | str]) -> list[TaggedCheckpoint]:
-    """The rows ``sql`` reads, each with its guard: it selects ``bulk.columns`` of TaggedCheckpoint, then of ChangeGuard."""
+    """The rows ``sql`` (made by ``rows_with_guards_sql``) reads, each with its guard."""
     with connection.cursor() as cursor:
         cursor.execute(sql, params)
         found = cursor.fetchall()
@@ -245,13 +245,19 @@ def rows_with_guards(sql: str, params: Sequence[int | str]) -> list[TaggedCheckp
 
 @functools.cache
 def _inserted_rows_sql(vendor: str) -> str:
-    row, guard = bulk.column_of(TaggedCheckpoint, "c"), bulk.column_of(ChangeGuard, "g")
+    row = bulk.column_of(TaggedCheckpoint, "c")
     statuses = ", ".join(["%s"] * len(TaggedCheckpoint.INSERTED))
+    return rows_with_guards_sql(f"{row('site')} = %s AND {row('status')} IN ({statuses})")
+
+
+def rows_with_guards_sql(where: str, tail: str = "") -> str:
+    """``SELECT`` the rows (``c``) matching ``where`` joined with their guards (``g``), oldest guard first,
+    as ``rows_with_guards`` reads them; ``tail`` follows the order (a ``LIMIT``)."""
+    row, guard = bulk.column_of(TaggedCheckpoint, "c"), bulk.column_of(ChangeGuard, "g")
     return (
         f"SELECT {bulk.columns(TaggedCheckpoint, 'c')}, {bulk.columns(ChangeGuard, 'g')} "
         f"FROM {bulk.table(TaggedCheckpoint)} c INNER JOIN {bulk.table(ChangeGuard)} g ON {guard('id')} = {row('guard')} "
-        f"WHERE {row('site')} = %s AND {row('status')} IN ({statuses}) "
-        f"ORDER BY {guard('requested_at')}, {row('id')}"
+        f"WHERE {where} ORDER BY {guard('requested_at')}, {row('id')} {tail}"
     )
 
 
