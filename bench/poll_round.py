@@ -76,16 +76,19 @@ def run(url: str, args: argparse.Namespace, figures: Report) -> None:
     agent = Agent.objects.create(name="bench-agent", owner=owner)
     for n in range(args.guards):
         guard_create(agent_name=agent.name, vm="web01", action="edit", change_id=f"bench-{n}", timeout_s=3600)
-    site = Site.objects.get(pk=TaggedCheckpoint.objects.values_list("site_id", flat=True).first())
+    site_id = TaggedCheckpoint.objects.values_list("site_id", flat=True).first()
+    if site_id is None:
+        raise SystemExit("the guards of web01 asked for no checkpoint at a site configured here")
+    site = Site.objects.get(pk=site_id)
     rows = TaggedCheckpoint.objects.filter(site=site)
     expected = rows.count()
     # The guards queued a round on the broker, which no worker runs here: this process runs it instead.
     SitePoller.objects.filter(pk=site.pk).update(lease_owner="", lease_expires_at=None)
-    said = poller.poller_round(site.pk)  # its batch inserts the checkpoints
+    first = poller.poller_round(site.pk)  # its batch inserts the checkpoints
     waiting = rows.filter(status__in=TaggedCheckpoint.INSERTED).count()
     if waiting != expected or waiting < args.guards:
         raise SystemExit(
-            f"expected {expected} rows waiting at {site.name} after the first round ({said}), found {waiting}"
+            f"expected {expected} rows waiting at {site.name} after the first round ({first}), found {waiting}"
         )
     time.sleep(0.5)  # the simulator's insert tasks complete: a due round lists the VPGs
     client = site_client(site)
