@@ -11,7 +11,7 @@ values are prepared by each field itself, as ``save()`` prepares them.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Sequence, Sized
 from functools import cache
 from typing import Any, TypeVar
 
@@ -53,6 +53,11 @@ def _statement(vendor: str, model: type[models.Model], fields: tuple[str, ...]) 
 def column(model: type[models.Model], name: str) -> str:
     """The quoted column of ``model.name``, for plain SQL built once (see ``update_rows``)."""
     return connection.ops.quote_name(str(_field(model, name).column))
+
+
+def marks(values: Sized) -> str:
+    """One ``%s`` per value, comma separated: the placeholders of an ``IN (…)`` in plain SQL."""
+    return ", ".join(["%s"] * len(values))
 
 
 def column_of(model: type[models.Model], alias: str) -> Callable[[str], str]:
@@ -151,9 +156,9 @@ def _insert(ops: Any, model: type[models.Model]) -> tuple[str, tuple[models.Fiel
     assert pk is not None
     fields = tuple(f for f in model._meta.concrete_fields if f is not pk)
     names = ", ".join(quote(str(f.column)) for f in fields)
-    marks = ", ".join(["%s"] * len(fields))
+    placeholders = marks(fields)
     returning = bool(ops.connection.features.can_return_columns_from_insert)
-    sql = f"INSERT INTO {table(model)} ({names}) VALUES ({marks})"
+    sql = f"INSERT INTO {table(model)} ({names}) VALUES ({placeholders})"
     if returning:
         sql += f" RETURNING {quote(str(pk.column))}"
     return sql, fields, returning

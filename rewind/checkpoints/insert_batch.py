@@ -41,7 +41,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import audit_append
-from rewind.bulk import column_of
+from rewind.bulk import column_of, marks
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
@@ -131,9 +131,9 @@ def _batch_rows(site: Site, limit: int) -> list[TaggedCheckpoint]:
 @functools.cache
 def _batch_rows_sql(vendor: str) -> str:
     row, guard = column_of(TaggedCheckpoint, "c"), column_of(ChangeGuard, "g")
-    statuses = ", ".join(["%s"] * len(ChangeGuard.UNFINISHED))
     return rows_with_guards_sql(
-        f"{row('site')} = %s AND {row('status')} = %s AND {guard('status')} IN ({statuses})", "LIMIT %s"
+        f"{row('site')} = %s AND {row('status')} = %s AND {guard('status')} IN ({marks(ChangeGuard.UNFINISHED)})",
+        "LIMIT %s",
     )
 
 

@@ -260,18 +260,15 @@ def _site_rows_ahead(site_id: int) -> tuple[datetime | None, bool, bool]:
 
 @functools.cache
 def _rows_ahead_sql(vendor: str) -> str:
-    def marks(values: tuple[object, ...]) -> str:
-        return ", ".join(["%s"] * len(values))
-
     row, guard = bulk.column_of(TaggedCheckpoint, "c"), bulk.column_of(ChangeGuard, "g")
-    waiting = f"{row('status')} IN ({marks(TaggedCheckpoint.INSERTED)})"
-    queued = f"{row('status')} = %s AND {guard('status')} IN ({marks(ChangeGuard.UNFINISHED)})"
+    waiting = f"{row('status')} IN ({bulk.marks(TaggedCheckpoint.INSERTED)})"
+    queued = f"{row('status')} = %s AND {guard('status')} IN ({bulk.marks(ChangeGuard.UNFINISHED)})"
     ahead = (*TaggedCheckpoint.INSERTED, TaggedCheckpoint.Status.PENDING)
     return (
         f"SELECT MIN(CASE WHEN {waiting} THEN {row('next_poll_at')} END), "
         f"COUNT(CASE WHEN {waiting} THEN 1 END), COUNT(CASE WHEN {queued} THEN 1 END) "
         f"FROM {bulk.table(TaggedCheckpoint)} c INNER JOIN {bulk.table(ChangeGuard)} g ON {guard('id')} = {row('guard')} "
-        f"WHERE {row('site')} = %s AND {row('status')} IN ({marks(ahead)})"
+        f"WHERE {row('site')} = %s AND {row('status')} IN ({bulk.marks(ahead)})"
     )
 
 

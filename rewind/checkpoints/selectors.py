@@ -204,13 +204,11 @@ def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]
 
 @functools.cache
 def _listing_times_sql(vendor: str) -> str:
-    def col(name: str) -> str:
-        return bulk.column(TaggedCheckpoint, name)
-
+    col = bulk.column_of(TaggedCheckpoint, "c")
     # ``listed_after_ms`` is the poller's estimate of the ZVM's own time; rows listed before it
     # was recorded have only ``waited_ms`` (when we saw it).
     return (
-        f"SELECT COALESCE({col('listed_after_ms')}, {col('waited_ms')}) FROM {bulk.table(TaggedCheckpoint)} "
+        f"SELECT COALESCE({col('listed_after_ms')}, {col('waited_ms')}) FROM {bulk.table(TaggedCheckpoint)} c "
         f"WHERE {col('site')} = %s AND {col('status')} = %s "
         f"AND {col('insert_started_at')} IS NOT NULL AND {col('waited_ms')} IS NOT NULL "
         f"ORDER BY {col('insert_started_at')} DESC LIMIT %s"
@@ -246,8 +244,7 @@ def rows_with_guards(sql: str, params: Sequence[int | str]) -> list[TaggedCheckp
 @functools.cache
 def _inserted_rows_sql(vendor: str) -> str:
     row = bulk.column_of(TaggedCheckpoint, "c")
-    statuses = ", ".join(["%s"] * len(TaggedCheckpoint.INSERTED))
-    return rows_with_guards_sql(f"{row('site')} = %s AND {row('status')} IN ({statuses})")
+    return rows_with_guards_sql(f"{row('site')} = %s AND {row('status')} IN ({bulk.marks(TaggedCheckpoint.INSERTED)})")
 
 
 def rows_with_guards_sql(where: str, tail: str = "") -> str:
