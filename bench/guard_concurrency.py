@@ -15,7 +15,8 @@ connection); ``--creators 0`` gives each guard a thread and a connection of its 
 bounded and stopped at the end. Prints figures and ratios measured in this one run; no asserts.
 With --production the state is a PostgreSQL and a Redis of the run's own (the database, the
 broker, the shared pacing and circuits), and their CPU is ours too: each run prints what each
-spent and the database sessions opened, and counts both in our CPU per guard.
+spent and the database sessions opened, and counts both in our CPU per guard, but for the
+PostgreSQL backend serving this benchmark's own reads (measured apart, printed beside).
 
 1. warm-up: --warmup rounds of one guard per site at once, so each site's pacing has learned
    its time to list (rewind/checkpoints/pacing.py);
@@ -574,21 +575,33 @@ def concurrent(
 
 @dataclass(frozen=True)
 class ServersSpent:
-    """CPU seconds of the run's own PostgreSQL and Redis, and the database sessions opened."""
+    """CPU seconds of the run's own PostgreSQL and Redis, and the database sessions opened.
+
+    ``postgres_s`` leaves out ``reads_s``: the CPU of the backend ``reader_pid``, this process's
+    own connection, which serves the benchmark's reads (every guard's status every 20 ms, and the
+    figures read after the run), not the guards.
+    """
 
     postgres_s: float
     redis_s: float
     sessions: int
+    reads_s: float
+    reader_pid: int
 
     def __sub__(self, before: ServersSpent) -> ServersSpent:
+        # A new backend for this process (a reconnection): the old one's share is left in ours.
+        same = self.reader_pid == before.reader_pid
+        reads = self.reads_s - before.reads_s if same else self.reads_s
+        total = self.postgres_s + self.reads_s - before.postgres_s - before.reads_s
         return ServersSpent(
-            self.postgres_s - before.postgres_s, self.redis_s - before.redis_s, self.sessions - before.sessions
+            total - reads, self.redis_s - before.redis_s, self.sessions - before.sessions, reads, self.reader_pid
         )
 
     def line(self, guards: int) -> str:
         return (
-            f"PostgreSQL {self.postgres_s:.1f} s of CPU, {self.sessions} sessions opened "
-            f"({self.sessions / guards:.1f} a guard); Redis {self.redis_s:.1f} s"
+            f"PostgreSQL {self.postgres_s:.1f} s of CPU (and {self.reads_s:.1f} s serving this benchmark's own "
+            f"reads, not counted), {self.sessions} sessions opened ({self.sessions / guards:.1f} a guard); "
+            f"Redis {self.redis_s:.1f} s"
         )
 
 
@@ -601,13 +614,9 @@ class ServersCpu:
     """
 
     def __init__(self) -> None:
-        from django.db import connection
         from redis import Redis
 
-        with connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            backend = cursor.fetchone()[0]
-        status = Path(f"/proc/{backend}/status").read_text()
+        status = Path(f"/proc/{self._own_backend()}/status").read_text()
         self.postmaster = int(next(ln for ln in status.splitlines() if ln.startswith("PPid:")).split()[1])
         self.redis = Redis.from_url(os.environ["REDIS_URL"])  # django_setup put it there
 
@@ -624,7 +633,18 @@ class ServersCpu:
         redis_s = sum(
             float(info[k]) for k in ("used_cpu_sys", "used_cpu_user", "used_cpu_sys_children", "used_cpu_user_children")
         )
-        return ServersSpent(self._postgres_s(), redis_s, sessions)
+        backend = self._own_backend()
+        reads_s = cpu_and_threads(backend)[0] / os.sysconf("SC_CLK_TCK")
+        return ServersSpent(self._postgres_s() - reads_s, redis_s, sessions, reads_s, backend)
+
+    @staticmethod
+    def _own_backend() -> int:
+        """The backend of this process's own connection: the one the benchmark reads on."""
+        from django.db import connection
+
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            return int(cursor.fetchone()[0])
 
     def _postgres_s(self) -> float:
         """The postmaster's CPU, its ended backends' (it reaped them: fields 16, 17 of its stat) and its live ones'."""
