@@ -13,7 +13,9 @@ What it does, all on 127.0.0.1, every process bounded and stopped at the end:
    "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
    the lookup cache as configured (REWIND_LOOKUP_CACHE_S, default 10 s) and with it off (0),
    so every call asks both ZVMs with their server-side ``vmName`` filter; the simulator's
-   call counters give the ZVM calls per lookup (the inventory-independent cost).
+   call counters give the ZVM calls per lookup (the inventory-independent cost); and beside them
+   the floor (bench/_find_floor.py): the same app, cache on, with its audit rows never written,
+   so the CPU a look-up's fail-closed audit row costs is measured, not estimated.
 
 Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
 per call, the stateless form every MCP client at that revision sends), for a fixed time after a
@@ -325,6 +327,11 @@ def merged(label: str, parts: list[Result]) -> Result:
     )
 
 
+# The app's phases: the lookup cache on and off, and the floor (cache on, its audit rows never written).
+FLOOR = "floor"
+PHASES = {"on": "cache on", "off": "cache off", FLOOR: "cache on, audit rows unwritten (floor)"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--clients", type=int, default=16)
@@ -405,11 +412,12 @@ def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figur
             apps: dict[str, tuple[Proc, str]] = {}
             try:
                 register_sites(sim_url, ("site-a", "site-b"))
-                for cache, cache_s in (("on", None), ("off", "0")):
-                    app_env = dict(env) if cache_s is None else {**env, "REWIND_LOOKUP_CACHE_S": cache_s}
-                    apps[cache] = start_uvicorn(
-                        f"app-{vms}-cache-{cache}", "rewind.asgi:application", app_env, work, args.workers
-                    )
+                for cache, target, app_env in (
+                    ("on", "rewind.asgi:application", env),
+                    ("off", "rewind.asgi:application", {**env, "REWIND_LOOKUP_CACHE_S": "0"}),
+                    (FLOOR, "bench._find_floor:application", env),
+                ):
+                    apps[cache] = start_uvicorn(f"app-{vms}-cache-{cache}", target, app_env, work, args.workers)
                 for n in range(1, args.rounds + 1):
                     parts.setdefault((vms, "echo"), []).append(
                         run(
@@ -424,7 +432,7 @@ def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figur
                     for cache, (app, app_url) in apps.items():
                         parts.setdefault((vms, cache), []).append(
                             run(
-                                f"find_protection {vms} VMs, cache {cache} #{n}",
+                                f"find_protection {vms} VMs, {PHASES[cache]} #{n}",
                                 app,
                                 app_url,
                                 token,
@@ -443,6 +451,35 @@ def measure(args: argparse.Namespace, work: Path, servers: dict[str, str], figur
     figures.write()
 
 
+def report_floor(vms: int, parts: dict[tuple[int, str], list[Result]], figures: Report, ratios: list[float]) -> None:
+    """What the look-up's audit row costs: its CPU per call beside the floor's, whose rows are never written."""
+    rounds = [
+        (f.cpu_ms_per_call, u.cpu_ms_per_call) for f, u in zip(parts[(vms, "on")], parts[(vms, FLOOR)], strict=True)
+    ]
+    writes = [real - floor for real, floor in rounds]
+    print(
+        f"the same without writing its audit rows (bench/_find_floor.py): find/echo {statistics.median(ratios):.2f} "
+        f"(rounds: {' '.join(f'{x:.2f}' for x in ratios)}); the rows' write {statistics.median(writes):.3f} ms "
+        f"of CPU per look-up (rounds: {' '.join(f'{real:.2f} vs {floor:.2f}' for real, floor in rounds)})"
+    )
+    figures.add(
+        f"find_protection at {vms} VMs, cache on, its audit rows unwritten (a floor): throughput over the echo's",
+        statistics.median(ratios),
+        "x",
+        better="higher",
+        spread=spread_of(ratios),
+        note="bench/_find_floor.py: the same app and path, the audit writer's transaction skipped",
+    )
+    figures.add(
+        f"find_protection at {vms} VMs, cache on: its audit row's write, CPU per look-up",
+        statistics.median(writes),
+        "ms",
+        reference=statistics.median(real for real, _ in rounds),
+        reference_name="the look-up's whole CPU",
+        spread=spread_of(writes),
+    )
+
+
 def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures: Report) -> None:
     def to_echo(vms: int, cache: str) -> list[float]:
         """find/echo throughput of each round at ``vms``."""
@@ -451,8 +488,8 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
     print("\nall rounds together:")
     for vms in sizes:
         print(merged(f"echo beside {vms} VMs", parts[(vms, "echo")]).line())
-        for cache in ("on", "off"):
-            print(merged(f"find_protection {vms} VMs, cache {cache}", parts[(vms, cache)]).line())
+        for cache in PHASES:
+            print(merged(f"find_protection {vms} VMs, {PHASES[cache]}", parts[(vms, cache)]).line())
     print()
     for vms in sizes:
         find, echo = merged("", parts[(vms, "on")]), merged("", parts[(vms, "echo")])
@@ -470,8 +507,10 @@ def report(sizes: list[int], parts: dict[tuple[int, str], list[Result]], figures
             target=0.5,
             spread=spread_of(ratios),
             note="the echo does no work of ours; each look-up also has its rate count shared by every "
-            "process, its audit row committed before the answer (fail-closed) and the sites' fingerprint read",
+            "process, its audit row committed before the answer (fail-closed) and the sites' fingerprint read; "
+            "with the audit rows left unwritten (bench/_find_floor.py) the look-up reaches the figure below",
         )
+        report_floor(vms, parts, figures, to_echo(vms, FLOOR))
         off = merged("", parts[(vms, "off")])
         off_rounds = [r.cpu_ms_per_call for r in parts[(vms, "off")]]
         figures.add(
