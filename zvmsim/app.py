@@ -14,7 +14,7 @@ import time
 from email.utils import formatdate
 
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -143,6 +143,13 @@ async def _dispatch(holder: Holder, request: Request) -> Response:
     return await _site_call(holder, request, site.slug, "/" + tail)
 
 
+async def _gone(request: Request, exc: Exception) -> Response:
+    """A client that went away before its request was whole (a process stopped mid-call): nobody
+    reads the answer, and a ZVM does not report it as its own failure."""
+    log.debug("the client left during %s %s", request.method, request.url.path)
+    return Response(status_code=400)
+
+
 async def _crash(request: Request, exc: Exception) -> Response:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return error(500, "An error has occurred.")
@@ -154,7 +161,10 @@ def create_app(config: SimConfig, ca_bundle: str | None = None) -> Starlette:
     async def endpoint(request: Request) -> Response:
         return await dispatch(holder, request)
 
-    app = Starlette(routes=[Route("/{path:path}", endpoint, methods=METHODS)], exception_handlers={Exception: _crash})
+    app = Starlette(
+        routes=[Route("/{path:path}", endpoint, methods=METHODS)],
+        exception_handlers={ClientDisconnect: _gone, Exception: _crash},
+    )
     app.state.holder = holder
     app.state.ca_bundle = ca_bundle
     return app
