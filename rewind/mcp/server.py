@@ -68,6 +68,7 @@ from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.context import call_refs, refs_sentence, writes_with_record
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.mcp.errors import excerpt, unknown_arguments_message, unknown_tool, validation_message
+from rewind.mcp.exchange import ModernPosts
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.providers import ToolProvider
 from rewind.mcp.ratelimit import RateLimit, rate_limiter
@@ -434,7 +435,7 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
     limit = RateLimit(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_BURST)
     limiter = rate_limiter(limit, settings.MCP_RATE_LIMIT_REDIS_URL)
     guard = McpHttpGuard(
-        sdk_app,
+        ModernPosts(sdk_app, server, verifier),
         verifier=verifier,
         max_body_bytes=settings.MCP_MAX_BODY_BYTES,
         limiter=limiter,
