@@ -24,6 +24,8 @@ uvicorn (one worker) and one Celery worker for the guards.
    with the MCP SDK's server path taken out (bench/_gateway_floor.py, a second app process on the
    same state): its own CPU per call beside the real one's is what that path costs, and what
    is left of the gateway's cost without it (the fail-closed decision, the audit rows, the link).
+   A fourth calls it with every POST served by the SDK's own entry (bench/_sdk_entry.py): beside
+   the real one's, what serving the exchange ourselves (``rewind.mcp.exchange``) saves per call.
 2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
    ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
    ``guestshell__exec`` through the gateway, which guards then forwards; every other time in the
@@ -90,6 +92,9 @@ NGINX = "/etc/nginx/nginx.conf"
 # line, and its phase's label.
 FLOOR = "floor"
 FLOOR_LABEL = "gateway guestshell__read_file without the SDK's server path"
+# The gateway with every POST served by the SDK's own entry (bench/_sdk_entry.py), likewise.
+SDK_ENTRY = "sdk entry"
+SDK_ENTRY_LABEL = "gateway guestshell__read_file through the SDK's entry"
 
 
 def start_guest_shell(work: Path, sim_url: str, token: str, *, handshake: bool = False) -> tuple[Proc, str]:
@@ -218,7 +223,8 @@ def check_recorded(label: str, sent: int, before: tuple[int, int], after: tuple[
 
 
 def report_floor(report: Report, samples: dict[str, list[dict[str, float]]]) -> None:
-    """The gateway's own CPU per call with the SDK's server path taken out, beside the real one, per round."""
+    """The gateway's own CPU per call with the SDK's server path taken out, and through the SDK's own entry,
+    each beside the real one, per round."""
     with_path = [g["gateway"] for g in samples["gateway guestshell__read_file, 1 clients"]]
     without = [f[FLOOR] for f in samples[f"{FLOOR_LABEL}, 1 clients"]]
     report.add(
@@ -229,13 +235,25 @@ def report_floor(report: Report, samples: dict[str, list[dict[str, float]]]) -> 
         reference=statistics.median(with_path),
         reference_name="the gateway's own, with it",
         spread=spread_of(without),
-        note="bench/_gateway_floor.py: the same guard, decision, audit rows and relayed link; the MCP SDK's "
-        "server path (Starlette, its auth middleware, protocol ladder, runner, SSE deferral) skipped",
+        note="bench/_gateway_floor.py: the same guard, decision, audit rows and relayed link; the server "
+        "path skipped (the protocol ladder, the SDK's runner and the answer's way out, rewind.mcp.exchange)",
+    )
+    entered = [e[SDK_ENTRY] for e in samples[f"{SDK_ENTRY_LABEL}, 1 clients"]]
+    report.add(
+        "pass-through, 1 client: the gateway's own CPU per call through the SDK's entry",
+        statistics.median(entered),
+        "ms",
+        reference=statistics.median(with_path),
+        reference_name="the gateway's own, through ours (rewind.mcp.exchange)",
+        spread=spread_of(entered),
+        note="bench/_sdk_entry.py: every 2026-07-28 POST served by the SDK's handle_modern_request, as "
+        "before the gateway served the exchange itself; the difference is what that saves per call",
     )
     print(
         f"CPU per call, 1 clients: the gateway's own {statistics.median(with_path):.2f} ms; without the SDK's "
-        f"server path {statistics.median(without):.2f} ms (rounds: "
-        + ", ".join(f"{w:.2f} vs {g:.2f}" for w, g in zip(without, with_path, strict=True))
+        f"server path {statistics.median(without):.2f} ms; through the SDK's entry "
+        f"{statistics.median(entered):.2f} ms (rounds, without / through the SDK's entry / ours: "
+        + ", ".join(f"{w:.2f} / {e:.2f} / {g:.2f}" for w, e, g in zip(without, entered, with_path, strict=True))
         + ")\n",
         flush=True,
     )
@@ -305,6 +323,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         procs.append(app)
         floor, floor_url = start_uvicorn("floor", "bench._gateway_floor:application", env, work, workers=1)
         procs.append(floor)
+        entry, entry_url = start_uvicorn("sdk-entry", "bench._sdk_entry:application", env, work, workers=1)
+        procs.append(entry)
         procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
         print(
             f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()} "
@@ -312,11 +332,15 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             flush=True,
         )
         read = {"host": "web01", "path": NGINX}
-        servers_cpu = {"gateway": app, FLOOR: floor, "guest shell": shell, "simulator": sim}
+        servers_cpu = {"gateway": app, FLOOR: floor, SDK_ENTRY: entry, "guest shell": shell, "simulator": sim}
         samples: dict[str, list[dict[str, float]]] = defaultdict(list)
-        # The floor with one client only: what a call costs it does not depend on the queue.
+        # The floor and the SDK's entry with one client only: what a call costs them does not depend on the queue.
         floored: list[Result] = []
-        floor_arm = [(f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False)]
+        entered: list[Result] = []
+        floor_arm = [
+            (f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False),
+            (f"{SDK_ENTRY_LABEL}, 1 clients", entry_url, token, "guestshell__read_file", entered, False),
+        ]
 
         for clients in (args.clients, 1):
             direct: list[Result] = []
