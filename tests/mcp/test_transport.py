@@ -200,3 +200,43 @@ def test_the_zvm_sees_the_request_id_of_the_audited_call(
         event = AuditEvent.objects.get(action="mcp.tool.called", actor=agent.name)
         seen = {s.headers.get("X-Request-ID") for s in zvm.seen if "/v1/" in s.path}
         assert seen == {event.request_id}
+
+
+def test_a_client_that_hangs_up_mid_call_has_it_cancelled_and_audited_so(
+    sim: Any, mcp_server: Any, mcp_sites: Any, agent_token: Any
+) -> None:
+    # A 2026-07-28 checkpoint call that waits (the ZVM lists no checkpoint, no worker runs the guard):
+    # the client gives up after 2 s and closes its connection, the wire's cancellation. The
+    # server cancels the call there and then, and its audit row says so.
+    import httpx2
+
+    from tests.fixtures import wait_until
+
+    sim.add_fault("checkpoint_listing_delay", seconds=300)
+    agent, token = agent_token
+    arguments = {"vm": "web01", "action": "patch", "change_id": "hangs-up", "timeout_s": 240}
+    meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {}}
+    body = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "zerto_create_tagged_checkpoint", "arguments": arguments, "_meta": meta},
+    }
+    headers = {
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": "2026-07-28",
+        "Mcp-Method": "tools/call",
+        "Mcp-Name": "zerto_create_tagged_checkpoint",
+        "Authorization": f"Bearer {token}",
+    }
+    with pytest.raises(httpx2.ReadTimeout):
+        httpx2.post(mcp_server.mcp_url, content=json.dumps(body), headers=headers, timeout=httpx2.Timeout(30, read=2.0))
+
+    def audited() -> AuditEvent | None:
+        rows = AuditEvent.objects.filter(action="mcp.tool.called", actor=agent.name)
+        return next((r for r in rows if r.data["tool"] == "zerto_create_tagged_checkpoint"), None)
+
+    event = wait_until(audited, 30, what="the hung-up call's audit row")
+    assert event.data["outcome"] == "cancelled", event.data
+    assert event.data["duration_ms"] < 60_000, "cancelled when the client left, not at the guard's timeout"
