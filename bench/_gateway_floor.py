@@ -3,10 +3,11 @@
 ``application`` is ``rewind.asgi.application`` but for one thing. Behind the same HTTP guard
 (bearer token, body size, the shared rate count, the envelope, scopes), a ``tools/call`` of an
 upstream's tool (a name no tool of this server's own has) is answered by ``RewindMCPServer.call_tool``
-directly, as one JSON body. Skipped: Starlette and the SDK's auth middleware (the token is
-verified again here, as the SDK's second lock does), its protocol ladder, its runner and its SSE
-deferral. Everything else the gateway does for the call is the product's own code, unchanged:
-the fail-closed decision, the audit rows, and the relayed link to the upstream.
+directly, as one JSON body. Skipped: the whole server path of a 2026-07-28 POST
+(``rewind.mcp.exchange``: the SDK's checks and protocol ladder, its runner, and the answer's way
+out; the token is verified again here, as that path does). Everything else the gateway does
+for the call is the product's own code, unchanged: the fail-closed decision, the audit rows,
+and the relayed link to the upstream.
 
 So the gateway's own CPU per call here is what it would be if the SDK's server path cost
 nothing, and bench/gateway.py prints it beside the real one: how much of the cost is that path,
