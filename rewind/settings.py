@@ -328,10 +328,6 @@ REWIND_LATE_LISTING_INTERVAL_S = env_int("REWIND_LATE_LISTING_INTERVAL_S", 120, 
 REWIND_RETENTION_INTERVAL_S = env_int("REWIND_RETENTION_INTERVAL_S", 600, minimum=30)
 # How often every upstream MCP server of the gateway is asked for its tools again.
 REWIND_GATEWAY_REFRESH_INTERVAL_S = env_int("REWIND_GATEWAY_REFRESH_INTERVAL_S", 300, minimum=10)
-# Whether the gateway sends a forwarded tools/call itself (posted over HTTP, written to a stdio
-# child's stdin), with the SDK's session deciding everything around it (rewind.gateway.relay);
-# off: the SDK's client sends it.
-REWIND_GATEWAY_RELAY = env_bool("REWIND_GATEWAY_RELAY", True)
 REWIND_RETENTION_WARN_H = env_float("REWIND_RETENTION_WARN_H", 24.0, minimum=0)
 
 # --- Recoveries --------------------------------------------------------------------------

@@ -1,4 +1,4 @@
-"""Sessions to upstream MCP servers, through the official SDK's clients, that heal.
+"""Sessions to upstream MCP servers, through the official SDK's client only, that heal.
 
 A ``Link`` is one upstream's session in this process: opened on first use, shared by every
 concurrent call (JSON-RPC multiplexes them), and reopened by the next call once it broke. For
@@ -7,7 +7,7 @@ The session lives in a task of its own, because the SDK's client must be entered
 same task, and calls come from many request tasks.
 
 What counts as broken, and what a call is then told:
-- the session's connection closed (a stdio child that exited, a stream that ended): the next call
+- the session's connection ended (a stdio child that exited, a stream that ended): the next call
   opens a new session (starting the command again) before it sends anything;
 - an HTTP upstream answering 404 to our session id: it forgot the session (it restarted). The
   call did not run there; a new session is opened and the call sent once more;
@@ -20,20 +20,14 @@ What counts as broken, and what a call is then told:
 ``ready()`` asks the upstream for a ping over the session (reopened once if it broke): a guarded
 call asks it before a checkpoint is spent on a call that could not be forwarded.
 
-Each ``tools/call`` is relayed (``rewind.gateway.relay``), below the SDK's session, which still
-stamps it, checks its answer and answers what the upstream asks in between: on an HTTP session
-posted on the link's own connections, on a stdio one written to the child's stdin and its answer
-taken from the link's own reader of the child's stdout (``rewind.gateway.pipes``).
-``REWIND_GATEWAY_RELAY=false``: the SDK's client sends it. Every other message goes through the
-SDK's client whole.
-
 One-off sessions (``open_client``) serve the admin's "test connection" and the tool-list refresh,
 which run in sync code under ``asyncio.run``.
 
 What an upstream gets: its own credentials (headers, or the command's environment), never the
-agent's token, and a client with no sampling, roots or elicitation callback, so it cannot call
-back into this service. A stdio server inherits only the SDK's safe variables (PATH, HOME, ...),
-not this process's environment with its keys.
+agent's token. What it asks of the agent's side (sampling, elicitation, roots, also inside
+``input_required`` rounds) goes to ``UpstreamAsks``, which refuses and records each request unless
+an admin allowed that kind for the upstream. A stdio server inherits only the SDK's safe variables
+(PATH, HOME, ...), not this process's environment with its keys.
 """
 
 from __future__ import annotations
@@ -41,33 +35,34 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any
 
+import anyio
 import httpx2
-from django.conf import settings
+from anyio.abc import ObjectReceiveStream, ObjectSendStream
 from mcp import Client
-from mcp.client.stdio import StdioServerParameters
+from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.dispatcher import ProgressFnT
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, Implementation
 from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
+from rewind import __version__
 from rewind.errors import ApplicationError
-from rewind.gateway.pipes import relayed_stdio
-from rewind.gateway.relay import SESSION_HEADER, PipeRelay, Relay, RelayingDispatcher
-from rewind.gateway.wire import KeptAliveTransport, upstream_transport
 
 logger = logging.getLogger(__name__)
 
 CLIENT_NAME = "zerto-rewind-gateway"
 FIRST_BACKOFF_S, MAX_BACKOFF_S = 1.0, 30.0
+SESSION_HEADER = "mcp-session-id"
 
 
 class UpstreamUnavailable(ApplicationError):
@@ -98,37 +93,68 @@ class UpstreamSpec:
 
 
 ResponseHook = Callable[[httpx2.Response], Awaitable[None]]
+Streams = tuple[ObjectReceiveStream[Any], ObjectSendStream[Any]]
 
 
-class _Target(NamedTuple):
-    sdk: Any  # what the SDK's Client connects to
-    http: httpx2.AsyncClient | None = None  # an HTTP upstream's client, which the SDK drives
-    transport: KeptAliveTransport | None = None  # our connections under it (None behind a proxy)
+class EndWatch(ObjectReceiveStream[Any]):
+    """A session's read stream that notes when it ends: the connection is gone (a stdio child exited,
+    a stream closed), so a session found ended before a call is reopened before anything is sent.
+
+    The SDK's client reads its transport's streams through anyio's public stream interface; this
+    is that interface around the transport's own stream.
+    """
+
+    def __init__(self, inner: ObjectReceiveStream[Any]) -> None:
+        self._inner = inner
+        self.ended = False
+
+    async def receive(self) -> Any:
+        try:
+            return await self._inner.receive()
+        except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self.ended = True
+            raise
+
+    async def aclose(self) -> None:
+        self.ended = True
+        await self._inner.aclose()
+
+    @property
+    def last_context(self) -> Any:
+        # The SDK's HTTP transport hands each message's contextvars along this attribute, which its
+        # dispatcher reads when present; passing it on keeps that behaviour unchanged.
+        return getattr(self._inner, "last_context", None)
 
 
-def _target(spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None) -> _Target:
+@contextlib.asynccontextmanager
+async def _watched(
+    transport: contextlib.AbstractAsyncContextManager[Any], watch: list[EndWatch]
+) -> AsyncIterator[Streams]:
+    async with transport as (read, write):
+        watched = EndWatch(read)
+        watch.append(watched)
+        yield watched, write
+
+
+def stdio_parameters(spec: UpstreamSpec) -> StdioServerParameters:
+    """The command, and its environment: the SDK's safe defaults (PATH, HOME...) and the upstream's own."""
+    return StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env))
+
+
+def _transport(
+    spec: UpstreamSpec, stack: contextlib.AsyncExitStack, on_response: ResponseHook | None = None
+) -> contextlib.AbstractAsyncContextManager[Any]:
+    """The SDK's transport for the upstream (stdio or streamable HTTP), entered by the SDK's client."""
     if spec.transport == "stdio":
-        return _Target(StdioServerParameters(command=spec.command[0], args=list(spec.command[1:]), env=dict(spec.env)))
+        params = stdio_parameters(spec)
+        # The child's stderr is this process's own as it started: in a Celery worker sys.stderr is a
+        # logging proxy with no file descriptor, which a child cannot inherit.
+        return stdio_client(params, errlog=sys.__stderr__ or sys.stderr)
     timeout = httpx2.Timeout(spec.connect_timeout_s, read=spec.call_timeout_s + spec.connect_timeout_s)
     hooks = {"response": [on_response]} if on_response is not None else None
-    # Our own HTTP/1.1 connections under the httpx client the SDK drives (``rewind.gateway.wire``).
-    transport = upstream_transport()
-    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks, transport=transport)
+    http = httpx2.AsyncClient(headers=dict(spec.headers), timeout=timeout, event_hooks=hooks)
     stack.push_async_callback(http.aclose)
-    return _Target(streamable_http_client(spec.url, http_client=http), http, transport)
-
-
-def _session_closed(client: Client) -> bool:
-    """Whether the session's connection has closed (a stdio child that exited, a stream that ended).
-
-    The SDK has no public flag for it; its dispatcher's ``_closed`` is what makes every later call
-    on the session fail with "Connection closed", so that is what is read (False if it moved).
-    """
-    try:
-        dispatcher = client.session._dispatcher
-    except (AttributeError, RuntimeError):
-        return False
-    return bool(getattr(dispatcher, "_closed", False))
+    return streamable_http_client(spec.url, http_client=http)
 
 
 def _leaf(exc: BaseException) -> BaseException:
@@ -150,15 +176,25 @@ def unavailable(spec: UpstreamSpec, exc: BaseException, *, doing: str) -> Upstre
     )
 
 
+def _client(spec: UpstreamSpec, streams: contextlib.AbstractAsyncContextManager[Any], asks: Any) -> Client:
+    return Client(
+        streams,
+        mode="auto",
+        read_timeout_seconds=spec.call_timeout_s,
+        client_info=Implementation(name=CLIENT_NAME, version=__version__),
+        sampling_callback=asks.sampling if asks is not None else None,
+        elicitation_callback=asks.elicitation if asks is not None else None,
+        list_roots_callback=asks.list_roots if asks is not None else None,
+    )
+
+
 @contextlib.asynccontextmanager
-async def open_client(spec: UpstreamSpec) -> AsyncIterator[Client]:
+async def open_client(spec: UpstreamSpec, asks: Any = None) -> AsyncIterator[Client]:
     """A session of its own, closed on leaving; raises ``UpstreamUnavailable`` if it cannot open."""
     async with contextlib.AsyncExitStack() as stack:
         try:
             async with asyncio.timeout(spec.connect_timeout_s):
-                client = await stack.enter_async_context(
-                    Client(_target(spec, stack).sdk, mode="auto", read_timeout_seconds=spec.call_timeout_s)
-                )
+                client = await stack.enter_async_context(_client(spec, _transport(spec, stack), asks))
         except (Exception, BaseExceptionGroup) as exc:
             raise unavailable(spec, exc, doing="connecting") from None
         yield client
@@ -167,11 +203,11 @@ async def open_client(spec: UpstreamSpec) -> AsyncIterator[Client]:
 class Link:
     """One upstream's shared session on one event loop, reopened when it broke (see the module)."""
 
-    def __init__(self, spec: UpstreamSpec, *, relay: bool = True) -> None:
+    def __init__(self, spec: UpstreamSpec, asks: Any = None) -> None:
         self.spec = spec
-        self._relay_wanted = relay  # REWIND_GATEWAY_RELAY: off, the SDK's client sends every call
+        self._asks = asks  # answers what the upstream asks of the agent's side (``rewind.gateway.asks``)
         self._client: Client | None = None
-        self.relay: Relay | PipeRelay | None = None  # the session's, when its tools/call are relayed
+        self._watch: list[EndWatch] = []  # the open session's read stream
         self._stop: asyncio.Event | None = None
         self._lock = asyncio.Lock()
         self._session_lost = False  # the upstream answered 404 to our session id since the last send
@@ -183,13 +219,16 @@ class Link:
         self.recorded_changes = 0
 
     # -- the session ------------------------------------------------------------------------------
+    def _ended(self) -> bool:
+        return any(w.ended for w in self._watch)
+
     async def client(self) -> Client:
         """The open session, a new one if it broke. Raises ``UpstreamUnavailable``: nothing was sent."""
         client = self._client
-        if client is not None and not _session_closed(client):
+        if client is not None and not self._ended():
             return client
         async with self._lock:
-            if self._client is not None and _session_closed(self._client):
+            if self._client is not None and self._ended():
                 self.discard()  # the child died or the stream ended: start again
             if self._client is None:
                 self._refuse_while_backing_off()
@@ -206,7 +245,8 @@ class Link:
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[Client] = loop.create_future()
         stop = self._stop = asyncio.Event()
-        holder = loop.create_task(self._hold(ready, stop), name=f"gateway-link-{self.spec.name}")
+        watch: list[EndWatch] = []
+        holder = loop.create_task(self._hold(ready, stop, watch), name=f"gateway-link-{self.spec.name}")
         try:
             async with asyncio.timeout(self.spec.connect_timeout_s):
                 self._client = await asyncio.shield(ready)
@@ -216,21 +256,13 @@ class Link:
             if isinstance(exc, asyncio.CancelledError):
                 raise
             raise unavailable(self.spec, exc, doing="connecting") from None
+        self._watch = watch
 
-    async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event) -> None:
+    async def _hold(self, ready: asyncio.Future[Client], stop: asyncio.Event, watch: list[EndWatch]) -> None:
         try:
             async with contextlib.AsyncExitStack() as stack:
-                sdk, relay = self._relayed(_target(self.spec, stack, self._note_response))
-                client = Client(sdk, mode="auto", read_timeout_seconds=self.spec.call_timeout_s)
-                await stack.enter_async_context(client)
-                if relay is not None:
-                    # The session's seam for its dispatcher is its constructor, which Client calls
-                    # itself; so the dispatcher it built is wrapped here, before any call is sent.
-                    session = client.session
-                    session._dispatcher = RelayingDispatcher(
-                        session._dispatcher, relay, session._on_request, session._on_notify
-                    )
-                self.relay = relay
+                streams = _watched(_transport(self.spec, stack, self._note_response), watch)
+                client = await stack.enter_async_context(_client(self.spec, streams, self._asks))
                 if not ready.done():
                     ready.set_result(client)
                 await stop.wait()
@@ -243,20 +275,6 @@ class Link:
             if self._stop is stop:
                 self._client = None
 
-    def _relayed(self, target: _Target) -> tuple[Any, Relay | PipeRelay | None]:
-        """What the SDK's client connects to, and the relay its ``tools/call`` go through (None: the SDK's
-        client sends them: ``REWIND_GATEWAY_RELAY=false``, or an HTTP upstream behind a proxy)."""
-        if not self._relay_wanted:
-            return target.sdk, None
-        if isinstance(target.sdk, StdioServerParameters):
-            pipe = PipeRelay()
-            return relayed_stdio(target.sdk, pipe), pipe
-        if target.http is None or target.transport is None:
-            return target.sdk, None
-        relay = Relay(self.spec.url, target.http, target.transport, self._note_response)
-        target.http.event_hooks["response"].append(relay.learn_session)  # before initialize is sent
-        return target.sdk, relay
-
     async def _note_response(self, response: httpx2.Response) -> None:
         if response.status_code == 404 and response.request.headers.get(SESSION_HEADER):
             self._session_lost = True
@@ -266,6 +284,7 @@ class Link:
         if self._stop is not None:
             self._stop.set()
         self._client = None
+        self._watch = []
 
     # -- calls ------------------------------------------------------------------------------------
     async def call_tool(
@@ -277,37 +296,46 @@ class Link:
             client = await self.client()
             self._session_lost = False
             try:
-                result = await client.call_tool(
-                    name, arguments, read_timeout_seconds=self.spec.call_timeout_s, progress_callback=progress
-                )
-            except MCPError as exc:
-                if self._session_lost:
-                    # Refused before it ran: the upstream no longer knows our session (it restarted).
-                    self.discard()
-                    if first_try:
-                        continue
+                return await self._call(client, name, arguments, progress)
+            except MCPError:
+                if not self._session_lost:
+                    raise
+                # Refused before it ran: the upstream no longer knows our session (it restarted).
+                self.discard()
+                if not first_try:
                     raise self._down(
                         UpstreamUnavailable(f"upstream {self.spec.name} refused our new session too")
                     ) from None
-                if exc.error.code == REQUEST_TIMEOUT:
-                    raise UpstreamCallBroke(
-                        f"upstream {self.spec.name} did not finish {name} within {self.spec.call_timeout_s:g} s"
-                    ) from None
-                if exc.error.code == CONNECTION_CLOSED:
-                    self.discard()
-                    raise self._down(
-                        UpstreamCallBroke(f"upstream {self.spec.name} closed the connection during the call of {name}")
-                    ) from None
-                raise  # a JSON-RPC error answer: the session itself is fine
-            except (Exception, BaseExceptionGroup) as exc:
-                self.discard()
-                broke = unavailable(self.spec, exc, doing=f"calling {name}")
-                if isinstance(_leaf(exc), httpx2.ConnectError):
-                    raise self._down(broke) from None  # never reached it
-                raise self._down(UpstreamCallBroke(broke.message)) from None
-            self._answered()
-            return result
         raise AssertionError("unreachable")
+
+    async def _call(
+        self, client: Client, name: str, arguments: dict[str, Any], progress: ProgressFnT | None
+    ) -> CallToolResult:
+        try:
+            result = await client.call_tool(
+                name, arguments, read_timeout_seconds=self.spec.call_timeout_s, progress_callback=progress
+            )
+        except MCPError as exc:
+            if self._session_lost:
+                raise
+            if exc.error.code == REQUEST_TIMEOUT:
+                raise UpstreamCallBroke(
+                    f"upstream {self.spec.name} did not finish {name} within {self.spec.call_timeout_s:g} s"
+                ) from None
+            if exc.error.code == CONNECTION_CLOSED:
+                self.discard()
+                raise self._down(
+                    UpstreamCallBroke(f"upstream {self.spec.name} closed the connection during the call of {name}")
+                ) from None
+            raise  # a JSON-RPC error answer: the session itself is fine
+        except (Exception, BaseExceptionGroup) as exc:
+            self.discard()
+            broke = unavailable(self.spec, exc, doing=f"calling {name}")
+            if isinstance(_leaf(exc), httpx2.ConnectError):
+                raise self._down(broke) from None  # never reached it
+            raise self._down(UpstreamCallBroke(broke.message)) from None
+        self._answered()
+        return result
 
     async def ready(self) -> None:
         """Return once the upstream answers over the session (a broken one reopened once).
@@ -333,8 +361,9 @@ class Link:
                 failure = exc
             else:
                 break
+            lost = self._session_lost or self._ended()
             self.discard()
-            if first_try and (self._session_lost or _session_closed(client)):
+            if first_try and lost:
                 continue
             raise self._down(unavailable(self.spec, failure, doing="answering a ping")) from None
         self._answered()
@@ -383,5 +412,5 @@ def link_for(spec: UpstreamSpec) -> Link:
     if link is None or link.spec.version != spec.version:
         if link is not None:
             link.discard()
-        link = links[spec.pk] = Link(spec, relay=settings.REWIND_GATEWAY_RELAY)
+        link = links[spec.pk] = Link(spec)
     return link

@@ -3,7 +3,6 @@ the guest shell as a real upstream MCP server, over HTTP and stdio."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -15,7 +14,7 @@ from mcp.client.stdio import DEFAULT_INHERITED_ENV_VARS, get_default_environment
 from catalog.models import ToolSighting
 from catalog.services import mutating_tool_add
 from rewind.audit import Actor, verify_chain
-from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, _target
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, stdio_parameters
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
@@ -354,7 +353,7 @@ def test_a_stdio_upstream_gets_only_its_own_environment() -> None:
         call_timeout_s=5,
         version="v",
     )
-    params = _target(spec, contextlib.AsyncExitStack()).sdk
+    params = stdio_parameters(spec)
     assert params.env == {"TOKEN": "its-own"}
     inherited = set(get_default_environment())
     assert inherited <= set(DEFAULT_INHERITED_ENV_VARS)
