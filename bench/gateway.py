@@ -20,12 +20,7 @@ uvicorn (one worker) and one Celery worker for the guards.
    and each client count the ratio that CPU alone implies when the cores set the pace, the CPU
    bound: (gateway's own + upstream's) ÷ upstream's. Targets: the gateway's own CPU ≤ 3 ms per
    call; with one client at most 5 ms added to the direct p50; with --clients, the p50 ratio
-   within 10 % of the CPU bound. With one client a third phase in each round calls the gateway
-   with the MCP SDK's server path taken out (bench/_gateway_floor.py, a second app process on the
-   same state): its own CPU per call beside the real one's is what that path costs, and what
-   is left of the gateway's cost without it (the fail-closed decision, the audit rows, the link).
-   A fourth calls it with every POST served by the SDK's own entry (bench/_sdk_entry.py): beside
-   the real one's, what serving the exchange ourselves (``rewind.mcp.exchange``) saves per call.
+   within 10 % of the CPU bound.
 2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
    ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
    ``guestshell__exec`` through the gateway, which guards then forwards; every other time in the
@@ -35,7 +30,7 @@ uvicorn (one worker) and one Celery worker for the guards.
 
 With --handshake the guest shell speaks only the handshake era (``--stateful``: 2025-11-25, a
 session per client, answers as SSE streams), as most MCP servers do: the direct clients open a
-session each, the gateway's link relays to it (``rewind.gateway.relay``), and part 2, whose cost
+session each, the gateway's link keeps one (the SDK's client), and part 2, whose cost
 does not depend on the upstream's era, is left out. Its figures' names end in "(handshake-era
 upstream)", so they never compare with the default run's.
 
@@ -83,18 +78,11 @@ HANDSHAKE_SHAPE = " (handshake-era upstream)"  # after each figure's name with -
 # for the table's "what bounds them": its figures are in the closing notes of issue 26.
 FORWARD_BOUND = (
     "the SDK's server path (bench/mcp_find.py's echo: its whole CPU per call), the SDK's client "
-    "session above the gateway's relay (bench/relay.py: the link's CPU per call), and the safety "
+    "session of the gateway's link, and the safety "
     "writes of every call: the shared rate count, the decision audited before forwarding, the "
     "outcome audited after"
 )
 NGINX = "/etc/nginx/nginx.conf"
-# The gateway with the SDK's server path taken out (bench/_gateway_floor.py): its name in each phase's CPU
-# line, and its phase's label.
-FLOOR = "floor"
-FLOOR_LABEL = "gateway guestshell__read_file without the SDK's server path"
-# The gateway with every POST served by the SDK's own entry (bench/_sdk_entry.py), likewise.
-SDK_ENTRY = "sdk entry"
-SDK_ENTRY_LABEL = "gateway guestshell__read_file through the SDK's entry"
 
 
 def start_guest_shell(work: Path, sim_url: str, token: str, *, handshake: bool = False) -> tuple[Proc, str]:
@@ -215,48 +203,11 @@ def recorded() -> tuple[int, int]:
 
 
 def check_recorded(label: str, sent: int, before: tuple[int, int], after: tuple[int, int]) -> None:
-    """Every call through the gateway, or through its floor, left its call row ended ok and its audit row: the
-    floor measures the gateway's own work only if it did that work (its answers alone could not tell)."""
+    """Every call through the gateway left its call row ended ok and its audit row (its answers alone could
+    not tell that it did the work measured)."""
     calls, audited = after[0] - before[0], after[1] - before[1]
     if calls != sent or audited != sent:
         raise RuntimeError(f"{label}: {sent} calls answered, but {calls} gateway calls ended ok and {audited} audited")
-
-
-def report_floor(report: Report, samples: dict[str, list[dict[str, float]]]) -> None:
-    """The gateway's own CPU per call with the SDK's server path taken out, and through the SDK's own entry,
-    each beside the real one, per round."""
-    with_path = [g["gateway"] for g in samples["gateway guestshell__read_file, 1 clients"]]
-    without = [f[FLOOR] for f in samples[f"{FLOOR_LABEL}, 1 clients"]]
-    report.add(
-        "pass-through, 1 client: the gateway's own CPU per call without the SDK's server path (its floor)",
-        statistics.median(without),
-        "ms",
-        target=3.0,
-        reference=statistics.median(with_path),
-        reference_name="the gateway's own, with it",
-        spread=spread_of(without),
-        note="bench/_gateway_floor.py: the same guard, decision, audit rows and relayed link; the server "
-        "path skipped (the protocol ladder, the SDK's runner and the answer's way out, rewind.mcp.exchange)",
-    )
-    entered = [e[SDK_ENTRY] for e in samples[f"{SDK_ENTRY_LABEL}, 1 clients"]]
-    report.add(
-        "pass-through, 1 client: the gateway's own CPU per call through the SDK's entry",
-        statistics.median(entered),
-        "ms",
-        reference=statistics.median(with_path),
-        reference_name="the gateway's own, through ours (rewind.mcp.exchange)",
-        spread=spread_of(entered),
-        note="bench/_sdk_entry.py: every 2026-07-28 POST served by the SDK's handle_modern_request, as "
-        "before the gateway served the exchange itself; the difference is what that saves per call",
-    )
-    print(
-        f"CPU per call, 1 clients: the gateway's own {statistics.median(with_path):.2f} ms; without the SDK's "
-        f"server path {statistics.median(without):.2f} ms; through the SDK's entry "
-        f"{statistics.median(entered):.2f} ms (rounds, without / through the SDK's entry / ours: "
-        + ", ".join(f"{w:.2f} / {e:.2f} / {g:.2f}" for w, e, g in zip(without, entered, with_path, strict=True))
-        + ")\n",
-        flush=True,
-    )
 
 
 async def one_call(url: str, token: str, tool: str, arguments: dict[str, Any], rpc_id: int) -> float:
@@ -321,10 +272,6 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         env.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
         app, app_url = start_uvicorn("app", "rewind.asgi:application", env, work, workers=1)
         procs.append(app)
-        floor, floor_url = start_uvicorn("floor", "bench._gateway_floor:application", env, work, workers=1)
-        procs.append(floor)
-        entry, entry_url = start_uvicorn("sdk-entry", "bench._sdk_entry:application", env, work, workers=1)
-        procs.append(entry)
         procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
         print(
             f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()} "
@@ -332,16 +279,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             flush=True,
         )
         read = {"host": "web01", "path": NGINX}
-        servers_cpu = {"gateway": app, FLOOR: floor, SDK_ENTRY: entry, "guest shell": shell, "simulator": sim}
+        servers_cpu = {"gateway": app, "guest shell": shell, "simulator": sim}
         samples: dict[str, list[dict[str, float]]] = defaultdict(list)
-        # The floor and the SDK's entry with one client only: what a call costs them does not depend on the queue.
-        floored: list[Result] = []
-        entered: list[Result] = []
-        floor_arm = [
-            (f"{FLOOR_LABEL}, 1 clients", floor_url, token, "guestshell__read_file", floored, False),
-            (f"{SDK_ENTRY_LABEL}, 1 clients", entry_url, token, "guestshell__read_file", entered, False),
-        ]
-
         for clients in (args.clients, 1):
             direct: list[Result] = []
             gateway: list[Result] = []
@@ -363,7 +302,6 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                         gateway,
                         False,  # agents speak 2026-07-28 to the gateway either way
                     ),
-                    *(floor_arm if clients == 1 else []),
                 ):
                     before, recorded_before = cpu_of(servers_cpu), recorded()
                     result = asyncio.run(
@@ -398,8 +336,6 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             )
             print(cpu_line_of(rounds, clients) + "\n", flush=True)
             report_pass_through(report, clients, direct, gateway, rounds, single=clients == 1)
-            if clients == 1:
-                report_floor(report, samples)
 
         if args.guarded and not args.handshake:  # what a guard costs does not depend on the upstream's era
             measure_guarded(args, app_url, token, shell_url, shell_token, report)

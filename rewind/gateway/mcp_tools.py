@@ -24,7 +24,7 @@ from rewind.gateway.naming import SEPARATOR
 from rewind.gateway.selectors import exported_name_exists, exported_names, exported_tools
 from rewind.mcp import scopes
 from rewind.mcp.context import SharedRead, run_db
-from rewind.mcp.errors import unknown_tool
+from rewind.mcp.errors import UnknownToolError
 from rewind.mcp.server import RewindMCPServer
 
 # After the zerto tools: agents read those first, and some clients show only the head of the list.
@@ -92,7 +92,7 @@ class GatewayTools:
         result = await forward_call(name, arguments, context)
         if result is None:  # removed, switched off or refused since this process last looked
             self._names_at = float("-inf")
-            raise unknown_tool(name)
+            raise UnknownToolError(name)
         return result
 
 

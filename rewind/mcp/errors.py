@@ -17,8 +17,6 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from mcp.shared.exceptions import MCPError
-from mcp_types import INVALID_PARAMS
 from pydantic import ValidationError
 
 EXCERPT_CHARS = 40
@@ -31,11 +29,24 @@ def excerpt(value: str, limit: int = EXCERPT_CHARS) -> str:
     return f"{value[:limit]!r}… ({len(value)} characters)"
 
 
-def unknown_tool(name: str) -> MCPError:
-    """The refusal of a tool this server does not have (now): one wording, whichever path found it out."""
-    return MCPError(
-        code=INVALID_PARAMS, message=f"unknown tool {excerpt(name)}: tools/list names the tools of this server"
+# The tools an unknown tool's answer names at most; tools/list names them all.
+NAMED_TOOLS_MAX = 40
+
+
+class UnknownToolError(Exception):
+    """A tool this server does not have (now); the server answers it as ``unknown_tool_message`` says."""
+
+
+def unknown_tool_message(name: str, tools: list[str]) -> str:
+    """An unknown tool's answer, as a tool error the model reads (SDK clients raise a JSON-RPC error
+    instead of handing it over): what was asked for, a close name, and the tools this caller may call."""
+    close = difflib.get_close_matches(name, tools, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    named = ", ".join(tools[:NAMED_TOOLS_MAX])
+    more = (
+        f" and {len(tools) - NAMED_TOOLS_MAX} more (tools/list names them all)" if len(tools) > NAMED_TOOLS_MAX else ""
     )
+    return f"unknown tool {excerpt(name)}{hint}; the tools you may call are: {named}{more}"
 
 
 def describe(value: Any) -> str:

@@ -1,6 +1,9 @@
 """ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, rate limit, envelope.
 
 In this order, each refusal with a body a client shows as a readable reason:
+- header values trimmed of surrounding spaces and tabs, as HTTP defines a field value (RFC 9110
+  section 5.5), whichever parser the server runs: httptools keeps them, h11 strips them, and the
+  SDK compares ``Mcp-Name`` with the body's name as it gets it;
 - 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
   stateless, so there is no stream to open with GET and no session to end with DELETE;
 - 401 without a valid bearer token, before the body is read, with the challenge the MCP
@@ -63,6 +66,16 @@ def _header(scope: Scope, name: bytes) -> str | None:
         if key == name:
             return value.decode("latin-1")
     return None
+
+
+_OWS = b" \t"
+
+
+def _trim_header_values(scope: Scope) -> None:
+    """Header values without surrounding whitespace (RFC 9110 section 5.5); untouched when none has any."""
+    headers = scope.get("headers") or ()
+    if any(value[:1] in (b" ", b"\t") or value[-1:] in (b" ", b"\t") for _, value in headers):
+        scope["headers"] = [(name, value.strip(_OWS)) for name, value in headers]
 
 
 def _bearer(scope: Scope) -> str | None:
@@ -159,6 +172,7 @@ class McpHttpGuard:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
+        _trim_header_values(scope)
         if scope.get("method") != "POST":
             await _send_error(
                 send,

@@ -13,8 +13,9 @@ Framework duties, so tools do not repeat them:
   declare is refused by name, with the closest one it does ("did you mean `change_id`?"), before
   anything is done (pydantic would drop it without a word);
 - arguments that fail validation give one plain sentence per bad argument (``rewind.mcp.errors``),
-  not pydantic's report; an unknown tool or prompt is a JSON-RPC error -32602 (invalid params),
-  naming it by a short excerpt only;
+  not pydantic's report; an unknown tool is a tool error (``isError``) that names the tools the caller
+  may call, so an SDK client hands it to the model instead of raising; an unknown prompt is a
+  JSON-RPC error -32602 (invalid params); either names what was asked by a short excerpt only;
 - every tool names the scope it needs in its ``_meta`` (``rewind.mcp.scopes.tool_meta``): tools/list
   shows a token only the tools it may call, and a call outside its scopes is refused (the HTTP guard
   answers 403 ``insufficient_scope`` before the SDK sees it; the server refuses again, as a second lock).
@@ -67,8 +68,13 @@ from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
 from rewind.mcp.context import call_refs, refs_sentence, writes_with_record
 from rewind.mcp.endpoint import MCP_PATH
-from rewind.mcp.errors import excerpt, unknown_arguments_message, unknown_tool, validation_message
-from rewind.mcp.exchange import ModernPosts
+from rewind.mcp.errors import (
+    UnknownToolError,
+    excerpt,
+    unknown_arguments_message,
+    unknown_tool_message,
+    validation_message,
+)
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.providers import ToolProvider
 from rewind.mcp.ratelimit import RateLimit, rate_limiter
@@ -142,8 +148,9 @@ def _audited_arguments(arguments: dict[str, Any]) -> Any:
 class RewindMCPServer(MCPServer):
     """``MCPServer`` with the framework duties above wrapped around every tool call."""
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, name: str, *, verifier: CachedTokenVerifier, **kwargs: Any) -> None:
+        super().__init__(name, token_verifier=verifier, **kwargs)
+        self.verifier = verifier  # the HTTP guard checks tokens with the same cache
         self._providers: list[ToolProvider] = []
 
     def add_tool_provider(self, provider: ToolProvider) -> None:
@@ -182,13 +189,19 @@ class RewindMCPServer(MCPServer):
         return None
 
     async def _checked_call(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
+        try:
+            return await self._call_known(name, arguments, context)
+        except UnknownToolError:
+            raise ToolError(unknown_tool_message(name, [t.name for t in await self.list_tools()])) from None
+
+    async def _call_known(self, name: str, arguments: dict[str, Any], context: Context | None) -> Any:
         tool = self._tool_manager.get_tool(name)
         if tool is None:
             provider = await self._provider_of(name)
             if provider is not None:
                 _check_scope(provider.scope, name)
                 return await provider.call(name, arguments, context)
-            raise unknown_tool(name)
+            raise UnknownToolError(name)
         _check_scope(_declared_scope(tool.meta), name)
         properties = tool.parameters.get("properties", {})
         unknown = [key for key in arguments if key not in properties]
@@ -395,7 +408,7 @@ def build_server(*, token_stores: Sequence[TokenStore]) -> RewindMCPServer:
         name=SERVER_NAME,
         version=__version__,
         instructions=INSTRUCTIONS,
-        token_verifier=CachedTokenVerifier(token_stores),
+        verifier=CachedTokenVerifier(token_stores),
         auth=AuthSettings(
             # Django publishes the metadata and runs the authorization server (rewind.oauth), and the
             # HTTP guard checks each token's resource against the address the request came to (which
@@ -430,12 +443,11 @@ def build_asgi_app(server: RewindMCPServer) -> Any:
         transport_security=transport_security(),
         max_request_body_size=settings.MCP_MAX_BODY_BYTES,
     )
-    verifier = server._token_verifier
-    assert isinstance(verifier, CachedTokenVerifier)  # build_server gives it one
+    verifier = server.verifier
     limit = RateLimit(settings.MCP_RATE_LIMIT_PER_MINUTE, settings.MCP_RATE_LIMIT_BURST)
     limiter = rate_limiter(limit, settings.MCP_RATE_LIMIT_REDIS_URL)
     guard = McpHttpGuard(
-        ModernPosts(sdk_app, server, verifier),
+        sdk_app,
         verifier=verifier,
         max_body_bytes=settings.MCP_MAX_BODY_BYTES,
         limiter=limiter,

@@ -68,8 +68,8 @@ def test_a_disabled_upstream_is_not_called_on_the_next_call(
         mcp_client, agent_token[1], lambda: upstream_update(actor=ADMIN, upstream=upstream, enabled=False)
     )
     assert not first.is_error, tool_text(first)
-    assert isinstance(second, MCPError)
-    assert f"unknown tool {TOOL!r}" in str(second)
+    assert second.is_error
+    assert f"unknown tool {TOOL!r}" in tool_text(second)
     assert _forwarded(guestshell_http) == 1
 
 
@@ -88,8 +88,8 @@ def test_a_tool_its_upstream_no_longer_lists_is_not_called_on_the_next_call(
     )
     assert not first.is_error, tool_text(first)
     assert UpstreamTool.objects.get(exposed_name=TOOL).state == "gone"
-    assert isinstance(second, MCPError)
-    assert f"unknown tool {TOOL!r}" in str(second)
+    assert second.is_error
+    assert f"unknown tool {TOOL!r}" in tool_text(second)
     assert _forwarded(guestshell_http) == 1
 
 

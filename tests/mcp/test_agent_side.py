@@ -11,7 +11,7 @@ import httpx2
 import pytest
 
 from rewind import __version__
-from tests.helpers import LEGACY, post, rpc_result, run
+from tests.helpers import LEGACY, post, rpc_result, run, tool_text
 
 MODERN = "2026-07-28"
 REPO = Path(__file__).resolve().parents[2]
@@ -122,36 +122,37 @@ def test_a_wrong_argument_is_one_plain_sentence(mode: str, mcp_client: Any, agen
 
 
 @pytest.mark.parametrize("mode", ["legacy", MODERN])
-def test_an_unknown_tool_or_prompt_is_invalid_params_with_a_short_excerpt(
+def test_an_unknown_tool_is_a_tool_error_naming_the_tools_and_an_unknown_prompt_is_invalid_params(
     mode: str, mcp_client: Any, agent_token: Any
 ) -> None:
+    """An SDK client raises a JSON-RPC error instead of handing it to the model; a tool error it hands over,
+    so the model reads which tools there are and tries one of them."""
     from mcp.shared.exceptions import MCPError
 
     # At 2026-07-28 the tool's name also goes in the Mcp-Name header: uvicorn drops a 64 KiB one.
     huge_name = "t" * 65536 if mode == "legacy" else "zerto_no_such_tool"
 
     async def work(client: Any) -> list[Any]:
-        errors: list[Any] = []  # each call's error, or None when it did not fail
-        for call in (
-            lambda: client.call_tool("zerto_no_such_tool", {}),
-            lambda: client.call_tool(huge_name, {}),
-            lambda: client.get_prompt("no-such-prompt"),
-        ):
-            try:
-                await call()
-            except MCPError as exc:
-                errors.append(exc.error)
-            else:
-                errors.append(None)
-        return errors
+        answers: list[Any] = [await client.call_tool("zerto_find_protektion", {"vm": "web01"})]
+        answers.append(await client.call_tool(huge_name, {}))
+        try:
+            await client.get_prompt("no-such-prompt")
+        except MCPError as exc:
+            answers.append(exc.error)
+        else:
+            answers.append(None)
+        return answers
 
     unknown, huge, prompt = _with_client(mcp_client, agent_token[1], mode, work)
-    assert unknown.code == -32602
-    assert "unknown tool 'zerto_no_such_tool'" in unknown.message
+    assert unknown.is_error
+    text = tool_text(unknown)
+    assert "unknown tool 'zerto_find_protektion'" in text
+    assert "did you mean 'zerto_find_protection'?" in text
+    assert "zerto_guard_before_mutate" in text  # the tools it may call are named
+    assert huge.is_error
     if mode == "legacy":
-        assert huge.code == -32602
-        assert len(huge.message) < 200
-        assert "65536 characters" in huge.message
+        assert "65536 characters" in tool_text(huge)
+        assert len(tool_text(huge)) < 2000
     assert prompt.code == -32602
     assert "unknown prompt 'no-such-prompt'" in prompt.message
 
