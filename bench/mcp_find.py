@@ -79,9 +79,6 @@ async def echo(text: str) -> str:
 
 
 def echo_app() -> Any:
-    from rewind import startup
-
-    startup.enable_tcp_nodelay()  # the same TCP fix as the app, so the comparison is about the app, not sockets
     server = MCPServer(name="echo")
     server.tool()(echo)
     return server.streamable_http_app(
@@ -93,10 +90,8 @@ def echo_app() -> Any:
 
 def echo_handshake_app() -> Any:
     """The same echo, speaking only the handshake era (2025-11-25) with sessions, as most servers do."""
-    from rewind import startup
     from tests.gateway.guestshell import HandshakeOnly
 
-    startup.enable_tcp_nodelay()
     server = MCPServer(name="echo")
     server.tool()(echo)
     app = server.streamable_http_app(

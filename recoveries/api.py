@@ -222,9 +222,7 @@ class RecoveryApproveApi(APIView):
 
     @extend_schema(responses=RecoveryOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
-        recovery = recovery_request_approve(
-            recovery_id=pk, user=request.user, request_id=getattr(request._request, "id", None)
-        )
+        recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 
 
@@ -244,7 +242,7 @@ class RecoveryDenyApi(APIView):
             recovery_id=pk,
             user=request.user,
             note=data.validated_data.get("note", ""),
-            request_id=getattr(request._request, "id", None),
+            request_id=getattr(request, "id", None),
         )
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
 

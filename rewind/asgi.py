@@ -29,7 +29,6 @@ from rewind.mcp.server import build_asgi_app, build_server  # noqa: E402
 from rewind.oauth.mcp_auth import OAuthTokenStore  # noqa: E402
 
 startup.shorten_gil_turns()  # the event loop gets the GIL back from busy pool threads sooner
-startup.enable_tcp_nodelay()  # uvicorn --workers N would otherwise leave Nagle on (44 ms per response)
 
 # The MCP framework names no part: the agents' pasted tokens and the OAuth grants' tokens are the
 # bearer tokens it takes.

@@ -136,7 +136,7 @@ class Proc:
         """
         if not self.gone():
             self.send(sig, group=group)
-        self._kill_after(time.monotonic() + timeout)
+        self.kill_after(time.monotonic() + timeout)
 
     def kill(self, timeout: float = 30.0) -> None:
         """SIGKILL the child and its group at once (a crash, not a shutdown); returns once they are gone."""
@@ -168,7 +168,7 @@ class Proc:
                 peak = max(peak, int(fields["VmHWM"].split()[0]))
         return peak
 
-    def _kill_after(self, deadline: float) -> None:
+    def kill_after(self, deadline: float) -> None:
         while not self.gone() and time.monotonic() < deadline:
             time.sleep(_POLL_S)
         if self.gone():
@@ -187,7 +187,7 @@ def stop_all(procs: Sequence[Proc], *, timeout: float = 15.0, group: bool = True
             proc.send(signal.SIGTERM, group=group)
     deadline = time.monotonic() + timeout
     for proc in procs:
-        proc._kill_after(deadline)
+        proc.kill_after(deadline)
 
 
 # What a running ``manage.py runstack`` serves, so commands run beside it (mcpconfig, demo) use its address.

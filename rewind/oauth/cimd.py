@@ -2,9 +2,10 @@
 
 A client that names an https URL as its ``client_id`` makes this service fetch that URL during the
 authorization request, so the URL must not reach what only this service can reach. The fetch is
-django-oauth-toolkit's own (https only, every address the host resolves to checked, the connection
-made to the checked address, no redirects, one deadline for the whole fetch, the body cut at its
-size limit); the rule for which addresses are fine is ours: a globally routable address, or one in
+django-oauth-toolkit's (its document reading and limits) with the checks its own fetch makes (https
+only, every address the host resolves to checked, the connection made to the checked address, no
+redirects, one deadline for the whole fetch), which it keeps private; the rule for which addresses
+are fine is ours: a globally routable address, or one in
 REWIND_OAUTH_CIMD_ALLOWED_NETWORKS (empty by default: no private, loopback or link-local address).
 """
 
@@ -15,22 +16,62 @@ import socket
 import ssl
 import time
 from typing import Any
+from urllib.parse import ParseResult, urlparse
 
 import urllib3
 from django.conf import settings
-from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher, _ip_is_public, _validate_client_id_url
+from oauth2_provider.cimd import CIMDError, SafeMetadataFetcher
 from oauth2_provider.settings import oauth2_settings
+
+NAT64 = ipaddress.ip_network("64:ff9b::/96")
+
+
+def _judged(
+    address: ipaddress.IPv4Address | ipaddress.IPv6Address,
+) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """The addresses to judge: an IPv6 address that carries an IPv4 one (mapped, 6to4, Teredo, NAT64) is
+    judged by what it carries, which ``is_global`` may misjudge, so a crafted AAAA record cannot smuggle
+    an internal IPv4 (the cloud metadata address) past the rule."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return [address]
+    if address.teredo is not None:
+        return list(address.teredo)
+    embedded = address.ipv4_mapped or address.sixtofour
+    if embedded is None and address in NAT64:
+        embedded = ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
+    return [embedded] if embedded is not None else [address]
 
 
 def address_allowed(ip: str) -> bool:
-    """A public address, or one of the networks the operator allowed."""
-    if _ip_is_public(ip):
-        return True
+    """A globally routable address, or one in the networks the operator allowed."""
     try:
         address = ipaddress.ip_address(ip)
     except ValueError:
         return False
+    if all(a.is_global for a in _judged(address)):
+        return True
     return any(address in network for network in settings.REWIND_OAUTH_CIMD_ALLOWED_NETWORKS)
+
+
+def client_id_url(client_id: str) -> ParseResult:
+    """The client id as a URL the CIMD draft allows (section 3), else ``CIMDError`` saying why."""
+    parsed = urlparse(client_id)
+    try:
+        parsed.port  # noqa: B018 - an out-of-range port raises here
+    except ValueError:
+        raise CIMDError("client_id URL has an invalid port") from None
+    problems = [
+        (parsed.scheme != "https", "must use the https scheme"),
+        (not parsed.hostname, "must contain a host"),
+        (bool(parsed.username or parsed.password), "must not contain a userinfo component"),
+        (bool(parsed.fragment), "must not contain a fragment component"),
+        (not parsed.path, "must contain a path component"),
+        (any(seg in (".", "..") for seg in parsed.path.split("/")), "must not contain dot path segments"),
+    ]
+    for failed, why in problems:
+        if failed:
+            raise CIMDError(f"client_id URL {why}")
+    return parsed
 
 
 def resolve_checked(hostname: str, port: int) -> list[str]:
@@ -52,8 +93,8 @@ class MetadataFetcher(SafeMetadataFetcher):
     """django-oauth-toolkit's fetcher with the address rule above (its own allows public addresses only)."""
 
     def fetch(self, client_id: str) -> tuple[dict[str, Any], int]:
-        parsed = _validate_client_id_url(client_id)
-        assert parsed.hostname is not None  # _validate_client_id_url refuses a URL without one
+        parsed = client_id_url(client_id)
+        assert parsed.hostname is not None  # client_id_url refuses a URL without one
         port = parsed.port or 443
         ips = resolve_checked(parsed.hostname, port)
         timeout = oauth2_settings.CIMD_FETCH_TIMEOUT_SECONDS

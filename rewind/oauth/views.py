@@ -19,6 +19,7 @@ from django.contrib import admin
 from django.db import transaction
 from django.http import HttpRequest, HttpResponse
 from django.utils.csp import CSP
+from django.views.decorators.csp import csp_override
 from oauth2_provider import views as dot
 from oauth2_provider.exceptions import FatalClientError, OAuthToolkitError
 from oauth2_provider.forms import AllowForm
@@ -202,9 +203,9 @@ class ConsentView(AuthorizationView):
             and _redirect_allowed(redirect_uri)
             and application.redirect_uri_allowed(redirect_uri)
         ):
-            policy = dict(settings.SECURE_CSP)
-            policy["form-action"] = [CSP.SELF, _origin(redirect_uri)]
-            response._csp_config = policy  # read by Django's CSP middleware
+            policy: dict[str, Any] = {**settings.SECURE_CSP, "form-action": [CSP.SELF, _origin(redirect_uri)]}
+            # Django's public way to set one response's policy is its view decorator.
+            response = csp_override(policy)(lambda _request: response)(self.request)
         return response
 
     def form_valid(self, form: ConsentForm) -> HttpResponse:

@@ -55,4 +55,4 @@ def actor_of(request: Request) -> Actor:
 
 def request_id_of(request: Request) -> str | None:
     """The request id the middleware minted or accepted (echoed as X-Request-ID)."""
-    return getattr(request._request, "id", None)
+    return getattr(request, "id", None)

@@ -103,7 +103,9 @@ class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
     """
 
     def _validate_conn(self, conn: Any) -> None:
-        HTTPConnectionPool._validate_conn(self, conn)
+        # urllib3's only hook between connecting and sending ("called right before a request is made, after
+        # the socket is created"), private in name; the HTTPS pool's own step, the warning above, is skipped.
+        HTTPConnectionPool._validate_conn(self, conn)  # noqa: SLF001
         _connected_and_on_time(conn)
 
 
@@ -198,7 +200,7 @@ def one_line(text: str, limit: int = _MAX_MESSAGE) -> str:
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
-# A request sent more than ``LATE_S`` after its slot takes a new one (``Transport._pace``), at
+# A request sent more than ``LATE_S`` after its slot takes a new one (``Transport.pace``), at
 # most this many times.
 RESERVE_TRIES = 4
 
@@ -212,10 +214,10 @@ class _WireCheck:
 
     def late_then_waited(self) -> bool:
         """On time: False. Late past ``LATE_S`` (a slow handshake, a busy core): a new slot, waited for; True."""
-        if self.transport._clock() - self.due <= LATE_S:
+        if self.transport.clock() - self.due <= LATE_S:
             return False
-        due = self.transport._pace(*self.what)
-        self.due = self.transport._clock() if due is None else due
+        due = self.transport.pace(*self.what)
+        self.due = self.transport.clock() if due is None else due
         return True
 
 
@@ -237,7 +239,7 @@ class Transport:
         self.pacer: Pacer = pacer if pacer is not None else LOCAL_PACER
         self.counter = counter  # None: requests are not counted (rewind.zvm.counting)
         self._sleep = sleep
-        self._clock = clock
+        self.clock = clock
         self._secrets: set[str] = {s for s in (conn.password, conn.client_secret) if s}
 
     # -- secrets -------------------------------------------------------------------
@@ -297,7 +299,7 @@ class Transport:
         return self.error(ZvmRejectedError, f"unexpected HTTP {status} answer to {what}", **kw)
 
     # -- the one network call ------------------------------------------------------
-    def _pace(self, method: str, path: str, request_id: str) -> float | None:
+    def pace(self, method: str, path: str, request_id: str) -> float | None:
         """Wait for this request's slot under the site's cap (it is counted even if it then fails).
 
         A sender that wakes up late (a busy core, a thread waiting for the GIL) would arrive
@@ -310,7 +312,7 @@ class Transport:
             return None
         for _ in range(RESERVE_TRIES):
             wait = self.pacer.reserve(self.conn.zvm_key, per_s)
-            due = self._clock() + wait
+            due = self.clock() + wait
             if wait > 0:  # negative: the reservation returned after its slot (a slow commit, a busy core)
                 logger.debug(
                     "%s %s waits %.0f ms for the cap of %g requests/s request_id=%s",
@@ -321,7 +323,7 @@ class Transport:
                     request_id,
                 )
                 self._sleep(wait)
-            if self._clock() - due <= LATE_S:
+            if self.clock() - due <= LATE_S:
                 return due
         logger.info(
             "%s %s: late for its slot %d times; sent anyway request_id=%s", method, path, RESERVE_TRIES, request_id
@@ -348,7 +350,7 @@ class Transport:
             "zerto-triggered-by": TRIGGERED_BY,
             **(headers or {}),
         }
-        due = self._pace(method, path, request_id)
+        due = self.pace(method, path, request_id)
         _on_wire.check = None if due is None else _WireCheck(self, due, method, path, request_id)
         started = time.monotonic()
         try:

@@ -100,22 +100,22 @@ def test_a_sender_that_wakes_late_takes_a_new_slot_instead_of_crowding_the_next_
 
     conn = ZvmConnection(site_name="Site A", base_url="https://zvm.example", max_requests_per_s=10)
     pacer = _CountingPacer([0.2, 0.2, 0.0])
-    Transport(conn, pacer=pacer, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r1")
+    Transport(conn, pacer=pacer, sleep=oversleep, clock=lambda: now[0]).pace("GET", "/v1/vpgs", "r1")
     assert pacer.reserved == 3, "two late wake-ups gave their slots up; the third slot was on time"
 
     on_time = _CountingPacer([0.2])
-    Transport(conn, pacer=on_time, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0])._pace(
+    Transport(conn, pacer=on_time, sleep=lambda s: now.__setitem__(0, now[0] + s), clock=lambda: now[0]).pace(
         "GET", "/v1/vpgs", "r2"
     )
     assert on_time.reserved == 1
     always_late = _CountingPacer([0.1] * 10)
-    Transport(conn, pacer=always_late, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r3")
+    Transport(conn, pacer=always_late, sleep=oversleep, clock=lambda: now[0]).pace("GET", "/v1/vpgs", "r3")
     assert always_late.reserved == RESERVE_TRIES, "bounded: it is sent after a few tries anyway"
     assert LATE_S < ARRIVAL_SLACK_S
 
     # A reservation that returned after its slot (a commit that waited) is late already.
     slow_commit = _CountingPacer([-2 * LATE_S, -LATE_S / 2])
-    Transport(conn, pacer=slow_commit, sleep=oversleep, clock=lambda: now[0])._pace("GET", "/v1/vpgs", "r4")
+    Transport(conn, pacer=slow_commit, sleep=oversleep, clock=lambda: now[0]).pace("GET", "/v1/vpgs", "r4")
     assert slow_commit.reserved == 2, "the first slot had passed by more than LATE_S; the second by less"
 
 
