@@ -13,6 +13,7 @@ backticks in its first column.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -156,11 +157,12 @@ def _product_modules() -> list[Path]:
     return [p for package in PRODUCT_PACKAGES for p in (REPO / package).rglob("*.py") if "migrations" not in p.parts]
 
 
-def _names_read() -> set[str]:
+@functools.cache  # parsing every module of the product takes a second: once per run
+def _names_read() -> frozenset[str]:
     """What settings.py reads through its helpers, and what any product module reads from os.environ itself."""
     through_settings = EnvReads([p.read_text() for p in _settings_and_its_helpers()]).names()
     direct = {name for p in _product_modules() for name in EnvReads([p.read_text()]).names()}
-    return through_settings | direct
+    return frozenset(through_settings | direct)
 
 
 def _names_documented() -> set[str]:
