@@ -21,12 +21,15 @@ migrate: $(STAMP)
 run: migrate
 	$(PY) manage.py runstack
 
-# Lint, type-check and the import rules (pyproject.toml); the suite runs only on a clean tree.
+# Lint, type-check, the import rules (pyproject.toml) and the documentation site, built strictly into
+# var/site (mkdocs.yml: a broken link or anchor, or a page left out of the nav, fails it); the suite
+# runs only on a clean tree. Not --quiet: it hides the warnings that --strict counts.
 check: $(STAMP)
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir $(CURDIR)/var/site
 
 # Tests keep their own state folder, so they never touch the running demo's database or queue.
 # They run on every core (pytest-xdist): each worker has its own test database, state folder

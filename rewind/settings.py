@@ -2,7 +2,8 @@
 
 With nothing set the service runs on the embedded default (SQLite in WAL mode and the
 ``filesystem://`` Celery broker, both under ``REWIND_VAR_DIR``). ``DATABASE_URL`` and
-``REDIS_URL`` switch to PostgreSQL and Redis. The README lists every variable.
+``REDIS_URL`` switch to PostgreSQL and Redis. docs/configuration.md lists every variable
+(tests/test_docs.py holds it to what this module reads).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
-# --- The web front: sign-in, content security policy, cookies and TLS (README "Production") --------
+# --- The web front: sign-in, content security policy, cookies and TLS (docs/deployment.md, security.md) ---
 AUTHENTICATION_BACKENDS = ["rewind.signin.SignInBackend", "django.contrib.auth.backends.ModelBackend"]
 # After this many failed logins of one username from one address, that pair is refused for the
 # lock-out's minutes (HTTP 429), the right password included; a success resets the count.
@@ -367,7 +368,7 @@ for _address in REWIND_APPROVER_EMAILS:
     if _address.count("@") != 1 or any(c.isspace() or c in '<>,;"' for c in _address):
         raise ImproperlyConfigured(f"REWIND_APPROVER_EMAILS: {_address!r} is not a plain email address")
 
-# --- Notifications (Apprise): README "Notifications" -----------------------------------------
+# --- Notifications (Apprise): docs/notifications.md -------------------------------------------
 # URLs carry credentials: secrets (NAME_FILE works), checked with Apprise here, never shown whole.
 REWIND_NOTIFY_URLS = notify_urls_setting("REWIND_NOTIFY_URLS")
 REWIND_NOTIFY_SITE_URLS = site_notify_urls_setting("REWIND_NOTIFY_SITE_URLS")
@@ -394,7 +395,7 @@ MCP_MAX_BODY_BYTES = env_int("MCP_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # Seals 2026-07-28 multi-round request state; must be the same on every worker and replica.
 MCP_REQUEST_STATE_KEY = env_secret("MCP_REQUEST_STATE_KEY") or SECRET_KEY
 
-# --- OAuth sign-in for agents (rewind.oauth): README "Agents sign in with OAuth" -------------
+# --- OAuth sign-in for agents (rewind.oauth): docs/oauth.md -------------------------------------
 # Dynamic Client Registration (RFC 7591) and Client ID Metadata Documents: how a host registers.
 REWIND_OAUTH_DCR = env_bool("REWIND_OAUTH_DCR", True)
 REWIND_OAUTH_CIMD = env_bool("REWIND_OAUTH_CIMD", True)

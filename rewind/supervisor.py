@@ -2,7 +2,7 @@
 
 ``manage.py runstack`` (``make run``) supervises the web replicas, the Celery workers, the beat
 and the simulator with it, as a process manager would in production (systemd's
-``Restart=always`` with ``RestartSec``, see the README's "Deployment"): a process that dies is
+``Restart=always`` with ``RestartSec``, see docs/deployment.md): a process that dies is
 started again, the others keep serving.
 
 Backoff: the first restart comes after ``FIRST_BACKOFF_S``, each further one waits twice as long,

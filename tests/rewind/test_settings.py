@@ -109,7 +109,7 @@ def test_database_urls(tmp_path: Path) -> None:
     assert relative["NAME"] == tmp_path / "rewind.sqlite3"
 
 
-# The production settings the README documents ("Production"): served over TLS at a name of its own.
+# The production settings docs/deployment.md gives ("The web front over TLS"): served over TLS at a name of its own.
 PRODUCTION = {"DJANGO_ALLOWED_HOSTS": "rewind.example.com", "REWIND_PUBLIC_URL": "https://rewind.example.com"}
 
 
