@@ -99,11 +99,12 @@ def add_upstream(url: str, token: str) -> None:
     from catalog.services import mutating_tool_add
     from rewind.audit import Actor
     from rewind.gateway.listing import upstream_tools_refresh
-    from rewind.gateway.services import upstream_create
+    from rewind.gateway.services import upstream_create, upstream_tools_approve_listed
 
     actor = Actor.user("bench")
     upstream = upstream_create(actor=actor, name="guestshell", url=url, headers={"Authorization": f"Bearer {token}"})
     upstream_tools_refresh(upstream)
+    upstream_tools_approve_listed(actor=actor, upstream=upstream)
     mutating_tool_add(actor=actor, pattern="guestshell/exec", vm_arg="host", description="bench")
 
 

@@ -186,7 +186,7 @@ def start_guestshell(shape: Shape, work: Path) -> None:
     """The guest shell over HTTP with a token, added as upstream ``guestshell``, its tools listed."""
     from rewind.audit import Actor
     from rewind.gateway.listing import upstream_tools_refresh
-    from rewind.gateway.services import upstream_create
+    from rewind.gateway.services import upstream_create, upstream_tools_approve_listed
 
     token = "bench-" + os.urandom(8).hex()
     ca = str(Path(shape.env["REWIND_VAR_DIR"]) / "sim" / "ca.pem")
@@ -199,6 +199,7 @@ def start_guestshell(shape: Shape, work: Path) -> None:
         actor=Actor.system("bench"), name="guestshell", url=url, headers={"Authorization": f"Bearer {token}"}
     )
     upstream_tools_refresh(upstream)
+    upstream_tools_approve_listed(actor=Actor.system("bench"), upstream=upstream)
 
 
 def make_tokens(count: int) -> list[str]:

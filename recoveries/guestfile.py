@@ -23,9 +23,10 @@ from mcp_types import CallToolResult, TextContent
 
 from recoveries.restore_models import GuestFileTools
 from rewind.errors import ApplicationError
-from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamUnavailable, link_for
+from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamUnavailable
 from rewind.gateway.listing import run_async
 from rewind.gateway.services import upstream_spec
+from rewind.gateway.sessions import link_for
 
 # Beyond the upstream's call timeout: the bound of one whole call (as forward.py has).
 CALL_GRACE_S = 5.0
@@ -52,8 +53,13 @@ class GuestFiles:
     def name(self) -> str:
         return self.tools.upstream.name
 
-    def _arguments(self, vm: str, path: str) -> dict[str, Any]:
-        arguments: dict[str, Any] = {self.tools.vm_arg: vm, self.tools.path_arg: path}
+    def _arguments(self, vm: str, path: str, *, reader: bool = False) -> dict[str, Any]:
+        vm_arg, path_arg = (
+            (self.tools.reader_vm, self.tools.reader_path) if reader else (self.tools.vm_arg, self.tools.path_arg)
+        )
+        arguments: dict[str, Any] = {path_arg: path}
+        if vm_arg:  # none for an upstream that serves one machine
+            arguments[vm_arg] = vm
         if self.tools.encoding_arg:
             arguments[self.tools.encoding_arg] = self.tools.content_encoding
         return arguments
@@ -92,7 +98,7 @@ class GuestFiles:
         reader = self.tools.reader_tool
         if not reader:
             raise GuestFileError(f"no reader tool is configured for upstream {self.name}", may_have_run=False)
-        text = await self._call(reader, self._arguments(vm, path))
+        text = await self._call(reader, self._arguments(vm, path, reader=True))
         if self.tools.content_encoding == GuestFileTools.Encoding.BASE64:
             try:
                 return base64.b64decode("".join(text.split()), validate=True)

@@ -1,7 +1,9 @@
 """How a file is written into a guest and read from it through an upstream of the gateway.
 
 An operator names, per upstream and platform, the tool that writes a file and the tool that reads
-one, and which of their arguments take the VM, the path and the content. ``content_encoding``
+one, and which of their arguments take the VM, the path and the content (each tool its own: a
+writer ``write_file(computer_name, …)`` beside a reader ``read_file(host, …)``). An upstream that
+serves one machine (its host VM) takes no VM argument. ``content_encoding``
 says how the bytes travel: ``utf-8`` text (a binary file cannot be restored through such a
 writer) or ``base64``; ``encoding_arg`` names an argument that is given that word, for tools that
 take either. Changed only through ``recoveries.restore_tools``.
@@ -30,9 +32,20 @@ class GuestFileTools(models.Model):
     reader_tool = models.CharField(
         max_length=200, blank=True, help_text="The tool that reads a file: the diff and the verification need it."
     )
-    vm_arg = models.CharField(max_length=100, default="host")
-    path_arg = models.CharField(max_length=100, default="path")
+    vm_arg = models.CharField(
+        max_length=100,
+        default="host",
+        blank=True,
+        help_text="The writer's argument that takes the VM; empty for an upstream that serves one machine (its host VM).",
+    )
+    path_arg = models.CharField(max_length=100, default="path", help_text="The writer's argument that takes the path.")
     content_arg = models.CharField(max_length=100, default="content")
+    reader_vm_arg = models.CharField(
+        max_length=100, blank=True, help_text="The reader's argument that takes the VM, when not the writer's."
+    )
+    reader_path_arg = models.CharField(
+        max_length=100, blank=True, help_text="The reader's argument that takes the path, when not the writer's."
+    )
     content_encoding = models.CharField(max_length=10, choices=Encoding.choices, default=Encoding.UTF8)
     encoding_arg = models.CharField(
         max_length=100, blank=True, help_text="An argument of both tools that is given the encoding (utf-8 or base64)."
@@ -56,3 +69,11 @@ class GuestFileTools(models.Model):
 
     def __str__(self) -> str:
         return f"{self.upstream.name} {self.os} {self.vm_pattern}: {self.writer_tool}/{self.reader_tool or '-'}"
+
+    @property
+    def reader_vm(self) -> str:
+        return self.reader_vm_arg or self.vm_arg
+
+    @property
+    def reader_path(self) -> str:
+        return self.reader_path_arg or self.path_arg

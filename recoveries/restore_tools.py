@@ -28,6 +28,8 @@ EDITABLE = (
     "vm_arg",
     "path_arg",
     "content_arg",
+    "reader_vm_arg",
+    "reader_path_arg",
     "content_encoding",
     "encoding_arg",
     "enabled",
@@ -71,15 +73,39 @@ def _validate(row: GuestFileTools) -> None:
     row.writer_tool, row.reader_tool = row.writer_tool.strip(), row.reader_tool.strip()
     if not row.writer_tool:
         raise ApplicationError("name the tool that writes a file into the guest (writer_tool)")
-    for name in ("vm_arg", "path_arg", "content_arg"):
+    for name in ("vm_arg", "path_arg", "content_arg", "reader_vm_arg", "reader_path_arg", "encoding_arg"):
         setattr(row, name, str(getattr(row, name) or "").strip())
+    for name in ("path_arg", "content_arg"):
         if not getattr(row, name):
             raise ApplicationError(f"name the argument that takes the {name.removesuffix('_arg')} ({name})")
-    row.encoding_arg = row.encoding_arg.strip()
+    _check_host(row)
     extra = [row.encoding_arg] if row.encoding_arg else []
     _check_tool(row, row.writer_tool, "writer", [row.vm_arg, row.path_arg, row.content_arg, *extra])
     if row.reader_tool:
-        _check_tool(row, row.reader_tool, "reader", [row.vm_arg, row.path_arg, *extra])
+        _check_tool(row, row.reader_tool, "reader", [row.reader_vm, row.reader_path, *extra])
+
+
+def _check_host(row: GuestFileTools) -> None:
+    """A VM argument names the VM; an upstream that serves one machine takes none, and serves only that VM."""
+    host = row.upstream.host_vm
+    if not host:
+        if not row.vm_arg:
+            raise ApplicationError(
+                "name the writer's argument that takes the VM (vm_arg), or set the upstream's host VM "
+                "if it serves one machine"
+            )
+        return
+    if row.vm_arg or row.reader_vm_arg:
+        raise ApplicationError(
+            f"upstream {row.upstream.name} serves one machine ({host}): its tools take no VM argument, "
+            "so leave vm_arg and reader_vm_arg empty"
+        )
+    if row.vm_pattern == "*":
+        row.vm_pattern = host
+    if not fnmatch.fnmatchcase(host.lower(), row.vm_pattern.lower()):
+        raise ApplicationError(
+            f"upstream {row.upstream.name} serves only {host}, which vm_pattern {row.vm_pattern!r} leaves out"
+        )
 
 
 def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> None:

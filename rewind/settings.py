@@ -329,6 +329,9 @@ REWIND_LATE_LISTING_INTERVAL_S = env_int("REWIND_LATE_LISTING_INTERVAL_S", 120, 
 REWIND_RETENTION_INTERVAL_S = env_int("REWIND_RETENTION_INTERVAL_S", 600, minimum=30)
 # How often every upstream MCP server of the gateway is asked for its tools again.
 REWIND_GATEWAY_REFRESH_INTERVAL_S = env_int("REWIND_GATEWAY_REFRESH_INTERVAL_S", 300, minimum=10)
+# A tool an upstream lists for the first time is exported at once (true) or held until a person approves
+# its definition (false); a changed definition is held either way (rewind.gateway.definitions).
+REWIND_GATEWAY_TRUST_NEW_TOOLS = env_bool("REWIND_GATEWAY_TRUST_NEW_TOOLS", False)
 REWIND_RETENTION_WARN_H = env_float("REWIND_RETENTION_WARN_H", 24.0, minimum=0)
 
 # --- Recoveries --------------------------------------------------------------------------

@@ -103,7 +103,9 @@ class GatewayAction(StrEnum):
     TOOLS_LISTED = "gateway.upstream.tools_listed"
     TOOLS_LIST_FAILED = "gateway.upstream.tools_list_failed"
     TOOL_POLICY_CHANGED = "gateway.tool.policy_changed"
+    TOOL_DEFINITION_APPROVED = "gateway.tool.definition_approved"
     CALL_DECIDED = "gateway.call.decided"
+    UPSTREAM_ASKED = "gateway.upstream.asked"  # it sent a request toward the agent's side (sampling, ...)
 
 
 class McpAction(StrEnum):

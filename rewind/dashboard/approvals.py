@@ -1,5 +1,5 @@
-"""What waits for a person: recovery requests to decide, and other operators' FLR sessions that
-only a person may end (database reads only)."""
+"""What waits for a person: recovery requests to decide, other operators' FLR sessions that only a
+person may end, and upstream tools whose definitions wait for approval (database reads only)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,8 @@ from django.utils.dateparse import parse_datetime
 from recoveries.models import FlrSiteListing, ReaperSweep, RecoveryRequest
 from rewind.checkpoints.models import ChangeGuard
 from rewind.dashboard.links import Count, count
+from rewind.gateway.models import UpstreamTool
+from rewind.gateway.selectors import held_tools
 from rewind.sites.models import Site
 
 PENDING_SHOWN = 20
@@ -147,3 +149,26 @@ def foreign_sessions(now: datetime) -> ForeignSessions:
         sessions=sessions,
         listings=[_site_listing(site, listings.get(site.pk), errors, now) for site in sites],
     )
+
+
+@dataclass(frozen=True)
+class HeldTool:
+    tool: UpstreamTool
+    state: str  # "new" or "changed"
+    approve_url: str
+
+
+@dataclass(frozen=True)
+class HeldTools:
+    count: Count
+    rows: list[HeldTool]
+
+
+def held_tools_waiting(now: datetime) -> HeldTools:
+    """Upstream tools whose definition is new or changed: agents neither see nor call them until approved."""
+    held = held_tools()
+    approve = reverse("admin:rewind_upstreamtool_approve")
+    rows = [
+        HeldTool(t, "changed" if t.approved_digest else "new", f"{approve}?ids={t.pk}") for t in held[:PENDING_SHOWN]
+    ]
+    return HeldTools(count(held.count(), UpstreamTool, tone="attention", held="yes"), rows)

@@ -1,4 +1,4 @@
-"""Whether the service itself is well: its sites, its workers, the reaper, the audit chain.
+"""Whether the service itself is well: its sites, its workers, the reaper, the audit chain, the gateway's upstreams.
 
 Database reads, plus the shared stores for the sites' circuits and tokens (``rewind.sites.health``);
 never a ZVM call.
@@ -17,6 +17,8 @@ from rewind.audit.actions import AuditLogAction, RecoveryAction
 from rewind.audit.models import AuditEvent
 from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_chain_position, audit_last_verification
 from rewind.dashboard.links import Count, at, change_url, changelist_url, count
+from rewind.gateway.models import Upstream
+from rewind.gateway.selectors import upstream_links_said
 from rewind.sites.health import SiteHealth, sites_health
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 from rewind.workers.selectors import WorkersSeen, broker_outage_describe, broker_outage_open, workers_seen
@@ -168,4 +170,28 @@ def audit_status(now: datetime) -> AuditStatus:
             AuditEvent,
             action__in=",".join(VERIFICATION_ACTIONS),
         ),
+    )
+
+
+@dataclass(frozen=True)
+class UpstreamHealth:
+    upstream: Upstream
+    listing_error: str  # its last listing's failure, empty when it listed
+    down: list[str]  # one sentence per process that cannot reach it now
+
+
+@dataclass(frozen=True)
+class Upstreams:
+    enabled: int
+    down: Count  # upstreams that some process cannot reach, or whose last listing failed
+    rows: list[UpstreamHealth]  # the ones in trouble
+
+
+def upstreams_status(now: datetime) -> Upstreams:
+    """Enabled upstreams whose last listing failed, or that a process cannot reach now."""
+    upstreams = list(Upstream.objects.filter(enabled=True).order_by("name"))
+    rows = [UpstreamHealth(u, u.last_error, upstream_links_said(u)) for u in upstreams]
+    troubled = [r for r in rows if r.listing_error or r.down]
+    return Upstreams(
+        len(upstreams), Count(len(troubled), changelist_url(Upstream), "bad" if troubled else ""), troubled
     )

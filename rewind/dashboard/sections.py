@@ -37,6 +37,13 @@ SESSIONS = ("recoveries.view_flrsession", "recoveries.end_flr_session")
 SECTIONS: tuple[Section, ...] = (
     Section("pending", "Recoveries waiting for approval", approvals.pending_recoveries, RECOVERIES, True),
     Section("foreign", "Other operators' FLR sessions", approvals.foreign_sessions, SESSIONS, True),
+    Section(
+        "held",
+        "Upstream tools waiting for approval",
+        approvals.held_tools_waiting,
+        ("rewind.change_upstreamtool",),
+        True,
+    ),
     Section("sessions", "Live FLR sessions per site", activity.live_sessions_per_site, SESSIONS),
     Section("guards", "Guards in the last 24 hours", activity.guard_activity, ("rewind.view_changeguard",)),
     Section("failed", "Failed and timed-out guards", activity.failed_guards, ("rewind.view_changeguard",)),
@@ -44,6 +51,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("workers", "Workers", health.workers_status, ("rewind.view_workerheartbeat",)),
     Section("reaper", "The reaper", health.reaper_status, ("recoveries.view_reapersweep",)),
     Section("audit", "The audit chain", health.audit_status, ("rewind.view_auditevent",)),
+    Section("upstreams", "The gateway's upstreams", health.upstreams_status, ("rewind.view_upstream",)),
 )
 
 

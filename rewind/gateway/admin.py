@@ -1,5 +1,6 @@
 """The gateway in the admin: upstreams (edited through the services, credentials write-only, a
-"Test connection" action that lists the tools), each tool's exposed name and policy, and every
+"Test connection" action that lists the tools), each tool's exposed name, policy and pinned
+definition (a new or changed one is approved on a page that shows what changed), and every
 forwarded call with its call id."""
 
 from __future__ import annotations
@@ -9,13 +10,16 @@ from typing import Any
 
 from django import forms
 from django.contrib import admin, messages
-from django.db.models import QuerySet
-from django.http import HttpRequest
-from django.urls import reverse
+from django.core.exceptions import PermissionDenied
+from django.db.models import F, QuerySet
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from rewind.admin_base import ReadOnlyAdmin, actor_for, status_badge
 from rewind.errors import ApplicationError, field_checked
+from rewind.gateway.definitions import definition, definition_diff
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
@@ -23,12 +27,15 @@ from rewind.gateway.selectors import (
     upstream_exported_count,
     upstream_get,
     upstream_links_said,
+    upstream_links_up,
     upstream_tool_get,
     upstream_tool_problem,
 )
 from rewind.gateway.services import (
+    UPSTREAM_REQUESTS,
     upstream_command_clean,
     upstream_create,
+    upstream_tool_approve,
     upstream_tool_set_policy,
     upstream_update,
     upstream_url_clean,
@@ -66,10 +73,26 @@ class UpstreamForm(forms.ModelForm):
         required=False,
         help_text='stdio: the program and its arguments as a JSON list, e.g. ["npx", "-y", "ssh-mcp"]',
     )
+    allowed_requests = forms.MultipleChoiceField(
+        choices=[(kind, kind) for kind in UPSTREAM_REQUESTS],
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="What it may ask of the agent's side; every other such request is refused and audited.",
+    )
 
     class Meta:
         model = Upstream
-        fields = ["name", "transport", "url", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy"]
+        fields = [
+            "name",
+            "transport",
+            "url",
+            "enabled",
+            "host_vm",
+            "connect_timeout_s",
+            "call_timeout_s",
+            "default_policy",
+            "allowed_requests",
+        ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -149,9 +172,9 @@ class UpstreamAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: Upstream, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {
-            k: data[k] for k in ("transport", "url", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy")
-        }
+        names = ("transport", "url", "enabled", "host_vm", "connect_timeout_s", "call_timeout_s", "default_policy")
+        fields: dict[str, Any] = {k: data[k] for k in names}
+        fields["allowed_requests"] = list(data["allowed_requests"])
         fields["command"] = data["command_json"]
         stored = upstream_get(obj.pk) if change else None
         try:
@@ -187,11 +210,28 @@ class UpstreamAdmin(admin.ModelAdmin):
                 f"{upstream.name}: OK from here, {len(report.exported)} tools exported ({names})",
                 messages.SUCCESS,
             )
+            up = [row.process for row in upstream_links_up(upstream)]
+            if up:
+                self.message_user(request, f"{upstream.name}: answers {', '.join(up)} too", messages.SUCCESS)
             for said in upstream_links_said(upstream):
                 self.message_user(request, f"{upstream.name}: but {said}", messages.WARNING)
             for name in report.collisions:
                 problem = upstream_tool_problem(upstream=upstream, name=name)
                 self.message_user(request, f"{upstream.name}/{name} refused: {problem}", messages.WARNING)
+            if report.held:
+                url = reverse("admin:rewind_upstreamtool_changelist") + f"?upstream__id__exact={upstream.pk}&held=yes"
+                self.message_user(
+                    request,
+                    format_html(
+                        '{}: {} tools are held until a person approves their definitions (<a href="{}">{}</a>); '
+                        "agents do not see them until then",
+                        upstream.name,
+                        len(report.held),
+                        url,
+                        ", ".join(report.held),
+                    ),
+                    messages.WARNING,
+                )
             if report.new_sightings:
                 self.message_user(
                     request,
@@ -207,13 +247,44 @@ class UpstreamToolForm(forms.ModelForm):
         fields = ["policy"]
 
 
+class HeldFilter(admin.SimpleListFilter):
+    title = "definition"
+    parameter_name = "held"
+
+    def lookups(self, request: HttpRequest, model_admin: Any) -> list[tuple[str, str]]:
+        return [("yes", "held: new or changed"), ("no", "approved")]
+
+    def queryset(self, request: HttpRequest, queryset: QuerySet[UpstreamTool]) -> QuerySet[UpstreamTool]:
+        if self.value() == "yes":
+            return queryset.exclude(digest=F("approved_digest"))
+        if self.value() == "no":
+            return queryset.filter(digest=F("approved_digest"))
+        return queryset
+
+
+def _definition_state(tool: UpstreamTool) -> str:
+    if not tool.held:
+        return "approved"
+    return "held: changed" if tool.approved_digest else "held: new"
+
+
 @admin.register(UpstreamTool)
 class UpstreamToolAdmin(admin.ModelAdmin):
-    """The mapping agents see (exposed name) beside the catalog's name; only the policy is edited here."""
+    """The mapping agents see (exposed name) beside the catalog's name; the policy is edited here, and a held
+    definition approved on its own page, which shows what changed."""
 
     form = UpstreamToolForm
-    list_display = ["exposed_name", "catalog", "state_badge", "policy_shown", "read_only", "problem", "last_listed_at"]
-    list_filter = ["state", "upstream", "policy"]
+    list_display = [
+        "exposed_name",
+        "catalog",
+        "state_badge",
+        "definition_link",
+        "policy_shown",
+        "read_only",
+        "problem",
+        "last_listed_at",
+    ]
+    list_filter = ["state", HeldFilter, "upstream", "policy"]
     search_fields = ["exposed_name", "name", "upstream__name"]
     readonly_fields = [
         "upstream",
@@ -221,13 +292,21 @@ class UpstreamToolAdmin(admin.ModelAdmin):
         "exposed_name",
         "state",
         "problem",
+        "definition_link",
+        "approved_by",
+        "approved_at",
         "description",
         "input_schema",
         "annotations",
     ]
+    actions = ["approve_definitions"]
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False
+
+    def get_urls(self) -> list[URLPattern]:
+        approve = path("approve/", self.admin_site.admin_view(self.approve_view), name="rewind_upstreamtool_approve")
+        return [approve, *super().get_urls()]
 
     @admin.display(description="catalog name", ordering="name")
     def catalog(self, obj: UpstreamTool) -> str:
@@ -236,6 +315,14 @@ class UpstreamToolAdmin(admin.ModelAdmin):
     @admin.display(description="state", ordering="state")
     def state_badge(self, obj: UpstreamTool) -> str:
         return status_badge(obj.state)
+
+    @admin.display(description="definition")
+    def definition_link(self, obj: UpstreamTool) -> str:
+        state = _definition_state(obj)
+        if not obj.held:
+            return state
+        url = reverse("admin:rewind_upstreamtool_approve") + f"?ids={obj.pk}"
+        return format_html('<a href="{}">{}: see what changed, approve</a>', url, state)
 
     @admin.display(description="policy")
     def policy_shown(self, obj: UpstreamTool) -> str:
@@ -251,6 +338,50 @@ class UpstreamToolAdmin(admin.ModelAdmin):
         upstream_tool_set_policy(
             actor=actor_for(request), tool=upstream_tool_get(obj.pk), policy=form.cleaned_data["policy"]
         )
+
+    @admin.action(description="Approve the definitions as listed (shows what changed first)")
+    def approve_definitions(self, request: HttpRequest, queryset: QuerySet[UpstreamTool]) -> HttpResponse:
+        ids = ",".join(str(pk) for pk in queryset.values_list("pk", flat=True))
+        return HttpResponseRedirect(reverse("admin:rewind_upstreamtool_approve") + f"?ids={ids}")
+
+    def approve_view(self, request: HttpRequest) -> HttpResponse:
+        """What changed in each tool's definition, and one button approving exactly what was shown."""
+        if not self.has_change_permission(request):
+            raise PermissionDenied
+        ids = [int(pk) for pk in request.GET.get("ids", "").split(",") if pk.isdigit()]
+        tools = list(
+            UpstreamTool.objects.filter(pk__in=ids).select_related("upstream").order_by("upstream__name", "name")
+        )
+        held = [t for t in tools if t.held]
+        changelist = reverse("admin:rewind_upstreamtool_changelist")
+        if request.method == "POST":
+            approved = []
+            for tool in held:
+                try:
+                    upstream_tool_approve(
+                        actor=actor_for(request), tool=tool, seen_digest=request.POST.get(f"digest-{tool.pk}", "")
+                    )
+                except ApplicationError as exc:
+                    self.message_user(request, exc.message, messages.ERROR)
+                else:
+                    approved.append(tool.catalog_name)
+            if approved:
+                said = f"approved the definition of {', '.join(approved)}: agents see and call them now"
+                self.message_user(request, said, messages.SUCCESS)
+            return HttpResponseRedirect(changelist)
+        shown = [
+            {"tool": t, "state": _definition_state(t), "diff": definition_diff(t.approved_definition, definition(t))}
+            for t in held
+        ]
+        context = {
+            **self.admin_site.each_context(request),
+            "title": "Approve these tool definitions?",
+            "opts": self.model._meta,
+            "shown": shown,
+            "not_held": [t for t in tools if not t.held],
+            "changelist_url": changelist,
+        }
+        return TemplateResponse(request, "admin/rewind/upstreamtool/approve.html", context)
 
 
 @admin.register(GatewayCall)

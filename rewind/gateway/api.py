@@ -24,14 +24,17 @@ from rewind.gateway.selectors import (
     gateway_call_list,
     upstream_get,
     upstream_links_said,
+    upstream_links_up,
     upstream_list,
     upstream_tool_get,
 )
 from rewind.gateway.services import (
+    UPSTREAM_REQUESTS,
     upstream_command_clean,
     upstream_create,
     upstream_env,
     upstream_headers,
+    upstream_tool_approve,
     upstream_tool_set_policy,
     upstream_update,
     upstream_url_clean,
@@ -43,6 +46,7 @@ from rewind.rest.permissions import HasModelPermission, actor_of
 class UpstreamToolSerializer(serializers.ModelSerializer):
     catalog_name = serializers.CharField(read_only=True)
     annotated_read_only = serializers.BooleanField(source="read_only", read_only=True)
+    held = serializers.BooleanField(read_only=True, help_text="new or changed: not listed to agents, refused if called")
 
     class Meta:
         model = UpstreamTool
@@ -56,6 +60,11 @@ class UpstreamToolSerializer(serializers.ModelSerializer):
             "policy",
             "annotated_read_only",
             "annotations",
+            "held",
+            "digest",
+            "approved_digest",
+            "approved_by",
+            "approved_at",
             "last_listed_at",
         ]
 
@@ -79,6 +88,8 @@ class UpstreamOutputSerializer(serializers.ModelSerializer):
             "connect_timeout_s",
             "call_timeout_s",
             "default_policy",
+            "host_vm",
+            "allowed_requests",
             "tools_listed_at",
             "last_error",
             "tools",
@@ -106,6 +117,10 @@ class UpstreamInputSerializer(serializers.Serializer):
     connect_timeout_s = serializers.FloatField(required=False, default=10.0)
     call_timeout_s = serializers.FloatField(required=False, default=300.0)
     default_policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.GUARD_IF_PROTECTED)
+    host_vm = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
+    allowed_requests = serializers.ListField(
+        child=serializers.ChoiceField(choices=[(k, k) for k in UPSTREAM_REQUESTS]), required=False, default=list
+    )
 
     # A URL or command the service would refuse is bad input (400, under its field), like a site's
     # base URL; the other transport's field stays empty, and the service checks the pair.
@@ -175,16 +190,17 @@ class UpstreamCheckApi(APIView):
     @extend_schema(request=None, responses=UpstreamOutputSerializer)
     def post(self, request: Request, pk: int) -> Response:
         upstream = upstream_get(pk)
-        links_down = upstream_links_said(upstream)
+        links = {
+            "links_down": upstream_links_said(upstream),
+            "links_up": [row.process for row in upstream_links_up(upstream)],
+        }
         try:
             report = upstream_tools_refresh(upstream)
         except UpstreamUnavailable as exc:
-            return Response({"ok": False, "error": exc.message, "links_down": links_down})
+            return Response({"ok": False, "error": exc.message, **links})
         upstream = upstream_get(pk)  # as the listing left it
         detail = UpstreamOutputSerializer(upstream).data
-        return Response(
-            {"ok": True, "error": None, **report.__dict__, "links_down": links_down, "upstream_detail": detail}
-        )
+        return Response({"ok": True, "error": None, **report.__dict__, **links, "upstream_detail": detail})
 
 
 class UpstreamToolPolicyApi(APIView):
@@ -205,6 +221,28 @@ class UpstreamToolPolicyApi(APIView):
         return Response(
             UpstreamToolSerializer(upstream_tool_set_policy(actor=actor_of(request), tool=tool, policy=policy)).data
         )
+
+
+class UpstreamToolApproveApi(APIView):
+    """Approve a tool's definition as listed now: ``digest`` must be the one the caller read (its ``digest``),
+    so a definition that changed again meanwhile is not approved unseen (409)."""
+
+    permission_classes = [HasModelPermission]
+    required_permissions = {"POST": "rewind.change_upstreamtool"}
+
+    @extend_schema(
+        request={"application/json": {"type": "object", "properties": {"digest": {"type": "string"}}}},
+        responses=UpstreamToolSerializer,
+    )
+    def post(self, request: Request, pk: int) -> Response:
+        tool = upstream_tool_get(pk)
+        seen = request.data.get("digest") if isinstance(request.data, dict) else None
+        if not isinstance(seen, str) or not seen:
+            raise serializers.ValidationError(
+                {"digest": "give the digest of the definition you read (the tool's digest)"}
+            )
+        approved = upstream_tool_approve(actor=actor_of(request), tool=tool, seen_digest=seen)
+        return Response(UpstreamToolSerializer(approved).data)
 
 
 class GatewayCallListApi(APIView):

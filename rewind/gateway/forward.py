@@ -1,8 +1,9 @@
 """One call of an upstream tool through the gateway: check, decide, guard, forward, record.
 
 Order, and what each step leaves behind:
-1. the arguments are checked against the upstream's input schema; a mismatch is refused
-   before any guard runs;
+1. a tool whose definition is held (new or changed, not yet approved by a person) is refused;
+   the arguments are checked against the upstream's input schema; a mismatch is refused before
+   any guard runs;
 2. the call gets its row and call id; the decision (``policy.plan_call``) is recorded and
    audited before anything is forwarded, so a decision that cannot be written forwards nothing;
 3. a call to guard first asks the upstream for a ping (``Link.ready``): an upstream that does not
@@ -50,7 +51,7 @@ from rewind.checkpoints.mcp_tools import guard_follow, guard_result
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
-from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamSpec, UpstreamUnavailable, link_for
+from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamSpec, UpstreamUnavailable
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
@@ -63,6 +64,7 @@ from rewind.gateway.services import (
     gateway_call_record,
     upstream_link_record,
 )
+from rewind.gateway.sessions import link_for
 from rewind.mcp import scopes
 from rewind.mcp.context import (
     call_refers_to,
@@ -144,6 +146,14 @@ def schema_problem(tool: UpstreamTool, arguments: Mapping[str, Any]) -> str | No
         said.append(f"{where}: {error.message}" if where else error.message)
     return f"the arguments do not match {tool.exposed_name}'s input schema, so nothing was forwarded: " + "; ".join(
         s[:200] for s in said
+    )
+
+
+def held_refusal(tool: UpstreamTool) -> str:
+    what = "is new" if not tool.approved_digest else "changed since a person approved it"
+    return (
+        f"not forwarded: {tool.exposed_name}'s definition (its description, schemas or annotations) {what}, and "
+        "it is held until a person approves it (admin: Gateway, Upstream tools)"
     )
 
 
@@ -252,6 +262,9 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
 
     if not agent_token_current(current_claims(), found.credentials_version):
         why = "this agent token was revoked or its agent deactivated since it was verified; nothing was forwarded"
+        return decided(refused, GatewayCall.Decision.REFUSED, why, why)
+    if tool.held:
+        why = held_refusal(tool)
         return decided(refused, GatewayCall.Decision.REFUSED, why, why)
     problem = schema_problem(tool, arguments)
     if problem is not None:

@@ -9,8 +9,9 @@ same task, and calls come from many request tasks.
 What counts as broken, and what a call is then told:
 - the session's connection ended (a stdio child that exited, a stream that ended): the next call
   opens a new session (starting the command again) before it sends anything;
-- an HTTP upstream answering 404 to our session id: it forgot the session (it restarted). The
-  call did not run there; a new session is opened and the call sent once more;
+- an HTTP upstream refusing our session id (404, or a 400 that never read the request: see
+  ``session_refused``): it forgot the session (it restarted). The call did not run there; a new
+  session is opened and the call sent once more;
 - the connection broke after the call was sent: the call may or may not have run
   (``UpstreamCallBroke``); the next call opens a new session;
 - a session that cannot be opened: ``UpstreamUnavailable`` (nothing was sent), and for a while
@@ -25,8 +26,7 @@ which run in sync code under ``asyncio.run``.
 
 What an upstream gets: its own credentials (headers, or the command's environment), never the
 agent's token. What it asks of the agent's side (sampling, elicitation, roots, also inside
-``input_required`` rounds) goes to ``UpstreamAsks``, which refuses and records each request unless
-an admin allowed that kind for the upstream. A stdio server inherits only the SDK's safe variables
+``input_required`` rounds) goes to the callbacks the link is given (``rewind.gateway.sessions``). A stdio server inherits only the SDK's safe variables
 (PATH, HOME, ...), not this process's environment with its keys.
 """
 
@@ -34,10 +34,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import sys
 import time
-import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -87,6 +87,7 @@ class UpstreamSpec:
     connect_timeout_s: float
     call_timeout_s: float
     version: str  # changes whenever the upstream's settings change: a new session is opened
+    allowed_requests: tuple[str, ...] = ()  # what it may ask of the agent's side (``rewind.gateway.asks``)
 
     def __repr__(self) -> str:  # never print the credentials
         return f"UpstreamSpec({self.name!r}, {self.transport})"
@@ -157,6 +158,24 @@ def _transport(
     return streamable_http_client(spec.url, http_client=http)
 
 
+async def session_refused(response: httpx2.Response) -> bool:
+    """Whether the upstream refused a request for its session, before taking the request itself.
+
+    The specification says 404; servers built on the TypeScript SDK's examples (server-everything
+    among them) answer 400 with a JSON-RPC error whose id is null: the request was never read as a
+    request, so it did not run there, and a new session may send it again.
+    """
+    if response.status_code == 404:
+        return True
+    if response.status_code != 400 or not response.headers.get("content-type", "").startswith("application/json"):
+        return False
+    try:
+        body = json.loads(await response.aread())
+    except (ValueError, httpx2.HTTPError):
+        return False
+    return isinstance(body, dict) and "error" in body and body.get("id") is None
+
+
 def _leaf(exc: BaseException) -> BaseException:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
@@ -205,7 +224,7 @@ class Link:
 
     def __init__(self, spec: UpstreamSpec, asks: Any = None) -> None:
         self.spec = spec
-        self._asks = asks  # answers what the upstream asks of the agent's side (``rewind.gateway.asks``)
+        self._asks = asks  # answers what the upstream asks of the agent's side (``rewind.gateway.sessions``)
         self._client: Client | None = None
         self._watch: list[EndWatch] = []  # the open session's read stream
         self._stop: asyncio.Event | None = None
@@ -215,8 +234,9 @@ class Link:
         self._retry_at = 0.0  # monotonic; before it, calls are refused at once
         self.down_since: datetime | None = None  # None while the upstream answers this process
         self.last_error = ""
-        self.changes = 0  # how often it went down or came back: callers record each change once
+        self.changes = 0  # how often it answered first, went down or came back: callers record each change once
         self.recorded_changes = 0
+        self.answered_once = False
 
     # -- the session ------------------------------------------------------------------------------
     def _ended(self) -> bool:
@@ -276,7 +296,7 @@ class Link:
                 self._client = None
 
     async def _note_response(self, response: httpx2.Response) -> None:
-        if response.status_code == 404 and response.request.headers.get(SESSION_HEADER):
+        if response.request.headers.get(SESSION_HEADER) and await session_refused(response):
             self._session_lost = True
 
     def discard(self) -> None:
@@ -395,22 +415,10 @@ class Link:
 
     def _answered(self) -> None:
         self._failures, self._retry_at = 0, 0.0
+        if not self.answered_once:  # recorded once, so "Test connection" names every process that uses it
+            self.answered_once = True
+            self.changes += 1
         if self.down_since is not None:
             logger.warning("upstream %s: answers again in this process", self.spec.name)
             self.down_since, self.last_error = None, ""
             self.changes += 1
-
-
-# Per event loop (tests run many; a server runs one), per upstream.
-_links: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[int, Link]] = weakref.WeakKeyDictionary()
-
-
-def link_for(spec: UpstreamSpec) -> Link:
-    """This loop's link to the upstream; a link opened with older settings is closed and replaced."""
-    links = _links.setdefault(asyncio.get_running_loop(), {})
-    link = links.get(spec.pk)
-    if link is None or link.spec.version != spec.version:
-        if link is not None:
-            link.discard()
-        link = links[spec.pk] = Link(spec)
-    return link

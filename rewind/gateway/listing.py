@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
-from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, open_client, unavailable
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, unavailable
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import (
     ListedTool,
@@ -18,6 +18,7 @@ from rewind.gateway.services import (
     upstream_spec,
     upstream_tools_record,
 )
+from rewind.gateway.sessions import one_off
 
 T = TypeVar("T")
 # A listing is one request: it gets the connect timeout plus at most this, whatever calls may take.
@@ -33,7 +34,7 @@ def run_async(make: Callable[[], Coroutine[Any, Any, T]]) -> T:
 
 
 async def list_upstream_tools(spec: UpstreamSpec) -> list[ListedTool]:
-    async with open_client(spec) as client:
+    async with one_off(spec) as client:
         try:
             async with asyncio.timeout(spec.connect_timeout_s + min(spec.call_timeout_s, LISTING_LIMIT_S)):
                 result = await client.list_tools()

@@ -46,6 +46,19 @@ class Upstream(models.Model):
         help_text="For its tools the catalog does not list and that are not annotated read-only "
         "(those pass unless their own policy says otherwise).",
     )
+    host_vm = models.CharField(
+        "host VM",
+        max_length=255,
+        blank=True,
+        help_text="For a server that serves one machine (e.g. ssh-mcp --host web01): that VM. Its tools that "
+        "may change something are then guarded on it, whatever their arguments say.",
+    )
+    allowed_requests = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="What it may ask of the agent's side (sampling, elicitation, roots): refused and audited "
+        "unless listed here.",
+    )
     tools_listed_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -94,6 +107,13 @@ class UpstreamTool(models.Model):
     problem = models.CharField(max_length=300, blank=True)
     first_listed_at = models.DateTimeField(auto_now_add=True)
     last_listed_at = models.DateTimeField()
+    # The definition pinned: agents see and call the tool only while what the upstream lists is what a
+    # person approved (``rewind.gateway.definitions``).
+    digest = models.CharField(max_length=64, blank=True, help_text="Of the definition the upstream last listed.")
+    approved_digest = models.CharField(max_length=64, blank=True)
+    approved_definition = models.JSONField(null=True, blank=True)
+    approved_by = models.CharField(max_length=150, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["upstream__name", "name"]
@@ -117,6 +137,11 @@ class UpstreamTool(models.Model):
     @property
     def read_only(self) -> bool:
         return bool((self.annotations or {}).get("readOnlyHint"))
+
+    @property
+    def held(self) -> bool:
+        """Its definition is new or changed since a person approved one: not listed, refused if called."""
+        return self.digest != self.approved_digest
 
 
 class GatewayCall(models.Model):

@@ -3,10 +3,13 @@
 In order:
 1. The catalog lists the tool (``server/tool`` or ``server/*``): guard the VM its ``vm_arg``
    names, exactly as ``zerto_guard_before_mutate`` does. A missing VM argument refuses the call.
+   A per-host upstream (its ``host_vm`` set: a server that serves one machine) is guarded on
+   that VM instead, whatever the arguments say.
 2. A person classified the tool read-only (its sighting is ignored): pass.
 3. Otherwise the tool's policy, or the upstream's default for tools not annotated read-only
    (read-only ones pass): ``pass``; ``hold`` (refused until classified); ``guard-if-protected``:
-   guard on the first argument that names a VM some VPG protects, else pass.
+   guard on the first argument that names a VM some VPG protects, else pass; on a per-host
+   upstream, guard its VM when a VPG protects it, else pass.
 
 Fail-closed: when a look-up cannot tell (a site is unavailable, a name matches several VMs)
 the call is refused, never passed.
@@ -86,6 +89,29 @@ def protected_vm_argument(arguments: Mapping[str, Any], *, suggested: str = "") 
     return None
 
 
+def _acts_on(tool: UpstreamTool) -> str:
+    return f"upstream {tool.upstream.name} acts on VM {tool.upstream.host_vm}"
+
+
+def _host_plan(tool: UpstreamTool, policy: str) -> Plan:
+    """guard-if-protected on a per-host upstream: its VM, whatever the arguments say. A host VM no ZVM
+    knows is a setting gone wrong, and refuses the call rather than pass it unguarded."""
+    host = tool.upstream.host_vm
+    try:
+        found = find_protection(host)
+    except VmNotFoundError:
+        raise ApplicationError(
+            f"{_acts_on(tool)}, which no ZVM knows (fix the upstream's host VM), so the call is refused"
+        ) from None
+    except (VmAmbiguousError, SitesUnavailableError) as exc:
+        raise ApplicationError(
+            f"could not tell whether {_acts_on(tool)} is protected, so the call is refused: {exc}"
+        ) from None
+    if not found.vpgs:
+        return Plan(PASS, f"{_acts_on(tool)}, which no VPG protects", policy=policy)
+    return Plan(GUARD, f"{_acts_on(tool)}, which a VPG protects", "", policy, host)
+
+
 def effective_policy(tool: UpstreamTool) -> str:
     if tool.policy:
         return tool.policy
@@ -98,6 +124,9 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
     listed = TOOL_RE.match(name) is not None
     view = catalog_view(name) if listed else CatalogView(None, None, "")
     entry = view.entry
+    host = tool.upstream.host_vm
+    if entry is not None and host:
+        return Plan(GUARD, f"the catalog lists it ({entry.pattern}); {_acts_on(tool)}", entry.pattern, "", host)
     if entry is not None:
         vm = vm_from_arguments(entry, arguments)
         return Plan(GUARD, f"the catalog lists it ({entry.pattern})", entry.pattern, "", vm, entry.vm_arg)
@@ -117,6 +146,8 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
             "under Gateway, Upstream tools); nothing was forwarded",
             policy=policy,
         )
+    if host:
+        return _host_plan(tool, policy)
     found = protected_vm_argument(arguments, suggested=view.suggested_vm_arg)
     if found is None:
         return Plan(PASS, "no argument names a protected VM", policy=policy)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, F, QuerySet
 
 from rewind.errors import NotFoundError
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
@@ -43,21 +43,28 @@ def upstream_exported_count(upstream: Upstream) -> int:
 
 
 def _exported() -> QuerySet[UpstreamTool]:
+    """Exported by an enabled upstream, held ones too: a call of a held tool is refused saying so."""
     return UpstreamTool.objects.filter(state=UpstreamTool.State.EXPORTED, upstream__enabled=True).select_related(
         "upstream"
     )
 
 
 def exported_tools() -> list[UpstreamTool]:
-    """The tools agents see on /mcp: exported by an enabled upstream, by upstream then name.
+    """The tools agents see on /mcp: exported by an enabled upstream with the definition a person approved,
+    by upstream then name.
 
     Read from what the last listings stored, so every worker and replica answers the same."""
-    return list(_exported().order_by("upstream__name", "name"))
+    return list(_exported().filter(digest=F("approved_digest")).order_by("upstream__name", "name"))
 
 
 def exported_names() -> frozenset[str]:
-    """The exposed names of ``exported_tools``: what a process keeps briefly to route a call without a query."""
+    """The names a call is routed to the gateway by (held tools too): what a process keeps briefly, without a query."""
     return frozenset(_exported().values_list("exposed_name", flat=True))
+
+
+def held_tools() -> QuerySet[UpstreamTool]:
+    """Exported tools whose definition is new or changed since a person approved one, oldest listing first."""
+    return _exported().exclude(digest=F("approved_digest")).order_by("first_listed_at")
 
 
 def exported_name_exists(exposed_name: str) -> bool:
@@ -103,6 +110,12 @@ def _gone(process: str) -> bool:
 def upstream_links_down(upstream: Upstream) -> list[UpstreamLink]:
     """The processes whose session to the upstream is down now, as each last recorded it."""
     rows = UpstreamLink.objects.filter(upstream=upstream, down_since__isnull=False).order_by("down_since")
+    return [row for row in rows if not _gone(row.process)]
+
+
+def upstream_links_up(upstream: Upstream) -> list[UpstreamLink]:
+    """The processes whose session to the upstream answers now, as each last recorded it."""
+    rows = UpstreamLink.objects.filter(upstream=upstream, down_since__isnull=True).order_by("process")
     return [row for row in rows if not _gone(row.process)]
 
 

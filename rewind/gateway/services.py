@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.db import connection, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from catalog.services import TOOL_RE, tool_sighting_count, tool_sighting_listed, tool_sighting_record
@@ -26,6 +27,7 @@ from rewind.audit import Actor, AuditEntry, audit_append, audit_record, mask_sec
 from rewind.audit.actions import GatewayAction
 from rewind.crypto import decrypt, encrypt
 from rewind.errors import ApplicationError
+from rewind.gateway.definitions import definition, digest
 from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
@@ -39,6 +41,8 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
 # Arguments that usually name the machine a tool acts on, most telling first: the suggestion
 # a person starts from when classifying a sighting, and where guard-if-protected looks first.
 VM_ARG_NAMES = ("host", "hosts", "hostname", "computer_name", "computername", "vm", "vm_name", "target", "server")
+# What an upstream may ask of the agent's side, each refused and audited unless its upstream allows it.
+UPSTREAM_REQUESTS = ("sampling", "elicitation", "roots")
 
 
 def _snapshot(upstream: Upstream) -> dict[str, Any]:
@@ -54,6 +58,8 @@ def _snapshot(upstream: Upstream) -> dict[str, Any]:
         "connect_timeout_s": upstream.connect_timeout_s,
         "call_timeout_s": upstream.call_timeout_s,
         "default_policy": upstream.default_policy,
+        "host_vm": upstream.host_vm,
+        "allowed_requests": upstream.allowed_requests,
     }
 
 
@@ -136,6 +142,26 @@ def _validate(upstream: Upstream) -> None:
         raise ApplicationError(f"default_policy must be one of {', '.join(Policy.values)}")
     upstream.connect_timeout_s = _clean_seconds(upstream.connect_timeout_s, "connect_timeout_s", CONNECT_TIMEOUT_RANGE)
     upstream.call_timeout_s = _clean_seconds(upstream.call_timeout_s, "call_timeout_s", CALL_TIMEOUT_RANGE)
+    upstream.host_vm = _clean_host_vm(upstream.host_vm)
+    upstream.allowed_requests = _clean_requests(upstream.allowed_requests)
+
+
+def _clean_host_vm(value: Any) -> str:
+    text = value.strip() if isinstance(value, str) else None
+    if text is None or len(text) > 255 or any(c.isspace() or not c.isprintable() for c in text):
+        raise ApplicationError("host_vm must be one VM's name, hostname or identifier (no spaces), or empty")
+    return text
+
+
+def _clean_requests(value: Any) -> list[str]:
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ApplicationError(f"allowed_requests must be a list of {', '.join(UPSTREAM_REQUESTS)}")
+    unknown = sorted(set(value) - set(UPSTREAM_REQUESTS))
+    if unknown:
+        raise ApplicationError(
+            f"allowed_requests: {', '.join(repr(u[:40]) for u in unknown)} is not one of {', '.join(UPSTREAM_REQUESTS)}"
+        )
+    return [kind for kind in UPSTREAM_REQUESTS if kind in value]
 
 
 @transaction.atomic
@@ -152,9 +178,13 @@ def upstream_create(
     connect_timeout_s: float = 10.0,
     call_timeout_s: float = 300.0,
     default_policy: str = Policy.GUARD_IF_PROTECTED,
+    host_vm: str = "",
+    allowed_requests: Sequence[str] = (),
 ) -> Upstream:
     upstream = Upstream(
         name=str(name).strip().lower(),
+        host_vm=host_vm,
+        allowed_requests=list(allowed_requests),
         transport=transport,
         url=url,
         command=command if command is not None else [],
@@ -175,7 +205,17 @@ def upstream_create(
     return upstream
 
 
-_EDITABLE = ("transport", "url", "command", "enabled", "connect_timeout_s", "call_timeout_s", "default_policy")
+_EDITABLE = (
+    "transport",
+    "url",
+    "command",
+    "enabled",
+    "connect_timeout_s",
+    "call_timeout_s",
+    "default_policy",
+    "host_vm",
+    "allowed_requests",
+)
 
 
 @transaction.atomic
@@ -244,6 +284,7 @@ def _build_spec(upstream: Upstream) -> UpstreamSpec:
         connect_timeout_s=upstream.connect_timeout_s,
         call_timeout_s=upstream.call_timeout_s,
         version=upstream.updated_at.isoformat() if upstream.updated_at else "",
+        allowed_requests=tuple(upstream.allowed_requests),
     )
 
 
@@ -270,6 +311,7 @@ class ListingReport:
     collisions: list[str] = field(default_factory=list)
     gone: list[str] = field(default_factory=list)
     new_sightings: list[str] = field(default_factory=list)
+    held: list[str] = field(default_factory=list)  # exported, but new or changed: waits for a person
 
 
 def suggested_vm_arg(input_schema: Mapping[str, Any]) -> str:
@@ -322,6 +364,7 @@ def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], r
         row.input_schema, row.output_schema = tool.input_schema, tool.output_schema
         row.annotations, row.meta = tool.annotations, tool.meta
         row.last_listed_at = now
+        _pin(row, new=tool.name not in known)
         if exposed in taken:
             row.state = UpstreamTool.State.COLLISION
             row.problem = f"its name here, {exposed}, is already another tool's; rename it upstream to export it"
@@ -330,6 +373,8 @@ def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], r
             row.state, row.problem = UpstreamTool.State.EXPORTED, ""
             taken.add(exposed)
             report.exported.append(tool.name)
+            if row.held:
+                report.held.append(tool.name)
         row.save()
         if _catalog_name_valid(locked.name, tool.name):
             _sighting, new = tool_sighting_listed(
@@ -354,6 +399,48 @@ def upstream_tools_record(*, upstream: Upstream, listed: Sequence[ListedTool], r
         data={k: v for k, v in report.__dict__.items() if k != "upstream"},
     )
     return report
+
+
+def _pin(row: UpstreamTool, *, new: bool) -> None:
+    """The digest of what was listed; a new tool is approved on first sight only where the setting trusts it."""
+    defined = definition(row)
+    row.digest = digest(defined)
+    if new and settings.REWIND_GATEWAY_TRUST_NEW_TOOLS:
+        row.approved_digest, row.approved_definition = row.digest, defined
+        row.approved_by, row.approved_at = "first sight (REWIND_GATEWAY_TRUST_NEW_TOOLS)", timezone.now()
+
+
+@transaction.atomic
+def upstream_tool_approve(*, actor: Actor, tool: UpstreamTool, seen_digest: str) -> UpstreamTool:
+    """Approve the tool's definition as listed now, which must be the one the person saw (``seen_digest``):
+    a definition that changed again while they looked is not approved unseen."""
+    locked = UpstreamTool.objects.select_for_update().select_related("upstream").get(pk=tool.pk)
+    if locked.digest != seen_digest:
+        raise ApplicationError(
+            f"{locked.catalog_name}: its definition changed again since the page was shown; look at the new one"
+        )
+    if not locked.held:
+        return locked
+    before = locked.approved_digest
+    locked.approved_digest, locked.approved_definition = locked.digest, definition(locked)
+    locked.approved_by, locked.approved_at = actor.name, timezone.now()
+    locked.save(update_fields=["approved_digest", "approved_definition", "approved_by", "approved_at"])
+    audit_record(
+        actor=actor,
+        action=GatewayAction.TOOL_DEFINITION_APPROVED,
+        target=("gateway.tool", locked.catalog_name),
+        data={"before": before, "after": locked.digest, "first": not before},
+    )
+    return locked
+
+
+def upstream_tools_approve_listed(*, actor: Actor, upstream: Upstream) -> list[str]:
+    """Approve every held tool of the upstream as it is listed now (a person who read them all, or a
+    set-up that added the upstream itself); the names approved."""
+    held = (
+        UpstreamTool.objects.filter(upstream=upstream).exclude(digest=F("approved_digest")).select_related("upstream")
+    )
+    return [upstream_tool_approve(actor=actor, tool=t, seen_digest=t.digest).name for t in held]
 
 
 def _catalog_name_valid(server: str, tool: str) -> bool:
@@ -561,6 +648,17 @@ def gateway_call_finish(*, call: GatewayCall, outcome: str, error: str = "") -> 
     CPU against 0.11 ms for the ORM's ``update()`` (SQLite, measured here)."""
     call.outcome, call.error, call.ended_at = outcome, error[:500], timezone.now()
     bulk.update_rows([call], ("outcome", "error", "ended_at"))
+
+
+def upstream_asked_record(*, upstream_id: int, kind: str, summary: Mapping[str, Any], refused: str) -> None:
+    """An upstream asked the agent's side for ``kind`` (sampling, elicitation, roots) and was refused."""
+    upstream = Upstream.objects.get(pk=upstream_id)
+    audit_record(
+        actor=Actor.system("gateway"),
+        action=GatewayAction.UPSTREAM_ASKED,
+        target=upstream,
+        data={"kind": kind, "asked": mask_secrets(dict(summary)), "refused": refused},
+    )
 
 
 LINKS_KEPT = timedelta(days=7)

@@ -11,5 +11,6 @@ urlpatterns = [
     path("gateway/upstreams/<int:pk>/", api.UpstreamDetailApi.as_view(), name="upstream-detail"),
     path("gateway/upstreams/<int:pk>/check/", api.UpstreamCheckApi.as_view(), name="upstream-check"),
     path("gateway/tools/<int:pk>/policy/", api.UpstreamToolPolicyApi.as_view(), name="upstream-tool-policy"),
+    path("gateway/tools/<int:pk>/approve/", api.UpstreamToolApproveApi.as_view(), name="upstream-tool-approve"),
     path("gateway/calls/", api.GatewayCallListApi.as_view(), name="gateway-call-list"),
 ]

@@ -26,7 +26,7 @@ from typing import Any
 from rewind.audit import Actor
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Upstream
-from rewind.gateway.services import upstream_create
+from rewind.gateway.services import upstream_create, upstream_tools_approve_listed
 from rewind.processes import Proc
 from tests.gateway.guestshell import READY
 from tests.simfixtures import PYTHON, REPO, SimAddress, SimServer
@@ -134,10 +134,16 @@ class GuestShellStdio:
 
 
 def add_http_upstream(shell: GuestShellHttp, name: str = "guestshell", **fields: Any) -> Upstream:
+    """The guest shell as an upstream, its tools listed and their definitions approved, as an admin would."""
     upstream = upstream_create(
         actor=Actor.user("admin"), name=name, transport="http", url=shell.url, headers=shell.headers, **fields
     )
+    return listed_and_approved(upstream)
+
+
+def listed_and_approved(upstream: Upstream) -> Upstream:
     upstream_tools_refresh(upstream)
+    upstream_tools_approve_listed(actor=Actor.user("admin"), upstream=upstream)
     return upstream
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from django.contrib.auth.models import User
+from django.db.models import F
 
 from catalog.models import ToolSighting
 from rewind.gateway.models import Upstream, UpstreamTool
@@ -59,15 +60,39 @@ def test_a_person_adds_an_upstream_tests_it_and_agents_see_its_tools(
     assert UpstreamTool.objects.filter(upstream=upstream, state="exported").count() == 5
     assert ToolSighting.objects.filter(tool__startswith="guestshell/").count() == 5
 
-    # The mapping is shown: the exposed name beside the catalog's server/tool.
+    assert "5 tools are held until a person approves their definitions" in messages
+
+    # The mapping is shown: the exposed name beside the catalog's server/tool, each held as new.
     page.goto(f"{live_server.url}/admin/rewind/upstreamtool/")
     table = page.inner_text("#result_list")
     assert "guestshell__exec" in table
     assert "guestshell/exec" in table
+    assert table.count("held: new") == 5
 
-    # An agent pointed only at /mcp now sees them (uvicorn on the same database).
+    # Until a person approves the definitions, an agent pointed only at /mcp does not see them.
     _agent, token = make_agent_token()
     listed = post(mcp_server.mcp_url, {"jsonrpc": "2.0", "id": 1, "method": "tools/list"}, token)
     assert listed.status_code == 200
-    assert "guestshell__exec" in listed.text
+    assert "guestshell__exec" not in listed.text
     assert "zerto_guard_before_mutate" in listed.text
+
+    # The person reads each definition (all of it, for a tool never approved) and approves what was shown.
+    page.check("#action-toggle")
+    page.select_option("select[name=action]", "approve_definitions")
+    page.click("button[name=index]")
+    page.wait_for_url("**/admin/rewind/upstreamtool/approve/**")
+    shown = page.inner_text("#content-main")
+    assert shown.count("(never approved)") == 5
+    assert '"name": "exec"' in shown
+    page.click("#approve")
+    page.wait_for_url("**/admin/rewind/upstreamtool/")
+    assert (
+        "approved the definition of guestshell/append_line, guestshell/exec"
+        in page.inner_text("ul.messagelist").lower()
+    )
+    assert UpstreamTool.objects.filter(upstream=upstream, approved_digest=F("digest")).count() == 5
+    assert AuditEvent.objects.filter(action="gateway.tool.definition_approved").count() == 5
+
+    # An agent now sees them (uvicorn on the same database).
+    listed = post(mcp_server.mcp_url, {"jsonrpc": "2.0", "id": 2, "method": "tools/list"}, token)
+    assert "guestshell__exec" in listed.text

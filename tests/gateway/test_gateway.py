@@ -17,7 +17,13 @@ from rewind.audit import Actor, verify_chain
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, stdio_parameters
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
-from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
+from rewind.gateway.services import (
+    ListedTool,
+    upstream_create,
+    upstream_tools_approve_listed,
+    upstream_tools_record,
+    upstream_update,
+)
 from rewind.models import AuditEvent, ChangeGuard
 from tests.gateway.support import GuestShellHttp, GuestShellStdio, add_http_upstream
 from tests.helpers import call_tool, run, tool_text
@@ -251,6 +257,7 @@ def test_the_stdio_transport_is_started_and_used(
     )
     report = upstream_tools_refresh(upstream)
     assert "exec" in report.exported
+    upstream_tools_approve_listed(actor=ADMIN, upstream=upstream)
     mutating_tool_add(actor=ADMIN, pattern="shell2/exec", vm_arg="host", description="guest shell over stdio")
     _agent, token = agent_token
     result = call_tool(mcp_client, token, "shell2__exec", {"host": "web01", "command": f"echo via-stdio > {NGINX}"})
@@ -315,6 +322,7 @@ def test_an_upstream_that_answers_garbage_is_a_clear_error_and_others_still_work
     # As if it had listed a tool before it broke.
     schema = {"type": "object", "properties": {"host": {"type": "string"}}}
     upstream_tools_record(upstream=junk, listed=[ListedTool("peek", "", "", schema, None, None, None)], reserved=set())
+    upstream_tools_approve_listed(actor=ADMIN, upstream=junk)
     _agent, token = agent_token
     result = call_tool(mcp_client, token, "junk__peek", {"host": "web01"})
     assert result.is_error

@@ -20,12 +20,11 @@ import pytest
 
 from catalog.services import mutating_tool_add
 from rewind.audit import Actor
-from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import GatewayCall
 from rewind.gateway.services import upstream_create
 from rewind.models import ChangeGuard
 from tests.fixtures import wait_until
-from tests.gateway.support import GuestShellStdio, add_http_upstream, run_guestshell
+from tests.gateway.support import GuestShellStdio, add_http_upstream, listed_and_approved, run_guestshell
 from tests.helpers import Api, call_tool, tool_text
 from tests.simfixtures import SimServer
 
@@ -135,7 +134,7 @@ def test_a_stdio_upstream_whose_command_died_is_started_again_and_a_call_cut_by_
         command=command.argv,
         env={"PYTHONPATH": str(command.cwd), "PYTHONUNBUFFERED": "1"},
     )
-    upstream_tools_refresh(upstream)
+    listed_and_approved(upstream)
     _agent, token = agent_token
     first = [_read(mcp_client, token, "shelled__read_file") for _ in range(4)]
     assert [r.is_error for r in first] == [False] * 4

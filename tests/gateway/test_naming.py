@@ -18,6 +18,7 @@ from rewind.gateway.services import (
     ListedTool,
     upstream_create,
     upstream_headers,
+    upstream_tools_approve_listed,
     upstream_tools_record,
     upstream_update,
 )
@@ -164,6 +165,7 @@ def test_agents_listing_at_once_share_one_read_and_each_sees_the_tools(monkeypat
 
     up = upstream_create(actor=ADMIN, name="win", url="http://127.0.0.1:1/mcp")
     upstream_tools_record(upstream=up, listed=[listed("run"), listed("ping")], reserved=set())
+    upstream_tools_approve_listed(actor=ADMIN, upstream=up)
     reads: list[int] = []
     exported = gateway_tools.exported_tools
 

@@ -31,7 +31,7 @@ from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Upstream
-from rewind.gateway.services import upstream_create, upstream_update
+from rewind.gateway.services import upstream_create, upstream_tools_approve_listed, upstream_update
 
 UPSTREAM = "guestshell"
 EXEC = f"{UPSTREAM}__exec"
@@ -61,6 +61,10 @@ def ensure_guest_shell(sim_url: str) -> tuple[Upstream, list[str]]:
     except UpstreamUnavailable as exc:
         raise CommandError(f"the guest shell does not start: {exc.message}") from None
     said.append(f"{UPSTREAM} exports {', '.join(report.exported)}")
+    # The demo added the guest shell itself, so it approves the definitions it listed, as an admin would.
+    approved = upstream_tools_approve_listed(actor=ACTOR, upstream=upstream)
+    if approved:
+        said.append(f"approved the definitions of {', '.join(approved)}")
     if not MutatingTool.objects.filter(pattern=f"{UPSTREAM}/exec").exists():
         mutating_tool_add(
             actor=ACTOR,
