@@ -36,6 +36,18 @@ PROCESS_FIXTURES = frozenset(
         "guestshell_stdio_command",
         "short_ttl_sim",
         "production_stack",
+        # The real upstream servers (tests/upstreamfixtures.py); the stdio ones yield a command
+        # whose client starts the server.
+        "everything_http_server",
+        "sdk1_stateful_http_server",
+        "sdk1_stateless_http_server",
+        "fastmcp_http_server",
+        "ssh_host",
+        "everything_stdio",
+        "filesystem_stdio",
+        "git_sdk1_stdio",
+        "git_sdk2_stdio",
+        "ssh_mcp_stdio",
     }
 )
 BROWSER_FIXTURES = frozenset({"browser"})
