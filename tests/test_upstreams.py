@@ -7,10 +7,12 @@ tests build on these fixtures; a failure here is the server's or the fixture's, 
 from __future__ import annotations
 
 import contextlib
+import http.server
 import os
 import pwd
 import signal
 import subprocess
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -23,9 +25,10 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 
+from tests.conformance import BEARER_PRELOAD
 from tests.fixtures import wait_until
 from tests.helpers import run
-from tests.upstreamfixtures import HttpUpstream, SshMcpUpstream, StdioUpstream
+from tests.upstreamfixtures import NODE, UPSTREAMS, HttpUpstream, SshMcpUpstream, StdioUpstream, installed
 
 
 @contextlib.asynccontextmanager
@@ -350,3 +353,70 @@ def test_ssh_mcp_reaches_the_host_again_after_sshd_restarts(ssh_mcp_stdio: SshMc
     assert down.is_error, "no host to reach"
     ssh_mcp_stdio.host.start_again()
     assert "marker" in run(listing())
+
+
+# The conformance runner's preload (tests/upstreams/bearer_preload.mjs)
+
+_THREE_CLIENTS = """
+import http from "node:http";
+import { request } from "undici";
+
+const viaHttp = (url, options) =>
+  new Promise((resolve, reject) => {
+    const req = options ? http.request(url, options) : http.request(url);
+    req.on("response", (res) => res.resume().on("end", resolve)).on("error", reject).end();
+  });
+for (const base of [process.env.TARGET, process.env.OTHER]) {
+  await (await fetch(`${base}/fetch`)).text();
+  await (await fetch(`${base}/fetch-own`, { headers: { Authorization: "Bearer its-own" } })).text();
+  await (await request(`${base}/undici`)).body.text();
+  await viaHttp(`${base}/http`);
+  const { hostname, port } = new URL(base);
+  await viaHttp({ hostname, port, path: "/http-options", method: "GET" });
+}
+"""
+
+
+class _Seen(http.server.BaseHTTPRequestHandler):
+    seen: list[tuple[int, str, str | None]] = []
+
+    def do_GET(self) -> None:
+        self.seen.append((int(self.connection.getsockname()[1]), self.path, self.headers.get("Authorization")))
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+
+@pytest.mark.process
+def test_the_conformance_preload_adds_the_token_for_its_target_origin_only() -> None:
+    installed(NODE)
+    servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Seen) for _ in range(2)]
+    for server in servers:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+    target, other = (f"http://127.0.0.1:{s.server_address[1]}" for s in servers)
+    try:
+        done = subprocess.run(
+            [str(NODE), "--import", BEARER_PRELOAD.as_uri(), "--input-type=module", "-e", _THREE_CLIENTS],
+            cwd=UPSTREAMS,
+            env={"MCP_BEARER_URL": f"{target}/mcp", "MCP_BEARER_TOKEN": "t0ken", "TARGET": target, "OTHER": other},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        for server in servers:
+            server.shutdown()
+    assert done.returncode == 0, done.stderr
+    by_port = {
+        port: {path: auth for p, path, auth in _Seen.seen if p == port} for port in {p for p, _, _ in _Seen.seen}
+    }
+    paths = ["/fetch", "/fetch-own", "/undici", "/http", "/http-options"]
+    assert by_port[servers[0].server_address[1]] == dict(
+        zip(paths, ["Bearer t0ken", "Bearer its-own", "Bearer t0ken", "Bearer t0ken", "Bearer t0ken"], strict=True)
+    )
+    assert by_port[servers[1].server_address[1]] == dict(
+        zip(paths, [None, "Bearer its-own", None, None, None], strict=True)
+    )

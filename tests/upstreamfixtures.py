@@ -29,6 +29,9 @@ Stdio servers (per test; nothing started until a client runs ``.command``) yield
   the session's ``ssh_host``, a real sshd on a loopback port (tests.sshhost); ``.workdir`` is
   the login's folder on that host.
 
+``conformance_suites`` skips unless the official conformance suites are installed (tests.conformance
+runs them under Node, so it marks a test ``node``).
+
 Every fixture here that starts a process, or yields a command that does, is in
 tests.markers.PROCESS_FIXTURES.
 """
@@ -334,3 +337,11 @@ def ssh_mcp_stdio(ssh_host: SshHost, tmp_path: Path) -> SshMcpUpstream:
     env = {"HOME": str(tmp_path), "XDG_CONFIG_HOME": str(tmp_path), "XDG_DATA_HOME": str(tmp_path / "data")}
     command = [str(NODE), str(SSH_MCP), f"--config={config}"]
     return SshMcpUpstream("ssh-mcp", command, env, tmp_path, ssh_host.workdir, host=ssh_host)
+
+
+@pytest.fixture(scope="session")
+def conformance_suites() -> None:
+    """Skips unless the conformance suites and their Node 22 are installed (tests.conformance runs them)."""
+    from tests.conformance import ALPHA, STABLE
+
+    installed(NODE, STABLE, ALPHA)
