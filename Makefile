@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.requirements-installed
 
-.PHONY: run test quicktest check venv migrate bench bench-quick bench-compare
+.PHONY: run test quicktest check venv upstreams migrate bench bench-quick bench-compare
 
 venv: $(STAMP)
 
@@ -13,6 +13,27 @@ $(STAMP): requirements.txt
 	@$(PYTHON) -c 'import sys; sys.exit(0 if sys.version_info >= (3, 12) else "Python 3.12 or newer is needed; found " + sys.version.split()[0])'
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements.txt
+	@touch $@
+
+# The real MCP servers the gateway is tested against (tests/upstreamfixtures.py), pinned by the
+# project's files: two virtualenvs, one on the official Python SDK 1.x and one on 2.x, and the
+# npm packages (the TypeScript SDK's servers, ssh-mcp, Node 22 and the conformance suites).
+# Stamped like the venv: a second run does nothing until a pin changes.
+UPSTREAMS := var/upstreams
+UPSTREAMS_NODE := tests/upstreams
+UPSTREAMS_STAMPS := $(UPSTREAMS)/py1/.requirements-installed $(UPSTREAMS)/py2/.requirements-installed \
+	$(UPSTREAMS_NODE)/node_modules/.installed
+
+upstreams: $(UPSTREAMS_STAMPS)
+
+$(UPSTREAMS)/%/.requirements-installed: $(UPSTREAMS_NODE)/requirements-%.txt
+	@test -x $(UPSTREAMS)/$*/bin/python || $(PYTHON) -m venv $(UPSTREAMS)/$*
+	$(UPSTREAMS)/$*/bin/python -m pip install --quiet --disable-pip-version-check -r $<
+	@touch $@
+
+# npm ci empties node_modules first, so the stamp inside it goes with an interrupted install.
+$(UPSTREAMS_NODE)/node_modules/.installed: $(UPSTREAMS_NODE)/package-lock.json
+	npm ci --prefix $(UPSTREAMS_NODE) --no-audit --no-fund
 	@touch $@
 
 migrate: $(STAMP)
@@ -35,7 +56,7 @@ check: $(STAMP)
 # They run on every core (pytest-xdist): each worker has its own test database, state folder
 # and Redis database (tests/workerenv.py). TEST_WORKERS=0 runs them in this one process.
 TEST_WORKERS ?= auto
-test: check
+test: check upstreams
 	REWIND_VAR_DIR=$(CURDIR)/var/test $(PY) -m pytest -n $(TEST_WORKERS) --dist worksteal --durations=25 $(PYTEST_ARGS)
 
 # The everyday loop: no process of a test's own, no browser, no Node (tests/markers.py), and the

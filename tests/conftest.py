@@ -1,6 +1,7 @@
 """Shared fixtures: a real Celery worker, and the plugins every package gets: the ZVM simulator
 (tests.simfixtures), the quick run's markers (tests.markers), sites and personas (tests.fixtures), uvicorn and MCP clients (tests.mcpfixtures),
-and the production shape on a PostgreSQL and a Redis of its own (tests.stackfixtures)."""
+the production shape on a PostgreSQL and a Redis of its own (tests.stackfixtures), and real third-party
+MCP servers as upstreams (tests.upstreamfixtures)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytest_plugins = [
     "tests.fixtures",
     "tests.mcpfixtures",
     "tests.stackfixtures",
+    "tests.upstreamfixtures",
     "tests.secretscan",
 ]
 

@@ -3,7 +3,7 @@
 - ``process``: the test starts a process of its own (a Celery worker, uvicorn, a simulator with
   other options, ``manage.py`` in a fresh interpreter) or needs one a fixture starts;
 - ``browser``: it drives Chromium through Playwright;
-- ``node``: it runs the TypeScript MCP client under Node.
+- ``node``: it runs the TypeScript MCP client, or the conformance suites, under Node.
 
 A test that asks for a fixture below gets its marker without saying so. One that starts a
 process by hand must say ``@pytest.mark.process``: an unmarked test that starts one fails,
@@ -36,10 +36,22 @@ PROCESS_FIXTURES = frozenset(
         "guestshell_stdio_command",
         "short_ttl_sim",
         "production_stack",
+        # The real upstream servers (tests/upstreamfixtures.py); the stdio ones yield a command
+        # whose client starts the server.
+        "everything_http_server",
+        "sdk1_stateful_http_server",
+        "sdk1_stateless_http_server",
+        "fastmcp_http_server",
+        "ssh_host",
+        "everything_stdio",
+        "filesystem_stdio",
+        "git_sdk1_stdio",
+        "git_sdk2_stdio",
+        "ssh_mcp_stdio",
     }
 )
 BROWSER_FIXTURES = frozenset({"browser"})
-NODE_FIXTURES = frozenset({"node_mcp_client"})
+NODE_FIXTURES = frozenset({"node_mcp_client", "conformance_suites"})
 MARKERS = ("process", "browser", "node")  # registered in pyproject.toml
 # Browser tests drive the machine's Chromium (tests/conftest.py launches /usr/bin/chromium);
 # under REWIND_TESTS_NO_SKIPS=1 (CI) this skip fails the run instead.
