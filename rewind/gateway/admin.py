@@ -32,7 +32,6 @@ from rewind.gateway.selectors import (
     upstream_tool_problem,
 )
 from rewind.gateway.services import (
-    UPSTREAM_REQUESTS,
     upstream_command_clean,
     upstream_create,
     upstream_tool_approve,
@@ -73,12 +72,6 @@ class UpstreamForm(forms.ModelForm):
         required=False,
         help_text='stdio: the program and its arguments as a JSON list, e.g. ["npx", "-y", "ssh-mcp"]',
     )
-    allowed_requests = forms.MultipleChoiceField(
-        choices=[(kind, kind) for kind in UPSTREAM_REQUESTS],
-        required=False,
-        widget=forms.CheckboxSelectMultiple,
-        help_text="What it may ask of the agent's side; every other such request is refused and audited.",
-    )
 
     class Meta:
         model = Upstream
@@ -91,7 +84,6 @@ class UpstreamForm(forms.ModelForm):
             "connect_timeout_s",
             "call_timeout_s",
             "default_policy",
-            "allowed_requests",
         ]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -174,7 +166,6 @@ class UpstreamAdmin(admin.ModelAdmin):
         data = form.cleaned_data
         names = ("transport", "url", "enabled", "host_vm", "connect_timeout_s", "call_timeout_s", "default_policy")
         fields: dict[str, Any] = {k: data[k] for k in names}
-        fields["allowed_requests"] = list(data["allowed_requests"])
         fields["command"] = data["command_json"]
         stored = upstream_get(obj.pk) if change else None
         try:

@@ -29,7 +29,6 @@ from rewind.gateway.selectors import (
     upstream_tool_get,
 )
 from rewind.gateway.services import (
-    UPSTREAM_REQUESTS,
     upstream_command_clean,
     upstream_create,
     upstream_env,
@@ -89,7 +88,6 @@ class UpstreamOutputSerializer(serializers.ModelSerializer):
             "call_timeout_s",
             "default_policy",
             "host_vm",
-            "allowed_requests",
             "tools_listed_at",
             "last_error",
             "tools",
@@ -118,9 +116,6 @@ class UpstreamInputSerializer(serializers.Serializer):
     call_timeout_s = serializers.FloatField(required=False, default=300.0)
     default_policy = serializers.ChoiceField(choices=Policy.choices, default=Policy.GUARD_IF_PROTECTED)
     host_vm = serializers.CharField(max_length=255, required=False, allow_blank=True, default="")
-    allowed_requests = serializers.ListField(
-        child=serializers.ChoiceField(choices=[(k, k) for k in UPSTREAM_REQUESTS]), required=False, default=list
-    )
 
     # A URL or command the service would refuse is bad input (400, under its field), like a site's
     # base URL; the other transport's field stays empty, and the service checks the pair.

@@ -87,7 +87,6 @@ class UpstreamSpec:
     connect_timeout_s: float
     call_timeout_s: float
     version: str  # changes whenever the upstream's settings change: a new session is opened
-    allowed_requests: tuple[str, ...] = ()  # what it may ask of the agent's side (``rewind.gateway.asks``)
 
     def __repr__(self) -> str:  # never print the credentials
         return f"UpstreamSpec({self.name!r}, {self.transport})"

@@ -53,12 +53,6 @@ class Upstream(models.Model):
         help_text="For a server that serves one machine (e.g. ssh-mcp --host web01): that VM. Its tools that "
         "may change something are then guarded on it, whatever their arguments say.",
     )
-    allowed_requests = models.JSONField(
-        default=list,
-        blank=True,
-        help_text="What it may ask of the agent's side (sampling, elicitation, roots): refused and audited "
-        "unless listed here.",
-    )
     tools_listed_at = models.DateTimeField(null=True, blank=True, editable=False)
     last_error = models.TextField(blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)

@@ -41,8 +41,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
 # Arguments that usually name the machine a tool acts on, most telling first: the suggestion
 # a person starts from when classifying a sighting, and where guard-if-protected looks first.
 VM_ARG_NAMES = ("host", "hosts", "hostname", "computer_name", "computername", "vm", "vm_name", "target", "server")
-# What an upstream may ask of the agent's side, each refused and audited unless its upstream allows it.
-UPSTREAM_REQUESTS = ("sampling", "elicitation", "roots")
 
 
 def _snapshot(upstream: Upstream) -> dict[str, Any]:
@@ -59,7 +57,6 @@ def _snapshot(upstream: Upstream) -> dict[str, Any]:
         "call_timeout_s": upstream.call_timeout_s,
         "default_policy": upstream.default_policy,
         "host_vm": upstream.host_vm,
-        "allowed_requests": upstream.allowed_requests,
     }
 
 
@@ -143,7 +140,6 @@ def _validate(upstream: Upstream) -> None:
     upstream.connect_timeout_s = _clean_seconds(upstream.connect_timeout_s, "connect_timeout_s", CONNECT_TIMEOUT_RANGE)
     upstream.call_timeout_s = _clean_seconds(upstream.call_timeout_s, "call_timeout_s", CALL_TIMEOUT_RANGE)
     upstream.host_vm = _clean_host_vm(upstream.host_vm)
-    upstream.allowed_requests = _clean_requests(upstream.allowed_requests)
 
 
 def _clean_host_vm(value: Any) -> str:
@@ -151,17 +147,6 @@ def _clean_host_vm(value: Any) -> str:
     if text is None or len(text) > 255 or any(c.isspace() or not c.isprintable() for c in text):
         raise ApplicationError("host_vm must be one VM's name, hostname or identifier (no spaces), or empty")
     return text
-
-
-def _clean_requests(value: Any) -> list[str]:
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ApplicationError(f"allowed_requests must be a list of {', '.join(UPSTREAM_REQUESTS)}")
-    unknown = sorted(set(value) - set(UPSTREAM_REQUESTS))
-    if unknown:
-        raise ApplicationError(
-            f"allowed_requests: {', '.join(repr(u[:40]) for u in unknown)} is not one of {', '.join(UPSTREAM_REQUESTS)}"
-        )
-    return [kind for kind in UPSTREAM_REQUESTS if kind in value]
 
 
 @transaction.atomic
@@ -179,12 +164,10 @@ def upstream_create(
     call_timeout_s: float = 300.0,
     default_policy: str = Policy.GUARD_IF_PROTECTED,
     host_vm: str = "",
-    allowed_requests: Sequence[str] = (),
 ) -> Upstream:
     upstream = Upstream(
         name=str(name).strip().lower(),
         host_vm=host_vm,
-        allowed_requests=list(allowed_requests),
         transport=transport,
         url=url,
         command=command if command is not None else [],
@@ -214,7 +197,6 @@ _EDITABLE = (
     "call_timeout_s",
     "default_policy",
     "host_vm",
-    "allowed_requests",
 )
 
 
@@ -284,7 +266,6 @@ def _build_spec(upstream: Upstream) -> UpstreamSpec:
         connect_timeout_s=upstream.connect_timeout_s,
         call_timeout_s=upstream.call_timeout_s,
         version=upstream.updated_at.isoformat() if upstream.updated_at else "",
-        allowed_requests=tuple(upstream.allowed_requests),
     )
 
 

@@ -14,8 +14,7 @@ recorded in the audit log (``gateway.upstream.asked``) with what it asked, in a 
 
 The session declares the three capabilities, so that what a server asks reaches this module
 and is recorded, instead of being answered by the SDK's defaults unseen. An agent's connection
-here is stateless, so a request an upstream sends in the middle of a call could never reach it;
-an admin's ``allowed_requests`` on the upstream does not change that, and the refusal says so.
+here is stateless, so a request an upstream sends in the middle of a call could not reach it.
 """
 
 from __future__ import annotations
@@ -52,12 +51,9 @@ class UpstreamAsks:
         self.spec = spec
 
     async def _refuse(self, kind: str, summary: dict[str, Any]) -> ErrorData:
-        allowed = kind in self.spec.allowed_requests
         why = (
-            f"the gateway in front of this server serves its agents statelessly, so a {kind} request sent in the "
-            "middle of a call cannot reach them"
-            if allowed
-            else f"this server may not ask the agent's side for {kind} (an admin may allow it per upstream)"
+            f"this server may not ask the agent's side for {kind}: the gateway in front of it serves agents "
+            "statelessly, so a request sent in the middle of a call cannot reach them"
         )
         try:
             await run_db(upstream_asked_record, upstream_id=self.spec.pk, kind=kind, summary=summary, refused=why)

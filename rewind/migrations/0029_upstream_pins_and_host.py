@@ -38,15 +38,6 @@ class Migration(migrations.Migration):
     operations = [
         migrations.AddField(
             model_name="upstream",
-            name="allowed_requests",
-            field=models.JSONField(
-                blank=True,
-                default=list,
-                help_text="What it may ask of the agent's side (sampling, elicitation, roots): refused and audited unless listed here.",
-            ),
-        ),
-        migrations.AddField(
-            model_name="upstream",
             name="host_vm",
             field=models.CharField(
                 blank=True,
