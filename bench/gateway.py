@@ -49,7 +49,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ from bench._common import (
 )
 from bench.figures import Report, parse_args, spread_of
 from bench.mcp_find import PROTOCOL, Result, call_body, call_ok, load, make_agent, start_uvicorn
+from rewind.processes import free_port, port_free
 
 GUEST_READY = "guestshell ready on "
 HANDSHAKE_SHAPE = " (handshake-era upstream)"  # after each figure's name with --handshake
@@ -193,6 +194,107 @@ def report_pass_through(
     )
 
 
+@dataclass
+class Proxy:
+    """A pass-through a user would pick instead of the gateway, in front of the same guest shell."""
+
+    name: str
+    proc: Proc
+    url: str
+    handshake: bool  # speaks only the handshake era: each client opens a session
+    note: str
+    results: list[Result] = field(default_factory=list)
+
+
+PY1 = REPO / "var" / "upstreams" / "py1" / "bin"
+PY2 = REPO / "var" / "upstreams" / "py2" / "bin"
+FASTMCP_PROXY = "fastmcp proxy"
+FASTMCP_PROXY_KEPT = "fastmcp proxy, kept session"
+MCP_PROXY = "mcp-proxy"
+
+
+def start_proxies(work: Path, shell_url: str, shell_token: str, sim_url: str) -> list[Proxy]:
+    """FastMCP's proxy (fastmcp 4.x) in front of the guest shell over HTTP, and mcp-proxy (on the SDK 1.x)
+    in front of it over stdio, as each is meant to be used; none when ``make upstreams`` has not run."""
+    if not (PY2 / "python").exists() or not (PY1 / "mcp-proxy").exists():
+        print("no proxies to compare with: run `make upstreams` first", flush=True)
+        return []
+    fast = [start_fastmcp_proxy(work, shell_url, shell_token, keep) for keep in (False, True)]
+    port2 = free_port()
+    # setsid: the stdio guest shell in a process group of its own, so mcp-proxy's CPU is its own.
+    child = ["setsid", PYTHON, "-m", "tests.gateway.guestshell", "--stdio", "--sim-url", sim_url,
+             "--ca-bundle", str(work / "certs" / "ca.pem")]  # fmt: skip
+    stdio = Proc(
+        MCP_PROXY,
+        [str(PY1 / "mcp-proxy"), "--port", str(port2), "--stateless", "-e", "PYTHONPATH", str(REPO), "--", *child],
+        log=work / "mcp-proxy.log",
+        cwd=REPO,
+    )
+    stdio.wait_until(lambda: not port_free(port2), what="mcp-proxy listening", timeout=START_TIMEOUT)
+    mcp_proxy = Proxy(
+        MCP_PROXY,
+        stdio,
+        f"http://127.0.0.1:{port2}/mcp",
+        True,
+        "mcp-proxy 0.13.0 (SDK 1.30) before the stdio guest shell",
+    )
+    return [*fast, mcp_proxy]
+
+
+def start_fastmcp_proxy(work: Path, shell_url: str, shell_token: str, keep_session: bool) -> Proxy:
+    name = FASTMCP_PROXY_KEPT if keep_session else FASTMCP_PROXY
+    port = free_port()
+    argv = [str(PY2 / "python"), str(REPO / "bench" / "_fastmcp_proxy.py"), "--upstream", shell_url,
+            "--token", shell_token, "--port", str(port), *(["--keep-session"] if keep_session else [])]  # fmt: skip
+    proc = Proc(name, argv, log=work / f"{name.replace(' ', '-').replace(',', '')}.log", cwd=REPO)
+    proc.wait_until(lambda: not port_free(port), what=f"{name} listening", timeout=START_TIMEOUT)
+    how = "one session kept (a connected client)" if keep_session else "a session per request (its default)"
+    return Proxy(name, proc, f"http://127.0.0.1:{port}/mcp", False, f"fastmcp.server.create_proxy 4.2.3, {how}")
+
+
+def report_proxies(
+    report: Report,
+    samples: dict[str, list[dict[str, float]]],
+    direct: list[Result],
+    gateway: list[Result],
+    proxies: list[Proxy],
+) -> None:
+    """The gateway's own CPU per call and p50 added, 1 client, beside the pass-throughs a user would pick."""
+    own = [g["gateway"] for g in samples["gateway guestshell__read_file, 1 clients"]]
+    gateway_extra = [g.pct(0.5) - d.pct(0.5) for g, d in zip(gateway, direct, strict=True)]
+    for proxy in proxies:
+        theirs = [s[proxy.name] for s in samples[f"{proxy.name} read_file, 1 clients"]]
+        extra = [p.pct(0.5) - d.pct(0.5) for p, d in zip(proxy.results, direct, strict=True)]
+        ratio = [o / t for o, t in zip(own, theirs, strict=True)]
+        report.add(
+            f"pass-through, 1 client: the gateway's own CPU per call over {proxy.name}'s",
+            statistics.median(ratio),
+            "x",
+            target=1.5 if proxy.name == FASTMCP_PROXY_KEPT else None,
+            reference=statistics.median(theirs),
+            reference_name=f"{proxy.name}'s own CPU per call (ms)",
+            spread=spread_of(ratio),
+            note=f"{proxy.note}; the gateway also decides, audits and checks the schema of every call",
+        )
+        beyond = [g - e for g, e in zip(gateway_extra, extra, strict=True)]
+        report.add(
+            f"pass-through, 1 client: p50 the gateway adds beyond {proxy.name}'s",
+            statistics.median(beyond),
+            "ms",
+            target=3.0 if proxy.name == FASTMCP_PROXY_KEPT else None,
+            reference=statistics.median(extra),
+            reference_name=f"p50 {proxy.name} adds to the direct call",
+            spread=spread_of(beyond),
+            note=proxy.note,
+        )
+        print(
+            f"{proxy.name}: CPU per call {statistics.median(theirs):.2f} ms (the gateway's own "
+            f"{statistics.median(own):.2f} ms, {statistics.median(ratio):.2f}x); p50 added "
+            f"{statistics.median(extra):.1f} ms (the gateway's {statistics.median(gateway_extra):.1f} ms)",
+            flush=True,
+        )
+
+
 def recorded() -> tuple[int, int]:
     """Gateway calls that ended ok, and ``mcp.tool.called`` audit rows, so far in the run's database."""
     from rewind.audit.actions import McpAction
@@ -274,13 +376,15 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
         app, app_url = start_uvicorn("app", "rewind.asgi:application", env, work, workers=1)
         procs.append(app)
         procs.append(start_worker(work, concurrency=2, name="bench-gateway"))
+        proxies = start_proxies(work, shell_url, shell_token, sim_url) if not args.handshake else []
+        procs += [p.proc for p in proxies]
         print(
             f"clients={args.clients} seconds={args.seconds} rounds={args.rounds} cores={os.cpu_count()} "
             f"database={database}",
             flush=True,
         )
         read = {"host": "web01", "path": NGINX}
-        servers_cpu = {"gateway": app, "guest shell": shell, "simulator": sim}
+        servers_cpu = {"gateway": app, "guest shell": shell, "simulator": sim, **{p.name: p.proc for p in proxies}}
         samples: dict[str, list[dict[str, float]]] = defaultdict(list)
         for clients in (args.clients, 1):
             direct: list[Result] = []
@@ -303,6 +407,10 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                         gateway,
                         False,  # agents speak 2026-07-28 to the gateway either way
                     ),
+                    *(
+                        (f"{p.name} read_file, 1 clients", p.url, None, "read_file", p.results, p.handshake)
+                        for p in (proxies if clients == 1 else [])
+                    ),
                 ):
                     before, recorded_before = cpu_of(servers_cpu), recorded()
                     result = asyncio.run(
@@ -320,7 +428,7 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
                     )
                     spent = {name: cpu - before[name] for name, cpu in cpu_of(servers_cpu).items()}
                     print(result.line() + cpu_line(spent, result.sent), flush=True)
-                    if url != shell_url:
+                    if url == app_url:
                         check_recorded(label, result.sent, recorded_before, recorded())
                     out.append(result)
                     samples[label].append({name: s * 1000 / max(1, result.sent) for name, s in spent.items()})
@@ -337,6 +445,8 @@ def measure(args: argparse.Namespace, work: Path, report: Report, database: str)
             )
             print(cpu_line_of(rounds, clients) + "\n", flush=True)
             report_pass_through(report, clients, direct, gateway, rounds, single=clients == 1)
+            if clients == 1 and proxies:
+                report_proxies(report, samples, direct, gateway, proxies)
 
         if args.guarded and not args.handshake:  # what a guard costs does not depend on the upstream's era
             measure_guarded(args, app_url, token, shell_url, shell_token, report)

@@ -209,7 +209,8 @@ def call_body(rpc_id: int, tool: str, arguments: dict[str, Any], *, handshake: b
 
 async def handshake_session(http: Any, url: str, headers: dict[str, str]) -> dict[str, str]:
     """Open a handshake-era session (``initialize``, then ``notifications/initialized``) and
-    return the headers each of its calls carries: the session id and the negotiated revision."""
+    return the headers each of its calls carries: the session id (none from a stateless server) and
+    the negotiated revision."""
     hello = {
         "jsonrpc": "2.0",
         "id": 0,
@@ -222,10 +223,11 @@ async def handshake_session(http: Any, url: str, headers: dict[str, str]) -> dic
     }
     opening = {k: v for k, v in headers.items() if not k.lower().startswith("mcp-")}
     resp = await http.post(url, content=json.dumps(hello).encode(), headers=opening)
-    session_id = resp.headers.get("mcp-session-id")
-    if resp.status_code != 200 or not session_id:
+    if resp.status_code != 200:
         raise RuntimeError(f"initialize failed: HTTP {resp.status_code}: {resp.text[:300]}")
-    session = {**opening, "MCP-Protocol-Version": HANDSHAKE_PROTOCOL, "Mcp-Session-Id": session_id}
+    session = {**opening, "MCP-Protocol-Version": HANDSHAKE_PROTOCOL}
+    if session_id := resp.headers.get("mcp-session-id"):
+        session["Mcp-Session-Id"] = session_id
     done = json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}).encode()
     await http.post(url, content=done, headers=session)
     return session
