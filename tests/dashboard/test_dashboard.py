@@ -396,7 +396,20 @@ def test_the_dashboard_renders_every_section_for_an_administrator(admin_client: 
     recovery("web01")
     guard("late", G.FAILED, vpgs=(TaggedCheckpoint.Status.TIMED_OUT,))
     html = _index(admin_client)
-    for key in ("pending", "foreign", "sessions", "guards", "failed", "sites", "workers", "reaper", "audit"):
+    keys = (
+        "pending",
+        "foreign",
+        "held",
+        "sessions",
+        "guards",
+        "failed",
+        "sites",
+        "workers",
+        "reaper",
+        "audit",
+        "upstreams",
+    )
+    for key in keys:
         assert f'id="dash-{key}"' in html, key
     assert html.index('id="dash-pending"') < html.index('id="dash-foreign"') < html.index('id="dash-sessions"')
     assert 'data-status="timed_out"' in html  # the same badge as in the lists
@@ -415,3 +428,37 @@ def test_each_audit_row_links_to_its_target(admin_client: Client) -> None:
     assert "recoveries.<wbr>session.<wbr>ended_by_hand" in html
     listed = admin_client.get("/admin/rewind/auditevent/?target_type=flr_session&target_id=s-1")
     assert listed.context["cl"].result_count == 1
+
+
+def test_held_tools_wait_for_a_person_and_their_count_links_to_them(admin_client: Client) -> None:
+    from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record
+
+    up = upstream_create(actor=Actor.user("admin"), name="ops", url="http://127.0.0.1:1/mcp")
+    schema = {"type": "object", "properties": {}}
+    upstream_tools_record(
+        upstream=up, listed=[ListedTool(n, "", "", schema, None, None, None) for n in ("run", "peek")], reserved=set()
+    )
+    held = approvals.held_tools_waiting(NOW)
+    assert held.count.value == 2
+    assert {(r.tool.name, r.state) for r in held.rows} == {("run", "new"), ("peek", "new")}
+    assert listed_rows(admin_client, held.count) == 2
+    page = admin_client.get("/admin/").content.decode()
+    assert "Upstream tools waiting for approval" in page
+    approve = admin_client.get(held.rows[0].approve_url)
+    assert "(never approved)" in approve.content.decode()
+
+
+def test_the_upstreams_section_names_one_whose_listing_failed_or_that_a_process_cannot_reach() -> None:
+    from rewind.gateway.services import upstream_create, upstream_link_record, upstream_listing_failed
+
+    failing = upstream_create(actor=Actor.user("admin"), name="failing", url="http://127.0.0.1:1/mcp")
+    unreachable = upstream_create(actor=Actor.user("admin"), name="cut", url="http://127.0.0.1:2/mcp")
+    upstream_create(actor=Actor.user("admin"), name="fine", url="http://127.0.0.1:3/mcp")
+    upstream_listing_failed(upstream=failing, error="upstream failing is unavailable (connecting): ConnectError")
+    upstream_link_record(upstream_id=unreachable.pk, down_since=NOW, error="upstream cut did not answer within 10 s")
+    status = health.upstreams_status(NOW)
+    assert (status.enabled, status.down.value, status.down.tone) == (3, 2, "bad")
+    shown = {r.upstream.name: r for r in status.rows}
+    assert set(shown) == {"failing", "cut"}
+    assert "ConnectError" in shown["failing"].listing_error
+    assert "did not answer within 10 s" in shown["cut"].down[0]
