@@ -38,6 +38,7 @@ POST_ONLY_API = {
     "rewind-api:agent-token-revoke",
     "rewind-api:upstream-check",
     "rewind-api:upstream-tool-policy",
+    "rewind-api:upstream-tool-approve",
 }
 # The id filled in for a model with no record: its pages say it does not exist (a redirect).
 MISSING = "424242"
@@ -99,7 +100,7 @@ def _concrete(pattern: str, name: str, objects: dict[str, Any]) -> str | None:
 
 def _admin_model_route(name: str) -> tuple[str, str] | None:
     found = re.match(
-        r"admin:(\w+?)_(changelist|add|history|delete|change|review|decide|live|end|connect|test|ask)$", name
+        r"admin:(\w+?)_(changelist|add|history|delete|change|review|decide|live|end|connect|test|ask|approve)$", name
     )
     return (found.group(1), found.group(2)) if found else None
 
