@@ -64,6 +64,7 @@ DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
 REWIND_PORT = env_int("REWIND_PORT", 8000, minimum=1)  # where make run serves
+REWIND_SIM_PORT = env_int("REWIND_SIM_PORT", 9443, minimum=1)  # where make run's ZVM simulator serves
 REWIND_PUBLIC_URL = (env_str("REWIND_PUBLIC_URL") or f"http://127.0.0.1:{REWIND_PORT}").rstrip("/")
 # Unset, the admin's "Connect an agent" page gives clients the address it was opened at
 # rather than the default above (rewind.mcp.endpoint).

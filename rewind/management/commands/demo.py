@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import base64
 import difflib
-import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -59,7 +58,7 @@ def _default_url() -> str:
 
 
 def _default_sim_url() -> str:
-    return f"https://127.0.0.1:{os.environ.get('REWIND_SIM_PORT', '9443')}"
+    return f"https://127.0.0.1:{settings.REWIND_SIM_PORT}"
 
 
 def _diff_shown(out: dict[str, Any]) -> bool:

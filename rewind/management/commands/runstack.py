@@ -36,10 +36,10 @@ class Command(BaseCommand):
         parser.add_argument(
             "--port",
             type=int,
-            default=int(os.environ.get("REWIND_PORT", "8000")),
+            default=settings.REWIND_PORT,
             help="the first replica's port; the others take the ports after it",
         )
-        parser.add_argument("--sim-port", type=int, default=int(os.environ.get("REWIND_SIM_PORT", "9443")))
+        parser.add_argument("--sim-port", type=int, default=settings.REWIND_SIM_PORT)
         parser.add_argument(
             "--replicas", type=int, default=2, help="web replicas: uvicorn processes on their own ports"
         )
@@ -69,7 +69,8 @@ class Command(BaseCommand):
             for i, base in enumerate(bases, 1):
                 self._wait_until_up(f"web replica {i}", f"{base}/health/", verify=True)
             # mcpconfig and demo, run beside the stack, give clients the address it serves.
-            stack_record(settings.VAR_DIR, os.environ.get("REWIND_PUBLIC_URL") or bases[0])
+            public = str(settings.REWIND_PUBLIC_URL) if settings.REWIND_PUBLIC_URL_CONFIGURED else bases[0]
+            stack_record(settings.VAR_DIR, public)
             self._say(_banner(bases, None if options["no_sim"] else options["sim_port"]))
             self._watch()
         except _Stop:
@@ -140,7 +141,10 @@ class Command(BaseCommand):
     def _start_services(self, ports: list[int], options: dict[str, Any]) -> None:
         python = sys.executable
         # Links handed to agents (approval pages, downloads) must point at this stack.
-        env = {**os.environ, "REWIND_PUBLIC_URL": os.environ.get("REWIND_PUBLIC_URL") or f"http://127.0.0.1:{ports[0]}"}
+        public = (
+            str(settings.REWIND_PUBLIC_URL) if settings.REWIND_PUBLIC_URL_CONFIGURED else f"http://127.0.0.1:{ports[0]}"
+        )
+        env = {**os.environ, "REWIND_PUBLIC_URL": public}
         for i, port in enumerate(ports, 1):
             uvicorn = [python, "-m", "uvicorn", "rewind.asgi:application", "--host", "127.0.0.1", "--port", str(port)]
             self.supervisor.start(f"web-{i}", [*uvicorn, "--workers", str(options["workers"]), "--no-access-log"], env)
