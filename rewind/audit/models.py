@@ -67,6 +67,9 @@ class AuditEvent(models.Model):
 class AuditChainHead(models.Model):
     """A single row holding the chain's last hash; locking it serializes the chainers.
 
+    The database keeps it single (a second row is refused), and moves it only forward, onto an
+    event that exists with exactly that hash.
+
     Only a chainer (which holds the chain lock, ``rewind.audit``) locks it, with ``SELECT ... FOR
     UPDATE``: a second one that got past the lock would queue here instead of forking the chain.
     """

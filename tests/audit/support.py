@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 from django.db import connection
 
 from rewind.models import AuditChainHead, AuditEvent
@@ -32,3 +35,30 @@ def raw_empty() -> None:
     audit_guards_lifted_run(
         [(f"DELETE FROM {events}", []), (f"UPDATE {head} SET last_seq = 0, last_hash = %s", ["0" * 64])]
     )
+
+
+@contextmanager
+def audit_inserts_refused() -> Iterator[None]:
+    """The database refuses every new audit event while this lasts (a full disk, a revoked grant)."""
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    if connection.vendor == "postgresql":
+        create = [
+            "CREATE FUNCTION test_refuse_audit() RETURNS trigger AS $$ "
+            "BEGIN RAISE EXCEPTION 'refused for the test'; END; $$ LANGUAGE plpgsql",
+            f"CREATE TRIGGER test_refuse_audit BEFORE INSERT ON {table} FOR EACH ROW EXECUTE FUNCTION test_refuse_audit()",
+        ]
+        drop = [f"DROP TRIGGER test_refuse_audit ON {table}", "DROP FUNCTION test_refuse_audit()"]
+    else:
+        create = [
+            f"CREATE TRIGGER test_refuse_audit BEFORE INSERT ON {table} BEGIN SELECT RAISE(ABORT, 'refused'); END"
+        ]
+        drop = ["DROP TRIGGER test_refuse_audit"]
+    with connection.cursor() as cursor:
+        for sql in create:
+            cursor.execute(sql)
+    try:
+        yield
+    finally:
+        with connection.cursor() as cursor:
+            for sql in drop:
+                cursor.execute(sql)

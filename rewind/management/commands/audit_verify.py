@@ -7,6 +7,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.audit import Actor
 from rewind.audit.verification import audit_chain_verify
+from rewind.notifications.audit_chain import audit_chain_announce_broken
 
 
 class Command(BaseCommand):
@@ -40,6 +41,8 @@ class Command(BaseCommand):
         else:
             self.stderr.write(f"this verification could not be recorded: {result.record_error}")
         if not result.ok:
+            if result.event is not None:
+                audit_chain_announce_broken()  # at once; the beat's sweep would within a minute
             raise CommandError(
                 f"audit chain BROKEN at event #{result.broken_at}: {result.reason} "
                 f"({result.events} events before it are intact)"
