@@ -215,7 +215,24 @@ def chain_check(*, every_anchor: bool = False, anchor_files: Sequence[Path] = ()
         elif (latest := latest_anchor(path)) is not None:
             anchors.append(latest)
     matched, anchor_problem = anchors_check(anchors)
+    if problem is None and anchor_problem is not None:
+        # The chain links throughout, but not to this anchor: it was rewritten or cut at or before
+        # the anchor's event, so only what an earlier anchor still vouches for is intact.
+        checked = _vouched_for_below(anchor_problem.seq, files)
     return ChainCheck(checked, problem, matched, anchor_problem, files)
+
+
+def _vouched_for_below(seq: int, files: Sequence[Path]) -> int:
+    """The last event before ``seq`` whose anchor (in ``files``) the chain still matches; 0 if none.
+
+    The chain's links prove everything before such an event as it was when it was anchored.
+    Read only when a check failed: every anchor of the files."""
+    earlier = [a for path in files if path.is_file() for a in read_anchors(path) if isinstance(a, Anchor)]
+    earlier = [a for a in earlier if a.seq < seq]
+    public = _key().public_key()
+    found = _hashes([a.seq for a in earlier])
+    last_seq = audit_chain_position()[0]
+    return max((a.seq for a in earlier if _mismatch(a, found.get(a.seq), last_seq, public) is None), default=0)
 
 
 # --- publishing ------------------------------------------------------------------------------------

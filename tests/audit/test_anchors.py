@@ -30,6 +30,28 @@ def _record(n: int) -> list[AuditEvent]:
     return [audit_record(actor=Actor.agent("bot"), action="test.happened", data={"i": i}) for i in range(n)]
 
 
+def _rewrite_from(events: list[AuditEvent], first: int) -> str:
+    """Rewrite the events from ``events[first]`` on with their links recomputed; the new last hash."""
+    prev, statements = events[first - 1].hash or "", []
+    table = connection.ops.quote_name(AuditEvent._meta.db_table)
+    for event in events[first:]:
+        data = {"i": -1}
+        new = compute_hash(
+            seq=event.seq or 0, time=event.time, actor_type=event.actor_type, actor=event.actor, action=event.action,
+            target_type=event.target_type, target_id=event.target_id, target_repr=event.target_repr, data=data,
+            request_id=event.request_id, prev_hash=prev,
+        )  # fmt: skip
+        statements.append(
+            (
+                f"UPDATE {table} SET data = %s, prev_hash = %s, hash = %s WHERE id = %s",
+                [json.dumps(data), prev, new, event.pk],
+            )
+        )
+        prev = new
+    audit_guards_lifted_run(statements)
+    return prev
+
+
 def _verify(*args: str) -> str:
     call_command("audit_verify", *args, stdout=(out := _Out()))
     return out.text
@@ -87,24 +109,7 @@ def test_a_rewritten_chain_whose_links_all_hold_is_broken(anchor_file: Path) -> 
     events = _record(5)
     audit_anchor_publish()
     # Rewrite from event 3 on, hashes and links recomputed: the chain verifies by itself.
-    prev, statements = events[1].hash or "", []
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    for event in events[2:]:
-        data = {"i": 999}
-        new = compute_hash(
-            seq=event.seq or 0, time=event.time, actor_type=event.actor_type, actor=event.actor, action=event.action,
-            target_type=event.target_type, target_id=event.target_id, target_repr=event.target_repr, data=data,
-            request_id=event.request_id, prev_hash=prev,
-        )  # fmt: skip
-        statements.append(
-            (
-                f"UPDATE {table} SET data = %s, prev_hash = %s, hash = %s WHERE id = %s",
-                [json.dumps(data), prev, new, event.pk],
-            )
-        )
-        prev = new
-    audit_guards_lifted_run(statements)
-    raw_set_head(5, prev)
+    raw_set_head(5, _rewrite_from(events, 2))
     assert verify_chain() == (5, None)
     with pytest.raises(CommandError, match=r"BROKEN at event #5\b.*the chain was rewritten"):
         _verify()
@@ -180,3 +185,35 @@ def test_an_existing_database_migrates_and_verifies(anchor_file: Path) -> None:
     assert "audit chain OK: 3 events" in _verify()
     audit_anchor_publish()
     assert "matches 1 anchor(s)" in _verify("--anchors")
+
+
+def test_a_verdict_counts_only_the_events_an_anchor_still_vouches_for(anchor_file: Path) -> None:
+    """It said "BROKEN at event #471 … (648 events before it are intact)" after a rewrite of #300."""
+    events = _record(2)
+    audit_anchor_publish()  # vouches for #1-#2
+    events += _record(3)
+    audit_anchor_publish()  # #5
+    events += _record(3)
+    audit_anchor_publish()  # #8
+    raw_set_head(8, _rewrite_from(events, 2))  # #3 on rewritten, every link recomputed: #2 is the last intact
+    assert verify_chain() == (8, None)
+    with pytest.raises(CommandError, match=r"BROKEN at event #8\b.*\(2 events before it are intact\)"):
+        _verify()
+    with pytest.raises(CommandError, match=r"BROKEN at event #5\b.*\(2 events before it are intact\)"):
+        _verify("--anchors")
+    recorded = AuditEvent.objects.filter(action="audit.chain.broken").order_by("id")
+    assert [(e.data["broken_at"], e.data["events"]) for e in recorded] == [(8, 2), (5, 2)]
+
+
+def test_a_verdict_on_a_broken_link_counts_the_events_before_it(anchor_file: Path) -> None:
+    from tests.audit.support import raw_update
+
+    events = _record(6)
+    raw_update(events[3], "data", "'{\"i\": 99}'")  # #4 changed, its hash left as it was
+    with pytest.raises(CommandError, match=r"BROKEN at event #4\b: its content.*\(3 events before it are intact\)"):
+        _verify()
+    raw_delete(events[1])  # #2 removed as well: the first break is now earlier
+    with pytest.raises(
+        CommandError, match=r"BROKEN at event #2\b: this event is missing.*\(1 event before it is intact\)"
+    ):
+        _verify()

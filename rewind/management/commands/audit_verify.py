@@ -43,10 +43,8 @@ class Command(BaseCommand):
         if not result.ok:
             if result.event is not None:
                 audit_chain_announce_broken()  # at once; the beat's sweep would within a minute
-            raise CommandError(
-                f"audit chain BROKEN at event #{result.broken_at}: {result.reason} "
-                f"({result.events} events before it are intact)"
-            )
+            intact = f"{result.events} events before it are" if result.events != 1 else "1 event before it is"
+            raise CommandError(f"audit chain BROKEN at event #{result.broken_at}: {result.reason} ({intact} intact)")
         anchors = result.check.anchors
         where = ", ".join(str(p) for p in result.check.anchor_files)
         held = f"matches {anchors} anchor(s) of {where}" if anchors else f"no anchor published yet in {where}"
