@@ -172,6 +172,7 @@ def _start_worker_heartbeat(sender: object, **kwargs: object) -> None:
 
 @worker_shutdown.connect
 def _stop_worker_heartbeat(sender: object, **kwargs: object) -> None:
+    from rewind.audit.verification import audit_anchor_publish_at_exit
     from rewind.workers.services import worker_heartbeat_remove
 
     for hostname, stop in list(_heartbeat_stop.items()):
@@ -180,3 +181,5 @@ def _stop_worker_heartbeat(sender: object, **kwargs: object) -> None:
             worker_heartbeat_remove(hostname=hostname)
         except Exception:  # shutting down: a database that went first must not stop the worker's exit
             pass
+    # What its tasks recorded last is anchored now, not at the beat's next run (which may not come).
+    audit_anchor_publish_at_exit(f"worker {getattr(sender, 'hostname', '') or 'celery'}")

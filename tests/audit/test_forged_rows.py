@@ -15,41 +15,24 @@ from rewind.audit import GENESIS_HASH, Actor, audit_record, verify_chain
 from rewind.audit.actions import AuditLogAction
 from rewind.models import AuditChainHead, AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind
-from tests.fixtures import audit_guards_lifted_run
+from tests.audit.support import FORGED, event_content, event_insert_sql, raw_forge
 from tests.helpers import METRICS_TOKEN, call_tool, scrape, tool_ok
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 EVENTS = AuditEvent._meta.db_table
-COLUMNS = "time, actor_type, actor, action, target_type, target_id, target_repr, data, request_id"
-FORGED = "f" * 64
 
 
 def _record(n: int) -> list[AuditEvent]:
     return [audit_record(actor=Actor.agent("bot"), action="test.happened", data={"i": i}) for i in range(n)]
 
 
-def _insert_sql(*, chained: bool) -> str:
-    chain = ", seq, prev_hash, hash" if chained else ""
-    values = ", ".join(["%s"] * (9 + (3 if chained else 0)))
-    return f"INSERT INTO {EVENTS} ({COLUMNS}{chain}) VALUES ({values})"
-
-
-def _row(action: str = "forged.event") -> list[Any]:
-    event = AuditEvent.objects.order_by("-id").first()
-    assert event is not None
-    return [event.time, "agent", "bot", action, "", "", "", '{"forged": true}', ""]
-
-
 def _insert(*, seq: int | None, prev: str | None, chain_hash: str | None) -> None:
     chained = seq is not None or prev is not None or chain_hash is not None
     with transaction.atomic(), connection.cursor() as cursor:
-        cursor.execute(_insert_sql(chained=chained), _row() + ([seq, prev, chain_hash] if chained else []))
-
-
-def _forge_past_the_guards(*, seq: int, prev: str) -> None:
-    """As someone who dropped the triggers would: a chained row the chainer never wrote."""
-    audit_guards_lifted_run([(_insert_sql(chained=True), [*_row(), seq, prev, FORGED])])
+        cursor.execute(
+            event_insert_sql(chained=chained), event_content() + ([seq, prev, chain_hash] if chained else [])
+        )
 
 
 def test_the_database_refuses_a_chained_row_that_does_not_extend_the_chain_by_one() -> None:
@@ -120,7 +103,7 @@ def test_a_row_forged_past_the_guards_stops_no_write_and_the_break_is_reported(
     settings.REWIND_METRICS_ALLOWED_NETWORKS = []
     events = _record(3)
     seq = 4 if forged_at == "next" else 2**62
-    _forge_past_the_guards(seq=seq, prev=events[-1].hash or "")
+    raw_forge(seq=seq, prev=events[-1].hash or "")
 
     _record(2)  # every audited write still succeeds
     auditor = _superuser()
@@ -158,7 +141,7 @@ def test_a_row_forged_past_the_guards_stops_no_write_and_the_break_is_reported(
 def test_an_agents_tool_call_is_recorded_after_a_forged_row(mcp_client: Any, agent_token: Any) -> None:
     """The MCP endpoint answered "the call was not recorded in the audit log" to every call."""
     events = _record(2)
-    _forge_past_the_guards(seq=events[-1].seq + 1, prev=events[-1].hash or "")  # type: ignore[operator]
+    raw_forge(seq=events[-1].seq + 1, prev=events[-1].hash or "")  # type: ignore[operator]
     _agent, token = agent_token
     listed = tool_ok(call_tool(mcp_client, token, "zerto_list_mutating_tools", {}))
     assert isinstance(listed["tools"], list)  # answered, not "the call was not recorded in the audit log"

@@ -14,7 +14,7 @@ class Command(BaseCommand):
     help = (
         "Prove the audit log's hash chain and hold it against the anchors published outside the database "
         "(the newest; every one with --anchors), or name the first broken event or anchor; the verdict is "
-        "itself audited."
+        "itself audited, then anchored."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -40,6 +40,7 @@ class Command(BaseCommand):
             self.stdout.write(f"recorded as audit event {where} ({event.action})")
         else:
             self.stderr.write(f"this verification could not be recorded: {result.record_error}")
+        self.stdout.write(f"anchor: {result.anchor_note}")
         if not result.ok:
             if result.event is not None:
                 audit_chain_announce_broken()  # at once; the beat's sweep would within a minute
