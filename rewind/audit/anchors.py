@@ -3,26 +3,31 @@
 The hash chain proves that no event was changed, removed or reordered *relative to the rows
 that remain*: someone who may rewrite the database (drop the triggers, delete the tail, set the
 head row back, or empty everything) leaves a chain that verifies. So the head (sequence number
-and hash) is published periodically (the beat's ``rewind.audit.publish_anchor``, every
-``REWIND_AUDIT_ANCHOR_INTERVAL_S``) to places the database cannot rewrite:
+and hash) is published, by the beat every ``REWIND_AUDIT_ANCHOR_INTERVAL_S`` when the chain
+moved, by each process as it stops and by ``audit_verify``, to places the database cannot
+rewrite:
 - an append-only file, ``REWIND_AUDIT_ANCHOR_FILE`` (one JSON object a line; opened for appending
-  only, flushed to disk; ``chattr +a`` or a log shipper makes it append-only for root too);
+  only, locked while a publisher reads and appends, flushed to disk; ``chattr +a`` or a log
+  shipper makes it append-only for root too);
 - syslog, when ``REWIND_AUDIT_ANCHOR_SYSLOG`` names one (``/dev/log``, ``udp://host:514`` or
   ``tcp://host:601``): a copy on another machine.
 Each anchor is signed with an Ed25519 key that is not in the database
 (``REWIND_AUDIT_ANCHOR_KEY``, else generated once under REWIND_VAR_DIR): whoever can append to
-the file cannot forge an anchor.
+the file cannot forge an anchor. The chain's head row records the newest anchored event, so a
+file removed or cut back is noticed too (``anchor_file_cut``).
 
-An anchor is published only for a chain that follows on from the previous anchor (every event
-since it is checked: links and hashes), so the anchors never vouch for a rewritten chain; a
-publication that finds a mismatch publishes nothing and logs an error. Nothing new since the
-last anchor: nothing is published.
+Every event since the previous anchor is checked before an anchor is published: a chain that no
+longer matches that anchor, or a cut file, is never anchored again (a new anchor would vouch for
+the rewritten chain); a broken link since then is anchored over (it stays in the chain for every
+check to find) and returned to the caller to report. Nothing new since the last anchor: nothing
+is published.
 
 Checking: the chain matches an anchor when its event at the anchor's sequence number has the
 anchor's hash (the chain's own links prove everything before it). ``chain_check`` checks the
 newest anchor by default (cheap: one row) and every anchor on request (``manage.py audit_verify
 --anchors``, also against a copy taken from syslog); the first anchor that does not match is
-named, and the chain is reported broken.
+named, and the chain is reported broken, as are events older than an interval and its grace
+that no anchor covers yet.
 """
 
 from __future__ import annotations
