@@ -1,4 +1,5 @@
-"""django-oauth-toolkit's request validator, with the one resource this service issues tokens for."""
+"""django-oauth-toolkit's request validator, with the one resource this service issues tokens for, and the
+scopes hosts send out of habit left out rather than refused."""
 
 from __future__ import annotations
 
@@ -9,6 +10,14 @@ from oauthlib.oauth2.rfc6749 import errors
 
 from rewind.mcp.endpoint import mcp_resource, same_resource
 
+# Scopes this service does not offer that hosts commonly ask for (OpenID Connect habits): left out of
+# the grant, never a reason to refuse the request; the consent page says so, with why it does not matter.
+DROPPED_SCOPES = {
+    "openid": "a sign-in identity (OpenID Connect): this service issues no ID tokens",
+    "profile": "your name and profile (OpenID Connect): this service gives the client none",
+    "offline_access": "refresh tokens: every grant here comes with one",
+}
+
 
 def _request_origin(request: Any) -> str:
     """The address an oauthlib request came to (its ``uri`` is only the path): Django's META, as the toolkit copies it."""
@@ -18,6 +27,19 @@ def _request_origin(request: Any) -> str:
 
 
 class RewindOAuth2Validator(OAuth2Validator):
+    def validate_scopes(
+        self, client_id: str, scopes: list[str], client: Any, request: Any, *args: Any, **kwargs: Any
+    ) -> bool:
+        """The toolkit's check, once ``DROPPED_SCOPES`` are taken out of the request (kept on it as
+        ``dropped_scopes``); a request that asked for nothing else gets the default scopes."""
+        dropped = [s for s in scopes if s in DROPPED_SCOPES]
+        if dropped:
+            request.dropped_scopes = dropped
+            request.scopes = [s for s in scopes if s not in DROPPED_SCOPES] or list(
+                self.get_default_scopes(client_id, request)
+            )
+        return bool(super().validate_scopes(client_id, request.scopes if dropped else scopes, client, request))
+
     def _check_and_set_request_resource(self, request: Any) -> None:
         """Every token is for this service's /mcp: a request naming another resource is refused
         (``invalid_target``, RFC 8707 section 2), one naming none gets ours."""

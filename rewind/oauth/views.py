@@ -34,6 +34,7 @@ from rewind.mcp import scopes
 from rewind.mcp.endpoint import mcp_resource, same_resource
 from rewind.oauth.selectors import agents_for_consent
 from rewind.oauth.services import agent_grant_create
+from rewind.oauth.validators import DROPPED_SCOPES
 
 # Consenting issues tokens for an agent, as "Connect an agent" does: the same permission.
 CONSENT_PERMISSION = "rewind.add_agenttoken"
@@ -132,21 +133,52 @@ def _back_with(error: str, description: str, credentials: dict[str, Any]) -> OAu
     )
 
 
+# What a request that cannot go on without a usable redirect URI means to the person, by oauthlib's error.
+_FATAL_MEANING = {
+    "InvalidClientIdError": "this service does not know the client that sent you here: a client registers itself "
+    "before it asks (Dynamic Client Registration, or a metadata document this service could fetch)",
+    "MissingClientIdError": "the request does not say which client sent you here",
+    "MismatchingRedirectURIError": "the address the client asked to send you back to is not one it registered",
+    "InvalidRedirectURIError": "the address the client asked to send you back to is not a valid URL",
+    "MissingRedirectURIError": "the request does not say where to send you back to",
+}
+
+
 class ConsentView(AuthorizationView):
-    """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant."""
+    """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant.
+
+    The whole request is judged before anyone is asked to sign in: a request that would be refused
+    goes back to the client with its RFC 6749 error at once, or, without a redirect URI that may be
+    used, gets a page saying what is wrong. Judged only after the sign-in, the redirect carrying the
+    error would end the sign-in form's POST, which the admin's Content Security Policy
+    (``form-action 'self'``) holds: the person saw the sign-in form again and the client waited.
+    """
 
     template_name = "oauth/consent.html"
     form_class = ConsentForm
 
     def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponse:
+        self.dropped_scopes: list[str] = []
         if request.user.is_authenticated and not request.user.has_perm(CONSENT_PERMISSION):
             response = self.render_to_response({"forbidden": True}, status=403)
             return response
+        if not request.user.is_authenticated and request.method == "GET":
+            self.oauth2_data: dict[str, Any] = {}
+            try:
+                self.validate_authorization_request(request)
+            except OAuthToolkitError as error:
+                return self.error_response(error, application=None)
         return super().dispatch(request, *args, **kwargs)
+
+    def error_response(self, error: OAuthToolkitError, application: Any, **kwargs: Any) -> HttpResponse:
+        """The toolkit's, with what the error means in words for the page shown when nothing may be redirected to."""
+        meaning = _FATAL_MEANING.get(type(error.oauthlib_error).__name__, "")
+        return super().error_response(error, application, meaning=meaning, **kwargs)
 
     def validate_authorization_request(self, request: HttpRequest) -> tuple[list[str], dict[str, Any]]:
         """django-oauth-toolkit's checks, and: a resource other than this service's /mcp is refused (RFC 8707)."""
         requested_scopes, credentials = super().validate_authorization_request(request)
+        self.dropped_scopes = list(getattr(credentials.get("request"), "dropped_scopes", []))
         if not _redirect_allowed(credentials["redirect_uri"]):
             # Registered, but not where the MCP specification lets tokens go: shown here, never redirected to.
             raise FatalClientError(
@@ -184,6 +216,7 @@ class ConsentView(AuthorizationView):
             by_metadata_document=application is not None
             and application.registration_source == Application.RegistrationSource.CIMD,
             redirect_uri=self.oauth2_data.get("redirect_uri") or (form.data.get("redirect_uri") if form else ""),
+            dropped_scopes=[(s, DROPPED_SCOPES[s]) for s in self.dropped_scopes],
             title="Let an MCP client act as one of your agents",
         )
         return context

@@ -219,7 +219,7 @@ def authorize_query(client_id: str, challenge: str | None, **extra: str) -> str:
     return "/oauth/authorize/?" + urlencode({k: v for k, v in params.items() if v != ""})
 
 
-def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **extra: str) -> str:
+def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **extra: str | list[str]) -> str:
     """The consent form as the page posts it; the URL the browser is sent back to."""
     form = {
         "client_id": client_id,
