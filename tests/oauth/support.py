@@ -219,7 +219,7 @@ def authorize_query(client_id: str, challenge: str | None, **extra: str) -> str:
     return "/oauth/authorize/?" + urlencode({k: v for k, v in params.items() if v != ""})
 
 
-def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **extra: str | list[str]) -> str:
+def consent_post(browser: Any, client_id: str, challenge: str, agent: str, **extra: str | list[str]) -> str:
     """The consent form as the page posts it; the URL the browser is sent back to."""
     form = {
         "client_id": client_id,
@@ -230,7 +230,7 @@ def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **
         "code_challenge": challenge,
         "code_challenge_method": "S256",
         "resource": RESOURCE,
-        "agent": str(agent_pk),
+        "agent": agent,
         "granted": ["rewind:read", "rewind:guard"],
         "allow": "Allow",
         **extra,

@@ -99,7 +99,7 @@ def test_scopes_hosts_send_out_of_habit_are_left_out_of_the_grant_and_the_page_s
     assert 'id="consent-dropped"' in page
     for scope in ("openid", "offline_access", "profile"):
         assert f"<code>{scope}</code>" in page
-    back = consent_post(browser, client_id, challenge, agent.pk, scope="rewind:read", granted=["rewind:read"])
+    back = consent_post(browser, client_id, challenge, agent.name, scope="rewind:read", granted=["rewind:read"])
     assert "code" in query_of(back)
     assert AgentGrant.objects.get().scope == "rewind:read"
     # Only habits, no scope of ours: the request goes on, offering every scope of ours.

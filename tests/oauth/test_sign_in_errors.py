@@ -1,5 +1,6 @@
 """In real Chromium: a person sent to connect a host with a request that will be refused never sees the
 sign-in form. The request goes straight back to the host with its error, or a page says what is wrong.
+And the consent page of a request that can go on chooses nothing for the person.
 
 It used to be judged only after the sign-in, and the redirect carrying the error was held by the
 sign-in page's Content Security Policy (``form-action 'self'``): the person saw the sign-in form
@@ -150,3 +151,35 @@ def test_a_request_that_can_go_on_signs_in_and_the_consent_page_names_the_scopes
     dropped = page.inner_text("#consent-dropped")
     assert "openid" in dropped
     assert "offline_access" in dropped
+
+
+def test_a_person_with_many_agents_finds_one_by_typing_and_grants_only_what_is_ticked(
+    mcp_server: Any, transactional_db: None, page: Any, host: Host
+) -> None:
+    from rewind.agents import agent_create
+    from rewind.audit import Actor
+    from rewind.models import AgentGrant
+
+    alice = User.objects.create_superuser("alice", "alice@example.com", PASSWORD)
+    for i in range(22):
+        agent_create(actor=Actor.system("tests"), name=f"alice-{i:02d}", owner=alice)
+    client_id = _register(mcp_server.url, redirect_uri=host.callback)
+    _verifier, challenge = pkce()
+    query = authorize_query(
+        client_id, challenge, resource=mcp_server.mcp_url, redirect_uri=host.callback, scope="rewind:read rewind:guard"
+    )
+    page.goto(mcp_server.url + query)
+    sign_in(page, "alice", PASSWORD)
+    page.wait_for_selector("#consent-form")
+    assert page.locator("input[type=radio][name=agent]").count() == 0
+    assert page.locator("#consent-agent-names option").count() == 22
+    assert page.locator("#nav-sidebar").count() == 0
+    assert page.is_checked("input[name=granted][value='rewind:read']")
+    assert not page.is_checked("input[name=granted][value='rewind:guard']")
+    assert "lasts 1 hour" in page.inner_text("#consent-lifetimes")
+    page.fill("#id_agent", "alice-17")
+    page.click("#consent-allow")
+    page.wait_for_function("() => document.body.innerText.includes('close this window')")
+    assert "code" in query_of(host.requests[-1])
+    grant = AgentGrant.objects.get()
+    assert (grant.agent.name, grant.scope) == ("alice-17", "rewind:read")
