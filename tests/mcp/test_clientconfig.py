@@ -176,3 +176,24 @@ def owner(db: None) -> Any:
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_superuser("root-owner", password="pw-root-owner-1")
+
+
+def test_mcpconfig_issued_again_revokes_the_token_it_replaces(db: None, owner: Any) -> None:
+    from rewind.models import AuditEvent
+
+    def issue(client: str) -> tuple[str, str]:
+        out, err = StringIO(), StringIO()
+        call_command("mcpconfig", "re-bot", "--client", client, stdout=out, stderr=err)
+        return token_in(out.getvalue() + err.getvalue()), err.getvalue()
+
+    call_command("createagent", "re-bot", stdout=StringIO(), stderr=StringIO())  # a token of its own, kept
+    first, _said = issue("cursor")
+    other_client, _said = issue("vscode")
+    second, said = issue("cursor")
+    live = {t.token_hash for t in AgentToken.objects.filter(agent__name="re-bot", revoked_at__isnull=True)}
+    assert hashlib.sha256(first.encode()).hexdigest() not in live
+    assert {hashlib.sha256(t.encode()).hexdigest() for t in (second, other_client)} <= live
+    assert len(live) == 3  # createagent's, vscode's and the new cursor one
+    assert f"revoked token {first[:10]}… (mcpconfig cursor, issued " in said
+    revoked = AgentToken.objects.get(token_hash=hashlib.sha256(first.encode()).hexdigest())
+    assert AuditEvent.objects.filter(action="agent.token.revoked", target_id=str(revoked.pk)).exists()
