@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from oauth2_provider.models import get_grant_model
 from oauth2_provider.oauth2_validators import OAuth2Validator
 from oauthlib.oauth2.rfc6749 import errors
+from oauthlib.oauth2.rfc6749.grant_types.authorization_code import (
+    code_challenge_method_plain,
+    code_challenge_method_s256,
+)
 
 from rewind.mcp.endpoint import mcp_resource, same_resource
 
@@ -26,7 +31,28 @@ def _request_origin(request: Any) -> str:
     return f"{scheme}://{headers.get('HTTP_HOST') or headers.get('SERVER_NAME', 'localhost')}/"
 
 
+_VERIFIERS = {"S256": code_challenge_method_s256, "plain": code_challenge_method_plain}
+
+
 class RewindOAuth2Validator(OAuth2Validator):
+    def get_code_challenge_method(self, code: str, request: Any) -> str | None:
+        """The toolkit's read, and: a code redeemed with a verifier that does not match its challenge is
+        used up there and then (oauthlib refuses the request with ``invalid_grant`` right after this),
+        so whoever holds a stolen code gets one try, not as many as they like."""
+        found = (
+            get_grant_model()
+            .objects.filter(code=code, application=request.client)
+            .values_list("code_challenge", "code_challenge_method")
+            .first()
+        )
+        if found is None:
+            return None
+        challenge, method = found
+        check = _VERIFIERS.get(method or "")
+        if challenge and request.code_verifier and (check is None or not check(request.code_verifier, challenge)):
+            get_grant_model().objects.filter(code=code, application=request.client).delete()
+        return method or None
+
     def validate_scopes(
         self, client_id: str, scopes: list[str], client: Any, request: Any, *args: Any, **kwargs: Any
     ) -> bool:

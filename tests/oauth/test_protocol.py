@@ -106,6 +106,20 @@ def test_a_missing_or_wrong_pkce_verifier_is_refused(
     assert (resp.status_code, resp.json()["error"]) == (400, error)
 
 
+def test_a_wrong_pkce_verifier_uses_the_code_up(signed_in: Client, agent: Agent) -> None:
+    """Whoever holds a stolen code gets one try at its verifier, not as many as they like."""
+    client_id = register(signed_in)
+    right, challenge = pkce()
+    code = _code(signed_in, client_id, challenge, agent)
+    wrong = exchange(signed_in, client_id, code, "x" * 50)
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
+    after = exchange(signed_in, client_id, code, right)
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+    # A code redeemed with its own verifier first is as it was.
+    code = _code(signed_in, client_id, challenge, agent)
+    assert exchange(signed_in, client_id, code, right).status_code == 200
+
+
 def test_a_token_request_with_another_redirect_uri_is_invalid_grant(signed_in: Client, agent: Agent) -> None:
     client_id = register(signed_in)
     verifier, challenge = pkce()
