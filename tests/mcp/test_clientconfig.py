@@ -85,7 +85,27 @@ def test_the_oauth_variant_is_the_url_only(client: str) -> None:
 def test_hosted_connectors_never_get_a_token(client: str) -> None:
     config = client_config(client, url=URL, token=TOKEN)
     assert TOKEN not in config.as_text()
-    assert "public https address" in config.guide()
+    assert "calls this URL from the internet" in config.guide()
+    assert "will NOT work" not in config.guide()
+
+
+@pytest.mark.parametrize("client", sorted(OAUTH_ONLY))
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:8000/mcp", "it is plain http, not https; 127.0.0.1 is an address of this machine"),
+        ("https://localhost:8443/mcp", "localhost is an address of this machine"),
+        ("https://10.1.2.3/mcp", "10.1.2.3 is an address of this machine or its network"),
+        ("http://rewind.example.com/mcp", "it is plain http, not https."),
+    ],
+    ids=["loopback http", "localhost", "private network", "plain http"],
+)
+def test_a_hosted_connector_is_told_plainly_when_its_url_cannot_work(client: str, url: str, why: str) -> None:
+    """It printed a loopback http URL while saying the URL must be the public https address."""
+    guide = client_config(client, url=url, token=None).guide()
+    assert "This URL will NOT work for" in guide
+    assert why in guide
+    assert "Set REWIND_PUBLIC_URL to the public https address" in guide
 
 
 def test_every_client_says_where_its_configuration_and_skill_go() -> None:
