@@ -51,6 +51,7 @@ from urllib.parse import urlsplit
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
@@ -425,8 +426,9 @@ def _anchored_record(seq: int) -> None:
     After the file has the anchor: a row that got ahead of the file would be read as a cut file.
     A failure is logged: the anchor is in the file all the same."""
     try:
-        AuditChainHead.objects.filter(Q(anchored_seq__isnull=True) | Q(anchored_seq__lt=seq), pk=1).update(
-            anchored_seq=seq
-        )
+        with transaction.atomic():  # a savepoint: a refusal leaves a caller's transaction usable
+            AuditChainHead.objects.filter(Q(anchored_seq__isnull=True) | Q(anchored_seq__lt=seq), pk=1).update(
+                anchored_seq=seq
+            )
     except Exception:
         logger.exception("audit anchor for event #%s published, but not recorded in the chain's head row", seq)

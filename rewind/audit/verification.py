@@ -75,8 +75,8 @@ def audit_chain_verify(
     event, error = _record(check, actor=actor, request_id=request_id, duration_s=time.monotonic() - started)
     try:
         note = audit_anchor_publish().note
-    except OSError as exc:
-        note = f"no anchor published: {exc}"
+    except Exception as exc:  # a file or a database that fails: the verdict must still reach the caller
+        note = f"no anchor published: {type(exc).__name__}: {exc}"
     return ChainVerification(check=check, event=event, record_error=error, anchor_note=note)
 
 
