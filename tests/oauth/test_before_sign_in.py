@@ -11,22 +11,18 @@ import pytest
 from django.test import Client
 
 from rewind.models import AgentGrant
-from tests.oauth.support import CALLBACK, authorize_query, consent_post, pkce, query_of, register
+from tests.oauth.support import (
+    BACK_IDS,
+    BACK_TO_THE_CLIENT,
+    CALLBACK,
+    authorize_query,
+    consent_post,
+    pkce,
+    query_of,
+    register,
+)
 
 pytestmark = pytest.mark.django_db
-
-# Each request the endpoint refuses and can say so to the client: (what differs, the error).
-BACK_TO_THE_CLIENT = [
-    ({"code_challenge": "", "code_challenge_method": ""}, "invalid_request"),  # no PKCE
-    ({"code_challenge_method": ""}, "invalid_request"),  # a challenge without a method is "plain"
-    ({"code_challenge_method": "plain"}, "invalid_request"),
-    ({"resource": "https://other.example/mcp"}, "invalid_target"),
-    ({"resource": "not a uri"}, "invalid_target"),
-    ({"scope": "rewind:read admin"}, "invalid_scope"),
-    ({"response_type": "token"}, "unauthorized_client"),
-]
-BACK_IDS = ["no PKCE", "challenge without method", "plain PKCE", "foreign resource", "bad resource",
-            "unknown scope", "implicit"]  # fmt: skip
 
 
 @pytest.mark.parametrize(("extra", "error"), BACK_TO_THE_CLIENT, ids=BACK_IDS)

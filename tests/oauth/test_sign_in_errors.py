@@ -20,8 +20,7 @@ import pytest
 from django.contrib.auth.models import User
 
 from tests.markers import NEEDS_CHROMIUM
-from tests.oauth.support import CALLBACK, authorize_query, pkce, query_of, sign_in
-from tests.oauth.test_before_sign_in import BACK_IDS, BACK_TO_THE_CLIENT
+from tests.oauth.support import BACK_IDS, BACK_TO_THE_CLIENT, CALLBACK, authorize_query, pkce, query_of, sign_in
 
 pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
 
