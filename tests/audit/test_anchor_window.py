@@ -57,6 +57,7 @@ def test_the_default_interval_is_a_minute_and_the_beat_keeps_it(settings: Any) -
     from rewind.celery import app
 
     assert defaults.REWIND_AUDIT_ANCHOR_INTERVAL_S == 60  # the suite sets no REWIND_AUDIT_ANCHOR_INTERVAL_S
+    app.finalize()  # the beat's schedule is installed then
     entry = next(e for e in app.conf.beat_schedule.values() if e["task"] == "rewind.audit.publish_anchor")
     assert entry["schedule"] == float(defaults.REWIND_AUDIT_ANCHOR_INTERVAL_S)
 
