@@ -244,13 +244,17 @@ def _on_recovery_clock(when: datetime | None, protected: Site | None, vpg: VpgPr
     """A checkpoint time as the protected site's ZVM listed it, as the recovery site's ZVM shows it.
 
     The request is carried out at the recovery site, which looks the checkpoint up by a window
-    around this time; the two ZVMs' clocks may differ from ours, and from each other.
+    around this time; the two ZVMs' clocks may differ from ours, and from each other. The shift is
+    whole seconds: the offsets are measured from answers dated to the second, so their fractions
+    are noise, and a time with a fraction the ZVM never listed would be shown to people and agents
+    as if it had.
     """
     if when is None:
         return None
     pk = vpg.recovery_site.site_pk
     recovery = Site.objects.filter(pk=pk).first() if pk is not None else None
-    return to_zvm(from_zvm(when, site_clock_offset_s(protected)), site_clock_offset_s(recovery))
+    shift = to_zvm(from_zvm(when, site_clock_offset_s(protected)), site_clock_offset_s(recovery)) - when
+    return when + timedelta(seconds=round(shift.total_seconds()))
 
 
 def _from_checkpoint_id(

@@ -268,21 +268,35 @@ def _mount(run: Run, attempt: int) -> FlrSession:
 
 
 def _mount_unknown(run: Run, row: FlrSession, exc: ZvmError) -> None:
-    """Find the session the lost answer would have named; unmount it now or leave it to the reaper."""
+    """Find the session the lost answer would have named; unmount it now or leave it to the reaper.
+
+    What the person and the agent are told follows what the ZVM's list showed: no session this
+    mount started (nothing is mounted; the reaper still looks for one that appears late), several
+    that fit, or no list at all.
+    """
     session_transition(row=row, to=S.UNKNOWN, actor=SYSTEM, last_error=str(exc)[:2000])
+    why = ""
     try:
-        found = find_unknown_session(run.client, row)
-    except ZvmError:
-        found = None
+        found, fitting = find_unknown_session(run.client, row)
+    except ZvmError as listing:
+        found, fitting, why = None, -1, f"its sessions could not be listed ({listing})"
+    if found is None and fitting == 0:
+        late = "should the ZVM still start one, the reaper finds and unmounts it"
+        _store_unmount(run.recovery, UnmountReport(True, "", f"nothing was mounted; {late}"))
+        raise RunFailed(
+            f"the mount answer from {run.site.name} was unusable ({exc}), and it lists no session that this "
+            f"mount started: nothing is mounted; {late}"
+        )
     if found is None:
+        why = why or f"{fitting} of its sessions fit this mount, and which one is ours cannot be told"
         _store_unmount(
             run.recovery,
-            UnmountReport(
-                False, "unknown", "the mount's session could not be identified yet; the reaper will find and unmount it"
-            ),
-        )
+            UnmountReport(False, "unknown", f"the mount's session could not be identified yet ({why}); the reaper "
+                          "keeps looking and unmounts it once it can tell"),
+        )  # fmt: skip
         raise RunFailed(
-            f"the mount answer from {run.site.name} was unusable ({exc}); the reaper will find and unmount the session"
+            f"the mount answer from {run.site.name} was unusable ({exc}) and its session could not be identified "
+            f"({why}); the reaper keeps looking and unmounts it once it can tell"
         )
     report = _unmount(run, row)
     _store_unmount(run.recovery, report)

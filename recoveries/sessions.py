@@ -407,16 +407,17 @@ def fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
     return fits
 
 
-def find_unknown_session(client: ZvmClient, row: FlrSession) -> str | None:
+def find_unknown_session(client: ZvmClient, row: FlrSession) -> tuple[str | None, int]:
     """For the runner: list the VM's sessions and adopt the one the lost answer named.
 
-    None when no session or several fit (which one is ours cannot be told).
+    (its id, or None when none or several fit: which one is ours cannot be told; how many fit).
+    Raises ``ZvmError`` when the sessions cannot be listed.
     """
     fits = fitting_sessions(row, client.list_flr_sessions(vm_id=row.vm_identifier))
     if len(fits) != 1:
-        return None
+        return None, len(fits)
     found = fits[0]
     if not FlrSession.objects.filter(pk=row.pk, session_id="").update(session_id=found):
-        return None
+        return None, 1
     row.refresh_from_db()
-    return found
+    return found, 1

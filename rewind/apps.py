@@ -11,6 +11,7 @@ class RewindConfig(AppConfig):
     def ready(self) -> None:
         from axes.signals import user_locked_out
 
+        from rewind import checks  # noqa: F401  (registers the deployment checks)
         from rewind.notifications.logredact import install_log_redaction
         from rewind.signin import record_lockout
         from rewind.sites.zvm_shared import shared_stores

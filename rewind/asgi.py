@@ -22,8 +22,11 @@ if settings.REWIND_SERVE_STATIC:
     django_app = ASGIStaticFilesHandler(django_app)
 
 
+from asgiref.sync import sync_to_async  # noqa: E402
+
 from rewind import startup  # noqa: E402
 from rewind.agents.mcp_auth import AgentTokenStore  # noqa: E402
+from rewind.audit.verification import audit_anchor_publish_at_exit  # noqa: E402
 from rewind.mcp.endpoint import MCP_PATH  # noqa: E402
 from rewind.mcp.server import build_asgi_app, build_server  # noqa: E402
 from rewind.oauth.mcp_auth import OAuthTokenStore  # noqa: E402
@@ -43,7 +46,21 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
         # The worker has imported and built everything it serves with by now: freeze it, so
         # full collections stop walking it (55-90 ms stalls of every call in flight).
         startup.freeze_startup_heap()
-    if scope["type"] == "lifespan" or (scope["type"] == "http" and scope["path"] in _MCP_PATHS):
+        await mcp_app(scope, receive, _anchoring_at_shutdown(send))
+        return
+    if scope["type"] == "http" and scope["path"] in _MCP_PATHS:
         await mcp_app(scope, receive, send)
         return
     await django_app(scope, receive, send)
+
+
+def _anchoring_at_shutdown(send: Any) -> Any:
+    """``send`` of the lifespan: once the app has stopped, the audit events this process recorded
+    last are anchored before the server is told it may exit (not at the beat's next run)."""
+
+    async def sending(message: dict[str, Any]) -> None:
+        if message["type"] == "lifespan.shutdown.complete":
+            await sync_to_async(audit_anchor_publish_at_exit, thread_sensitive=False)(f"web process {os.getpid()}")
+        await send(message)
+
+    return sending

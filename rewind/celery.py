@@ -85,14 +85,20 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.sites.notify_down",
             "schedule": 60.0,
         },
-        # Close notification deliveries whose worker died mid-send; queue again those whose task
-        # was lost. Safe to overlap: compare-and-swap.
         # List each upstream MCP server's tools again: a tool added upstream is exported (and
         # becomes a sighting) without anyone asking; one that went away is no longer listed.
         "gateway-refresh-tools": {
             "task": "rewind.gateway.refresh_tools",
             "schedule": float(settings.REWIND_GATEWAY_REFRESH_INTERVAL_S),
         },
+        # A failed check of the audit chain (audit_verify, or the anchor publisher finding a
+        # break) is told to the channels once; nothing failed costs one indexed read.
+        "notifications-audit-chain-broken": {
+            "task": "rewind.notifications.announce_audit_chain_broken",
+            "schedule": 60.0,
+        },
+        # Close notification deliveries whose worker died mid-send; queue again those whose task
+        # was lost. Safe to overlap: compare-and-swap.
         "notifications-settle": {
             "task": "rewind.notifications.settle",
             "schedule": 300.0,
@@ -166,6 +172,7 @@ def _start_worker_heartbeat(sender: object, **kwargs: object) -> None:
 
 @worker_shutdown.connect
 def _stop_worker_heartbeat(sender: object, **kwargs: object) -> None:
+    from rewind.audit.verification import audit_anchor_publish_at_exit
     from rewind.workers.services import worker_heartbeat_remove
 
     for hostname, stop in list(_heartbeat_stop.items()):
@@ -174,3 +181,5 @@ def _stop_worker_heartbeat(sender: object, **kwargs: object) -> None:
             worker_heartbeat_remove(hostname=hostname)
         except Exception:  # shutting down: a database that went first must not stop the worker's exit
             pass
+    # What its tasks recorded last is anchored now, not at the beat's next run (which may not come).
+    audit_anchor_publish_at_exit(f"worker {getattr(sender, 'hostname', '') or 'celery'}")

@@ -48,6 +48,14 @@ def _persistent_secret(name: str, file_name: str, make: object) -> str:
     return path.read_text(encoding="utf-8").strip()
 
 
+def _secret_file(name: str, file_name: str) -> Path | None:
+    """The file ``_persistent_secret`` reads NAME from; None when the environment holds the value itself."""
+    given = env_str(f"{name}_FILE")
+    if given:
+        return Path(given).resolve()
+    return None if env_str(name) else (VAR_DIR / file_name).resolve()
+
+
 def _fernet_key() -> str:
     from cryptography.fernet import Fernet
 
@@ -60,6 +68,8 @@ REWIND_ENCRYPTION_KEY = _persistent_secret("REWIND_ENCRYPTION_KEY", "encryption.
 # Signs the audit chain's anchors (rewind/audit/anchors.py); kept out of the database on purpose.
 REWIND_AUDIT_ANCHOR_KEY = _persistent_secret("REWIND_AUDIT_ANCHOR_KEY", "audit-anchor.key", new_signing_key)
 signing_key(REWIND_AUDIT_ANCHOR_KEY)  # a malformed key stops start-up, naming the setting
+# Where it was read from (``manage.py check --deploy`` warns when that is beside the database).
+REWIND_AUDIT_ANCHOR_KEY_PATH = _secret_file("REWIND_AUDIT_ANCHOR_KEY", "audit-anchor.key")
 DEBUG = env_bool("DJANGO_DEBUG", False)
 ALLOWED_HOSTS = env_list("DJANGO_ALLOWED_HOSTS", ["localhost", "127.0.0.1", "[::1]"])
 CSRF_TRUSTED_ORIGINS = env_list("DJANGO_CSRF_TRUSTED_ORIGINS", [])
@@ -422,7 +432,10 @@ LOGIN_URL = "admin:login"
 # An append-only file, and syslog when set ("/dev/log", "udp://host:514", "tcp://host:601").
 REWIND_AUDIT_ANCHOR_FILE = Path(env_str("REWIND_AUDIT_ANCHOR_FILE") or VAR_DIR / "audit-anchors.jsonl").resolve()
 REWIND_AUDIT_ANCHOR_SYSLOG = env_str("REWIND_AUDIT_ANCHOR_SYSLOG")
-REWIND_AUDIT_ANCHOR_INTERVAL_S = env_int("REWIND_AUDIT_ANCHOR_INTERVAL_S", 300, minimum=10)
+# The beat publishes every chain that moved this often (and each process as it stops, and audit_verify);
+# audit_verify fails on events older than the interval plus the grace that no anchor covers.
+REWIND_AUDIT_ANCHOR_INTERVAL_S = env_int("REWIND_AUDIT_ANCHOR_INTERVAL_S", 60, minimum=10)
+REWIND_AUDIT_ANCHOR_GRACE_S = env_int("REWIND_AUDIT_ANCHOR_GRACE_S", 60, minimum=0)
 # Events are chained just after they commit (rewind.audit.chain_pending), and by the beat every
 # REWIND_AUDIT_CHAIN_INTERVAL_S for a writer that died in between; manage.py audit_verify reports
 # an event still not chained REWIND_AUDIT_CHAIN_LAG_S after it was recorded.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -111,6 +112,19 @@ def _zvm_cap_out_of_the_way(settings: Any) -> None:
     the tests start (a Celery worker) read the environment and so run at the default.
     """
     settings.ZVM_MAX_REQUESTS_PER_S = 1000.0
+
+
+@pytest.fixture(autouse=True)
+def _audit_anchors_of_the_test(settings: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test anchors its audit chain in a file of its own, and so do the processes it starts.
+
+    Anchors are published by every process that stops (a server's, a worker's), by the beat and
+    by audit_verify: one file for the whole run would hold anchors of other tests' chains, which
+    the next test's audit_verify would hold against its own.
+    """
+    anchors = tmp_path / "audit-anchors.jsonl"
+    settings.REWIND_AUDIT_ANCHOR_FILE = anchors
+    monkeypatch.setenv("REWIND_AUDIT_ANCHOR_FILE", str(anchors))
 
 
 @pytest.fixture(autouse=True)

@@ -353,36 +353,35 @@ def api() -> Callable[[User | None], Any]:
 
 
 # --- the audit log's database guards --------------------------------------------------------------
-# The audit tables refuse DELETE and TRUNCATE (rewind/migrations/0002 and 0020), so a transactional
-# test's flush, or a test that tampers with the chain as someone with database rights could, lifts
-# them for its own statements only: on PostgreSQL by running as a replica for one transaction (its
-# ordinary triggers do not fire; the test role is a superuser), on SQLite by dropping the triggers
-# and creating them again in the same transaction.
-_SQLITE_DELETE_GUARDS = (
-    "rewind_auditevent_chain_once",
-    "rewind_auditevent_no_delete",
-    "rewind_auditchainhead_no_delete",
-    "rewind_auditchainhead_forward",
-)
+# The audit tables refuse DELETE and TRUNCATE, and check every row that goes into the chain
+# (rewind/migrations/0002, 0024, 0025, 0029), so a transactional test's flush, or a test that
+# tampers with the chain as someone with database rights could, lifts them for its own
+# statements only: on PostgreSQL by running as a replica for one transaction (its ordinary
+# triggers do not fire; the test role is a superuser), on SQLite by dropping the triggers of the
+# two tables and creating them again, as the database holds them, in the same transaction.
+_AUDIT_TABLES = ("rewind_auditevent", "rewind_auditchainhead")
 
 
-def audit_guard_statements(vendor: str) -> tuple[list[str], list[str]]:
+def audit_guard_statements(connection: Any) -> tuple[list[str], list[str]]:
     """(statements that lift the audit tables' guards, statements that put them back), for one transaction."""
-    import importlib
-
-    if vendor == "postgresql":
+    if connection.vendor == "postgresql":
         return ["SET LOCAL session_replication_role = replica"], []
-    if vendor != "sqlite":
+    if connection.vendor != "sqlite":
         return [], []
-    creates = importlib.import_module("rewind.migrations.0025_audit_chained_after_commit").SQLITE_UP
-    return [f"DROP TRIGGER IF EXISTS {name}" for name in _SQLITE_DELETE_GUARDS], creates
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name IN (%s, %s) ORDER BY name",
+            list(_AUDIT_TABLES),
+        )
+        triggers = cursor.fetchall()
+    return [f"DROP TRIGGER IF EXISTS {name}" for name, _sql in triggers], [sql for _name, sql in triggers]
 
 
 def audit_guards_lifted_run(statements: Sequence[tuple[str, Sequence[Any]]]) -> None:
     """Run ``statements`` on the audit tables past their guards, in one transaction."""
     from django.db import connection, transaction
 
-    lift, restore = audit_guard_statements(connection.vendor)
+    lift, restore = audit_guard_statements(connection)
     with transaction.atomic(), connection.cursor() as cursor:
         for sql in lift:
             cursor.execute(sql)
@@ -406,7 +405,7 @@ def _flush_past_the_audit_guards() -> Iterator[None]:
             statements = original(self, style, tables, **kwargs)
             if not {"rewind_auditevent", "rewind_auditchainhead"} & set(tables):
                 return statements
-            lift, restore = audit_guard_statements(self.connection.vendor)
+            lift, restore = audit_guard_statements(self.connection)
             return [*lift, *statements, *restore]
 
         return sql_flush

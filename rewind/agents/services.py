@@ -186,6 +186,7 @@ class AgentWithToken:
     agent: Agent
     issued: IssuedToken
     created: bool
+    replaced: tuple[AgentToken, ...] = ()  # the live tokens of the same label it revoked (``replace``)
 
 
 @transaction.atomic
@@ -197,22 +198,31 @@ def agent_token_issue_by_name(
     label: str = "",
     expires_at: datetime | None = None,
     granted: tuple[str, ...] = scopes.ALL,
+    replace: bool = False,
     request_id: str | None = None,
 ) -> AgentWithToken:
     """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
     default owner) when there is none. An inactive agent gets no token: ``ApplicationError``, and
     nothing is changed. Used by ``manage.py mcpconfig``/``createagent`` and the admin's "Connect an
-    agent" page, so all three refuse alike."""
+    agent" page, so all three refuse alike.
+
+    ``replace``: the agent's live tokens of the same ``label`` are revoked in the same transaction
+    (a configuration issued again replaces the one before, whose token must stop working)."""
     agent = Agent.objects.filter(name=name).first()
     created = agent is None
     if agent is None:
         agent = agent_create(actor=actor, name=name, owner=owner or default_owner(), request_id=request_id)
     elif not agent.is_active:
         raise ApplicationError(f"agent {agent.name} is inactive; activate it in the admin first")
+    replaced: list[AgentToken] = []
+    if replace and not created:
+        for old in AgentToken.objects.filter(agent=agent, label=label[:100], revoked_at__isnull=True).order_by("pk"):
+            if agent_token_revoke(actor=actor, token=old, request_id=request_id):
+                replaced.append(old)
     issued = agent_token_issue(
         actor=actor, agent=agent, label=label, expires_at=expires_at, granted=granted, request_id=request_id
     )
-    return AgentWithToken(agent=agent, issued=issued, created=created)
+    return AgentWithToken(agent=agent, issued=issued, created=created, replaced=tuple(replaced))
 
 
 @transaction.atomic

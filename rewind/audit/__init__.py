@@ -141,15 +141,27 @@ class ChainProblem:
 
 
 def verify_links(
-    *, after_seq: int = 0, after_hash: str = GENESIS_HASH, up_to: int | None = None, batch_size: int = 2000
+    *,
+    after_seq: int = 0,
+    after_hash: str = GENESIS_HASH,
+    up_to: int | None = None,
+    head_seq: int | None = None,
+    batch_size: int = 2000,
 ) -> tuple[int, ChainProblem | None]:
     """Walk the events after ``after_seq`` (whose hash is ``after_hash``) in order, up to ``up_to``.
 
-    Returns (the last intact event's seq, the first problem or None).
+    Returns (the last intact event's seq, the first problem or None). An event that comes after
+    a gap and lies past ``head_seq`` (the head row's, read before the walk) is the problem
+    itself: no chainer put it there, whereas a gap below the head is a removal.
     """
     expected_prev = after_hash
     expected_seq = after_seq + 1
     for event in _iter_events(batch_size, after_seq, up_to):
+        if event.seq != expected_seq and head_seq is not None and (event.seq or 0) > max(head_seq, expected_seq):
+            return expected_seq - 1, ChainProblem(
+                event.seq or 0,
+                f"it lies past the end of the chain (#{expected_seq - 1}): no chainer of this service wrote it",
+            )
         if event.seq != expected_seq:
             return expected_seq - 1, ChainProblem(expected_seq, "this event is missing from the chain")
         if event.prev_hash != expected_prev:
@@ -172,7 +184,7 @@ def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
     """
     # The head first: events chained during the walk only take the chain past it.
     head = AuditChainHead.objects.filter(pk=1).first()
-    checked, problem = verify_links(batch_size=batch_size)
+    checked, problem = verify_links(batch_size=batch_size, head_seq=head.last_seq if head else 0)
     if problem is not None:
         return checked, problem
     if head is not None and head.last_seq:

@@ -3,39 +3,46 @@
 The hash chain proves that no event was changed, removed or reordered *relative to the rows
 that remain*: someone who may rewrite the database (drop the triggers, delete the tail, set the
 head row back, or empty everything) leaves a chain that verifies. So the head (sequence number
-and hash) is published periodically (the beat's ``rewind.audit.publish_anchor``, every
-``REWIND_AUDIT_ANCHOR_INTERVAL_S``) to places the database cannot rewrite:
+and hash) is published, by the beat every ``REWIND_AUDIT_ANCHOR_INTERVAL_S`` when the chain
+moved, by each process as it stops and by ``audit_verify``, to places the database cannot
+rewrite:
 - an append-only file, ``REWIND_AUDIT_ANCHOR_FILE`` (one JSON object a line; opened for appending
-  only, flushed to disk; ``chattr +a`` or a log shipper makes it append-only for root too);
+  only, locked while a publisher reads and appends, flushed to disk; ``chattr +a`` or a log
+  shipper makes it append-only for root too);
 - syslog, when ``REWIND_AUDIT_ANCHOR_SYSLOG`` names one (``/dev/log``, ``udp://host:514`` or
   ``tcp://host:601``): a copy on another machine.
 Each anchor is signed with an Ed25519 key that is not in the database
 (``REWIND_AUDIT_ANCHOR_KEY``, else generated once under REWIND_VAR_DIR): whoever can append to
-the file cannot forge an anchor.
+the file cannot forge an anchor. The chain's head row records the newest anchored event, so a
+file removed or cut back is noticed too (``anchor_file_cut``).
 
-An anchor is published only for a chain that follows on from the previous anchor (every event
-since it is checked: links and hashes), so the anchors never vouch for a rewritten chain; a
-publication that finds a mismatch publishes nothing and logs an error. Nothing new since the
-last anchor: nothing is published.
+Every event since the previous anchor is checked before an anchor is published: a chain that no
+longer matches that anchor, or a cut file, is never anchored again (a new anchor would vouch for
+the rewritten chain); a broken link since then is anchored over (it stays in the chain for every
+check to find) and returned to the caller to report. Nothing new since the last anchor: nothing
+is published.
 
 Checking: the chain matches an anchor when its event at the anchor's sequence number has the
 anchor's hash (the chain's own links prove everything before it). ``chain_check`` checks the
 newest anchor by default (cheap: one row) and every anchor on request (``manage.py audit_verify
 --anchors``, also against a copy taken from syslog); the first anchor that does not match is
-named, and the chain is reported broken.
+named, and the chain is reported broken, as are events older than an interval and its grace
+that no anchor covers yet.
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import fcntl
 import json
 import logging
 import os
 import socket
 from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from logging.handlers import SysLogHandler
 from pathlib import Path
 from typing import Any
@@ -44,10 +51,13 @@ from urllib.parse import urlsplit
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
 
 from rewind.audit import GENESIS_HASH, ChainProblem, verify_chain, verify_links
-from rewind.audit.models import AuditEvent
-from rewind.audit.selectors import audit_chain_position
+from rewind.audit.models import AuditChainHead, AuditEvent
+from rewind.audit.selectors import audit_anchored_seq, audit_chain_position
 from rewind.crypto import key_id, signing_key
 
 logger = logging.getLogger(__name__)
@@ -203,10 +213,19 @@ class ChainCheck:
         return ""
 
 
-def chain_check(*, every_anchor: bool = False, anchor_files: Sequence[Path] = ()) -> ChainCheck:
+def chain_check(
+    *, every_anchor: bool = False, anchor_files: Sequence[Path] = (), now: datetime | None = None
+) -> ChainCheck:
     """Walk the chain, then hold it against the anchors: the newest of the configured file, or every
-    anchor of ``anchor_files`` (default: the configured file) with ``every_anchor``. Read-only."""
-    files = tuple(anchor_files) or (Path(settings.REWIND_AUDIT_ANCHOR_FILE),)
+    anchor of ``anchor_files`` (default: the configured file) with ``every_anchor``. Read-only.
+
+    Also a failure, never OK: the configured file missing or cut back below what the head row
+    says was anchored (``anchor_file_cut``), and events recorded more than an anchor interval
+    plus its grace before ``now`` that no anchor covers (``unanchored_problem``): a cut or a
+    rewrite of those would not show.
+    """
+    configured = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
+    files = tuple(anchor_files) or (configured,)
     checked, problem = verify_chain()
     anchors: list[Anchor | AnchorProblem] = []
     for path in files:
@@ -215,7 +234,66 @@ def chain_check(*, every_anchor: bool = False, anchor_files: Sequence[Path] = ()
         elif (latest := latest_anchor(path)) is not None:
             anchors.append(latest)
     matched, anchor_problem = anchors_check(anchors)
+    if anchor_problem is None and configured in files:
+        anchor_problem = anchor_file_cut(configured)
+    if problem is None and anchor_problem is not None:
+        # The chain links throughout, but not to this anchor: it was rewritten or cut at or before
+        # the anchor's event, so only what an earlier anchor still vouches for is intact.
+        checked = _vouched_for_below(anchor_problem.seq, files)
+    elif problem is None:
+        covered = max((a.seq for a in anchors if isinstance(a, Anchor)), default=0)
+        problem = unanchored_problem(covered=covered, now=now)
+        checked = covered if problem is not None else checked
     return ChainCheck(checked, problem, matched, anchor_problem, files)
+
+
+def anchor_file_cut(path: Path) -> AnchorProblem | None:
+    """The anchor file missing, or its newest anchor older than the newest the head row says was
+    published: someone removed or cut it (the publisher writes the file first, then the row)."""
+    anchored = audit_anchored_seq()
+    latest = latest_anchor(path)
+    if not anchored or isinstance(latest, AnchorProblem) or (latest is not None and latest.seq >= anchored):
+        return None  # never anchored, the file's own problem (named by anchors_check), or whole
+    if latest is not None and not latest.signed_by(_key().public_key()):
+        return None  # a forged last line: anchors_check names it
+    found = "the file is missing or empty" if latest is None else f"its newest anchor is of event #{latest.seq}"
+    return AnchorProblem(
+        latest,
+        f"the end of {path}",
+        f"{found}, but anchors were published up to event #{anchored} (the chain's head row records it): "
+        "the file was removed, cut back or replaced; put it back, or hold the chain against a copy "
+        "(audit_verify --anchors FILE)",
+        anchored,
+    )
+
+
+def unanchored_problem(*, covered: int, now: datetime | None = None) -> ChainProblem | None:
+    """The chained events after ``covered`` (the newest anchor's event) recorded longer than an
+    anchor interval plus its grace before ``now``, as a problem: no anchor protects them."""
+    window = settings.REWIND_AUDIT_ANCHOR_INTERVAL_S + settings.REWIND_AUDIT_ANCHOR_GRACE_S
+    stale = AuditEvent.objects.filter(seq__gt=covered, time__lt=(now or timezone.now()) - timedelta(seconds=window))
+    first = stale.order_by("seq").values_list("seq", "time").first()
+    if first is None or first[0] is None:
+        return None
+    return ChainProblem(
+        first[0],
+        f"{stale.count()} event(s) recorded more than {window} s ago are covered by no anchor (the first: "
+        f"#{first[0]}, recorded {first[1].isoformat(timespec='seconds')}): a cut or a rewrite of them would "
+        "not show; is the beat publishing anchors (REWIND_AUDIT_ANCHOR_INTERVAL_S)?",
+    )
+
+
+def _vouched_for_below(seq: int, files: Sequence[Path]) -> int:
+    """The last event before ``seq`` whose anchor (in ``files``) the chain still matches; 0 if none.
+
+    The chain's links prove everything before such an event as it was when it was anchored.
+    Read only when a check failed: every anchor of the files."""
+    earlier = [a for path in files if path.is_file() for a in read_anchors(path) if isinstance(a, Anchor)]
+    earlier = [a for a in earlier if a.seq < seq]
+    public = _key().public_key()
+    found = _hashes([a.seq for a in earlier])
+    last_seq = audit_chain_position()[0]
+    return max((a.seq for a in earlier if _mismatch(a, found.get(a.seq), last_seq, public) is None), default=0)
 
 
 # --- publishing ------------------------------------------------------------------------------------
@@ -243,64 +321,114 @@ def _syslog(target: str, line: str) -> None:
         handler.close()
 
 
-def _append(path: Path, line: str) -> None:
+@contextmanager
+def _appending(path: Path) -> Iterator[int]:
+    """The anchor file opened for appending only, locked against every other publisher until the
+    block ends: the beat, a process stopping and ``audit_verify`` may publish at once, and each
+    must read the newest anchor, decide and append as one step."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
-        os.write(fd, (line + "\n").encode())
-        os.fsync(fd)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield fd
     finally:
-        os.close(fd)
+        os.close(fd)  # lets the lock go
 
 
 @dataclass(frozen=True)
 class Publication:
     published: Anchor | None
     note: str  # what happened, in words
+    found: ChainCheck | None = None  # a break found on the way, published over or not: the caller reports it
 
 
-def _follows(previous: Anchor | AnchorProblem | None, seq: int) -> tuple[bool, str]:
-    """Whether the chain up to ``seq`` follows on from the previous anchor (checking every event since)."""
-    if previous is None:
-        _checked, problem = verify_chain()
-        return problem is None, f"the chain is broken at event #{problem.seq}: {problem.reason}" if problem else ""
-    _matched, anchor_problem = anchors_check([previous])
-    if anchor_problem is not None:
-        return False, f"the chain does not match the last anchor ({anchor_problem.where}): {anchor_problem.reason}"
-    assert isinstance(previous, Anchor)
-    end, problem = verify_links(after_seq=previous.seq, after_hash=previous.hash, up_to=seq)
-    if problem is not None:
-        return False, f"the chain is broken at event #{problem.seq}: {problem.reason}"
-    return end == seq, "" if end == seq else f"the chain ends at event #{end} before #{seq}"
+def _follows(previous: Anchor | AnchorProblem | None, seq: int, path: Path) -> tuple[str, ChainCheck | None]:
+    """(why the chain up to ``seq`` may not be anchored, or ""; the break found on the way, if any).
+
+    Every event since the previous anchor is checked. A chain that no longer matches that anchor
+    is never anchored again (a new anchor would vouch for the rewritten chain). A broken link
+    since then is published over: it stays in the chain for every later check to find, and the
+    new anchor keeps the events after it from being rewritten unseen.
+    """
+    if isinstance(previous, Anchor):
+        _matched, mismatch = anchors_check([previous])
+        if mismatch is not None:
+            found = ChainCheck(_vouched_for_below(mismatch.seq, (path,)), None, 0, mismatch, (path,))
+            return f"the chain does not match the last anchor ({mismatch.where}): {mismatch.reason}", found
+        end, problem = verify_links(after_seq=previous.seq, after_hash=previous.hash, up_to=seq, head_seq=seq)
+    elif previous is None:
+        end, problem = verify_chain()
+    else:
+        return f"the last line of the file is no anchor: {previous.reason}", ChainCheck(0, None, 0, previous, (path,))
+    if problem is None and end < seq:
+        return f"the chain ends at event #{end} before #{seq}", None
+    return "", ChainCheck(end, problem, 0, None, (path,)) if problem is not None else None
 
 
 def audit_anchor_publish(*, now: datetime | None = None) -> Publication:
-    """Publish the chain's head as a signed anchor (file, then syslog when configured).
+    """Publish the chain's head as a signed anchor (file, then syslog when configured), and record
+    in the head row that it was published.
 
-    Publishes nothing when nothing was appended since the last anchor, or when the chain does
-    not follow on from it (logged as an error: ``manage.py audit_verify --anchors`` says where).
+    Publishes nothing when nothing was appended since the last anchor, when the chain does not
+    match the last anchor, or when the file lost anchors the head row says were published (each
+    logged as an error and returned as ``found``: ``manage.py audit_verify --anchors`` says
+    where); a broken link since the last anchor is published over and returned as ``found``.
     Raises ``OSError`` when the file cannot be written (a syslog failure is logged: the file holds
-    the anchor). Safe to repeat; takes no lock (run it from one place: the beat).
+    the anchor). Safe to repeat and to run from several processes at once (the file is locked).
     """
     path = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
-    seq, chain_hash = audit_chain_position()
-    chain_hash = chain_hash if seq else GENESIS_HASH
-    previous = latest_anchor(path)
-    if isinstance(previous, Anchor) and (previous.seq, previous.hash) == (seq, chain_hash):
-        return Publication(None, f"unchanged since the last anchor (event #{seq})")
-    if not seq and previous is None:
-        return Publication(None, "the chain is empty: nothing to anchor yet")
-    follows, why = _follows(previous, seq)
-    if not follows:
-        logger.error("audit anchor NOT published: %s; run manage.py audit_verify --anchors", why)
-        return Publication(None, f"not published: {why}")
-    anchor = anchor_sign(seq, chain_hash, now=now)
-    _append(path, anchor.line())
+    with _appending(path) as fd:
+        publication = _publish_to(fd, path, now)
+    if publication.published is None:
+        return publication
+    anchor = publication.published
+    _anchored_record(anchor.seq)
     target = settings.REWIND_AUDIT_ANCHOR_SYSLOG
     if target:
         try:
             _syslog(target, anchor.line())
         except OSError as exc:
-            logger.error("audit anchor for event #%s not sent to syslog %s: %s", seq, target, exc)
-    logger.info("audit anchor published: event #%s", seq)
-    return Publication(anchor, f"published event #{seq}")
+            logger.error("audit anchor for event #%s not sent to syslog %s: %s", anchor.seq, target, exc)
+    logger.info("audit anchor published: event #%s", anchor.seq)
+    return publication
+
+
+def _publish_to(fd: int, path: Path, now: datetime | None) -> Publication:
+    seq, chain_hash = audit_chain_position()
+    chain_hash = chain_hash if seq else GENESIS_HASH
+    cut = anchor_file_cut(path)
+    if cut is not None:
+        logger.error("audit anchor NOT published: %s; run manage.py audit_verify", cut.reason)
+        intact = _vouched_for_below(cut.seq, (path,))
+        return Publication(None, f"not published: {cut.reason}", ChainCheck(intact, None, 0, cut, (path,)))
+    previous = latest_anchor(path)
+    if isinstance(previous, Anchor) and (previous.seq, previous.hash) == (seq, chain_hash):
+        return Publication(None, f"unchanged since the last anchor (event #{seq})")
+    if not seq and previous is None:
+        return Publication(None, "the chain is empty: nothing to anchor yet")
+    refused, found = _follows(previous, seq, path)
+    if refused:
+        logger.error("audit anchor NOT published: %s; run manage.py audit_verify --anchors", refused)
+        return Publication(None, f"not published: {refused}", found)
+    anchor = anchor_sign(seq, chain_hash, now=now)
+    os.write(fd, (anchor.line() + "\n").encode())
+    os.fsync(fd)
+    if found is not None:
+        logger.error(
+            "audit chain broken at event #%s: %s; anchored at #%s all the same", found.broken_at, found.reason, seq
+        )
+    return Publication(anchor, f"published event #{seq}", found)
+
+
+def _anchored_record(seq: int) -> None:
+    """Record in the head row that anchors were published up to ``seq`` (it only moves forward).
+
+    After the file has the anchor: a row that got ahead of the file would be read as a cut file.
+    A failure is logged: the anchor is in the file all the same."""
+    try:
+        with transaction.atomic():  # a savepoint: a refusal leaves a caller's transaction usable
+            AuditChainHead.objects.filter(Q(anchored_seq__isnull=True) | Q(anchored_seq__lt=seq), pk=1).update(
+                anchored_seq=seq
+            )
+    except Exception:
+        logger.exception("audit anchor for event #%s published, but not recorded in the chain's head row", seq)

@@ -11,6 +11,10 @@ backends waiting on the head row's lock, where the same writers' bare one-row co
   ``seq``, ``prev_hash`` and ``hash`` set once, in the order of recording (``id``);
 - ``chain_pending`` runs after each commit: a lone writer's events are chained before they
   commit, and under load one chainer at a time links what the others committed.
+A chainer goes on from the head row, or from the last of the events someone wrote into the chain
+past it (the database refuses such a row unless it extends the chain by one, and with its
+triggers dropped anything goes): a written row is reported by ``audit_verify`` where it stands,
+never a reason for every later append to fail.
 The chain lock is a PostgreSQL advisory lock. SQLite runs one write transaction at a time, and
 its writer holds the database from its first statement: there an append links whatever waits
 and inserts its own events chained (``insert_chained``), three statements as before. Plain SQL,
@@ -21,6 +25,7 @@ round trips were the cost.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -31,7 +36,10 @@ from django.db.models import Field
 from rewind.audit.canonical import compute_hash
 from rewind.audit.models import AuditChainHead, AuditEvent
 
+logger = logging.getLogger(__name__)
+
 CHAIN_BATCH = 2000  # events linked per transaction: bounds one chainer's statements and lock time
+PAST_BATCH = 500  # events past the head read per statement (normally there are none)
 INSERT_ROWS = 500  # rows per INSERT statement: well inside SQLite's limit of 32,766 parameters
 # The PostgreSQL advisory lock one chainer holds at a time (an arbitrary constant of our own).
 CHAIN_LOCK_KEY = 0x7277_6E64_6175_6474
@@ -43,6 +51,9 @@ _WAITING = ("id", *COLUMNS)  # what a chainer reads of a waiting event: its id a
 
 class AuditChainError(Exception):
     pass
+
+
+_past_reported: set[int] = set()  # the events past the head this process has logged already
 
 
 def insert_unchained(rows: list[dict[str, Any]], *, try_lock: bool = True) -> tuple[list[int], bool]:
@@ -130,7 +141,7 @@ def insert_chained(rows: list[dict[str, Any]]) -> list[int]:
 
 
 def _link_waiting() -> tuple[int, int, str]:
-    """``chain_locked``'s work: (events linked, the head's seq and hash afterwards)."""
+    """``chain_locked``'s work: (events linked, the end of the chain's seq and hash afterwards)."""
     sql = _statements()
     with connection.cursor() as cursor:
         cursor.execute(sql.read_waiting)
@@ -139,14 +150,16 @@ def _link_waiting() -> tuple[int, int, str]:
         _create_head()
         return _link_waiting()
     seq, prev = int(found[0][0]), str(found[0][1])
+    if found[0][2] is not None:  # a chained event lies past the head: none of ours
+        seq, prev = _past_the_head(seq, prev)
     ids: list[int] = []
     seqs: list[int] = []
     prevs: list[str] = []
     hashes: list[str] = []
     for values in found:
-        if values[2] is None:  # the head alone: nothing waits
+        if values[3] is None:  # the head alone: nothing waits
             break
-        pk, content = _waiting_event(values[2:])
+        pk, content = _waiting_event(values[3:])
         seq += 1
         linked = compute_hash(seq=seq, prev_hash=prev, **content)
         ids.append(pk)
@@ -156,8 +169,41 @@ def _link_waiting() -> tuple[int, int, str]:
         prev = linked
     if ids:
         with connection.cursor() as cursor:
-            _execute_together(cursor, [sql.link(ids, seqs, prevs, hashes), (sql.move_head, [seq, prev])])
+            _execute_together(cursor, [*sql.link(ids, seqs, prevs, hashes), (sql.move_head, [seq, prev])])
     return len(ids), seq, prev
+
+
+def _past_the_head(seq: int, prev: str) -> tuple[int, str]:
+    """The end of the chain when events lie past the head ``seq``: the last of those that follow
+    on from it one by one (none when the first is not ``seq + 1``), with its hash.
+
+    Every chainer moves the head onto the events it links in the same transaction, so these were
+    written by something else (a forged row, the triggers dropped): linking after them keeps the
+    next append from colliding with them; ``audit_verify`` judges them.
+    """
+    sql, head, first = _statements(), seq, None
+    with connection.cursor() as cursor:
+        while True:
+            cursor.execute(sql.read_past, [seq])
+            rows = cursor.fetchall()
+            first = first if first is not None or not rows else int(rows[0][0])
+            run = 0
+            for found, found_hash in rows:
+                if int(found) != seq + 1:
+                    break
+                seq, prev, run = int(found), str(found_hash), run + 1
+            if run < PAST_BATCH:
+                break
+    if first is not None and first not in _past_reported:
+        _past_reported.add(first)
+        logger.error(
+            "audit events from #%s lie past the chain's head (#%s): no chainer of this service wrote them; "
+            "the chain goes on after #%s; run manage.py audit_verify",
+            first,
+            head,
+            seq,
+        )
+    return seq, prev
 
 
 def _lock_try(*, for_transaction: bool, only_when_waiting: bool = False) -> bool:
@@ -262,10 +308,10 @@ class _Sql:
     insert_chained: str  # ``{values}``: one ``chained_row`` per event
     chained_row: str
     link_arrays: str  # PostgreSQL: four arrays (ids, seqs, previous hashes, hashes)
-    link_values: str  # elsewhere: ``{values}``, one ``link_row`` per event (id, seq, prev_hash, hash)
-    link_row: str
+    link_one: str  # elsewhere: one event (seq, prev_hash, hash, id)
     move_head: str
-    read_waiting: str  # the head (locked), joined with up to CHAIN_BATCH waiting events
+    read_waiting: str  # the head (locked), whether any event lies past it, and up to CHAIN_BATCH waiting events
+    read_past: str  # the chained events past a seq, in order, PAST_BATCH at most
     waiting: str  # a condition: some event waits to be chained
 
     def insert_of(self, rows: int, *, try_lock: bool = True) -> str:
@@ -274,17 +320,21 @@ class _Sql:
     def insert_chained_of(self, rows: int) -> str:
         return self.insert_chained.replace("{values}", ", ".join([self.chained_row] * rows))
 
-    def link(self, ids: list[int], seqs: list[int], prevs: list[str], hashes: list[str]) -> tuple[str, list[Any]]:
-        """The statement linking the events ``ids``, and its parameters.
+    def link(self, ids: list[int], seqs: list[int], prevs: list[str], hashes: list[str]) -> list[tuple[str, list[Any]]]:
+        """The statements linking the events ``ids``, with their parameters.
 
         PostgreSQL takes four arrays, so the statement's text is the same for any number of events
-        and the driver composes it once (the VALUES form cost more CPU to compose than to hash).
+        and the driver composes it once (the VALUES form cost more CPU to compose than to hash);
+        its trigger checks the links once the statement is done. SQLite's trigger checks each row
+        as it is updated, against the one before it: one statement per event, in order (in this
+        process, a statement costs no round trip).
         """
         if self.link_arrays:
-            return self.link_arrays, [ids, seqs, prevs, hashes]
-        values = ", ".join([self.link_row] * len(ids))
-        params = [p for link in zip(ids, seqs, prevs, hashes, strict=True) for p in link]
-        return self.link_values.replace("{values}", values), params
+            return [(self.link_arrays, [ids, seqs, prevs, hashes])]
+        return [
+            (self.link_one, [seq, prev, linked, pk])
+            for pk, seq, prev, linked in zip(ids, seqs, prevs, hashes, strict=True)
+        ]
 
 
 @functools.cache
@@ -317,18 +367,17 @@ def _statements_for(vendor: str) -> _Sql:
             if postgres
             else ""
         ),
-        link_values=(
-            f"WITH v({link_columns}) AS (VALUES {{values}}) UPDATE {events} SET {linked} FROM v WHERE {events}.{pk} = v.{pk}"
-        ),
-        link_row="(CAST(%s AS BIGINT), CAST(%s AS BIGINT), %s, %s)",
+        link_one=(f"UPDATE {events} SET {seq} = %s, {column['prev_hash']} = %s, {column['hash']} = %s WHERE {pk} = %s"),
         move_head=f"UPDATE {head} SET {quote('last_seq')} = %s, {quote('last_hash')} = %s WHERE {quote('id')} = 1",
         read_waiting=(
             f"SELECT h.{quote('last_seq')}, h.{quote('last_hash')}, "
+            f"(SELECT {seq} FROM {events} WHERE {seq} > h.{quote('last_seq')} ORDER BY {seq} LIMIT 1), "
             + ", ".join(f"e.{column[c]}" for c in _WAITING)
             + f" FROM {head} h LEFT JOIN (SELECT {waiting_columns} FROM {events} WHERE {seq} IS NULL "
             f"ORDER BY {pk} LIMIT {CHAIN_BATCH}) e ON 1 = 1 WHERE h.{quote('id')} = 1 ORDER BY e.{pk}"
             + (" FOR UPDATE OF h" if postgres else "")
         ),
+        read_past=f"SELECT {seq}, {column['hash']} FROM {events} WHERE {seq} > %s ORDER BY {seq} LIMIT {PAST_BATCH}",
         waiting=f"EXISTS (SELECT 1 FROM {events} WHERE {seq} IS NULL)",
     )
 

@@ -67,12 +67,20 @@ class AuditEvent(models.Model):
 class AuditChainHead(models.Model):
     """A single row holding the chain's last hash; locking it serializes the chainers.
 
+    The database keeps it single (a second row is refused), and moves it only forward, onto an
+    event that exists with exactly that hash. ``anchored_seq`` (only forward too) remembers that
+    anchors were published: an anchor file found missing or cut back is then a break
+    (``rewind.audit.anchors``).
+
     Only a chainer (which holds the chain lock, ``rewind.audit``) locks it, with ``SELECT ... FOR
     UPDATE``: a second one that got past the lock would queue here instead of forking the chain.
     """
 
     last_seq = models.PositiveBigIntegerField(default=0)
     last_hash = models.CharField(max_length=64, default="0" * 64)
+    anchored_seq = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="The newest event published in an anchor; empty until the first"
+    )
 
     def __str__(self) -> str:
         return f"chain head at #{self.last_seq}"

@@ -10,7 +10,7 @@ from django.db.models import Count, F, Q, QuerySet
 from django.db.models.fields.json import KT
 
 from rewind.audit.actions import AuditLogAction
-from rewind.audit.models import AuditEvent
+from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.errors import NotFoundError
 
 
@@ -52,11 +52,18 @@ def audit_event_get(seq: int) -> AuditEvent:
 
 
 def audit_chain_position() -> tuple[int, str]:
-    """``(seq, hash)`` of the newest chained event; ``(0, "")`` while nothing is chained.
+    """``(seq, hash)`` of the chain's end as its head row records it; ``(0, "")`` while nothing is chained.
 
-    Events are chained in commit order, so nothing will later be chained at or below it."""
-    row = AuditEvent.objects.filter(seq__isnull=False).order_by("-seq").values_list("seq", "hash").first()
-    return (row[0] or 0, row[1] or "") if row else (0, "")
+    Every chainer moves the head onto what it links in the same transaction, and events are
+    chained in commit order, so nothing will later be chained at or below it. A row someone wrote
+    past the head is not the chain's end until a chainer links after it."""
+    row = AuditChainHead.objects.filter(pk=1).values_list("last_seq", "last_hash").first()
+    return (row[0], row[1]) if row and row[0] else (0, "")
+
+
+def audit_anchored_seq() -> int | None:
+    """The newest event published in an anchor, as the chain's head row records it; None before the first."""
+    return AuditChainHead.objects.filter(pk=1).values_list("anchored_seq", flat=True).first()
 
 
 def audit_event_hash(seq: int) -> str | None:

@@ -17,9 +17,11 @@ Each also says where the client keeps it and where it loads Agent Skills from, s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 SERVER_KEY = "zerto-rewind"
 TOKEN_ENV = "ZERTO_REWIND_TOKEN"
@@ -219,15 +221,36 @@ def generic_json(url: str, token: str | None) -> ClientConfig:
 
 
 _SKILL_UPLOAD = "Skills: zip the folder skills/zerto-rewind and upload it in Settings > Capabilities > Skills."
-_PUBLIC_NOTE = (
-    "The connector reaches this service from the internet: the URL must be the public https address "
-    "(REWIND_PUBLIC_URL)."
-)
+
+
+def _unreachable_from_outside(url: str) -> list[str]:
+    """Why a hosted connector, which calls from the internet over https, cannot use ``url``: [] when it may."""
+    parts = urlsplit(url)
+    why = [] if parts.scheme == "https" else [f"it is plain {parts.scheme}, not https"]
+    host = (parts.hostname or "").lower()
+    try:
+        local = not ipaddress.ip_address(host).is_global
+    except ValueError:
+        local = host == "localhost" or host.endswith(".localhost")
+    if local:
+        why.append(f"{host} is an address of this machine or its network, not one the internet reaches")
+    return why
+
+
+def _public_note(client: str, url: str) -> str:
+    why = _unreachable_from_outside(url)
+    if not why:
+        return f"{CLIENT_TITLES[client]} calls this URL from the internet: it must reach this service there."
+    return (
+        f"This URL will NOT work for {CLIENT_TITLES[client]}, which calls from the internet over https: "
+        f"{'; '.join(why)}. Set REWIND_PUBLIC_URL to the public https address this service is reached at "
+        "(a TLS reverse proxy in front of it) and print the configuration again."
+    )
 
 
 def _connector(client: str, where: str, skill: str) -> Callable[[str, str | None], ClientConfig]:
     def render(url: str, token: str | None) -> ClientConfig:
-        return ClientConfig(client, CLIENT_TITLES[client], url, where, notes=[skill, _PUBLIC_NOTE])
+        return ClientConfig(client, CLIENT_TITLES[client], url, where, notes=[skill, _public_note(client, url)])
 
     return render
 

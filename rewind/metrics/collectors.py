@@ -17,7 +17,8 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from prometheus_client.utils import floatToGoString
 
 from recoveries.selectors import flr_sessions_live_ours_by_site, flr_site_listings, recoveries_awaiting_approval
-from rewind.audit.actions import McpAction, RecoveryAction
+from rewind.audit.actions import AuditLogAction, McpAction, RecoveryAction
+from rewind.audit.selectors import audit_last_verification
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.selectors import guard_counts_by_status, guard_waits_by_status
 from rewind.gateway.selectors import gateway_call_counts, upstream_tool_counts, upstreams_failing
@@ -183,6 +184,29 @@ def _workers() -> Iterator[Metric]:
     )
 
 
+def _audit_chain() -> Iterator[Metric]:
+    """The newest recorded check of the audit chain (``audit_verify``, the anchor publisher)."""
+    last = audit_last_verification()
+    intact = GaugeMetricFamily(
+        "rewind_audit_chain_intact",
+        "1 when the newest recorded check of the audit chain found it intact, 0 when it found it broken "
+        "(no sample before the first check).",
+    )
+    broken_at = GaugeMetricFamily(
+        "rewind_audit_chain_broken_at", "The event the newest recorded check found the chain broken at (0: intact)."
+    )
+    checked_at = GaugeMetricFamily(
+        "rewind_audit_chain_checked_timestamp_seconds", "When the newest recorded check of the audit chain ran."
+    )
+    if last is not None:
+        broken = last.action == AuditLogAction.CHAIN_BROKEN
+        data = last.data if isinstance(last.data, dict) else {}
+        intact.add_metric([], 0 if broken else 1)
+        broken_at.add_metric([], int(data.get("broken_at") or 0) if broken else 0)
+        checked_at.add_metric([], last.time.timestamp())
+    yield from (intact, broken_at, checked_at)
+
+
 SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "guards": _guards,
     "guard_waits": _guard_waits,
@@ -193,6 +217,7 @@ SOURCES: dict[str, Callable[[], Iterable[Metric]]] = {
     "mcp_calls": _mcp_calls,
     "gateway": _gateway,
     "workers": _workers,
+    "audit_chain": _audit_chain,
 }
 
 

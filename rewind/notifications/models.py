@@ -17,6 +17,7 @@ class NotificationKind(models.TextChoices):
     RECOVERY_AWAITS_WRITE_BACK = "recovery.awaits_write_back", "a restore in place awaits its write-back click"
     RECOVERY_RESTORED = "recovery.restored", "a file was written back into a guest and verified"
     RECOVERY_NOT_RESTORED = "recovery.not_restored", "a file was not (fully) written back into a guest"
+    AUDIT_CHAIN_BROKEN = "audit.chain_broken", "the audit chain failed a verification"
     TEST = "test", "a test notification"
 
 

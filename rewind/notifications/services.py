@@ -61,6 +61,7 @@ _NOTIFY_TYPE: dict[str, str] = {
     NotificationKind.RECOVERY_AWAITS_WRITE_BACK: "info",
     NotificationKind.RECOVERY_RESTORED: "success",
     NotificationKind.RECOVERY_NOT_RESTORED: "failure",
+    NotificationKind.AUDIT_CHAIN_BROKEN: "failure",
     NotificationKind.TEST: "info",
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from celery import Task, shared_task
 
+from rewind.notifications.audit_chain import audit_chain_announce_broken
 from rewind.notifications.services import DELIVER_TASK, DeliveryRetry, notification_deliver, notifications_settle
 from rewind.requestid import bound_request_id
 
@@ -31,3 +32,9 @@ def notifications_deliver(self: Task, delivery_id: int, request_id: str | None =
 def notifications_settle_task() -> dict[str, int]:
     """Close deliveries lost mid-send and queue again those whose task was lost. Safe to overlap."""
     return notifications_settle()
+
+
+@shared_task(name="rewind.notifications.announce_audit_chain_broken", ignore_result=True)
+def notifications_announce_audit_chain_broken() -> int | None:
+    """Tell the channels of a failed check of the audit chain, once per check. Safe to overlap."""
+    return audit_chain_announce_broken()

@@ -11,19 +11,17 @@ import pytest
 from django.core.management import CommandError, call_command
 from django.db import connection
 
-from rewind.audit import Actor, audit_record, compute_hash, verify_chain
+from rewind.audit import Actor, audit_record, verify_chain
 from rewind.audit.anchors import audit_anchor_publish, read_anchors
-from rewind.models import AuditEvent
-from tests.audit.support import raw_delete, raw_empty, raw_set_head
-from tests.fixtures import audit_guards_lifted_run
+from rewind.models import AuditChainHead, AuditEvent
+from tests.audit.support import raw_delete, raw_empty, raw_rewrite_from, raw_set_head
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @pytest.fixture
-def anchor_file(settings: Any, tmp_path: Path) -> Path:
-    settings.REWIND_AUDIT_ANCHOR_FILE = tmp_path / "anchors.jsonl"
-    return settings.REWIND_AUDIT_ANCHOR_FILE
+def anchor_file(settings: Any) -> Path:
+    return Path(settings.REWIND_AUDIT_ANCHOR_FILE)  # the test's own (tests/conftest.py)
 
 
 def _record(n: int) -> list[AuditEvent]:
@@ -57,8 +55,12 @@ def test_it_publishes_a_signed_anchor_only_when_the_chain_moved(anchor_file: Pat
     lines = [json.loads(line) for line in anchor_file.read_text().splitlines()]
     assert [line["seq"] for line in lines] == [3, 5]
     assert set(lines[0]) == {"seq", "hash", "time", "key", "sig"}
-    assert "audit chain OK: " in _verify("--anchors")
-    assert "matches 2 anchor(s)" in _verify("--anchors")
+    verified = _verify("--anchors")
+    assert "audit chain OK: 5 events, every hash verified; matches 2 anchor(s)" in verified
+    # The verification is recorded as #6, and anchored at once: the next one holds the chain to it too.
+    assert "recorded as audit event #6 (audit.chain.verified)\nanchor: published event #6\n" in verified
+    assert "matches 3 anchor(s)" in _verify("--anchors")
+    assert AuditChainHead.objects.get().anchored_seq == 7
 
 
 def test_a_cut_tail_with_the_head_set_back_is_broken_not_ok(anchor_file: Path) -> None:
@@ -87,24 +89,7 @@ def test_a_rewritten_chain_whose_links_all_hold_is_broken(anchor_file: Path) -> 
     events = _record(5)
     audit_anchor_publish()
     # Rewrite from event 3 on, hashes and links recomputed: the chain verifies by itself.
-    prev, statements = events[1].hash or "", []
-    table = connection.ops.quote_name(AuditEvent._meta.db_table)
-    for event in events[2:]:
-        data = {"i": 999}
-        new = compute_hash(
-            seq=event.seq or 0, time=event.time, actor_type=event.actor_type, actor=event.actor, action=event.action,
-            target_type=event.target_type, target_id=event.target_id, target_repr=event.target_repr, data=data,
-            request_id=event.request_id, prev_hash=prev,
-        )  # fmt: skip
-        statements.append(
-            (
-                f"UPDATE {table} SET data = %s, prev_hash = %s, hash = %s WHERE id = %s",
-                [json.dumps(data), prev, new, event.pk],
-            )
-        )
-        prev = new
-    audit_guards_lifted_run(statements)
-    raw_set_head(5, prev)
+    raw_set_head(5, raw_rewrite_from(events, 2))
     assert verify_chain() == (5, None)
     with pytest.raises(CommandError, match=r"BROKEN at event #5\b.*the chain was rewritten"):
         _verify()
@@ -121,7 +106,9 @@ def test_every_anchor_of_a_copy_is_checked_and_the_first_mismatch_named(anchor_f
     raw_delete(*events[2:])
     raw_set_head(2, events[1].hash)
     anchor_file.write_text(anchor_file.read_text().splitlines()[0] + "\n")
-    assert "audit chain OK: 2 events" in _verify()  # the local file's newest anchor is what was left
+    # The head row remembers that #4 was anchored: the file cut back with the chain is no OK.
+    with pytest.raises(CommandError, match=r"BROKEN at event #4\b.*newest anchor is of event #2, but anchors were"):
+        _verify()
     with pytest.raises(CommandError, match=rf"BROKEN at event #4\b: anchor at line 2 of {copy}: the chain ends at"):
         _verify("--anchors", str(copy))
 
@@ -180,3 +167,35 @@ def test_an_existing_database_migrates_and_verifies(anchor_file: Path) -> None:
     assert "audit chain OK: 3 events" in _verify()
     audit_anchor_publish()
     assert "matches 1 anchor(s)" in _verify("--anchors")
+
+
+def test_a_verdict_counts_only_the_events_an_anchor_still_vouches_for(anchor_file: Path) -> None:
+    """It said "BROKEN at event #471 … (648 events before it are intact)" after a rewrite of #300."""
+    events = _record(2)
+    audit_anchor_publish()  # vouches for #1-#2
+    events += _record(3)
+    audit_anchor_publish()  # #5
+    events += _record(3)
+    audit_anchor_publish()  # #8
+    raw_set_head(8, raw_rewrite_from(events, 2))  # #3 on rewritten, every link recomputed: #2 is the last intact
+    assert verify_chain() == (8, None)
+    with pytest.raises(CommandError, match=r"BROKEN at event #8\b.*\(2 events before it are intact\)"):
+        _verify()
+    with pytest.raises(CommandError, match=r"BROKEN at event #5\b.*\(2 events before it are intact\)"):
+        _verify("--anchors")
+    recorded = AuditEvent.objects.filter(action="audit.chain.broken").order_by("id")
+    assert [(e.data["broken_at"], e.data["events"]) for e in recorded] == [(8, 2), (5, 2)]
+
+
+def test_a_verdict_on_a_broken_link_counts_the_events_before_it(anchor_file: Path) -> None:
+    from tests.audit.support import raw_update
+
+    events = _record(6)
+    raw_update(events[3], "data", "'{\"i\": 99}'")  # #4 changed, its hash left as it was
+    with pytest.raises(CommandError, match=r"BROKEN at event #4\b: its content.*\(3 events before it are intact\)"):
+        _verify()
+    raw_delete(events[1])  # #2 removed as well: the first break is now earlier
+    with pytest.raises(
+        CommandError, match=r"BROKEN at event #2\b: this event is missing.*\(1 event before it is intact\)"
+    ):
+        _verify()

@@ -85,7 +85,27 @@ def test_the_oauth_variant_is_the_url_only(client: str) -> None:
 def test_hosted_connectors_never_get_a_token(client: str) -> None:
     config = client_config(client, url=URL, token=TOKEN)
     assert TOKEN not in config.as_text()
-    assert "public https address" in config.guide()
+    assert "calls this URL from the internet" in config.guide()
+    assert "will NOT work" not in config.guide()
+
+
+@pytest.mark.parametrize("client", sorted(OAUTH_ONLY))
+@pytest.mark.parametrize(
+    ("url", "why"),
+    [
+        ("http://127.0.0.1:8000/mcp", "it is plain http, not https; 127.0.0.1 is an address of this machine"),
+        ("https://localhost:8443/mcp", "localhost is an address of this machine"),
+        ("https://10.1.2.3/mcp", "10.1.2.3 is an address of this machine or its network"),
+        ("http://rewind.example.com/mcp", "it is plain http, not https."),
+    ],
+    ids=["loopback http", "localhost", "private network", "plain http"],
+)
+def test_a_hosted_connector_is_told_plainly_when_its_url_cannot_work(client: str, url: str, why: str) -> None:
+    """It printed a loopback http URL while saying the URL must be the public https address."""
+    guide = client_config(client, url=url, token=None).guide()
+    assert "This URL will NOT work for" in guide
+    assert why in guide
+    assert "Set REWIND_PUBLIC_URL to the public https address" in guide
 
 
 def test_every_client_says_where_its_configuration_and_skill_go() -> None:
@@ -176,3 +196,24 @@ def owner(db: None) -> Any:
     from django.contrib.auth import get_user_model
 
     return get_user_model().objects.create_superuser("root-owner", password="pw-root-owner-1")
+
+
+def test_mcpconfig_issued_again_revokes_the_token_it_replaces(db: None, owner: Any) -> None:
+    from rewind.models import AuditEvent
+
+    def issue(client: str) -> tuple[str, str]:
+        out, err = StringIO(), StringIO()
+        call_command("mcpconfig", "re-bot", "--client", client, stdout=out, stderr=err)
+        return token_in(out.getvalue() + err.getvalue()), err.getvalue()
+
+    call_command("createagent", "re-bot", stdout=StringIO(), stderr=StringIO())  # a token of its own, kept
+    first, _said = issue("cursor")
+    other_client, _said = issue("vscode")
+    second, said = issue("cursor")
+    live = {t.token_hash for t in AgentToken.objects.filter(agent__name="re-bot", revoked_at__isnull=True)}
+    assert hashlib.sha256(first.encode()).hexdigest() not in live
+    assert {hashlib.sha256(t.encode()).hexdigest() for t in (second, other_client)} <= live
+    assert len(live) == 3  # createagent's, vscode's and the new cursor one
+    assert f"revoked token {first[:10]}… (mcpconfig cursor, issued " in said
+    revoked = AgentToken.objects.get(token_hash=hashlib.sha256(first.encode()).hexdigest())
+    assert AuditEvent.objects.filter(action="agent.token.revoked", target_id=str(revoked.pk)).exists()

@@ -210,3 +210,18 @@ def test_workers_their_clocks_and_the_task_queue_are_shown(client: Client, token
     assert value(down, "rewind_task_queue_outages_total") == 1
     broker_outage_ended()
     assert value(scrape(client), "rewind_task_queue_up") == 1
+
+
+@pytest.mark.django_db
+def test_the_newest_check_of_the_audit_chain_is_shown(client: Client, token: str) -> None:
+    from rewind.audit.verification import audit_chain_verify
+
+    audit_record(actor=SETUP, action="agent.created", target=("agent", "1"))
+    assert ("rewind_audit_chain_intact", ()) not in scrape(client)  # never checked: no sample, no false "1"
+    result = audit_chain_verify(actor=SETUP)
+    assert result.ok
+    samples = scrape(client)
+    assert samples[("rewind_audit_chain_intact", ())] == 1
+    assert samples[("rewind_audit_chain_broken_at", ())] == 0
+    assert result.event is not None
+    assert samples[("rewind_audit_chain_checked_timestamp_seconds", ())] == result.event.time.timestamp()

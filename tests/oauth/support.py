@@ -205,6 +205,20 @@ def register(browser: Any, redirect_uri: str = CALLBACK, name: str = "Hand-made 
     return str(resp.json()["client_id"])
 
 
+# Each request the endpoint refuses and can say so to the client: (what differs, the error).
+BACK_TO_THE_CLIENT = [
+    ({"code_challenge": "", "code_challenge_method": ""}, "invalid_request"),  # no PKCE
+    ({"code_challenge_method": ""}, "invalid_request"),  # a challenge without a method is "plain"
+    ({"code_challenge_method": "plain"}, "invalid_request"),
+    ({"resource": "https://other.example/mcp"}, "invalid_target"),
+    ({"resource": "not a uri"}, "invalid_target"),
+    ({"scope": "rewind:read admin"}, "invalid_scope"),
+    ({"response_type": "token"}, "unauthorized_client"),
+]
+BACK_IDS = ["no PKCE", "challenge without method", "plain PKCE", "foreign resource", "bad resource",
+            "unknown scope", "implicit"]  # fmt: skip
+
+
 def authorize_query(client_id: str, challenge: str | None, **extra: str) -> str:
     params = {
         "response_type": "code",
@@ -219,7 +233,7 @@ def authorize_query(client_id: str, challenge: str | None, **extra: str) -> str:
     return "/oauth/authorize/?" + urlencode({k: v for k, v in params.items() if v != ""})
 
 
-def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **extra: str) -> str:
+def consent_post(browser: Any, client_id: str, challenge: str, agent: str, **extra: str | list[str]) -> str:
     """The consent form as the page posts it; the URL the browser is sent back to."""
     form = {
         "client_id": client_id,
@@ -230,7 +244,7 @@ def consent_post(browser: Any, client_id: str, challenge: str, agent_pk: int, **
         "code_challenge": challenge,
         "code_challenge_method": "S256",
         "resource": RESOURCE,
-        "agent": str(agent_pk),
+        "agent": agent,
         "granted": ["rewind:read", "rewind:guard"],
         "allow": "Allow",
         **extra,

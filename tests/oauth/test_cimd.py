@@ -22,7 +22,6 @@ from oauth2_provider.models import Application
 
 from rewind.agents import agent_create
 from rewind.audit import Actor
-from rewind.models import Agent
 from rewind.oauth.cimd import MetadataFetcher, address_allowed
 from tests.oauth.support import (
     Document,
@@ -115,7 +114,7 @@ def test_a_metadata_document_client_is_registered_on_first_sight_and_gets_tokens
     assert client_id in page  # the page says where the name comes from
     app = Application.objects.get(client_id=client_id)
     assert app.registration_source == Application.RegistrationSource.CIMD
-    back = consent_post(signed_in, client_id, challenge, Agent.objects.get(name="alice-bot").pk)
+    back = consent_post(signed_in, client_id, challenge, "alice-bot")
     code = query_of(back)["code"]
     resp = exchange(signed_in, client_id, code, verifier, resource="http://testserver/mcp")
     assert resp.status_code == 200, resp.content

@@ -40,7 +40,7 @@ def signed_in(person: User) -> Client:
 
 
 def _code(signed_in: Client, client_id: str, challenge: str, agent: Agent) -> str:
-    back = consent_post(signed_in, client_id, challenge, agent.pk)
+    back = consent_post(signed_in, client_id, challenge, agent.name)
     assert back.startswith(CALLBACK)
     query = query_of(back)
     assert query["state"] == "st-1"
@@ -104,6 +104,20 @@ def test_a_missing_or_wrong_pkce_verifier_is_refused(
     code = _code(signed_in, client_id, challenge, agent)
     resp = exchange(signed_in, client_id, code, verifier)
     assert (resp.status_code, resp.json()["error"]) == (400, error)
+
+
+def test_a_wrong_pkce_verifier_uses_the_code_up(signed_in: Client, agent: Agent) -> None:
+    """Whoever holds a stolen code gets one try at its verifier, not as many as they like."""
+    client_id = register(signed_in)
+    right, challenge = pkce()
+    code = _code(signed_in, client_id, challenge, agent)
+    wrong = exchange(signed_in, client_id, code, "x" * 50)
+    assert (wrong.status_code, wrong.json()["error"]) == (400, "invalid_grant")
+    after = exchange(signed_in, client_id, code, right)
+    assert (after.status_code, after.json()["error"]) == (400, "invalid_grant")
+    # A code redeemed with its own verifier first is as it was.
+    code = _code(signed_in, client_id, challenge, agent)
+    assert exchange(signed_in, client_id, code, right).status_code == 200
 
 
 def test_a_token_request_with_another_redirect_uri_is_invalid_grant(signed_in: Client, agent: Agent) -> None:
@@ -187,7 +201,7 @@ def test_the_person_may_pick_only_their_own_active_agents(signed_in: Client, age
             "scope": "rewind:read",
             "code_challenge": challenge,
             "code_challenge_method": "S256",
-            "agent": str(foreign.pk),
+            "agent": foreign.name,
             "granted": ["rewind:read"],
             "allow": "Allow",
         },
@@ -199,7 +213,7 @@ def test_the_person_may_pick_only_their_own_active_agents(signed_in: Client, age
 def test_cancel_goes_back_with_access_denied(signed_in: Client, agent: Agent) -> None:
     client_id = register(signed_in)
     _verifier, challenge = pkce()
-    back = consent_post(signed_in, client_id, challenge, agent.pk, allow="")
+    back = consent_post(signed_in, client_id, challenge, agent.name, allow="")
     assert query_of(back)["error"] == "access_denied"
     assert not AgentGrant.objects.exists()
 
@@ -235,7 +249,7 @@ def test_an_agent_made_at_consent_is_the_persons_who_still_may_not_approve_its_r
 
     client_id = register(signed_in)
     _verifier, challenge = pkce()
-    back = consent_post(signed_in, client_id, challenge, 0, agent="", new_agent="alice-new")
+    back = consent_post(signed_in, client_id, challenge, "", new_agent="alice-new")
     assert "code" in query_of(back)
     agent = Agent.objects.get(name="alice-new")
     assert AgentGrant.objects.get().agent == agent

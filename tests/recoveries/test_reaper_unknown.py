@@ -40,6 +40,16 @@ def _failed_mount(tasks: InlineTasks, sim: Any, agent: Any, people: Any, tagged:
     return row
 
 
+def test_a_mount_answered_500_that_started_nothing_says_so(inline_tasks, sim, sites, people, agent, tagged) -> None:
+    """It said "the reaper will find and unmount the session" when the ZVM listed no session at all."""
+    row = _failed_mount(inline_tasks, sim, agent, people, tagged)
+    recovery = RecoveryRequest.objects.get(sessions=row)
+    assert "lists no session that this mount started: nothing is mounted" in recovery.error
+    assert "will find and unmount the session" not in recovery.error
+    assert (recovery.unmount_ok, recovery.unmount_session_id) == (True, "")
+    assert recovery.unmount_warning.startswith("nothing was mounted; should the ZVM still start one")
+
+
 def _later() -> Any:
     return timezone.now() + _settle_time() + timedelta(seconds=1)
 

@@ -109,19 +109,33 @@ def test_database_urls(tmp_path: Path) -> None:
     assert relative["NAME"] == tmp_path / "rewind.sqlite3"
 
 
-# The production settings docs/deployment.md gives ("The web front over TLS"): served over TLS at a name of its own.
+# The production settings docs/deployment.md gives ("The web front over TLS"): served over TLS at a name of
+# its own, and the audit anchors' key and file away from the database (docs/audit-integrity.md).
 PRODUCTION = {"DJANGO_ALLOWED_HOSTS": "rewind.example.com", "REWIND_PUBLIC_URL": "https://rewind.example.com"}
+
+
+def _production(tmp_path: Path) -> dict[str, str]:
+    from rewind.crypto import new_signing_key
+
+    key = tmp_path / "elsewhere" / "audit-anchor.key"
+    key.parent.mkdir()
+    key.write_text(new_signing_key())
+    anchors = tmp_path / "elsewhere" / "audit-anchors.jsonl"
+    return {**PRODUCTION, "REWIND_AUDIT_ANCHOR_KEY_FILE": str(key), "REWIND_AUDIT_ANCHOR_FILE": str(anchors)}
 
 
 @pytest.mark.process
 def test_the_deploy_check_is_clean_under_the_documented_production_settings(tmp_path: Path) -> None:
-    result = _start(tmp_path, "--deploy", "--fail-level", "WARNING", **PRODUCTION)
+    result = _start(tmp_path, "--deploy", "--fail-level", "WARNING", **_production(tmp_path))
     assert result.returncode == 0, result.stderr + result.stdout
     assert "System check identified no issues" in result.stdout
-    # Served over plain HTTP, the same check names what is missing.
+    # Served over plain HTTP, the key and the anchors beside the database: the same check names each.
     plain = _start(tmp_path, "--deploy", "--fail-level", "WARNING", DJANGO_ALLOWED_HOSTS="rewind.example.com")
     assert plain.returncode != 0
-    assert "security.W004" in plain.stderr + plain.stdout  # no HSTS
+    said = plain.stderr + plain.stdout
+    assert "security.W004" in said  # no HSTS
+    assert "rewind.W001" in said  # the anchors' key beside the database
+    assert "rewind.W002" in said  # the anchors' file beside the database
 
 
 @pytest.mark.process

@@ -155,9 +155,10 @@ def _oauth(caller: str, name: str) -> int:
     if name == "oauth2_provider:None":  # the resource metadata of a path under the service (RFC 9728)
         return 200
     if name == "oauth2_provider:authorize":
-        # Consent needs a person signed in (the login page first), and one who may consent: neither
-        # the staff without permissions nor the approver has that permission.
-        return 403 if caller in (STAFF, APPROVER) else 302
+        # Consent needs a person who may consent: neither the staff without permissions nor the
+        # approver has that permission. Anyone else is asked to sign in only for a request that can
+        # go on, and the walk's bare GET names no client: a page says so (rewind.oauth.views).
+        return 403 if caller in (STAFF, APPROVER) else 400
     if name == "oauth2_provider:dcr-register-management":
         return 401  # only the registration access token of that client opens it (RFC 7592)
     return 405  # token, revoke and register: POST only, whoever asks

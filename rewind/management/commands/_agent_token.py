@@ -24,8 +24,10 @@ def issue_agent_token(
     expires_days: int | None,
     stderr: OutputWrapper,
     granted: tuple[str, ...] = scopes.ALL,
+    replace: bool = False,
 ) -> AgentWithToken:
-    """A new token for agent ``name`` (created when missing); a CommandError says what was wrong."""
+    """A new token for agent ``name`` (created when missing); a CommandError says what was wrong.
+    ``replace``: the agent's live tokens of the same ``label`` are revoked (and said so)."""
     owner = None
     if owner_name:
         owner = agent_owner_candidate(owner_name)
@@ -39,9 +41,14 @@ def issue_agent_token(
             label=label,
             expires_at=expiry_in_days(expires_days),
             granted=granted,
+            replace=replace,
         )
     except ApplicationError as exc:
         raise CommandError(exc.message) from None
     if made.created:
         stderr.write(f"created agent {made.agent.name} (owner {made.agent.owner.get_username()})")
+    for old in made.replaced:
+        stderr.write(
+            f"revoked token {old.prefix}… ({label}, issued {old.created_at:%Y-%m-%d %H:%M} UTC): this one replaces it"
+        )
     return made

@@ -7,13 +7,14 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.audit import Actor
 from rewind.audit.verification import audit_chain_verify
+from rewind.notifications.audit_chain import audit_chain_announce_broken
 
 
 class Command(BaseCommand):
     help = (
         "Prove the audit log's hash chain and hold it against the anchors published outside the database "
         "(the newest; every one with --anchors), or name the first broken event or anchor; the verdict is "
-        "itself audited."
+        "itself audited, then anchored."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -39,11 +40,12 @@ class Command(BaseCommand):
             self.stdout.write(f"recorded as audit event {where} ({event.action})")
         else:
             self.stderr.write(f"this verification could not be recorded: {result.record_error}")
+        self.stdout.write(f"anchor: {result.anchor_note}")
         if not result.ok:
-            raise CommandError(
-                f"audit chain BROKEN at event #{result.broken_at}: {result.reason} "
-                f"({result.events} events before it are intact)"
-            )
+            if result.event is not None:
+                audit_chain_announce_broken()  # at once; the beat's sweep would within a minute
+            intact = f"{result.events} events before it are" if result.events != 1 else "1 event before it is"
+            raise CommandError(f"audit chain BROKEN at event #{result.broken_at}: {result.reason} ({intact} intact)")
         anchors = result.check.anchors
         where = ", ".join(str(p) for p in result.check.anchor_files)
         held = f"matches {anchors} anchor(s) of {where}" if anchors else f"no anchor published yet in {where}"

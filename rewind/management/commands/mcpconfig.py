@@ -14,7 +14,8 @@ class Command(BaseCommand):
     help = (
         "Print the configuration an MCP client accepts as it is (on standard output: paste it, or redirect it "
         "into the client's file) and, on standard error, where it goes and how the client gets the agent's "
-        "token (issued now, creating the agent if needed), or, with --oauth, no token: the client signs in."
+        "token (issued now, creating the agent if needed; the token mcpconfig issued before for the same agent "
+        "and client is revoked), or, with --oauth, no token: the client signs in."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -61,6 +62,7 @@ class Command(BaseCommand):
                 expires_days=options["expires_days"],
                 granted=tuple(options["scope"] or scopes.ALL),
                 stderr=self.stderr,
+                replace=True,  # the configuration printed before, and its token, are replaced
             )
             self.stderr.write(f"issued token {made.issued.row.prefix}… for agent {made.agent.name}; it is shown once")
             token = made.issued.token

@@ -32,7 +32,7 @@ def pin_what_agents_use(apps, schema_editor):
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("rewind", "0028_mcpratecount_calls"),
+        ("rewind", "0030_audit_anchored_seq"),
     ]
 
     operations = [
