@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
+from rewind.concurrency import run_each
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, unavailable
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import (
@@ -78,8 +79,5 @@ def _refresh_one(upstream: Upstream) -> str:
 def upstreams_refresh() -> dict[str, str]:
     """Every enabled upstream's list, at once, each bounded by its own timeouts; what each ended with."""
     upstreams = list(Upstream.objects.filter(enabled=True))
-    if not upstreams:
-        return {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=min(REFRESH_THREADS, len(upstreams))) as pool:
-        outcomes = list(pool.map(_refresh_one, upstreams))
-    return {u.name: said for u, said in zip(upstreams, outcomes, strict=True)}
+    outcomes = run_each(upstreams, _refresh_one, max_threads=REFRESH_THREADS, name="upstream-listing")
+    return {o.item.name: o.result() if o.error is None else f"could not be listed: {o.error}" for o in outcomes}
