@@ -21,7 +21,6 @@ import logging
 import re
 from datetime import UTC, datetime
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission, User
@@ -42,6 +41,7 @@ from rewind.notifications.services import (
     notification_delivery_record,
     notification_delivery_release,
 )
+from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]+")
@@ -159,8 +159,12 @@ def awaits_approval_key(recovery_id: int) -> str:
 
 
 def _queue_mail(queued: QueuedDelivery) -> None:
-    # By name: the task module imports this one.
-    current_app.signature(NOTIFY_TASK, args=(int(queued.target_id), queued.request_id)).delay()
+    queue_task(
+        NOTIFY_TASK,
+        int(queued.target_id),
+        queued.request_id,
+        what=f"the approver e-mail of recovery #{queued.target_id}",
+    )
 
 
 APPROVER_EMAIL = BuiltinChannel(

@@ -24,12 +24,10 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from recoveries.diff import FileDiff, file_diff
 from recoveries.guestfile import encode_content
@@ -50,7 +48,7 @@ from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.requestid import current_request_id
-from rewind.workers.broker import broker_refused
+from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -270,7 +268,7 @@ def recovery_restore_confirm(
             )
             if not won:
                 raise ApplicationError(f"recovery #{recovery.pk} was confirmed meanwhile")
-            transaction.on_commit(lambda: write_back_queue(recovery.pk, rid))
+            write_back_queue(recovery.pk, rid)
         audit_record(
             actor=Actor.user(person.get_username()),
             action=RecoveryAction.RESTORE_CONFIRMED,
@@ -359,10 +357,9 @@ def _not_awaiting(recovery: RecoveryRequest) -> str:
 
 def write_back_queue(recovery_id: int, request_id: str, countdown: float | None = None) -> None:
     """Queue the next write-back step; a queue that refuses leaves it for ``restores_resume_stalled``."""
-    try:
-        current_app.signature(WRITE_BACK_TASK, args=(recovery_id, request_id)).apply_async(countdown=countdown)
-    except OperationalError as exc:
-        broker_refused(exc, f"the write-back of recovery #{recovery_id}")
+    queue_task(
+        WRITE_BACK_TASK, recovery_id, request_id, countdown=countdown, what=f"the write-back of recovery #{recovery_id}"
+    )
 
 
 def restore_finish(

@@ -12,12 +12,10 @@ import shutil
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import transaction
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
@@ -31,7 +29,7 @@ from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.requestid import current_request_id
-from rewind.workers.broker import broker_refused
+from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status
@@ -183,14 +181,6 @@ def recovery_request_create(
     return recovery
 
 
-def _queue(task_name: str, *args: object) -> None:
-    """Queue a task of ``recoveries.tasks`` by its name, as ``task.delay`` would (eager mode included).
-
-    By name, so this module does not import the tasks, which import it.
-    """
-    current_app.signature(task_name, args=args).delay()
-
-
 def _describe(recovery: RecoveryRequest) -> dict[str, object]:
     return {
         "vm": recovery.vm_name,
@@ -301,16 +291,9 @@ def recovery_request_approve(
 
 
 def _queue_run(recovery_id: int, request_id: str) -> None:
-    transaction.on_commit(lambda: _queue_run_now(recovery_id, request_id))
-
-
-def _queue_run_now(recovery_id: int, request_id: str) -> None:
     """The approval stands whatever the task queue does: a run it refused is queued again by the
     beat's sweep, or as soon as the queue answers (``site_wait.recoveries_requeue_unstarted``)."""
-    try:
-        _queue("recoveries.run", recovery_id, request_id)
-    except OperationalError as exc:
-        broker_refused(exc, f"the run of recovery #{recovery_id}")
+    queue_task("recoveries.run", recovery_id, request_id, what=f"the run of recovery #{recovery_id}")
 
 
 def recovery_request_deny(

@@ -20,7 +20,6 @@ import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from celery import current_app
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -32,6 +31,7 @@ from rewind.audit.actions import RecoveryAction
 from rewind.dbclock import database_now
 from rewind.sites import site_circuit
 from rewind.sites.models import Site
+from rewind.workers.broker import queue_task
 from rewind.zvm import ZvmError
 
 logger = logging.getLogger(__name__)
@@ -191,12 +191,8 @@ def _queue_again(recovery: RecoveryRequest, now: datetime, status: str = Status.
     due = Q(resume_queued_at__isnull=True) | Q(resume_queued_at__lte=now - REQUEUE_AFTER)
     if not RecoveryRequest.objects.filter(due, pk=recovery.pk, status=status).update(resume_queued_at=now):
         return False
-    try:
-        # By name, as the approval queues it: this module does not import the tasks, which import it.
-        current_app.signature("recoveries.run", args=(recovery.pk, recovery.request_id)).delay()
-    except Exception:  # the broker; the request stays waiting and is queued again after REQUEUE_AFTER
-        logger.exception("recovery #%s: could not queue its run again", recovery.pk)
-        return False
+    # A broker that refuses it leaves the request waiting: it is queued again after REQUEUE_AFTER.
+    queue_task("recoveries.run", recovery.pk, recovery.request_id, what=f"the run of recovery #{recovery.pk} again")
     return True
 
 

@@ -30,11 +30,9 @@ import logging
 import time
 from datetime import datetime, timedelta
 
-from celery import current_app
-from django.db import connection, transaction
+from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from rewind import bulk
 from rewind.checkpoints.insert_batch import BatchReport, batch_size, site_insert_batch
@@ -45,7 +43,7 @@ from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.selectors import site_inserted_rows
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
-from rewind.workers.broker import broker_refused
+from rewind.workers.broker import queue_task
 from rewind.workers.selectors import broker_answered_again_at
 
 logger = logging.getLogger(__name__)
@@ -104,17 +102,10 @@ def _queue_round(rows: Q, site_id: int, at: datetime, **also: object) -> bool:
     won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None, **also)
     if won:
         countdown = max(0.0, (at - timezone.now()).total_seconds())
-        transaction.on_commit(lambda: _send_round(site_id, token, countdown), robust=True)
+        # A broker that refuses it is recorded as down: waiting guards are told, and once it answers
+        # again the round is queued anew (``pollers_restart_dead``).
+        queue_task(POLL_TASK, site_id, token, countdown=countdown, what=f"the poll round of site {site_id}")
     return bool(won)
-
-
-def _send_round(site_id: int, token: str, countdown: float) -> None:
-    """Queue the round. A broker that refuses it is recorded as down: waiting guards are told, and
-    once it answers again the round is queued anew (``pollers_restart_dead``)."""
-    try:
-        current_app.send_task(POLL_TASK, args=[site_id, token], countdown=countdown)
-    except OperationalError as exc:
-        broker_refused(exc, f"the poll round of site {site_id}")
 
 
 def poller_round(site_id: int, token: str | None = None) -> str:

@@ -12,14 +12,12 @@ functions below.
 
 from __future__ import annotations
 
-import functools
 import logging
 import uuid
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 
-from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, models, transaction
 from django.db.models import F, Q
@@ -40,6 +38,7 @@ from rewind.notifications.channels import (
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.notifications.transport import apprise_send
 from rewind.requestid import current_request_id
+from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)
 Status = NotificationDelivery.Status
@@ -170,9 +169,9 @@ def _record(
         return []
     if created:
         queued = [(_queued(d), by_key[d.channel]) for d in created]
-        # robust: a broker that cannot take the task leaves the delivery pending (the settle
-        # sweep queues it again); it never turns into a failure of what the caller did.
-        transaction.on_commit(functools.partial(_queue_all, queued), robust=True)
+        # Each sent once committed; a broker that cannot take it leaves the delivery pending (the
+        # settle sweep queues it again): never a failure of what the caller did.
+        _queue_all(queued)
     return created
 
 
@@ -223,7 +222,7 @@ def _queue_one(queued: QueuedDelivery, channel: Channel) -> None:
     if channel.builtin is not None:
         channel.builtin.queue(queued)
     else:
-        current_app.signature(DELIVER_TASK, args=(queued.pk, queued.request_id)).delay()
+        queue_task(DELIVER_TASK, queued.pk, queued.request_id, what=f"notification #{queued.pk}")
 
 
 def _queue_all(items: list[tuple[QueuedDelivery, Channel]]) -> None:

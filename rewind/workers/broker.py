@@ -1,7 +1,8 @@
 """The task queue (Celery's broker) as our processes see it: its name, whether it answers, and its refusals.
 
-A worker's heartbeat asks it every beat (``broker_unanswered``); a process whose message it
-refused says so (``broker_refused``). Both go to ``services``, which keeps the outages.
+Every task is queued by ``queue_task``: by name, once the caller's transaction commits. A worker's
+heartbeat asks the broker every beat (``broker_unanswered``); a message it refused is recorded
+(``broker_refused``). Both go to ``services``, which keeps the outages.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import socket
 from urllib.parse import urlsplit
 
 from celery import current_app
+from django.db import transaction
 
 from rewind.workers.services import broker_outage_noticed
 
@@ -40,6 +42,24 @@ def broker_unanswered() -> str | None:
     except Exception as exc:  # whatever the transport raises: the broker did not answer
         return _error_text(exc)
     return None
+
+
+def queue_task(name: str, *args: object, what: str, countdown: float | None = None) -> None:
+    """Queue the task ``name`` once the caller's transaction commits (at once outside one).
+
+    By name, so a part's services need not import its tasks, which import them. A broker that
+    refuses the message is recorded as down and never fails what the caller did: each task that
+    matters has a sweep that queues again what was not taken. ``what`` names it in the log.
+    """
+
+    def send() -> None:
+        try:
+            # A signature, not send_task: it runs the task in place where eager mode is on, as .delay() does.
+            current_app.signature(name, args=args).apply_async(countdown=countdown)
+        except Exception as exc:  # whatever the transport raises: the message was not taken
+            broker_refused(exc, what)
+
+    transaction.on_commit(send, robust=True)
 
 
 def broker_refused(exc: BaseException, what: str) -> None:
