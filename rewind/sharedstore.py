@@ -352,7 +352,8 @@ class DbStore:
     def put(self, kind: Records, key: str, fields: Record, *, ttl_s: float | None = None) -> None:
         row_key = kind.row_key(key)
         with _db_errors(), connection.cursor() as cursor:
-            if not self._write(cursor, kind, row_key, fields) and self._create(kind, row_key):
+            if not self._write(cursor, kind, row_key, fields):
+                self._create(kind, row_key)  # or another process did
                 self._write(cursor, kind, row_key, fields)
 
     def delete(self, kind: Records, key: str) -> None:
