@@ -276,11 +276,13 @@ class _Sql:
     key_column: str
 
 
+@cache
 def field_of(model: type[models.Model], name: str) -> models.Field[Any, Any]:
     """The model's concrete field ``name`` (its column, default, conversion)."""
     return next(f for f in model._meta.concrete_fields if f.name == name)
 
 
+@cache
 def column(model: type[models.Model], name: str) -> str:
     """The quoted column of the model's field ``name``, for plain SQL."""
     return connection.ops.quote_name(str(field_of(model, name).column))
