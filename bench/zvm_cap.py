@@ -86,12 +86,10 @@ class Bench:
         return dict(resp.json())
 
     def stores(self, store: str) -> Any:
-        from rewind.sites.zvm_shared import DbPacer, DbTokenStore, redis_stores
+        from rewind.sites.zvm_shared import db_stores, redis_stores
         from rewind.zvm import Stores
 
-        if store == "db":
-            return Stores(pacer=DbPacer(), tokens=DbTokenStore())
-        pacer, tokens = redis_stores(store)[:2]
+        pacer, tokens = (db_stores() if store == "db" else redis_stores(store))[:2]
         return Stores(pacer=pacer, tokens=tokens)
 
     def single(self, store: str, cap: float | None, calls: int) -> float:

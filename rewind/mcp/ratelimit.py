@@ -1,37 +1,20 @@
 """Per-agent rate limits for /mcp: at most ``per_minute`` calls in any 60 seconds, exactly.
 
-The limit is a sliding window: a call goes ahead only when the agent's ``per_minute``-th most
-recent accepted call lies more than a window back, so no 60-second span, wherever it starts,
-holds more than ``per_minute`` accepted calls. (A token bucket of the same depth refilling at
-the same rate lets nearly twice the figure through in the first minute: the full bucket, then
-the refill.) The window is counted ``WINDOW_MARGIN_US`` wider than a minute, so the limit also
-holds where a client measures it, whose requests take a varying time to reach us.
+A sliding window: a call goes ahead only when the agent's ``per_minute``-th most recent accepted
+call lies more than a window back, so no 60-second span holds more than ``per_minute`` accepted
+calls (a token bucket of the same depth lets nearly twice through in the first minute). The
+window is ``WINDOW_MARGIN_US`` wider than a minute, so the limit holds where a client measures
+it. ``MCP_RATE_LIMIT_BURST`` also paces calls at the steady rate (GCRA, one arrival time per agent).
 
-Within the window, an agent may spend its calls as it likes, all at once included. A limit on
-bursts is its own setting (``MCP_RATE_LIMIT_BURST``): then calls are also paced at the steady
-rate of ``per_minute`` a minute, with at most ``burst`` at once above it (GCRA: one "theoretical
-arrival time" per agent). The window holds either way.
+The count is kept once for the deployment in the shared store (``rewind.sharedstore``), so N
+workers allow the limit, not N times it; while the store does not answer, per process. The
+decision runs inside the store in one step, written for each: a Redis script on Redis's clock
+(the window's call times in one list per agent), or one short transaction (``McpRateCount`` and
+``McpRateCall`` rows, this machine's clock). Not the ``limits`` library: it has no SQL storage,
+stamps calls with each replica's own clock, counts whole-second windows and paces no bursts.
 
-The count is kept once for the whole deployment, so N uvicorn workers allow the limit, not N
-times it:
-- ``RedisRateLimiter`` (when REDIS_URL is set): one list of accepted call times per agent
-  (the window's, at most ``per_minute`` of them, expiring with the window), on Redis's clock, in
-  one script per request.
-- ``DbRateLimiter`` (no Redis, e.g. ``make run``'s embedded default): the same in the database,
-  one ``McpRateCount`` row per agent (locked for the decision, holding the burst pacing and how
-  many calls the agent has in the window) and one ``McpRateCall`` row per accepted call inside
-  the window, in one short transaction of its own
-  (on a thread of its own, never inside another transaction). The clock is this machine's
-  (replicas on several machines need synchronized clocks, as NTP gives).
-- ``LocalRateLimiter``: the same in this process; what the others fall back to.
-
-While Redis or the database cannot be reached, the limit is counted in this process
-instead, the log says so, and the shared count is tried again after
-``RETRY_AFTER_FAILURE_S`` (for Redis, ``rewind.redislink`` decides): a broken counter must not
-take /mcp down with it.
-
-``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until
-the agent may call again; refused calls are not counted.
+``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until the
+agent may call again; refused calls are not counted.
 """
 
 from __future__ import annotations
@@ -45,6 +28,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import cache
 from typing import Protocol
 
 from django.db import DatabaseError, connection, transaction
@@ -52,7 +36,7 @@ from django.db.backends.utils import CursorWrapper
 
 from rewind.mcp.context import recycle_connections
 from rewind.mcp.models import McpRateCall, McpRateCount
-from rewind.redislink import REDIS_DOWN, RETRY_AFTER_FAILURE_S, RedisLink
+from rewind.sharedstore import DbStore, Fallback, RedisStore
 
 logger = logging.getLogger(__name__)
 
@@ -243,39 +227,6 @@ class _Gatherer:
             batch.deciding = None
 
 
-class RedisRateLimiter:
-    """The limit counted in Redis for every process; see the module docstring.
-
-    An event loop's calls are decided in batches (``_Gatherer``), one script per batch.
-    """
-
-    def __init__(self, url: str, limit: RateLimit) -> None:
-        self.limit = limit
-        self._local = LocalRateLimiter(limit)
-        self._link = RedisLink(url, logger=logger)
-        self._gatherer = _Gatherer(self._scripted)
-
-    async def take(self, key: str, *, others_open: bool = False) -> float:
-        if not self._link.up():
-            return self._local.take_now(key)
-        return await self._gatherer.take(key, gather=others_open)
-
-    async def _scripted(self, keys: list[str]) -> list[float]:
-        if not self._link.up():
-            return [self._local.take_now(key) for key in keys]
-        limit = self.limit
-        try:
-            script = self._link.async_script(_SLIDING_WINDOW)
-            waits_us = await script(
-                keys=[name for key in keys for name in (KEY_PREFIX + key, KEY_PREFIX + "pace:" + key)],
-                args=[limit.per_minute, limit.window_us, limit.interval_us, limit.tolerance_us],
-            )
-        except REDIS_DOWN as exc:
-            self._link.failed(exc, "rate limits are counted")
-            return [self._local.take_now(key) for key in keys]
-        return [max(0.0, int(wait_us) / 1_000_000) for wait_us in waits_us]
-
-
 def _now_us() -> int:
     return int(time.time() * 1_000_000)
 
@@ -290,6 +241,7 @@ class _Sql:
     save: str
 
 
+@cache
 def _statements() -> _Sql:
     quote = connection.ops.quote_name
     counts, calls = quote(McpRateCount._meta.db_table), quote(McpRateCall._meta.db_table)
@@ -305,97 +257,99 @@ def _statements() -> _Sql:
     )
 
 
-class DbRateLimiter:
-    """The limit counted in the database for every process; see the module docstring.
+@cache
+def _local(limit: RateLimit) -> LocalRateLimiter:
+    return LocalRateLimiter(limit)
 
-    An event loop's calls are decided in batches (``_Gatherer``), each in one transaction: one
-    thread hand-off and one write transaction for many calls (on SQLite every write transaction
-    takes the database's one write lock, which the audit rows' writer needs too).
+
+def decide_in_db(limit: RateLimit, keys: Sequence[str]) -> list[float]:
+    """Decide a call of each of ``keys`` (an agent may be named more than once), in one short transaction.
+
+    Each agent's calls are decided in the order given, and the agents in the order of their
+    keys: every transaction locks agents' rows in that one order, so two processes deciding
+    the same agents at once wait for each other instead of deadlocking.
+    """
+    if connection.in_atomic_block:
+        # Counted here, the write would last until the caller's transaction ends and hold
+        # up every other process meanwhile; only a test calls from inside one.
+        return [_local(limit).take_now(key) for key in keys]
+    recycle_connections()
+    sql = _statements()
+    order = sorted(range(len(keys)), key=lambda i: keys[i])  # stable: each agent's calls keep their order
+    waits = [0.0] * len(keys)
+    try:
+        with transaction.atomic(), connection.cursor() as cursor:
+            for i in order:
+                waits[i] = _decide(sql, limit, cursor, keys[i], _now_us())
+    except DatabaseError:
+        connection.close_if_unusable_or_obsolete()
+        raise
+    return waits
+
+
+def _decide(sql: _Sql, limit: RateLimit, cursor: CursorWrapper, key: str, now: int) -> float:
+    cursor.execute(sql.lock, [key])
+    tat, counted = cursor.fetchone()
+    cursor.execute(sql.forget, [key, now - limit.window_us])
+    in_window = counted - max(0, cursor.rowcount)
+    # The calls themselves are read only when the count reaches the limit: walking the index to
+    # the per_minute-th latest costs in proportion to the calls in the window, which a high
+    # limit (100,000 a minute) made thousands of rows on every call.
+    nth_latest = None
+    if in_window >= limit.per_minute:
+        cursor.execute(sql.nth_latest, [key, limit.per_minute - 1])
+        found = cursor.fetchone()
+        if found is not None:
+            nth_latest = int(found[0])
+        else:  # fewer calls than counted (rows deleted by hand): count them again
+            cursor.execute(sql.count, [key])
+            (in_window,) = cursor.fetchone()
+    wait, new_tat = limit.decide(nth_latest, int(tat), now)
+    if wait == 0:
+        cursor.execute(sql.record, [key, now])
+        in_window += 1
+    if (new_tat, in_window) != (tat, counted):
+        cursor.execute(sql.save, [new_tat, in_window, key])
+    return wait / 1_000_000
+
+
+class SharedRateLimiter:
+    """The limit counted in ``store`` for every process; per process while it does not answer.
+
+    An event loop's calls are decided in batches (``_Gatherer``): one script, or one thread
+    hand-off and one write transaction, for many calls (on SQLite every write transaction takes
+    the database's one write lock, which the audit rows' writer needs too).
     """
 
-    def __init__(self, limit: RateLimit) -> None:
+    def __init__(self, limit: RateLimit, store: RedisStore | DbStore) -> None:
         self.limit = limit
+        self.store = store
         self._local = LocalRateLimiter(limit)
-        self._down_until = 0.0
-        self._sql = _statements()
+        self._fallback = Fallback(store, "rate limits are counted per process", logger)
+        self._gatherer = _Gatherer(self._decided)
         # A thread of its own: the tools' pool may be busy with ZVM calls, and the count must
         # not wait for them. Each of its threads keeps one connection.
         self._pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="rewind-mcp-rate")
-        self._gatherer = _Gatherer(self._decided)
 
     async def take(self, key: str, *, others_open: bool = False) -> float:
-        if time.monotonic() < self._down_until:
+        if not self._fallback.up():
             return self._local.take_now(key)
         return await self._gatherer.take(key, gather=others_open)
 
     async def _decided(self, keys: list[str]) -> list[float]:
-        if time.monotonic() < self._down_until:
-            return [self._local.take_now(key) for key in keys]
-        try:
-            return await asyncio.get_running_loop().run_in_executor(self._pool, self.take_many_now, keys)
-        except DatabaseError as exc:
-            self._down_until = time.monotonic() + RETRY_AFTER_FAILURE_S
-            logger.warning(
-                "rate limits are counted per process for %.0f s: the database did not answer (%s)",
-                RETRY_AFTER_FAILURE_S,
-                type(exc).__name__,
-            )
-            return [self._local.take_now(key) for key in keys]
+        return await self._fallback.acall(lambda: self._in_store(keys), lambda: [self._local.take_now(k) for k in keys])
 
-    def take_now(self, key: str) -> float:
-        """Decide one call of ``key`` in one short transaction of its own; 0.0 or the seconds to wait."""
-        return self.take_many_now([key])[0]
-
-    def take_many_now(self, keys: Sequence[str]) -> list[float]:
-        """Decide a call of each of ``keys`` (an agent may be named more than once), in one short transaction.
-
-        Each agent's calls are decided in the order given, and the agents in the order of their
-        keys: every transaction locks agents' rows in that one order, so two processes deciding
-        the same agents at once wait for each other instead of deadlocking.
-        """
-        if connection.in_atomic_block:
-            # Counted here, the write would last until the caller's transaction ends and hold
-            # up every other process meanwhile; only a test calls from inside one.
-            return [self._local.take_now(key) for key in keys]
-        recycle_connections()
-        order = sorted(range(len(keys)), key=lambda i: keys[i])  # stable: each agent's calls keep their order
-        waits = [0.0] * len(keys)
-        try:
-            with transaction.atomic(), connection.cursor() as cursor:
-                for i in order:
-                    waits[i] = self._decide(cursor, keys[i], _now_us())
-        except DatabaseError:
-            connection.close_if_unusable_or_obsolete()
-            raise
-        return waits
-
-    def _decide(self, cursor: CursorWrapper, key: str, now: int) -> float:
-        sql, limit = self._sql, self.limit
-        cursor.execute(sql.lock, [key])
-        tat, counted = cursor.fetchone()
-        cursor.execute(sql.forget, [key, now - limit.window_us])
-        in_window = counted - max(0, cursor.rowcount)
-        # The calls themselves are read only when the count reaches the limit: walking the index to
-        # the per_minute-th latest costs in proportion to the calls in the window, which a high
-        # limit (100,000 a minute) made thousands of rows on every call.
-        nth_latest = None
-        if in_window >= limit.per_minute:
-            cursor.execute(sql.nth_latest, [key, limit.per_minute - 1])
-            found = cursor.fetchone()
-            if found is not None:
-                nth_latest = int(found[0])
-            else:  # fewer calls than counted (rows deleted by hand): count them again
-                cursor.execute(sql.count, [key])
-                (in_window,) = cursor.fetchone()
-        wait, new_tat = limit.decide(nth_latest, int(tat), now)
-        if wait == 0:
-            cursor.execute(sql.record, [key, now])
-            in_window += 1
-        if (new_tat, in_window) != (tat, counted):
-            cursor.execute(sql.save, [new_tat, in_window, key])
-        return wait / 1_000_000
+    async def _in_store(self, keys: list[str]) -> list[float]:
+        if not isinstance(self.store, RedisStore):
+            return await asyncio.get_running_loop().run_in_executor(self._pool, decide_in_db, self.limit, keys)
+        limit = self.limit
+        waits_us = await self.store.link.async_script(_SLIDING_WINDOW)(
+            keys=[name for key in keys for name in (KEY_PREFIX + key, KEY_PREFIX + "pace:" + key)],
+            args=[limit.per_minute, limit.window_us, limit.interval_us, limit.tolerance_us],
+        )
+        return [max(0.0, int(wait_us) / 1_000_000) for wait_us in waits_us]
 
 
-def rate_limiter(limit: RateLimit, redis_url: str | None) -> RateLimiter:
+def rate_limiter(limit: RateLimit, redis_url: str | None) -> SharedRateLimiter:
     """Shared through Redis when there is one, else through the database."""
-    return RedisRateLimiter(redis_url, limit) if redis_url else DbRateLimiter(limit)
+    return SharedRateLimiter(limit, RedisStore(redis_url) if redis_url else DbStore())

@@ -19,13 +19,14 @@ from rewind.mcp.models import McpRateCall, McpRateCount
 from rewind.mcp.ratelimit import (
     KEY_PREFIX,
     MINUTE_US,
-    DbRateLimiter,
     LocalRateLimiter,
     RateLimit,
-    RedisRateLimiter,
+    SharedRateLimiter,
+    decide_in_db,
     rate_limiter,
 )
 from rewind.processes import free_port
+from rewind.sharedstore import DbStore, RedisStore
 from tests.helpers import call_body, post, run
 from tests.mcpfixtures import make_agent_token, run_uvicorn
 
@@ -45,6 +46,19 @@ def redis_url() -> str:
     return url
 
 
+def _redis_limiter(url: str, limit: RateLimit) -> SharedRateLimiter:
+    return SharedRateLimiter(limit, RedisStore(url))
+
+
+def _db_limiter(limit: RateLimit) -> SharedRateLimiter:
+    return SharedRateLimiter(limit, DbStore())
+
+
+def _take_now(limit: RateLimit, key: str) -> float:
+    """One call decided in the database at once, in a transaction of its own."""
+    return decide_in_db(limit, [key])[0]
+
+
 def _takes(limiter: Any, key: str, n: int) -> list[float]:
     async def many() -> list[float]:
         return [await limiter.take(key) for _ in range(n)]
@@ -62,7 +76,7 @@ def test_a_local_limit_allows_the_limit_then_says_how_long_to_wait() -> None:
 
 def test_two_workers_share_one_count_in_redis(redis_url: str) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
-    workers = [RedisRateLimiter(redis_url, RateLimit(5)), RedisRateLimiter(redis_url, RateLimit(5))]
+    workers = [_redis_limiter(redis_url, RateLimit(5)), _redis_limiter(redis_url, RateLimit(5))]
 
     async def alternate() -> list[float]:
         return [await workers[i % 2].take(agent) for i in range(7)]
@@ -76,7 +90,7 @@ def test_two_workers_share_one_count_in_redis(redis_url: str) -> None:
 
 def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptureFixture) -> None:
     url = f"redis://:s3cret-pass@127.0.0.1:{free_port()}/0"  # nothing listens there
-    limiter = RedisRateLimiter(url, RateLimit(2))
+    limiter = _redis_limiter(url, RateLimit(2))
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
     assert waits[:2] == [0.0, 0.0]
@@ -88,13 +102,13 @@ def test_without_redis_it_counts_per_process_and_says_so(caplog: pytest.LogCaptu
 
 
 def test_the_setting_picks_the_counter() -> None:
-    assert isinstance(rate_limiter(RateLimit(10), None), DbRateLimiter)
-    assert isinstance(rate_limiter(RateLimit(10), "redis://127.0.0.1:6379/15"), RedisRateLimiter)
+    assert isinstance(rate_limiter(RateLimit(10), None).store, DbStore)
+    assert isinstance(rate_limiter(RateLimit(10), "redis://127.0.0.1:6379/15").store, RedisStore)
 
 
 def test_two_workers_share_one_count_in_the_database(transactional_db: None) -> None:
     agent = f"bot-{uuid.uuid4().hex}"
-    workers = [DbRateLimiter(RateLimit(5)), DbRateLimiter(RateLimit(5))]
+    workers = [_db_limiter(RateLimit(5)), _db_limiter(RateLimit(5))]
 
     async def alternate() -> list[float]:
         return [await workers[i % 2].take(agent) for i in range(7)]
@@ -108,16 +122,16 @@ def test_two_workers_share_one_count_in_the_database(transactional_db: None) -> 
 
 
 def test_a_database_count_gives_a_call_back_once_the_window_passed(transactional_db: None, monkeypatch: Any) -> None:
-    limiter = DbRateLimiter(RateLimit(2))
+    limit = RateLimit(2)
     now = [1_800_000_000_000_000]
     monkeypatch.setattr("rewind.mcp.ratelimit._now_us", lambda: now[0])
-    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, pytest.approx(60.2, abs=0.001)]
+    assert [_take_now(limit, "bot") for _ in range(3)] == [0.0, 0.0, pytest.approx(60.2, abs=0.001)]
     now[0] += 30_000_000
-    assert limiter.take_now("bot") == pytest.approx(30.2, abs=0.001)  # still refused: refusals do not count
+    assert _take_now(limit, "bot") == pytest.approx(30.2, abs=0.001)  # still refused: refusals do not count
     now[0] += 30_300_000
-    assert limiter.take_now("bot") == 0.0
-    assert limiter.take_now("bot") == 0.0
-    assert limiter.take_now("bot") == pytest.approx(60.2, abs=0.001)
+    assert _take_now(limit, "bot") == 0.0
+    assert _take_now(limit, "bot") == 0.0
+    assert _take_now(limit, "bot") == pytest.approx(60.2, abs=0.001)
     assert McpRateCall.objects.filter(key="bot").count() == 2, "calls out of the window are forgotten"
 
 
@@ -127,32 +141,32 @@ def test_a_database_count_under_a_high_limit_keeps_the_window_s_calls_and_reads_
     from django.db import connection
     from django.test.utils import CaptureQueriesContext
 
-    limiter = DbRateLimiter(RateLimit(100_000))
+    limit = RateLimit(100_000)
     now = [1_800_000_000_000_000]
     monkeypatch.setattr("rewind.mcp.ratelimit._now_us", lambda: now[0])
     for _ in range(300):
         now[0] += 1000
-        assert limiter.take_now("busy") == 0.0
+        assert _take_now(limit, "busy") == 0.0
     with CaptureQueriesContext(connection) as queries:
-        limiter.take_now("busy")
+        _take_now(limit, "busy")
     assert not [q for q in queries if "OFFSET" in q["sql"]], "below the limit no call is read back"
     assert McpRateCount.objects.get(key="busy").calls == McpRateCall.objects.filter(key="busy").count() == 301
     # Calls at 1..300 ms and one more at 300 ms; 60.05 s later the window begins at 150 ms.
     now[0] += MINUTE_US + 200_000 - 150_000
-    assert limiter.take_now("busy") == 0.0
+    assert _take_now(limit, "busy") == 0.0
     assert McpRateCount.objects.get(key="busy").calls == McpRateCall.objects.filter(key="busy").count() == 151 + 1 + 1
 
 
 def test_a_database_count_higher_than_the_calls_kept_is_set_right_at_the_limit(transactional_db: None) -> None:
-    limiter = DbRateLimiter(RateLimit(3))
-    assert [limiter.take_now("bot") for _ in range(3)] == [0.0, 0.0, 0.0]
+    limit = RateLimit(3)
+    assert [_take_now(limit, "bot") for _ in range(3)] == [0.0, 0.0, 0.0]
     McpRateCall.objects.filter(key="bot").order_by("at")[:1].get().delete()  # by hand: the count says 3, 2 are kept
-    assert limiter.take_now("bot") == 0.0, "the count is not a refusal: the calls kept are"
+    assert _take_now(limit, "bot") == 0.0, "the count is not a refusal: the calls kept are"
     assert McpRateCount.objects.get(key="bot").calls == McpRateCall.objects.filter(key="bot").count() == 3
-    assert limiter.take_now("bot") > 59
+    assert _take_now(limit, "bot") > 59
 
 
-def _counting_batches(limiter: DbRateLimiter | RedisRateLimiter, monkeypatch: Any) -> list[list[str]]:
+def _counting_batches(limiter: SharedRateLimiter, monkeypatch: Any) -> list[list[str]]:
     """The keys of each trip the limiter makes to its shared count, as they are made."""
     batches: list[list[str]] = []
     decide = limiter._gatherer._decide
@@ -170,7 +184,7 @@ def test_a_burst_on_one_loop_is_decided_in_a_few_redis_scripts_each_agent_exactl
 ) -> None:
     import asyncio
 
-    limiter = RedisRateLimiter(redis_url, RateLimit(5))
+    limiter = _redis_limiter(redis_url, RateLimit(5))
     batches = _counting_batches(limiter, monkeypatch)
     run_id = uuid.uuid4().hex
     agents = [f"{name}-{run_id}" for name in ("b-bot", "a-bot", "c-bot")] * 10
@@ -198,12 +212,12 @@ def test_a_real_redis_restart_is_counted_per_process_meanwhile_then_in_redis_aga
     same loop's calls are counted in Redis again, on connections opened anew."""
     import asyncio
 
-    from rewind import redislink
+    from rewind import sharedstore
     from tests.stackfixtures import RedisServer
 
-    monkeypatch.setattr(redislink, "RETRY_AFTER_FAILURE_S", 1.0)  # the outage's retry, shortened
+    monkeypatch.setattr(sharedstore, "RETRY_AFTER_FAILURE_S", 1.0)  # the outage's retry, shortened
     server = RedisServer(tmp_path)
-    limiter = RedisRateLimiter(server.url(), RateLimit(100))
+    limiter = _redis_limiter(server.url(), RateLimit(100))
 
     async def burst() -> list[float]:
         return list(await asyncio.gather(*(limiter.take("bot", others_open=True) for _ in range(5))))
@@ -233,7 +247,7 @@ def test_a_redis_list_under_a_high_limit_holds_only_the_window_s_calls(redis_url
     agent = f"bot-{uuid.uuid4().hex}"
     client = redis.Redis.from_url(redis_url)
     client.rpush(KEY_PREFIX + agent, *[str(1_000_000 + i) for i in range(500)])  # calls of long ago
-    limiter = RedisRateLimiter(redis_url, RateLimit(100_000))
+    limiter = _redis_limiter(redis_url, RateLimit(100_000))
     assert run(limiter.take(agent)) == 0.0
     assert client.llen(KEY_PREFIX + agent) == 1, "calls older than the window are dropped"
 
@@ -243,7 +257,7 @@ def test_a_burst_on_one_loop_is_decided_in_a_few_transactions_each_agent_exactly
 ) -> None:
     import asyncio
 
-    limiter = DbRateLimiter(RateLimit(5))
+    limiter = _db_limiter(RateLimit(5))
     batches = _counting_batches(limiter, monkeypatch)
     agents = ["b-bot", "a-bot", "c-bot"] * 10  # interleaved, the rows locked in another order than they came
 
@@ -271,7 +285,7 @@ def test_calls_arriving_while_other_requests_are_open_are_gathered_into_one_deci
     from rewind.mcp import ratelimit
 
     monkeypatch.setattr(ratelimit, "GATHER_WINDOW_S", 0.5)  # wide, so a slow machine still lands inside it
-    limiter = DbRateLimiter(RateLimit(5))
+    limiter = _db_limiter(RateLimit(5))
     batches = _counting_batches(limiter, monkeypatch)
 
     async def staggered() -> list[float]:
@@ -293,7 +307,7 @@ def test_a_lone_call_is_decided_at_once(transactional_db: None, monkeypatch: Any
     from rewind.mcp import ratelimit
 
     monkeypatch.setattr(ratelimit, "GATHER_WINDOW_S", 60.0)  # a lone call that waited would time out below
-    limiter = DbRateLimiter(RateLimit(5))
+    limiter = _db_limiter(RateLimit(5))
     assert run(asyncio.wait_for(limiter.take("bot"), timeout=10)) == 0.0
     assert McpRateCall.objects.filter(key="bot").count() == 1
 
@@ -303,12 +317,12 @@ def test_without_the_database_it_counts_per_process_and_says_so(
 ) -> None:
     from django.db import OperationalError
 
-    limiter = DbRateLimiter(RateLimit(2))
+    limiter = _db_limiter(RateLimit(2))
 
-    def broken(keys: list[str]) -> list[float]:
+    def broken(limit: RateLimit, keys: list[str]) -> list[float]:
         raise OperationalError("database is locked")
 
-    monkeypatch.setattr(limiter, "take_many_now", broken)
+    monkeypatch.setattr("rewind.mcp.ratelimit.decide_in_db", broken)
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits = _takes(limiter, "bot", 3)
     assert waits[:2] == [0.0, 0.0]
@@ -360,10 +374,11 @@ def test_the_endpoint_counts_in_redis_when_it_is_configured(
 
 
 def test_a_closed_event_loop_does_not_keep_its_redis_client(redis_url: str) -> None:
-    limiter = RedisRateLimiter(redis_url, RateLimit(100))
+    store = RedisStore(redis_url)
+    limiter = SharedRateLimiter(RateLimit(100), store)
     for _ in range(3):
         assert run(limiter.take(f"bot-{uuid.uuid4().hex}")) == 0.0
-    assert limiter._link.event_loops_held() == 1
+    assert store.link.event_loops_held() == 1
 
 
 def test_a_burst_of_calls_on_one_loop_is_counted_in_redis_not_per_process(
@@ -374,21 +389,22 @@ def test_a_burst_of_calls_on_one_loop_is_counted_in_redis_not_per_process(
     Redis not answering and switched every limit to per-process counting for 10 s."""
     import asyncio
 
-    from rewind.redislink import LOOP_CONNECTIONS
+    from rewind.sharedstore import LOOP_CONNECTIONS
 
-    limiter = RedisRateLimiter(redis_url, RateLimit(1000))
+    store = RedisStore(redis_url)
+    limiter = SharedRateLimiter(RateLimit(1000), store)
     agent = f"bot-{uuid.uuid4().hex}"
 
     async def burst() -> tuple[list[float], int]:
         waits = await asyncio.gather(*(limiter.take(agent) for _ in range(150)))
-        pool = limiter._link._loops[asyncio.get_running_loop()].client.connection_pool
+        pool = store.link._loops[asyncio.get_running_loop()].client.connection_pool
         return list(waits), len(pool._available_connections) + len(pool._in_use_connections)
 
     with caplog.at_level(logging.WARNING, logger="rewind.mcp.ratelimit"):
         waits, opened = run(burst())
     assert waits == [0.0] * 150
     assert "per process" not in caplog.text
-    assert limiter._link.up()
+    assert limiter._fallback.up()
     assert redis.Redis.from_url(redis_url).llen(KEY_PREFIX + agent) == 150, "every call counted in Redis"
     assert opened <= LOOP_CONNECTIONS
 

@@ -8,14 +8,9 @@ from typing import Any
 import pytest
 import redis
 
+from rewind.sharedstore import DbStore, RedisStore
 from rewind.sites.models import ZvmRequestCount
-from rewind.sites.requestcount import (
-    FLUSH_AFTER_S,
-    REDIS_KEY,
-    BatchedRequestCounter,
-    DbRequestCounter,
-    RedisRequestCounter,
-)
+from rewind.sites.requestcount import FLUSH_AFTER_S, REDIS_KEY, REQUESTS, BatchedRequestCounter
 from tests.fixtures import wait_until
 from tests.workerenv import private_redis_url
 
@@ -25,7 +20,7 @@ REDIS_URL = private_redis_url(1)  # a database of its own beside the suite's (te
 @pytest.mark.django_db(transaction=True)
 def test_counts_reach_the_database_in_one_write_within_a_second_from_a_thread_that_lets_its_connection_go() -> None:
     a, b = _site(), _site()  # names of their own: other counters of this process may write meanwhile
-    counter = BatchedRequestCounter(DbRequestCounter())
+    counter = BatchedRequestCounter(DbStore())
     for _ in range(5):
         counter.count(a, "2xx")
     counter.count(a, "timeout")
@@ -45,9 +40,8 @@ def test_counts_reach_the_database_in_one_write_within_a_second_from_a_thread_th
 
 @pytest.mark.django_db(transaction=True)
 def test_a_store_that_fails_loses_the_counts_and_never_the_call(caplog: pytest.LogCaptureFixture) -> None:
-    store = DbRequestCounter()
-    store._outage.failed(RuntimeError("down"))  # as after a failed write: the next ones are skipped
-    counter = BatchedRequestCounter(store)
+    counter = BatchedRequestCounter(DbStore())
+    counter._fallback.failed(RuntimeError("down"))  # as after a failed write: the next ones are skipped
     site = _site()
     counter.count(site, "2xx")
     counter.flush()
@@ -62,12 +56,15 @@ def test_counts_reach_redis_in_one_pipelined_write() -> None:
     except redis.RedisError:
         pytest.skip("no Redis answers on 127.0.0.1:6379 (apt-get install redis-server; .ci/run starts it)")
     site = _site()
-    counter = BatchedRequestCounter(RedisRequestCounter(client))
+    counter = BatchedRequestCounter(RedisStore(REDIS_URL))
     for _ in range(3):
         counter.count(site, "2xx")
     counter.count(site, "5xx")
     counter.flush()
-    assert {k: n for k, n in counter.store.counts().items() if k[0] == site} == {(site, "2xx"): 3, (site, "5xx"): 1}
+    assert {k: n for k, n in counter.store.totals(REQUESTS).items() if k[0] == site} == {
+        (site, "2xx"): 3,
+        (site, "5xx"): 1,
+    }
     counter.count(site, "2xx")
     assert counter.counts()[(site, "2xx")] == 4
     client.hdel(REDIS_KEY, *(f'["{site}", "{r}"]' for r in ("2xx", "5xx")))

@@ -20,15 +20,14 @@ import pytest
 import redis
 
 from rewind.processes import free_port
-from rewind.redislink import RedisLink
+from rewind.sharedstore import DbStore, RedisStore
 from rewind.sites.zvm_shared import (
     CLAIM_PREFIX,
     RATE_PREFIX,
     TOKEN_PREFIX,
-    DbPacer,
-    DbTokenStore,
-    RedisPacer,
-    RedisTokenStore,
+    SharedPacer,
+    SharedTokenStore,
+    db_stores,
     redis_stores,
 )
 from rewind.zvm import Stores, ZvmClient
@@ -72,7 +71,8 @@ def _stores(store: str) -> Stores:
     if store == "redis":
         pacer, tokens = redis_stores(REDIS_URL)[:2]
         return Stores(pacer=pacer, tokens=tokens)
-    return Stores(pacer=DbPacer(), tokens=DbTokenStore())
+    pacer, tokens = db_stores()[:2]
+    return Stores(pacer=pacer, tokens=tokens)
 
 
 def _rate(sim: SimHandle, slug: str) -> dict[str, Any]:
@@ -190,8 +190,8 @@ def test_one_process_at_a_time_may_log_in(store: str) -> None:
 
 def test_a_redis_that_does_not_answer_does_not_stop_zvm_calls(sim: SimHandle, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
-    link = RedisLink(f"redis://127.0.0.1:{free_port()}/7")  # nothing listens there
-    stores = Stores(pacer=RedisPacer(link), tokens=RedisTokenStore(link))
+    store = RedisStore(f"redis://127.0.0.1:{free_port()}/7")  # nothing listens there
+    stores = Stores(pacer=SharedPacer(store), tokens=SharedTokenStore(store))
     client = ZvmClient(connection(sim, max_requests_per_s=50.0), stores=stores)
     assert [client.local_site().name for _ in range(3)] == ["Site A"] * 3
     assert calls(sim, "site-a", TOKEN_CALL) == 1
@@ -205,7 +205,7 @@ def test_a_call_inside_a_transaction_holds_no_lock_on_the_shared_cap() -> None:
 
     from rewind.models import ZvmRateWindow
 
-    pacer = DbPacer()
+    pacer = SharedPacer(DbStore())
     pacer.reserve("zvm-in-tx", 5.0)
     before = ZvmRateWindow.objects.get(key="zvm-in-tx").recent
     with transaction.atomic():
@@ -233,7 +233,7 @@ def test_the_shared_caps_wait_is_counted_from_when_the_reservation_returns(
 ) -> None:
     import rewind.sites.zvm_shared as shared
 
-    pacer = DbPacer()
+    pacer = SharedPacer(DbStore())
     # One request per 1.1 s window. Reads of the clock: the first reservation (inside its
     # transaction, then after its commit) at 100.0; the second inside its transaction at
     # ``second``, its commit done at ``committed``. Its slot is 100.0 + 1.1.
@@ -250,7 +250,7 @@ def test_a_slow_round_trip_to_redis_gives_its_slot_up(redis_db: redis.Redis) -> 
     from rewind.zvm.pacing import LATE_S
 
     readings = iter([0.0, 3 * LATE_S, 10.0, 10.0 + LATE_S / 2])
-    pacer = RedisPacer(RedisLink(REDIS_URL), clock=lambda: next(readings))
+    pacer = SharedPacer(RedisStore(REDIS_URL), clock=lambda: next(readings))
     assert pacer.reserve("zvm-slow-trip", 1.0) > 0.9  # the second slot: a window after the first
     assert redis_db.llen(RATE_PREFIX + "zvm-slow-trip") == 1  # a cap of 1 keeps one time
     assert next(readings, None) is None  # exactly two round trips
@@ -258,6 +258,6 @@ def test_a_slow_round_trip_to_redis_gives_its_slot_up(redis_db: redis.Redis) -> 
 
 def test_a_quick_round_trip_to_redis_keeps_its_slot(redis_db: redis.Redis) -> None:
     readings = iter([0.0, 0.001])
-    pacer = RedisPacer(RedisLink(REDIS_URL), clock=lambda: next(readings))
+    pacer = SharedPacer(RedisStore(REDIS_URL), clock=lambda: next(readings))
     assert pacer.reserve("zvm-quick-trip", 1.0) == 0.0
     assert next(readings, None) is None

@@ -21,11 +21,11 @@ def main(argv: list[str]) -> None:
     import django
 
     django.setup()
-    from rewind.sites.zvm_shared import DbPacer, DbTokenStore, redis_stores
+    from rewind.sites.zvm_shared import db_stores, redis_stores
     from rewind.zvm import Stores, ZvmClient, ZvmConnection, ZvmError
     from tests.simfixtures import CLIENT_ID, PASSWORD, USERNAME
 
-    stores = Stores(pacer=DbPacer(), tokens=DbTokenStore()) if store == "db" else Stores(*redis_stores(store)[:2])
+    stores = Stores(*(db_stores() if store == "db" else redis_stores(store))[:2])
     conn = ZvmConnection(
         site_name=site_name,
         base_url=base_url,
