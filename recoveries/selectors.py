@@ -1,6 +1,4 @@
-"""Reads (database only, never a ZVM call): the recoveries and rows the adapters look up.
-
-What a recovery looks like to the outside is ``recoveries.presenters``."""
+"""Reads (database only, never a ZVM call): the recoveries and rows the adapters look up."""
 
 from __future__ import annotations
 
