@@ -9,8 +9,6 @@ from django.db import models
 
 
 class RestoreState(models.TextChoices):
-    """Where a restore in place is (``RecoveryRequest.restore_state``)."""
-
     COMPARING = "comparing", "reading the file in the guest"
     AWAITING = "awaiting", "diff shown; awaiting the write-back click"
     GUARDING = "guarding", "taking a checkpoint before the write-back"

@@ -84,7 +84,6 @@ def calling_agent(*, agent_id: int) -> Agent:
 
 
 def recoveries_awaiting_approval() -> int:
-    """Pending requests: what waits for a person (``/metrics``)."""
     return RecoveryRequest.objects.filter(status=RecoveryRequest.Status.PENDING).count()
 
 

@@ -88,7 +88,6 @@ def columns(model: type[models.Model], alias: str = "") -> str:
 
 
 def column_count(model: type[models.Model]) -> int:
-    """How many values of a row ``columns(model)`` selects."""
     return len(model._meta.concrete_fields)
 
 

@@ -30,7 +30,6 @@ class VmLimit:
 
     @classmethod
     def of(cls, agent: Any) -> VmLimit:
-        """The limit an ``Agent`` row holds."""
         return cls(lines(agent.limit_vm_names), lines(agent.limit_vpgs), lines(agent.limit_sites))
 
     @classmethod

@@ -100,7 +100,6 @@ def compute_hash(
 
 
 def event_hash(event: AuditEvent) -> str:
-    """The hash a chained ``event`` must have."""
     if event.seq is None or event.prev_hash is None:
         raise ValueError(f"audit event id {event.pk} is not chained yet: it has no hash")
     return compute_hash(

@@ -50,5 +50,4 @@ class Lease:
         return self.alive(now) and self.owner.startswith(_RUNNING)
 
     def fields(self) -> dict[str, object]:
-        """The ``SitePoller`` columns that store it."""
         return {"lease_owner": self.owner, "lease_expires_at": self.expires_at}

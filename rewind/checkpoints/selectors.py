@@ -347,7 +347,6 @@ def guard_get(pk: int) -> ChangeGuard:
 
 
 def guard_counts_by_status() -> dict[str, int]:
-    """How many guards are in each status now (one GROUP BY), for ``/metrics``."""
     rows = ChangeGuard.objects.order_by().values_list("status").annotate(n=Count("id"))
     return {status: n for status, n in rows}
 

@@ -49,7 +49,6 @@ def current_agent_name() -> str:
 
 
 def current_agent_id() -> int:
-    """The calling agent's primary key (from the verified token)."""
     token = get_access_token()
     if token is None or token.subject is None:
         raise PermissionDeniedError("this call carries no verified agent token")

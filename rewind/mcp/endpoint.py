@@ -28,7 +28,6 @@ def public_base_url(*, opened_at: str | None = None) -> str:
 
 
 def mcp_public_url(*, opened_at: str | None = None) -> str:
-    """The MCP endpoint a client should call: ``public_base_url`` + ``MCP_PATH``."""
     return f"{public_base_url(opened_at=opened_at)}{MCP_PATH}"
 
 
@@ -45,7 +44,6 @@ def mcp_resource(request_url: str) -> str:
 
 
 def protected_resource_metadata_url(resource: str) -> str:
-    """Where the metadata of ``resource`` (an ``mcp_resource``) is published."""
     parts = urlsplit(resource)
     return f"{parts.scheme}://{parts.netloc}{PROTECTED_RESOURCE_METADATA_PATH}{parts.path}"
 

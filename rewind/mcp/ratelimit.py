@@ -92,8 +92,6 @@ class RateLimiter(Protocol):
 
 
 class LocalRateLimiter:
-    """The limit per key in this process."""
-
     def __init__(self, limit: RateLimit) -> None:
         self.limit = limit
         self._calls: dict[str, deque[int]] = {}

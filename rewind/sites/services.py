@@ -340,7 +340,6 @@ def site_record_clock(*, site: Site, measured: ClockOffset | None, force: bool =
 
 # --- availability (the circuit breaker) -------------------------------------------------------
 def site_circuit(site: Site) -> CircuitState:
-    """The site's circuit as every process sees it (``rewind.sites.circuit``)."""
     return shared_breaker().state(str(site.pk))
 
 

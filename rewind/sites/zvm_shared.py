@@ -181,7 +181,6 @@ _DB_STORES = _on(DbStore())
 
 
 def db_stores() -> Shared:
-    """The pacer, token store, circuits and request counter in the database."""
     return _DB_STORES
 
 
@@ -212,10 +211,8 @@ def request_counts_flush() -> None:
 
 
 def request_counter() -> BatchedRequestCounter:
-    """Where every process counts its ZVM requests (``rewind.sites.requestcount``), and ``/metrics`` reads them."""
     return _current()[3]
 
 
 def shared_breaker() -> SharedBreaker:
-    """The site circuits every process shares (``rewind.sites.circuit``)."""
     return _current()[2]

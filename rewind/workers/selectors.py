@@ -63,7 +63,6 @@ def broker_outage_count() -> int:
 
 
 def broker_outage_open() -> BrokerOutage | None:
-    """The task-queue outage going on now, if any."""
     return BrokerOutage.objects.filter(ended_at__isnull=True).order_by("started_at").first()
 
 

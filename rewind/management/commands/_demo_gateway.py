@@ -92,7 +92,6 @@ def ensure_guest_file_tools(upstream: Upstream) -> list[str]:
 
 
 def diff_lines(recovery_id: int) -> list[str]:
-    """The diff the approval page shows, as text."""
     recovery = RecoveryRequest.objects.get(pk=recovery_id)
     diff = restore_diff(recovery)
     if diff is None:
