@@ -1,11 +1,8 @@
 """What the benchmarks share: a throwaway state, the simulator, a Celery worker, sites, processes.
 
-Every benchmark works on its own state folder under ``var/`` (SQLite + filesystem broker,
-whatever DATABASE_URL or REDIS_URL say), so a run never touches a configured database and
-never shares a broker with a running service. Every process it starts is a
-``rewind.processes.Proc``, as in the tests and ``make run``: in a session of its own (it and
-its children stop together), its output in a log file in the state folder, stopped at the end
-by the benchmark.
+Every benchmark works on its own state folder under ``var/``, whatever DATABASE_URL or REDIS_URL say, so a run
+never touches a configured database or a running service's broker; every process it starts is a
+``rewind.processes.Proc``, stopped at the end.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """FastMCP's proxy in front of one streamable-HTTP upstream: what a user would run instead of the gateway.
 
-Run by bench/gateway.py with the fastmcp 4.x virtualenv ``make upstreams`` builds (var/upstreams/py2):
-
-    var/upstreams/py2/bin/python bench/_fastmcp_proxy.py --upstream URL --token T --port P [--keep-session]
-
-It serves the upstream's tools under their own names at http://127.0.0.1:P/mcp, stateless (so the
-benchmark's 2026-07-28 POSTs need no session), and prints a ready line once it listens. By default
-each request gets a session of its own to the upstream, as ``create_proxy`` does with a URL or a
-config; ``--keep-session`` hands it a connected client, whose one session every request shares (what
-FastMCP documents for speed, warning that concurrent requests then share the session's context).
+Run by bench/gateway.py in the fastmcp 4.x virtualenv ``make upstreams`` builds (var/upstreams/py2). Stateless,
+so the benchmark's 2026-07-28 POSTs need no session. By default each request gets a session of its own to the
+upstream, as ``create_proxy`` does with a URL; ``--keep-session`` shares one connected client's session, as
+FastMCP documents for speed.
 """
 
 from __future__ import annotations

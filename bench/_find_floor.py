@@ -1,14 +1,8 @@
 """The app with its MCP calls' audit rows left unwritten: a floor bench/mcp_find.py measures, never a server.
 
-``application`` is ``rewind.asgi.application`` but for one thing: the audit writer's batch
-transaction (``rewind.mcp.auditlog._append_committed``) is skipped, and the callers waiting for
-their rows are told at once that they were committed. Everything else of a call is the product's
-own path, unchanged: the bearer token, the shared rate count, the envelope and scopes, the SDK's
-server path, the tool with its caches, the hand-off to the writer thread and back.
-
-So a look-up's CPU here, beside the real one's, is what its fail-closed audit row costs to write,
-and the throughput over the echo is what the rest of the path alone would reach. It records
-nothing, so nothing may serve it: it is a measuring instrument.
+``rewind.asgi.application`` but that the audit writer's batch transaction is skipped and its callers told at
+once that their rows committed; the rest of a call is the product's own path. So a look-up's CPU beside the real
+one's is what its fail-closed audit row costs. It records nothing, so nothing may serve it.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """What a Celery worker's pool does, read from outside: its log's task lines and /proc.
 
-Two independent views, for benchmarks that must say what a prefork worker was busy with:
-
-- ``read_worker_log``: every finished task's line says when it ended and how long it ran
-  ("Task NAME[id] succeeded in Xs"), so ``[end - X, end]`` is when it held a pool process;
-  ``executing`` counts those intervals at each moment. A task still running when the log is
-  read, or one that failed, has no interval (failures are listed among the problems);
-- ``PoolSampler``: every ``SAMPLE_EVERY_S`` it reads each pool process (each child of the
-  worker's main process) from /proc. A pool process is busy in a sample when it has more than
-  one thread, used CPU since the last sample, or is blocked in a kernel wait channel other
-  than those seen while the pool was idle (learned just after the worker started). This
-  includes the work around each task (taking the message, Django's connection handling,
-  returning the result), so it reads somewhat higher than the log.
-
-Linux only (/proc). The log format is the project's (``rewind/settings.py`` LOGGING).
+``read_worker_log`` takes each finished task's line ("succeeded in Xs") as the interval it held a pool process.
+``PoolSampler`` reads each pool process from /proc every ``SAMPLE_EVERY_S``: busy when it has more than one
+thread, used CPU, or waits in the kernel where an idle pool does not; so it also counts the work around each
+task, and reads somewhat higher than the log. Linux only.
 """
 
 from __future__ import annotations

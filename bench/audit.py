@@ -1,24 +1,10 @@
 #!/usr/bin/env python
 """Benchmark: how many audit events per second the hash chain takes from concurrent writers.
 
-    .venv/bin/python bench/audit.py [--writers 8] [--seconds 5] [--rounds 3] [--quick] [--json F]
-
-Every change this service makes appends its audit event in the change's own transaction
-(``rewind.audit.audit_append``): inserted unchained, then chained just after commit, many at a
-time, by whichever writer holds the chain lock (``rewind.audit.chaining``). This measures it:
---writers processes, each appending one event per transaction (the shape of a guard's
-``guard.created``) as fast as it can for --seconds, --rounds times, on
-
-1. PostgreSQL: a server of the benchmark's own (initdb in var/bench-audit, its default settings,
-   fsync on), the production database; target at least 1,000 appends/s with 8 writers;
-2. SQLite, the embedded default, with the service's settings (WAL, IMMEDIATE transactions).
-
-The yardstick beside each figure, measured in the same rounds (so a slow spell of the shared
-machine hits both): the same writers committing a bare one-row insert into a table of the
-benchmark's own, one per transaction, which is what the machine's disk and cores allow any
-commit. After each database's rounds, ``verify_chain`` walks the whole chain: every appended event
-must be in it (none left waiting), in order, its hash matching. Prints appends/s per round, the
-median, the chain check, then the two databases' figures side by side; no asserts.
+--writers processes each append one event per transaction as fast as they can, on a PostgreSQL server of the
+benchmark's own (fsync on) and on SQLite with the service's settings, each beside the same writers' bare one-row
+commits in the same rounds (what the machine allows any commit); then ``verify_chain`` checks that every event
+was chained, in order. No asserts.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 #!/usr/bin/env python
 """``make bench-compare``: one ``make bench`` run held against an earlier one, figure by figure.
 
-    .venv/bin/python bench/compare.py [OLD.json] [NEW.json]
-
-Without arguments: the latest run (var/bench/latest.json) against the run before it under
-var/bench/. A figure is flagged WORSE when it moved the wrong way by more than its run-to-run
-spread, the larger of the two runs' (half the range of its rounds, measured by the benchmark);
-a figure measured once has no spread, and is flagged past 10 % of its old value. Ratios to a
-reference measured in the same run are compared where there is one, so a slower machine does
-not read as a regression. Exits 1 when anything got worse, so a script can gate on it.
+Without arguments, the latest run against the one before it. A figure is WORSE when it moved the wrong way by
+more than its run-to-run spread (10 % for one measured once), comparing ratios to a same-run reference where
+there is one, so a slower machine does not read as a regression. Exits 1 when anything got worse.
 """
 
 from __future__ import annotations

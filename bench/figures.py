@@ -1,13 +1,9 @@
 """What every benchmark reports: its figures, each beside its target and the reference measured in the same run.
 
-A benchmark parses its options with ``parse_args`` (which adds ``--quick`` and ``--json``),
-builds a ``Report``, adds one ``Figure`` for each number worth keeping, and ends with
-``report.write()``. ``bench/run.py`` (``make bench``) runs every benchmark with ``--json`` and
-prints their figures as one table; ``bench/compare.py`` holds a run against an earlier one.
-
-A figure says which way is better, its target where one was set, the yardstick measured beside
-it in the same run (so a slow spell of the shared machine hits both), and its run-to-run spread
-where the benchmark measured it over rounds: a comparison flags only a change larger than that.
+A benchmark parses its options with ``parse_args`` (which adds ``--quick`` and ``--json``), adds a ``Figure``
+for each number worth keeping, and ends with ``report.write()``. A figure carries the yardstick measured beside
+it (so a slow spell of the shared machine hits both) and its run-to-run spread, so a comparison flags only a
+change larger than that.
 """
 
 from __future__ import annotations

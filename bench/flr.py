@@ -1,22 +1,9 @@
 #!/usr/bin/env python
 """Benchmark: recover a 1 GiB file through the whole FLR path, beside a plain download of it.
 
-    .venv/bin/python bench/flr.py [--mib 1024] [--quick] [--json F]
-
-What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite + filesystem broker) under var/bench-flr, migrated;
-2. the ZVM simulator; sites "Site A" and "Site B" registered against it; a real Celery
-   worker (prefork, one child) on that state;
-3. a generated file of --mib MiB on db01 (the simulator streams it, never holding it whole),
-   a tagged checkpoint of vpg-db, then the live file is overwritten;
-4. baseline: a plain HTTPS GET of the same bytes from the simulator's control API, streamed
-   to a file with sha256 (the same work the runner does with the bytes);
-5. the recovery: request, approval, then the worker mounts, maps the path, downloads to
-   REWIND_STORAGE_DIR with sha256, unmounts. Timed from the approval to "succeeded", and the
-   runner's own time (started_at -> finished_at);
-6. the worker pool process's peak RSS (VmHWM from /proc), target <= 150 MB.
-
-Prints the figures and the ratio to the baseline. No asserts: it measures and reports.
+A generated file on db01 (the simulator streams it), a tagged checkpoint, then the live file overwritten; a
+plain HTTPS GET of the same bytes with sha256 as the baseline, then the recovery from approval to "succeeded" by
+a real worker, and that worker's peak RSS.
 """
 
 from __future__ import annotations

@@ -1,41 +1,12 @@
 #!/usr/bin/env python
 """Benchmark: calls through the gateway beside the same calls made straight to the upstream.
 
-    .venv/bin/python bench/gateway.py [--clients 16] [--seconds 4] [--rounds 3] [--guarded 8] [--production]
-                                      [--handshake] [--quick] [--json F]
-
-All on 127.0.0.1, every process bounded and stopped at the end: a fresh state folder (SQLite +
-filesystem broker; with --production a PostgreSQL and a Redis of the run's own instead, and
-the figures' names say so) under var/bench-gateway; the ZVM simulator with sites A and B; the guest
-shell (tests/gateway/guestshell.py) over streamable HTTP with a bearer token, added as upstream
-``guestshell`` with its tools listed and ``guestshell/exec`` in the catalog; the app under
-uvicorn (one worker) and one Celery worker for the guards.
-
-1. Pass-through: ``guestshell__read_file`` (annotated read-only, so its policy passes it) through
-   /mcp against ``read_file`` straight to the guest shell, --clients concurrent clients each a loop
-   of 2026-07-28 ``tools/call`` POSTs for --seconds after a warm-up, alternating direct and gateway
-   phases for --rounds rounds (the machine is shared: a slow spell then hits both sides). Then
-   the same with one client: what one call costs the gateway when nothing queues for the cores.
-   Each phase also prints the CPU each server spent per call (its process group, from /proc),
-   and each client count the ratio that CPU alone implies when the cores set the pace, the CPU
-   bound: (gateway's own + upstream's) ÷ upstream's. Targets: the gateway's own CPU ≤ 3 ms per
-   call; with one client at most 5 ms added to the direct p50; with --clients, the p50 ratio
-   within 10 % of the CPU bound.
-2. Guarded: --guarded times, one after another, (a) ``zerto_guard_before_mutate`` for
-   ``guestshell/exec`` on web01 alone, (b) ``exec`` straight to the guest shell, (c)
-   ``guestshell__exec`` through the gateway, which guards then forwards; every other time in the
-   opposite order (c, b, a): a guard's ZVM calls queue behind the guard's before it in the site's
-   request cap, so whichever guard goes second waits about 250 ms longer (in a fixed order the
-   ratio below swung from 0.92 to 1.40 between runs of one build). Target: p50(c) ≤ 1.1 x (p50(a) + p50(b)).
-
-With --handshake the guest shell speaks only the handshake era (``--stateful``: 2025-11-25, a
-session per client, answers as SSE streams), as most MCP servers do: the direct clients open a
-session each, the gateway's link keeps one (the SDK's client), and part 2, whose cost
-does not depend on the upstream's era, is left out. Its figures' names end in "(handshake-era
-upstream)", so they never compare with the default run's.
-
-Prints figures and ratios measured in this one run; no thresholds are asserted. The load
-generator shares the machine's cores with the servers; read the figures as relative.
+On a state folder of its own (or ``--production``), the guest shell over streamable HTTP as the upstream. A
+pass-through call through /mcp beside ``read_file`` straight to the guest shell, alternating phases over
+--rounds (a slow spell of the shared machine then hits both sides), with --clients and with one, each with the
+CPU every server spent per call; then a guarded call beside the guard alone plus the direct call, in alternating
+order, as a guard's ZVM calls queue behind the one before in the site's cap. ``--handshake`` makes the upstream
+speak only the handshake era. Targets and what was measured with it: the benchmarks page.
 """
 
 from __future__ import annotations

@@ -1,35 +1,11 @@
 #!/usr/bin/env python
 """Benchmark: what a guard costs the ZVM and how long it takes, beside what the ZVM needs.
 
-    .venv/bin/python bench/guard.py [--delay 3.0] [--runs 5] [--warmup 10] [--concurrent 50] [--vms 600] [--quick]
-
-What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite + filesystem broker) under var/bench-guard, migrated;
-2. the ZVM simulator with filler VMs (``--vms``); sites A, B and C registered against it; a
-   real Celery worker (thread pool, ``--concurrent`` threads: one per waiting guard) on that
-   state;
-3. warm-up: ``--warmup`` guards of db01 with the listing delay set, so the wait has learned
-   site A's usual time to list (``rewind/checkpoints/pacing.py``) before anything is measured;
-4. requests and time, with ``checkpoint_listing_delay`` = --delay on every site: --runs guards
-   of db01 (one VPG) and of app01 (three VPGs), one after the other. The simulator lists a
-   tagged checkpoint ``task_seconds`` (0.3 s) + delay after the insert: that sum is its own
-   insert + listing time, the floor. Requests are the simulator's per-site call counters
-   (``GET /_sim/sites/{slug}/calls``) summed over sites A, B and C, diffed around each guard:
-   they include the protection lookup (``/v1/vms`` on every site) and any login. Times are
-   wall clock from the call of ``guard_create`` (lookup included) until the
-   record reads ok, sampled every 10 ms; the wait alone is the slowest VPG's insert start →
-   seen listed. The measured guards are 1.1 s apart, so one guard's calls do not queue behind
-   the last one's in site A's request cap;
-5. the ZVM becomes faster: the listing delay drops to a third and guards of db01 follow one
-   another; the figure is the guard from which every wait is within 1.1 x the new insert +
-   listing time (target: the third at the latest);
-6. the site cap: after ``/_sim/reset`` (which zeroes the simulator's peak-rate meter),
-   --concurrent guards of distinct filler VMs whose every VPG is protected at site A, all
-   requested at once from as many threads; then the peak number of requests site A's ZVM saw
-   in any 1 s window (``GET /_sim/sites/site-a/rate``) beside the cap
-   (``ZVM_MAX_REQUESTS_PER_S``).
-
-Prints the figures and the ratios measured in this one run; no asserts.
+After a warm-up that teaches site A's pacing: guards of db01 (one VPG) and app01 (three) one after the other,
+1.1 s apart so none queues behind the last in the site's cap, each timed beside the simulator's own insert and
+listing time and counted in ZVM requests; then a ZVM that becomes three times faster, and the guard from which
+every wait is within 1.1 times its new time; then --concurrent guards at once against the site's cap. No
+asserts.
 """
 
 from __future__ import annotations

@@ -1,76 +1,12 @@
 #!/usr/bin/env python
 """Benchmark: many guards at once beside one guard, and what their waiting holds in the worker.
 
-    .venv/bin/python bench/guard_concurrency.py [--delay 5] [--warmup 6] [--runs 5] [--raised-cap 100] [--vms 400]
-        [--sizes 16,200] [--creators 8] [--production] [--quick] [--json F]
-
-The shape of ``make run`` (rewind/management/commands/runstack.py) on a fresh state folder,
-var/bench-guard-concurrency (SQLite + filesystem broker): one Celery worker, prefork ``-c 4``,
-and the beat; the ZVM simulator with --vms filler VMs and sites A, B and C registered, listing a
-tagged checkpoint --delay s (5) after its 0.3 s insert task. Guards are created as
-bench/guard.py creates them: ``guard_create`` (the protection look-up included), all released
-at once, on --creators threads of this process (default 8: the MCP server runs its tools on a
-pool of that many threads, ``rewind.mcp.context.POOL_SIZE``, each keeping its database
-connection); ``--creators 0`` gives each guard a thread and a connection of its own. Every process is
-bounded and stopped at the end. Prints figures and ratios measured in this one run; no asserts.
-With --production the state is a PostgreSQL and a Redis of the run's own (the database, the
-broker, the shared pacing and circuits), and their CPU is ours too: each run prints what each
-spent and the database sessions opened, and counts both in our CPU per guard, but for the
-PostgreSQL backend serving this benchmark's own reads (measured apart, printed beside).
-
-1. warm-up: --warmup rounds of one guard per site at once, so each site's pacing has learned
-   its time to list (rewind/checkpoints/pacing.py);
-2. the single-guard reference: --runs guards one after the other, 1.1 s apart, each of a VM of
-   its own; their median wall time;
-3. at the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s per site): 16, then 200 concurrent guards
-   (--sizes);
-4. the simulator reset and the worker restarted with --raised-cap in its environment (this
-   process's look-ups use it too); the same 16 and 200 VMs again (new change ids), to tell the
-   cap from the design. The learned time to list carries over, and is printed before each run.
-
-VMs: filler VMs vm-00001... in inventory order, skipping any with a VPG that cannot take a
-checkpoint (initial sync, failover test). So they are spread over sites A, B and C as the
-filler inventory spreads them; groups of 1-4 VMs share a VPG, so two guards may insert into one
-VPG. Warm-up, reference, the 16 and the 200 are distinct VMs.
-
-Figures of a concurrent run:
-- wall time: release of the threads → the last guard read ok or failed. One reader polls every
-  guard's status every 20 ms (the reference is read the same way); per guard p50 and max too;
-- ZVM requests per guarded VPG: every request the simulator counted at sites A, B and C
-  (``GET /_sim/sites/{slug}/calls``, diffed around the run; look-ups and logins included) ÷
-  the tagged checkpoints of the guards that ended ok (a VPG guarded by two guards counts twice;
-  distinct VPGs are printed beside). The simulator is reset only while no worker runs, so no
-  process holds a token the reset revoked (whose 401 and repeat would be counted too);
-- cap-bound lower bound: at cap C a site takes n = floor(C) requests per 1.1 s window
-  (``window_shape`` in rewind/zvm/pacing.py). A guard's look-up asks every site, its inserts go to their VPGs'
-  protected sites, and a guard can be ok only 0.3 s + --delay after its last insert. So the k
-  look-ups and inserts a site got (as the simulator counted them) end no sooner than
-  floor((k - 1) / n) x 1.1 s after the first, and the run lasts at least that plus 0.3 s +
-  --delay. Each of the v distinct VPGs guarded at the site is listed at least once, so its
-  last request goes no sooner than floor((k + v - 1) / n) x 1.1 s after its first. The larger
-  of the two, at the site where it is largest, ÷ the reference is the best ratio the cap allows.
-  The floor is the larger of that bound and one guard alone (no burst finishes sooner than one
-  guard does); targets: wall <= 1.1 x the floor for 16 guards, <= 1.2 x for 200;
-- our CPU per guard: the worker's (its process group, /proc) and what the threads creating the
-  guards spent in ``guard_create`` (``time.thread_time``), ÷ the guards; this benchmark's own
-  reads are left out. Target <= 15 ms at 200 guards, cap 100. A thread per guard adds what the
-  server does not spend, a connection opened per guard (about 0.9 ms, SQLite) among them
-  (measured, 100 guards: 6 ms of creating CPU a guard, against 2 ms on the pool);
-- the worker while guards only wait (bench/_worker_watch.py has both methods):
-  (a) the worker's log: each finished task's start and end, so the tasks executing at each
-      moment, by task name (a poll round whose message was replaced still runs, briefly, to
-      find that out: it counts as a round);
-  (b) /proc every 0.1 s: pool processes busy (an extra thread, CPU used, or blocked elsewhere
-      than idle pool processes block), their CPU seconds, and their threads.
-  Both are read over the waiting stretch: from the last insert (made by a poll round's insert
-  batch, the one place checkpoints are inserted) to the last guard read ok, when every unfinished guard has
-  its checkpoints inserted and only waits. Target: nothing executing there but poll rounds
-  (``rewind.checkpoints.poll_site``: one per site holds the site at a time, but the successor a
-  round queues may start in its last milliseconds, so one more than the sites can show); the
-  beat's periodic tasks are counted apart. Over the whole run, the seconds pool processes spent in
-  poll rounds are printed beside the guard-seconds spent waiting (each guard's last insert
-  start → finished): one task per waiting guard, the design before issue 13, would hold a pool
-  process for about the latter.
+The shape of ``make run`` on a state folder of its own (one prefork worker, the beat, the simulator with sites
+A, B and C): after a warm-up that teaches each site's pacing, a single-guard reference, then bursts of guards
+(--sizes) at the default cap and at --raised-cap, to tell the cap from the design. Guards are created as the MCP
+server creates them, on --creators threads. Each burst is held against its cap-bound floor, and the worker is
+watched while guards only wait (``bench/_worker_watch.py``); the figures and their definitions are on the
+benchmarks page. No asserts.
 """
 
 from __future__ import annotations
@@ -385,10 +321,8 @@ def main() -> None:
     parser.add_argument(
         "--sizes", default="16,200", help="the concurrent runs, comma-separated, at both caps (default 16,200)"
     )
-    # The quick size warms up as long as the full one: a site's first pacing.MIN_SAMPLES guards
-    # follow the cold schedule, whose looks are up to 20 % apart, so three rounds only taught each
-    # site the middle of a wide bracket (5.0 s where the simulator lists at 5.3 s), and the first
-    # burst's looks at its window's end came just too soon (16 guards at cap 10: 1.21 x the floor).
+    # The quick size warms up as long as the full one: with fewer rounds the first burst's looks came just too
+    # soon (see the benchmarks page).
     parser.add_argument("--production", action="store_true", help=PRODUCTION_HELP)
     args = parse_args(parser, quick={"runs": 3, "sizes": "16,100", "vms": 300})
     figures = Report("guard_concurrency", args, shape=PRODUCTION_SHAPE if args.production else "")
@@ -575,12 +509,8 @@ def concurrent(
 
 @dataclass(frozen=True)
 class ServersSpent:
-    """CPU seconds of the run's own PostgreSQL and Redis, and the database sessions opened.
-
-    ``postgres_s`` leaves out ``reads_s``: the CPU of the backend ``reader_pid``, this process's
-    own connection, which serves the benchmark's reads (every guard's status every 20 ms, and the
-    figures read after the run), not the guards.
-    """
+    """CPU seconds of the run's own PostgreSQL and Redis, and the database sessions opened; ``postgres_s`` leaves
+    out ``reads_s``, the backend serving this process's own reads, which are the benchmark's, not the guards'."""
 
     postgres_s: float
     redis_s: float
@@ -606,12 +536,8 @@ class ServersSpent:
 
 
 class ServersCpu:
-    """What the run's own PostgreSQL and Redis have spent so far (the production shape).
-
-    PostgreSQL: its postmaster with every backend, those still connected and those that ended
-    (the postmaster reaps them, so their CPU is in its children's count), and the sessions its
-    statistics counted; Redis: its own count (``INFO cpu``, main thread and children).
-    """
+    """What the run's own PostgreSQL and Redis have spent so far: the postmaster with every backend, live or ended
+    (reaped, so in its children's count), and Redis's own ``INFO cpu``."""
 
     def __init__(self) -> None:
         from redis import Redis

@@ -1,16 +1,8 @@
 """One stuck ZVM among three: what it costs everyone else (figures only, no asserts).
 
-In one run, against the simulator with three sites (short ZVM timeouts, the look-up cache off
-so every look-up asks the ZVMs, circuits in the database as without Redis):
-1. ``find_protection("web01")`` (a VM protected at Site A) with every site up: median of N;
-2. Site C hangs (accepts the connection, never answers in time): the first look-up after it,
-   which waits for Site C once (at most the read timeout) and opens its circuit;
-3. the same look-up with Site C hung, after that first failure: median of N, and its ratio to 1
-   (target at most 1.2);
-4. a guard of web01 (look-up, insert and listing through Site A, by a real Celery worker) with
-   every site up and with Site C hung: medians, and their ratio (target at most 1.2).
-
-    .venv/bin/python bench/isolation.py [--runs 50] [--guards 5] [--timeout 2] [--quick] [--json F]
+Against the simulator with three sites (short timeouts, the look-up cache off, circuits in the database): a
+look-up of a VM at Site A with every site up, the first after Site C hangs (which waits for it once and opens
+its circuit), and the same look-up after that; a guard with every site up and with Site C hung.
 """
 
 from __future__ import annotations

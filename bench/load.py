@@ -1,52 +1,13 @@
 #!/usr/bin/env python
 """Benchmark: the production shape under agents, approvers and an upstream at once; and a 30-minute soak.
 
-    .venv/bin/python bench/load.py [--agents 50] [--same-change 50] [--recoveries 20] [--gateway 20] [--finds 300]
-    .venv/bin/python bench/load.py --quick              # 10 agents: the size CI runs (tests/bench/test_load.py)
-    .venv/bin/python bench/load.py --soak-minutes 30    # the same mix at a tenth of the rate, for 30 minutes
-
-The shape is ``manage.py runstack --replicas 2 --celery-workers 2`` (two uvicorn replicas, two
-Celery workers, the beat, its ZVM simulator with eight filler VMs per agent, at least 200) on a PostgreSQL and a Redis of
-this benchmark's own, in var/bench-load (emptied first). The guest shell (tests/gateway/guestshell.py)
-is added as an HTTP upstream. Every agent is an official MCP SDK client with a token of its own,
-sent to the two replicas in turn, all at once:
-
-- ``--agents`` agents each guard a filler VM of their own (``zerto_create_tagged_checkpoint``,
-  waiting), after the guest file they will want back was set;
-- one agent sends ``--same-change`` guards of web01 with one change id, at once;
-- as the first ``--recoveries`` guards end, their agents ask for that file back and the demo
-  approver approves each over REST (signed in through the replicas in turn); the agents poll;
-- ``--gateway`` agents call ``guestshell__read_file`` through the gateway, five times each;
-- meanwhile ``zerto_find_protection`` is called ``--finds`` times, 8 a second (``FIND_PER_S``), by
-  8 clients, each look-up timed from when it was due.
-
-Printed, each beside its target (and in ``--json`` for bench/run.py): failed calls (0); VPG and
-change pairs with other than one tagged checkpoint, read from the ZVMs (0); recoveries whose bytes
-differ from the file set (0); FLR sessions left mounted after one reaper run (0); the audit chain
-(intact); the most requests any ZVM got in one second (at most ``ZVM_MAX_REQUESTS_PER_S``, 10);
-and ``zerto_find_protection``'s p99 under the load (≤ 250 ms), beside its p99 on the idle stack
-with the cache warm, measured first in the same run.
-
-What bounds those last two on a machine of 2 cores, where the shape itself saturates the host:
-- the look-ups over 250 ms are nearly all sent in the first seconds, while the 120-odd agents start at
-  once (printed by when they were sent); after those, none (traced: each look-up's time passed
-  alike in every await of the replica, the rate limit, the tool, the audit row, the answer, each
-  waiting for a turn of a busy core). Two costs of this benchmark's own made those seconds worse,
-  and are gone: each recovery ending then signed the approver in again (their PBKDF2 hashes took
-  3.2 s of a replica's core in the first 12 s), and each guest file the agents set opened a
-  session of its own (``guest_files``). The p99 was over 250 ms in three runs of four (313 to
-  641 ms) before; 102 to 153 ms in four runs of four after, none of the 300 over 250 ms;
-- the simulator, on the same cores, counts a request when its own loop gets to it. Every request
-  of a busiest second over the cap was traced once from its sender: each left within 8 ms of its
-  slot (the slots then ten to any 1.05 s), and the first reached the simulator's handler 43 ms
-  after it left, more than the 50 ms of slack left for the way with its sender's lateness. The
-  slack is 100 ms since (``rewind.zvm.pacing.ARRIVAL_SLACK_S``).
-
-``--soak-minutes M`` runs the same mix at a tenth of the rate for M minutes instead (new change
-ids as it goes), after a warm-up of two minutes (pools fill, caches warm), and prints at the start
-and the end: each process's memory (RSS of the process
-and its children; target: within 10 %), its open file descriptors, the connections to PostgreSQL
-and to Redis, and the rows of every table (those that retention bounds must not keep growing).
+``manage.py runstack --replicas 2 --celery-workers 2`` on a PostgreSQL and a Redis of its own, the guest shell
+as an HTTP upstream, and every agent an official MCP SDK client with a token of its own, all at once: agents
+guarding their VMs, one change guarded many times, recoveries approved over REST as their guards end, calls
+through the gateway, and look-ups timed from when they were due. ``--quick`` is the size CI runs
+(``tests/bench/test_load.py``); ``--soak-minutes`` runs the mix slower for that long and compares each process's
+memory, descriptors, connections and table rows at both ends. What bounds its figures on 2 cores: see the
+benchmarks page.
 """
 
 from __future__ import annotations
@@ -83,9 +44,8 @@ CAP = 10.0  # ZVM_MAX_REQUESTS_PER_S, the default the stack runs with
 FIND_P99_TARGET_MS = 250.0
 GATEWAY_CALLS_EACH = 5
 FIND_CLIENTS = 8
-# Look-ups spread over the load at this rate (300 take 37.5 s of a full load's ~50 s), instead of
-# 8 clients sending back to back: those had all 300 answered within the agents' first 5 s, a
-# closed loop that measured its own burst (285 look-ups/s) more than look-ups under the load.
+# Look-ups spread over the load at this rate, rather than sent back to back by 8 clients, which made a closed
+# loop measuring its own burst more than look-ups under the load (see the benchmarks page).
 FIND_PER_S = 8.0
 WARM_UP_MIN = 2.0
 # What the processes' pools may hold at most: per replica the MCP threads (rewind.mcp.context
@@ -97,9 +57,8 @@ QUICK = {"agents": 10, "same_change": 10, "recoveries": 4, "gateway": 4, "finds"
 
 @cache
 def agent_tls() -> ssl.SSLContext:
-    """One TLS context for every client this process makes: httpx builds one per client
-    otherwise, loading the CA store each time (25 ms of CPU here), and 72 agents making a
-    client per call took that CPU from the stack on the same cores."""
+    """One TLS context for every client this process makes: httpx builds one per client otherwise, loading the CA
+    store each time, CPU taken from the stack on the same cores (measured: see the benchmarks page)."""
     return ssl.create_default_context()
 
 
@@ -253,9 +212,8 @@ def _sim_url() -> str:
 
 @cache
 def guest_files() -> Any:
-    """One session for every guest file the agents set, its connections kept: a session of its
-    own per file made a TLS context per file, loading the CA store (25 ms of CPU), and the 50
-    files set as the load starts took 44 % of this process's CPU in its first 8 s (py-spy)."""
+    """One session for every guest file the agents set, its connections kept: a session per file made a TLS context
+    per file, which cost the load's first seconds (measured: see the benchmarks page)."""
     return sim_control()
 
 
@@ -303,9 +261,8 @@ class Load:
         self.shape, self.tally = shape, tally
         self.n = itertools.count()
         self.approver: Any = None
-        # The approver signs in once: the first recoveries end together, and each sign-in they
-        # raced to make cost the replica a PBKDF2 hash (about 0.7 s of a core here) in the load's
-        # first seconds, where a person approving twenty recoveries signs in once.
+        # The approver signs in once, as a person approving twenty recoveries does: each sign-in the first
+        # recoveries raced to make cost the replica a PBKDF2 hash in the load's first seconds.
         self.signing_in = threading.Lock()
 
     def url(self) -> str:
@@ -378,10 +335,8 @@ class Load:
         self.tally.add_finds(await find_clients(self.shape.urls(), token, count, vms))
 
     async def finds_apart(self, token: str, count: int, vms: list[str]) -> None:
-        """The same look-ups, ``FIND_PER_S`` a second, from a process of their own, as agents would
-        send them: on this process's loop, busy with every other agent's client, a look-up's answer
-        waits for a turn of the loop before it is timed (measured: 160 ms on the idle stack while
-        clients were made beside it)."""
+        """The same look-ups, ``FIND_PER_S`` a second, from a process of their own, as agents would send them: on
+        this process's busy loop an answer waits for a turn of the loop before it is timed."""
         with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
             loop = asyncio.get_running_loop()
             urls = self.shape.urls()
@@ -402,14 +357,10 @@ class Found:
 
 
 async def find_clients(urls: list[str], token: str, count: int, vms: list[str], per_s: float | None = None) -> Found:
-    """``count`` look-ups by ``FIND_CLIENTS`` clients, each a kept-alive connection sending the
-    2026-07-28 request as it goes on the wire (bench/mcp_find.py's): the service's time, not the SDK's.
-    Every client is made before the first is timed.
-
-    ``per_s``: look-up ``i`` is due ``i / per_s`` after the start, and timed from when it was due,
-    so a client still waiting for a slow answer counts that wait too (no stall is hidden by the
-    schedule slipping). None: each client sends its next as soon as it has an answer.
-    """
+    """``count`` look-ups by ``FIND_CLIENTS`` clients, each a kept-alive connection sending the 2026-07-28 request
+    as it goes on the wire (the service's time, not the SDK's); every client is made before the first is timed.
+    ``per_s``: look-up ``i`` is due ``i / per_s`` after the start and timed from then, so no stall hides in a
+    slipping schedule; None: each client sends its next as soon as it has an answer."""
     import httpx2
 
     found = Found()
@@ -535,11 +486,8 @@ async def load_run(shape: Shape, args: argparse.Namespace, tokens: list[str], vm
 
 
 def idle_find_p99(shape: Shape, token: str, vms: list[str], count: int) -> float:
-    """The look-up's p99 on the idle stack with its cache warm, as the load's look-ups find it.
-
-    A first pass over the names fills each replica's cache (a cold look-up waits for the ZVMs
-    behind the request cap, seconds); the second is measured.
-    """
+    """The look-up's p99 on the idle stack with its cache warm: a first pass fills each replica's cache (a cold
+    look-up waits for the ZVMs behind the request cap), the second is measured."""
     asyncio.run(Load(shape, Tally()).finds(token, len(vms) * 2, vms))
     tally = Tally()
     asyncio.run(Load(shape, tally).finds_apart(token, count, vms))

@@ -1,31 +1,11 @@
 #!/usr/bin/env python
 """Benchmark: zerto_find_protection over /mcp beside a bare MCP SDK echo server.
 
-    .venv/bin/python bench/mcp_find.py [--clients 16] [--seconds 4] [--rounds 3] [--vms 100,10000] [--quick] [--json F]
-        [--production]
-
-What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder under var/bench-mcp (SQLite, the embedded default; with --production a
-   private PostgreSQL and Redis of this run, the per-agent rate count then in Redis), migrated;
-   an agent with a token;
-2. a bare ``MCPServer`` with one ``echo`` tool (no auth, no database) under uvicorn, for the whole run;
-3. for each inventory size: the ZVM simulator with that many filler VMs, sites "Site A" and
-   "Site B" pointed at it, the app (``rewind.asgi:application``) under uvicorn, measured with
-   the lookup cache as configured (REWIND_LOOKUP_CACHE_S, default 10 s) and with it off (0),
-   so every call asks both ZVMs with their server-side ``vmName`` filter; the simulator's
-   call counters give the ZVM calls per lookup (the inventory-independent cost); and beside them
-   the floor (bench/_find_floor.py): the same app, cache on, with its audit rows never written,
-   so the CPU a look-up's fail-closed audit row costs is measured, not estimated.
-
-Load: N concurrent clients, each a loop of 2026-07-28 ``tools/call`` POSTs (one HTTP request
-per call, the stateless form every MCP client at that revision sends), for a fixed time after a
-short warm-up. Each inventory size runs ``--rounds`` rounds of echo, find with the cache on and
-find with it off; ratios are medians of the rounds' ratios to the echo measured beside them: the
-machine is shared, and a slow spell then hits both sides of a ratio instead of one phase. Calls
-rotate over the same 100 VM names (vm-00001..vm-00100) at every size, so the sizes differ only
-in inventory. Prints req/s, p50 and p99 per phase, the ratio to echo, and the cost at the
-largest inventory against the smallest. No thresholds: it measures and reports. The load
-generator shares the machine's cores with the servers; read the figures as relative.
+For each inventory size (--vms) the app under uvicorn is measured with the look-up cache on and off, beside a
+bare SDK echo server and beside the floor (``bench/_find_floor.py``: the same app with its audit rows never
+written, so what a fail-closed audit row costs is measured, not estimated). N clients loop 2026-07-28
+``tools/call`` POSTs over the same 100 VM names at every size; ratios are medians of each round's ratio to the
+echo measured beside it, since the machine is shared. No thresholds.
 """
 
 from __future__ import annotations

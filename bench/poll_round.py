@@ -1,23 +1,9 @@
 #!/usr/bin/env python
 """Benchmark: the CPU of one poll round of a site, beside the CPU of the ZVM requests it makes.
 
-    .venv/bin/python bench/poll_round.py [--guards 6] [--rounds 200] [--repeats 5] [--quick] [--json F]
-
-What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite, the embedded default) under var/bench-poll-round, migrated; the
-   ZVM simulator, its checkpoints listed only after 10 minutes, so the rows stay waiting;
-   "Site A" and "Site B" registered against it;
-2. N guards of web01, their checkpoints at the site of its VPGs inserted by a first round;
-3. in this process, ``poller_round`` of that site run again and again, its lease freed before each
-   (outside the timing), in two states: **nothing due** (every row's next look minutes away: the
-   round asks the ZVM nothing, as most rounds of a burst) and **rows due** (every row due now:
-   the round lists each VPG once; its tasks are known complete after the first);
-4. beside them, in the same repeats, one bare ``list_checkpoints`` through the same ZVM client:
-   the CPU of one ZVM request. Each round's own report says what it did, and the benchmark stops
-   if that is not what it set up (a round with nothing due that asked, a due round that did not).
-
-Prints the CPU per round (process time of this process, the median of ``--repeats``) in each
-state, and the due round's CPU over that of its own ZVM requests. No thresholds: it reports.
+``poller_round`` of one site run again and again in this process over N guards' rows, with nothing due (as most
+rounds of a burst: it asks the ZVM nothing) and with every row due, beside one bare ``list_checkpoints`` through
+the same client. Each round's own report must say it did what was set up, or the benchmark stops.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 #!/usr/bin/env python
 """``make bench``: every benchmark under bench/, one after the other, and their figures as one table.
 
-    .venv/bin/python bench/run.py [--quick] [--only gateway,audit] [--time-limit 3600]
-
-Each benchmark runs as a process of its own (``bench/<name>.py --json …``, with ``--quick`` for
-a few minutes' size in all; the full size by default), its output in a log beside its JSON under
-var/bench/<time>/. When all have run, the table: each figure, its target, the reference measured
-beside it in the same run, the ratio between the two, the run-to-run spread measured over its
-rounds, and whether the target is met. All of it is also written to var/bench/<time>/results.json
-and var/bench/latest.json, which ``bench/compare.py`` (``make bench-compare``) holds against the
-run before. A benchmark that fails is reported with the tail of its log; the others still run.
+Each runs as a process of its own (``--quick`` for a few minutes' size), its log and JSON under
+var/bench/<time>/; the table and var/bench/latest.json follow, for ``bench/compare.py``. A benchmark that fails
+is reported with the tail of its log; the others still run.
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 #!/usr/bin/env python
 """Benchmark: what the per-ZVM request cap costs, how well it holds, and logins per process.
 
-    .venv/bin/python bench/zvm_cap.py [--calls 300] [--processes 4] [--each 15] [--quick] [--json F]
-
-What it does, all on 127.0.0.1, every process bounded and stopped at the end:
-1. a fresh state folder (SQLite) under var/bench-zvm-cap, migrated; the ZVM simulator;
-2. one process, one client, ``GET /v1/localsite`` back to back on site A: requests per
-   second with no cap, with a cap too high to bite (1000/s: the cost of counting alone) and
-   with the default cap (``ZVM_MAX_REQUESTS_PER_S``, 10/s; steady state, after the burst an
-   idle ZVM takes), the cap counted in the database and, when a Redis answers, in Redis;
-3. --processes worker processes (tests/sites/zvm_cap_worker.py), each a client of its own,
-   started together and making --each calls at the default cap: the most requests the
-   simulator saw in any one second against the cap, the total, and the logins they made.
-
-Redis: ``REDIS_URL`` if set, else the machine's own at 127.0.0.1:6379, database 7 (its keys
-of this benchmark are deleted before each run). Prints the figures; no asserts.
+One client's requests per second with no cap, a cap too high to bite (the cost of counting alone) and the
+default, counted in the database and, when a Redis answers, in Redis; then --processes worker processes at the
+default cap, the most requests the simulator saw in any one second and the logins they made.
 """
 
 from __future__ import annotations

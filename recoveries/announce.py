@@ -1,11 +1,8 @@
-"""What recoveries tell the notification channels: a request awaits approval, it expires soon, a
-mount of ours could not be unmounted.
+"""What recoveries tell the notification channels: a request awaits approval, it expires soon, a mount of ours
+could not be unmounted.
 
-Each event goes through ``rewind.notifications.services.notification_send`` with a key naming
-it, so every channel hears it once however often a sweep or a retry gets here. The texts carry
-what a person needs to act and where to do it, never a secret. Sites are named as in the
-admin, so a site's own channels (``REWIND_NOTIFY_SITE_URLS``) hear its events too. Wording a
-notification never fails the flow it is part of (``notifying``).
+Each event has a key naming it, so every channel hears it once however often a sweep or a retry gets here. The
+texts say what a person needs to act and where, never a secret; wording one never fails the flow it is part of.
 """
 
 from __future__ import annotations
@@ -45,8 +42,8 @@ def recovery_announce(*, recovery: RecoveryRequest, request_id: str | None = Non
 
 
 def recovery_requests_warn_expiring(*, now: datetime | None = None) -> int:
-    """The beat's sweep: each pending request that expires within REWIND_NOTIFY_EXPIRY_WARN_MIN
-    is announced once more; returns how many deliveries this call recorded. Safe to overlap."""
+    """The beat's sweep: each pending request expiring within REWIND_NOTIFY_EXPIRY_WARN_MIN is announced once more;
+    how many deliveries this call recorded. Safe to overlap."""
     minutes = settings.REWIND_NOTIFY_EXPIRY_WARN_MIN
     if minutes <= 0:
         return 0
@@ -84,8 +81,8 @@ def _warn_expiring(r: RecoveryRequest, now: datetime) -> list[NotificationDelive
 
 
 def flr_session_announce_unmount_failed(*, row: FlrSession, error: str, request_id: str | None = None) -> None:
-    """Tell the channels that a mount of ours could not be unmounted: once per session, however
-    often the reaper tries again."""
+    """Tell the channels that a mount of ours could not be unmounted, once per session however often the reaper
+    tries again."""
     with notifying(f"FLR session #{row.pk} could not be unmounted"):
         _announce_unmount_failed(row, error, request_id)
 

@@ -1,10 +1,8 @@
 """The zip archive a folder recovery keeps: written member by member, then checked against its manifest.
 
-Member names are the manifest's paths (below the folder, ``/``-separated), which come from the
-ZVM's browse listing and are checked before they get here (``safe_relative``); no name from a
-zip the ZVM sent is ever used. The archive is the one file a folder recovery stores, so the
-existing authenticated download serves it; a later step (restore in place) reads one file of it
-by its manifest entry with ``archive_member_open``.
+Member names are the manifest's paths, which come from the ZVM's browse listing and are checked
+(``safe_relative``); no name from a zip the ZVM sent is ever used. It is the one file a folder recovery stores,
+so the authenticated download serves it as any other.
 """
 
 from __future__ import annotations
@@ -58,11 +56,8 @@ class TooManyBytes(Exception):
 
 
 def safe_relative(rel: str) -> str:
-    """``rel`` when every segment is a plain name; else ``ApplicationError`` (a zip-slip guard).
-
-    Refused: empty, ``.`` or ``..`` segments, a leading ``/``, a backslash, a drive-like ``x:``
-    segment, and control or format characters.
-    """
+    """``rel`` when every segment is a plain name; else ``ApplicationError`` (a zip-slip guard): no empty, ``.`` or
+    ``..`` segment, leading ``/``, backslash, drive-like ``x:`` segment, control or format character."""
     segments = rel.split("/")
     for seg in segments:
         if (
@@ -76,11 +71,8 @@ def safe_relative(rel: str) -> str:
 
 
 class CappedSink:
-    """Where one file's bytes go: the archive member, at most ``room`` bytes of them.
-
-    A write the storage refuses raises ``StorageFailed`` (never read as the ZVM's failure);
-    one past ``room`` raises ``TooManyBytes`` (a listing that gave no size, or a wrong one).
-    """
+    """Where one file's bytes go: the archive member, at most ``room`` bytes. A refused write raises
+    ``StorageFailed`` (never read as the ZVM's failure); one past ``room`` raises ``TooManyBytes``."""
 
     def __init__(self, member: IO[bytes], room: int) -> None:
         self._member = member
@@ -154,10 +146,8 @@ def archive_digest(path: Path) -> tuple[int, str]:
 
 
 def archive_verify(path: Path, entries: list[ManifestEntry]) -> None:
-    """Every manifest entry is in the archive, with its size and sha256, and nothing else is.
-
-    Raises ``ApplicationError`` naming the first difference (the archive is not kept then).
-    """
+    """Every manifest entry is in the archive, with its size and sha256, and nothing else is; else
+    ``ApplicationError`` naming the first difference (the archive is not kept then)."""
     with zipfile.ZipFile(path) as archive:
         names = [info.filename for info in archive.infolist()]
         if sorted(names) != sorted(e.path for e in entries):

@@ -1,8 +1,5 @@
-"""The admin's "Ask for a file back" page: a person asks for a recovery as an agent would over MCP.
-
-The model's own add view stays off (``ReadOnlyAdmin``): a request is bound to one VM and checkpoint
-by ``recovery_request_create``, which this page calls, so it is audited in the person's name and
-waits for someone else's approval like any other.
+"""The admin's "Ask for a file back" page: a person asks for a recovery as an agent would over MCP, through
+``recovery_request_create``, so it is audited in the person's name and waits for someone else's approval.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""How the file in the guest now differs from what the checkpoint gives back, for the approver.
-
-Text (both sides UTF-8, no NUL) gets a unified diff whose lines say what they are, so the page can
-highlight what would change; anything else gets sizes and sha256 only.
+"""How the file in the guest now differs from what the checkpoint gives back, for the approver: a unified diff for
+text (both sides UTF-8, no NUL), sizes and sha256 for anything else.
 """
 
 from __future__ import annotations

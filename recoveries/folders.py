@@ -1,17 +1,10 @@
-"""A folder comes back: walked breadth-first within the limits, every file fetched, one zip kept.
+"""A folder comes back: walked breadth-first within the limits, every file fetched, one zip kept (docs/recovery.md,
+"A whole folder").
 
-One FLR mount serves the whole folder (the runner mounts, maps the folder, calls ``folder_walk``
-and ``folder_fetch``, and unmounts whatever happens). The walk browses one folder per call, as
-the API allows, and stops as soon as a limit (``REWIND_FOLDER_MAX_FILES``, ``_MAX_BYTES``,
-``_MAX_FOLDERS``) is passed, refusing with the figures before a single byte is downloaded.
-
-Each file is downloaded with its own download call (a ``pathList`` of one path), never one
-``pathList`` of many: what a ZVM hands out for several paths is undocumented (one zip? with
-which member names?), while a one-path download is the call the single-file recovery already
-proves against every variant (the raw file, or a zip wrapping it). Every name kept comes from
-the browse listing and is checked (``archive.safe_relative``); none is taken from a zip the ZVM
-sent. Each file's size is checked against its listing, and once the archive is written every
-member is read back against the manifest.
+The walk stops as soon as a limit is passed, refusing with the figures before a byte is downloaded. Each file
+has a download call of its own: what a ZVM hands out for several paths is undocumented, while a one-path
+download is the call the single-file recovery proves against every variant. Every name kept comes from the
+browse listing and is checked, none from a zip the ZVM sent; every member is read back against the manifest.
 """
 
 from __future__ import annotations
@@ -164,11 +157,9 @@ def _add_file(walked: Walked, listed: Listed, guest: str, limits: Limits) -> Non
 
 
 def folder_walk(session: Session, root: Match, *, guest: str, limits: Limits) -> Walked:
-    """Every file under ``root``, breadth-first, within ``limits``; a file ``root`` is itself.
-
-    Raises ``FolderRefused`` (over a limit, or nothing to bring back), ``ApplicationError``
-    (a listing the ZVM would not give, or a name that cannot be kept) or ``SessionVanished``.
-    """
+    """Every file under ``root``, breadth-first, within ``limits`` (a file ``root`` is itself). Raises
+    ``FolderRefused``, ``ApplicationError`` (a listing refused, a name that cannot be kept) or
+    ``SessionVanished``."""
     walked = Walked()
     if is_file(root.item):
         _add_file(walked, _listed(safe_relative(root.item.name), root.item), guest, limits)
@@ -212,12 +203,9 @@ def _listed(rel: str, item: BrowseItem) -> Listed:
 
 
 def folder_fetch(session: Session, walked: Walked, *, dest: Path, name: str, guest: str, limits: Limits) -> Fetched:
-    """Download every walked file into one zip at ``dest/name``; returns it with its manifest.
-
-    Raises ``FolderRefused`` (more bytes than the limit came), ``ApplicationError`` (a file
-    other than listed, or the ZVM would not serve one), ``SessionVanished`` or ``StorageFailed``;
-    nothing is kept then.
-    """
+    """Download every walked file into one zip at ``dest/name``; it, with its manifest. Raises ``FolderRefused``
+    (more bytes than the limit), ``ApplicationError`` (a file other than listed, or not served),
+    ``SessionVanished`` or ``StorageFailed``; nothing is kept then."""
     partial = dest / f".{uuid.uuid4().hex}.zip.part"
     final = dest / name
     try:
@@ -294,10 +282,8 @@ def archive_name(match: Match) -> str:
 def folder_recover(
     session: Session, match: Match, *, recovery: RecoveryRequest, dest: Path, request_id: str
 ) -> Fetched:
-    """Walk, fetch and keep the folder ``match`` names for ``recovery``; audited once kept.
-
-    Raises what ``folder_walk`` and ``folder_fetch`` raise; the caller unmounts either way.
-    """
+    """Walk, fetch and keep the folder ``match`` names for ``recovery``, audited once kept; raises what
+    ``folder_walk`` and ``folder_fetch`` raise, and the caller unmounts either way."""
     guest = recovery.normalized_path
     limits = Limits.from_settings()
     walked = folder_walk(session, match, guest=guest, limits=limits)

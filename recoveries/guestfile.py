@@ -1,13 +1,9 @@
 """Read and write one file inside a guest through the tools an operator named (``GuestFileTools``).
 
-The calls go through the gateway's own links (``rewind.gateway.links``): the same sessions,
-healing and error words as a forwarded call, with the upstream's own credentials. Every call here
-runs in a short event loop of its own (``run_async``), so a Celery task or a web request can make
-it; the calls of one step share one session.
-
-What a failure says matters: ``GuestFileError.may_have_run`` tells a write that never reached the
-guest (the upstream is down: nothing was written) from one that broke on the way (the file may be
-partly written).
+The calls go through the gateway's own links (the same sessions, healing and error words as a forwarded call),
+each step in a short event loop of its own, so a task or a web request can make it.
+``GuestFileError.may_have_run`` tells a write that never reached the guest (nothing written) from one that broke
+on the way (maybe partly written).
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """At run time: has the approved checkpoint left its VPG's journal? Asked of the recovery site's ZVM.
 
-A request may wait for approval for an hour, and a journal keeps as little as an hour of
-history: the checkpoint the request was bound to may have left it since. The runner asks
-here when the checkpoint is not listed, or when a mount of it is refused or fails, so the
-agent and the approver read "it left the journal" rather than a ZVM's bare refusal.
+A request may wait an hour for approval, and a journal may keep only an hour: when a checkpoint is not listed or
+its mount fails, the agent and the approver read "it left the journal" rather than a ZVM's bare refusal.
 """
 
 from __future__ import annotations
@@ -37,11 +35,8 @@ def journal_history_now(client: ZvmClient, vpg_id: str) -> JournalHistory | None
 
 
 def journal_gone_reason(client: ZvmClient, recovery: RecoveryRequest, site: Site) -> str | None:
-    """A sentence saying the checkpoint has left the journal, when the ZVM shows it has; else None.
-
-    ``recovery.checkpoint_timestamp`` is on the recovery site's clock, which the ZVM asked here
-    shows too. Without a checkpoint time, or an answer, nothing can be told.
-    """
+    """A sentence saying the checkpoint has left the journal when the ZVM shows it has, else None (also without a
+    checkpoint time or an answer). The checkpoint's time is on the recovery site's clock, as the ZVM's."""
     taken = recovery.checkpoint_timestamp
     if taken is None:
         return None

@@ -1,9 +1,7 @@
 """Recording what a site's ZVM listed: its live FLR sessions, ours and others' (``FlrSiteListing``).
 
-Other operators' sessions are kept as listed (their count for ``/metrics``, and what the
-dashboard shows of each), since a foreign mount blocks the VPG's next clone, failover test,
-live failover or Extended Journal Copy, and only a person may end it: this service never
-touches them. Not audited: a record of what was seen, not a change anyone made.
+Others' sessions are kept as listed, since a foreign mount blocks the VPG's next clone, failover test or
+Extended Journal Copy and only a person may end it. Not audited: a record of what was seen, not a change.
 """
 
 from __future__ import annotations

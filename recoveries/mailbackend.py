@@ -12,11 +12,8 @@ logger = logging.getLogger(__name__)
 
 
 class NoMailBackend(BaseEmailBackend):
-    """Sends nothing and says so once per batch: approvers then rely on the admin queue alone.
-
-    A deployment without mail is legitimate (small teams watch the admin), so this is INFO,
-    not a warning, and never an error that would make the notification task retry.
-    """
+    """Sends nothing and says so once per batch, at INFO: a deployment without mail is legitimate (approvers watch
+    the admin queue), and an error would make the notification task retry."""
 
     def send_messages(self, email_messages: Sequence[EmailMessage]) -> int:
         if email_messages:

@@ -1,26 +1,11 @@
-"""Map a guest path to the one FLR path that holds it, using only what the ZVM lists.
+"""Map a guest path to the one FLR path that holds it, using only what the ZVM lists (docs/recovery.md, "Finding
+the path in the guest").
 
-FLR shows partitions (``partition#2 Ext4``), not mount points or drive letters, and the API
-documents neither the status of a browse of a missing folder nor how names compare. So the
-mapping never guesses a path and never reads an error as "absent": it starts at each
-partition's root and walks down one level at a time, browsing only folders that appeared in
-the parent's listing, and uses the ZVM's own spelling of every name for the next browse and
-for the download. Names compare without regard to case on Windows file systems (NTFS, FAT,
-ReFS) and exactly on Linux ones.
-
-Which partition holds the path is decided from what is there:
-
-- Linux: a root partition is one whose top level lists ``etc``. ``/a/b/c`` is looked for
-  as ``a/b/c`` on the root partitions, and as ``b/c`` (``c``) on another partition when a
-  root partition lists ``/a`` (``/a/b``) as an empty folder: a mount point, such as the
-  empty ``/boot`` a separate boot partition is mounted on.
-- Windows: System Reserved, EFI and recovery partitions are skipped. ``C:`` is the
-  partition holding the ``Windows`` folder; another letter is a partition without it, the
-  data partitions taking ``D:``, ``E:``, ... in their order when several hold the path.
-
-Exactly one match is used; none, several or a folder is an error naming what was looked at
-(a folder is the match a recursive recovery asks for).
-Each folder is listed at most once per mapping.
+FLR shows partitions, not mount points or drive letters, and the API documents neither how a browse of a missing
+folder answers nor how names compare. So the mapping never guesses a path and never reads an error as "absent":
+it walks down from each partition's root, browsing only folders the parent listed (each at most once), and uses
+the ZVM's own spelling of every name. Exactly one match is used; none, several or a folder (unless asked for) is
+an error naming what was looked at.
 """
 
 from __future__ import annotations
@@ -79,11 +64,8 @@ class _Browser:
         self._fstab: set[str] | object | None = _UNREAD
 
     def listing(self, folder: str) -> list[BrowseItem]:
-        """The children of ``folder`` (an FLR path the ZVM listed; "" for the partitions).
-
-        A failure is never read as an empty or missing folder: the folder was listed by its
-        parent, so it exists, and the caller learns what the ZVM answered.
-        """
+        """The children of ``folder`` (an FLR path the ZVM listed; "" for the partitions). A failure is never read
+        as empty or missing: the parent listed the folder, so the caller learns what the ZVM answered."""
         if folder not in self._listings:
             try:
                 result = self.client.flr_browse(self.session_id, folder)
@@ -155,12 +137,8 @@ class _Browser:
 
 
 def _with_full_path(folder: str, item: BrowseItem) -> BrowseItem:
-    """The item with its path from the mount root, however the ZVM spelled it.
-
-    Item paths appear to be full paths (inferred: the API documentation does not say); a ZVM
-    that gives only the name still gets browsed correctly: the name is joined to the parent's
-    own path.
-    """
+    """The item with its path from the mount root, however the ZVM spelled it: item paths appear to be full paths
+    (inferred, undocumented), and a bare name is joined to the parent's own path."""
     path = item.path.strip("/")
     if folder and not path.lower().startswith(folder.lower() + "/"):
         path = f"{folder}/{item.name}" if path else folder
@@ -202,11 +180,9 @@ def _caseless(partition_name: str, guest: GuestPath) -> bool:
 def map_guest_path(
     client: ZvmClient, session_id: str, guest: GuestPath, *, vm_identifier: str, recursive: bool = False
 ) -> Match:
-    """The single file ``guest`` names in the mounted session (``recursive``: a folder, or a file).
-
-    Raises ``NotFoundError`` (no partition holds it), ``ApplicationError`` (several do, it
-    is a folder, or the ZVM could not list a folder on the way) or ``SessionVanished``.
-    """
+    """The single file ``guest`` names in the mounted session (``recursive``: a folder, or a file). Raises
+    ``NotFoundError`` (no partition holds it), ``ApplicationError`` (several do, it is a folder, or a listing
+    failed on the way) or ``SessionVanished``."""
     browser = _Browser(client, session_id, vm_identifier)
     parts = [_Partition(item.path, _caseless(item.path, guest)) for item in _partitions(browser)]
     if not parts:
@@ -221,10 +197,8 @@ def map_guest_path(
 
 
 def list_folder(client: ZvmClient, session_id: str, folder: str, *, vm_identifier: str) -> list[BrowseItem]:
-    """One folder's listing, each item with its full FLR path (as ``map_guest_path`` reads them).
-
-    Raises ``ApplicationError`` (the ZVM could not list it) or ``SessionVanished``.
-    """
+    """One folder's listing, each item with its full FLR path; raises ``ApplicationError`` (the ZVM could not list
+    it) or ``SessionVanished``."""
     return _Browser(client, session_id, vm_identifier).listing(folder)
 
 

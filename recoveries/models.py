@@ -1,7 +1,5 @@
-"""Recovery requests, their approvals, and every FLR session this service opened.
-
-State changes happen only in ``recoveries.services`` (compare-and-swap updates); the
-admin shows these rows read-only.
+"""Recovery requests, their approvals, and every FLR session this service opened. State changes happen only in the
+services (compare-and-swaps); the admin shows these rows read-only.
 """
 
 from __future__ import annotations
@@ -11,8 +9,6 @@ from django.db import models
 
 
 class RestoreState(models.TextChoices):
-    """Where a restore in place is (``RecoveryRequest.restore_state``)."""
-
     COMPARING = "comparing", "reading the file in the guest"
     AWAITING = "awaiting", "diff shown; awaiting the write-back click"
     GUARDING = "guarding", "taking a checkpoint before the write-back"
@@ -24,11 +20,8 @@ class RestoreState(models.TextChoices):
 
 
 class RecoveryRequest(models.Model):
-    """One guest file asked back from one checkpoint of one VM; runs only once approved.
-
-    Asked by an agent (``agent``, over MCP) or by a person (``requested_by``, over REST or the admin);
-    ``requester`` says which, wherever a page, a message or a notification names who asked.
-    """
+    """One guest file asked back from one checkpoint of one VM; runs only once approved. Asked by an agent
+    (``agent``) or a person (``requested_by``); ``requester`` names which, wherever who asked is shown."""
 
     class Status(models.TextChoices):
         PENDING = "pending"  # waiting for a human
@@ -208,12 +201,8 @@ class RecoveryApproval(models.Model):
 
 
 class RecoveryWriteBackConfirmation(models.Model):
-    """One person's write-back click on a restore in place, naming the diff they were shown.
-
-    With a second approver required (``approvals_required`` 2) the write-back starts only once two
-    distinct people confirmed the same diff; otherwise the one click starts it. Recorded in both
-    cases, so every page says who confirmed which diff.
-    """
+    """One person's write-back click on a restore in place, naming the diff they were shown; recorded even when one
+    click suffices, so every page says who confirmed which diff."""
 
     recovery = models.ForeignKey(RecoveryRequest, on_delete=models.CASCADE, related_name="write_back_confirmations")
     person = models.ForeignKey(
@@ -234,13 +223,9 @@ class RecoveryWriteBackConfirmation(models.Model):
 
 
 class FlrSession(models.Model):
-    """An FLR session this service opened (or tried to). Recorded before the mount call.
-
-    ``session_id`` is empty while the mount call is in flight and stays empty ("unknown")
-    when the ZVM's answer could not be read; ``snapshot_ids`` (the live sessions of the VM
-    just before the mount) then let the reaper find it: same VM, VPG and checkpoint, absent
-    from the snapshot.
-    """
+    """An FLR session this service opened (or tried to), recorded before the mount call. ``session_id`` stays empty
+    when the ZVM's answer could not be read; ``snapshot_ids`` (the VM's live sessions just before the mount)
+    then let the reaper find it: same VM, VPG and checkpoint, absent from the snapshot."""
 
     class Status(models.TextChoices):
         MOUNTING = "mounting"  # the mount call is being made
@@ -288,16 +273,9 @@ class FlrSession(models.Model):
 
 
 class FlrSiteListing(models.Model):
-    """What one site's ZVM listed last: how many live FLR sessions, ours and others', and which
-    the others' are.
-
-    Written whenever a full listing of the site is read: every reaper sweep lists every
-    enabled site, and so do the admin's live-sessions page and ``zerto_list_flr_sessions``.
-    ``/metrics`` reports it with its time, since other operators' sessions are known only
-    from such a listing; the dashboard shows the others' sessions from it, because only a
-    person may end them and asking every ZVM on each page view would make the admin as slow
-    as its slowest ZVM.
-    """
+    """What one site's ZVM listed last: its live FLR sessions, ours and others'. Written by every full listing
+    (each reaper sweep, the live-sessions page, ``zerto_list_flr_sessions``), so ``/metrics`` and the dashboard
+    show others' sessions without asking every ZVM on each page view."""
 
     site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="flr_listing")
     listed_at = models.DateTimeField()
@@ -314,11 +292,8 @@ class FlrSiteListing(models.Model):
 
 
 class ReaperSweep(models.Model):
-    """One run of the reaper: when, for how long, and what it did (its report).
-
-    Written by ``recoveries.reaper`` at the end of every sweep; sweeps older than
-    ``reaper.SWEEPS_KEPT`` are pruned by the next one.
-    """
+    """One run of the reaper: when, for how long, and its report; sweeps older than ``reaper.SWEEPS_KEPT`` are
+    pruned by the next one."""
 
     started_at = models.DateTimeField(db_index=True)
     finished_at = models.DateTimeField()

@@ -1,18 +1,10 @@
-"""Telling approvers by email that a recovery request waits for them: the built-in channel
-"approver e-mail" of ``rewind.notifications``.
+"""Telling approvers by email that a recovery request waits for them: the built-in channel "approver e-mail" of
+``rewind.notifications`` (docs/recovery.md, "Approvers are told").
 
-The request records the event "awaits approval" for every channel (``recoveries.announce``);
-this channel's delivery is then sent by the Celery task ``recoveries.notify_approvers``, queued
-when the request commits, so a slow or broken mail server never delays or fails the request
-itself: the request is in the admin queue either way, and the mail is only the cue to look
-there. Its delivery is listed with every other channel's, and audited under its own codes.
-
-Recipients are the people who could act on the mail: active staff users (the review page is
-in the admin) with an email address who hold ``recoveries.approve_recovery`` directly,
-through a group, or as superusers, plus the extra addresses of REWIND_APPROVER_EMAILS. The
-owner of the requesting agent is left out: they may not approve their own agent's request; so is
-the person who asked, for a person's request.
-The mail carries what an approver needs to decide, never a secret (no token, no password).
+Sent by a Celery task queued when the request commits, so a slow or broken mail server never delays or fails the
+request, which is in the admin queue either way. Recipients are the people who could act on it; the owner of the
+requesting agent, and the person who asked, are left out, since they may not approve it. The mail never carries
+a secret.
 """
 
 from __future__ import annotations
@@ -73,8 +65,7 @@ def approver_addresses(recovery: RecoveryRequest) -> list[str]:
 
 
 def _asker(recovery: RecoveryRequest) -> User | None:
-    """The person who stands behind the request and so may not approve it: the agent's owner, or
-    the person who asked."""
+    """The person who stands behind the request and so may not approve it: the agent's owner, or who asked."""
     if recovery.agent is not None:
         return recovery.agent.owner
     return recovery.requested_by
@@ -90,10 +81,8 @@ def _one_line(text: str, limit: int) -> str:
 
 
 def approval_summary(recovery: RecoveryRequest) -> tuple[str, list[str]]:
-    """Subject and lines of "awaits approval": what an approver needs to decide, and where.
-
-    The same words go to the approver e-mail and to every other channel.
-    """
+    """Subject and lines of "awaits approval": what an approver needs to decide, and where; the same words go to
+    every channel."""
     r = recovery
     subject = _one_line(
         f"[zerto-rewind] Recovery #{r.pk} waits for approval: {r.vm_name} {r.normalized_path}"
@@ -199,14 +188,12 @@ def _skip(delivery: NotificationDelivery | None, why: str) -> None:
 
 
 def recovery_notify_approvers(*, recovery_id: int, request_id: str | None = None, last_try: bool = True) -> str:
-    """Mail the approvers of a pending request: the approver e-mail channel's delivery of
-    "awaits approval". Returns what happened, in a word.
+    """Mail the approvers of a pending request; what happened, in a word.
 
-    The delivery is claimed before the mail goes, so a repeated or redelivered task mails once.
-    When the backend raises ``OSError`` (``smtplib.SMTPException`` is one) the delivery waits
-    for the next try and the error is raised for the task to retry; on ``last_try`` the failure
-    is recorded and audited instead. Nothing is sent for a request that is gone, decided or
-    expired, or when nobody has an address: the delivery is then recorded as skipped.
+    The delivery is claimed before the mail goes, so a redelivered task mails once. An ``OSError`` from the
+    backend (``smtplib.SMTPException`` is one) is raised for the task to retry, or on ``last_try`` recorded and
+    audited. Nothing is sent for a request gone, decided or expired, or with nobody to tell: the delivery is
+    then skipped.
     """
     recovery = RecoveryRequest.objects.select_related("agent__owner", "requested_by").filter(pk=recovery_id).first()
     delivery = _mail_delivery(recovery_id, recovery, request_id or "")

@@ -1,9 +1,8 @@
 """Guest paths: what an agent may ask for, checked before anything is recorded.
 
-A Linux path is absolute with ``/`` separators (``/etc/nginx/nginx.conf``); a Windows path
-starts with a drive letter (``C:\\inetpub\\web.config``, ``/`` also accepted). Relative
-paths, ``.``/``..`` segments, empty paths, control and format characters, backslashes in a Linux
-path and paths naming a folder or a drive root are refused with a plain reason.
+A Linux path is absolute with ``/``; a Windows path starts with a drive letter (``/`` also accepted). Relative
+paths, ``.``/``..`` segments, control and format characters, a Linux backslash and a folder or drive root are
+refused with a plain reason.
 """
 
 from __future__ import annotations
@@ -54,10 +53,8 @@ class GuestPath:
 
 
 def parse_guest_path(raw: object, *, folder: bool = False) -> GuestPath:
-    """Check ``raw`` and return it parsed; raises ``GuestPathError`` naming the problem.
-
-    ``folder``: the path names a folder (a recursive recovery), so a trailing separator is fine.
-    """
+    """Check ``raw`` and return it parsed; raises ``GuestPathError`` naming the problem. ``folder``: the path names
+    a folder (a recursive recovery), so a trailing separator is fine."""
     if not isinstance(raw, str) or not raw.strip():
         raise GuestPathError("the path is empty; give the file's absolute guest path, e.g. /etc/hostname")
     path = raw.strip()

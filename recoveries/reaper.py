@@ -1,19 +1,11 @@
-"""The orphan reaper: no FLR mount this service opened stays up.
+"""The orphan reaper: no FLR mount this service opened stays up (docs/recovery.md, "The reaper").
 
-On every enabled site, one ``GET /v1/flrs`` tells which of our sessions are still there, and
-how many live sessions others hold (recorded for /metrics). Ours that vanished are marked ended; ours whose recovery finished, failed or
-ran past REWIND_FLR_TIME_LIMIT_S are unmounted; a mount whose id was never learned is
-found again (same VM, VPG and checkpoint, absent from the snapshot taken before the mount,
-not recorded by us) and unmounted. A mount without an id (its answer was a 5xx, a timeout or
-unreadable) that no session fits is ended once it has settled: the mount call may take up to
-the ZVM read timeout, and the ZVM may still be creating the session after it answered, so
-only a listing read successfully ``UNKNOWN_SETTLE`` past that says "no session appeared". A
-listing that fails says nothing (the site is skipped), and when several sessions fit, none is
-touched and the row is not ended. A session this service did not record is never touched.
-Stale pending requests are expired, and the recovered files of requests finished more than
-REWIND_RECOVERED_RETENTION_DAYS ago are deleted. Every step is a compare-and-swap: sweeps
-may overlap. Each sweep is recorded (``ReaperSweep``) with its report, so people can see when
-it last ran and what it did.
+One ``GET /v1/flrs`` per enabled site says which of our sessions are there: those vanished are marked ended,
+those whose recovery is over or overdue unmounted, and a mount whose id was never learned found again and
+unmounted. A listing that fails says nothing (the site is skipped); several sessions that fit are left
+untouched; a session this service did not record is never touched. A mount that no session fits is ended only
+after ``UNKNOWN_SETTLE``, since the ZVM may still be creating it. Every step is a compare-and-swap: sweeps may
+overlap.
 """
 
 from __future__ import annotations
@@ -181,8 +173,8 @@ def _reap_site(site: Site, now: datetime, report: ReapReport) -> None:
 
 
 def _unmount_all(client: ZvmClient, rows: list[FlrSession], report: ReapReport) -> None:
-    """Unmount the rows, ``UNMOUNT_THREADS`` at a time; the first exception of one is raised
-    once all are done, and then none is counted (the site's sweep reports it as failed)."""
+    """Unmount the rows, ``UNMOUNT_THREADS`` at a time; the first exception of one is raised once all are done, and
+    then none is counted (the site's sweep reports it as failed)."""
     if not rows:
         return
     outcomes = run_each(

@@ -1,32 +1,12 @@
-"""Binding a recovery request to exactly one VM, VPG and checkpoint, before it is recorded.
+"""Binding a recovery request to exactly one VM, VPG and checkpoint, before it is recorded (docs/recovery.md,
+"Asking for a file").
 
-The checkpoint comes from (in this order of precedence) a ``change_id`` of a guarded
-change, a ``checkpoint`` argument that is a tag this service put on a checkpoint or a
-checkpoint identifier, or by default the newest tagged checkpoint this service made for
-the VM. FLR runs at a VPG's recovery site, so only VPGs whose recovery site's ZVM is
-configured here qualify.
-
-Among several qualifying VPGs ("prefer a local one") the choice is, in this order:
-1. a VPG whose recovery site is configured, enabled, passed its last identity check
-   (``Site.last_error`` empty) and is not marked unavailable (its circuit is closed): the ZVM
-   this service reaches without trouble now, so the mount is the most likely to work;
-2. the newest matching tagged checkpoint, measured by its guarded change
-   (``ChangeGuard.requested_at``): the checkpoints of one change are inserted in parallel a
-   few seconds apart, so they tie and the choice does not hang on which insert landed last;
-3. the VPG name, so the choice is stable.
-A site with a recent error is only a worse choice, never refused: it may have recovered.
-
-A checkpoint that has left its VPG's journal cannot be recovered: such rows are left out,
-and when every matching row has left, the request is refused naming when (``_in_journal``).
-
-A VPG row that timed out but whose checkpoint Zerto listed later (``listed_late_at``, see
-``rewind.checkpoints.late``) counts like a listed one; the binding says it was listed late.
-Before choosing, the rows in question that timed out recently are looked for once more
-(one checkpoint listing per VPG), so a recovery does not wait for the next sweep.
-
-The bound checkpoint time is the one the recovery site's ZVM shows (the runner looks the
-checkpoint up there): a time the protected site listed is converted through both sites'
-clock offsets (``rewind.zvm.clock``), since either ZVM's clock may run minutes off ours.
+FLR runs at a VPG's recovery site, so only VPGs whose recovery site's ZVM is configured here qualify. Among
+several, a healthy recovery site comes first (the mount most likely to work; a site with a recent error is only
+a worse choice, never refused), then the newest guarded change (one change's checkpoints tie, so the choice does
+not hang on which insert landed last), then the VPG name, so the choice is stable. A checkpoint only a ZVM shows
+gone from its journal is left out. The bound time is the one the recovery site's ZVM shows, converted through
+both sites' clock offsets, since either may run minutes off ours.
 """
 
 from __future__ import annotations
@@ -83,12 +63,8 @@ def bind_checkpoint(
     limit: VmLimit = NO_LIMIT,
     agent_name: str = "",
 ) -> BoundCheckpoint:
-    """Resolve the VM and the one checkpoint to mount. Raises ``ApplicationError`` with the reason.
-
-    ``before``: an undo, the newest journal checkpoint strictly before that moment (``recoveries.undo``).
-    May call the ZVMs (VM lookup; a bare checkpoint id is looked up at the recovery site);
-    holds no transaction.
-    """
+    """Resolve the VM and the one checkpoint to mount; ``ApplicationError`` with the reason. ``before``: an undo,
+    the newest journal checkpoint strictly before that moment. May call the ZVMs; holds no transaction."""
     protection = find_protection(vm)
     check_within(limit, protection, agent_name=agent_name)  # before any checkpoint is looked up
     usable = _usable_vpgs(protection)
@@ -148,13 +124,9 @@ def _usable_vpgs(protection: Protection) -> dict[str, VpgProtection]:
 
 
 def _healthy_site_pks(vpgs: Iterable[VpgProtection]) -> set[int]:
-    """Recovery sites configured here, enabled now, whose last identity check succeeded and
-    which are not marked unavailable (their circuit is closed: ``rewind.zvm.breaker``).
-
-    Read from the database and the circuits, not from the (cached) protection lookup: a site
-    disabled or failing a moment ago must lose the preference at once. A run at a site marked
-    unavailable would only wait for it.
-    """
+    """Recovery sites configured here, enabled, whose last identity check succeeded and whose circuit is closed:
+    read from the database and the circuits, not the cached look-up, so a site disabled or failing a moment ago
+    loses the preference at once."""
     pks = {v.recovery_site.site_pk for v in vpgs if v.recovery_site.site_pk is not None}
     sites = Site.objects.filter(pk__in=pks, enabled=True, last_error="")
     return {site.pk for site in sites if not site_circuit(site).is_open}
@@ -220,13 +192,9 @@ def _from_guard_rows(
 
 
 def _in_journal(rows: list[TaggedCheckpoint], protection: Protection, what: str) -> list[TaggedCheckpoint]:
-    """The rows whose checkpoint may still be in its VPG's journal; refused when none is.
-
-    From the retention forecast (``rewind.checkpoints.retention``): rows whose estimate has
-    passed are asked about once more now (one VPG read per VPG), and only a ZVM showing the
-    journal past a checkpoint rules it out. An estimate alone, or a ZVM that cannot be asked,
-    never refuses: the run checks the checkpoint again before it mounts.
-    """
+    """The rows whose checkpoint may still be in its VPG's journal; refused when none is. Rows whose estimate has
+    passed are asked about once more now; only a ZVM showing the journal past a checkpoint rules it out, as the
+    run checks the checkpoint again before it mounts."""
     retention_recheck_due(rows)
     for row in rows:
         row.refresh_from_db(fields=["leaves_journal_at", "left_journal_seen_at", "journal_history_minutes"])
@@ -241,14 +209,9 @@ def _in_journal(rows: list[TaggedCheckpoint], protection: Protection, what: str)
 
 
 def _on_recovery_clock(when: datetime | None, protected: Site | None, vpg: VpgProtection) -> datetime | None:
-    """A checkpoint time as the protected site's ZVM listed it, as the recovery site's ZVM shows it.
-
-    The request is carried out at the recovery site, which looks the checkpoint up by a window
-    around this time; the two ZVMs' clocks may differ from ours, and from each other. The shift is
-    whole seconds: the offsets are measured from answers dated to the second, so their fractions
-    are noise, and a time with a fraction the ZVM never listed would be shown to people and agents
-    as if it had.
-    """
+    """A checkpoint time as the protected site's ZVM listed it, as the recovery site's ZVM shows it (the run looks
+    it up there by a window around this time). Shifted by whole seconds: the offsets come from answers dated to
+    the second, and a fraction the ZVM never listed would be shown as if it had."""
     if when is None:
         return None
     pk = vpg.recovery_site.site_pk

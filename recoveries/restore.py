@@ -1,20 +1,10 @@
-"""Restore in place: after the pull, show a person the diff, and on their second click guard, write
-the file back into the guest, read it back and compare sha256.
+"""Restore in place: after the pull, show a person the diff, and on their second click guard, write the file back
+into the guest, read it back and compare sha256 (docs/restore.md).
 
-The steps, each a compare-and-swap on ``restore_state`` so a redelivered task acts once:
-1. ``restore_compare`` (right after the pull, status ``confirm``): the size limit and the writer's
-   encoding are checked, and the file as it is now in the guest is read through the reader tool
-   and kept beside the recovered bytes; the request then awaits the write-back click.
-2. ``recovery_restore_confirm`` (the page, REST and the admin alike): refused unless the diff was
-   produced and is the one the person was shown (``diff_token``); queues the write-back.
-3. ``recoveries.write_back``: guard, write, read back, and sha256 decides; ``restore_finish`` ends
-   it, and the request, whatever happened.
-
-Nothing is written into a guest before its guard is ok.
-
-A folder (``recursive``) goes through the same steps with every file of its manifest
-(``recoveries.restore_files``): compared one by one, confirmed with one click, guarded once, then
-written, read back and verified file by file, each file's result kept in ``restore_files``.
+Each step is a compare-and-swap on ``restore_state``, so a redelivered task acts once: ``restore_compare`` reads
+the file as the guest holds it now; ``recovery_restore_confirm`` takes the click on exactly the diff shown
+(``diff_token``); ``recoveries.write_back`` guards, writes, reads back and lets sha256 decide. Nothing is
+written into a guest before its guard is ok. A folder takes the same steps file by file under one guard.
 """
 
 from __future__ import annotations
@@ -84,10 +74,8 @@ def diff_token(recovery: RecoveryRequest) -> str:
 
 
 def restore_diff(recovery: RecoveryRequest) -> FileDiff | None:
-    """The diff for the approval page; None before the file in the guest was compared (or without the bytes).
-
-    None for a folder, which has one per file (``restore_folder_diffs``).
-    """
+    """The diff for the approval page; None before the file in the guest was compared, without the bytes, or for a
+    folder (``restore_folder_diffs``)."""
     if recovery.recursive or recovery.compared_at is None or not recovery.stored_path or recovery.purged_at is not None:
         return None
     try:
@@ -111,11 +99,8 @@ def restore_folder_diffs(recovery: RecoveryRequest) -> list[FolderFileDiff] | No
 
 
 def restore_context(recovery: RecoveryRequest) -> dict[str, Any]:
-    """What the review page shows of a restore in place: the diff, its token, and whether to offer the click.
-
-    The click is offered from approval on, so a page loaded before the diff exists still has it: its
-    empty token is refused, saying to reload and read the diff first.
-    """
+    """What the review page shows of a restore in place: the diff, its token, and whether to offer the click,
+    offered from approval on, so a page loaded before the diff exists carries an empty token that is refused."""
     if not recovery.restore:
         return {}
     open_states = ("", State.COMPARING, State.AWAITING)
@@ -148,12 +133,9 @@ def _refusal_before_asking(recovery: RecoveryRequest, tools: GuestFileTools | No
 
 
 def restore_compare(*, recovery_id: int, request_id: str) -> str:
-    """Read the file in the guest now and keep it for the diff; returns the restore state afterwards.
-
-    Runs once per request (the swap from comparing decides). A file that cannot be written back
-    at all (too large, binary for a text writer, no writer left) ends the request now: the bytes
-    are there, ``restored`` says why nothing was written.
-    """
+    """Read the file in the guest now and keep it for the diff; the restore state afterwards. Runs once per
+    request. A file that cannot be written back at all (too large, binary for a text writer, no writer left)
+    ends the request now, with its bytes and ``restored`` saying why."""
     won = RecoveryRequest.objects.filter(pk=recovery_id, status=Status.CONFIRM, restore_state=State.COMPARING).exists()
     if not won:
         return str(RecoveryRequest.objects.filter(pk=recovery_id).values_list("restore_state", flat=True).first())
@@ -222,16 +204,12 @@ def _files_audited(files: list[dict[str, Any]] | None) -> dict[str, Any]:
 def recovery_restore_confirm(
     *, recovery_id: int, user: User | AnonymousUser, seen: str, request_id: str | None = None
 ) -> RecoveryRequest:
-    """A person's write-back click, after they were shown the diff named ``seen`` (``diff_token``).
+    """A person's write-back click on the diff ``seen``. Every click is recorded; the write-back starts once
+    ``approvals_required`` distinct people confirmed the same diff (four eyes).
 
-    Every click is recorded (``RecoveryWriteBackConfirmation``). The write-back starts once as many
-    distinct people as the request's ``approvals_required`` confirmed the same diff: with a second
-    approver required (four eyes), the first click leaves the request awaiting the second.
-
-    Refused (``ApplicationError``, nothing changed) before the diff exists, for a diff other than
-    the one produced, when the request is not awaiting the click, or when this person already
-    confirmed it; refused (``PermissionDeniedError``) without the permission to approve, for the
-    requesting agent's owner and for the person who asked.
+    Refused (``ApplicationError``, nothing changed) before the diff exists, for another diff, when the request
+    is not awaiting the click, or for a second click by the same person; ``PermissionDeniedError`` without the
+    permission to approve, and for the requesting agent's owner or the person who asked.
     """
     recovery = _get(recovery_id)
     person = _check_approver(user, recovery)
@@ -291,11 +269,8 @@ def recovery_restore_confirm(
 
 
 def _confirmation_record(recovery: RecoveryRequest, person: User, seen: str) -> list[str]:
-    """Record ``person``'s click on the diff ``seen``; the names of all who confirmed that diff, in order.
-
-    Needs the caller's transaction (and its lock on the request). ``ApplicationError`` when this
-    person already confirmed: a second confirmation must be someone else's.
-    """
+    """Record ``person``'s click on the diff ``seen``; the names of all who confirmed it, in order. Needs the
+    caller's transaction and lock; ``ApplicationError`` when this person already confirmed."""
     again = ApplicationError(
         f"you already confirmed the write-back of recovery #{recovery.pk}; a second person must confirm it"
     )
@@ -314,10 +289,8 @@ def _confirmation_record(recovery: RecoveryRequest, person: User, seen: str) -> 
 def recovery_restore_decline(
     *, recovery_id: int, user: User | AnonymousUser, request_id: str | None = None
 ) -> RecoveryRequest:
-    """A person decides not to write the file back: the request ends with its bytes, nothing written.
-
-    Only while it awaits the write-back click; stopping is always safe, so the agent's owner may too.
-    """
+    """A person decides not to write the file back: the request ends with its bytes, nothing written. Only while it
+    awaits the click; stopping is always safe, so the agent's owner may too."""
     recovery = _get(recovery_id)
     person = _check_approver(user, recovery)
     if recovery.restore_state != State.AWAITING:
@@ -373,9 +346,7 @@ def restore_finish(
     from_state: str | None = None,
 ) -> str:
     """End the restore: the request succeeded (its bytes are here) and ``restored`` says what the guest got.
-
-    Returns ``state``, or "" when another step ended it first (or it was not in ``from_state``).
-    """
+    Returns ``state``, or "" when another step ended it first (or it was not in ``from_state``)."""
     with transaction.atomic():
         rows = RecoveryRequest.objects.filter(pk=recovery.pk, status__in=(Status.CONFIRM, Status.RESTORING))
         if from_state is not None:

@@ -1,7 +1,5 @@
-"""Guest file tools in the admin: which upstream tools write a file into a guest and read it back.
-
-Saved and deleted through ``recoveries.restore_tools``, so every change is checked against the
-upstream's listed tools and audited with the person's name. Shown with the gateway's upstreams.
+"""Guest file tools in the admin, shown with the gateway's upstreams: saved and deleted through
+``recoveries.restore_tools``, so every change is checked and audited with the person's name.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """The files a restore in place writes: one for a file, every manifest file for a folder.
 
-A single file and a folder go through the same steps, per file: read what the guest holds now
-(``read_current``), and after the guard write, read back and compare sha256 (``write_one``). A
-folder's comparison is kept per file in ``RecoveryRequest.restore_files`` (its bytes as the guest
-held them beside the archive, for the diff), and so is each file's result, as the write-back goes.
-
-``REWIND_RESTORE_MAX_BYTES`` bounds each file (one writer call carries one file); a folder with a
-file above it, or with a binary file and a text writer, is not written at all: half a folder
-put back is worse than none.
+Each file is read as the guest holds it now, then after the guard written, read back and compared by sha256. A
+folder with a file above ``REWIND_RESTORE_MAX_BYTES``, or a binary file for a text writer, is not written at
+all: half a folder put back is worse than none.
 """
 
 from __future__ import annotations
@@ -174,11 +169,8 @@ def _current_dir(recovery: RecoveryRequest) -> Path:
 
 
 def folder_compare(recovery: RecoveryRequest, tools: GuestFileTools) -> list[dict[str, Any]]:
-    """Read every manifest file in the guest now; what each holds is kept for the diff.
-
-    A file the guest cannot give (it does not exist there now, or the read failed) is ``new``, its
-    reason kept: the write-back creates it.
-    """
+    """Read every manifest file in the guest now, kept for the diff; one the guest cannot give is ``new``, its
+    reason kept: the write-back creates it."""
     keep = _current_dir(recovery)
     keep.mkdir(parents=True, exist_ok=True)
     entries = folder_entries(recovery)
@@ -263,10 +255,8 @@ def folder_diffs(recovery: RecoveryRequest) -> list[FolderFileDiff]:
 
 
 def folder_summary(files: list[dict[str, Any]]) -> tuple[str, str]:
-    """The folder's overall state and sentence from its files' results.
-
-    ``verified`` only when every file written was verified and none was left unwritten.
-    """
+    """The folder's overall state and sentence from its files' results: ``verified`` only when every file written
+    was verified and none was left unwritten."""
     results = [f["result"] for f in files]
     written = [f for f in files if f["result"] in (State.VERIFIED, State.DIFFERS, State.FAILED)]
     skipped = results.count(SKIPPED)

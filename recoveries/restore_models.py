@@ -1,12 +1,10 @@
-"""How a file is written into a guest and read from it through an upstream of the gateway.
+"""How a file is written into a guest and read from it through an upstream of the gateway (docs/restore.md, "Guest
+file tools").
 
-An operator names, per upstream and platform, the tool that writes a file and the tool that reads
-one, and which of their arguments take the VM, the path and the content (each tool its own: a
-writer ``write_file(computer_name, …)`` beside a reader ``read_file(host, …)``). An upstream that
-serves one machine (its host VM) takes no VM argument. ``content_encoding``
-says how the bytes travel: ``utf-8`` text (a binary file cannot be restored through such a
-writer) or ``base64``; ``encoding_arg`` names an argument that is given that word, for tools that
-take either. Changed only through ``recoveries.restore_tools``.
+Per upstream and platform an operator names the writer and the reader tool and which arguments take the VM, the
+path and the content, each tool its own (an upstream serving one machine takes no VM argument).
+``content_encoding`` says how the bytes travel: ``utf-8`` text (no binary file through such a writer) or
+``base64``. Changed only through ``recoveries.restore_tools``.
 """
 
 from __future__ import annotations

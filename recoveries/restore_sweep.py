@@ -41,13 +41,9 @@ WRITE_STALLED_AFTER = timedelta(minutes=2)
 
 
 def restores_resume_stalled(*, now: datetime | None = None) -> int:
-    """The beat's sweep: compare again the pulled files never compared (the run's worker died after
-    the pull), queue again the write-backs whose guard step fell silent (a lost message), and end
-    the writes whose worker died (``restores_end_dead_writes``). How many.
-
-    Safe to overlap and to repeat: every step is a compare-and-swap on ``restore_state``; a write
-    already under way (``writing``) is never queued again, since it may have written.
-    """
+    """The beat's sweep: compare the pulled files never compared, queue again the write-backs whose guard step fell
+    silent, and end the writes whose worker died; how many. Safe to overlap and to repeat: a write under way
+    (``writing``) is never queued again, since it may have written."""
     now = now or timezone.now()
     before = now - STALLED_AFTER
     compare = RecoveryRequest.objects.filter(
@@ -67,12 +63,9 @@ def restores_resume_stalled(*, now: datetime | None = None) -> int:
 
 
 def restores_end_dead_writes(*, now: datetime | None = None) -> int:
-    """End each write-back silent in ``writing`` past its bound, never writing again: the file under
-    way is read back through the reader, and what the guest holds decides. How many it ended.
-
-    A sweep takes a write-back by stamping ``restore_step_at`` (a compare-and-swap on the stamp it
-    saw), so two sweeps never both read it back; ``restore_finish`` from ``writing`` ends it once.
-    """
+    """End each write-back silent in ``writing`` past its bound, never writing again: the file under way is read
+    back, and what the guest holds decides; how many. A sweep takes one by a compare-and-swap on its
+    ``restore_step_at`` stamp, so two sweeps never both read it back."""
     now = now or timezone.now()
     seen = list(
         RecoveryRequest.objects.filter(

@@ -1,8 +1,6 @@
-"""Which upstream tools write a file into a guest and read it back: set, remove, and find them for a VM.
-
-Every change is audited with its actor. A setting names the upstream's own tool names and the
-arguments they take; when the upstream has listed its tools, both are checked against that list
-(an upstream not listed yet is trusted, and a call that does not fit is reported when it is made).
+"""Which upstream tools write a file into a guest and read it back: set, remove, and find them for a VM. Every
+change is audited; a setting is checked against the upstream's listed tools once it has listed them (a call that
+does not fit is reported when it is made).
 """
 
 from __future__ import annotations
@@ -119,11 +117,8 @@ def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> Non
 
 @transaction.atomic
 def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields: Any) -> GuestFileTools:
-    """Create or change the tools of ``upstream`` for ``os`` and ``vm_pattern`` (default ``*``).
-
-    Raises ``ApplicationError`` with nothing changed when a field is unknown or does not fit the
-    upstream's listed tools.
-    """
+    """Create or change the tools of ``upstream`` for ``os`` and ``vm_pattern`` (default ``*``);
+    ``ApplicationError``, nothing changed, when a field is unknown or does not fit the upstream's listed tools."""
     unknown = set(fields) - set(EDITABLE)
     if unknown:
         raise ApplicationError(f"unknown fields: {', '.join(sorted(unknown))}")
@@ -168,10 +163,8 @@ def guest_file_tools_for(*, vm_name: str, os: str) -> GuestFileTools | None:
 
 
 def restore_refusal(*, vm_name: str, os: str, any_vm: bool = False) -> str | None:
-    """Why a restore in place of a file of this VM cannot be asked for; None when it can.
-
-    ``any_vm``: only whether some tools serve the platform at all (asked before the VM is resolved).
-    """
+    """Why a restore in place of a file of this VM cannot be asked for; None when it can. ``any_vm``: only whether
+    some tools serve the platform at all (asked before the VM is resolved)."""
     if any_vm:
         served = GuestFileTools.objects.filter(os=os, enabled=True, upstream__enabled=True).exists()
     else:

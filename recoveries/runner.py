@@ -1,11 +1,9 @@
 """The FLR runner: mount the approved checkpoint at the recovery site, fetch one file, unmount.
 
-No database transaction is held across a ZVM call: each step records its attempt, makes
-the call, then records the outcome. Before the mount the live sessions of the VM are
-snapshotted and an ``FlrSession`` row is committed, so a mount whose answer is lost can
-still be found (new id, same VM/VPG/checkpoint) and unmounted, now or by the reaper.
-
-``ok`` stays true when the bytes landed even if the unmount then failed; the report says so.
+No transaction is held across a ZVM call: each step records its attempt, makes the call, then records the
+outcome. Before the mount the VM's live sessions are snapshotted and an ``FlrSession`` row committed, so a mount
+whose answer is lost can still be found and unmounted. ``ok`` stays true when the bytes landed even if the
+unmount then failed; the report says so.
 """
 
 from __future__ import annotations
@@ -71,14 +69,9 @@ class Run:
 
 
 def recovery_run(*, recovery_id: int, request_id: str) -> str:
-    """Run an approved (or waiting) recovery once; returns its status afterwards.
-
-    Harmless to repeat: only the call that moves it to running does anything, so a
-    redelivered task never mounts a second time. When the recovery site turns out to be
-    unavailable before anything was mounted, the request waits for it (``site_wait``)
-    instead of failing: no worker waits for a dead ZVM, and the run is queued again when
-    the site answers, until the request expires.
-    """
+    """Run an approved (or waiting) recovery once; its status afterwards. Harmless to repeat: only the call that
+    moves it to running acts. A recovery site found unavailable before anything was mounted makes the request
+    wait for it (``site_wait``) instead of failing: no worker waits for a dead ZVM."""
     recovery = recovery_run_claim(recovery_id=recovery_id, request_id=request_id)
     if recovery is None:
         current = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", flat=True).first()
@@ -155,8 +148,8 @@ def _storage_failed(exc: OSError, *, mounted: bool) -> RunFailed:
 
 
 def _check_storage(run: Run) -> None:
-    """The recovered-files folder takes a file now: checked before anything is mounted (a full or
-    read-only folder would otherwise cost a mount, and the ZVM the download, for nothing)."""
+    """The recovered-files folder takes a file now, checked before anything is mounted: a full or read-only folder
+    would otherwise cost a mount, and the ZVM the download, for nothing."""
     folder = Path(settings.REWIND_STORAGE_DIR) / str(run.recovery.pk)
     try:
         folder.mkdir(parents=True, exist_ok=True)
@@ -268,12 +261,9 @@ def _mount(run: Run, attempt: int) -> FlrSession:
 
 
 def _mount_unknown(run: Run, row: FlrSession, exc: ZvmError) -> None:
-    """Find the session the lost answer would have named; unmount it now or leave it to the reaper.
-
-    What the person and the agent are told follows what the ZVM's list showed: no session this
-    mount started (nothing is mounted; the reaper still looks for one that appears late), several
-    that fit, or no list at all.
-    """
+    """Find the session a lost mount answer would have named; unmount it now or leave it to the reaper. What the
+    person and the agent are told follows what the ZVM's list showed: none this mount started, several that fit,
+    or no list at all."""
     session_transition(row=row, to=S.UNKNOWN, actor=SYSTEM, last_error=str(exc)[:2000])
     why = ""
     try:

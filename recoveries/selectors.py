@@ -1,6 +1,4 @@
-"""Reads (database only, never a ZVM call): the recoveries and rows the adapters look up.
-
-What a recovery looks like to the outside is ``recoveries.presenters``."""
+"""Reads (database only, never a ZVM call): the recoveries and rows the adapters look up."""
 
 from __future__ import annotations
 
@@ -86,7 +84,6 @@ def calling_agent(*, agent_id: int) -> Agent:
 
 
 def recoveries_awaiting_approval() -> int:
-    """Pending requests: what waits for a person (``/metrics``)."""
     return RecoveryRequest.objects.filter(status=RecoveryRequest.Status.PENDING).count()
 
 

@@ -1,8 +1,7 @@
 """Recovery requests: create, approve, deny, expire. Every change is audited with its actor.
 
-Approvals come only from Django users holding ``recoveries.approve_recovery``; nothing here
-accepts an agent as an approver. Status moves are compare-and-swap updates, so a double
-click or two approvers racing act once.
+Approvals come only from Django users holding ``recoveries.approve_recovery``, never an agent. Status moves are
+compare-and-swaps, so a double click or two approvers racing act once.
 """
 
 from __future__ import annotations
@@ -50,12 +49,8 @@ def _moment(agent: Agent | None, before_call: str | None, point_in_time: str | N
 
 
 def _requester(agent: Agent | None, person: User | AnonymousUser | None) -> tuple[Actor, VmLimit, User | None]:
-    """Who asks, as the audit names them, the VM limit they ask within, and the person (None for an
-    agent); refused when they may not ask.
-
-    A person is not held to any agent's VM limit: the limit narrows what an agent's token may reach,
-    and a person who may ask for recoveries may ask for any protected VM.
-    """
+    """Who asks (as the audit names them), the VM limit they ask within, and the person (None for an agent);
+    refused when they may not. A person is held to no agent's limit: it narrows an agent's token, not a person."""
     if (agent is None) == (person is None):
         raise ApplicationError("a recovery is asked for by an agent or by a person: name exactly one")
     if agent is not None:
@@ -84,26 +79,16 @@ def recovery_request_create(
     restore: bool = False,
     request_id: str | None = None,
 ) -> RecoveryRequest:
-    """Record a pending request bound to one VM, path and checkpoint, asked by ``agent`` or ``person``.
+    """Record a pending request bound to one VM, path and checkpoint, asked by ``agent`` or ``person``
+    (docs/recovery.md). Not idempotent: each call is a new request. Calls the ZVMs outside any transaction.
 
-    A person (REST, the admin) must be active staff holding ``recoveries.add_recoveryrequest``; an
-    agent's VM limit does not apply to them, and their ``before_call`` may name any agent's call.
-    Whoever asked may not approve the request nor confirm its write-back.
+    A person must be active staff holding ``recoveries.add_recoveryrequest``; whoever asked may not approve nor
+    confirm the write-back. ``restore`` writes the file back once approved and a person confirmed the diff;
+    ``before_call`` or ``point_in_time`` undo a change; ``recursive`` brings a folder back whole.
 
-    ``restore``: once approved and pulled, the file is written back into the guest after a person
-    saw the diff and confirmed (``recoveries.restore``); refused at once when no writer tool serves
-    the VM's platform.
-
-    ``before_call`` (a gateway call id of this agent) or ``point_in_time`` (ISO 8601) undo a
-    change: the newest journal checkpoint strictly before that moment (``recoveries.undo``).
-    ``recursive``: ``path`` is a folder, brought back whole within the folder limits
-    (``recoveries.folders``); what it holds is known only once it is mounted, after approval.
-    With ``restore`` too, its files are compared and written back one by one under one guard.
-
-    Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable
-    checkpoint, neither or both of agent and person) or ``PermissionDeniedError`` (a disabled agent,
-    a person who may not ask); then nothing is recorded. Calls the ZVMs to resolve the VM, outside any
-    transaction. Not idempotent: each call is a new request.
+    Raises ``ApplicationError`` (bad path, empty reason, unknown or ambiguous VM, no usable checkpoint, neither
+    or both of agent and person) or ``PermissionDeniedError`` (a disabled agent, a person who may not ask); then
+    nothing is recorded.
     """
     if not isinstance(recursive, bool):
         raise ApplicationError("recursive must be true or false")
@@ -218,11 +203,8 @@ def _check_approver(user: User | AnonymousUser, recovery: RecoveryRequest) -> Us
 
 
 def asked_by_them(recovery: RecoveryRequest, user: User) -> str | None:
-    """Why ``user`` may not approve ``recovery`` nor confirm its write-back (the four-eyes rule), or None.
-
-    The owner of the asking agent and the person who asked both stand behind the request: approving
-    it themselves would make it one person's decision.
-    """
+    """Why ``user`` may not approve ``recovery`` nor confirm its write-back (four eyes), or None: the owner of the
+    asking agent and the person who asked both stand behind the request."""
     if recovery.agent is not None and recovery.agent.owner_id == user.pk:
         return f"you own agent {recovery.agent_name}, which asked for this file"
     if recovery.requested_by_id is not None and recovery.requested_by_id == user.pk:
@@ -248,12 +230,10 @@ def _get(recovery_id: int) -> RecoveryRequest:
 def recovery_request_approve(
     *, recovery_id: int, user: User | AnonymousUser, request_id: str | None = None
 ) -> RecoveryRequest:
-    """Record ``user``'s approval; once enough distinct approvers agreed, queue the run.
-
-    Refused (``PermissionDeniedError``) without the permission or for the owner of the
-    requesting agent; refused (``ApplicationError``) when the request is not pending, has
-    expired, or this user already approved it. A repeated call therefore acts once.
-    """
+    """Record ``user``'s approval; once enough distinct approvers agreed, queue the run. Refused
+    (``PermissionDeniedError``) without the permission or for the requesting agent's owner;
+    (``ApplicationError``) when not pending, expired, or already approved by this user, so a repeated call acts
+    once."""
     recovery = _get(recovery_id)
     approver = _check_approver(user, recovery)
     if (why := asked_by_them(recovery, approver)) is not None:
@@ -291,8 +271,8 @@ def recovery_request_approve(
 
 
 def _queue_run(recovery_id: int, request_id: str) -> None:
-    """The approval stands whatever the task queue does: a run it refused is queued again by the
-    beat's sweep, or as soon as the queue answers (``site_wait.recoveries_requeue_unstarted``)."""
+    """The approval stands whatever the task queue does: a run it refused is queued again by the beat's sweep, or
+    once the queue answers."""
     queue_task("recoveries.run", recovery_id, request_id, what=f"the run of recovery #{recovery_id}")
 
 
@@ -352,13 +332,9 @@ def recovery_request_expire(*, recovery_id: int, now: datetime | None = None, re
 
 
 def recovery_result_purge(*, recovery_id: int, now: datetime | None = None, request_id: str | None = None) -> bool:
-    """Delete the recovered bytes of one request and record it; False when already purged or none kept.
-
-    The request keeps its sha256 and size, so what was recovered stays on record. The file
-    goes last inside the transaction: a file that cannot be deleted rolls the record back
-    (the next sweep tries again); a commit lost after the deletion is redone by the next
-    sweep, which finds the file already gone. Safe to repeat and to overlap.
-    """
+    """Delete the recovered bytes of one request and record it; False when already purged or none kept. The request
+    keeps its sha256 and size. The file goes last inside the transaction, so one that cannot be deleted rolls
+    the record back for the next sweep. Safe to repeat and to overlap."""
     now = now or timezone.now()
     with transaction.atomic():
         won = (
@@ -398,11 +374,8 @@ def _delete_stored(recovery: RecoveryRequest) -> None:
 
 
 def recovery_results_purge_expired(*, now: datetime | None = None) -> tuple[int, int]:
-    """Purge the bytes of every finished request older than REWIND_RECOVERED_RETENTION_DAYS.
-
-    Returns (purged, failed); a file that cannot be deleted is logged and left for the next
-    sweep, and never stops the others. Retention 0 keeps every file.
-    """
+    """Purge the bytes of every finished request older than REWIND_RECOVERED_RETENTION_DAYS (0 keeps all); (purged,
+    failed), a file that cannot be deleted logged and left for the next sweep."""
     days = settings.REWIND_RECOVERED_RETENTION_DAYS
     if days <= 0:
         return 0, 0

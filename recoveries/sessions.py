@@ -1,9 +1,8 @@
-"""FLR sessions: recording the ones this service opened, finding them again, listing every
-site's, and ending them.
+"""FLR sessions: recording the ones this service opened, finding them again, listing every site's, and ending them.
 
-Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after.
-Row status changes are compare-and-swap updates, so the runner, the reaper, an agent and
-a person can all try to end the same session and only one of them sends the DELETE.
+Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after. Status changes are
+compare-and-swaps, so the runner, the reaper, an agent and a person may all try to end one session and only one
+of them sends the DELETE.
 """
 
 from __future__ import annotations
@@ -73,10 +72,8 @@ def session_transition(
     request_id: str | None = None,
     **fields: object,
 ) -> bool:
-    """CAS ``row`` from its known status (or ``from_statuses``) to ``to``; audit when ``action``.
-
-    Returns False, changing nothing, when another actor moved the row first.
-    """
+    """CAS ``row`` from its known status (or ``from_statuses``) to ``to``, audited when ``action``; False, changing
+    nothing, when another actor moved it first."""
     expected = from_statuses or (row.status,)
     now = timezone.now()
     if to == S.ENDED:
@@ -98,11 +95,8 @@ def session_transition(
 
 
 def _claim_unmount(row: FlrSession, actor: Actor, action: str, reason: str, request_id: str | None) -> bool:
-    """CAS the row to unmounting and audit it: only one caller sends the DELETE.
-
-    A row already unmounting is claimed again only once its last DELETE is old enough
-    (the ZVM accepted it but still holds the mount), never by a concurrent sweep.
-    """
+    """CAS the row to unmounting and audit it, so only one caller sends the DELETE; a row already unmounting is
+    claimed again only once its last DELETE is old enough (accepted, yet the ZVM still holds the mount)."""
     now = timezone.now()
     claimable = Q(status__in=UNMOUNTABLE) | Q(status=S.UNMOUNTING, unmount_requested_at__lt=now - UNMOUNT_RETRY_AFTER)
     with transaction.atomic():
@@ -125,11 +119,8 @@ def session_unmount(
     audit_action: str = RecoveryAction.SESSION_UNMOUNT_REQUESTED,
     request_id: str | None = None,
 ) -> UnmountReport | None:
-    """Unmount one of our sessions. None when another actor already took it over.
-
-    With ``wait_gone_s`` the session list is polled until the ZVM no longer lists it; a
-    session still listed after that stays ``unmounting`` for the reaper to confirm.
-    """
+    """Unmount one of our sessions; None when another actor already took it over. With ``wait_gone_s`` the session
+    list is polled until the ZVM no longer lists it; one still listed stays ``unmounting`` for the reaper."""
     if not row.session_id:
         raise ApplicationError("this mount's session id is not known yet; the reaper looks for it")
     if not _claim_unmount(row, actor, audit_action, reason, request_id):
@@ -212,12 +203,8 @@ def session_mark_vanished(*, row: FlrSession, actor: Actor, reason: str = "vanis
 
 
 def session_end_unseen(*, row: FlrSession, actor: Actor, settled_s: float) -> bool:
-    """End a mount whose id was never learned and for which the ZVM lists no session.
-
-    The caller has read the site's session list successfully, after the settle time. The
-    compare-and-swap also requires the id to be still unknown, so a concurrent sweep that
-    just found the session keeps it (and unmounts it).
-    """
+    """End a mount whose id was never learned and for which the ZVM lists no session (the caller read the site's
+    list after the settle time). The CAS requires the id still unknown, so a sweep that just found it keeps it."""
     reason = "no session appeared for this mount"
     with transaction.atomic():
         won = FlrSession.objects.filter(pk=row.pk, status__in=(S.MOUNTING, S.UNKNOWN), session_id="").update(
@@ -240,10 +227,8 @@ def ours(site: Site, session_id: str) -> FlrSession | None:
 
 
 def session_end_by_hand(*, site: Site, session_id: str, actor: Actor) -> UnmountReport:
-    """A person ends any live session (ours or another operator's) after a confirmation page.
-
-    Audited as ``recoveries.session.ended_by_hand`` before the DELETE is sent.
-    """
+    """A person ends any live session (ours or another operator's) after a confirmation page, audited as
+    ``recoveries.session.ended_by_hand`` before the DELETE is sent."""
     client = site_client(site)
     row = ours(site, session_id)
     if row is not None and row.status in FlrSession.LIVE:
@@ -279,11 +264,8 @@ def session_end_by_hand(*, site: Site, session_id: str, actor: Actor) -> Unmount
 
 
 def session_lookup(client: ZvmClient, session_id: str, vm_identifier: str) -> ZvmFlrSession:
-    """The ZVM's view of one session; raises ``ZvmNotFoundError`` when it is not listed.
-
-    Reads ``GET /v1/flrs?vmIdentifier=`` rather than ``GET /v1/flrs/{id}``: the list has one
-    documented shape, while the single-session answer comes as an object or an array.
-    """
+    """The ZVM's view of one session, ``ZvmNotFoundError`` when not listed. Reads the VM's list rather than ``GET
+    /v1/flrs/{id}``: the list has one documented shape, the single answer two."""
     for session in client.list_flr_sessions(vm_id=vm_identifier):
         if (session.identifier or "").lower() == session_id.lower():
             return session
@@ -299,11 +281,9 @@ class AgentEndReport:
 
 
 def flr_session_end_for_agent(*, agent_id: int, session_id: str) -> AgentEndReport:
-    """An agent ends one live session this service opened, once its recovery no longer runs.
-
-    Raises ``PermissionDeniedError`` for any other session (only a person may end those, in
-    the admin) and ``ApplicationError`` while the recovery that mounted it still runs.
-    """
+    """An agent ends one live session this service opened, once its recovery no longer runs:
+    ``PermissionDeniedError`` for any other session (only a person may end those), ``ApplicationError`` while
+    the recovery that mounted it still runs."""
     session_id = session_id.strip()
     row = (
         FlrSession.objects.select_related("site", "recovery")
@@ -408,11 +388,9 @@ def fitting_sessions(row: FlrSession, sessions: object) -> list[str]:
 
 
 def find_unknown_session(client: ZvmClient, row: FlrSession) -> tuple[str | None, int]:
-    """For the runner: list the VM's sessions and adopt the one the lost answer named.
-
-    (its id, or None when none or several fit: which one is ours cannot be told; how many fit).
-    Raises ``ZvmError`` when the sessions cannot be listed.
-    """
+    """For the runner: list the VM's sessions and adopt the one a lost mount answer named; (its id, or None when
+    none or several fit, since which is ours cannot be told; how many fit). Raises ``ZvmError`` when the
+    sessions cannot be listed."""
     fits = fitting_sessions(row, client.list_flr_sessions(vm_id=row.vm_identifier))
     if len(fits) != 1:
         return None, len(fits)

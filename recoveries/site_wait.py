@@ -1,17 +1,10 @@
-"""Approved recoveries whose recovery site is unavailable: they wait for it, until the request expires.
+"""Approved recoveries whose recovery site is unavailable: they wait for it, until the request expires
+(docs/operations.md, "Recoveries wait for their site").
 
-FLR runs through the ZVM of the VPG's recovery site. When a run finds that site marked
-unavailable (its circuit is open, ``rewind.zvm.breaker``) before it asked for a mount, it
-neither waits for the dead ZVM (the circuit refuses at once) nor fails what a person approved:
-it parks the request as ``waiting`` (audited ``recoveries.request.waiting_for_site``), naming
-the site and since when it has been unavailable. The beat's ``recoveries.resume_waiting``
-(as often as the sites' probe, which closes a circuit when its ZVM answers) queues the run
-again once the site is available; the run that takes it audits ``recoveries.request.resumed``.
-A request that expires while waiting fails, saying that its site never came back in time.
-
-Everything is in the database, so a restart loses nothing; every move is a compare-and-swap,
-so sweeps and duplicate messages act once. A run that fails after it asked for a mount is
-never parked: a session may be up, which the reaper ends, and the request fails truthfully.
+A run that finds its site's circuit open before asking for a mount neither waits for the dead ZVM nor fails what
+a person approved: it parks the request as ``waiting``, and the beat queues the run again once the site answers.
+Every move is a compare-and-swap, so sweeps and duplicate messages act once. A run that fails after it asked for
+a mount is never parked: a session may be up, which the reaper ends.
 """
 
 from __future__ import annotations
@@ -59,11 +52,8 @@ def recovery_site_unavailable(recovery: RecoveryRequest) -> str:
 
 
 def recovery_run_claim(*, recovery_id: int, request_id: str) -> RecoveryRequest | None:
-    """Move an approved (or waiting, not expired) request to running; None when this caller did not.
-
-    The compare-and-swap that makes a run happen once, whoever queued it (the approval, the
-    resume sweep, a redelivery). Audits ``started``, and ``resumed`` when it had waited for its site.
-    """
+    """Move an approved (or waiting, not expired) request to running; None when this caller did not. The
+    compare-and-swap that makes a run happen once, whoever queued it; audits ``started`` (and ``resumed``)."""
     now = timezone.now()
     prior = RecoveryRequest.objects.filter(pk=recovery_id).values_list("status", "site_unavailable_since").first()
     if prior is None:
@@ -103,11 +93,8 @@ def recovery_run_claim(*, recovery_id: int, request_id: str) -> RecoveryRequest 
 
 
 def recovery_should_wait(*, recovery: RecoveryRequest, site: Site, error: BaseException) -> bool:
-    """Whether a run that failed with ``error`` should wait for its site instead of failing.
-
-    Yes when the failure came from the ZVM, the site is marked unavailable now (enabled, circuit
-    open), and no mount was asked for (nothing of this request can be up on the site).
-    """
+    """Whether a run that failed with ``error`` should wait for its site: the failure came from the ZVM, the site
+    is enabled with its circuit open, and no mount was asked for."""
     if not any(isinstance(e, ZvmError) for e in (error, error.__cause__)):
         return False
     if FlrSession.objects.filter(recovery=recovery).exists():
@@ -159,12 +146,8 @@ class WaitReport:
 
 
 def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
-    """The beat's sweep over waiting requests: fail the expired, queue the run of those whose site answers.
-
-    ``now`` may be moved forward (tests) to treat requests as expired. Safe to overlap and to
-    repeat: each step is a compare-and-swap; a queued run that never started is queued again
-    after ``REQUEUE_AFTER``.
-    """
+    """The beat's sweep over waiting requests: fail the expired, queue the run of those whose site answers; a
+    queued run that never started is queued again after ``REQUEUE_AFTER``. Safe to overlap and to repeat."""
     now = now or database_now()  # expiring a request cannot be undone: the shared clock (rewind.dbclock)
     report = WaitReport()
     for recovery in RecoveryRequest.objects.filter(status=Status.WAITING).order_by("pk")[:SWEEP_MAX_ROWS]:
@@ -179,9 +162,8 @@ def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
 
 
 def recoveries_requeue_unstarted(*, now: datetime | None = None) -> int:
-    """Queue again the runs of requests approved ``APPROVED_UNSTARTED_AFTER`` ago or more that never
-    started (the task queue refused or lost their message). Returns how many. Safe to overlap: a
-    request is claimed first, and a run claims it from approved once."""
+    """Queue again the runs of requests approved ``APPROVED_UNSTARTED_AFTER`` ago or more that never started (their
+    message refused or lost); how many. Safe to overlap: a run claims its request once."""
     now = now or timezone.now()
     unstarted = RecoveryRequest.objects.filter(status=Status.APPROVED, decided_at__lte=now - APPROVED_UNSTARTED_AFTER)
     return sum(_queue_again(r, now, status=Status.APPROVED) for r in unstarted.order_by("pk")[:SWEEP_MAX_ROWS])

@@ -68,8 +68,8 @@ NOTIFY_MAX_RETRIES = 5
     max_retries=NOTIFY_MAX_RETRIES,
 )
 def recoveries_notify_approvers(self: Task, recovery_id: int, request_id: str | None = None) -> str:
-    """Mail the approvers of a new request (the approver e-mail channel's delivery); retried on
-    SMTP and network errors, a bounded number of times, then recorded failed."""
+    """Mail the approvers of a new request; retried on SMTP and network errors a bounded number of times, then
+    recorded failed."""
     with bound_request_id(request_id) as rid:
         return recovery_notify_approvers(
             recovery_id=recovery_id, request_id=rid, last_try=self.request.retries >= NOTIFY_MAX_RETRIES

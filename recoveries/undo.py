@@ -1,14 +1,9 @@
 """Undo a change nobody guarded: the newest journal checkpoint strictly before a moment.
 
-The moment is a call forwarded through the gateway (``before_call``: its call id, whose
-``forwarded_at`` is when it left for the upstream) or a time the agent names
-(``point_in_time``). Zerto keeps a journal checkpoint every few seconds, so the file as it was
-just before the call is there even though nothing was tagged.
-
-"Before" is judged on the recovery site's clock, which the checkpoint times are on: our moment
-is converted through the site's measured offset (``rewind.zvm.clock``), minus a safety margin of
-the offset's uncertainty (at least ``MIN_MARGIN_S``), so a checkpoint taken a moment after the
-call on a clock running ahead is never taken for one before it.
+The moment is a call forwarded through the gateway (``before_call``) or a time the agent names
+(``point_in_time``); Zerto keeps a journal checkpoint every few seconds, so the file as it was just before is
+there untagged. "Before" is judged on the recovery site's clock, less a margin of the offset's uncertainty, so a
+checkpoint taken just after the call on a clock running ahead is never taken for one before it.
 """
 
 from __future__ import annotations
@@ -35,8 +30,8 @@ class Moment:
 
 
 def moment_of_call(call_id: str, *, agent_name: str | None) -> Moment:
-    """The moment a call left for its upstream. An agent (``agent_name``) names only its own calls:
-    another agent's is not found; a person (``agent_name`` None) may name any agent's call."""
+    """The moment a call left for its upstream. An agent (``agent_name``) finds only its own calls; a person
+    (``agent_name`` None) may name any agent's."""
     value = (call_id or "").strip()
     call = GatewayCall.objects.filter(call_id=value).first() if value else None
     if call is None and agent_name is None:

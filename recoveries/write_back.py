@@ -1,12 +1,9 @@
-"""Restore in place, the write-back (``recoveries.restore`` step 3): guard, write, read back, verify.
+"""Restore in place, the write-back: guard, write, read back, verify (docs/restore.md).
 
-A task step, queued again while its guard runs (``restore_step_at`` says when a step last ran):
-the upstream is asked for a ping first (down: nothing written, no checkpoint spent), then a guard
-takes a tagged checkpoint through the same service the gateway uses (change id ``restore-<id>``,
-so the write-back can in turn be undone), then the writer writes, the reader reads back, and
-sha256 decides. Nothing is written into a guest before its guard is ok, and a write under way is
-never started again: a write whose worker died is read back and ended by the beat's sweep
-(``recoveries.restore_sweep``).
+The upstream is pinged first (down: nothing written, no checkpoint spent), then the guard takes a tagged
+checkpoint through the gateway's own service (change id ``restore-<id>``, so the write-back can be undone too).
+Nothing is written before the guard is ok, and a write under way is never started again: one whose worker died
+is read back and ended by the beat's sweep.
 """
 
 from __future__ import annotations
@@ -166,13 +163,9 @@ def _write(recovery: RecoveryRequest, tools: GuestFileTools, request_id: str, st
 
 
 def _write_folder(recovery: RecoveryRequest, tools: GuestFileTools, request_id: str, stamp: datetime) -> str:
-    """Write each changed or new file in manifest order, each read back and verified; the unchanged are skipped.
-
-    The first file not (fully) written stops the rest, which are then not written; every file's
-    result is saved as soon as it is known, so what the guest got is known even if this step dies.
-    Each write is stamped first; a stamp that is not ours any more means the sweep took this
-    write-back for dead and ends it, so nothing more is written.
-    """
+    """Write each changed or new file in manifest order, each read back and verified; the unchanged are skipped,
+    and the first file not fully written stops the rest. Each result is saved as soon as known; each write is
+    stamped first, and a stamp no longer ours means the sweep took this write-back for dead."""
     files = [dict(row) for row in recovery.restore_files]
     entries = {entry.path: entry for entry in folder_entries(recovery)}
     stopped_at = ""

@@ -1,8 +1,7 @@
 """Who did something: an agent, a person or the system. Every audit row names one.
 
-It sits below the audit log so that the REST and admin building blocks can name the person
-calling without importing the log itself. The type strings are the audit log's
-``AuditEvent.ActorType`` values.
+It sits below the audit log so that the REST and admin building blocks can name a caller without importing
+the log; the type strings are ``AuditEvent.ActorType``'s values.
 """
 
 from __future__ import annotations

@@ -56,10 +56,8 @@ BADGE_TONES: dict[str, str] = {
 
 
 def status_badge(status: str, label: str | None = None) -> SafeString:
-    """``status`` as a badge: the same markup and colours in every list and page.
-
-    ``label`` replaces the shown text (the tone still comes from ``status``).
-    """
+    """``status`` as a badge, the same markup and colours in every list and page; ``label`` replaces the
+    shown text (the tone still comes from ``status``)."""
     tone = BADGE_TONES.get(status, "muted")
     text = label if label is not None else status.replace("_", " ")
     return format_html('<span class="rw-badge rw-badge-{}" data-status="{}">{}</span>', tone, status, text)
@@ -76,11 +74,8 @@ def status_column(field: str = "status", description: str = "status") -> Callabl
 
 
 def show_saved(obj: Model, saved: Model) -> None:
-    """Give the admin's own instance the values of ``saved``, the row a service wrote.
-
-    A ``save_model`` that saves through a service leaves the admin holding the form's instance;
-    the admin then names it in its message and its log entry, so it must show what was stored.
-    """
+    """Give the admin's own instance the values of ``saved``, the row a service wrote: the admin names
+    its form's instance in its message and log entry, so that must show what was stored."""
     for f in saved._meta.concrete_fields:
         setattr(obj, f.attname, getattr(saved, f.attname))
     obj._state.db = saved._state.db
@@ -92,10 +87,8 @@ def actor_for(request: HttpRequest) -> Actor:
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
-    """Records of what happened (audit, guards, sightings, sessions): shown, never edited by hand.
-
-    State changes go through admin actions and custom views that call the services.
-    """
+    """Records of what happened (audit, guards, sightings, sessions): shown, never edited by hand; state
+    changes go through admin actions that call the services."""
 
     def has_add_permission(self, request: HttpRequest, obj: object = None) -> bool:
         return False

@@ -43,8 +43,7 @@ async def application(scope: dict[str, Any], receive: Any, send: Any) -> None:
     # Django's handler refuses the lifespan scope, and the MCP app needs it: its session
     # manager only runs inside the lifespan.
     if scope["type"] == "lifespan":
-        # The worker has imported and built everything it serves with by now: freeze it, so
-        # full collections stop walking it (55-90 ms stalls of every call in flight).
+        # The worker has built everything it serves with by now: freeze it (``rewind.startup``).
         startup.freeze_startup_heap()
         await mcp_app(scope, receive, _anchoring_at_shutdown(send))
         return

@@ -1,11 +1,8 @@
 """Rows written and read in plain SQL, with statements built once per process.
 
-``update_rows`` writes many rows at once: one statement, executed for every row.
-
-Django's ``bulk_update`` builds a ``CASE WHEN pk = … THEN …`` expression per field and row, and
-resolving that tree cost more CPU than everything else a poll round of 200 guards did
-(measured: 60 % of the round). The statement here is built once per model and field list; the
-values are prepared by each field itself, as ``save()`` prepares them.
+On the hot paths (a poll round, a call's own rows) building the ORM's query (``bulk_update``'s ``CASE WHEN``
+tree, a compiler, its converters) cost more CPU than running it; measured: see the benchmarks page. The values
+are still prepared and converted by the fields themselves, as the ORM would.
 """
 
 from __future__ import annotations
@@ -73,8 +70,6 @@ def _field(model: type[models.Model], name: str) -> models.Field[Any, Any]:
 
 
 # -- one row, read or written in plain SQL -----------------------------------------------------
-# The statements of a call's hot path, built once per process: building an ORM query (its
-# compiler, its where-tree, its converters) costs more CPU than running it on a small table.
 
 
 @cache
@@ -85,17 +80,14 @@ def table(model: type[models.Model]) -> str:
 
 @cache
 def columns(model: type[models.Model], alias: str = "") -> str:
-    """Every concrete column of the model in field order (what ``model_from_row`` takes), comma separated.
-
-    ``alias``: prefix each column with this table alias (for joins).
-    """
+    """Every concrete column of the model in field order (what ``model_from_row`` takes), comma separated;
+    ``alias`` prefixes each (for joins)."""
     quote = connection.ops.quote_name
     prefix = f"{alias}." if alias else ""
     return ", ".join(prefix + quote(str(f.column)) for f in model._meta.concrete_fields)
 
 
 def column_count(model: type[models.Model]) -> int:
-    """How many values of a row ``columns(model)`` selects."""
     return len(model._meta.concrete_fields)
 
 
@@ -129,8 +121,7 @@ def value_from_db(model: type[models.Model], name: str, value: Any) -> Any:
 
 
 def row_by_pk(model: type[M], pk: Any) -> M | None:
-    """``model.objects.filter(pk=pk).first()`` in one statement built once per model: what a hot
-    path reads on every turn (a poll round's site and poller) costs the ORM more to build than to run."""
+    """``model.objects.filter(pk=pk).first()`` in one statement built once per model."""
     with connection.cursor() as cursor:
         cursor.execute(_by_pk(model), [pk])
         row = cursor.fetchone()
@@ -167,8 +158,7 @@ def _insert(ops: Any, model: type[models.Model]) -> tuple[str, tuple[models.Fiel
 def insert_row(obj: models.Model) -> None:
     """``obj.save()`` of a new row with a database-made primary key, in one statement built once per model.
 
-    Fills what ``save()`` fills (``auto_now_add``, ``auto_now``, the primary key); no signals
-    (the house has none on these models). Call inside the caller's transaction.
+    Fills ``auto_now_add``, ``auto_now`` and the primary key; sends no signals. Call inside the caller's transaction.
     """
     sql, fields, returning = _insert(connection.ops, type(obj))
     params = [f.get_db_prep_save(f.pre_save(obj, True), connection) for f in fields]

@@ -43,8 +43,8 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.restores_resume",
             "schedule": 60.0,
         },
-        # Queue again the guards whose wait task died (worker killed, message lost): their
-        # lease (15 s, renewed by a heartbeat) ran out. Safe to overlap: compare-and-swap.
+        # Restart each site poller whose chain died (worker killed, message lost: the lease its rounds renew
+        # ran out), and end the guards whose site was removed while they waited. Safe to overlap: compare-and-swap.
         "checkpoints-resume-stale": {
             "task": "rewind.checkpoints.resume_stale",
             "schedule": 30.0,

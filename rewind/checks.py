@@ -1,10 +1,8 @@
 """Checks of a deployment (``manage.py check --deploy``) that Django's own do not make.
 
-The audit anchors (``rewind.audit.anchors``) catch a chain rewritten in the database only if
-whoever can rewrite the database cannot also reach the key that signs them or the file they
-are written to. By default both sit in REWIND_VAR_DIR, beside the SQLite database: fine for a
-demo, a warning for a deployment. A PostgreSQL server's files are not this process's to find;
-docs/audit-integrity.md says where to put the key and the anchors in either case.
+The audit anchors catch a rewritten chain only if whoever can rewrite the database cannot also reach their
+signing key or their file; by default both sit beside the SQLite database, a warning for a deployment
+(docs/audit-integrity.md says where to put them).
 """
 
 from __future__ import annotations

@@ -1,20 +1,9 @@
 """Run calls at once on threads of their own: each under a time limit, the caller's context in each.
 
-Every part that spreads work over threads (the site fan-out, the look-up, the insert batch,
-the reaper's unmounts) goes through ``run_each``, so each gets the same four things right:
-
-- each call runs in a copy of the caller's context, so the request id and whatever else lives
-  in a ``ContextVar`` goes along (a copy per thread: one context cannot run in two at once);
-- a thread closes its own database connections before it reports back, so a caller that goes
-  on to drop the database (tests, on PostgreSQL) finds none of them open, and no thread leaves
-  a connection behind for the server to time out;
-- a call that overruns its time limit is reported as unfinished and left to finish in its
-  (daemon) thread: Python cannot stop a thread, and a ZVM call blocked on a socket ends by its
-  own timeouts. Work given a limit must therefore be safe to overlap with a later run;
-- an exception of a call is its outcome, never raised here: the caller decides what a failure
-  means (log it and go on, or raise the first one).
-
-Needs no part of the project (only Django's connection handler), so every layer may use it.
+Every fan-out goes through ``run_each`` so each gets the same things right: the caller's ``ContextVar``s (the
+request id) go along; a thread closes its database connections before it reports back (the caller may drop the
+database next); an overrun call is reported unfinished and left to run, since Python cannot stop a thread (work
+given a limit must be safe to overlap a later run); a call's exception is its outcome, never raised here.
 """
 
 from __future__ import annotations
@@ -70,18 +59,12 @@ def run_each[T, R](
 ) -> list[Outcome[T, R]]:
     """``work(item)`` for every item at once; their outcomes, in the order of ``items``.
 
-    ``limit_s``: each call's time limit, counted from its start (None: wait for every call);
-    a call past it is reported with ``finished=False``. ``max_threads``: at most this many calls
-    run at once, the others start as these end, in order (None: one thread per item); a call
-    past its limit no longer counts, so a stuck call holds back no other.
-
-    ``on_done`` is called in the caller's thread for each outcome as it comes, an overrun one
-    when its limit passes; ``heartbeat`` every ``heartbeat_s`` while the caller waits (a
-    lease to renew). What these two raise is raised here, the calls left to run.
-
-    ``inline``: every call in this thread, one after the other, with no time limit and the
-    caller's own connections. For work that must see the rows of a transaction the caller
-    holds open (a thread's own connection cannot), or that has no other call to delay.
+    ``limit_s``: each call's limit from its start (None: none); a call past it is reported ``finished=False`` and
+    no longer counts against ``max_threads`` (None: a thread per item), so a stuck call holds back no other.
+    ``on_done`` gets each outcome in the caller's thread as it comes; ``heartbeat`` runs every ``heartbeat_s``
+    while the caller waits; what either raises is raised here, the calls left to run. ``inline``: every call in
+    this thread, in order, with no limit and the caller's own connections (for work that must see the rows of a
+    transaction the caller holds open).
     """
     if inline:
         outcomes = []

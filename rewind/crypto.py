@@ -61,5 +61,4 @@ def signing_key(value: str) -> Ed25519PrivateKey:
 
 
 def key_id(public: Ed25519PublicKey) -> str:
-    """A short name of a public key: which key signed an anchor."""
     return hashlib.sha256(public.public_bytes_raw()).hexdigest()[:16]

@@ -1,15 +1,8 @@
 """The database's clock: the one clock every process of the service shares.
 
-Each process reads its own clock for everything (``timezone.now()``), and an NTP that stopped on
-one host puts that process minutes off the others. Most of what it does then is only early or
-late; the decisions that cannot be undone are taken on the database's clock instead: a guard
-ended as timed out (a worker five minutes ahead would end every waiting guard at once, "not
-listed within 300 s"), the reaper's sweep (which unmounts runs it takes for overdue and ends
-sessions it takes for lost), the expiry of what waits. One query each time; workers also record
-how far their clock is from it (``rewind.workers``), so the dashboard shows a skewed process.
-
-PostgreSQL answers with the server's clock. SQLite runs inside the process, and reads the host's
-clock below Python's, which every process of a SQLite installation (one host) shares.
+A process whose host clock drifted would end every waiting guard at once, or reap sessions it takes for lost;
+so the decisions that cannot be undone (a guard's timeout, the reaper's sweep, the expiry of what waits) are
+taken on this clock. SQLite (one host) answers with the host's clock, which every process shares.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Strict readers for environment-driven settings.
 
-Every reader fails start-up with ``ImproperlyConfigured`` naming the variable, so a
-typo in a deployment never turns into a silently different configuration.
+Every reader fails start-up with ``ImproperlyConfigured`` naming the variable, so a typo in a deployment never
+turns into a silently different configuration.
 """
 
 from __future__ import annotations
@@ -99,10 +99,8 @@ def env_networks(name: str) -> list[ipaddress.IPv4Network | ipaddress.IPv6Networ
 
 
 def env_secret(name: str) -> str | None:
-    """Read NAME, or the file named by NAME_FILE (Docker/Kubernetes secrets).
-
-    Setting both is ambiguous and refused. The value itself never appears in an error.
-    """
+    """Read NAME, or the file named by NAME_FILE (Docker/Kubernetes secrets); both set is refused as
+    ambiguous. The value itself never appears in an error."""
     direct = _raw(name)
     file_name = _raw(f"{name}_FILE")
     if direct and file_name:
@@ -153,8 +151,8 @@ def database_from_url(name: str, url: str, *, var_dir: Path) -> dict[str, object
 
 
 def sqlite_database(path: Path, *, test_path: Path) -> dict[str, object]:
-    # Measured: IMMEDIATE removes "database is locked" in read-then-write transactions; WAL
-    # lets readers run beside the single writer.
+    # IMMEDIATE removes "database is locked" from read-then-write transactions; WAL lets readers run
+    # beside the single writer.
     return {
         "ENGINE": "django.db.backends.sqlite3",
         "NAME": path,

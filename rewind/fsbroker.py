@@ -1,23 +1,10 @@
-"""The embedded Celery broker: kombu's filesystem transport, with message files that appear whole.
+"""The embedded Celery broker: kombu's filesystem transport (5.x), with files that appear whole.
 
-kombu's filesystem transport (5.x) publishes by creating ``<ms>_<uuid>.<queue>.msg``, then
-locking it, then writing the payload; the consumer takes every ``*.<queue>.msg`` it lists
-without locking it. A worker that polls the folder between the create and the write (a thread
-switch in the publisher is enough) moves away an empty file, deletes it, and dies on the JSON
-error ("Unrecoverable error: JSONDecodeError"): the message is lost and the worker is gone. A
-poll round's message lost so leaves its guards waiting until the poller's queued lease runs out,
-and nothing else runs until the worker is restarted. Measured: about 1 message in 10 with three busy
-threads in the publishing process (the ASGI server's thread pool, or concurrent requests).
-
-Here the payload is written under a name the consumer ignores and renamed into place; a rename
-within one folder is atomic, so a consumer sees the whole message or nothing.
-
-The exchange tables (which queues an exchange delivers to, one file each) had the same flaw.
-kombu's bind creates the file empty, then locks and writes it. A second worker binding in
-between found the file, read it empty and died at start-up on the same JSON error. Two workers
-binding it at once could also each truncate the other's binding away. Seen with ``runstack``'s
-two workers starting together. Here a bind opens the file without truncating it, and reads and
-writes it under one lock; a table still empty has no bindings yet.
+kombu creates a message file, then writes it; a consumer polling in between takes it empty, dies on a
+JSONDecodeError and loses the message. It makes an exchange table the same way, so a worker starting beside
+another (``runstack`` starts two) died reading it empty, or truncated the other's binding. Here a message is
+written under a name the consumer ignores and renamed into place (atomic within a folder), and a bind reads
+and writes its table under one lock, never truncating it. It can go once kombu writes these files whole.
 """
 
 from __future__ import annotations

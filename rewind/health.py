@@ -1,14 +1,10 @@
-"""What a load balancer or a process manager probes: is this replica alive, and may it take requests.
+"""What a load balancer or a process manager probes (docs/deployment.md): ``/health/``, is this replica
+alive, and ``/ready/``, may it take requests.
 
-- ``/health/`` (liveness): the process answers. No database, no broker: a replica whose database
-  is down is still alive, and restarting it would not bring the database back.
-- ``/ready/`` (readiness): the replica can serve: its database answers and has every migration
-  applied (checked once per process, until true). 503 otherwise, saying which, so a balancer
-  takes it out of rotation. The task queue and the workers are reported, not required: a replica
-  still serves reads, approvals and status polls while they are down, and every replica shares
-  them, so failing on them would take the whole service out of rotation at once.
-
-Neither needs a login, and neither tells more than a sentence per part (no address, no error text).
+Liveness asks no database: restarting a replica would not bring the database back. Readiness needs the
+database and its migrations but only reports the queue and the workers: every replica shares them, so
+failing on them would take the whole service out of rotation at once. Neither needs a login or tells more
+than a sentence per part.
 """
 
 from __future__ import annotations

@@ -1,19 +1,9 @@
 """Child processes that start, say when they are ready, and stop together with their own children.
 
-``manage.py runstack`` (``make run``), the benchmarks and the tests all start the simulator,
-uvicorn and Celery; they do it with :class:`Proc`, one way:
-
-- each child runs in a session of its own: a terminal's Ctrl-C reaches only the parent, which
-  then stops its children in order, and a signal to the child's group reaches the child's own
-  children too (uvicorn's and Celery's workers);
-- its output goes to a log file that readiness checks read (or, with no log, to the parent's
-  terminal);
-- stopping asks first (SIGTERM, or the signal given), waits until no process of the group is
-  left, and kills what remains after the timeout. Waiting for the leader alone is not enough:
-  uvicorn's and Celery's children may outlive it by seconds, each holding database
-  connections, and PostgreSQL refuses to drop a database anyone is still connected to.
-
-Needs no Django, so a benchmark may use it before it sets Django up.
+``runstack``, the benchmarks and the tests start the simulator, uvicorn and Celery this one way: each child in
+a session of its own (Ctrl-C reaches only the parent, which stops them in order), its output in a log that
+readiness checks read, and a stop that waits until no process of its group is left: uvicorn's and Celery's
+children may outlive their leader, holding database connections. Needs no Django.
 """
 
 from __future__ import annotations
@@ -130,10 +120,7 @@ class Proc:
 
     def stop(self, *, sig: int = signal.SIGTERM, timeout: float = 20.0, group: bool = True) -> None:
         """Ask with ``sig`` (to the group, or with ``group`` off to the child alone, when it stops its own
-        children), wait until the group is gone, and SIGKILL whatever is left after ``timeout``.
-
-        Returns once no process of the group is left. Calling it again, or on an exited child, is harmless.
-        """
+        children), wait until the group is gone, and SIGKILL whatever is left after ``timeout``. Harmless to repeat."""
         if not self.gone():
             self.send(sig, group=group)
         self.kill_after(time.monotonic() + timeout)

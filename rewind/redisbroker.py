@@ -1,26 +1,11 @@
-"""The Celery broker on Redis: kombu's transport, with a channel that closes whole when Redis goes away.
+"""The Celery broker on Redis: kombu 5.7's transport, with a channel that closes whole when Redis goes away.
 
-kombu 5.7's Redis channel dies on a Redis restart whenever the worker holds a message it has not
-acknowledged yet (a poll round's countdown, a running task): "Unrecoverable error:
-AttributeError("'NoneType' object has no attribute 'hostname'")", and the worker exits. Measured
-3 times in 3 with a guard waiting, 0 in 2 without. The chain:
-
-1. the consumer's connection breaks; Celery's ``on_connection_error_after_connected`` first calls
-   ``connection.collect()``, which closes the default channel. ``Channel.close`` starts by reading
-   the reply of the BRPOP in flight (``_brpop_read``), which raises the connection error, so
-   the close stops before the channel is marked closed or its unacknowledged messages restored;
-2. ``collect()`` swallows that and lets go of the transport's client (``transport.client = None``);
-3. Celery then calls ``connection.close()``, which closes the same channel again: now it gets as
-   far as restoring the unacknowledged messages, which builds a new Redis pool from
-   ``transport.client``, which is None. An AttributeError is no connection error, so Celery
-   treats it as fatal.
-
-Here the BRPOP read's error cannot stop the close, so the first close restores the messages while
-the transport still knows Redis (if Redis is back already they are queued again at once; if not,
-they stay in Redis's unacknowledged set, redelivered after the visibility timeout, and the
-pollers' leases resume their guards long before that). A channel closed after its transport let
-go says so with a connection error, which every caller of ``close`` expects, never an
-AttributeError.
+On a Redis restart while the worker held an unacknowledged message (a poll round's countdown, a running task),
+kombu's ``Channel.close`` raised reading the BRPOP in flight and stopped before restoring that message; the
+second close Celery makes then restored it through the transport's client, already None, and the worker
+exited on the AttributeError. Here the BRPOP read's error cannot stop the first close, which restores the
+messages while the transport still knows Redis; a channel closed after its transport let go raises a
+connection error, which every caller of ``close`` expects. It can go once kombu's close does both.
 """
 
 from __future__ import annotations

@@ -1,11 +1,10 @@
 """The store every process shares (Redis when REDIS_URL is set, else the database), and the one
 fall-back for when it does not answer.
 
-The rate limit, the request cap, the circuits, the ZVM tokens and the request counts ask it for
-little: small records by key (read, change atomically, write, delete) and counters. A broken
-store must not take /mcp or the ZVM calls down with it: ``Fallback`` then acts on the caller's
-local stand-in for ``RETRY_AFTER_FAILURE_S``, says so once in the caller's log, and tries again.
-Redis timeouts are short (half a second, not a hang); its URL may hold a password: never logged.
+The rate limit, the request cap, the circuits, the ZVM tokens and the request counts need only small records
+by key and counters. A broken store must not take /mcp or the ZVM calls down with it: ``Fallback`` then uses
+the caller's local stand-in for ``RETRY_AFTER_FAILURE_S``, says so once, and tries again. Redis's URL may hold
+a password: it is never logged.
 """
 
 from __future__ import annotations
@@ -28,9 +27,9 @@ from redis.exceptions import RedisError, WatchError
 
 RETRY_AFTER_FAILURE_S = 10.0
 REDIS_TIMEOUT_S = 0.5
-# Connections per event loop. A burst of calls waits for one of these instead of opening one
-# each: under 120 agents starting at once, opening them was an eighth of a replica's CPU. The
-# wait is bounded apart from REDIS_TIMEOUT_S: a busy loop is not a Redis that does not answer.
+# Connections per event loop: a burst of calls waits for one of these instead of opening one each
+# (measured: see the benchmarks page). The wait is bounded apart from REDIS_TIMEOUT_S: a busy loop is not a Redis
+# that does not answer.
 LOOP_CONNECTIONS = 8
 CONNECTION_WAIT_S = 5.0
 # What a Redis that does not answer raises: its own errors, or a socket's (OSError).

@@ -1,16 +1,7 @@
-"""People's sign-in: throttled and locked out by django-axes, each lock-out logged and audited.
+"""People's sign-in: throttled and locked out by django-axes (docs/security.md), each lock-out logged and audited.
 
-django-axes counts failed logins per (username, client address) in the database, so every web
-process sees the same count; after ``REWIND_LOGIN_FAILURE_LIMIT`` failures that pair is refused
-(HTTP 429, with when to try again) for ``REWIND_LOGIN_LOCKOUT_MIN`` minutes, even with the right
-password, and a successful login resets the count. Each failure is logged by axes (logger
-``axes``); each lock-out is logged here and recorded in the audit log (``signin.locked_out``:
-the username and address, never a password).
-
-``SignInBackend`` is axes' backend, except that an ``authenticate()`` without a request (the
-test client's login, a management command) is left to the next backend: there is no client
-address to count, and no such call comes from the network. Every login over HTTP (the admin's
-login page, the REST API's session) carries its request and is counted.
+``SignInBackend`` leaves an ``authenticate()`` without a request (the test client's login, a management command)
+to the next backend: there is no address to count, and no such call comes from the network.
 """
 
 from __future__ import annotations

@@ -1,18 +1,9 @@
 """Keep a set of child processes running: one that exits is started again, with backoff.
 
-``manage.py runstack`` (``make run``) supervises the web replicas, the Celery workers, the beat
-and the simulator with it, as a process manager would in production (systemd's
-``Restart=always`` with ``RestartSec``, see docs/deployment.md): a process that dies is
-started again, the others keep serving.
-
-Backoff: the first restart comes after ``FIRST_BACKOFF_S``, each further one waits twice as long,
-up to ``MAX_BACKOFF_S``; a process that stayed up ``STABLE_AFTER_S`` starts from the first again.
-A process that exits at once every time (a broken setting) so costs a line every half minute,
-never a busy loop. Before a restart, whatever is left of the dead process's group (uvicorn's or
-Celery's own children, which may outlive a SIGKILLed parent and hold its port or its database
-connections) is killed.
-
-Needs no Django (``rewind.processes``).
+``runstack`` supervises its processes with it as systemd would in production (``Restart=always``): one that
+dies is started again while the others keep serving. The backoff doubles from ``FIRST_BACKOFF_S`` up to
+``MAX_BACKOFF_S`` (back to the first once a process stayed up ``STABLE_AFTER_S``), so a process that exits at
+once every time costs a line every half minute, never a busy loop. Needs no Django.
 """
 
 from __future__ import annotations

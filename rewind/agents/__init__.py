@@ -1,7 +1,5 @@
-"""Agents: the AI agents allowed to call the MCP endpoint, and their bearer tokens.
-
-The services below are the only code that creates or changes an agent or a token; reads are
-in ``rewind.agents.selectors``.
+"""Agents: the AI agents allowed to call the MCP endpoint, and their bearer tokens. The services below are the only
+code that creates or changes an agent or a token.
 """
 
 from rewind.agents.services import (

@@ -1,7 +1,6 @@
-"""Agents and their tokens in the admin: edited through the agents services; a token is shown once.
-
-"Connect an agent" (an object tool on an agent's page) is ``manage.py mcpconfig`` in the browser:
-pick the client, and a POST issues a token and shows that client's configuration with it, once.
+"""Agents and their tokens in the admin: edited through the agents services; a token is shown once. "Connect an
+agent" is ``manage.py mcpconfig`` in the browser: a POST issues a token and shows a client's configuration with
+it, once.
 """
 
 from __future__ import annotations
@@ -206,11 +205,8 @@ class AgentAdmin(admin.ModelAdmin):
     # Without permissions= an action is offered to anyone who may merely view the list.
     @admin.action(description="Issue a new token (shown once)", permissions=["issue_token"])
     def issue_token(self, request: HttpRequest, queryset: QuerySet[Agent]) -> HttpResponse | None:
-        """Send the operator to the agent's "Connect an agent" page, which issues and shows the token.
-
-        The token is shown there once, on a page that is never cached; a message would carry
-        it in the message store (a cookie or the session) until it is displayed.
-        """
+        """Send the operator to the agent's "Connect an agent" page, which issues and shows the token once, never
+        cached: a message would keep it in the message store (a cookie or the session) until displayed."""
         agents = list(queryset[:2])
         if len(agents) != 1:
             self.message_user(request, "Pick one agent: its token is shown once, on its own page.", messages.ERROR)

@@ -1,9 +1,6 @@
-"""An agent's VM limit: the VMs it may act on, by name pattern, VPG or site.
+"""An agent's VM limit: the VMs it may act on, by name pattern, VPG or site (docs/oauth.md, "VM limits").
 
-Each kind that is set narrows the limit: a VM is within it when its name matches one of the
-patterns (shell-style, ``web*``, any case), every VPG protecting it is one of the VPGs named, and
-every one of those VPGs has its protected site among the sites named. An empty kind does not
-limit; an agent with none set may act on every VM. The limit is judged on what a look-up found
+Each kind that is set narrows the limit; an empty kind does not limit. It is judged on what a look-up found
 (``rewind.protection.limits``), before anything is asked to change.
 """
 
@@ -33,7 +30,6 @@ class VmLimit:
 
     @classmethod
     def of(cls, agent: Any) -> VmLimit:
-        """The limit an ``Agent`` row holds."""
         return cls(lines(agent.limit_vm_names), lines(agent.limit_vpgs), lines(agent.limit_sites))
 
     @classmethod

@@ -1,8 +1,4 @@
-"""Agents' bearer tokens as the MCP endpoint's token store (``rewind.mcp.auth.TokenStore``).
-
-``rewind.asgi`` hands an ``AgentTokenStore`` to the MCP server, so the MCP framework
-names no part.
-"""
+"""Agents' bearer tokens as the MCP endpoint's token store (``rewind.mcp.auth.TokenStore``)."""
 
 from __future__ import annotations
 
@@ -69,12 +65,9 @@ class AgentTokenStore:
 
 
 def agent_token_current(claims: Mapping[str, Any], version: int) -> bool:
-    """Whether the calling token may still be used, given the credentials version read just now.
-
-    Verified under ``version``: nothing changed since, no query. Otherwise its row is read again
-    (one query, only after a revocation or an agent change). A token of another store (OAuth
-    grants are looked up on every request) carries no version: nothing to check here.
-    """
+    """Whether the calling token may still be used, given the credentials version read just now: no query while
+    nothing changed since it was verified, else its row is read again. A token of another store carries no
+    version: nothing to check here."""
     seen = claims.get(VERSION_CLAIM)
     if seen is None or seen == version:
         return True

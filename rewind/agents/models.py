@@ -70,12 +70,9 @@ class AgentToken(models.Model):
 
 
 class CredentialsVersion(models.Model):
-    """One row (id 1): a number raised by every token revocation and agent change.
-
-    A process that keeps verified tokens reads it with a statement a call runs anyway (the
-    gateway's tool read): when it is not the number the token was verified under, the token is
-    looked up again before the call goes on, so a revocation takes effect on the next call.
-    """
+    """One row (id 1): a number raised by every token revocation and agent change. A process that keeps verified
+    tokens reads it in a statement a call runs anyway, and looks a token up again when it moved, so a revocation
+    takes effect on the next call."""
 
     n = models.BigIntegerField(default=0)
 

@@ -1,8 +1,7 @@
 """Agent identities: services that create agents and issue or revoke their bearer tokens.
 
-A token is ``rwd_`` + 256 random bits. Only its SHA-256 is stored (an unsalted hash is
-enough for a random 256-bit value and allows an indexed lookup); the token itself is
-returned once, by ``agent_token_issue``, and never logged or audited.
+A token is ``rwd_`` + 256 random bits; only its SHA-256 is stored (unsalted is enough for a random 256-bit
+value, and allows an indexed lookup). The token is returned once, and never logged or audited.
 """
 
 from __future__ import annotations
@@ -97,11 +96,8 @@ def _clean_limit(field: str, value: object) -> str:
 @transaction.atomic
 def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, **fields: object) -> Agent:
     """Change an agent's owner, active flag, description or VM limit (its name is fixed: tags carry it).
-
-    Deactivating stops its tokens on the next gateway call, and within MCP_TOKEN_CACHE_S seconds for other tools. A VM limit applies to guards,
-    recoveries and gateway calls at once, and to look-ups within MCP_TOKEN_CACHE_S (they read it from
-    the token's cached verification).
-    """
+    Deactivating stops its tokens on the next gateway call, and within MCP_TOKEN_CACHE_S for other tools; a VM
+    limit applies to guards, recoveries and gateway calls at once, to look-ups within MCP_TOKEN_CACHE_S."""
     unknown = set(fields) - set(_AGENT_FIELDS)
     if unknown:
         raise ApplicationError(f"cannot change {', '.join(sorted(unknown))} of an agent")
@@ -201,13 +197,11 @@ def agent_token_issue_by_name(
     replace: bool = False,
     request_id: str | None = None,
 ) -> AgentWithToken:
-    """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the
-    default owner) when there is none. An inactive agent gets no token: ``ApplicationError``, and
-    nothing is changed. Used by ``manage.py mcpconfig``/``createagent`` and the admin's "Connect an
-    agent" page, so all three refuse alike.
-
-    ``replace``: the agent's live tokens of the same ``label`` are revoked in the same transaction
-    (a configuration issued again replaces the one before, whose token must stop working)."""
+    """A new token for the agent called ``name``, creating the agent (owned by ``owner``, or the default owner)
+    when there is none; an inactive agent gets ``ApplicationError`` and nothing changes. ``mcpconfig``,
+    ``createagent`` and "Connect an agent" all come here, so all refuse alike. ``replace``: the agent's live
+    tokens of the same ``label`` are revoked in the same transaction (a configuration issued again replaces the
+    last)."""
     agent = Agent.objects.filter(name=name).first()
     created = agent is None
     if agent is None:
@@ -227,11 +221,8 @@ def agent_token_issue_by_name(
 
 @transaction.atomic
 def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | None = None) -> bool:
-    """Revoke ``token``. Returns False (and records nothing) when it was already revoked.
-
-    A gateway call refuses it on its next call in every process (``CredentialsVersion``); other
-    tools may accept it for up to MCP_TOKEN_CACHE_S more seconds.
-    """
+    """Revoke ``token``; False (recording nothing) when it was already revoked. A gateway call refuses it next time
+    in every process; other tools may accept it for up to MCP_TOKEN_CACHE_S more seconds."""
     now = timezone.now()
     changed = AgentToken.objects.filter(pk=token.pk, revoked_at__isnull=True).update(revoked_at=now)
     if not changed:
@@ -245,10 +236,8 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
 
 
 def agent_token_touch(*, token_pk: int) -> None:
-    """Note that the token was used now, unless that was noted less than ``LAST_USED_PRECISION`` ago.
-
-    ``last_used_at`` is for people ("is this token still in use?"): not audited.
-    """
+    """Note that the token was used now, unless noted less than ``LAST_USED_PRECISION`` ago; for people, not
+    audited."""
     now = timezone.now()
     AgentToken.objects.filter(pk=token_pk).filter(
         Q(last_used_at__isnull=True) | Q(last_used_at__lt=now - LAST_USED_PRECISION)

@@ -1,8 +1,8 @@
 """The audit log: one ``audit_record`` service that everything uses, and chain checks.
 
-Fail-closed: call ``audit_record`` inside the same ``transaction.atomic()`` block as the
-change it describes. If the audit write fails the exception propagates and the change is
-rolled back with it. Events are chained just after they commit (``rewind.audit.chaining``).
+Fail-closed: call ``audit_record`` inside the same ``transaction.atomic()`` block as the change it describes, so
+a failed audit write rolls the change back with it. Events are chained just after they commit
+(``rewind.audit.chaining``).
 """
 
 from __future__ import annotations
@@ -77,31 +77,22 @@ def audit_record(
 ) -> AuditEvent:
     """Append one event and return it (as the database holds it).
 
-    Must run inside the caller's transaction (outside one it opens its own): the event commits
-    or rolls back with the change it describes. Raises whatever the database raises, and then
-    the caller's whole transaction can only roll back: no savepoint lets a change commit
-    without its event. The event comes back chained when no other chainer was at work (always
-    on SQLite, and for a lone writer), else with ``seq`` empty until it is (``audit_append``).
+    Must run inside the caller's transaction (outside one it opens its own): the event commits or rolls back
+    with the change it describes. Raises whatever the database raises, and then the caller's transaction can
+    only roll back: no savepoint lets a change commit without its event. The event comes back chained when no
+    other chainer was at work, else with ``seq`` empty until it is.
     """
     (pk,) = audit_append([AuditEntry(actor, action, target, data, request_id)])
     return AuditEvent.objects.get(pk=pk)
 
 
 def audit_append(entries: Sequence[AuditEntry], *, chain: bool = True) -> list[int]:
-    """Record ``entries`` in order in the caller's transaction; return their ids (the order of recording).
+    """Record ``entries`` in order in the caller's transaction; their ids. Same contract as ``audit_record``.
 
-    Same contract as ``audit_record``. The rows go in unchained and wait for no lock; when the
-    chain lock is free, everything waiting is chained here, in this transaction (so a lone
-    writer's events are chained before they commit, as they always were), and after commit
-    ``chain_pending`` chains what others committed meanwhile (``rewind.audit.chaining``). On
-    SQLite, where one write transaction runs at a time, the events go in chained.
-
-    ``chain=False`` (PostgreSQL; SQLite chains as it inserts whatever it says): the rows go in
-    waiting, and this transaction chains nothing, neither now nor after its commit. For a caller
-    whose next append follows at once and chains whatever waits: a gateway call's decision, which
-    the call's own ``mcp.tool.called`` row follows from the MCP audit writer, chaining a batch
-    of waiting rows in one go. The beat's ``audit_chain_pending`` chains what a process that
-    died in between left waiting.
+    ``chain=False`` (PostgreSQL; SQLite chains as it inserts): the rows wait, and this transaction chains
+    nothing, now or after its commit. For a caller whose next append follows at once and chains whatever waits
+    (a gateway call's decision, followed by the call's own ``mcp.tool.called`` row); the beat chains what a
+    process that died in between left waiting.
     """
     if not entries:
         return []
@@ -148,12 +139,9 @@ def verify_links(
     head_seq: int | None = None,
     batch_size: int = 2000,
 ) -> tuple[int, ChainProblem | None]:
-    """Walk the events after ``after_seq`` (whose hash is ``after_hash``) in order, up to ``up_to``.
-
-    Returns (the last intact event's seq, the first problem or None). An event that comes after
-    a gap and lies past ``head_seq`` (the head row's, read before the walk) is the problem
-    itself: no chainer put it there, whereas a gap below the head is a removal.
-    """
+    """Walk the events after ``after_seq`` (whose hash is ``after_hash``) in order, up to ``up_to``; (the last
+    intact event's seq, the first problem or None). An event after a gap that lies past ``head_seq`` is the
+    problem itself (no chainer put it there), whereas a gap below the head is a removal."""
     expected_prev = after_hash
     expected_seq = after_seq + 1
     for event in _iter_events(batch_size, after_seq, up_to):
@@ -174,13 +162,11 @@ def verify_links(
 
 
 def verify_chain(*, batch_size: int = 2000) -> tuple[int, ChainProblem | None]:
-    """Walk the chain in order; return (events checked, the first problem or None).
+    """Walk the chain in order; (events checked, the first problem or None).
 
-    A chain cut at its end, or emptied, still links: the head row (which only moves forward in the
-    database) notices what it can, and the anchors published outside the database
-    (``rewind.audit.anchors``) notice the rest. An event recorded more than
-    ``REWIND_AUDIT_CHAIN_LAG_S`` ago and still not chained is a problem too: the chain does not
-    protect it, and nothing chains it (every commit and the beat would have).
+    A chain cut at its end, or emptied, still links: the head row notices what it can, the anchors
+    (``rewind.audit.anchors``) the rest. An event still not chained ``REWIND_AUDIT_CHAIN_LAG_S`` after it was
+    recorded is a problem too: nothing protects it, and nothing will chain it.
     """
     # The head first: events chained during the walk only take the chain past it.
     head = AuditChainHead.objects.filter(pk=1).first()

@@ -1,11 +1,7 @@
-"""Every audit action code, in one place, one prefix per part.
+"""Every audit action code, in one place, one ``StrEnum`` per part.
 
-The codes are stored in the hash-chained log and filtered on by operators (``/api/audit/?action=``),
-so they are written out in full here and never assembled at run time. Each part's codes are a
-``StrEnum``: a member is its code wherever a string is expected (it is hashed and stored as
-that string).
-
-Rows written before this module existed used ``checkpoint.*`` for what is now
+The codes are stored in the hash-chained log and filtered on by operators, so they are written out in full and
+never assembled at run time. Rows written before this module used ``checkpoint.*`` for what is now
 ``guard.checkpoint.*``; the chain keeps them as written.
 """
 

@@ -1,33 +1,11 @@
-"""Anchors: the chain's head published outside the database, signed, so a cut or rewritten chain shows.
+"""Anchors: the chain's head published outside the database, signed, so a cut or rewritten chain shows
+(docs/audit-integrity.md).
 
-The hash chain proves that no event was changed, removed or reordered *relative to the rows
-that remain*: someone who may rewrite the database (drop the triggers, delete the tail, set the
-head row back, or empty everything) leaves a chain that verifies. So the head (sequence number
-and hash) is published, by the beat every ``REWIND_AUDIT_ANCHOR_INTERVAL_S`` when the chain
-moved, by each process as it stops and by ``audit_verify``, to places the database cannot
-rewrite:
-- an append-only file, ``REWIND_AUDIT_ANCHOR_FILE`` (one JSON object a line; opened for appending
-  only, locked while a publisher reads and appends, flushed to disk; ``chattr +a`` or a log
-  shipper makes it append-only for root too);
-- syslog, when ``REWIND_AUDIT_ANCHOR_SYSLOG`` names one (``/dev/log``, ``udp://host:514`` or
-  ``tcp://host:601``): a copy on another machine.
-Each anchor is signed with an Ed25519 key that is not in the database
-(``REWIND_AUDIT_ANCHOR_KEY``, else generated once under REWIND_VAR_DIR): whoever can append to
-the file cannot forge an anchor. The chain's head row records the newest anchored event, so a
-file removed or cut back is noticed too (``anchor_file_cut``).
-
-Every event since the previous anchor is checked before an anchor is published: a chain that no
-longer matches that anchor, or a cut file, is never anchored again (a new anchor would vouch for
-the rewritten chain); a broken link since then is anchored over (it stays in the chain for every
-check to find) and returned to the caller to report. Nothing new since the last anchor: nothing
-is published.
-
-Checking: the chain matches an anchor when its event at the anchor's sequence number has the
-anchor's hash (the chain's own links prove everything before it). ``chain_check`` checks the
-newest anchor by default (cheap: one row) and every anchor on request (``manage.py audit_verify
---anchors``, also against a copy taken from syslog); the first anchor that does not match is
-named, and the chain is reported broken, as are events older than an interval and its grace
-that no anchor covers yet.
+The chain proves nothing changed relative to the rows that remain; someone who may rewrite the database can cut
+its tail or empty it and leave a chain that verifies. So its head is signed with a key not in the database and
+appended to a file (and syslog) the database cannot rewrite, and the head row records the newest anchored event
+so a file cut back shows too. A chain that no longer matches its last anchor is never anchored again: a new
+anchor would vouch for the rewrite.
 """
 
 from __future__ import annotations
@@ -216,13 +194,12 @@ class ChainCheck:
 def chain_check(
     *, every_anchor: bool = False, anchor_files: Sequence[Path] = (), now: datetime | None = None
 ) -> ChainCheck:
-    """Walk the chain, then hold it against the anchors: the newest of the configured file, or every
-    anchor of ``anchor_files`` (default: the configured file) with ``every_anchor``. Read-only.
+    """Walk the chain, then hold it against the anchors: the newest of the configured file, or every anchor of
+    ``anchor_files`` with ``every_anchor``. Read-only.
 
-    Also a failure, never OK: the configured file missing or cut back below what the head row
-    says was anchored (``anchor_file_cut``), and events recorded more than an anchor interval
-    plus its grace before ``now`` that no anchor covers (``unanchored_problem``): a cut or a
-    rewrite of those would not show.
+    Also a failure, never OK: the configured file missing or cut back below what the head row says was anchored
+    (``anchor_file_cut``), and events older than an anchor interval plus its grace that no anchor covers
+    (``unanchored_problem``): a cut or a rewrite of those would not show.
     """
     configured = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
     files = tuple(anchor_files) or (configured,)
@@ -248,8 +225,8 @@ def chain_check(
 
 
 def anchor_file_cut(path: Path) -> AnchorProblem | None:
-    """The anchor file missing, or its newest anchor older than the newest the head row says was
-    published: someone removed or cut it (the publisher writes the file first, then the row)."""
+    """The anchor file missing, or its newest anchor older than the newest the head row says was published: someone
+    removed or cut it (the publisher writes the file first, then the row)."""
     anchored = audit_anchored_seq()
     latest = latest_anchor(path)
     if not anchored or isinstance(latest, AnchorProblem) or (latest is not None and latest.seq >= anchored):
@@ -268,8 +245,8 @@ def anchor_file_cut(path: Path) -> AnchorProblem | None:
 
 
 def unanchored_problem(*, covered: int, now: datetime | None = None) -> ChainProblem | None:
-    """The chained events after ``covered`` (the newest anchor's event) recorded longer than an
-    anchor interval plus its grace before ``now``, as a problem: no anchor protects them."""
+    """The chained events after ``covered`` (the newest anchor's event) recorded longer than an anchor interval
+    plus its grace before ``now``, as a problem: no anchor protects them."""
     window = settings.REWIND_AUDIT_ANCHOR_INTERVAL_S + settings.REWIND_AUDIT_ANCHOR_GRACE_S
     stale = AuditEvent.objects.filter(seq__gt=covered, time__lt=(now or timezone.now()) - timedelta(seconds=window))
     first = stale.order_by("seq").values_list("seq", "time").first()
@@ -284,10 +261,8 @@ def unanchored_problem(*, covered: int, now: datetime | None = None) -> ChainPro
 
 
 def _vouched_for_below(seq: int, files: Sequence[Path]) -> int:
-    """The last event before ``seq`` whose anchor (in ``files``) the chain still matches; 0 if none.
-
-    The chain's links prove everything before such an event as it was when it was anchored.
-    Read only when a check failed: every anchor of the files."""
+    """The last event before ``seq`` whose anchor (in ``files``) the chain still matches; 0 if none: the chain's
+    links prove everything before it. Reads every anchor of the files, so only after a failed check."""
     earlier = [a for path in files if path.is_file() for a in read_anchors(path) if isinstance(a, Anchor)]
     earlier = [a for a in earlier if a.seq < seq]
     public = _key().public_key()
@@ -323,9 +298,9 @@ def _syslog(target: str, line: str) -> None:
 
 @contextmanager
 def _appending(path: Path) -> Iterator[int]:
-    """The anchor file opened for appending only, locked against every other publisher until the
-    block ends: the beat, a process stopping and ``audit_verify`` may publish at once, and each
-    must read the newest anchor, decide and append as one step."""
+    """The anchor file opened for appending only, locked against every other publisher until the block ends: the
+    beat, a process stopping and ``audit_verify`` may publish at once, and each must read the newest anchor,
+    decide and append as one step."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o640)
     try:
@@ -343,13 +318,9 @@ class Publication:
 
 
 def _follows(previous: Anchor | AnchorProblem | None, seq: int, path: Path) -> tuple[str, ChainCheck | None]:
-    """(why the chain up to ``seq`` may not be anchored, or ""; the break found on the way, if any).
-
-    Every event since the previous anchor is checked. A chain that no longer matches that anchor
-    is never anchored again (a new anchor would vouch for the rewritten chain). A broken link
-    since then is published over: it stays in the chain for every later check to find, and the
-    new anchor keeps the events after it from being rewritten unseen.
-    """
+    """(why the chain up to ``seq`` may not be anchored, or ""; the break found on the way, if any). A broken link
+    since the previous anchor is published over: it stays in the chain for every check to find, and the new
+    anchor keeps the events after it from being rewritten unseen."""
     if isinstance(previous, Anchor):
         _matched, mismatch = anchors_check([previous])
         if mismatch is not None:
@@ -366,15 +337,14 @@ def _follows(previous: Anchor | AnchorProblem | None, seq: int, path: Path) -> t
 
 
 def audit_anchor_publish(*, now: datetime | None = None) -> Publication:
-    """Publish the chain's head as a signed anchor (file, then syslog when configured), and record
-    in the head row that it was published.
+    """Publish the chain's head as a signed anchor (file, then syslog when configured), and record in the head row
+    that it was published.
 
-    Publishes nothing when nothing was appended since the last anchor, when the chain does not
-    match the last anchor, or when the file lost anchors the head row says were published (each
-    logged as an error and returned as ``found``: ``manage.py audit_verify --anchors`` says
-    where); a broken link since the last anchor is published over and returned as ``found``.
-    Raises ``OSError`` when the file cannot be written (a syslog failure is logged: the file holds
-    the anchor). Safe to repeat and to run from several processes at once (the file is locked).
+    Publishes nothing when nothing was appended since the last anchor, when the chain does not match it, or when
+    the file lost anchors the head row says were published (each logged and returned as ``found``); a broken
+    link since the last anchor is published over and returned as ``found``. Raises ``OSError`` when the file
+    cannot be written (a syslog failure is only logged). Safe to repeat and to run from several processes at
+    once.
     """
     path = Path(settings.REWIND_AUDIT_ANCHOR_FILE)
     with _appending(path) as fd:
@@ -421,10 +391,8 @@ def _publish_to(fd: int, path: Path, now: datetime | None) -> Publication:
 
 
 def _anchored_record(seq: int) -> None:
-    """Record in the head row that anchors were published up to ``seq`` (it only moves forward).
-
-    After the file has the anchor: a row that got ahead of the file would be read as a cut file.
-    A failure is logged: the anchor is in the file all the same."""
+    """Record in the head row that anchors were published up to ``seq`` (it only moves forward). After the file has
+    the anchor: a row ahead of the file would read as a cut file. A failure is only logged."""
     try:
         with transaction.atomic():  # a savepoint: a refusal leaves a caller's transaction usable
             AuditChainHead.objects.filter(Q(anchored_seq__isnull=True) | Q(anchored_seq__lt=seq), pk=1).update(

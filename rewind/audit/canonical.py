@@ -35,20 +35,17 @@ def _secret_value(text: str) -> bool:
 
 
 def storable(text: str) -> str:
-    """``text`` as every database stores it: PostgreSQL refuses NUL in text and JSON, so it becomes U+FFFD.
-
-    Audit rows quote what callers sent (a tool's arguments, a tool name), and a NUL there must not
-    make the audit write, and so the action, fail.
-    """
+    """``text`` as every database stores it: PostgreSQL refuses NUL in text and JSON, so it becomes U+FFFD (audit
+    rows quote what callers sent, and a NUL there must not make the audit write, and so the action, fail)."""
     return text.replace("\x00", "\ufffd") if "\x00" in text else text
 
 
 def mask_secrets(value: Any) -> Any:
     """A JSON-ready copy of ``value`` with secret-looking keys and values replaced, in its canonical form.
 
-    What this returns is hashed and stored, so it must come back from either database as it went
-    in: no NUL (``storable``), and a float with an integral value as the integer (PostgreSQL's jsonb
-    gives ``1e16`` and ``-0.0`` back as ``10000000000000000`` and ``0``).
+    What this returns is hashed and stored, so it must come back from either database as it went in: no NUL
+    (``storable``), and an integral float as the integer (PostgreSQL's jsonb gives ``1e16`` and ``-0.0`` back as
+    ``10000000000000000`` and ``0``).
     """
     if isinstance(value, dict):
         return {
@@ -103,7 +100,6 @@ def compute_hash(
 
 
 def event_hash(event: AuditEvent) -> str:
-    """The hash a chained ``event`` must have."""
     if event.seq is None or event.prev_hash is None:
         raise ValueError(f"audit event id {event.pk} is not chained yet: it has no hash")
     return compute_hash(

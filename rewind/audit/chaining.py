@@ -1,25 +1,13 @@
 """The audit log's write path: rows go in unchained, a chainer links them many at a time.
 
-Why: appends used to lock the chain head until their transaction committed, so every append in
-every process waited for the one before it to reach the disk. Measured on PostgreSQL
-(``bench/audit.py``: its own server, 8 writers, a shared 2-core machine): 230-460 appends/s, the
-backends waiting on the head row's lock, where the same writers' bare one-row commits made about
-2,000/s (their commits reach the disk together); now 670-1,130/s in the same conditions. Now:
-- ``insert_unchained`` inserts the rows in the caller's transaction (fail-closed and atomic as
-  before) and, on PostgreSQL in the same statement, tries the chain lock without waiting;
-- whoever holds the chain lock links every committed event waiting (and its own) in one batch:
-  ``seq``, ``prev_hash`` and ``hash`` set once, in the order of recording (``id``);
-- ``chain_pending`` runs after each commit: a lone writer's events are chained before they
-  commit, and under load one chainer at a time links what the others committed.
-A chainer goes on from the head row, or from the last of the events someone wrote into the chain
-past it (the database refuses such a row unless it extends the chain by one, and with its
-triggers dropped anything goes): a written row is reported by ``audit_verify`` where it stands,
-never a reason for every later append to fail.
-The chain lock is a PostgreSQL advisory lock. SQLite runs one write transaction at a time, and
-its writer holds the database from its first statement: there an append links whatever waits
-and inserts its own events chained (``insert_chained``), three statements as before. Plain SQL,
-in as few round trips as each database allows: the MCP endpoint audits every tool call, and
-round trips were the cost.
+Appends used to lock the chain head until they committed, so every append in every process waited for the one
+before it to reach the disk (measured: see the benchmarks page). Now ``insert_unchained`` inserts in the
+caller's transaction (fail-closed as before) and tries the chain lock (a PostgreSQL advisory lock) without
+waiting; whoever holds it links every committed event waiting in one batch, in the order of recording, and
+``chain_pending`` runs after each commit. A row someone wrote past the head is chained after, never a reason for
+every later append to fail (``audit_verify`` reports it). SQLite runs one writer at a time, so there an append
+inserts its events chained (``insert_chained``). Plain SQL in as few round trips as each database allows: every
+MCP tool call is audited.
 """
 
 from __future__ import annotations
@@ -58,10 +46,7 @@ _past_reported: set[int] = set()  # the events past the head this process has lo
 
 def insert_unchained(rows: list[dict[str, Any]], *, try_lock: bool = True) -> tuple[list[int], bool]:
     """Insert ``rows`` (``COLUMNS`` each); (their ids in order, whether this transaction got the chain lock).
-
-    ``try_lock=False``: the lock is not tried (False), so no other chainer is kept waiting for a
-    transaction that will not chain.
-    """
+    ``try_lock=False`` does not try it, so no chainer waits for a transaction that will not chain."""
     sql = _statements()
     ids: list[int] = []
     chain_free = try_lock
@@ -76,13 +61,12 @@ def insert_unchained(rows: list[dict[str, Any]], *, try_lock: bool = True) -> tu
 
 
 def chain_pending() -> int:
-    """Chain every committed event still waiting, in batches, unless another chainer is at work.
+    """Chain every committed event still waiting, in batches, unless another chainer is at work; how many this call
+    chained.
 
-    Runs after each append commits, from the beat (for a writer that died between its commit and
-    this) and wherever the chain must be complete. A chainer that finds the lock taken leaves:
-    the holder looks for waiting events again after letting the lock go, so it sees every event
-    committed before that, and the last chainer out leaves nothing behind. Returns how many
-    events this call chained.
+    Runs after each append commits, from the beat (for a writer that died in between) and wherever the chain
+    must be complete. A chainer that finds the lock taken leaves: the holder looks for waiting events again
+    after letting it go, so the last chainer out leaves nothing behind.
     """
     if connection.in_atomic_block:
         # The lock lasts as long as the caller's transaction: one batch, the rest after commit.
@@ -104,23 +88,17 @@ def chain_pending() -> int:
 def chain_locked() -> int:
     """Link up to ``CHAIN_BATCH`` waiting events, oldest recording first; the caller holds the chain lock.
 
-    Two round trips: read the head (locked) with the waiting events, then link them and move the
-    head. The head row's lock is a second guard: a chainer that got past the chain lock waits for
-    this one's commit, and then the database refuses its links (an event is chained once, ``seq``
-    is unique, the head moves only onto an event with its hash): no fork, only an error.
-    What is hashed is what the database gives back, converted as the ORM converts it, so
-    ``verify_chain`` computes the same hash.
+    The head row's lock is a second guard: a chainer that got past the chain lock waits for this one's commit,
+    and then the database refuses its links (no fork, only an error). What is hashed is what the database gives
+    back, converted as the ORM converts it, so ``verify_chain`` computes the same hash.
     """
     return _link_waiting()[0]
 
 
 def insert_chained(rows: list[dict[str, Any]]) -> list[int]:
-    """Where one write transaction runs at a time (SQLite, whose writer holds the database from its
-    first statement): link whatever waits, then insert ``rows`` chained after it; their ids in order.
-
-    Their hashes are computed from the values as given: ``mask_secrets`` makes them what the
-    database gives back (``tests/audit/test_canonical_properties.py`` holds it to that).
-    """
+    """Where one write transaction runs at a time (SQLite): link whatever waits, then insert ``rows`` chained after
+    it; their ids in order. Their hashes come from the values as given, which ``mask_secrets`` makes what the
+    database gives back (``tests/audit/test_canonical_properties.py``)."""
     linked, seq, prev = _link_waiting()
     while linked == CHAIN_BATCH:
         linked, seq, prev = _link_waiting()
@@ -174,13 +152,9 @@ def _link_waiting() -> tuple[int, int, str]:
 
 
 def _past_the_head(seq: int, prev: str) -> tuple[int, str]:
-    """The end of the chain when events lie past the head ``seq``: the last of those that follow
-    on from it one by one (none when the first is not ``seq + 1``), with its hash.
-
-    Every chainer moves the head onto the events it links in the same transaction, so these were
-    written by something else (a forged row, the triggers dropped): linking after them keeps the
-    next append from colliding with them; ``audit_verify`` judges them.
-    """
+    """The end of the chain when events lie past the head ``seq``: the last of those that follow on from it one by
+    one, with its hash. Every chainer moves the head with what it links, so these were written by something
+    else: linking after them keeps the next append from colliding; ``audit_verify`` judges them."""
     sql, head, first = _statements(), seq, None
     with connection.cursor() as cursor:
         while True:
@@ -207,12 +181,9 @@ def _past_the_head(seq: int, prev: str) -> tuple[int, str]:
 
 
 def _lock_try(*, for_transaction: bool, only_when_waiting: bool = False) -> bool:
-    """Take the chain lock if it is free; with ``only_when_waiting``, only while events wait.
-
-    PostgreSQL: the advisory lock, for the transaction or for the session (until
-    ``_lock_release``). SQLite runs one write transaction at a time: a writer holds the
-    database's lock already, and a chainer's transaction waits for it like any write.
-    """
+    """Take the chain lock if it is free; with ``only_when_waiting``, only while events wait. PostgreSQL: the
+    advisory lock, for the transaction or the session (until ``_lock_release``). SQLite: a writer holds the
+    database's lock already, and a chainer's transaction waits for it like any write."""
     sql = _statements()
     if connection.vendor != "postgresql":
         if not only_when_waiting:
@@ -246,11 +217,8 @@ def _create_head() -> None:
 
 
 def _execute_together(cursor: Any, statements: list[tuple[str, list[Any]]]) -> None:
-    """Run ``statements`` in order, in one round trip where the driver sends several at once.
-
-    psycopg's client-side binding (Django's default on PostgreSQL) takes several statements in one
-    call; SQLite runs in this process, where a round trip costs nothing.
-    """
+    """Run ``statements`` in order, in one round trip where the driver sends several at once (psycopg's client-side
+    binding; SQLite runs in this process, where a round trip costs nothing)."""
     if _sends_several(cursor):
         cursor.execute(";\n".join(sql for sql, _ in statements), [p for _, params in statements for p in params])
         return
@@ -321,14 +289,10 @@ class _Sql:
         return self.insert_chained.replace("{values}", ", ".join([self.chained_row] * rows))
 
     def link(self, ids: list[int], seqs: list[int], prevs: list[str], hashes: list[str]) -> list[tuple[str, list[Any]]]:
-        """The statements linking the events ``ids``, with their parameters.
-
-        PostgreSQL takes four arrays, so the statement's text is the same for any number of events
-        and the driver composes it once (the VALUES form cost more CPU to compose than to hash);
-        its trigger checks the links once the statement is done. SQLite's trigger checks each row
-        as it is updated, against the one before it: one statement per event, in order (in this
-        process, a statement costs no round trip).
-        """
+        """The statements linking the events ``ids``, with their parameters. PostgreSQL takes four arrays, so the
+        text is the same for any number of events (the VALUES form cost more CPU to compose than to hash), and
+        its trigger checks the links once the statement is done. SQLite's trigger checks each row against the
+        one before it: one statement per event, in order."""
         if self.link_arrays:
             return [(self.link_arrays, [ids, seqs, prevs, hashes])]
         return [

@@ -18,15 +18,12 @@ class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
 
 
 class AuditEvent(models.Model):
-    """One entry of the append-only, hash-chained audit log.
+    """One entry of the append-only, hash-chained audit log (docs/audit-integrity.md).
 
-    Written only by ``rewind.audit.audit_record`` (or ``audit_append``), in the caller's transaction
-    and unchained (``seq``, ``prev_hash`` and ``hash`` empty); the chainer then sets those three
-    once, in commit order (``rewind.audit.chain_pending``). ``hash`` covers the canonical content of
-    the row including ``prev_hash``, so changing, removing or reordering any chained row breaks the
-    chain from there on (``manage.py audit_verify``). Database triggers refuse DELETE, any UPDATE of
-    a chained row and any UPDATE of an unchained one but its chaining; the ORM refuses both.
-    ``id`` is the order of recording, which the lists show (chained or not).
+    Written only by ``rewind.audit.audit_record``, unchained; the chainer then sets ``seq``, ``prev_hash`` and
+    ``hash`` once, in commit order. ``hash`` covers the row's canonical content including ``prev_hash``, so
+    changing, removing or reordering a chained row breaks the chain from there on. Database triggers and the ORM
+    refuse every DELETE and every UPDATE but the chaining. ``id`` is the order of recording.
     """
 
     class ActorType(models.TextChoices):  # the types of rewind.actors.Actor
@@ -67,13 +64,10 @@ class AuditEvent(models.Model):
 class AuditChainHead(models.Model):
     """A single row holding the chain's last hash; locking it serializes the chainers.
 
-    The database keeps it single (a second row is refused), and moves it only forward, onto an
-    event that exists with exactly that hash. ``anchored_seq`` (only forward too) remembers that
-    anchors were published: an anchor file found missing or cut back is then a break
-    (``rewind.audit.anchors``).
-
-    Only a chainer (which holds the chain lock, ``rewind.audit``) locks it, with ``SELECT ... FOR
-    UPDATE``: a second one that got past the lock would queue here instead of forking the chain.
+    The database keeps it single and moves it only forward, onto an event with exactly that hash.
+    ``anchored_seq`` (only forward too) remembers that anchors were published, so an anchor file found missing
+    or cut back is a break. Only a chainer locks it (``SELECT ... FOR UPDATE``): one that got past the chain
+    lock queues here instead of forking the chain.
     """
 
     last_seq = models.PositiveBigIntegerField(default=0)

@@ -52,11 +52,8 @@ def audit_event_get(seq: int) -> AuditEvent:
 
 
 def audit_chain_position() -> tuple[int, str]:
-    """``(seq, hash)`` of the chain's end as its head row records it; ``(0, "")`` while nothing is chained.
-
-    Every chainer moves the head onto what it links in the same transaction, and events are
-    chained in commit order, so nothing will later be chained at or below it. A row someone wrote
-    past the head is not the chain's end until a chainer links after it."""
+    """``(seq, hash)`` of the chain's end as its head row records it; ``(0, "")`` while nothing is chained. Nothing
+    will later be chained at or below it (chainers move the head with what they link, in commit order)."""
     row = AuditChainHead.objects.filter(pk=1).values_list("last_seq", "last_hash").first()
     return (row[0], row[1]) if row and row[0] else (0, "")
 
@@ -73,11 +70,8 @@ def audit_event_hash(seq: int) -> str | None:
 def audit_counts(
     *, actions: Sequence[str], keys: Sequence[str], after_seq: int, upto_seq: int
 ) -> list[tuple[tuple[str, ...], int]]:
-    """Events of ``actions`` with ``after_seq < seq <= upto_seq``, counted by ``keys``.
-
-    A key is a column (``action``, ``target_id``, ``actor_type``) or ``data.<name>``, a key of the
-    event's data (``""`` where it is missing). One GROUP BY over the range.
-    """
+    """Events of ``actions`` with ``after_seq < seq <= upto_seq``, counted by ``keys`` in one GROUP BY: a key is a
+    column (``action``, ``target_id``, ``actor_type``) or ``data.<name>`` (``""`` where it is missing)."""
     columns: dict[str, Any] = {
         f"k{i}": KT(f"data__{key.removeprefix('data.')}") if key.startswith("data.") else F(key)
         for i, key in enumerate(keys)
@@ -103,13 +97,9 @@ def audit_last_verification() -> AuditEvent | None:
 
 
 def audit_event_trail(*, targets: Iterable[tuple[str, str]], request_ids: Iterable[str] = ()) -> QuerySet[AuditEvent]:
-    """Everything that happened in the calls that touched any of ``targets``, oldest recording first
-    (chained or not).
-
-    A target is ``(target_type, target_id)`` as stored (``recoveries.recoveryrequest``, ``"17"``).
-    The calls are the request ids of the events on those targets, plus ``request_ids``: one
-    request id ties an MCP call, its tasks, its ZVM calls and its audit events together.
-    """
+    """Everything that happened in the calls that touched any of ``targets``, oldest recording first (chained or
+    not). A target is ``(target_type, target_id)`` as stored; the calls are the request ids of the events on
+    those targets, plus ``request_ids``."""
     on_targets = Q()
     for target_type, target_id in targets:
         on_targets |= Q(target_type=target_type, target_id=str(target_id))

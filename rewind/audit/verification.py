@@ -1,14 +1,7 @@
 """Proving the chain, and keeping the proof: each verification is itself an audit event.
 
-The event goes into the chain it checked, after its last event, so the next verification also
-proves the earlier ones were recorded as they were; a broken chain is recorded the same way
-(``audit.chain.broken``), naming the first broken event or the first anchor the chain does not
-match (``rewind.audit.anchors``: a chain cut at its end or emptied still links, the anchors
-published outside the database do not). A verification then publishes an anchor, so that what
-it found, and its own record, are anchored at once.
-
-The anchor publisher checks every event since the last anchor: a break it finds is recorded
-the same way (once: the same break is not recorded again at every publication), so the
+The verdict goes into the chain it checked (so the next verification proves the earlier ones too), and an anchor
+is published at once after it. The anchor publisher records a break it finds the same way, once, so the
 dashboard, ``/metrics`` and the notification channels hear of it within an anchor interval.
 """
 
@@ -61,14 +54,12 @@ class ChainVerification:
 def audit_chain_verify(
     *, actor: Actor, request_id: str | None = None, every_anchor: bool = False, anchor_files: Sequence[Path] = ()
 ) -> ChainVerification:
-    """Walk the whole chain and hold it against the anchors, append what was found
-    (``audit.chain.verified`` or ``.broken``), then publish an anchor.
+    """Walk the whole chain and hold it against the anchors (every anchor of ``anchor_files`` with
+    ``every_anchor``), append the verdict, then publish an anchor.
 
-    ``every_anchor``: every anchor of ``anchor_files`` (default the configured file), not only
-    the newest. The walk holds no lock; the record takes the head lock like any append. When the
-    record cannot be written (the head row is gone, the database refuses), the verdict is still
-    returned, with ``record_error`` saying why it is not kept; so is an anchor that could not be
-    published (``anchor_note``).
+    The walk holds no lock. When the verdict cannot be recorded (the head row is gone, the database refuses) it
+    is still returned, with ``record_error`` saying why; so is an anchor that could not be published
+    (``anchor_note``).
     """
     started = time.monotonic()
     check = chain_check(every_anchor=every_anchor, anchor_files=anchor_files)

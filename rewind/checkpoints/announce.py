@@ -1,8 +1,6 @@
-"""What guards tell the notification channels: a guard failed or timed out.
-
-The agent was told not to proceed; the people on call hear which VPGs did not list the
-checkpoint and why, once per guard, through ``rewind.notifications``. The sites named are the
-protected sites whose ZVMs took the inserts, so their own channels hear it too.
+"""What guards tell the notification channels: a guard failed or timed out, or its checkpoint is leaving the
+journal, once each. The sites named are the protected sites whose ZVMs took the inserts, so their own channels
+hear it too.
 """
 
 from __future__ import annotations

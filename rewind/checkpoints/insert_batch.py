@@ -1,29 +1,11 @@
 """A site's insert batch: the pending tagged checkpoints of the site's queued guards, inserted in one pass.
 
-A new guard queues no task of its own: its rows wait ``pending`` and it kicks the poller of
-each of its sites (``poller.poller_kick``). Each round of a site's poller first runs this
-batch, then polls. One batch:
-
-1. takes the site's pending rows of unfinished guards, oldest guard first, as many as the
-   site's request cap lets through in about ``BATCH_S`` (the rest are the next round's, which
-   is due at once); a row the poll found with neither tag nor task after a lost answer is
-   pending again, once (``reinserted``), and is taken like any other. With none, the batch
-   ends here: most rounds have nothing to insert, and they write nothing for it;
-2. moves every pending guard with a row at the site to running in one UPDATE, those left for
-   a later batch too, so they read as queued behind the site's cap, not as waiting for a
-   worker;
-3. ends the rows of guards past their deadline without inserting; moves the others to
-   "inserting" and audits each attempt, in **one** transaction (compare-and-swap: a row
-   another run took is not in it);
-4. makes the insert calls on ``THREADS`` threads, each paced by the site's shared request
-   cap, so the cap, not one call's round trip, bounds the batch;
-5. records every answer in **one** transaction: the task id (the row waits, due at the time
-   the site's pacing says), an unknown outcome (the poller resolves it by tag and task list,
-   never by calling again at once), or the failure that ends the row, audited.
-
-No transaction is held across a ZVM call. A batch cut off after step 3 leaves its rows
-"inserting" with no task id: the site's poller lease runs out, the sweep starts another round,
-and that round treats them as inserts whose outcome is unknown (``poller._note_cut_off_inserts``).
+The one place a checkpoint is inserted: a new guard kicks its sites' pollers, and each round runs this batch
+first. It takes as many pending rows, oldest guard first, as the site's cap lets through in about ``BATCH_S``;
+marks them "inserting" and audits each attempt in one transaction (compare-and-swap); makes the calls on
+``THREADS`` threads paced by the cap; and records every answer in one transaction. No transaction is held across
+a ZVM call. A batch cut off mid-call leaves its rows "inserting" with no task id, which the next round resolves
+by tag and task list (``poller._note_cut_off_inserts``), never by calling again blindly.
 """
 
 from __future__ import annotations
@@ -115,11 +97,8 @@ def site_insert_batch(site: Site, renew: Callable[[], None], *, limit: int) -> B
 
 
 def _batch_rows(site: Site, limit: int) -> list[TaggedCheckpoint]:
-    """Up to ``limit`` rows of ``batch_rows``, oldest guard first, each with its guard and site.
-
-    One plain statement built once: every round starts with it and most find nothing, and the
-    ORM's ``select_related`` with this order cost such a round more CPU than all else it did.
-    """
+    """Up to ``limit`` rows of ``batch_rows``, oldest guard first, each with its guard and site: one plain
+    statement built once, as every round starts with it and most find nothing."""
     statuses = [str(TaggedCheckpoint.Status.PENDING), *(str(s) for s in ChangeGuard.UNFINISHED)]
     params: list[int | str] = [site.pk, *statuses, limit]
     rows = rows_with_guards(_batch_rows_sql(connection.vendor), params)
@@ -138,13 +117,9 @@ def _batch_rows_sql(vendor: str) -> str:
 
 
 def _claim(site_id: int, now: datetime) -> None:
-    """Every pending guard with a row at the site becomes running (one UPDATE), also those left
-    for a later batch: they are then queued behind the site's request cap, and no longer read
-    as waiting for a worker.
-
-    Run after the batch's rows were read, so it claims the batch's guards too (before any of
-    their checkpoints is inserted). A guard recorded between the read and this UPDATE is claimed
-    with them; its rows are the next batch's, which ``poller._schedule_next`` queues at once."""
+    """Every pending guard with a row at the site becomes running (one UPDATE), those left for a later batch too,
+    so they read as queued behind the site's cap rather than waiting for a worker. Run after the batch's rows
+    were read; a guard recorded in between is claimed too, and its rows are the next batch's (queued at once)."""
     pending = TaggedCheckpoint.objects.filter(batch_rows(site_id)).values("guard_id")
     ChangeGuard.objects.filter(pk__in=pending, status=ChangeGuard.Status.PENDING).update(
         status=ChangeGuard.Status.RUNNING, started_at=Coalesce(F("started_at"), now)
@@ -190,11 +165,8 @@ class _Answered:
 
 
 def _call_all(site: Site, rows: list[TaggedCheckpoint], renew: Callable[[], None]) -> dict[int, _Answered]:
-    """The insert calls on up to ``THREADS`` threads; the poller's lease is renewed meanwhile.
-
-    No time limit of its own: each call is bounded by the client's timeouts, and every
-    answer waited for is one the round can record.
-    """
+    """The insert calls on up to ``THREADS`` threads, the poller's lease renewed meanwhile. No time limit of its
+    own: each call is bounded by the client's timeouts, and every answer waited for is one the round records."""
 
     def call(row: TaggedCheckpoint) -> _Answered:
         try:
@@ -214,13 +186,9 @@ def _call_all(site: Site, rows: list[TaggedCheckpoint], renew: Callable[[], None
 
 
 def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answered], report: BatchReport) -> None:
-    """Every answer of the batch in one transaction; each row gets its first poll time.
-
-    That time follows the site's pacing, at the window's end when the site is crowded: the
-    batch's VPGs and those already waiting there, looked at once each, outlast the window.
-    A failure ends its row; a task id makes it wait; a lost answer leaves it "inserting" with
-    the outcome unknown since now, for the poller to resolve by tag and task list.
-    """
+    """Every answer of the batch in one transaction: a failure ends its row; a task id makes it wait, due when the
+    site's pacing says (at the window's end when the site is crowded); a lost answer leaves it "inserting" with
+    the outcome unknown since now, for the poller to resolve by tag and task list."""
     now = timezone.now()
     fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
     crowded = pacing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)

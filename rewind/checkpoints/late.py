@@ -1,23 +1,9 @@
-"""Checkpoints that Zerto listed only after their guard had timed out.
+"""Checkpoints that Zerto listed only after their guard had timed out (docs/guard.md).
 
-A VPG row ends ``timed_out`` when the tag is not listed within the guard's timeout; the
-insert may still land a while later (a busy journal, a slow ZVM). The guard stays not ok:
-the agent was told not to proceed, and that answer must not change under it. But the
-checkpoint is a good point to recover from, so this sweep looks for it and records it on
-the row with ``listed_late_at`` (audited ``checkpoint.listed_late``); a recovery may then
-pick it, saying it was listed late.
-
-Which rows: ``timed_out`` ones whose insert was attempted (``insert_started_at`` set: a task
-was issued, or the call's outcome is unknown) within ``REWIND_LATE_LISTING_HORIZON_S`` and
-whose checkpoint is not recorded yet. A row never inserted (the guard timed out first) has
-nothing to find.
-
-Cost: one checkpoint listing per VPG per sweep, from the oldest candidate insert of that VPG
-(less a minute for clock skew) on, so the window is bounded by the horizon. A listing that
-fails records nothing: an error is never read as "absent", and the next sweep tries again.
-Sites are listed at once, each in a thread of its own, so a stuck ZVM delays no other site.
-No transaction is held across a ZVM call; the record is a compare-and-swap, so sweeps (the
-beat, a recovery resolving a change) may overlap.
+The guard stays not ok (the agent was told not to proceed, and that answer must not change under it), but the
+checkpoint is a good point to recover from, so this sweep records it on the row (``listed_late_at``). One
+listing per VPG per sweep, bounded by ``REWIND_LATE_LISTING_HORIZON_S``; a failed listing records nothing (an
+error is never read as "absent"). Each record is a compare-and-swap, so sweeps may overlap.
 """
 
 from __future__ import annotations
@@ -78,13 +64,9 @@ def checkpoints_listed_late_sweep(*, now: datetime | None = None) -> LateReport:
 
 
 def late_listings_check(rows: Iterable[TaggedCheckpoint]) -> LateReport:
-    """Look for the tags of ``rows`` (candidates, with guard and site loaded): one listing per VPG.
-
-    Records each one found (CAS + audit); returns what it did. ZVM errors are reported per
-    VPG, never raised. Sites are visited at once (``for_each_site``), each in a thread of its
-    own, so a stuck ZVM delays no other site's listings; a site still listing after
-    REWIND_LATE_LISTING_INTERVAL_S is reported and left to finish (every record is a CAS).
-    """
+    """Look for the tags of ``rows`` (with guard and site loaded): one listing per VPG, the sites at once, each in
+    a thread of its own. Records each one found; ZVM errors are reported per VPG, never raised; a site still
+    listing after REWIND_LATE_LISTING_INTERVAL_S is reported and left to finish."""
     report = LateReport()
     sites: dict[int, Site] = {}
     by_vpg: dict[int, dict[str, list[TaggedCheckpoint]]] = defaultdict(lambda: defaultdict(list))

@@ -1,9 +1,7 @@
 """The lease of a site's poller: who may run its next round, and until when.
 
-A ``SitePoller`` row is idle (no lease), queued (``queued:<token>``: a round waits in the queue
-with that token) or running (``run:<id>``: a round runs, renewing the lease between its ZVM
-calls). An expired lease means the chain died (worker killed, message lost): the next kick or
-the beat's sweep starts another. The strings are stored; code reads them through ``Lease``.
+A ``SitePoller`` row is idle, queued (``queued:<token>``: a round waits in the queue with that token) or running
+(``run:<id>``, renewed between its ZVM calls). The strings are stored; code reads them through ``Lease``.
 """
 
 from __future__ import annotations
@@ -52,5 +50,4 @@ class Lease:
         return self.alive(now) and self.owner.startswith(_RUNNING)
 
     def fields(self) -> dict[str, object]:
-        """The ``SitePoller`` columns that store it."""
         return {"lease_owner": self.owner, "lease_expires_at": self.expires_at}

@@ -9,11 +9,7 @@ from rewind.checkpoints.lease import Lease
 
 class ChangeGuard(models.Model):
     """A guard, one guarded change: the same tagged checkpoint requested on every VPG protecting a VM.
-
-    Created by ``zerto_guard_before_mutate`` (``tool`` set) or
-    ``zerto_create_tagged_checkpoint`` (``tool`` empty). ``(vm_identifier, change_id)`` is
-    unique: asking again with the same change id returns this record instead of inserting.
-    """
+    ``(vm_identifier, change_id)`` is unique: asking again with the same change id returns this record."""
 
     class Status(models.TextChoices):
         PENDING = "pending"  # recorded; its sites' pollers have not taken it into an insert batch yet
@@ -173,15 +169,9 @@ TaggedCheckpoint = ChangeGuardVpg
 
 
 class SitePoller(models.Model):
-    """Who polls one site's ZVM for every waiting tagged checkpoint, and when it runs next.
-
-    One chain of short poll rounds per site (``rewind.checkpoints.poller``): a round is a
-    Celery task that asks the ZVM once for all of the site's waiting rows, then queues the
-    next round with a countdown. ``lease_owner`` and ``lease_expires_at`` hold its
-    ``rewind.checkpoints.lease.Lease``: queued while the next round waits in the queue, running
-    while one runs; an expired lease means the chain died (worker killed, message lost) and the
-    next kick or sweep starts another.
-    """
+    """Who polls one site's ZVM for every waiting tagged checkpoint, and when it runs next
+    (``rewind.checkpoints.poller``). ``lease_owner`` and ``lease_expires_at`` hold its ``Lease``: an expired one
+    means the chain died, and the next kick or sweep starts another."""
 
     site = models.OneToOneField("rewind.Site", on_delete=models.CASCADE, primary_key=True, related_name="poller")
     lease_owner = models.CharField(max_length=80, blank=True)

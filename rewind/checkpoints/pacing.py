@@ -1,39 +1,14 @@
-"""When to ask a ZVM again whether a tagged checkpoint is listed: plain numbers in, seconds out.
+"""When to ask a ZVM again whether a tagged checkpoint is listed: plain numbers in, seconds out (docs/guard.md,
+"Pacing").
 
-A site's ZVM takes about the same time to list a checkpoint guard after guard, so the wait
-learns that time from the site's recent guards and spends its calls around it:
+A site's ZVM takes about the same time to list a checkpoint guard after guard, so the wait learns that time from
+the site's recent guards: it sleeps before it, asks often near it, and backs off past it, so a fast ZVM is seen
+quickly and a slow one costs few calls. A ZVM whose time changes is followed within a few guards, where a median
+of 20 would take ten: a probe (a look early after a first-look hit) sees a faster one, a shift (the newest
+samples all outside the window) a changed one. A ``crowded`` site, where one look at each waiting VPG outlasts
+the window, waits for the window's end instead, so each VPG costs about one listing.
 
-- **before** the expected moment it sleeps (one call at most every ``LONG_SLEEP_S``, so a
-  failed task or a deadline is still noticed);
-- **near** it (``expected - early`` to ``expected + early``) it asks often, so the answer is
-  seen only a little late;
-- **past** it the gaps grow again with the time overdue (a slow ZVM costs few calls).
-
-Without enough history the gaps start small and grow with the time waited, so a fast ZVM is
-still seen quickly and a slow one costs few calls.
-
-A ZVM's time can **change** (a load goes away, another appliance). Two ways keep the forecast
-honest within a few guards, where a median of 20 would take ten:
-
-- a **probe**: a checkpoint already listed at the first look was listed some time before it,
-  so its sample is only an upper bound and sits below the window. The next guard then looks
-  once early (``PROBE_SHARE`` of that sample) and with quickly growing gaps up to the window: a
-  faster ZVM is seen, and timed between a miss and a hit, at once; a steady one costs a few
-  calls once. Only the oldest ``PROBE_VPGS`` VPGs waiting at a site probe (``probers``): a
-  burst of guards learns from them as well as from all;
-- a **shift**: when the newest samples (``SHIFT_SAMPLES`` of them) all fall outside the window,
-  on the same side, the ZVM changed and the forecast is made of those alone. Below the window
-  it expects their least (most of them are the upper bounds of first-look hits); above it,
-  their median (each was timed between a miss and a hit).
-
-A **crowded** site (``crowded``: one look at each of its waiting VPGs takes longer, under its
-request cap, than the whole window) cannot ask often near the moment: a round of looks outlasts
-the window, and every look before the moment takes a slot another guard's insert or listing
-needed. There the first look waits for the window's end, where it almost always finds the
-checkpoint, so each VPG costs about one listing.
-
-Pure: no clock, no database, no ZVM. The insert batch and the poll round feed it seconds
-and get seconds back.
+Pure: no clock, no database, no ZVM.
 """
 
 from __future__ import annotations
@@ -60,9 +35,8 @@ LATE_FRACTION = 0.5  # past the window: gap = this share of the time overdue
 SHIFT_SAMPLES = 2  # the newest samples all outside the window on one side: the ZVM changed
 PROBE_SHARE = 0.25  # after a sample below the window, the next guard's first look, as a share of it
 PROBE_GROWTH = 0.5  # ... then gaps of this share of the time waited, up to the window
-# At most this many VPGs of a site probe at a time, oldest guards first: one look is enough to
-# see a faster ZVM. Guards of a burst all probing cost every VPG several early looks (measured,
-# 100 guards at cap 100: 370-815 listings in six runs without this limit, 446-555 in three with it).
+# At most this many VPGs of a site probe at a time, oldest guards first: one look is enough to see a faster ZVM,
+# and a burst's guards all probing cost every VPG several early looks (measured: see the benchmarks page).
 PROBE_VPGS = 2
 
 
@@ -84,12 +58,9 @@ class Forecast:
 
 
 def forecast(samples_s: Sequence[float]) -> Forecast | None:
-    """The forecast from recent times-to-listed (seconds, newest first), or None if too few.
-
-    Median and median absolute deviation: one guard that hit a ZVM hiccup (or a poll that
-    saw the listing late) moves neither. The window is at least 5% of the expectation and
-    0.15 s wide on each side, so a steady ZVM is still polled a few times around the moment.
-    """
+    """The forecast from recent times-to-listed (seconds, newest first), or None if too few. Median and median
+    absolute deviation, so one hiccup moves neither; the window is at least 5% of the expectation and 0.15 s
+    wide on each side, so a steady ZVM is still polled a few times around the moment."""
     recent = [s for s in samples_s[:HISTORY] if s >= 0]
     if len(recent) < MIN_SAMPLES:
         return None
@@ -139,11 +110,8 @@ def crowded(vpgs: int, per_s: float, fc: Forecast | None) -> bool:
 
 
 def next_gap(elapsed_s: float, remaining_s: float, fc: Forecast | None, *, crowded: bool = False) -> float:
-    """Seconds to sleep before the next call, ``elapsed_s`` after the insert started.
-
-    Never past the deadline (``remaining_s``), so a timeout is honoured to the poll.
-    ``crowded``: the site is (see ``crowded``); the first look waits for the window's end.
-    """
+    """Seconds to sleep before the next call, ``elapsed_s`` after the insert started; never past the deadline
+    (``remaining_s``). ``crowded``: the first look waits for the window's end."""
     gap = _cold_gap(elapsed_s) if fc is None else _forecast_gap(elapsed_s, fc, crowded)
     return max(0.0, min(gap, remaining_s))
 
@@ -179,10 +147,8 @@ def _forecast_gap(elapsed_s: float, fc: Forecast, crowded: bool) -> float:
 
 
 def calls_bound(timeout_s: float, fc: Forecast | None) -> int:
-    """An upper bound of the sleeps ``next_gap`` hands out over a wait of ``timeout_s``.
-
-    For tests and budgets: simulate the schedule with the listing never arriving.
-    """
+    """An upper bound of the sleeps ``next_gap`` hands out over a wait of ``timeout_s`` (the schedule with the
+    listing never arriving), for tests and budgets."""
     elapsed, count = 0.0, 0
     while elapsed < timeout_s:
         gap = next_gap(elapsed, timeout_s - elapsed, fc)

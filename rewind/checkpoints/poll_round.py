@@ -1,21 +1,10 @@
 """One poll round of one site: what the site's ZVM says about every waiting tagged checkpoint there.
 
-For the rows that are due (their own pacing says it is time to ask), in order of their
-guards' arrival:
-
-1. the state of every insert task still running, from **one** ``GET /v1/tasks`` filtered by
-   start time (``startedAfterDate``, CONFIRMED); a task that list does not hold is read on
-   its own (a ZVM that keeps a short task history). The ``type`` filter is not sent: its
-   value (``InsertTaggedCP``) is only INFERRED, and a wrong one would hide every task;
-2. the checkpoint list (``startDate`` window) once per VPG whose insert task completed —
-   several guards on one VPG share it;
-3. an insert whose answer was lost: a task of that VPG not claimed by any row is adopted;
-   with neither tag nor task ``SETTLE_S`` later the row is pending again, once, and the next
-   round's insert batch makes the call (the batch is the one place a checkpoint is inserted).
-
-So ZVM requests grow with the VPGs, not with guards times polls, and the site's request cap
-bounds them all. A row not done gets its next time from ``pacing`` (what the site's ZVM
-usually takes), never past its guard's deadline, which runs from the guard's request.
+For the rows that are due, oldest guard first: one ``GET /v1/tasks`` filtered by start time for every insert
+task still running (not by type, whose value ``InsertTaggedCP`` is only inferred and would hide every task if
+wrong); one checkpoint listing per VPG whose insert completed, shared by every guard of that VPG; and a task no
+row claims adopted for an insert whose answer was lost. So ZVM requests grow with the VPGs, not with guards
+times polls, and the site's cap bounds them all. A row not done gets its next time from ``pacing``.
 """
 
 from __future__ import annotations
@@ -59,8 +48,8 @@ _TASK_STATE_FIELDS = ("task_started_at", "task_completed_at", "last_miss_at")
 
 
 def site_has_due_rows(site_id: int, now: datetime) -> bool:
-    """Whether a round started at ``now`` has a row of the site to ask about: one inserted (or
-    with its outcome unknown) and without a time, or due within ``DUE_SLACK`` (as ``run`` picks them)."""
+    """Whether a round started at ``now`` has a row of the site to ask about: one inserted (or with its outcome
+    unknown) and without a time, or due within ``DUE_SLACK`` (as ``run`` picks them)."""
     field = TaggedCheckpoint._meta.get_field("next_poll_at")
     with connection.cursor() as cursor:
         cursor.execute(
@@ -76,8 +65,7 @@ def site_has_due_rows(site_id: int, now: datetime) -> bool:
 
 @functools.cache
 def _due_sql(vendor: str) -> str:
-    """Plain SQL built once: through the ORM, building the query cost about what it saved (measured
-    in a burst of 200 guards: half the CPU of the rows' load it spares)."""
+    """Plain SQL built once: through the ORM, building the query cost about what it saved."""
     statuses = marks(TaggedCheckpoint.INSERTED)
     at = column(TaggedCheckpoint, "next_poll_at")
     return (
@@ -157,14 +145,9 @@ class SiteRound:
         return self.report
 
     def _first_look_moved(self, due: list[TaggedCheckpoint]) -> list[TaggedCheckpoint]:
-        """Due rows that have not looked yet and whose first look the newest forecast puts later:
-        each gets that time, and nothing is asked for it now.
-
-        A burst's rows got their first look from the forecast of when they were inserted. When
-        the first of them find the ZVM slower than that (a miss, then a hit), the forecast moves
-        within the burst, and the rows yet to look wait for the new moment instead of each
-        spending a request on a miss: at a crowded site, a slot another guard needed.
-        """
+        """Due rows not yet looked whose first look the newest forecast puts later: each gets that time, and
+        nothing is asked for it now. When the first rows of a burst find the ZVM slower than forecast, the rest
+        wait for the new moment instead of each spending a request (a slot another guard needed) on a miss."""
         if self.fc is None:
             return []
         later = []
@@ -284,13 +267,9 @@ class SiteRound:
 
     # -- 2. checkpoint lists -----------------------------------------------------------------
     def _list(self, due: list[TaggedCheckpoint], every: list[TaggedCheckpoint]) -> None:
-        """One listing per VPG with a due row; it is matched against every waiting row of that VPG.
-
-        A row of that VPG not yet due was asked about all the same, so its next time is counted
-        from this listing too (``asked_early``). Otherwise each of the guards sharing a VPG would
-        list it on a schedule of its own (measured in a burst of 100 guards: a VPG that several
-        guards shared was listed up to 20 times).
-        """
+        """One listing per VPG with a due row, matched against every waiting row of that VPG; a row not yet due
+        counts its next time from it too (``asked_early``), or each guard sharing a VPG would list it on its own
+        schedule (measured: see the benchmarks page)."""
         by_vpg: dict[str, list[TaggedCheckpoint]] = defaultdict(list)
         for row in every:
             if row.status not in TaggedCheckpoint.FINAL and (row.task_completed_at is not None or not row.task_id):
@@ -321,10 +300,8 @@ class SiteRound:
     def _match(
         self, rows: Iterable[TaggedCheckpoint], listed: list[Checkpoint], asked_at: datetime, answered_at: datetime
     ) -> None:
-        """Which rows the listing holds. A miss says the checkpoint was not listed when we asked;
-        a hit, that it was by the answer: so the time to list is bracketed by what happened, not
-        by when the round began (measured: under load, samples that fell early and widened the
-        site's window)."""
+        """Which rows the listing holds. A miss says the checkpoint was not listed when we asked; a hit, that it
+        was by the answer: the time to list is bracketed by what happened, not by when the round began."""
         by_tag = {(cp.tag or "").strip(): cp for cp in listed if cp.tag}
         for row in rows:
             found = by_tag.get(row.guard.tag.strip())
@@ -398,20 +375,13 @@ def listing_time_ms(
 ) -> int | None:
     """How long the ZVM took to list the row's checkpoint, for the site's pacing to learn from.
 
-    Between the last look that did not find it and the one that did (the midpoint); when the
-    first look found it, an upper bound only, so ``UNSEEN_SHARE`` of it. When we saw it is
-    not the answer: under load the poller looks late, and learning that lateness would make
-    every later guard look late too.
-
-    A first look that found the checkpoint no sooner than the forecast (``fc``) expected it, or
-    at a ``crowded`` site, whose first looks wait for the window's end on purpose, only says
-    the forecast held: the forecast is the sample (no more than when it was seen). A share of
-    a look that came late says nothing of a faster ZVM, and moved the next window early, where
-    every look misses and takes a slot another guard needed (measured, 200 guards at cap 10:
-    the learned time of a site fell from 5.3 s to 4.3 s over one burst, once from its crowded
-    rounds and, with those held, again from the last rounds of the burst, no longer crowded,
-    whose first looks still came at the window's end; the next burst then listed each VPG 3.2
-    times).
+    Between the last look that missed it and the one that found it (the midpoint); when the first look found it,
+    an upper bound only, so ``UNSEEN_SHARE`` of it. Not when we saw it: under load the poller looks late, and
+    learning that would make every later guard look late too. A first look that found it no sooner than the
+    forecast (``fc``) expected, or at a ``crowded`` site (whose first looks wait for the window's end on
+    purpose), only says the forecast held, so the forecast is the sample: a share of such a look would teach a
+    faster ZVM that is not there and move the window early, where every look misses (measured: see the
+    benchmarks page).
     """
     start = row.insert_started_at
     if start is None:

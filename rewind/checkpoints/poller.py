@@ -1,26 +1,11 @@
-"""One poller per site: a chain of short poll rounds that serves every waiting guard of the site.
+"""One poller per site: a chain of short poll rounds that serves every waiting guard of the site (docs/guard.md).
 
-A round (``poll_round.SiteRound``) is a Celery task that runs for as long as its ZVM calls
-take, then queues the next round with a countdown and returns: between rounds nothing
-holds a worker slot, a thread or a database connection. At most one round per site runs
-or is queued at a time; the ``SitePoller`` row's ``lease.Lease`` says which (queued or
-running) and until when that holds:
-
-- ``poller_kick(site, at)`` makes sure a round runs no later than ``at``: it starts a chain
-  when none is alive, moves a queued round earlier (the replaced message finds its token
-  gone and does nothing), and leaves a running round a note (``wanted_at``) that it reads
-  when it schedules its successor;
-- a round claims the row, inserts the pending checkpoints of the site's guards in one batch
-  (``insert_batch``, the one place a checkpoint is inserted: a new guard queues no task of
-  its own, it kicks its sites' pollers), asks the ZVM about the rows that are due, and queues
-  the next round at the earliest time a row is due (at once while pending rows remain);
-- a chain that died (worker killed, message lost) has an expired lease: the beat's sweep
-  (``pollers_restart_stale``), a read of one of its guards (``pollers_restart_dead``) or the
-  next kick starts another. Every row keeps its own state, so nothing is lost and nothing is
-  asked twice; a guard holds no lease of its own.
-
-Guards are served in order of arrival: a round inserts and asks for its due rows oldest guard
-first, so when the site's request cap is the bottleneck the oldest waits least.
+A round is a Celery task that runs for as long as its ZVM calls take, then queues the next with a countdown:
+between rounds a waiting guard holds no worker slot, thread or connection. At most one round per site is queued
+or running, as the ``SitePoller`` row's lease says; ``poller_kick`` makes one run by a given time, and a chain
+that died (its lease expired) is started again by the beat's sweep, a read of one of its guards or the next
+kick. Every row keeps its own state, so nothing is lost or asked twice. Oldest guard first: when the site's
+request cap is the bottleneck, the oldest waits least.
 """
 
 from __future__ import annotations
@@ -65,13 +50,8 @@ def poller_kick(site_id: int, at: datetime | None = None) -> None:
 
 
 def _poller_read(site_id: int) -> SitePoller | None:
-    """The site's poller row, None when there is none yet.
-
-    Every guard kicks the pollers of its sites, and nearly always finds the row there, and every
-    round reads it to queue its successor: one plain query built once, as the ORM's
-    ``get_or_create`` cost more to build than to answer (measured: a fifth of a guard creation's
-    CPU in a burst of 200).
-    """
+    """The site's poller row, None when there is none yet: one plain query built once, as every guard and every
+    round reads it and the ORM's ``get_or_create`` cost more to build than to answer."""
     return bulk.row_by_pk(SitePoller, site_id)
 
 
@@ -94,9 +74,8 @@ def _kicked(poller: SitePoller, at: datetime) -> bool:
 
 
 def _queue_round(rows: Q, site_id: int, at: datetime, **also: object) -> bool:
-    """CAS the poller row matched by ``rows`` to a newly queued round at ``at``; send it once committed.
-
-    ``also``: more fields the same UPDATE writes (the ending round's ``last_error``)."""
+    """CAS the poller row matched by ``rows`` to a newly queued round at ``at``; send it once committed. ``also``:
+    more fields the same UPDATE writes (the ending round's ``last_error``)."""
     lease = Lease.queued(at)
     token = lease.token
     won = SitePoller.objects.filter(rows).update(**lease.fields(), next_round_at=at, wanted_at=None, **also)
@@ -170,27 +149,18 @@ def _round(site_id: int, run_id: str) -> RoundReport:
 
 
 def _nothing_due(site: Site, batch: BatchReport) -> RoundReport:
-    """A round with no row due asks the ZVM nothing, so it reads none of the site's waiting rows.
-
-    Most rounds of a burst are run for its insert batch while the rows inserted earlier wait
-    for their time: loading every waiting row and its guard for nothing cost the worker more
-    CPU than anything else such a round did. What the full round would write is written here:
-    the clock the batch's answers measured; the round's error (none) is written as every round's
-    is, with its successor (``_schedule_next``).
-    """
+    """A round with no row due asks the ZVM nothing, so it reads none of the site's waiting rows: most rounds of a
+    burst run only for their insert batch, and loading every waiting row for nothing cost more CPU than the rest
+    of such a round. It writes what the full round would: the clock, and its error with its successor."""
     if batch.calls:
         site_record_clock(site=site, measured=site_client(site).clock_offset())
     return RoundReport(inserted=batch.inserted, ended=batch.ended, requests=batch.calls)
 
 
 def _note_cut_off_inserts(rows: list[TaggedCheckpoint]) -> None:
-    """Rows a batch cut off mid-call left "inserting" with no answer: their outcome is unknown.
-
-    This round's own batch recorded an answer for every row it marked, so such a row is an
-    earlier round's, whose worker died during the calls. The poll adopts its task by the tag
-    and the task list, or has it inserted once more after ``poll_round.SETTLE_S``. Written
-    only when there is one: most rounds find none and take no write lock for it.
-    """
+    """Rows left "inserting" with no answer by an earlier round whose worker died mid-call: their outcome is
+    unknown, and the poll adopts their task by tag and task list, or has them inserted once more after
+    ``poll_round.SETTLE_S``. Written only when there is one, so most rounds take no write lock for it."""
     cut = [r for r in rows if r.status == TaggedCheckpoint.Status.INSERTING and not r.task_id]
     cut = [r for r in cut if r.outcome_unknown_since is None]
     if not cut:
@@ -204,10 +174,8 @@ def _note_cut_off_inserts(rows: list[TaggedCheckpoint]) -> None:
 
 
 def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
-    """Queue the next round at the earliest time a row of the site is due, or end the chain.
-
-    The same write records the round's error ("" once a round went well): one write less per round.
-    """
+    """Queue the next round at the earliest time a row of the site is due, or end the chain; the same write records
+    the round's error ("" once a round went well)."""
     error = report.error[:2000]
     for _ in range(_CAS_TRIES):
         poller = _poller_read(site_id)
@@ -236,11 +204,8 @@ def _schedule_next(site_id: int, run_id: str, report: RoundReport) -> None:
 
 
 def _site_rows_ahead(site_id: int) -> tuple[datetime | None, bool, bool]:
-    """What the site's next round has to do: the earliest time a waiting row is due, whether a row
-    waits at all, and whether a queued guard's row is left for a batch (``insert_batch.batch_rows``).
-
-    One statement built once, where the ORM built three: every round of every site ends with it.
-    """
+    """What the site's next round has to do: the earliest time a waiting row is due, whether a row waits at all,
+    and whether a queued guard's row is left for a batch. One statement built once: every round ends with it."""
     waiting = [str(s) for s in TaggedCheckpoint.INSERTED]
     queued = [str(TaggedCheckpoint.Status.PENDING), *(str(s) for s in ChangeGuard.UNFINISHED)]
     with connection.cursor() as cursor:
@@ -273,12 +238,10 @@ def pollers_restart_stale() -> int:
 
 
 def pollers_restart_dead(site_ids: set[int]) -> int:
-    """Start a round for each of these sites whose poller's chain died (or never started). Returns how many.
+    """Start a round for each of these sites whose poller's chain died (or never started); how many.
 
-    A round queued before the task queue's last outage ended is as good as dead: its message may
-    have been refused, or lost in a restart of a broker that keeps nothing. It is queued anew with
-    a new token (a message that survived finds its token gone and does nothing), at once rather
-    than when its lease runs out.
+    A round queued before the task queue's last outage ended counts as dead (its message may be lost): it is
+    queued anew at once with a new token, so a message that survived finds its token gone and does nothing.
     """
     if not site_ids:
         return 0

@@ -1,21 +1,10 @@
-"""The retention forecast: when each tagged checkpoint leaves its VPG's journal, and a warning before.
+"""The retention forecast: when each tagged checkpoint leaves its VPG's journal, and a warning before
+(docs/guard.md).
 
-``retention_refresh_sweep`` (beat, every ``REWIND_RETENTION_INTERVAL_S``) asks each VPG once
-(``GET /v1/vpgs/{id}``, its ``HistoryStatusApi``) at the site that inserted the checkpoint,
-and stores on every row of that VPG the estimate of ``rewind.checkpoints.forecast``:
-``leaves_journal_at``, ``journal_estimated_at``, the history used, and ``left_journal_seen_at``
-once the ZVM shows the journal past the checkpoint (audited once,
-``guard.checkpoint.left_journal``; such a row is not asked about again). Each site runs in a
-thread of its own under the interval (``rewind.sites.fanout``, as the reaper): a stuck ZVM
-delays no other site. A ZVM that cannot be asked changes nothing: an error is never read as
-"gone", and a VPG whose history cannot be read keeps its last estimate.
-
-``retention_warnings_sweep`` (the same beat task, database only) warns once per row whose
-estimate falls within ``REWIND_RETENTION_WARN_H``: ``retention_warning_record`` is the one
-place a warning happens.
-
-No transaction is held across a ZVM call; every record is a compare-and-swap, so sweeps (the
-beat, a recovery request checking its checkpoint) may overlap.
+The beat asks each VPG once, at the site that inserted the checkpoint, each site in a thread of its own so a
+stuck ZVM delays no other; it stores the estimate of ``rewind.checkpoints.forecast`` on every row of that VPG,
+and warns once per row leaving within ``REWIND_RETENTION_WARN_H``. A ZVM that cannot be asked changes nothing
+(an error is never read as "gone"). Every record is a compare-and-swap, so sweeps may overlap.
 """
 
 from __future__ import annotations
@@ -83,9 +72,8 @@ def retention_candidates(*, now: datetime | None = None) -> QuerySet[TaggedCheck
 
 
 def retention_refresh_sweep(*, now: datetime | None = None) -> RetentionReport:
-    """Refresh the estimate of every candidate row, the sites at once (``for_each_site``), each
-    in a thread of its own, so a stuck ZVM delays no other site. A site still at work after
-    ``REWIND_RETENTION_INTERVAL_S`` is reported and left to finish. Safe to overlap."""
+    """Refresh the estimate of every candidate row, the sites at once, each in a thread of its own; a site still at
+    work after ``REWIND_RETENTION_INTERVAL_S`` is reported and left to finish. Safe to overlap."""
     now = now or timezone.now()
     report = RetentionReport()
     sites: dict[int, Site] = {}
@@ -206,11 +194,8 @@ def retention_recheck_due(rows: Iterable[TaggedCheckpoint], *, now: datetime | N
 
 
 def retention_warnings_sweep(*, now: datetime | None = None) -> list[TaggedCheckpoint]:
-    """Warn once for every row whose checkpoint leaves the journal within ``REWIND_RETENTION_WARN_H``.
-
-    Returns the rows this call warned (a row warned already, or by an overlapping sweep, is
-    not among them). ``REWIND_RETENTION_WARN_H`` 0 warns of nothing.
-    """
+    """Warn once for every row whose checkpoint leaves the journal within ``REWIND_RETENTION_WARN_H`` (0: none);
+    the rows this call warned."""
     hours = settings.REWIND_RETENTION_WARN_H
     if hours <= 0:
         return []
@@ -226,11 +211,8 @@ def retention_warnings_sweep(*, now: datetime | None = None) -> list[TaggedCheck
 
 def retention_warning_record(*, row: TaggedCheckpoint, now: datetime | None = None) -> bool:
     """Record, once per row, that its checkpoint is about to leave the journal; False when it was warned already.
-
-    The one place a retention warning happens: a compare-and-swap on ``retention_warned_at``
-    and the audit event ``guard.checkpoint.retention_warning`` in one transaction. Whoever
-    else should hear of it (a notification) is told from here, after the commit.
-    """
+    The one place a retention warning happens: a compare-and-swap on ``retention_warned_at`` and its audit event
+    in one transaction; whoever else should hear of it is told after the commit."""
     now = now or timezone.now()
     with transaction.atomic():
         won = TaggedCheckpoint.objects.filter(pk=row.pk, retention_warned_at__isnull=True).update(

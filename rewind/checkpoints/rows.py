@@ -27,11 +27,8 @@ LIST_LOOKBACK = timedelta(minutes=1)
 
 
 def row_since(row: TaggedCheckpoint, offset_s: float) -> datetime:
-    """The earliest time, on the ZVM's clock, our checkpoint or insert task can carry.
-
-    The insert task's own ``Started`` once known; before that our insert time converted
-    through the ZVM's clock offset (``rewind.zvm.clock``). Less a minute either way.
-    """
+    """The earliest time, on the ZVM's clock, our checkpoint or insert task can carry: the task's own ``Started``
+    once known, else our insert time through the ZVM's clock offset; less a minute either way."""
     if row.task_started_at is not None:
         return row.task_started_at - LIST_LOOKBACK
     start = row.insert_started_at or row.guard.started_at or row.guard.requested_at
@@ -86,11 +83,8 @@ def insert_call(client: ZvmClient, row: TaggedCheckpoint, guard: ChangeGuard) ->
 def rows_save(
     rows: Sequence[TaggedCheckpoint], fields: Sequence[str], *, was: str | None = None
 ) -> list[TaggedCheckpoint]:
-    """Write ``fields`` of the rows still in status ``was`` (default: the one each holds in memory) in
-    one statement; return those written.
-
-    A compare-and-swap on the status: a row another run moved on meanwhile is left as it is.
-    """
+    """Write ``fields`` of the rows still in status ``was`` (default: the one each holds in memory) in one
+    statement; those written. A compare-and-swap: a row another run moved on meanwhile is left as it is."""
     if not rows:
         return []
     with transaction.atomic():
@@ -105,11 +99,8 @@ def rows_save(
 
 @dataclass(frozen=True)
 class RowEnd:
-    """How one row ends: listed, failed or timed out, why, and for a listed one its checkpoint.
-
-    ``listed_after_ms``: how long the ZVM took to list it, as far as the poller could tell
-    (see ``poll_round.listing_time_ms``); what the site's pacing learns from.
-    """
+    """How one row ends: listed, failed or timed out, why, and for a listed one its checkpoint; ``listed_after_ms``
+    is what the site's pacing learns from (``poll_round.listing_time_ms``)."""
 
     row: TaggedCheckpoint
     status: str
@@ -132,12 +123,9 @@ _END_FIELDS = (
 
 
 def rows_finish(ends: Sequence[RowEnd]) -> list[RowEnd]:
-    """End rows, each audited, all in one transaction; return the ends made here (the rows updated in memory too).
-
-    A compare-and-swap: a row that had ended meanwhile (another run got there first) is left
-    as it is, and the first end given for a row wins. One statement for all the rows and one
-    audit append, whatever their number: a round ends dozens at once.
-    """
+    """End rows, each audited, all in one transaction (one statement and one audit append, however many); the ends
+    made here. A compare-and-swap: a row that ended meanwhile is left as it is, and the first end given for a
+    row wins."""
     first: dict[int, RowEnd] = {}
     for end in ends:
         first.setdefault(end.row.pk, end)
@@ -205,11 +193,8 @@ def _clock_data(checkpoint: Checkpoint | None, offset_s: float) -> dict[str, obj
 
 
 def guards_finish(guards: Iterable[ChangeGuard]) -> None:
-    """End each guard whose rows have all ended (ok when all are listed), audited, in one transaction.
-
-    A compare-and-swap on the guards still unfinished: one that another run ended is left as
-    it is. A failed guard is announced (``guard_announce_failed``) in the same transaction.
-    """
+    """End each guard whose rows have all ended (ok when all are listed), audited, in one transaction; a
+    compare-and-swap on the guards still unfinished. A failed guard is announced in the same transaction."""
     by_pk = {guard.pk: guard for guard in guards}
     if not by_pk:
         return

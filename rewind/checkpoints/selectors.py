@@ -1,7 +1,6 @@
-"""Reads of guards and their tagged checkpoints (database only, never a ZVM): querysets for
-REST and the admin, a guard's progress, and what the retention forecast knows of a checkpoint.
-
-What a guard looks like to the outside is ``rewind.checkpoints.presenters``."""
+"""Reads of guards and their tagged checkpoints (database only, never a ZVM): querysets for REST and the admin, a
+guard's progress, and what the retention forecast knows of a checkpoint.
+"""
 
 from __future__ import annotations
 
@@ -71,15 +70,12 @@ def guard_tally(guard_id: int) -> GuardProgress:
 
 
 def guard_tallies(guard_ids: Collection[int]) -> dict[int, GuardProgress]:
-    """Each guard's status, deadline and VPGs listed, in one statement for them all, without what it
-    is queued behind (``guard_progress`` works that out with a query per site and one for the task
-    queue). A guard that does not exist has the status "".
+    """Each guard's status, deadline and VPGs listed, in one statement for them all, without what it is queued
+    behind; a guard that does not exist has the status "".
 
-    What waiting calls read between those: under a load of 100 waiting guards their reads were
-    two fifths of a replica's database time, so the calls of a process read together
-    (``rewind.mcp.context.SharedReads``). The statement is written out rather than built by the
-    ORM on every read: building it was most of a replica's CPU for these reads (12 % of it while
-    120 agents started at once).
+    What waiting calls read, so the calls of a process read together (``rewind.mcp.context.SharedReads``); the
+    statement is written out, as building it through the ORM on every read cost most of a replica's CPU for
+    these reads (measured: see the benchmarks page).
     """
     ids = sorted(set(guard_ids))
     tallies = {gid: GuardProgress(status="", listed=0, total=0, deadline=None, waiting_for=None) for gid in ids}
@@ -122,12 +118,8 @@ def guards_waiting_for_worker(now: datetime | None = None) -> int:
 def guard_waiting_for(
     guard: ChangeGuard, rows: Sequence[tuple[str, int | None, str | None]], now: datetime
 ) -> str | None:
-    """What an unfinished guard is queued behind (a worker, or its site's request cap), or None.
-
-    Guards are served in order of arrival, so "behind" counts the guards requested before it
-    that are still in the same queue. While the task queue itself is down, that comes first:
-    no round can run until it answers.
-    """
+    """What an unfinished guard is queued behind (a worker, or its site's request cap), or None: the guards
+    requested before it still in the same queue, and first of all a task queue that is down."""
     if guard.status in ChangeGuard.UNFINISHED:
         outage = broker_outage_open()
         if outage is not None:
@@ -169,12 +161,8 @@ def guard_waiting_for(
 
 
 def guard_of_change(vm_identifier: str, change_id: str) -> ChangeGuard | None:
-    """The guard recorded for this VM and change id, if any (at most one: a unique constraint).
-
-    Every guard creation asks first, and nearly always finds none: one plain query built once,
-    as building it through the ORM cost more than the database spends answering (measured: a
-    fifth of a guard creation's CPU in a burst of 200).
-    """
+    """The guard recorded for this VM and change id, if any (a unique constraint): every guard creation asks first
+    and nearly always finds none, so one plain query built once, cheaper than building it through the ORM."""
     with connection.cursor() as cursor:
         cursor.execute(_change_sql(), [vm_identifier, change_id])
         found = cursor.fetchone()
@@ -188,15 +176,11 @@ def _change_sql() -> str:
 
 
 def site_listing_times_s(site_id: int | None, *, limit: int = 20) -> list[float]:
-    """How long the site's ZVM took to list our recent checkpoints (insert start → seen listed), newest first.
-
-    What the wait's pacing learns from; only listed rows count (a failure or timeout says
-    nothing about the usual time).
-    """
+    """How long the site's ZVM took to list our recent checkpoints (insert start to listed), newest first: what the
+    wait's pacing learns from; only listed rows count."""
     if site_id is None:
         return []
-    # Every poll round and insert batch reads this: one plain query built once (the ORM's cost
-    # more to build than to run).
+    # Every poll round and insert batch reads this: one plain query built once.
     with connection.cursor() as cursor:
         cursor.execute(_listing_times_sql(connection.vendor), [site_id, str(TaggedCheckpoint.Status.LISTED), limit])
         return [ms / 1000 for (ms,) in cursor.fetchall() if ms is not None]
@@ -216,12 +200,8 @@ def _listing_times_sql(vendor: str) -> str:
 
 
 def site_inserted_rows(site_id: int) -> list[TaggedCheckpoint]:
-    """The site's rows inserted and not ended (``TaggedCheckpoint.INSERTED``), each with its guard,
-    oldest guard first: what a poll round with a row due reads.
-
-    One plain statement built once; the ORM's ``select_related`` with this order cost a round
-    more CPU to build than to run.
-    """
+    """The site's rows inserted and not ended, each with its guard, oldest guard first: what a poll round with a
+    row due reads. One plain statement built once (``select_related`` cost more to build than to run)."""
     return rows_with_guards(
         _inserted_rows_sql(connection.vendor), [site_id, *(str(s) for s in TaggedCheckpoint.INSERTED)]
     )
@@ -315,9 +295,8 @@ def journal_state_of(obj: Any) -> JournalState:
 
 
 def guard_journal_annotations() -> dict[str, Min]:
-    """For a queryset of guards: ``leaves_journal_at``, when the first of its checkpoints leaves its
-    VPG's journal (the guard stops covering every VPG then), and ``left_journal_seen_at``, the first
-    a ZVM showed gone; in the same query."""
+    """For a queryset of guards: ``leaves_journal_at``, when the first of its checkpoints leaves its VPG's journal
+    (the guard stops covering every VPG then), and ``left_journal_seen_at``, the first a ZVM showed gone."""
     return {
         "leaves_journal_at": Min("vpgs__leaves_journal_at"),
         "left_journal_seen_at": Min("vpgs__left_journal_seen_at"),
@@ -368,7 +347,6 @@ def guard_get(pk: int) -> ChangeGuard:
 
 
 def guard_counts_by_status() -> dict[str, int]:
-    """How many guards are in each status now (one GROUP BY), for ``/metrics``."""
     rows = ChangeGuard.objects.order_by().values_list("status").annotate(n=Count("id"))
     return {status: n for status, n in rows}
 
@@ -383,11 +361,8 @@ class GuardWaits:
 
 
 def guard_waits_by_status(bounds: Sequence[float]) -> dict[str, GuardWaits]:
-    """For each final status, how long its guards waited, over every finished guard (one query).
-
-    Counted in the database from ``requested_at`` and ``finished_at`` at every call: the numbers
-    are the same whichever process asks, and they only grow while guards are kept.
-    """
+    """For each final status, how long its guards waited, over every finished guard, counted in the database at
+    every call (one query): the same whichever process asks."""
     wait = ExpressionWrapper(F("finished_at") - F("requested_at"), output_field=DurationField())
     buckets = {f"le_{i}": Count("id", filter=Q(wait__lte=timedelta(seconds=b))) for i, b in enumerate(bounds)}
     rows: Iterable[dict[str, Any]] = cast(

@@ -1,14 +1,9 @@
-"""The checkpoint tag: ``ai:<agent> | <action> | vm=<vm> | change=<id> | <utc>``.
+"""The checkpoint tag: ``ai:<agent> | <action> | vm=<vm> | change=<id> | <utc>`` (docs/guard.md).
 
-- ``agent`` is the authenticated agent's name, never a caller-supplied value.
-- ``|`` and control characters are removed from the action and the VM's name (``|`` separates
-  the fields, so a reader can split a tag back into them); runs of whitespace become one space;
-  a change id holding them is refused.
-- ``utc`` is ISO 8601 to the second with ``Z``.
-- Length: a tag is at most ``REWIND_TAG_MAX_LENGTH`` characters (and never more than the 255
-  the record holds). Only the action is shortened to fit, ending in ``...``: agent, VM,
-  change id and time are what tie a checkpoint to a change, so they are kept whole. When
-  even a 1-character action does not fit, the request is refused.
+``agent`` is the authenticated agent's, never a caller's value. ``|`` and control characters leave the action
+and the VM's name, so a reader can split a tag back into its fields (a change id holding them is refused). Only
+the action is shortened to fit ``REWIND_TAG_MAX_LENGTH``: agent, VM, change id and time tie a checkpoint to a
+change, so they stay whole, and a request they do not leave room for is refused.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Celery tasks of guards and tagged checkpoints: thin wrappers that take ids and call services.
 
-The task names (``rewind.checkpoints.*``) are in queued messages and the beat schedule: keep
-them. The services queue poll rounds by name (``poller.POLL_TASK``), never through this module.
+The task names are in queued messages and the beat schedule: keep them. Poll rounds are queued by name
+(``poller.POLL_TASK``), never through this module.
 """
 
 from __future__ import annotations
@@ -28,11 +28,8 @@ def checkpoint_wait(guard_id: int, request_id: str | None = None, lease_token: s
 
 @shared_task(name=POLL_TASK, acks_late=True, ignore_result=True)
 def checkpoints_poll_site(site_id: int, token: str | None = None) -> str:
-    """One round of a site's poller (see rewind.checkpoints.poller); queues the next round itself.
-
-    Safe to run twice: the round claims the site's poller row first, and a round whose token
-    was replaced does nothing.
-    """
+    """One round of a site's poller; queues the next round itself. Safe to run twice: the round claims the site's
+    poller row first, and a round whose token was replaced does nothing."""
     return poller_round(site_id, token)
 
 
@@ -45,18 +42,14 @@ def checkpoints_resume_stale() -> int:
 
 @shared_task(name="rewind.checkpoints.listed_late")
 def checkpoints_listed_late() -> dict[str, object]:
-    """Record the checkpoints listed only after their guard timed out (see rewind.checkpoints.late).
-
-    Safe to overlap: each record is a compare-and-swap.
-    """
+    """Record the checkpoints listed only after their guard timed out. Safe to overlap (compare-and-swap)."""
     return checkpoints_listed_late_sweep().as_dict()
 
 
 @shared_task(name="rewind.checkpoints.retention")
 def checkpoints_retention() -> dict[str, object]:
-    """Refresh when each tagged checkpoint leaves its VPG's journal, then warn of those leaving
-    soon (see rewind.checkpoints.retention). Safe to overlap: every record is a compare-and-swap.
-    """
+    """Refresh when each tagged checkpoint leaves its VPG's journal, then warn of those leaving soon. Safe to
+    overlap (compare-and-swap)."""
     report = retention_refresh_sweep()
     report.warned = [row.pk for row in retention_warnings_sweep()]
     return report.as_dict()

@@ -1,23 +1,11 @@
 """The audit row of every MCP tool call, written by one thread per process in small batches.
 
-Why not one ``audit_record`` transaction per call: on SQLite every write transaction takes
-the database lock, and threads of one process waiting for it sleep in SQLite's busy handler
-(1, 2, 5 … 100 ms steps), which showed up as a long latency tail under load; and the five
-statements per row (savepoint, head, insert, head, release) halved the endpoint's throughput
-(measured: 303 against 628 calls/s without the row). One writer thread per process never
-contends with itself, and a batch is appended with one insert, its rows chained then or just
-after commit (``rewind.audit.audit_append``). Each caller still waits until its own row is
-committed (fail-closed).
-
-A batch costs about 0.17 ms of CPU plus 0.05 ms per row (SQLite, measured; it was 1.5 ms
-plus 0.2 ms per row through the ORM), so under load rows per batch still matter. When the queue runs dry while other tool calls are still running
-(``call_running``), their rows are a few milliseconds away: the writer waits for them up to
-GATHER_WINDOW_S before it commits. With no other call running it commits at once, so a lone
-call pays nothing; a call under load pays at most the window (measured in one process with
-16 concurrent callers: 5.0 → 5.8 rows per batch at 2 ms, 7.4 at 5 ms; p50 unchanged; over
-HTTP with 16 clients, about 8 rows per batch). Forming batches on the event loop instead (one
-batch in flight per loop, the rows recorded meanwhile as the next) was tried: 4.5 rows per
-batch over HTTP and no less CPU per call, so the window stays.
+Not one ``audit_record`` transaction per call: on SQLite threads waiting for the write lock sleep in its busy
+handler, a long latency tail under load, and a transaction per row halved the endpoint's throughput. One writer
+thread never contends with itself, and appends a batch with one insert; each caller still waits until its own
+row is committed (fail-closed). While other calls are running, their rows are milliseconds away, so the writer
+waits up to GATHER_WINDOW_S for them before it commits; a lone call waits for nothing. Measured: see the
+benchmarks page.
 """
 
 from __future__ import annotations
@@ -98,11 +86,9 @@ class AuditWriter:
         request_id: str,
         also: tuple[Callable[[], None], ...] = (),
     ) -> None:
-        """Return once the event is committed; raise what the database raised otherwise.
-
-        ``also``: writes committed in the same transaction as the row (``commit_with_record``); one
-        that fails fails this row alone. They must be safe to repeat: a batch is retried.
-        """
+        """Return once the event is committed; raise what the database raised otherwise. ``also``: writes committed
+        in the row's transaction (``commit_with_record``), safe to repeat (a batch is retried); one that fails
+        fails this row alone."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[None] = loop.create_future()
         self._ensure_thread()
@@ -197,12 +183,8 @@ class AuditWriter:
 
 def _append_committed(batch: list[_Pending], committed: Callable[[], None]) -> None:
     """Append ``batch`` to the chain in order, in a transaction of its own, with the writes they carry.
-
-    ``committed`` runs as soon as the transaction commits, before the chaining ``audit_append``
-    leaves for after the commit: that chains every row other processes committed meanwhile, and
-    under a burst (two replicas and the workers appending) callers waited up to 375 ms for it
-    although their rows were safely in.
-    """
+    ``committed`` runs as soon as it commits, before the chaining left for after the commit, which under a burst
+    made callers whose rows were safely in wait for other processes' rows."""
     with transaction.atomic():
         transaction.on_commit(committed)  # the first hook: it runs before the chaining's
         for item in batch:

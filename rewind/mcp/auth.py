@@ -1,17 +1,9 @@
 """Bearer-token verification for /mcp over token stores, with a short per-process cache.
 
-The guard in front of the SDK (``rewind.mcp.http``) and the SDK behind it each verify the token
-of every HTTP POST; the second gets the first's answer (kept for the request in a context
-variable). A cache hit costs a dict lookup; a miss costs one look-up in the store (an indexed
-query or two). The trade-off: a revoked or deactivated token keeps working in a process for up to
-the store's cache time (MCP_TOKEN_CACHE_S for pasted agent tokens; OAuth tokens are not cached,
-so revoking a grant ends its tokens at once). Expiry is checked on every call, cached or not.
-A store may put a version of its credentials in the claims (the agents' store does), for a tool
-that reads the current version anyway to look the token up again when it moved: the gateway
-refuses a revoked agent token on its next call that way.
-
-The stores are handed in (``rewind.asgi`` gives the agents' pasted tokens and the OAuth grants'
-tokens), so this framework names no part.
+The guard in front of the SDK and the SDK behind it both verify every POST's token; the second gets the first's
+answer. The trade-off of the cache: a revoked token keeps working in a process for up to the store's cache time
+(MCP_TOKEN_CACHE_S for pasted agent tokens; OAuth tokens are not cached, so revoking a grant ends them at once).
+Expiry is checked on every call. The stores are handed in, so this framework names no part.
 """
 
 from __future__ import annotations
@@ -64,10 +56,8 @@ class TokenStore(Protocol):
 
     @property
     def how_to_get_a_token(self) -> str:
-        """How a person gets a token: the end of the one sentence a 401 answers with.
-
-        Plain words for a header as well as a body: no double quote, no backslash (RFC 6750).
-        """
+        """How a person gets a token: the end of the one sentence a 401 answers with, plain words for a header as
+        well as a body (no double quote, no backslash: RFC 6750)."""
 
 
 @dataclass

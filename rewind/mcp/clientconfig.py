@@ -1,18 +1,9 @@
 """Ready-to-paste configurations that connect an MCP client to this service.
 
-One function per client, each returning what that client accepts as it is: its own JSON shape
-(or command line) with the remote URL, and either
-
-- a bearer token, placed where the client reads a secret: an environment variable the
-  configuration names (Claude Code, Cursor, OpenCode), or an input the client prompts for once and
-  keeps in its secret store (VS Code), so the file holds no secret; only where the client cannot
-  (Claude Desktop's local bridge, a generic client) does the token go into the file itself; or
-- nothing but the URL (``token=None``): the client signs in with OAuth, and a person consents as
-  one of their agents (claude.ai and ChatGPT connectors take only this).
-
-Each also says where the client keeps it and where it loads Agent Skills from, so the skill in
-``skills/zerto-rewind/`` can go beside it. ``config`` is exactly what to paste; everything else
-(``guide()``) is said around it.
+One function per client, each returning what that client accepts as it is: the remote URL and a bearer token
+placed where the client reads a secret, so the file holds none where the client allows it, or the URL alone for
+OAuth sign-in (the only way hosted connectors connect). ``config`` is exactly what to paste; ``guide()`` says
+the rest, including where the client loads Agent Skills from.
 """
 
 from __future__ import annotations

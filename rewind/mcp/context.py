@@ -1,24 +1,11 @@
 """What a tool may ask of the framework: who is calling, a way to run sync services, and what to name in errors.
 
-The agent comes from the verified bearer token (``get_access_token()`` is a contextvar the
-SDK's auth middleware sets), never from a tool argument.
-
-``run_db_retried`` is ``run_db`` for work that is safe to repeat (reads, and creations that
-return the same record when repeated): a database that does not answer (a restart, a failover)
-is tried again for up to ``REWIND_DB_RETRY_S`` before the call fails. ``call_refers_to`` names
-what the call created (a guard, its change id): every error the call then ends in repeats it,
-so an agent whose call failed afterwards can still find the outcome.
-
-``commit_with_record`` leaves a write (a forwarded call's outcome) to the transaction that
-commits the call's audit row: one write transaction less per call.
-
-``run_db`` runs synchronous code (ORM, ZVM client) on a small dedicated thread pool. Django's
-own ``sync_to_async`` would put every call of the process on one shared thread when called
-from the MCP app (measured: 8 concurrent 100 ms calls took 810 ms), so it is not used here.
-Each pool thread keeps its own database connection for its lifetime, so a process holds at
-most ``POOL_SIZE`` connections for MCP work, and two more for ``run_quick``: single short
-queries (a token, the sites' fingerprint) on a lane of their own, so that a call answered from
-caches never waits behind pool threads that wait for a ZVM's request cap.
+The agent comes from the verified bearer token, never from a tool argument. ``run_db`` runs sync code (ORM, ZVM
+client) on a small pool of its own: Django's ``sync_to_async`` would put every call of the process on one shared
+thread (measured: see the benchmarks page). ``run_quick`` gives single short queries a lane of their own, so a
+call answered from caches never waits behind threads waiting for a ZVM's request cap. ``run_db_retried`` retries
+work safe to repeat while the database does not answer; ``call_refers_to`` names what a call created, so an
+error it ends in afterwards still lets the agent find it.
 """
 
 from __future__ import annotations
@@ -62,7 +49,6 @@ def current_agent_name() -> str:
 
 
 def current_agent_id() -> int:
-    """The calling agent's primary key (from the verified token)."""
     token = get_access_token()
     if token is None or token.subject is None:
         raise PermissionDeniedError("this call carries no verified agent token")
@@ -91,14 +77,10 @@ def recycle_connections() -> None:
 
 
 def _health_checked_by_its_socket(conn: Any) -> None:
-    """Check a reused PostgreSQL connection without the ``SELECT 1`` Django would send first.
-
-    With CONN_HEALTH_CHECKS, Django checks a kept connection with a round trip before the first
-    query of each request, and every call here counts as one: a fifth of a one-query call's CPU
-    (measured: 0.56 against 0.45 ms). A server that ended the connection (a restart, a terminated
-    backend) has said so by then, an error message and the close, so an idle connection with
-    anything to read is closed (the next query opens a new one) and one with nothing is sound.
-    """
+    """Check a reused PostgreSQL connection without the ``SELECT 1`` Django would send first (with
+    CONN_HEALTH_CHECKS, a round trip per call: measured, see the benchmarks page). A server that ended the
+    connection has said so by then, so an idle connection with anything to read is closed and one with nothing
+    is sound."""
     if conn.vendor != "postgresql" or not conn.health_check_enabled or conn.health_check_done:
         return
     if conn.connection is None:
@@ -132,11 +114,8 @@ _FIRST_PAUSE_S, _MAX_PAUSE_S = 0.2, 2.0
 
 
 def database_retried(fn: Callable[[], T], what: str) -> T:
-    """``fn()``, tried again while the database does not answer, for up to ``REWIND_DB_RETRY_S``.
-
-    Only for work that is safe to repeat: each try starts afresh on a new connection. Raises
-    what the last try raised once the time is up.
-    """
+    """``fn()``, tried again on a new connection while the database does not answer, for up to
+    ``REWIND_DB_RETRY_S``; then raises what the last try raised. Only for work safe to repeat."""
     deadline = time.monotonic() + float(settings.REWIND_DB_RETRY_S)
     pause = _FIRST_PAUSE_S
     while True:
@@ -194,10 +173,8 @@ def call_refs() -> Iterator[dict[str, str]]:
 
 
 def call_refers_to(**refs: object) -> None:
-    """Name what this call created or acts on, e.g. ``guard=12, change_id="chg-1"`` (None values are skipped).
-
-    The dict is shared by the call's copied contexts, so ``run_db`` threads may name things too.
-    """
+    """Name what this call created or acts on, e.g. ``guard=12, change_id="chg-1"`` (None values skipped); the dict
+    is shared by the call's copied contexts, so ``run_db`` threads may name things too."""
     current = _refs.get()
     if current is not None:
         current.update({key: str(value) for key, value in refs.items() if value is not None})
@@ -234,12 +211,9 @@ def writes_with_record() -> Iterator[list[Callable[[], None]]]:
 
 
 async def commit_with_record(fn: Callable[[], None]) -> None:
-    """Run the write ``fn`` in the transaction that commits this call's audit row (one transaction less).
-
-    The call's answer waits for that commit, and a row that cannot be written fails the call, so
-    ``fn`` is as durable as a write of its own; it must be safe to repeat (the writer retries a
-    database that does not answer). Outside a call of the framework (a test, a script) it runs now.
-    """
+    """Run the write ``fn`` in the transaction that commits this call's audit row (one transaction less). The
+    call's answer waits for that commit and fails with it, so ``fn`` is as durable as a write of its own; it
+    must be safe to repeat (the writer retries). Outside a call of the framework it runs now."""
     writes = _with_record.get()
     if writes is None:
         await run_db(fn)
@@ -259,12 +233,9 @@ class _ReadState[K, V]:
 class SharedReads[K, V]:
     """``await read(key)``: ``fn(keys)[key]`` (one short query for many keys) as read after the await began.
 
-    Callers that arrive while a read is running wait for the next one, which starts when the
-    running one ends and reads the keys of all of them at once: under load one thread hand-off
-    and one statement answer many calls (a hundred waiting guard calls read their guards' tallies
-    together), and no caller ever gets a value read before its own call began (so a change
-    committed before that is seen). ``fn`` must answer every key it is given; ``run`` is how it
-    is run off the event loop (``run_quick`` unless said otherwise).
+    Callers arriving while a read runs wait for the next, which reads all their keys at once: under load one
+    thread hand-off and one statement answer many calls, and no caller gets a value read before its call began.
+    ``fn`` must answer every key; ``run`` is how it runs off the event loop (``run_quick`` by default).
     """
 
     def __init__(

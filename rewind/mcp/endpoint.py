@@ -1,8 +1,8 @@
 """Where the MCP endpoint is: its path, and the one rule for the URL handed to a client.
 
-Kept apart from ``rewind.mcp.server`` so that ``manage.py mcpconfig`` and the admin's
-"Connect an agent" page can name the endpoint without importing the MCP SDK (about 0.7 s,
-which every Django process would otherwise pay when the admin loads).
+Apart from ``rewind.mcp.server`` so that ``manage.py mcpconfig`` and the admin's "Connect an agent" page name
+the endpoint without importing the MCP SDK, which every Django process would otherwise pay for (measured: see
+the benchmarks page).
 """
 
 from __future__ import annotations
@@ -17,12 +17,9 @@ MCP_PATH = "/mcp"
 
 
 def public_base_url(*, opened_at: str | None = None) -> str:
-    """The address clients reach the service at: REWIND_PUBLIC_URL when that setting is configured;
-    otherwise the address the asking page was opened at (``opened_at``, a base URL such as
-    ``request.build_absolute_uri("/")``), since a browser reached the service there; otherwise (a
-    command has no such address) the address the running ``make run`` serves, else the default
-    REWIND_PUBLIC_URL (port REWIND_PORT).
-    """
+    """The address clients reach the service at: REWIND_PUBLIC_URL when configured; else the address the asking
+    page was opened at (``opened_at``), since a browser reached the service there; else the address the running
+    ``make run`` serves, else the default REWIND_PUBLIC_URL."""
     if settings.REWIND_PUBLIC_URL_CONFIGURED:
         return str(settings.REWIND_PUBLIC_URL)
     if opened_at:
@@ -31,7 +28,6 @@ def public_base_url(*, opened_at: str | None = None) -> str:
 
 
 def mcp_public_url(*, opened_at: str | None = None) -> str:
-    """The MCP endpoint a client should call: ``public_base_url`` + ``MCP_PATH``."""
     return f"{public_base_url(opened_at=opened_at)}{MCP_PATH}"
 
 
@@ -40,15 +36,14 @@ PROTECTED_RESOURCE_METADATA_PATH = "/.well-known/oauth-protected-resource"
 
 
 def mcp_resource(request_url: str) -> str:
-    """The resource indicator (RFC 8707) of the endpoint for a request to ``request_url`` (any absolute URL of
-    this service): REWIND_PUBLIC_URL + ``MCP_PATH`` when configured, so OAuth tokens are bound to the public
-    address whatever Host a reverse proxy sends on; otherwise the address the request came to."""
+    """The resource indicator (RFC 8707) of the endpoint for a request to ``request_url``: REWIND_PUBLIC_URL +
+    ``MCP_PATH`` when configured, so OAuth tokens are bound to the public address whatever Host a proxy sends;
+    otherwise the address the request came to."""
     parts = urlsplit(request_url)
     return mcp_public_url(opened_at=f"{parts.scheme}://{parts.netloc}")
 
 
 def protected_resource_metadata_url(resource: str) -> str:
-    """Where the metadata of ``resource`` (an ``mcp_resource``) is published."""
     parts = urlsplit(resource)
     return f"{parts.scheme}://{parts.netloc}{PROTECTED_RESOURCE_METADATA_PATH}{parts.path}"
 

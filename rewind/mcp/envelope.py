@@ -1,21 +1,10 @@
 """The JSON-RPC envelope of a POST to /mcp, checked before the SDK sees it.
 
-The SDK answers a malformed envelope differently per protocol era: the handshake era says
--32602 (invalid params) with pydantic's whole report, which quotes the input; the 2026-07-28
-era says -32600. The spec names -32700 for a body that is not JSON and -32600 for JSON that is
-not one JSON-RPC message, so both eras get those here, with one short sentence that quotes at
-most an excerpt (``rewind.mcp.errors.excerpt``).
-
-What is checked is only the envelope: one JSON object (MCP has no batches since 2025-06-18),
-``"jsonrpc": "2.0"``, and either a request or notification (``method`` a string, ``id`` a
-string or integer when present, ``params`` an object when present) or a response (an ``id``
-and exactly one of ``result`` and ``error``). What a method's params hold is the SDK's
-business.
-
-The body is parsed once here, with the parser the SDK uses (pydantic's), so both accept the same
-bodies: one nested deeper than its limit, a lone surrogate or a number past its range is a parse
-error here (never a ``RecursionError`` further on, as the standard library's parser raises), and
-a body's id, when it has one, is what the guard's own refusals (429, -32601) answer to.
+The SDK answers a malformed envelope differently per protocol era (the handshake era with pydantic's report,
+quoting the input); the spec names -32700 for a body that is not JSON and -32600 for JSON that is not one
+JSON-RPC message, so both eras get those, with one short sentence. Only the envelope is checked. The body is
+parsed once, with the SDK's own parser, so both accept the same bodies (and a deep one is a parse error here,
+never a ``RecursionError`` further on).
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """Plain-language errors for bad input: one sentence per bad argument, and short excerpts only.
 
-The SDK reports arguments that fail validation with pydantic's multi-line report (the
-model's name, error codes, the full input, a documentation link). An agent reads the text
-of the tool error, so each bad argument gets one sentence instead: its name, what was wrong
-(quoting a short excerpt of what it sent) and what is accepted, e.g.
-
-    confirmed: must be JSON true (got the string 'yes'); expected: <the parameter's description>.
-
-No input is ever echoed in full: ``excerpt`` cuts it to a few dozen characters.
+An agent reads the text of the tool error, and the SDK's is pydantic's multi-line report quoting the whole
+input; here each bad argument gets its name, what was wrong (with an excerpt) and what is accepted, e.g.
+``confirmed: must be JSON true (got the string 'yes'); expected: <the parameter's description>``.
 """
 
 from __future__ import annotations
@@ -118,11 +113,8 @@ def _sentence(name: str, error: Mapping[str, Any], prop: Mapping[str, Any]) -> s
 
 
 def validation_message(exc: ValidationError, properties: Mapping[str, Any]) -> str:
-    """One sentence per bad argument (the first problem of each), in the order pydantic found them.
-
-    ``properties`` is the tool's input schema's ``properties``: a parameter's description says
-    what is accepted, with an example.
-    """
+    """One sentence per bad argument (the first problem of each), in the order pydantic found them; ``properties``
+    is the tool's input schema's, whose descriptions say what is accepted."""
     sentences: dict[str, str] = {}
     for error in exc.errors():
         loc = error.get("loc") or ("arguments",)
@@ -144,11 +136,8 @@ def _closest(name: str, known: list[str]) -> str | None:
 
 
 def unknown_arguments_message(tool: str, unknown: list[str], known: list[str]) -> str:
-    """One sentence per argument ``tool`` does not take, with the closest one it does take.
-
-    An agent that misspells ``change_id`` must hear so, not get a new guard: a call with an
-    undeclared argument is refused before anything is done.
-    """
+    """One sentence per argument ``tool`` does not take, with the closest one it does: an agent that misspells
+    ``change_id`` must hear so, not get a new guard."""
     sentences = []
     for name in unknown:
         shown = excerpt(name)[1:-1] if len(name) > EXCERPT_CHARS else name

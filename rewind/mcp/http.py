@@ -1,33 +1,11 @@
-"""ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, rate limit, envelope.
+"""ASGI guard in front of the SDK's /mcp app: methods, bearer token, body size, rate limit, envelope (docs/mcp.md,
+"Refusals").
 
-In this order, each refusal with a body a client shows as a readable reason:
-- header values trimmed of surrounding spaces and tabs, as HTTP defines a field value (RFC 9110
-  section 5.5), whichever parser the server runs: httptools keeps them, h11 strips them, and the
-  SDK compares ``Mcp-Name`` with the body's name as it gets it;
-- 405 with ``Allow: POST`` for any other HTTP method, in every protocol era: the server is
-  stateless, so there is no stream to open with GET and no session to end with DELETE;
-- 401 without a valid bearer token, before the body is read, with the challenge the MCP
-  authorization flow starts from (RFC 9728 section 5.1): ``resource_metadata`` names this
-  endpoint's protected-resource metadata, whose authorization server a host signs in with, and
-  ``scope`` the scopes an agent usually needs. With no token sent it carries no error code (RFC 6750
-  section 3.1); with a refused one (unknown, revoked, expired, or an OAuth token for another
-  resource) ``invalid_token``. The SDK's own 401 says only "Authentication required"; this one says
-  in one sentence how to get a token, in the body and in the error_description, and never quotes the
-  token sent. The SDK checks the token again behind this guard, as a second lock;
-- 413 when the body is over MCP_MAX_BODY_BYTES (checked on Content-Length and while reading);
-- 429 with Retry-After when an agent is over its limit (every authenticated request counts,
-  malformed ones too);
-- 400 with -32700 (parse error) or -32600 (invalid request) for a body that is not one JSON-RPC
-  message, in both protocol eras (``rewind.mcp.envelope``);
-- -32601 (method not found) for a JSON-RPC method name longer than any MCP method, quoting a
-  short excerpt of it (the SDK would echo all of it);
-- 403 ``insufficient_scope`` for a tools/call of a tool the token's scopes do not cover, naming the
-  scope it needs in the challenge (the MCP step-up authorization) and the body.
-
-The 405, 413, 400, -32601 and 429 bodies are JSON-RPC errors that quote at most an excerpt of
-what was sent; the 401 body is the SDK's RFC 6750 shape (``error``, ``error_description``). The
-limit is counted once for the whole deployment (``rewind.mcp.ratelimit``: in Redis when
-REDIS_URL is set, else in the database).
+Each refusal has a body a client shows as a readable reason, quoting at most an excerpt of what was sent. Its
+401 says in one sentence how to get a token and carries the challenge the MCP authorization flow starts from
+(RFC 9728 section 5.1), where the SDK's says only "Authentication required"; it comes before the body is read.
+Header values are trimmed as HTTP defines them (RFC 9110 section 5.5), whichever parser the server runs, since
+the SDK compares ``Mcp-Name`` with the body. The SDK checks the token again behind this guard, as a second lock.
 """
 
 from __future__ import annotations

@@ -6,13 +6,9 @@ from django.db import models
 
 
 class McpRateCount(models.Model):
-    """One agent's row for ``MCP_RATE_LIMIT_PER_MINUTE``, shared by every worker (``rewind.mcp.ratelimit``).
-
-    Locked while a call of the agent is decided, so every worker decides in turn. ``tat`` is the
-    burst pacing's "theoretical arrival time" of the agent's next call (GCRA), in microseconds
-    since the epoch; 0 while bursts are not limited. ``calls`` is how many ``McpRateCall`` rows
-    the agent has: the decision reads the calls themselves only when that reaches the limit.
-    """
+    """One agent's row for ``MCP_RATE_LIMIT_PER_MINUTE``, shared by every worker, locked while a call of the agent
+    is decided. ``tat`` is the burst pacing's theoretical arrival time (GCRA, µs since the epoch; 0 while bursts
+    are not limited); ``calls`` counts its ``McpRateCall`` rows, so the calls are read only at the limit."""
 
     key = models.CharField(max_length=200, primary_key=True)
     tat = models.BigIntegerField(default=0)

@@ -1,8 +1,6 @@
-"""Tools the server does not hold itself: a part that offers tools only known at run time registers a provider.
-
-The gateway is one (an upstream's tools, listed from the database). The server asks its
-providers for tools after its own, and hands them any call of a name it does not know; the
-framework duties (request id, audit row per call, plain error texts) apply to those calls too.
+"""Tools the server does not hold itself, known only at run time (the gateway's upstream tools): the server lists
+them after its own and hands a provider any call of a name it does not know, with the framework's duties
+(request id, audit row, plain error texts) applied all the same.
 """
 
 from __future__ import annotations

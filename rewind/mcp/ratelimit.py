@@ -1,20 +1,10 @@
-"""Per-agent rate limits for /mcp: at most ``per_minute`` calls in any 60 seconds, exactly.
+"""Per-agent rate limits for /mcp: at most ``per_minute`` calls in any 60 seconds, exactly (docs/mcp.md).
 
-A sliding window: a call goes ahead only when the agent's ``per_minute``-th most recent accepted
-call lies more than a window back, so no 60-second span holds more than ``per_minute`` accepted
-calls (a token bucket of the same depth lets nearly twice through in the first minute). The
-window is ``WINDOW_MARGIN_US`` wider than a minute, so the limit holds where a client measures
-it. ``MCP_RATE_LIMIT_BURST`` also paces calls at the steady rate (GCRA, one arrival time per agent).
-
-The count is kept once for the deployment in the shared store (``rewind.sharedstore``), so N
-workers allow the limit, not N times it; while the store does not answer, per process. The
-decision runs inside the store in one step, written for each: a Redis script on Redis's clock
-(the window's call times in one list per agent), or one short transaction (``McpRateCount`` and
-``McpRateCall`` rows, this machine's clock). Not the ``limits`` library: it has no SQL storage,
-stamps calls with each replica's own clock, counts whole-second windows and paces no bursts.
-
-``take(agent)`` is 0.0 when the call may go ahead (and is counted), else the seconds until the
-agent may call again; refused calls are not counted.
+A sliding window, since a token bucket of the same depth lets nearly twice through in the first minute;
+``MCP_RATE_LIMIT_BURST`` adds pacing (GCRA). Counted once for the deployment in the shared store, so N workers
+allow the limit, not N times it: a Redis script on Redis's clock, or one short transaction. Not the ``limits``
+library: it has no SQL storage, stamps calls with each replica's clock, counts whole-second windows and paces no
+bursts. ``take(agent)`` is 0.0 when the call may go (and is counted), else the seconds to wait.
 """
 
 from __future__ import annotations
@@ -41,12 +31,8 @@ from rewind.sharedstore import DbStore, Fallback, RedisStore
 logger = logging.getLogger(__name__)
 
 KEY_PREFIX = "rewind:mcp:rate:"
-# How long a decision of the shared count waits for more calls when other requests are under way.
-# In the database each trip is a thread hand-off and a write transaction: about 0.19 ms of CPU for
-# a lone call, 0.03 ms a call in batches of 16. bench/mcp_find.py (16 clients, SQLite), three runs
-# each way side by side: 3.7-4.0 calls a trip without the wait, 4.8-4.9 with 2 ms; the server's
-# CPU per look-up 1.20/1.15/1.09 ms without, 1.15/0.98/0.91 ms with; its p50 no worse (the server
-# is CPU-bound).
+# How long a decision of the shared count waits for more calls while other requests are under way: in the
+# database each trip is a thread hand-off and a write transaction (measured: see the benchmarks page).
 GATHER_WINDOW_S = 0.002
 MINUTE_US = 60_000_000
 WINDOW_MARGIN_US = 200_000
@@ -74,11 +60,8 @@ class RateLimit:
         return -1 if self.burst is None else self.interval_us * (self.burst - 1)
 
     def decide(self, nth_latest: int | None, tat: int, now: int) -> tuple[int, int]:
-        """(µs to wait, 0 to go ahead; the pacing's next arrival time) for a call at ``now``.
-
-        ``nth_latest`` is the time of the ``per_minute``-th most recent accepted call (None
-        when there are fewer); ``tat`` the pacing's arrival time as stored.
-        """
+        """(µs to wait, 0 to go ahead; the pacing's next arrival time) for a call at ``now``, given ``nth_latest``,
+        the ``per_minute``-th most recent accepted call (None when fewer), and ``tat`` as stored."""
         if nth_latest is not None and nth_latest >= now - self.window_us:
             return nth_latest + self.window_us - now + 1, tat
         if self.burst is None:
@@ -103,15 +86,12 @@ class RateLimiter(Protocol):
     limit: RateLimit
 
     async def take(self, key: str, *, others_open: bool = False) -> float:
-        """``others_open``: other requests of this process are under way, so more calls will
-        come in a moment (clients send their next call when one ends): a counter that pays per
-        trip to its store may wait briefly to count them together."""
+        """``others_open``: other requests of this process are under way, so more calls will come in a moment: a
+        counter that pays per trip to its store may wait briefly to count them together."""
         ...
 
 
 class LocalRateLimiter:
-    """The limit per key in this process."""
-
     def __init__(self, limit: RateLimit) -> None:
         self.limit = limit
         self._calls: dict[str, deque[int]] = {}
@@ -183,12 +163,9 @@ class _Batch:
 
 
 class _Gatherer:
-    """The calls of each event loop, decided together by ``decide`` (keys -> seconds to wait, in order).
-
-    The calls that arrive while a decision is out are decided together next: one trip to the
-    shared count for many calls. When other requests are under way, a decision first waits
-    ``GATHER_WINDOW_S`` for the calls they are about to send; a lone call does not wait.
-    """
+    """The calls of each event loop, decided together by ``decide``: those that arrive while a decision is out go
+    in the next trip. With other requests under way a decision first waits ``GATHER_WINDOW_S`` for the calls
+    they are about to send; a lone call does not wait."""
 
     def __init__(self, decide: Callable[[list[str]], Awaitable[list[float]]]) -> None:
         self._decide = decide
@@ -263,12 +240,8 @@ def _local(limit: RateLimit) -> LocalRateLimiter:
 
 
 def decide_in_db(limit: RateLimit, keys: Sequence[str]) -> list[float]:
-    """Decide a call of each of ``keys`` (an agent may be named more than once), in one short transaction.
-
-    Each agent's calls are decided in the order given, and the agents in the order of their
-    keys: every transaction locks agents' rows in that one order, so two processes deciding
-    the same agents at once wait for each other instead of deadlocking.
-    """
+    """Decide a call of each of ``keys`` in one short transaction, each agent's calls in the order given and the
+    agents in key order: every transaction locks agents' rows in that one order, so processes never deadlock."""
     if connection.in_atomic_block:
         # Counted here, the write would last until the caller's transaction ends and hold
         # up every other process meanwhile; only a test calls from inside one.
@@ -314,12 +287,9 @@ def _decide(sql: _Sql, limit: RateLimit, cursor: CursorWrapper, key: str, now: i
 
 
 class SharedRateLimiter:
-    """The limit counted in ``store`` for every process; per process while it does not answer.
-
-    An event loop's calls are decided in batches (``_Gatherer``): one script, or one thread
-    hand-off and one write transaction, for many calls (on SQLite every write transaction takes
-    the database's one write lock, which the audit rows' writer needs too).
-    """
+    """The limit counted in ``store`` for every process (per process while it does not answer), an event loop's
+    calls decided in batches: on SQLite every write transaction takes the one write lock the audit writer needs
+    too."""
 
     def __init__(self, limit: RateLimit, store: RedisStore | DbStore) -> None:
         self.limit = limit

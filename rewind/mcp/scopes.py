@@ -1,10 +1,8 @@
 """What a token may do: the scopes of /mcp, for OAuth grants and pasted agent tokens alike.
 
-Each tool declares the one scope it needs (``RewindMCPServer.tool(scope=...)``); a call outside the
-token's scopes is refused with 403 ``insufficient_scope`` naming it, and tools/list shows only what
-the token may call. A pasted token issued before scopes existed holds every scope.
-
-Plain strings and no Django, so the settings can name them too.
+Each tool declares the one scope it needs; a call outside the token's scopes is refused with 403
+``insufficient_scope`` naming it. A pasted token issued before scopes existed holds every scope. Plain strings
+and no Django, so the settings can name them too.
 """
 
 from __future__ import annotations

@@ -1,10 +1,6 @@
 """Who may read ``/metrics``: the holder of ``REWIND_METRICS_TOKEN`` and/or a caller from
-``REWIND_METRICS_ALLOWED_NETWORKS``; with both set, both are needed.
-
-With neither set nobody may: the metrics name sites, tools and agents' activity, and a
-deployment that forgot to choose should not publish them. The token is compared in constant
-time and never logged; the network is checked against the address the service sees (a
-reverse proxy's own, when there is one).
+``REWIND_METRICS_ALLOWED_NETWORKS`` (both, when both are set). With neither nobody may: the metrics name sites,
+tools and agents' activity, and a deployment that forgot to choose should not publish them.
 """
 
 from __future__ import annotations

@@ -1,9 +1,6 @@
-"""The metrics, each read when Prometheus scrapes: from the database, the audit log and the
-shared ZVM request count (never from this process's memory; see ``rewind.metrics``).
-
-Every source is read on its own: one that fails (Redis down, a query error) is left out of this
-scrape, logged, and reported as ``rewind_metrics_source_up{source="..."} 0``; the others are
-still served.
+"""The metrics, each read when Prometheus scrapes, from what every process shares. A source that fails is left out
+of this scrape, logged and reported as ``rewind_metrics_source_up{source="..."} 0``; the others are still
+served.
 """
 
 from __future__ import annotations

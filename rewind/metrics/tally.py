@@ -1,13 +1,9 @@
 """Counts of audit events, kept in this process and brought up to date at each scrape.
 
-Why not one GROUP BY over the whole audit log at every scrape: the log only grows (every MCP
-call adds an event), so that query would cost more every day. The log is append-only and
-hash-chained, and events are committed in chain order (appends queue on the chain head's
-lock), so the events up to a position never change once seen: while the event at the last
-position read still has the hash read then, the counts stand and only newer events are read.
-Anything else (a restored database, a test's rolled-back transaction) starts the count over
-from the first event. Every process computes the same numbers from the same events, so a
-scrape may reach any of them.
+Not one GROUP BY over the whole log per scrape, which would cost more every day. Events are chained in commit
+order and nothing is chained later at or below the chain's end (``audit_chain_position``), so while the event at
+the last position read keeps its hash, the counts stand and only newer events are read; anything else (a
+restored database) starts over. Every process computes the same numbers, so a scrape may reach any of them.
 """
 
 from __future__ import annotations

@@ -1,12 +1,9 @@
 """Fetching a client's metadata document (a Client ID Metadata Document) without becoming a proxy into the network.
 
-A client that names an https URL as its ``client_id`` makes this service fetch that URL during the
-authorization request, so the URL must not reach what only this service can reach. The fetch is
-django-oauth-toolkit's (its document reading and limits) with the checks its own fetch makes (https
-only, every address the host resolves to checked, the connection made to the checked address, no
-redirects, one deadline for the whole fetch), which it keeps private; the rule for which addresses
-are fine is ours: a globally routable address, or one in
-REWIND_OAUTH_CIMD_ALLOWED_NETWORKS (empty by default: no private, loopback or link-local address).
+A client whose ``client_id`` is an https URL makes this service fetch it, so the URL must not reach what only
+this service can reach. The fetch is django-oauth-toolkit's with the checks of its own private fetch (https
+only, every resolved address checked, the connection made to the checked address, no redirects, one deadline);
+the address rule is ours: globally routable, or in REWIND_OAUTH_CIMD_ALLOWED_NETWORKS (empty by default).
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ NAT64 = ipaddress.ip_network("64:ff9b::/96")
 def _judged(
     address: ipaddress.IPv4Address | ipaddress.IPv6Address,
 ) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
-    """The addresses to judge: an IPv6 address that carries an IPv4 one (mapped, 6to4, Teredo, NAT64) is
-    judged by what it carries, which ``is_global`` may misjudge, so a crafted AAAA record cannot smuggle
-    an internal IPv4 (the cloud metadata address) past the rule."""
+    """The addresses to judge: an IPv6 address carrying an IPv4 one (mapped, 6to4, Teredo, NAT64) is judged by what
+    it carries, which ``is_global`` may misjudge, so a crafted AAAA record cannot smuggle an internal IPv4 (the
+    cloud metadata address) past the rule."""
     if not isinstance(address, ipaddress.IPv6Address):
         return [address]
     if address.teredo is not None:

@@ -1,10 +1,8 @@
 """django-oauth-toolkit's settings (``OAUTH2_PROVIDER``) as this service uses it; read by ``rewind.settings``.
 
-Only what the MCP authorization specification asks for: the authorization code grant with PKCE
-S256 (no plain, no implicit, no password grant), refresh tokens rotated on every use (a reused one
-ends its family), public clients (token endpoint auth method ``none``), tokens stored as hashes,
-resource indicators, Client ID Metadata Documents and Dynamic Client Registration.
-No Django import: the settings module reads this before Django is set up.
+Only what the MCP authorization specification asks for: the code grant with PKCE S256, refresh tokens rotated on
+every use, public clients, tokens stored as hashes, resource indicators, Client ID Metadata Documents and
+Dynamic Client Registration. No Django import: the settings read this before Django is set up.
 """
 
 from __future__ import annotations

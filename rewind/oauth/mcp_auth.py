@@ -1,8 +1,7 @@
 """OAuth access tokens as a token store of the MCP endpoint (``rewind.mcp.auth.TokenStore``).
 
-A token acts as the agent of its (person, client) pair's live grant. Not cached: revoking a grant,
-or deactivating its agent, refuses the next request at once. ``rewind.asgi`` hands this store to the
-MCP server beside the agents' pasted tokens, so the MCP framework names no part.
+A token acts as the agent of its (person, client) pair's live grant. Not cached: revoking a grant, or
+deactivating its agent, refuses the next request at once.
 """
 
 from __future__ import annotations

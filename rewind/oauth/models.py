@@ -7,12 +7,9 @@ from rewind.agents.models import Agent
 
 
 class AgentGrant(models.Model):
-    """A person let an OAuth client act as one of their agents, with these scopes.
-
-    One live grant per (person, client): a new consent for the same client replaces it, and its
-    tokens end with it. django-oauth-toolkit's tokens carry the person and the client, so a token
-    finds its agent through the live grant of its pair; a token whose pair has none is refused.
-    """
+    """A person let an OAuth client act as one of their agents, with these scopes. One live grant per (person,
+    client): a new consent replaces it and ends its tokens. A token finds its agent through its pair's live
+    grant; a token whose pair has none is refused."""
 
     agent = models.ForeignKey(Agent, on_delete=models.CASCADE, related_name="oauth_grants")
     user = models.ForeignKey(

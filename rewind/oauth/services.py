@@ -1,7 +1,6 @@
 """OAuth grants: a person lets a client act as one of their agents; revoking one ends its tokens at once.
-
-django-oauth-toolkit issues the codes and tokens; these services are the only code that records
-which agent they act as, or ends them.
+django-oauth-toolkit issues the codes and tokens; only these services record which agent they act as, or end
+them.
 """
 
 from __future__ import annotations
@@ -50,11 +49,9 @@ def agent_grant_create(
     redirect_uri: str,
     request_id: str | None = None,
 ) -> AgentGrant:
-    """Record that ``user`` lets ``application`` act as ``agent`` with the scopes ``granted``.
-
-    Replaces the live grant of the same (person, client), whose codes and tokens end. Raises
-    ``ApplicationError`` when the agent is not the person's own active agent or no scope is granted.
-    """
+    """Record that ``user`` lets ``application`` act as ``agent`` with the scopes ``granted``, replacing the live
+    grant of the same (person, client), whose codes and tokens end. ``ApplicationError`` when the agent is not
+    the person's own active agent or no scope is granted."""
     if agent.owner_id != user.pk or not agent.is_active:
         raise ApplicationError(f"agent {agent.name} is not an active agent of {user.get_username()}")
     if not granted or set(granted) - set(scopes.ALL):

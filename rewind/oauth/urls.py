@@ -1,8 +1,6 @@
-"""The authorization server's routes, at the root of the service.
-
-The namespace is django-oauth-toolkit's own: its metadata view names the endpoints by it. The
-metadata documents are at the well-known paths clients look at (RFC 8414 for an issuer without a
-path, RFC 9728 for the resource /mcp); the endpoints under /oauth/.
+"""The authorization server's routes, at the root of the service: the metadata at the well-known paths clients look
+at (RFC 8414, RFC 9728), the endpoints under /oauth/. The namespace is django-oauth-toolkit's own: its metadata
+view names the endpoints by it.
 """
 
 from __future__ import annotations

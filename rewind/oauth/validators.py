@@ -36,9 +36,8 @@ _VERIFIERS = {"S256": code_challenge_method_s256, "plain": code_challenge_method
 
 class RewindOAuth2Validator(OAuth2Validator):
     def get_code_challenge_method(self, code: str, request: Any) -> str | None:
-        """The toolkit's read, and: a code redeemed with a verifier that does not match its challenge is
-        used up there and then (oauthlib refuses the request with ``invalid_grant`` right after this),
-        so whoever holds a stolen code gets one try, not as many as they like."""
+        """The toolkit's read, and: a code redeemed with a verifier that does not match its challenge is used up
+        there and then, so whoever holds a stolen code gets one try, not as many as they like."""
         found = (
             get_grant_model()
             .objects.filter(code=code, application=request.client)

@@ -1,13 +1,10 @@
-"""The authorization server's pages: the protected-resource metadata, the token endpoint and the consent page.
+"""The authorization server's pages: the protected-resource metadata, the token endpoint and the consent page
+(docs/oauth.md).
 
-The authorization-server metadata and the revocation and registration endpoints are django-oauth-toolkit's
-own views (``urls.py``); the token endpoint is too, with its errors always JSON. The consent page is its
-authorization view with the profile's checks (https or loopback redirect URIs, this /mcp as the only
-resource, PKCE S256) made before the person is asked anything, even to sign in, and one more question:
-which of the person's agents the client acts as. Nothing is chosen for the person but the narrowest scope
-asked for; each scope says what it lets the client do, and the tokens' lifetimes are stated. The page has
-no script (a person with many agents finds one by typing, in the browser's own list), so it works under a
-Content Security Policy without inline code.
+The consent page is the toolkit's authorization view with the profile's checks (https or loopback redirect URIs,
+this /mcp as the only resource, PKCE S256) made before the person is asked anything, and one more question:
+which of their agents the client acts as. Nothing is chosen for the person but the narrowest scope asked for.
+The page runs no script, so it works under a Content Security Policy without inline code.
 """
 
 from __future__ import annotations
@@ -90,11 +87,8 @@ def narrowest(requested: list[str]) -> list[str]:
 
 
 class ConsentForm(AllowForm):
-    """django-oauth-toolkit's form (the request in hidden fields) plus the agent and the scopes granted.
-
-    Nothing is chosen for the person: no agent is picked, and of the scopes asked for only the
-    narrowest is ticked.
-    """
+    """django-oauth-toolkit's form plus the agent and the scopes granted: no agent is picked for the person, and of
+    the scopes asked for only the narrowest is ticked."""
 
     agent: forms.ModelChoiceField[Agent] = forms.ModelChoiceField(
         queryset=Agent.objects.none(),
@@ -195,11 +189,9 @@ _FATAL_MEANING = {
 class ConsentView(AuthorizationView):
     """GET: the client, its redirect URI, the scopes it asks for, and the person's agents. POST: the grant.
 
-    The whole request is judged before anyone is asked to sign in: a request that would be refused
-    goes back to the client with its RFC 6749 error at once, or, without a redirect URI that may be
-    used, gets a page saying what is wrong. Judged only after the sign-in, the redirect carrying the
-    error would end the sign-in form's POST, which the admin's Content Security Policy
-    (``form-action 'self'``) holds: the person saw the sign-in form again and the client waited.
+    The whole request is judged before anyone is asked to sign in: judged after, the redirect carrying a refusal
+    would end the sign-in form's POST, which the admin's Content Security Policy (``form-action 'self'``) holds,
+    and the person would see the sign-in form again while the client waited.
     """
 
     template_name = "oauth/consent.html"
@@ -273,12 +265,8 @@ class ConsentView(AuthorizationView):
         return context
 
     def render_to_response(self, context: dict[str, Any], **response_kwargs: Any) -> HttpResponse:
-        """The page, with its form allowed to end at the client's redirect URI.
-
-        Browsers hold the redirect that answers the form's POST to the page's ``form-action``; with
-        only 'self' there, the grant (or the refusal) never reaches a client on another origin. Only
-        a redirect URI registered for this client and allowed by the profile is added.
-        """
+        """The page, its ``form-action`` allowing the client's redirect URI (registered for this client and allowed
+        by the profile): with only 'self' there, browsers hold the redirect that carries the grant."""
         response = super().render_to_response(context, **response_kwargs)
         application, redirect_uri = context.get("application"), context.get("redirect_uri") or ""
         if (

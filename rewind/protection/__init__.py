@@ -1,11 +1,7 @@
 """Protection: which VM a name means, and which VPGs protect it (read-only; asks every enabled site's ZVM).
 
-- ``lookup``: the matching rules and ``find_protection`` / ``find_protection_cached``;
-- ``results``: what a look-up answers (``Protection``, ``VpgProtection``, ``SiteRef``) and its errors;
-- ``eligibility``: whether a tagged checkpoint can be inserted on a VPG, and why not;
-- ``cache``: the TTL cache (with an injectable clock) and its cache-only mode;
-- ``fingerprint``: the enabled sites' fingerprint (one raw query);
-- ``state``: the per-process caches, sites, clients (from ``rewind.sites.site_client``) and thread pool.
+``lookup`` holds the matching rules, ``results`` the answers and errors, ``eligibility`` whether a VPG can take
+a tagged checkpoint, and ``cache``, ``fingerprint`` and ``state`` the per-process caches.
 """
 
 from rewind.protection.fingerprint import SitesFingerprint, sites_fingerprint

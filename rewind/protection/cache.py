@@ -1,16 +1,10 @@
 """The look-up's per-process TTL cache, and its cache-only mode.
 
-``TtlCache`` keeps values ``ttl`` seconds on its ``clock`` (``time.monotonic`` unless a test
-hands it another), with one loader at a time per key: concurrent callers wait for it. Given a
-``background`` runner, a value read once half its time is gone is loaded again there while the
-old one is still handed out (refresh-ahead): a key read steadily never expires in front of its
-callers, who would otherwise all wait for the next load behind the ZVM's request cap. No value
-is ever handed out older than ``ttl``.
-
-Cache-only mode (per thread, ``cache_only.on``) forbids loads: a value that would have to be
-loaded raises ``Miss`` instead, and ``cache_only.fresh_until`` keeps the earliest expiry
-among the entries read meanwhile, so an answer built from them expires with the first
-(``cache_only.refresh_at``: the earliest moment one of them is due for its refresh-ahead).
+One loader at a time per key. A value read once half its time is gone is loaded again in the background while
+the old one is still handed out, so a key read steadily never expires in front of callers who would all wait
+behind the ZVM's request cap; nothing is handed out older than its ``ttl``. Cache-only mode (per thread) raises
+``Miss`` instead of loading, and keeps the earliest expiry of what was read, so an answer built from it expires
+with the first.
 """
 
 from __future__ import annotations

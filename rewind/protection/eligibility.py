@@ -1,8 +1,6 @@
-"""Whether a tagged checkpoint can be inserted on a VPG, and if not, why (said to the agent).
-
-Refused when the VPG is protected in a public-cloud site (Zerto cannot insert tagged
-checkpoints for it from here), while it is in initial sync (Zerto adds no checkpoints until it
-finishes), or when the protected site's ZVM is not configured here.
+"""Whether a tagged checkpoint can be inserted on a VPG, and if not, why (said to the agent): not in a public-cloud
+protected site, not during initial sync (Zerto adds no checkpoints then), not when the protected site's ZVM is
+not configured here.
 """
 
 from __future__ import annotations

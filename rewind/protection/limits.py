@@ -1,8 +1,5 @@
-"""Whether a VM a look-up found is within the calling agent's VM limit (``rewind.agents.limits``).
-
-Judged on the look-up's answer, before anything is asked to change: guards, recoveries and gateway
-calls refuse a VM outside the limit with ``OutsideLimitError`` naming the limit, and
-``zerto_find_protection`` says the VM is outside the limit rather than showing its VPGs.
+"""Whether a VM a look-up found is within the calling agent's VM limit (``rewind.agents.limits``): judged on the
+look-up's answer, before anything is asked to change.
 """
 
 from __future__ import annotations

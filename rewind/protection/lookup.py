@@ -1,45 +1,15 @@
-"""Protection lookup: a VM name, FQDN, short hostname or vmIdentifier → one VM and its VPGs.
+"""Protection lookup: a VM name, FQDN, short hostname or vmIdentifier to one VM and its VPGs (docs/mcp.md, "Looking
+a VM up").
 
-Every enabled site's ZVM is asked (in parallel); a VM replicated A → B is listed by both
-ZVMs, so rows are deduplicated on (VmIdentifier, VpgIdentifier).
+Every enabled site's ZVM is asked at once, and rows are deduplicated on (VM, VPG): a VM replicated A to B is
+listed by both. The first stage with a hit wins: the vmIdentifier, the exact name, an FQDN's short name (each
+one filtered call per site, so the cost does not grow with the inventory), then DNS matched against the VMs'
+addresses from a per-site index read at most once per cache period.
 
-Matching order, first stage with a hit wins:
-1. a vmIdentifier (``<guid>.vm-<n>``), with the ZVM's ``vmIdentifier`` filter;
-2. the exact VM name, with the ZVM's ``vmName`` filter;
-3. the short name of an FQDN (``web01.corp.example`` → ``web01``), same filter;
-4. DNS: resolve the name (injectable ``Resolver``; default ``socket.getaddrinfo`` bounded
-   by a short timeout) and match ``VmNetworkInformation`` IP addresses.
-
-Cost. Stages 1-3 are one filtered call per site, so their cost does not grow with the
-inventory. Stage 4 has no server-side filter: it reads each site's full VM list once
-into an IP index kept per process for REWIND_LOOKUP_CACHE_S seconds (one refresh at a
-time per site; concurrent callers wait for it). So the full listing runs at most once per
-site per cache period, and only when a name did not match.
-
-Filtered look-ups are also cached per site for REWIND_LOOKUP_CACHE_S; the site directory (local
-and peer sites: names and types), which changes only when sites are paired or renamed, for at
-least a minute (``state.DIRECTORY_MIN_TTL_S``).
-
-Sites that cannot be asked (the rule; see ``_complete_or_refuse``). Every VPG of a VM has the
-VM's own site as its protected site (a VPG replicates VMs from its protected site
-to its recovery site), and the ZVM of a site lists every VM protected there with every VPG
-that protects it (``GET /v1/vms`` gives one row per VM and VPG; a row whose ProtectedSite is
-the ``LocalSiteApi`` link is the answering ZVM's own). So:
-- when the VM's protected site answered, the look-up is complete whatever other sites did:
-  it is returned, with a note naming the sites that could not be asked;
-- when the VM's protected site is configured here but could not be asked, the look-up is
-  refused at once, naming it: the VPGs listed by its peers may not be all of them;
-- when no site that answered knows the VM, the error names the sites that could not be asked
-  instead of saying "not found".
-A site whose circuit is open (``rewind.zvm.breaker``) fails at once, so a stuck ZVM costs one
-timeout per probe period, not one per look-up. It is remembered per process as "could not be
-asked" for REWIND_LOOKUP_CACHE_S, so cached look-ups stay cached while it is down.
-
-``find_protection_cached`` answers from those caches alone (no database, no ZVM, no DNS),
-given the enabled sites' fingerprint read since the call began (``sites_fingerprint``), so
-an async caller can skip the thread hand-off when everything is cached. The caches and the
-site clients live in ``rewind.protection.state``; whether a VPG can take a tagged checkpoint
-is ``rewind.protection.eligibility``.
+The ZVM of a VM's protected site lists every VPG protecting it, so a look-up is complete when that site
+answered, refused naming it when it could not be asked, and names the sites it could not ask rather than say
+"not found" (``_complete_or_refuse``; docs/operations.md, "Look-ups and guards"). ``find_protection_cached``
+answers from the per-process caches alone, so an async caller can skip the thread hand-off.
 """
 
 from __future__ import annotations
@@ -123,12 +93,8 @@ def _queried(h: _Handle, query: Callable[[], list[VmRow]]) -> Callable[[], list[
 
 
 def _found(h: _Handle, keys: Callable[[VmList, int], Iterable[str]], wanted: Iterable[str]) -> list[VmRow]:
-    """The rows of the site's whole VM list whose ``keys`` include one of ``wanted``.
-
-    A look-up under load answers from the list many times a second: scanning every row each
-    time grows with the inventory, an index does not. The list builds it once (rows are read
-    for their keys, not parsed) and keeps it as long as itself (``VmList.index``).
-    """
+    """The rows of the site's whole VM list whose ``keys`` include one of ``wanted``, through an index the list
+    builds once and keeps (``VmList.index``): a look-up under load answers from the list many times a second."""
     rows = _inventory(h)
     index = rows.index(keys)
     return [rows[i] for key in wanted for i in index.get(key, ())]
@@ -200,10 +166,8 @@ def _no_load() -> ZvmError:
 def _from_cache(
     handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: Failed
 ) -> list[tuple[_Handle, T]] | None:
-    """``work`` for every site if it needs no ZVM call (all cached, or known down), else None.
-
-    Inside ``find_protection_cached`` (cache-only already on) a miss propagates instead.
-    """
+    """``work`` for every site if it needs no ZVM call (all cached, or known down), else None; inside
+    ``find_protection_cached`` (cache-only already on) a miss propagates instead."""
 
     def all_of() -> list[tuple[_Handle, T]]:
         results = []
@@ -231,10 +195,8 @@ def _from_cache(
 
 
 def _fan_out(handles: Sequence[_Handle], work: Callable[[_Handle], T], failed: Failed) -> list[tuple[_Handle, T]]:
-    """Run ``work`` on every site not yet in ``failed`` at once; the sites that fail are added to it.
-
-    Never raises a ZVM error: what to make of a missing site is ``_complete_or_refuse``'s rule.
-    """
+    """Run ``work`` on every site not yet in ``failed`` at once, adding the sites that fail. Never raises a ZVM
+    error: what a missing site means is ``_complete_or_refuse``'s rule."""
     cached = _from_cache(handles, work, failed)
     if cached is not None:
         return cached  # the common case under load: no thread hand-off at all
@@ -415,24 +377,19 @@ def _one_row_per_vpg(rows: Sequence[tuple[_Handle, VmRow]]) -> list[tuple[_Handl
 
 
 def find_protection(vm: str, *, resolver: Resolver | None = None) -> Protection:
-    """The one VM ``vm`` names and every VPG protecting it, across all enabled sites.
+    """The one VM ``vm`` names and every VPG protecting it, across all enabled sites. Read-only; safe to repeat.
 
-    Raises ``VmNotFoundError`` (nothing matches), ``VmAmbiguousError`` (several VMs match;
-    the message lists name, identifier and sites of each), ``SitesUnavailableError`` (the VM's
-    own site, or every site that might know it, could not be asked; see the module docstring),
-    ``VmQueryError`` (a query that can name no VM: empty, a list, a path, control characters;
-    ``rewind.protection.query``), ``ApplicationError`` (no site configured). Read-only; safe to repeat.
+    Raises ``VmNotFoundError``, ``VmAmbiguousError`` (listing name, identifier and sites of each match),
+    ``SitesUnavailableError`` (the VM's own site, or every site that might know it, could not be asked),
+    ``VmQueryError`` (a query that can name no VM), ``ApplicationError`` (no site configured).
     """
     return _lookup(vm, state.enabled_sites(), resolver or dns_resolver)
 
 
 def find_protection_cached(vm: str, fingerprint: SitesFingerprint) -> Protection | None:
-    """``find_protection(vm)`` when the per-process caches hold all it needs, else None.
-
-    ``fingerprint`` must come from ``sites_fingerprint()`` read after the caller's call began,
-    so a site change committed before it is seen. Never touches the database, a ZVM or DNS
-    (safe on an event loop); raises what ``find_protection`` raises.
-    """
+    """``find_protection(vm)`` when the per-process caches hold all it needs, else None; raises what
+    ``find_protection`` raises. ``fingerprint`` must be read after the caller's call began, so a site change
+    committed before it is seen. Never touches the database, a ZVM or DNS: safe on an event loop."""
     sites = state.sites_cached(fingerprint)
     if sites is None:
         return None
@@ -460,14 +417,10 @@ def _unasked(failed: Failed) -> str:
 def _complete_or_refuse(
     query: str, rows: Sequence[tuple[_Handle, VmRow]], handles: Sequence[_Handle], failed: Failed
 ) -> str | None:
-    """Whether the rows of the one VM found are all its VPGs although ``failed`` sites were not asked.
-
-    The rule (module docstring): every VPG of a VM is listed by the ZVM of the VM's protected
-    site. Complete when that ZVM answered (a row it marks as its own), or when the protected site
-    is not configured here (nothing more can be learned). Refused (``SitesUnavailableError``)
-    when the protected site, or a site whose identity is not known yet, could not be asked.
-    Returns the note for the answer (None when every site answered).
-    """
+    """Whether the rows of the one VM found are all its VPGs although ``failed`` sites were not asked (see the
+    module); the note for the answer (None when every site answered). Complete when the VM's protected site's
+    ZVM answered, or that site is not configured here; ``SitesUnavailableError`` when it, or a site whose
+    identity is not known yet, could not be asked."""
     if not failed:
         return None
     names = ", ".join(h.site.name for h, _exc in sorted(failed.values(), key=lambda he: he[0].site.name))

@@ -1,14 +1,9 @@
 """What a VM query may be: checked before any ZVM is asked.
 
-A query names one VM by its name, a host name or FQDN, an IP address or its vmIdentifier.
-Some values can never be one of those, and sending them to every ZVM as a ``vmName=`` filter
-only to answer "no protected VM matches" would hide the caller's mistake:
-- control, format and separator characters (NUL, line breaks, bidirectional overrides such as
-  U+202E, zero-width characters) and lone surrogates: no ZVM shows a VM name holding them, and
-  an override makes a name read differently from what it is;
-- a ``..`` path segment (``../../etc``): a path, not a name;
-- a list (``web01,web02`` or ``web01;web02``): one guard, look-up or recovery is about one VM;
-  guard each. A VM whose name really holds a comma is named by its vmIdentifier instead.
+A value that can name no VM would otherwise go to every ZVM as a ``vmName=`` filter and come back as "no
+protected VM matches", hiding the caller's mistake: control, format and separator characters (a bidirectional
+override makes a name read as another), a ``..`` path segment, or a list (one guard is about one VM; a VM whose
+name holds a comma is named by its vmIdentifier).
 """
 
 from __future__ import annotations

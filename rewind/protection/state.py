@@ -1,17 +1,9 @@
 """The look-up's per-process state: its caches, the enabled sites, each site's client, its thread pool.
 
-- ``cache``: directories, filtered look-ups, IP indexes, status names (``TtlCache``; tests
-  may set ``cache.clock``), refreshed ahead of expiry on ``refresh_pool``;
-- ``answers``: whole answers of ``find_protection_cached``, by (query, sites fingerprint):
-  under load the same VMs are asked for again and again, and rebuilding an answer from the
-  caches costs more than the rest of the call. Each expires with the first cache entry it was
-  built from;
-- the enabled sites, reused while their fingerprint is unchanged;
-- one client per site, from ``rewind.sites.site_client``, kept while the site's row is
-  unchanged (so a hot look-up does not decrypt the password on every call);
-- ``pool``: DNS look-ups, off the caller's thread and bounded in number (``getaddrinfo`` has no
-  timeout, so a stuck one holds a thread until it returns). The sites are asked with
-  ``rewind.concurrency.run_each``.
+Whole answers are cached too, by query and sites' fingerprint: under load the same VMs are asked for again and
+again, and rebuilding an answer from the caches cost more than the rest of the call. A site's client is kept
+while its row is unchanged, so a hot look-up does not decrypt its password every call. DNS runs on a bounded
+pool: ``getaddrinfo`` has no timeout, so a stuck one holds a thread until it returns.
 """
 
 from __future__ import annotations
@@ -55,10 +47,9 @@ _sites: tuple[SitesFingerprint, list[Site]] | None = None
 pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="rewind-lookup")
 
 
-# Many look-ups at one site within one cache period (agents guarding at the start of a change
-# window) are answered from one listing of all the site's VMs instead of one query per VM:
-# after this many queries at a site within the cache time, the next reads the whole list.
-# The list is kept exactly as long as a query's answer, so no answer is staler than it would be.
+# A burst of look-ups at one site within one cache period (agents guarding at the start of a change window) is
+# answered from one listing of all the site's VMs: after this many queries the next reads the whole list, kept
+# exactly as long as a query's answer.
 BURST_QUERIES = 3
 _queries: dict[int, list[float]] = {}
 _queries_lock = threading.Lock()
@@ -114,10 +105,8 @@ def answer_keep(key: tuple[str, SitesFingerprint], fresh_until: float, found: Pr
 
 
 def client_for(site: Site) -> ZvmClient:
-    """The site's client (``site_client``: one token and pool per site), carrying the request id.
-
-    Kept per site while the row is unchanged; in cache-only mode a site without one raises ``Miss``.
-    """
+    """The site's client (one token and pool per site), carrying the request id; kept per site while the row is
+    unchanged. In cache-only mode a site without one raises ``Miss``."""
     key = (
         site.updated_at,
         site.base_url,
@@ -140,11 +129,8 @@ def client_for(site: Site) -> ZvmClient:
 
 
 def enabled_sites() -> list[Site]:
-    """Enabled sites; the rows are reused while their fingerprint (ids, updated_at, identifier) is unchanged.
-
-    Every call still reads the fingerprint, so a site added, changed, disabled or removed is
-    seen at once.
-    """
+    """Enabled sites, the rows reused while their fingerprint is unchanged; every call still reads the fingerprint,
+    so a site added, changed, disabled or removed is seen at once."""
     global _sites
     fingerprint = sites_fingerprint()
     cached = _sites

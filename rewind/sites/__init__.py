@@ -1,7 +1,7 @@
 """Sites: the ZVMs this service is configured to talk to.
 
-``site_client`` is the one way every other part gets a ZVM client. The services below are
-the only code that creates or changes a ``Site``; reads are in ``rewind.sites.selectors``.
+``site_client`` is the one way every other part gets a ZVM client; the services below are the only code that
+creates or changes a ``Site``.
 """
 
 from rewind.sites.services import (

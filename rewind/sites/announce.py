@@ -1,9 +1,7 @@
 """What sites tell the notification channels: a site has been unreachable for too long.
 
-The circuit breaker (``rewind.sites.circuit``) records since when a site's ZVM has not
-answered. Sites flap for seconds all the time; people hear of one only once its circuit has
-been open for REWIND_NOTIFY_SITE_DOWN_MIN, and once per outage: the event's key carries the
-time the circuit opened.
+Sites flap for seconds all the time, so people hear of one only once its circuit has been open for
+REWIND_NOTIFY_SITE_DOWN_MIN, and once per outage: the event's key carries the time the circuit opened.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Every process's view of each site's circuit breaker (``rewind.zvm.breaker``), and its audit.
 
-One record per site in the shared store (``rewind.sharedstore``): a Redis hash, or a
-``SiteCircuit`` row whose admission reads the site's ``enabled`` in the same query. Every open
-and close is audited (``site.unavailable`` / ``site.available``) unless one was audited for the
-site within ``ZVM_CIRCUIT_AUDIT_QUIET_S``: then it is only counted, and the next audited one (or
-the probe's ``circuit_audit_catch_up``) says how many flaps it summarises.
+Every open and close is audited unless one was audited for the site within ``ZVM_CIRCUIT_AUDIT_QUIET_S``: a
+flapping site is then only counted, and the next audited change says how many flaps it summarises.
 """
 
 from __future__ import annotations
@@ -120,9 +117,9 @@ def _row_key(key: str) -> int:
 
 
 def _admission_sql() -> str:
-    """A call's admission reads its site's ``enabled`` in the same query: disabling a site stops
-    every process's calls at once. Plain SQL: built through the ORM, it cost several times what
-    the database spends answering (measured: 0.5 ms a call, SQLite)."""
+    """A call's admission reads its site's ``enabled`` in the same query, so disabling a site stops every process's
+    calls at once. Plain SQL: through the ORM it cost several times what the database spends answering
+    (measured: see the benchmarks page)."""
     site, circuit = (connection.ops.quote_name(m._meta.db_table) for m in (Site, SiteCircuit))
     columns = ", ".join(f"c.{column(SiteCircuit, name)}" for name in _COLUMNS)
     site_id = column(Site, "id")
@@ -235,11 +232,8 @@ def _after(key: str, site_name: str, t: Transition, audit: bool) -> None:
 
 
 def circuit_audit_catch_up(breaker: SharedBreaker, site: Site) -> bool:
-    """Audit the site's circuit when the log last said otherwise and the quiet time is over.
-
-    So a site that flapped within the quiet time and came to rest is still recorded as it is,
-    with the count of flaps not audited one by one. Called by the probe. True when it audited.
-    """
+    """Audit the site's circuit when the log last said otherwise and the quiet time is over, so a site that flapped
+    and came to rest is still recorded as it is. Called by the probe; True when it audited."""
     key = str(site.pk)
     state, book, now = breaker.state(key), breaker.book(key), time.time()
     current = OPEN if state.is_open else "closed"

@@ -1,12 +1,8 @@
 """Work on several sites at once, each in a thread of its own, under one time limit.
 
-Every sweep that visits sites (the reaper, the late-listing sweep, the identity refresh, the
-probe) and every check of several sites (the admin's "Test connection", ``zvm_check``) goes
-through ``for_each_site``, so one stuck ZVM delays no other site: its own thread waits for it
-(the client's timeouts, once; then its circuit refuses at once), the others finish and are
-reported as they do. A site still at work when the time limit comes is reported as such and
-left to finish in its thread, so the work given must be safe to overlap with the next sweep
-(every sweep's steps are compare-and-swaps).
+Every sweep and check that visits sites goes through ``for_each_site``, so one stuck ZVM delays no other site. A
+site still at work at the limit is reported and left to finish, so the work must be safe to overlap with the
+next sweep (every sweep's steps are compare-and-swaps).
 """
 
 from __future__ import annotations
@@ -47,17 +43,13 @@ def for_each_site[T](
     label: str,
     on_done: Callable[[SiteOutcome[T]], None] | None = None,
 ) -> list[SiteOutcome[T]]:
-    """``work(site)`` for every site at once; their outcomes, in the order of ``sites``.
+    """``work(site)`` for every site at once, waiting at most ``limit_s`` in all; their outcomes, in the order of
+    ``sites``. ``on_done`` gets each outcome in the caller's thread as it comes. Any exception of ``work``
+    becomes the outcome's ``error`` (the unforeseen ones logged), never raised; the caller's request id goes
+    along.
 
-    Waits at most ``limit_s`` in all. ``on_done`` is called in the caller's thread for each
-    outcome as it comes (so a report can show each site without waiting for the slowest),
-    then for each site still running at the limit. A ``ZvmError`` or any other exception of
-    ``work`` becomes the outcome's ``error`` (the unforeseen ones are logged with their
-    traceback); this never raises them. The request id bound by the caller goes along.
-
-    Inside an open transaction the sites are worked one after the other in this thread,
-    without the limit: a thread's connection could not see the rows the caller has not
-    committed. So does a single site, which has no other to delay.
+    Inside an open transaction, or for a single site, the sites are worked one after the other in this thread,
+    without the limit: a thread's connection could not see the rows the caller has not committed.
     """
 
     def report(outcome: Outcome[Site, T]) -> None:

@@ -14,11 +14,8 @@ def validate_requests_per_s(value: float) -> None:
 
 
 class Site(models.Model):
-    """One ZVM (or ZCA) this service talks to.
-
-    The password is stored encrypted (see ``rewind.crypto``); identity fields are learned
-    from ``/v1/localsite`` by ``site_check`` and never typed by hand.
-    """
+    """One ZVM (or ZCA) this service talks to. The password is stored encrypted; the identity fields are learned
+    from ``/v1/localsite`` by ``site_check``, never typed by hand."""
 
     name = models.CharField(max_length=100, unique=True)
     base_url = models.URLField(help_text="e.g. https://zvm.example.com (no /v1)")
@@ -62,11 +59,8 @@ class Site(models.Model):
 
 
 class ZvmRateWindow(models.Model):
-    """The send times lately reserved for one ZVM, when the request cap is counted in the database.
-
-    One row per ZVM (``ZvmConnection.zvm_key``); ``recent`` holds up to the cap's count of
-    wall-clock times, ascending, space-separated (see ``rewind.zvm.pacing``).
-    """
+    """The send times lately reserved for one ZVM (``ZvmConnection.zvm_key``), when the request cap is counted in
+    the database: up to the cap's count of wall-clock times, ascending, space-separated."""
 
     key = models.CharField(max_length=64, primary_key=True)
     recent = models.TextField(blank=True, default="")
@@ -79,12 +73,9 @@ class ZvmRateWindow(models.Model):
 
 
 class ZvmToken(models.Model):
-    """A Keycloak token shared by every process, when tokens are kept in the database.
-
-    One row per login (``ZvmConnection.login_key``, a digest: no address or name in clear).
-    The token is Fernet-encrypted like site passwords. ``login_claimed_until`` lets one
-    process log in while the others wait for its token.
-    """
+    """A Keycloak token shared by every process, when tokens are kept in the database: one row per login (a digest:
+    no address or name in clear), the token Fernet-encrypted; ``login_claimed_until`` lets one process log in
+    while the others wait for its token."""
 
     key = models.CharField(max_length=64, primary_key=True)
     token_encrypted = models.TextField(blank=True, default="")
@@ -100,11 +91,8 @@ class ZvmToken(models.Model):
 
 
 class SiteCircuit(models.Model):
-    """One site's circuit breaker (``rewind.zvm.breaker``), when it is kept in the database.
-
-    Written only through ``rewind.sites.circuit``; never by the site's own form (a separate row,
-    so saving a site cannot overwrite it). Times are wall-clock seconds.
-    """
+    """One site's circuit breaker, when it is kept in the database; written only through ``rewind.sites.circuit``,
+    and a row of its own so that saving a site cannot overwrite it."""
 
     site = models.OneToOneField(Site, on_delete=models.CASCADE, primary_key=True, related_name="circuit")
     state = models.CharField(max_length=10, default="closed")

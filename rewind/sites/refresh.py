@@ -1,13 +1,8 @@
 """The identity refresh: every enabled site's ZVM is asked who it is, every REWIND_SITE_REFRESH_INTERVAL_S.
 
-It keeps what ``site_check`` learns when a person asks (identifier, type, version, the clock
-offset) current without one: a ZVM replaced or upgraded behind the same address is noticed
-(audited ``site.identity_learned``), and ``last_error`` says whether the site answered lately,
-which the choice of a recovery's VPG goes by (``recoveries.resolve``).
-
-One ``GET /v1/localsite`` per site, through the site's circuit: a site marked unavailable is
-not asked (its error says since when and why), and the sites are asked at once, each in a
-thread of its own (``for_each_site``), so a stuck ZVM delays no other site's refresh.
+It keeps what ``site_check`` learns current without anyone asking: a ZVM replaced or upgraded behind the same
+address is noticed, and ``last_error`` says whether the site answered lately, which the choice of a recovery's
+VPG goes by. One ``GET /v1/localsite`` per site, through its circuit, the sites at once.
 """
 
 from __future__ import annotations
@@ -33,12 +28,9 @@ class RefreshReport:
 
 
 def site_identity_refresh(*, site: Site) -> None:
-    """Ask the site's ZVM who it is; record its identity and clock, or the error in ``last_error``.
-
-    Raises the ``ZvmError`` (a site marked unavailable is refused at once, not asked) and
-    ``ApplicationError`` when the ZVM is one already configured as another site (both are
-    recorded first). No transaction is held across the ZVM call. Safe to repeat.
-    """
+    """Ask the site's ZVM who it is; record its identity and clock, or the error in ``last_error``. Raises the
+    ``ZvmError``, or ``ApplicationError`` when the ZVM is one configured as another site (both recorded first).
+    No transaction is held across the ZVM call. Safe to repeat."""
     client = site_client(site)
     try:
         local = client.local_site()

@@ -1,11 +1,9 @@
 """ZVM requests counted once for every process, by site and result (``rewind.zvm.counting``).
 
-Not prometheus-client's own counters: a scrape of ``/metrics`` reaches one of several processes
-(uvicorn workers, Celery workers, beat), and its multiprocess mode needs them on one host sharing
-one directory. So the count lives in the shared store (``rewind.sharedstore``: Redis, else
-``ZvmRequestCount`` rows). Each process adds its requests up for at most ``FLUSH_AFTER_S`` and
-writes them in one go: a write per request was a tenth of a guard's CPU. A count that cannot be
-written is lost, never retried and never an error for the call it counts.
+Not prometheus-client's counters: a scrape reaches one of several processes, and its multiprocess mode needs
+them on one host sharing one directory; so the count lives in the shared store. Each process adds its requests
+up for at most ``FLUSH_AFTER_S`` and writes them in one go (a write per request was costly: measured, see the
+benchmarks page). A count that cannot be written is lost, never an error for the call it counts.
 """
 
 from __future__ import annotations
@@ -28,11 +26,8 @@ Counts = dict[tuple[str, ...], int]
 
 
 class BatchedRequestCounter:
-    """Requests counted in this process, added to ``store`` in one go at most ``FLUSH_AFTER_S`` later.
-
-    The write happens on a timer thread of its own, which closes its database connection when
-    done; ``flush`` writes at once (``/metrics``, tests).
-    """
+    """Requests counted in this process, added to ``store`` in one go at most ``FLUSH_AFTER_S`` later, on a timer
+    thread of its own that closes its database connection when done; ``flush`` writes at once."""
 
     def __init__(self, store: SharedStore) -> None:
         self.store = store

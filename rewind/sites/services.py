@@ -1,7 +1,5 @@
-"""Sites: the ZVMs this service is configured to talk to.
-
-Services here are the only code that creates or changes a ``Site``; ``site_client`` is the
-only way the rest of the product gets a ZVM client.
+"""Sites: the ZVMs this service is configured to talk to. Services here are the only code that creates or changes a
+``Site``; ``site_client`` is the only way the rest of the product gets a ZVM client.
 """
 
 from __future__ import annotations
@@ -47,14 +45,10 @@ def _site_snapshot(site: Site) -> dict[str, object]:
 
 
 def site_base_url_clean(base_url: str) -> str:
-    """``base_url`` as stored: trimmed, without a trailing ``/``.
-
-    Raises ``ApplicationError`` unless it is ``https://`` (or ``http://``) and a host, or
-    when it ends in ``/v1`` (the client adds ``/v1`` itself), or when it holds credentials, a
-    query or a fragment: the base URL is shown, logged and audited as it is, so a password in
-    it would reach all three, and the client appends its paths to it. The admin form, the
-    REST API and the services all check a base URL here; no error quotes it.
-    """
+    """``base_url`` as stored: trimmed, without a trailing ``/``. Raises ``ApplicationError`` (never quoting it)
+    unless it is ``https://`` (or ``http://``) and a host, without a ``/v1`` end (the client adds it),
+    credentials, a query or a fragment: it is shown, logged and audited as it is, and the client appends paths
+    to it."""
     value = base_url.strip().rstrip("/")
     parts = urlsplit(value)
     if parts.scheme not in ("https", "http") or not parts.netloc:
@@ -115,11 +109,8 @@ def site_create(
 
 
 def _circuit_fresh(site: Site) -> None:
-    """A new site starts with a closed circuit, and a disabled one is refused by every process at once.
-
-    Circuits are keyed by site id, and Redis may have outlived the database (reset or restored):
-    an earlier site with the same id may have left its circuit there, open or disabled.
-    """
+    """A new site starts with a closed circuit, and a disabled one is refused by every process at once: circuits
+    are keyed by site id, and a Redis that outlived the database may hold an earlier site's."""
     key = str(site.pk)
     breaker = shared_breaker()
     breaker.forget(key)
@@ -198,12 +189,9 @@ def site_connection(site: Site) -> ZvmConnection:
 
 
 def site_client(site: Site, *, request_id: str | None = None) -> ZvmClient:
-    """The ZVM client for ``site``, carrying the current request id.
-
-    Clients of one site share the HTTP pool within a process, and the Keycloak token and
-    the site's request cap with every process (``rewind.sites.zvm_shared``), so a call does not
-    log in again and all of them together stay under the cap.
-    """
+    """The ZVM client for ``site``, carrying the current request id. Its clients share the HTTP pool within a
+    process, and the token and request cap with every process, so a call does not log in again and all of them
+    together stay under the cap."""
     return shared_client(site_connection(site), request_id=request_id or current_request_id())
 
 
@@ -218,14 +206,12 @@ class SiteCheck:
 
 
 def site_check(*, site: Site, actor: Actor = Actor.system(), force: bool = False) -> SiteCheck:
-    """Log in, read ``/v1/localsite`` and count VPGs; record the identity or the error.
+    """Log in, read ``/v1/localsite`` and count VPGs; record the identity or the error. No transaction is held
+    across the ZVM calls.
 
-    While the site is marked unavailable (its circuit is open) it is not asked before its next
-    trial: the check fails at once saying since when and why, and records nothing. When the
-    trial is due, this check is it. ``force`` asks anyway, bounded by the client's timeouts
-    (a person who fixed the ZVM need not wait for the probe). An answer closes the circuit.
-
-    No transaction is held across the ZVM calls; the outcome is saved afterwards.
+    While the site's circuit is open it is not asked before its next trial (the check fails at once, recording
+    nothing) unless this check is the trial; ``force`` asks anyway, bounded by the client's timeouts, so a
+    person who fixed the ZVM need not wait for the probe. An answer closes the circuit.
     """
     if not force and (refused := _not_asked_now(site)):
         return SiteCheck(site, False, None, None, refused, asked=False)
@@ -261,11 +247,8 @@ def sites_check(
     force: bool = False,
     on_done: Callable[[SiteOutcome[SiteCheck]], None] | None = None,
 ) -> list[SiteOutcome[SiteCheck]]:
-    """``site_check`` of every site at once, each in a thread of its own (``for_each_site``).
-
-    A hung site delays no other's report: ``on_done`` gets each outcome as it comes; a site
-    still being asked after ``site_check_limit_s`` is reported as such (``finished`` false).
-    """
+    """``site_check`` of every site at once, each in a thread of its own: ``on_done`` gets each outcome as it
+    comes, and a site still being asked after ``site_check_limit_s`` is reported as such."""
     return for_each_site(
         sites,
         lambda site: site_check(site=site, actor=actor, force=force),
@@ -316,9 +299,8 @@ def site_record_identity(*, site: Site, local: LocalSite, actor: Actor) -> Site:
 
 
 def site_clock_offset_s(site: Site | None) -> float:
-    """The site's ZVM clock minus ours: from its answers to this process in the last minutes
-    (e.g. the lookup that just ran), else as last stored; 0 when never measured.
-    """
+    """The site's ZVM clock minus ours: from its answers to this process in the last minutes, else as last stored;
+    0 when never measured."""
     if site is None:
         return 0.0
     measured = site_client(site).clock_offset()
@@ -337,12 +319,9 @@ def clock_skew_warning(offset_s: float | None) -> str:
 
 
 def site_record_clock(*, site: Site, measured: ClockOffset | None, force: bool = False) -> bool:
-    """Store the offset measured from the site's ZVM answers; True when it was written.
-
-    Skipped when nothing was measured, or (unless ``force``) when the stored value is fresh
-    and within ``_CLOCK_MOVED_S`` of it. Logs a warning past ``REWIND_CLOCK_SKEW_WARN_S``.
-    Not audited: a measurement, not a change anyone made.
-    """
+    """Store the offset measured from the site's ZVM answers; True when written. Skipped when nothing was measured
+    or (unless ``force``) the stored value is fresh and within ``_CLOCK_MOVED_S``. Not audited: a measurement,
+    not a change anyone made."""
     if measured is None:
         return False
     now = timezone.now()
@@ -361,7 +340,6 @@ def site_record_clock(*, site: Site, measured: ClockOffset | None, force: bool =
 
 # --- availability (the circuit breaker) -------------------------------------------------------
 def site_circuit(site: Site) -> CircuitState:
-    """The site's circuit as every process sees it (``rewind.sites.circuit``)."""
     return shared_breaker().state(str(site.pk))
 
 
@@ -400,11 +378,8 @@ def _probe_one(site: Site) -> None:
 
 
 def sites_probe() -> ProbeReport:
-    """The beat's probe: one trial call (``GET /v1/localsite``) to each site whose circuit is open
-    and whose next trial is due; its answer closes the circuit, its failure keeps it open for a
-    longer period. Sites are asked at once (``for_each_site``), each bounded by the ZVM timeouts,
-    so a stuck one delays no other. Safe to overlap: each trial is claimed once across processes.
-    """
+    """The beat's probe: one trial call (``GET /v1/localsite``) to each site whose circuit is open and whose trial
+    is due, the sites at once. Safe to overlap: each trial is claimed once across processes."""
     report = ProbeReport({}, [], [])
     breaker = shared_breaker()
     due: list[Site] = []
@@ -426,14 +401,10 @@ def sites_probe() -> ProbeReport:
 def site_register(
     *, actor: Actor, name: str, base_url: str, username: str, password: str, ca_bundle: str | None = None
 ) -> SiteCheck:
-    """The site ``name`` created at ``base_url``, or the existing one moved there; then checked.
-
-    For set-ups that name their sites themselves (``demo_setup``, the benchmarks, the tests):
-    safe to run again, and a new simulator run on another port only moves the sites. An
-    existing site keeps its stored credentials. ``ca_bundle`` (PEM) pins the ZVM's certificate,
-    replacing a pinned one that differs (a simulator that made itself a new CA); None keeps
-    what is pinned. The check's outcome is returned, never raised.
-    """
+    """The site ``name`` created at ``base_url``, or the existing one moved there; then checked, the outcome
+    returned, never raised. For set-ups that name their sites themselves (``demo_setup``, the benchmarks, the
+    tests): safe to run again; an existing site keeps its credentials. ``ca_bundle`` (PEM) pins the ZVM's
+    certificate, replacing one that differs; None keeps what is pinned."""
     site = Site.objects.filter(name=name).first()
     if site is None:
         site = site_create(

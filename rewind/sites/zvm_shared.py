@@ -1,11 +1,8 @@
-"""The ZVM client's shared stores: one request cap per ZVM, one token per login, one circuit per
-site (``rewind.sites.circuit``) and one request count per site (``rewind.sites.requestcount``),
-for all our processes, in the shared store (``rewind.sharedstore``: Redis when ``REDIS_URL`` is
-set, else the database). While it does not answer, caps are counted and tokens kept per process.
+"""The ZVM client's shared stores: one request cap per ZVM, one token per login, one circuit and one request count
+per site, for all our processes, in the shared store (Redis, else the database).
 
-Tokens are Fernet-encrypted (``rewind.crypto``) wherever they are stored; no token, ciphertext
-or Redis URL is logged. Times shared between processes are wall-clock seconds, so hosts sharing
-one database keep their clocks in step (NTP).
+Tokens are Fernet-encrypted wherever they are stored; no token, ciphertext or Redis URL is logged. Shared times
+are wall-clock seconds, so hosts sharing one database keep their clocks in step (NTP).
 """
 
 from __future__ import annotations
@@ -63,14 +60,10 @@ return slot - now
 
 
 class SharedPacer:
-    """The request cap counted in the shared store: one step per request.
-
-    The step is the one part written for each store. In Redis, a script on Redis's clock: it
-    places the slot at some moment of the round trip, so a round trip longer than ``LATE_S``
-    would leave the sender late by as much, unseen; such a slot is given up and another taken
-    (measured under load: a 36 ms round trip put 11 requests in one second at the ZVM). In the
-    database, a change of the ZVM's row under its lock, the wait counted from after the commit.
-    """
+    """The request cap counted in the shared store: one step per request. In Redis, a script on Redis's clock that
+    places the slot somewhere in the round trip, so a slot a round trip longer than ``LATE_S`` may have made
+    late is given up and another taken (measured: see the benchmarks page). In the database, a change of the
+    ZVM's row under its lock, the wait counted from after the commit."""
 
     TRIES = 4
 
@@ -132,8 +125,8 @@ def _opened(h: Record) -> StoredToken | None:
 
 
 class SharedTokenStore:
-    """Tokens in the shared store, encrypted, each expiring with the token; one login at a time
-    claimed there. While the store does not answer, each client keeps its own and may log in."""
+    """Tokens in the shared store, encrypted, each expiring with the token; one login at a time claimed there.
+    While the store does not answer, each client keeps its own and may log in."""
 
     def __init__(self, store: SharedStore) -> None:
         self._store = store
@@ -188,7 +181,6 @@ _DB_STORES = _on(DbStore())
 
 
 def db_stores() -> Shared:
-    """The pacer, token store, circuits and request counter in the database."""
     return _DB_STORES
 
 
@@ -219,10 +211,8 @@ def request_counts_flush() -> None:
 
 
 def request_counter() -> BatchedRequestCounter:
-    """Where every process counts its ZVM requests (``rewind.sites.requestcount``), and ``/metrics`` reads them."""
     return _current()[3]
 
 
 def shared_breaker() -> SharedBreaker:
-    """The site circuits every process shares (``rewind.sites.circuit``)."""
     return _current()[2]

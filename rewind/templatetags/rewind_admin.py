@@ -21,12 +21,9 @@ def badge(status: str, label: str | None = None) -> SafeString:
 
 @register.simple_tag
 def count(number: Any, label: str = "") -> SafeString:
-    """``{% count data.failed "failed" %}``: a number linking to the list of exactly what it counts.
-
-    ``number`` has ``value``, ``url`` and ``tone`` (``rewind.dashboard.links.Count``); a zero is
-    shown quieter, still a link, so the empty list is one click away too. A label
-    ``"guard|guards"`` gives the singular for 1.
-    """
+    """``{% count data.failed "failed" %}``: a number linking to the list of exactly what it counts; ``number`` has
+    ``value``, ``url`` and ``tone``. A zero is shown quieter, still a link; a label ``"guard|guards"`` gives the
+    singular for 1."""
     css = "rw-count" + ("" if number.value else " rw-count-zero") + (f" rw-count-{number.tone}" if number.tone else "")
     one, _, many = label.partition("|")
     text = f"{number.value} {one if number.value == 1 or not many else many}".strip()

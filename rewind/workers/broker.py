@@ -1,8 +1,6 @@
-"""The task queue (Celery's broker) as our processes see it: its name, whether it answers, and its refusals.
-
-Every task is queued by ``queue_task``: by name, once the caller's transaction commits. A worker's
-heartbeat asks the broker every beat (``broker_unanswered``); a message it refused is recorded
-(``broker_refused``). Both go to ``services``, which keeps the outages.
+"""The task queue (Celery's broker) as our processes see it: its name, whether it answers, and its refusals. A
+worker's heartbeat asks it every beat, and a message it refuses is recorded: both go to ``services``, which
+keeps the outages.
 """
 
 from __future__ import annotations
@@ -45,12 +43,9 @@ def broker_unanswered() -> str | None:
 
 
 def queue_task(name: str, *args: object, what: str, countdown: float | None = None) -> None:
-    """Queue the task ``name`` once the caller's transaction commits (at once outside one).
-
-    By name, so a part's services need not import its tasks, which import them. A broker that
-    refuses the message is recorded as down and never fails what the caller did: each task that
-    matters has a sweep that queues again what was not taken. ``what`` names it in the log.
-    """
+    """Queue the task ``name`` once the caller's transaction commits (at once outside one). By name, so a part's
+    services need not import its tasks. A broker that refuses the message is recorded as down and never fails
+    what the caller did: each task that matters has a sweep that queues again what was not taken."""
 
     def send() -> None:
         try:

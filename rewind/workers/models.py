@@ -4,11 +4,8 @@ from django.db import models
 
 
 class WorkerHeartbeat(models.Model):
-    """One Celery worker's last sign of life, written every few seconds by a thread of its main process.
-
-    A worker that is stopped (SIGSTOP), hung or killed stops writing; one that shuts down
-    cleanly removes its row. Rows older than a day are pruned by the next heartbeat.
-    """
+    """One Celery worker's last sign of life, written every few seconds by a thread of its main process: a worker
+    stopped, hung or killed stops writing; one that shuts down cleanly removes its row."""
 
     hostname = models.CharField(max_length=255, unique=True, help_text="Celery's node name, e.g. celery@host.")
     pid = models.PositiveIntegerField()
@@ -29,13 +26,9 @@ class WorkerHeartbeat(models.Model):
 
 
 class BrokerOutage(models.Model):
-    """A stretch of time in which the task queue (Celery's broker) did not answer our processes.
-
-    Opened by the first process that finds the broker not answering (a worker's heartbeat probe,
-    or a web process whose message was refused), closed by the first probe that finds it
-    answering again. While one is open no poll round, recovery run or notification can be
-    queued: waiting guards say so, and a guard that timed out meanwhile names it.
-    """
+    """A stretch of time in which the task queue did not answer our processes, opened by the first process to find
+    it silent and closed by the first probe it answers. While one is open nothing can be queued, so waiting
+    guards say so, and a guard that timed out meanwhile names it."""
 
     broker = models.CharField(max_length=255, help_text="Where the queue is, without credentials.")
     started_at = models.DateTimeField(db_index=True)

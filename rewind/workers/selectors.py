@@ -63,7 +63,6 @@ def broker_outage_count() -> int:
 
 
 def broker_outage_open() -> BrokerOutage | None:
-    """The task-queue outage going on now, if any."""
     return BrokerOutage.objects.filter(ended_at__isnull=True).order_by("started_at").first()
 
 
@@ -78,10 +77,8 @@ def broker_answered_again_at() -> datetime | None:
 
 
 def broker_outages_between(start: datetime, end: datetime) -> list[BrokerOutage]:
-    """The outages that overlap ``start``..``end``, oldest first (an open one overlaps until now).
-
-    Outages that overlap each other (two processes noticed one from where each stood) are one.
-    """
+    """The outages that overlap ``start``..``end``, oldest first (an open one overlaps until now); outages that
+    overlap each other (two processes noticed one) are one."""
     overlapping = Q(started_at__lt=end) & (Q(ended_at__isnull=True) | Q(ended_at__gt=start))
     merged: list[BrokerOutage] = []
     for outage in BrokerOutage.objects.filter(overlapping).order_by("started_at"):
@@ -115,11 +112,8 @@ def broker_outages_describe(outages: Sequence[BrokerOutage], now: datetime | Non
 
 
 def broker_outages_note(start: datetime, end: datetime) -> str:
-    """For a reason that ends a wait from ``start`` to ``end``: the outages in it, or "" for none.
-
-    A guard that timed out while the queue was down must say so: "not listed within 300 s" alone
-    would blame the ZVM for what our own queue did.
-    """
+    """For a reason that ends a wait from ``start`` to ``end``: the outages in it, or "". A guard that timed out
+    while the queue was down must say so, not blame the ZVM for what our own queue did."""
     outages = broker_outages_between(start, end)
     if not outages:
         return ""

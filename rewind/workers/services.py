@@ -43,10 +43,8 @@ def worker_heartbeat_remove(*, hostname: str) -> None:
 
 
 def broker_outage_noticed(*, broker: str, error: str, noticed_by: str) -> bool:
-    """Record that the task queue does not answer, unless an outage is open already. True if this opened it.
-
-    Safe to call from every process at once: the database lets one open outage per broker.
-    """
+    """Record that the task queue does not answer, unless an outage is open already; True if this opened it. Safe
+    from every process at once: the database lets one open outage per broker."""
     if BrokerOutage.objects.filter(ended_at__isnull=True).exists():
         return False
     try:
@@ -77,12 +75,9 @@ def broker_outage_ended() -> BrokerOutage | None:
 
 
 def broker_reconnected(*, broker: str, lost_at: datetime, noticed_by: str) -> None:
-    """A worker's connection to the task queue broke at ``lost_at`` and is back: that was an outage.
-
-    Closes the open one a probe may have recorded meanwhile, else records it closed: a broker that
-    restarts between two heartbeats may have lost what was queued, and the pollers queue their
-    rounds anew after the last outage ended (``rewind.checkpoints.poller.pollers_restart_dead``).
-    """
+    """A worker's connection to the task queue broke at ``lost_at`` and is back: that was an outage, closed now (or
+    recorded closed), since a broker that restarts between two heartbeats may have lost what was queued, and the
+    pollers queue their rounds anew after the last outage ended."""
     BrokerOutage.objects.filter(ended_at__isnull=True, started_at__gt=lost_at).update(started_at=lost_at)
     if broker_outage_ended() is not None:
         return  # a probe had noticed it: now it has its true start and its end
@@ -117,10 +112,9 @@ def _probe_broker(probe: BrokerProbe, hostname: str) -> None:
 def worker_heartbeat_start(*, hostname: str, concurrency: int, probe: BrokerProbe | None = None) -> threading.Event:
     """Write this worker's heartbeat now and every ``HEARTBEAT_S`` from a daemon thread; set the event to stop.
 
-    A thread of the worker's main process, not a task: a task would tell whether a pool slot
-    is free, and a saturated worker is still alive. A stopped or hung process writes nothing,
-    which is exactly what the readers must see. With a ``probe`` it also asks the broker every
-    beat, and records an outage (or its end): a task could not tell, it needs the broker to run.
+    A thread of the main process, not a task: a task would tell whether a pool slot is free, and a saturated
+    worker is still alive, while a stopped or hung one writes nothing. With a ``probe`` it also asks the broker
+    every beat, which a task could not: it needs the broker to run.
     """
     stop = threading.Event()
     started_at = timezone.now()

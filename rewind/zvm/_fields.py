@@ -1,8 +1,7 @@
 """Tolerant, case-insensitive reading of ZVM JSON.
 
-Real ZVMs answer in PascalCase while their Swagger shows camelCase, and older versions
-add or drop fields. So every lookup ignores case, a missing or wrongly typed field reads
-as None, and unknown fields are ignored.
+Real ZVMs answer in PascalCase while their Swagger shows camelCase, and versions add or drop fields: every
+lookup ignores case, a missing or wrongly typed field reads as None, unknown fields are ignored.
 """
 
 from __future__ import annotations
@@ -16,11 +15,8 @@ _MS_DATE = re.compile(r"^/Date\((-?\d+)(?:[+-]\d{4})?\)/$")
 
 
 def parse_datetime(value: object) -> datetime | None:
-    """ISO 8601 with or without fraction/``Z``/offset, or the legacy ``/Date(ms)/``.
-
-    Returns an aware datetime; a value without an offset is taken as UTC (the ZVM's
-    date filters document a missing zone as UTC too). Anything else gives None.
-    """
+    """ISO 8601 with or without fraction/``Z``/offset, or the legacy ``/Date(ms)/``, as an aware datetime; no
+    offset means UTC (as the ZVM's date filters document); anything else gives None."""
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if not isinstance(value, str):
@@ -47,12 +43,9 @@ def format_datetime(value: datetime | str) -> str:
 
 
 class Fields:
-    """A case-insensitive, read-only view of one JSON object (anything else reads as empty).
-
-    A name is looked up as written first, and only when that misses in a copy of the object
-    with its keys folded to lower case, made once, on the first miss: a ZVM that answers in the
-    case asked for (a whole VM list of 10,000 rows, say) then costs no copy at all.
-    """
+    """A case-insensitive, read-only view of one JSON object (anything else reads as empty). A name is looked up as
+    written first; only a miss folds the keys to lower case (once), so a ZVM that answers in the case asked for
+    costs no copy."""
 
     __slots__ = ("_folded", "_raw")
 

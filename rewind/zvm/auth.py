@@ -1,11 +1,9 @@
-"""Keycloak tokens for one ZVM, shared by every thread using the client, and through a
-``TokenStore`` by every process that is handed the same store.
+"""Keycloak tokens for one ZVM, shared by every thread using the client, and through a ``TokenStore`` by every
+process handed the same store.
 
-A token is renewed before it runs out (when less than max(10 s, 20 % of its lifetime)
-remains), because ZVM tokens may live only about a minute. The lock makes concurrent
-threads wait for one login instead of each logging in; the store's login claim does the
-same for processes. Each process keeps its own copy of the token too, so a call reads the
-store only when that copy is due or was refused.
+ZVM tokens may live only about a minute, so one is renewed while max(10 s, 20 % of its lifetime) remains. A lock
+makes threads wait for one login, the store's login claim does the same for processes, and each process keeps
+its own copy, reading the store only when that copy is due or was refused.
 """
 
 from __future__ import annotations

@@ -1,18 +1,10 @@
-"""Per-site circuit breaker: a ZVM that stopped answering is not asked again on every call.
+"""Per-site circuit breaker: a ZVM that stopped answering is not asked again on every call (docs/operations.md,
+"One stuck ZVM").
 
-A site "fails" when a call gets no usable answer: no answer at all (a timeout, a refused or
-reset connection), a 5xx, a TLS failure, a refusal of our stored credentials (401 on login,
-or of a freshly issued token), or a 2xx answer that is not what the API documents. Answers
-such as 404, 400 or 429 are answers: the ZVM is there. After ``failures`` consecutive
-failures, or one timeout (it already cost the whole timeout), the circuit opens: calls fail at
-once with ``ZvmSiteUnavailable`` naming the site, since when, and the last reason. Once per
-probe period (``probe_s`` doubling up to ``probe_max_s`` while trials keep failing) one caller,
-across every process sharing the breaker, is let through as a trial; its answer closes the
-circuit, its failure keeps it open for the next period.
-
-``Breaker`` is what the client needs; the library ships ``MemoryBreaker`` (one process). The
-shared ones (Redis, database) live outside the library and are handed in through ``Stores``.
-Keys are ``ZvmConnection.circuit_id``. Times are wall-clock seconds (other processes read them).
+A failure is a call with no usable answer (no answer, a 5xx, a TLS failure, our credentials refused, a 2xx that
+is not what the API documents); a 404, 400 or 429 is an answer. ``Breaker`` is what the client needs; this
+library ships ``MemoryBreaker``, and the shared ones come in through ``Stores``. Times are wall-clock seconds,
+since other processes read them.
 """
 
 from __future__ import annotations
@@ -136,11 +128,8 @@ def refusal(site_name: str, s: CircuitState, *, base_url: str | None = None) -> 
 
 class Breaker(Protocol):
     def admit(self, key: str) -> CircuitState | None:
-        """None: the call may go (closed, or this caller holds the period's one trial).
-
-        Otherwise the open (or disabled) state that refuses it. A store that cannot answer
-        admits: a broken store must not stop ZVM calls.
-        """
+        """None: the call may go (closed, or this caller holds the period's one trial); otherwise the open (or
+        disabled) state that refuses it. A store that cannot answer admits: it must not stop ZVM calls."""
         ...
 
     def failed(self, key: str, site_name: str, reason: str, *, at_once: bool) -> CircuitState:

@@ -1,13 +1,9 @@
 """``ZvmClient``: the one way this project talks to a ZVM.
 
-Every call goes through ``_request`` (token, one re-login on 401, bounded retries of
-GETs on transient errors) and then ``Transport.send`` (timeouts, TLS, request id,
-logging). Public methods return the typed results of ``types.py``, never raw dicts.
-
-One client may be shared by threads: tokens are guarded by a lock, and
-``with_request_id`` hands out a cheap copy that shares the session and the token.
-Every method may raise ``ZvmError`` subclasses; read-only methods are harmless to
-repeat, the ones that change the ZVM say so.
+Every call goes through ``_request`` (token, one re-login on 401, bounded retries of GETs) and
+``Transport.send`` (timeouts, TLS, request id, logging), and returns the typed results of ``types.py``. One
+client may be shared by threads. Every method may raise a ``ZvmError``; those that change the ZVM say so, the
+others are safe to repeat.
 """
 
 from __future__ import annotations
@@ -72,11 +68,8 @@ _IN_CALL: ContextVar[bool] = ContextVar("zvm_in_call", default=False)
 
 @dataclass(frozen=True)
 class Stores:
-    """Where a client counts its ZVM's request cap and keeps its tokens.
-
-    The defaults: the cap counted and circuits kept in this process, tokens kept by this client
-    alone, requests not counted.
-    """
+    """Where a client counts its ZVM's request cap, keeps its tokens and tracks its circuit (by default: this
+    process, this client, and requests not counted)."""
 
     pacer: Pacer | None = None  # None: the process-wide in-memory pacer
     tokens: TokenStore = field(default_factory=MemoryTokenStore)
@@ -103,12 +96,9 @@ class _Shared:
 
 
 def _call(method: Callable[P, R]) -> Callable[P, R]:
-    """One public call as the site's circuit sees it (``rewind.zvm.breaker``).
-
-    Refused at once while the circuit is open; a usable answer (404 and other 4xx included)
-    closes it; a call that ends without one (after its retries) counts one failure. A timeout
-    is counted by ``_request`` right away, so that it is not retried once it opened the circuit.
-    """
+    """One public call as the site's circuit sees it (``rewind.zvm.breaker``): refused while the circuit is open; a
+    usable answer (404 and other 4xx included) closes it; a call that ends without one counts one failure (a
+    timeout is counted by ``_request`` at once, so that it is not retried once it opened the circuit)."""
 
     @wraps(method)
     def wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
@@ -136,10 +126,9 @@ def _call(method: Callable[P, R]) -> Callable[P, R]:
 
 
 class ZvmClient:
-    # While a download link is being prepared the ZVM may answer 404/409 (which one is unknown:
-    # the simulator's ``download_pending_status`` variant gives either).
-    # How long a link may answer 404/409 before it serves the bytes (undocumented: a ZVM may
-    # prepare a large zip first). Asked again after 0.5 s, doubling up to every 2 s.
+    # How long a download link may answer 404 or 409 while the ZVM prepares it (undocumented: a large zip may
+    # come first; the simulator's ``download_pending_status`` variant gives either). Asked again after 0.5 s,
+    # doubling up to every 2 s.
     download_ready_timeout_s = 60.0
     download_ready_delay = 0.5
 
@@ -153,8 +142,8 @@ class ZvmClient:
         _sleep: Callable[[float], None] = time.sleep,
         _gated: bool = True,
     ) -> None:
-        """``stores``: where the cap is counted, tokens are kept and the circuit is tracked
-        (default: this client / process)."""
+        """``stores``: where the cap is counted, tokens kept and the circuit tracked (default: this client, this
+        process)."""
         self.conn = conn
         self.request_id = request_id
         self._shared = _shared or _Shared(conn, stores)
@@ -169,10 +158,8 @@ class ZvmClient:
         return ZvmClient(self.conn, request_id=request_id, _shared=self._shared, _sleep=self._sleep, _gated=self._gated)
 
     def ungated(self) -> ZvmClient:
-        """A copy whose calls go even while the site's circuit is open (probes, a person's check).
-
-        Their outcome still counts: an answer closes the circuit, a failure keeps it open.
-        """
+        """A copy whose calls go even while the site's circuit is open (probes, a person's check); their outcome
+        still counts."""
         return ZvmClient(self.conn, request_id=self.request_id, _shared=self._shared, _sleep=self._sleep, _gated=False)
 
     # -- the site's circuit --------------------------------------------------------
@@ -259,10 +246,8 @@ class ZvmClient:
     # -- checkpoints and tasks -----------------------------------------------------
     @_call
     def insert_tagged_checkpoint(self, vpg_id: str, tag: str) -> str:
-        """Ask the ZVM to add a tagged checkpoint; returns the task id.
-
-        Changes the ZVM and is never retried here: a repeat adds a second checkpoint.
-        """
+        """Ask the ZVM to add a tagged checkpoint; returns the task id. Changes the ZVM and is never retried here:
+        a repeat adds a second checkpoint."""
         resp = self._request("POST", f"/v1/vpgs/{_seg(vpg_id)}/checkpoints", json_body={"checkpointName": tag})
         return self._string(resp, "the tagged checkpoint insert")
 
@@ -302,11 +287,9 @@ class ZvmClient:
     # -- file level recovery -------------------------------------------------------
     @_call
     def flr_mount(self, *, vpg_id: str, vm_id: str, checkpoint_id: str) -> str:
-        """Start an FLR mount; returns the session id. Changes the ZVM; never retried.
-
-        Raises ``ZvmUnparseableResponse`` when the answer is not a JSON string: the mount
-        may have started anyway, so the caller should look for the session.
-        """
+        """Start an FLR mount; returns the session id. Changes the ZVM; never retried. Raises
+        ``ZvmUnparseableResponse`` when the answer is not a JSON string: the mount may have started anyway, so
+        the caller should look for the session."""
         body = {"jflr": {"vpgIdentifier": vpg_id, "vmIdentifier": vm_id, "checkpointIdentifier": checkpoint_id}}
         resp = self._request("POST", "/v1/flrs", json_body=body)
         return self._string(resp, "the mount request", note=" (the mount may have started anyway)")
@@ -345,12 +328,9 @@ class ZvmClient:
 
     @_call
     def flr_download(self, session_id: str, path: str, sink: BinaryIO, *, chunk_size: int = MIB) -> DownloadResult:
-        """Stream the file at ``path`` into ``sink``; returns its size and sha256.
-
-        A zip wrapper is detected and its single member extracted on the way; memory
-        stays bounded by ``chunk_size``. Nothing is written to ``sink`` before the ZVM
-        started sending, but a failure mid-stream leaves ``sink`` partly written.
-        """
+        """Stream the file at ``path`` into ``sink``, unwrapping a zip wrapper on the way, in memory bounded by
+        ``chunk_size``; returns its size and sha256. Nothing is written before the ZVM starts sending, but a
+        failure mid-stream leaves ``sink`` partly written."""
         url = self.flr_download_url(session_id, [path])
         resp = self._fetch_when_ready(url)
         try:
@@ -365,11 +345,8 @@ class ZvmClient:
 
     @_call
     def flr_unmount(self, session_id: str) -> str:
-        """End an FLR session (``DELETE /v1/flrs/{id}``); returns the ZVM's answer (a task id).
-
-        Changes the ZVM; never retried here. A session that is already gone gives
-        ``ZvmNotFoundError``, which callers may treat as done.
-        """
+        """End an FLR session (``DELETE /v1/flrs/{id}``); returns the ZVM's answer (a task id). Changes the ZVM;
+        never retried here. A session already gone gives ``ZvmNotFoundError``, which callers may treat as done."""
         resp = self._request("DELETE", f"/v1/flrs/{_seg(session_id)}")
         if not resp.content.strip():
             return ""
@@ -386,11 +363,8 @@ class ZvmClient:
         url: str | None = None,
         stream: bool = False,
     ) -> requests.Response:
-        """Send one API call: a 2xx response, or a ``ZvmError``.
-
-        GETs are retried on transient errors (bounded, exponential with jitter); POST
-        and DELETE never are, because the ZVM may have acted before the answer was lost.
-        """
+        """Send one API call: a 2xx response, or a ``ZvmError``. GETs are retried on transient errors (bounded,
+        exponential with jitter); POST and DELETE never are: the ZVM may have acted before the answer was lost."""
         target = url or self.conn.root + path
         rid = self.request_id or str(uuid.uuid4())  # one id per call, kept across its retries
         attempts = max(1, self.conn.get_attempts) if method == "GET" else 1
@@ -533,23 +507,16 @@ _shared_stores: Callable[[], Stores] = Stores
 
 
 def use_shared_stores(factory: Callable[[], Stores]) -> None:
-    """Make ``shared_client`` count caps and keep tokens in what ``factory`` returns.
-
-    The application calls this once at start-up (Redis or database stores shared by its
-    processes); without it, ``shared_client`` counts and keeps them in this process.
-    """
+    """Make ``shared_client`` count caps and keep tokens in what ``factory`` returns (the application's Redis or
+    database stores, set once at start-up); without it, in this process."""
     global _shared_stores
     with _SHARED_LOCK:
         _shared_stores = factory
 
 
 def shared_client(conn: ZvmConnection, *, request_id: str | None = None) -> ZvmClient:
-    """A client reusing one HTTP pool and one token per connection settings in this process.
-
-    Building a fresh ``ZvmClient`` per call logs in every time; this does not. Keyed by
-    process id as well, so a forked worker never shares sockets with its parent. Caps and
-    tokens go through the stores set with ``use_shared_stores``.
-    """
+    """A client reusing one HTTP pool and one token per connection settings in this process (a fresh ``ZvmClient``
+    logs in every time). Keyed by process id too, so a forked worker never shares its parent's sockets."""
     with _SHARED_LOCK:
         key = (os.getpid(), conn, _shared_stores)  # clients made before a switch of stores keep theirs
         shared = _SHARED.get(key)

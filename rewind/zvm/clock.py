@@ -1,18 +1,9 @@
-"""A ZVM's clock beside ours: its offset, learned from the ``Date`` header of its answers.
+"""A ZVM's clock beside ours: ``offset = ZVM time - our time``, learned from the ``Date`` of its answers.
 
-A ZVM's clock may run minutes off ours. Every time window sent to a ZVM (``startDate``,
-``startedAfterDate``) must be in *its* time, and every time it shows must be converted
-before it meets ours. ``offset = ZVM time - our time``.
-
-The ``Date`` header has whole seconds, so one answer only says: when it was written, the
-ZVM's clock read between ``D`` and ``D + 1``, and ours between the send and the receipt.
-That bounds the offset to ``(D - received, D + 1 - sent)``. Bounds from several answers
-intersect, so the estimate tightens to about a round trip; readings older than
-``KEEP_S`` are dropped, and a reading that contradicts the others (the clock was set)
-starts afresh.
-
-When the bounds include zero, the clocks cannot be told apart and the offset is 0: no
-conversion then adds noise to timestamps a ZVM shows.
+Every window sent to a ZVM must be in its time and every time it shows converted to ours. A ``Date`` has whole
+seconds, so one answer bounds the offset to ``(D - received, D + 1 - sent)``; the bounds of recent answers
+intersect to about a round trip, and one that contradicts them (the clock was set) starts afresh. When the
+bounds include zero the offset is 0, so no conversion adds noise.
 """
 
 from __future__ import annotations
@@ -58,11 +49,8 @@ def date_header_bounds(date_header: str | None, received_at: float, elapsed_s: f
 
 
 def estimate(readings: list[tuple[float, float, float]]) -> ClockOffset | None:
-    """The offset from ``(low, high, at)`` readings, newest last.
-
-    Intersects from the newest backwards and stops at the first reading that would leave
-    nothing: the clock was set between them, and the newer readings tell the truth.
-    """
+    """The offset from ``(low, high, at)`` readings, newest last: intersected from the newest backwards up to the
+    first reading that would leave nothing (the clock was set between them; the newer readings are right)."""
     if not readings:
         return None
     low, high, at = readings[-1]

@@ -11,13 +11,11 @@ from urllib.parse import urlsplit, urlunsplit
 class ZvmConnection:
     """Everything the client needs to talk to one ZVM. Immutable; safe to share.
 
-    ``base_url`` may carry a path prefix (``https://proxy/site-a``); API paths are joined
-    under it. ``client_secret`` set → the client_credentials grant with ``client_id``;
-    otherwise the password grant. ``ca_bundle`` pins the ZVM's certificate (verification
-    is then on whatever ``verify_tls`` says). GETs are retried on transient errors up to
-    ``get_attempts`` times in all, sleeping ``backoff_initial`` doubling up to
-    ``backoff_max`` seconds, with jitter. ``max_requests_per_s`` caps the requests sent to
-    this ZVM (see ``pacing``; None: no cap), counted per ``zvm_key`` by the client's pacer.
+    ``base_url`` may carry a path prefix (``https://proxy/site-a``). ``client_secret`` set: the
+    client_credentials grant, else the password grant. ``ca_bundle`` pins the ZVM's certificate. GETs are tried
+    ``get_attempts`` times in all on transient errors, backing off from ``backoff_initial`` to ``backoff_max``
+    seconds with jitter. ``max_requests_per_s`` caps the requests to this ZVM (``pacing``; None: no cap),
+    counted per ``zvm_key``.
     """
 
     site_name: str

@@ -1,10 +1,7 @@
 """Counting every request sent to a ZVM, by site and result, for the service's metrics.
 
-``Transport.send`` reports each request once (a retry is another request; a call refused by
-an open circuit sends nothing and is not one) to the ``RequestCounter`` it was handed. The
-counters that every process shares (Redis, the database) live outside the client library;
-without one nothing is counted. Counting must never fail or delay a ZVM call beyond its own
-short store write, so a counter swallows its store's errors.
+``Transport.send`` reports each request once (a retry is another; a call an open circuit refused is none) to the
+``RequestCounter`` it was handed, if any. A counter swallows its store's errors: counting never fails a call.
 """
 
 from __future__ import annotations

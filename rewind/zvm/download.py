@@ -1,9 +1,7 @@
 """FLR download helpers: resolving the link the ZVM hands out, and streaming its bytes.
 
-What the link looks like is undocumented (relative or absolute, quoted or not) and so
-is the payload (the raw file or a zip holding it). Both are handled here, in constant
-memory: raw bytes go straight to the sink; a zip is spooled to a temporary file (zip
-needs its central directory at the end) and its one member is streamed out of it.
+Both the link (relative or absolute, quoted or not) and the payload (the file, or a zip holding it) are
+undocumented. Memory stays constant: a zip is spooled to a temporary file, since its directory comes last.
 """
 
 from __future__ import annotations
@@ -36,12 +34,8 @@ def clean_link(raw: str) -> str:
 
 
 def resolve_link(root: str, link: str) -> str:
-    """Make ``link`` absolute against the site's base URL ``root``.
-
-    The base may carry a path prefix (``https://host/site-a``). A relative link, with or
-    without a leading slash, is taken as relative to the ZVM's API root, i.e. under the
-    prefix; a link that already starts with the prefix is not prefixed twice.
-    """
+    """Make ``link`` absolute against the site's base URL ``root``, which may carry a path prefix: a relative link
+    (leading slash or not) is under the prefix, and a link already starting with it is not prefixed twice."""
     parts = urlsplit(link)
     if parts.scheme and parts.netloc:
         return link
@@ -110,10 +104,8 @@ def stream_to_sink(
     sink: BinaryIO,
     chunk_size: int,
 ) -> DownloadResult:
-    """Write the file's own bytes to ``sink``; a wrapper zip is unpacked on the way.
-
-    Raises ``NotOneFile`` or ``zipfile.BadZipFile`` for a declared zip that is unusable.
-    """
+    """Write the file's own bytes to ``sink``, a wrapper zip unpacked on the way; raises ``NotOneFile`` or
+    ``zipfile.BadZipFile`` for a declared zip that is unusable."""
     declared_zip = content_type.split(";")[0].strip().lower() in ZIP_TYPES
     head = _peek(chunks, len(ZIP_MAGIC))
     if not declared_zip and not head.startswith(ZIP_MAGIC):

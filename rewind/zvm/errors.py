@@ -1,12 +1,8 @@
 """Typed errors of the ZVM client.
 
-Every error names the site and says what went wrong in plain words, so its ``str()`` can
-be shown to an operator, stored in an audit row or returned to an agent as is. No error
-ever carries a password, a client secret or a token: the client builds every message
-itself and redacts anything it did not write (see ``Transport.redact``).
-
-Callers decide on retries by class: ``ZvmTransientError`` may succeed later (timeouts,
-refused connections, 5xx, 429); everything else will fail the same way again.
+Every error names the site and says what went wrong in plain words and never a secret (the client writes each
+message and redacts what it did not write), so its ``str()`` may go to an operator, an audit row or an agent as
+is. Callers decide on retries by class: only a ``ZvmTransientError`` may succeed later.
 """
 
 from __future__ import annotations
@@ -15,10 +11,8 @@ from typing import Any
 
 
 class ZvmError(Exception):
-    """Base of every ZVM client error: ``site_name`` plus a plain-words ``message``.
-
-    ``timed_out``: no answer within the connect or read timeout.
-    """
+    """Base of every ZVM client error: ``site_name`` plus a plain-words ``message``; ``timed_out``: no answer in
+    time."""
 
     timed_out = False
     circuit_counted = False  # already counted against the site's circuit (rewind.zvm.breaker)
@@ -56,29 +50,21 @@ class ZvmError(Exception):
 
 
 class ZvmTransientError(ZvmError):
-    """The ZVM could not be reached or was busy: timeout, connection error, 5xx, 429.
-
-    Trying again later may work. GETs were already retried a few times by the client.
-    """
+    """The ZVM could not be reached or was busy (timeout, connection error, 5xx, 429): trying later may work; GETs
+    were already retried a few times."""
 
 
 class ZvmSiteUnavailable(ZvmTransientError):
-    """The site's circuit is open (see ``rewind.zvm.breaker``): the call was not sent.
-
-    Its ZVM failed lately (the message says since when and why); a background probe closes
-    the circuit when it answers again. Also raised for a site disabled here. ``since`` is the
-    wall-clock time it opened (None when disabled), ``reason`` the last failure.
-    """
+    """The site's circuit is open (``rewind.zvm.breaker``) or the site is disabled here: the call was not sent.
+    ``since`` is when it opened (None when disabled), ``reason`` the last failure."""
 
     since: float | None = None
     reason: str = ""
 
 
 class ZvmRejectedError(ZvmError):
-    """The ZVM answered with a 4xx: the request itself is wrong; repeating it will not help.
-
-    ``status`` is the HTTP status; ``zvm_message`` is the ZVM's ``Message`` when it sent one.
-    """
+    """The ZVM answered with a 4xx: the request itself is wrong; repeating it will not help. ``status`` is the HTTP
+    status, ``zvm_message`` the ZVM's ``Message`` when it sent one."""
 
 
 class ZvmNotFoundError(ZvmRejectedError):
@@ -94,7 +80,4 @@ class ZvmUnparseableResponse(ZvmError):
 
 
 class ZvmTlsError(ZvmError):
-    """The TLS handshake failed (untrusted or mismatched certificate): a configuration problem.
-
-    Not transient: the same CA bundle will fail the same way on the next attempt.
-    """
+    """The TLS handshake failed (untrusted or mismatched certificate): a configuration problem, not transient."""

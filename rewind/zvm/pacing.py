@@ -1,17 +1,10 @@
-"""Request pacing: at most a site's cap of requests to one ZVM in any one-second window.
+"""Request pacing: at most a site's cap of requests to one ZVM in any one-second window (docs/operations.md,
+"Politeness to a ZVM").
 
-A request over the cap is never dropped: it reserves the next free slot and its sender
-sleeps until then. The rule is a sliding window of reserved send times: with a cap of r
-requests per second a request may go ``window`` seconds after the one ``n`` places before
-it, where ``n = max(1, floor(r))`` and ``window = max(1 s, 1/r) + ARRIVAL_SLACK_S``. So an
-idle ZVM takes a burst of up to ``n`` requests at once, and no stretch of one second ever
-holds more than ``n``. (A GCRA with any burst above one would let ``r + burst - 1`` through
-in some second; spacing requests 1/r apart would forbid the burst.) A fractional cap above
-1 counts whole requests: 2.5 lets 2 through per second.
-
-``Pacer.reserve`` is the one call the transport makes per request. This module holds the
-rule and an in-process pacer; the shared ones (Redis, database) live outside the client
-library and apply the same rule through ``next_slot``.
+A request over the cap is never dropped: it reserves the next free slot and waits. A sliding window of reserved
+send times, not a GCRA, because it alone lets an idle ZVM take a burst of ``n = max(1, floor(r))`` at once while
+no second ever holds more than ``n``. The shared pacers (Redis, database) live outside the client library and
+apply the same rule through ``next_slot``.
 """
 
 from __future__ import annotations
@@ -23,30 +16,21 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-# The ZVM sees arrival times, not our send times: a request delayed on its way (a busy
-# core, a new TLS connection) can arrive closer to a later one than their slots were.
-# Widening the window a little keeps the cap true at the ZVM's end. Measured under the full
-# load (bench/load.py): at 50 ms, 5 of 15 runs put 11 to 13 requests in one second at the
-# simulator, every traced request having left within its slot and the way to the handler
-# taking up to 43 ms on the busy host; at 100 ms, none of 6. It costs 5 % of the rate at the
-# cap (10 requests per 1.1 s against per 1.05 s).
+# The ZVM sees arrival times, not our send times: a request delayed on its way (a busy core, a new TLS
+# connection) can arrive closer to a later one than their slots were. Widening the window a little keeps the cap
+# true at the ZVM's end; why 100 ms: see the benchmarks page.
 ARRIVAL_SLACK_S = 0.1
-# How far from its slot a sender may find itself and still keep it; past that it takes a new
-# one (``rewind.zvm.transport``). A third of the slack: a pacer may place a slot this far off
-# (see ``Pacer.reserve``), the sender may then be this late at the wire, and a third is left
-# for the way to the ZVM.
+# How far from its slot a sender may find itself and still keep it (``rewind.zvm.transport``): a third of the
+# slack, as a pacer may place a slot this far off, the sender be this late, and a third is left for the way.
 LATE_S = ARRIVAL_SLACK_S / 3
 MAX_PER_S = 1000.0  # the window keeps one time per allowed request; bounded so it stays small
 
 
 class Pacer(Protocol):
     def reserve(self, key: str, per_s: float) -> float:
-        """Count one request to the ZVM ``key``; the seconds from this return to its slot.
-
-        Negative when the slot had already passed on return (the reservation itself was slow):
-        the sender is late by that much. A pacer that cannot place the slot exactly on this
-        process's clock places it no earlier than it is, and at most ``LATE_S`` later.
-        """
+        """Count one request to the ZVM ``key``; the seconds from this return to its slot. Negative when the slot
+        had already passed (the reservation itself was slow). A pacer that cannot place the slot exactly on this
+        process's clock places it no earlier, and at most ``LATE_S`` later."""
         ...
 
 

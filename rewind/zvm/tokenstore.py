@@ -1,12 +1,8 @@
 """Where Keycloak tokens are kept between calls, so processes need not each log in.
 
-``TokenStore`` is what ``TokenKeeper`` needs from a store; the client library ships only
-``MemoryTokenStore`` (one process). The shared stores (Redis, database, both encrypting
-the token) live outside the library and are handed in by whoever builds the client.
-
-Keys are ``ZvmConnection.login_key``: a digest of the ZVM address and the login name,
-never a secret. Times are wall-clock seconds (``time.time()``), because other processes
-read them.
+The library ships only ``MemoryTokenStore``; the shared stores (Redis, database, both encrypting the token) are
+handed in by whoever builds the client. Keys are ``ZvmConnection.login_key``, never a secret; times are
+wall-clock seconds, since other processes read them.
 """
 
 from __future__ import annotations
@@ -37,11 +33,8 @@ class TokenStore(Protocol):
         ...
 
     def claim_login(self, key: str, ttl: float) -> bool:
-        """Whether this caller may log in now: True for one caller at a time, for up to ``ttl`` s.
-
-        Others wait for the token that caller stores. A store that cannot answer says True:
-        a duplicate login is better than no login.
-        """
+        """Whether this caller may log in now: True for one caller at a time, for up to ``ttl`` s; the others wait
+        for the token it stores. A store that cannot answer says True: a duplicate login beats none."""
         ...
 
     def release_login(self, key: str) -> None:

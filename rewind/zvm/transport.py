@@ -47,11 +47,8 @@ _on_wire = threading.local()
 
 
 def _connected_and_on_time(conn: Any) -> None:
-    """Connect now if the pooled connection is closed, then give the request's pacing its last word.
-
-    The pacing's slot is kept at the moment the bytes leave, not before the connection was
-    checked out: a TLS handshake on a busy host can take longer than the pacer's arrival slack.
-    """
+    """Connect now if the pooled connection is closed, then give the request's pacing its last word: the slot holds
+    at the moment the bytes leave, since a TLS handshake on a busy host can outlast the pacer's slack."""
     if conn.is_closed:
         conn.connect()  # as urllib3 does for HTTPS: connect early so TLS errors surface here
     check: _WireCheck | None = getattr(_on_wire, "check", None)
@@ -67,13 +64,9 @@ def _connected_and_on_time(conn: Any) -> None:
 
 
 def _closed_by_peer(conn: Any) -> bool:
-    """Whether a connection that has sent nothing yet was closed by the ZVM.
-
-    urllib3's ``is_connected`` takes any readable socket for a closed one, but a TLS 1.3 server
-    sends its session tickets just after the handshake: a live connection is readable then, and
-    reconnecting for that made a fresh connection late again, up to ``RESERVE_TRIES`` times.
-    Reading without blocking tells them apart: the tickets leave nothing to read.
-    """
+    """Whether a connection that has sent nothing yet was closed by the ZVM. urllib3's ``is_connected`` takes a TLS
+    1.3 connection that just got its session tickets for closed (and reconnecting made the request late again);
+    reading without blocking tells them apart: the tickets leave nothing to read."""
     sock = conn.sock
     if sock is None:
         return True
@@ -95,12 +88,9 @@ def _closed_by_peer(conn: Any) -> bool:
 
 
 class _QuietHTTPSConnectionPool(HTTPSConnectionPool):
-    """urllib3's HTTPS pool without the InsecureRequestWarning, paced at the wire.
-
-    Unverified TLS is this session's configured choice (``verify_tls=False`` against
-    self-signed appliance certificates), so the warning is noise here; silencing it
-    with ``warnings.filterwarnings`` would be process-wide and not thread-safe.
-    """
+    """urllib3's HTTPS pool paced at the wire and without the InsecureRequestWarning: unverified TLS is a site's
+    configured choice (self-signed appliances), and silencing it with ``warnings.filterwarnings`` would be
+    process-wide and not thread-safe."""
 
     def _validate_conn(self, conn: Any) -> None:
         # urllib3's only hook between connecting and sending ("called right before a request is made, after
@@ -131,12 +121,9 @@ class _QuietAdapter(HTTPAdapter):
 
 
 def unverified_tls_context() -> ssl.SSLContext:
-    """The TLS context of every unverified connection of a session.
-
-    Without one, urllib3 builds a context per new connection and loads the system's CA
-    store into it, which unverified TLS never reads: 25 ms of CPU per connection here
-    (measured), paid again whenever a ZVM has closed an idle keep-alive connection.
-    """
+    """The TLS context of every unverified connection of a session, built once: urllib3 would build one per new
+    connection and load the system's CA store into it, which unverified TLS never reads (measured: see the
+    benchmarks page)."""
     context = create_urllib3_context(cert_reqs=ssl.CERT_NONE)
     context.check_hostname = False
     context.verify_mode = ssl.CERT_NONE
@@ -300,13 +287,10 @@ class Transport:
 
     # -- the one network call ------------------------------------------------------
     def pace(self, method: str, path: str, request_id: str) -> float | None:
-        """Wait for this request's slot under the site's cap (it is counted even if it then fails).
-
-        A sender that wakes up late (a busy core, a thread waiting for the GIL) would arrive
-        in the next window beside the requests that own it, and the ZVM would see more than
-        the cap in one second: past ``LATE_S`` it gives its slot up and takes a new one.
-        Returns when the slot was due (None: no cap), which ``_WireCheck`` holds the sending to.
-        """
+        """Wait for this request's slot under the site's cap (it is counted even if it then fails). A sender that
+        wakes up late past ``LATE_S`` (a busy core, the GIL) would arrive beside the next window's requests, so
+        it takes a new slot. Returns when the slot was due (None: no cap), which ``_WireCheck`` holds the
+        sending to."""
         per_s = self.conn.max_requests_per_s
         if per_s is None:
             return None

@@ -1,8 +1,7 @@
 """Result types of the ZVM client: small frozen dataclasses, parsed tolerantly.
 
-Each ``from_json`` reads the ZVM's PascalCase JSON without regard to case, maps missing
-or mistyped fields to None (or a neutral default) and ignores fields it does not know.
-Callers never see raw dicts.
+Each ``from_json`` reads the ZVM's JSON without regard to case, maps missing or mistyped fields to None (or a
+neutral default) and ignores fields it does not know. Callers never see raw dicts.
 """
 
 from __future__ import annotations
@@ -190,12 +189,10 @@ def _kept(raw: object) -> dict[str, Any]:
 class VmList:
     """A site's whole VM list (one unfiltered ``GET /v1/vms``), each row parsed when first read.
 
-    A ZVM of 10,000 VMs answers about 18 MB (11,562 rows). Parsing every row into a ``VmRow``
-    took longer than decoding the JSON (326 against 223 ms, measured here), while a look-up
-    reads a handful of rows: the list is indexed by name, identifier or address, read straight
-    from each row, and only the rows found are parsed; keeping each row's keys took 43 ms.
-    The price is memory: the kept keys hold 36 MB of that list, against 53 MB for whole rows
-    and 15 MB for parsed ones.
+    A ZVM of 10,000 VMs answers 18 MB, and parsing every row cost more than decoding the JSON, while a look-up
+    reads a handful: the list is indexed by name, identifier or address read straight from each kept row, and
+    only the rows found are parsed, at the price of keeping each row's keys in memory (measured: see the
+    benchmarks page).
     """
 
     __slots__ = ("_indexes", "_raw", "_rows")
@@ -230,10 +227,8 @@ class VmList:
         return _ip_addresses(Fields(self._raw[index]))
 
     def index(self, keys: Callable[[VmList, int], Iterable[str]]) -> dict[str, tuple[int, ...]]:
-        """The positions of the rows by each key ``keys(self, i)`` gives, built once per list and ``keys``.
-
-        It lives and dies with the list, so it never outlives the rows it points at.
-        """
+        """The positions of the rows by each key ``keys(self, i)`` gives, built once per list and ``keys``; it
+        lives and dies with the list, so it never outlives the rows it points at."""
         built = self._indexes.get(keys)
         if built is None:  # a racing builder only repeats the work
             positions: dict[str, list[int]] = {}
@@ -252,12 +247,9 @@ def _failover_test_running(f: Fields) -> bool:
 
 @dataclass(frozen=True)
 class JournalHistory:
-    """A VPG's ``HistoryStatusApi``: how far back its journal reaches, and its oldest checkpoint.
-
-    Each field is None when the ZVM leaves it out (the swagger lists all three; which ones a
-    ZVM fills is undocumented). ``actual_minutes`` is the history the journal holds now;
-    ``configured_minutes`` the history it is set to keep.
-    """
+    """A VPG's ``HistoryStatusApi``: how far back its journal reaches, and its oldest checkpoint. Each field is
+    None when the ZVM leaves it out (which ones a ZVM fills is undocumented); ``actual_minutes`` is the history
+    the journal holds now, ``configured_minutes`` the history it is set to keep."""
 
     actual_minutes: int | None = None
     configured_minutes: int | None = None
@@ -365,11 +357,8 @@ class PointInTime:
 
 @dataclass(frozen=True)
 class Task:
-    """A ZVM task. ``completed``: State 6; ``failed``: ended any other way.
-
-    Like the official SDK, anything that is neither InProgress (1) nor Completed (6)
-    counts as failed (Failed, Stopped, Paused, waiting for input, cancelling).
-    """
+    """A ZVM task. ``completed``: State 6; ``failed``: ended any other way (as in the official SDK, anything
+    neither InProgress nor Completed: Failed, Stopped, Paused, waiting for input, cancelling)."""
 
     identifier: str | None
     type: str | None
@@ -410,11 +399,8 @@ class Task:
 
 @dataclass(frozen=True)
 class FlrSession:
-    """An FLR session (``FlrSessionInformationApi``).
-
-    ``is_mounted``: the mount is ready to browse. ``is_terminal``: it failed or is gone or
-    going (unmount states are undocumented for 10.x, so any status naming an unmount counts).
-    """
+    """An FLR session (``FlrSessionInformationApi``). ``is_terminal``: it failed or is gone or going (unmount
+    states are undocumented for 10.x, so any status naming an unmount counts)."""
 
     identifier: str | None
     status: str | None

@@ -1,6 +1,5 @@
-"""What createagent and mcpconfig share: finding the owner, issuing the token, reporting it.
-
-Not a command itself: Django skips command modules whose names start with an underscore.
+"""What createagent and mcpconfig share: finding the owner, issuing the token, reporting it. Not a command: Django
+skips command modules whose names start with an underscore.
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The scripted agent of ``manage.py demo``: MCP tool calls over streamable HTTP, made with the
-official SDK client as any agent's host makes them.
-
-Not a command itself: Django skips command modules whose names start with an underscore.
+"""The scripted agent of ``manage.py demo``: MCP tool calls over streamable HTTP, made with the official SDK client
+as any agent's host makes them. Not a command (the underscore).
 """
 
 from __future__ import annotations

@@ -1,7 +1,5 @@
-"""The folder half of ``manage.py demo --folder``: the agent's own look at what came back.
-
-The agent reads the manifest from ``zerto_recovery_status``, downloads the one zip with its
-bearer token and checks every member against the manifest's sha256 before it trusts a byte.
+"""The folder half of ``manage.py demo --folder``: the agent downloads the one zip with its bearer token and checks
+every member against the manifest's sha256 before it trusts a byte.
 """
 
 from __future__ import annotations

@@ -1,14 +1,9 @@
 """``manage.py demo --gateway``: the same loop, with the agent connected only to zerto-rewind.
 
-The guest shell (``tests/gateway/guestshell.py``, a small MCP server that edits the simulator's
-guests) is the agent's "ssh": it is added as a stdio upstream that the service starts itself,
-and the catalog lists its ``exec`` tool. The scripted agent calls ``guestshell__exec`` straight
-away, never a zerto tool first: the gateway guards the VM on the way through and hands back the
-guard in the result's ``_meta``, and the agent asks for the file back with that change id and
-``restore: true``: the guest shell's ``write_file`` and ``read_file`` are the service's writer and
-reader for Linux guests, so once a person has seen the diff and clicked Write back (``--auto-approve``
-does both through the services the page calls), the service guards, writes the file back into the
-guest, reads it back and reports ``restored: verified``.
+The guest shell (``tests/gateway/guestshell.py``) is the agent's "ssh", a stdio upstream whose ``exec`` the
+catalog lists. The agent calls it straight away, never a zerto tool first: the gateway guards the VM on the way
+and hands the guard back in the result's ``_meta``, and the agent asks for the file back with that change id and
+``restore: true``, the guest shell's ``write_file`` and ``read_file`` writing it back and reading it.
 """
 
 from __future__ import annotations
@@ -97,7 +92,6 @@ def ensure_guest_file_tools(upstream: Upstream) -> list[str]:
 
 
 def diff_lines(recovery_id: int) -> list[str]:
-    """The diff the approval page shows, as text."""
     recovery = RecoveryRequest.objects.get(pk=recovery_id)
     diff = restore_diff(recovery)
     if diff is None:

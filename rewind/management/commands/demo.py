@@ -1,15 +1,9 @@
 """``manage.py demo``: the loop the product exists for, against the simulator, end to end.
 
-A scripted agent drives it over MCP (streamable HTTP, the official SDK client) against the
-stack ``make run`` started: it guards a VM before an ssh edit, makes a bad edit in the simulated
-guest, asks for the file back, and a person approves in the browser (or ``--auto-approve``
-approves as the demo approver, through the same service the admin's button calls). Then it
-prints the recovered bytes, the diff against the bad file, the unmount report and the audit
-trail of the change, and puts the good file back.
-
-The agent's token is issued through the agents service for this run and revoked at its end;
-this command must therefore use the stack's database (the same ``REWIND_VAR_DIR`` or
-``DATABASE_URL``), which it checks.
+A scripted agent guards a VM over MCP before an ssh edit, makes a bad edit in the simulated guest and asks for
+the file back; a person approves in the browser (or ``--auto-approve`` does, through the service the admin's
+button calls). The agent's token is issued for this run and revoked at its end, so the command must use the
+stack's database, which it checks.
 """
 
 from __future__ import annotations
