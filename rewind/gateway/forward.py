@@ -167,7 +167,7 @@ def guard_start(ready: Prepared) -> Prepared | GuardOut:
             tool=name,
             request_id=call.request_id or None,
             decision=plan.decision,
-            decision_reason=plan.reason,
+            decision_reason=_why_a_person(plan),
         )
     except ApplicationError as exc:
         _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
@@ -175,6 +175,14 @@ def guard_start(ready: Prepared) -> Prepared | GuardOut:
         return ready
     call_refers_to(guard=outcome.guard.pk if outcome.guard else None)
     return guard_out(outcome, tool=name)
+
+
+def _why_a_person(plan: Plan) -> str:
+    if plan.decision != Decision.APPROVE:
+        return plan.reason
+    if plan.catalog_entry:
+        return f"the catalog entry {plan.catalog_entry} says approve"
+    return f"its policy is approve ({plan.reason})"
 
 
 def upstream_down_refuse(ready: Prepared, why: str) -> str:

@@ -44,6 +44,7 @@ from rewind.approvals.services import (
     held_call_finish,
     held_call_release_refuse,
     held_call_released,
+    held_call_result,
 )
 from rewind.checkpoints.holds import checkpoints_gone
 from rewind.errors import ApplicationError
@@ -194,19 +195,23 @@ def _still_waiting(held: HeldCall) -> CallToolResult:
         f"Do not call the tool again: call zerto_held_call_status with id {held.pk} later; once approved, this "
         "service forwards exactly these arguments, once, and the status gives its answer."
     )
+    # An error: the call did not run (and a tool with an output schema has no structured answer yet).
     return CallToolResult(
-        content=[TextContent(type="text", text=f"{text}\n\n{view.model_dump_json(indent=2)}")],
-        structured_content=None,
-        is_error=False,
+        content=[TextContent(type="text", text=f"{text}\n\n{view.model_dump_json(indent=2)}")], is_error=True
     )
 
 
 def _answer(held_id: int) -> CallToolResult:
+    """What the agent's call answers with once it stops waiting: the upstream's own answer when the call
+    was forwarded (by whoever released it), else why not, or where it waits (both errors: nothing ran)."""
     held = HeldCall.objects.get(pk=held_id)
     if held.state in HeldCall.OPEN:
         return _still_waiting(held)
+    kept = held_call_result(held) if held.state == HeldCall.State.FORWARDED else None
+    if kept is not None:
+        return CallToolResult.model_validate(kept)
     result = held_status_result(held)
-    return result.model_copy(update={"structured_content": None})
+    return result.model_copy(update={"structured_content": None, "is_error": True})
 
 
 async def await_person(held: HeldCall, relay: Any, *, wait: bool) -> CallToolResult:
@@ -215,6 +220,8 @@ async def await_person(held: HeldCall, relay: Any, *, wait: bool) -> CallToolRes
     its id and page."""
     limit = float(settings.REWIND_APPROVAL_WAIT_S) if wait else 0.0
     started = time.monotonic()
+    if relay is not None:
+        relay.upstream_starts()  # the wait's progress counts on from where the guard's ended
     said, told = 0.0, -PROGRESS_EVERY_S
     words = waiting_text(held)
     while True:
