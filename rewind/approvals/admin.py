@@ -97,7 +97,7 @@ class HeldCallAdmin(ReadOnlyAdmin):
 
     def review_view(self, request: HttpRequest, pk: int) -> HttpResponse:
         held = self._held(request, pk, to_decide=False)
-        refusal = owner_refusal(held, request.user) if request.user.is_authenticated else None  # type: ignore[arg-type]
+        refusal = owner_refusal(held, request.user) if request.user.is_authenticated else None
         context = {
             **self.admin_site.each_context(request),
             "title": f"Held call #{held.pk}: {held.tool}" + (f" on {held.vm}" if held.vm else ""),
