@@ -41,7 +41,11 @@ class HeldCallOut(BaseModel):
     tool: str
     agent: str
     vm: str | None = None
-    arguments: dict[str, Any] = Field(description="As the person sees them: secret-looking values masked")
+    arguments: Annotated[
+        dict[str, Any],
+        Field(description="As the person sees them: secret-looking values masked"),
+        Rest(field=serializers.JSONField),
+    ]
     arguments_digest: str = Field(description="SHA-256 of the arguments' RFC 8785 form: what an approval binds")
     checkpoints: list[HeldCheckpointOut] = Field(default_factory=list)
     reason: str = Field(description="Why a person must approve it")

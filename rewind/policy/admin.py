@@ -70,7 +70,7 @@ class StopSwitchAdmin(admin.ModelAdmin):
             saved = stop_engage(
                 actor=_actor(request),
                 scope=data["scope"],
-                agent=data.get("agent"),
+                agent_id=data["agent"].pk if data.get("agent") else None,
                 vm=data.get("vm") or "",
                 reason=data.get("reason") or "",
                 request_id=getattr(request, "id", None),

@@ -6,6 +6,7 @@ from __future__ import annotations
 import fnmatch
 from typing import Any
 
+from django.core.exceptions import ObjectDoesNotExist
 from django.db import connection, transaction
 from django.utils import timezone
 
@@ -137,7 +138,7 @@ def _stop_snapshot(stop: StopSwitch) -> dict[str, Any]:
     }
 
 
-def _clean_stop(scope: str, agent: Any, vm: str, reason: str) -> tuple[str, str]:
+def _clean_stop(scope: str, agent: int | None, vm: str, reason: str) -> tuple[str, str]:
     if scope not in StopSwitch.Scope.values:
         raise ApplicationError(f"scope must be one of {', '.join(StopSwitch.Scope.values)}")
     reason = " ".join((reason or "").split())
@@ -184,18 +185,25 @@ def stop_engage(
     actor: Actor,
     scope: str,
     reason: str,
-    agent: Any = None,
+    agent_id: int | None = None,
     vm: str = "",
     request_id: str | None = None,
 ) -> StopSwitch:
-    """Stop every guarded change everywhere, of one agent (an ``Agent``) or to one VM, at once in every
+    """Stop every guarded change everywhere, of one agent (``agent_id``) or to one VM, at once in every
     process: guards and gateway calls read the stops afresh on every call. People only; audited and
     notified. A second stop of the same scope is refused: one lift must end it."""
     _require_person(actor, "stop guarded changes")
-    vm, reason = _clean_stop(scope, agent, vm, reason)
+    vm, reason = _clean_stop(scope, agent_id, vm, reason)
+    stop = StopSwitch(
+        scope=scope, agent_id=agent_id, vm=vm, reason=reason, stopped_by=actor.name[:150], stopped_at=timezone.now()
+    )
+    try:
+        stop.agent_name = stop.agent.name if agent_id is not None else ""  # type: ignore[union-attr]
+    except ObjectDoesNotExist:
+        raise ApplicationError(f"there is no agent #{agent_id}") from None
     same = StopSwitch.objects.filter(lifted_at__isnull=True, scope=scope)
     if scope == StopSwitch.Scope.AGENT:
-        same = same.filter(agent=agent)
+        same = same.filter(agent_id=agent_id or 0)
     elif scope == StopSwitch.Scope.VM:
         same = same.filter(vm__iexact=vm)
     existing = same.first()
@@ -203,15 +211,7 @@ def stop_engage(
         raise ApplicationError(
             f"changes {existing.what} are already stopped (stop #{existing.pk}, by {existing.stopped_by})"
         )
-    stop = StopSwitch.objects.create(
-        scope=scope,
-        agent=agent,
-        agent_name=agent.name if agent is not None else "",
-        vm=vm,
-        reason=reason,
-        stopped_by=actor.name[:150],
-        stopped_at=timezone.now(),
-    )
+    stop.save()
     audit_record(
         actor=actor, action=PolicyAction.STOP_ENGAGED, target=stop, data=_stop_snapshot(stop), request_id=request_id
     )
