@@ -4,19 +4,29 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('catalog', '0003_sighting_listed'),
+        ("catalog", "0003_sighting_listed"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='mutatingtool',
-            name='decision',
-            field=models.CharField(choices=[('checkpoint', 'checkpoint: guard every VPG, then go on'), ('approve', 'approve: guard every VPG, then hold the call until a person approves it'), ('deny', 'deny: refuse every call')], default='checkpoint', help_text="What a call of it gets: a checkpoint of every VPG, a checkpoint then a person's approval, or a refusal.", max_length=10),
+            model_name="mutatingtool",
+            name="decision",
+            field=models.CharField(
+                choices=[
+                    ("checkpoint", "checkpoint: guard every VPG, then go on"),
+                    ("approve", "approve: guard every VPG, then hold the call until a person approves it"),
+                    ("deny", "deny: refuse every call"),
+                ],
+                default="checkpoint",
+                help_text="What a call of it gets: a checkpoint of every VPG, a checkpoint then a person's approval, or a refusal.",
+                max_length=10,
+            ),
         ),
         migrations.AddConstraint(
-            model_name='mutatingtool',
-            constraint=models.CheckConstraint(condition=models.Q(('decision__in', ['checkpoint', 'approve', 'deny'])), name='tool_decision_valid'),
+            model_name="mutatingtool",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("decision__in", ["checkpoint", "approve", "deny"])), name="tool_decision_valid"
+            ),
         ),
     ]
