@@ -254,6 +254,8 @@ SPECTACULAR_SETTINGS = {
         "ActorTypeEnum": "rewind.audit.models.AuditEvent.ActorType",
         "GatewayPolicyEnum": "rewind.gateway.models.Policy",
         "UpstreamTransportEnum": "rewind.gateway.models.Upstream.Transport",
+        "PolicyDecisionEnum": "rewind.policy.models.Decision",
+        "StopScopeEnum": "rewind.policy.models.StopSwitch.Scope",
     },
 }
 

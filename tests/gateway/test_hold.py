@@ -20,7 +20,7 @@ from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.gateway.models import GatewayCall
 from rewind.gateway.release import held_call_release_now
 from tests.fixtures import make_user, wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream
+from tests.gateway.support import GuestShellHttp, add_http_upstream, call_at_once
 from tests.helpers import call_tool, run, tool_text
 
 pytestmark = pytest.mark.timeout(300)
@@ -38,19 +38,6 @@ def approve_entry() -> MutatingTool:
     return mutating_tool_add(
         actor=ADMIN, pattern="guestshell/exec", vm_arg="host", description="guest shell", decision="approve"
     )
-
-
-def call_at_once(mcp_client: Any, token: str, args: dict[str, Any], change_id: str | None = None) -> Any:
-    """A gateway call that answers at once when held (``zerto-rewind/wait: false``)."""
-    meta: dict[str, Any] = {"zerto-rewind/wait": False}
-    if change_id is not None:
-        meta["zerto-rewind/change_id"] = change_id
-
-    async def go() -> Any:
-        async with mcp_client(token) as client:
-            return await client.call_tool("guestshell__exec", args, meta=meta)
-
-    return run(go())
 
 
 def status(mcp_client: Any, token: str, held_id: int) -> Any:

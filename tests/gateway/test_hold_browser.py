@@ -14,8 +14,7 @@ from rewind.approvals.models import HeldCall
 from rewind.audit import Actor
 from rewind.policy.services import stop_engage
 from tests.fixtures import make_user, wait_until
-from tests.gateway.support import GuestShellHttp, add_http_upstream
-from tests.gateway.test_hold import call_at_once
+from tests.gateway.support import GuestShellHttp, add_http_upstream, call_at_once
 from tests.markers import NEEDS_CHROMIUM
 
 pytestmark = [pytest.mark.timeout(300), NEEDS_CHROMIUM]
