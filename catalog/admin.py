@@ -25,6 +25,7 @@ from catalog.services import (
 from rewind.admin_base import ReadOnlyAdmin, show_saved
 from rewind.audit import Actor
 from rewind.errors import ApplicationError
+from rewind.policy.models import Decision
 
 
 def _actor(request: HttpRequest) -> Actor:
@@ -34,7 +35,15 @@ def _actor(request: HttpRequest) -> Actor:
 class MutatingToolForm(forms.ModelForm):
     class Meta:
         model = MutatingTool
-        fields = ["pattern", "vm_arg", "platform", "description", "enabled"]
+        fields = ["pattern", "vm_arg", "platform", "description", "decision", "enabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Left out (a form of an older page, a script): the default, checkpoint.
+        self.fields["decision"].required = False
+
+    def clean_decision(self) -> str:
+        return self.cleaned_data.get("decision") or Decision.CHECKPOINT
 
     def clean_pattern(self) -> str:
         try:
@@ -51,6 +60,7 @@ class MutatingToolForm(forms.ModelForm):
                     vm_arg=(data.get("vm_arg") or "").strip(),
                     platform=data.get("platform") or "",
                     description=data.get("description") or "",
+                    decision=data.get("decision") or "",
                 )
             except ApplicationError as exc:
                 raise forms.ValidationError(exc.message) from None
@@ -60,8 +70,8 @@ class MutatingToolForm(forms.ModelForm):
 @admin.register(MutatingTool)
 class MutatingToolAdmin(admin.ModelAdmin):
     form = MutatingToolForm
-    list_display = ["pattern", "vm_arg", "platform", "enabled", "added_by", "added_by_kind", "updated_at"]
-    list_filter = ["enabled", "platform", "added_by_kind"]
+    list_display = ["pattern", "vm_arg", "platform", "decision", "enabled", "added_by", "added_by_kind", "updated_at"]
+    list_filter = ["enabled", "decision", "platform", "added_by_kind"]
     search_fields = ["pattern", "description", "vm_arg"]
     actions = ["disable_entries", "enable_entries"]
 
@@ -72,7 +82,7 @@ class MutatingToolAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: MutatingTool, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in ("vm_arg", "platform", "description", "enabled") if k in data}
+        fields = {k: data[k] for k in ("vm_arg", "platform", "description", "decision", "enabled") if k in data}
         try:
             if change:
                 saved = mutating_tool_update(actor=_actor(request), tool=mutating_tool_get(obj.pk), **fields)
@@ -83,6 +93,7 @@ class MutatingToolAdmin(admin.ModelAdmin):
                     vm_arg=fields["vm_arg"],
                     platform=fields["platform"],
                     description=fields["description"],
+                    decision=fields["decision"],
                 )
                 if not fields.get("enabled", True):
                     saved = mutating_tool_update(actor=_actor(request), tool=saved, enabled=False)

@@ -34,6 +34,7 @@ from catalog.services import (
     tool_sighting_classify_readonly,
 )
 from rewind.errors import ApplicationError
+from rewind.policy.models import Decision
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 
@@ -57,6 +58,7 @@ class MutatingToolOutputSerializer(serializers.ModelSerializer):
             "vm_arg",
             "platform",
             "description",
+            "decision",
             "enabled",
             "added_by",
             "added_by_kind",
@@ -98,6 +100,7 @@ class MutatingToolListApi(APIView):
         vm_arg = serializers.CharField(max_length=100)
         platform = serializers.ChoiceField(choices=MutatingTool.Platform.choices, default=MutatingTool.Platform.ANY)
         description = serializers.CharField(max_length=500)
+        decision = serializers.ChoiceField(choices=Decision.choices, default=Decision.CHECKPOINT)
         enabled = serializers.BooleanField(default=True)
 
         def validate_pattern(self, value: str) -> str:
@@ -145,6 +148,7 @@ class MutatingToolDetailApi(APIView):
         vm_arg = serializers.CharField(required=False, max_length=100)
         platform = serializers.ChoiceField(required=False, choices=MutatingTool.Platform.choices)
         description = serializers.CharField(required=False, max_length=500)
+        decision = serializers.ChoiceField(required=False, choices=Decision.choices)
         enabled = serializers.BooleanField(required=False)
 
         def validate_vm_arg(self, value: str) -> str:

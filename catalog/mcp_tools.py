@@ -27,6 +27,7 @@ class MutatingToolOut(BaseModel):
     vm_arg: str
     platform: str
     description: str
+    decision: str = Field(description="checkpoint, approve (checkpoint, then a person approves the call) or deny")
     enabled: bool
     added_by: str
     added_by_kind: str
@@ -42,6 +43,7 @@ def _tool_out(t: MutatingTool) -> MutatingToolOut:
         vm_arg=t.vm_arg,
         platform=t.platform,
         description=t.description,
+        decision=t.decision,
         enabled=t.enabled,
         added_by=t.added_by,
         added_by_kind=t.added_by_kind,

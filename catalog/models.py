@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from django.db import models
 
+from rewind.policy.models import Decision
+
 
 class ActorKind(models.TextChoices):
     AGENT = "agent"
@@ -34,6 +36,13 @@ class MutatingTool(models.Model):
     platform = models.CharField(max_length=10, choices=Platform.choices, default=Platform.ANY)
     description = models.CharField(max_length=500)
     enabled = models.BooleanField(default=True, help_text="A disabled entry guards nothing.")
+    decision = models.CharField(
+        max_length=10,
+        choices=Decision.choices,
+        default=Decision.CHECKPOINT,
+        help_text="What a call of it gets: a checkpoint of every VPG, a checkpoint then a person's approval, "
+        "or a refusal.",
+    )
     added_by = models.CharField(max_length=150, editable=False)
     added_by_kind = models.CharField(max_length=10, choices=ActorKind.choices, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -46,6 +55,9 @@ class MutatingTool(models.Model):
                 condition=models.Q(platform__in=["linux", "windows", "any"]), name="tool_platform_valid"
             ),
             models.CheckConstraint(condition=~models.Q(vm_arg=""), name="tool_vm_arg_required"),
+            models.CheckConstraint(
+                condition=models.Q(decision__in=["checkpoint", "approve", "deny"]), name="tool_decision_valid"
+            ),
         ]
 
     def __str__(self) -> str:

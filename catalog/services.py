@@ -27,12 +27,14 @@ from rewind.audit import Actor, audit_record
 from rewind.audit.actions import CatalogAction
 from rewind.audit.models import AuditEvent
 from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.policy.models import Decision
+from rewind.policy.services import policy_version_raise
 
 _PART = r"[a-z0-9_.-]+"
 PATTERN_RE = re.compile(rf"^{_PART}/({_PART}|\*)$", re.IGNORECASE)
 TOOL_RE = re.compile(rf"^{_PART}/{_PART}$", re.IGNORECASE)
 VM_ARG_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]{0,99}$")
-_EDITABLE = ("vm_arg", "platform", "description", "enabled")
+_EDITABLE = ("vm_arg", "platform", "description", "enabled", "decision")
 # Sightings keep at most this many agent and argument names: a tool called with ever-new
 # argument names must not grow one row without bound.
 _SIGHTING_LIST_MAX = 50
@@ -45,6 +47,7 @@ def _snapshot(tool: MutatingTool) -> dict[str, Any]:
         "platform": tool.platform,
         "description": tool.description,
         "enabled": tool.enabled,
+        "decision": tool.decision,
         "added_by": tool.added_by,
         "added_by_kind": tool.added_by_kind,
     }
@@ -71,8 +74,10 @@ def normalize_tool_name(tool: str) -> str:
     return value
 
 
-def validate_entry_fields(*, vm_arg: str, platform: str, description: str) -> None:
+def validate_entry_fields(*, vm_arg: str, platform: str, description: str, decision: str = Decision.CHECKPOINT) -> None:
     """Raises ApplicationError when an entry's fields are unusable."""
+    if decision not in Decision.values:
+        raise ApplicationError(f"decision must be one of {', '.join(Decision.values)}, not {decision!r}")
     if not VM_ARG_RE.match(vm_arg or ""):
         raise ApplicationError(
             f"vm_arg {vm_arg!r} is not an argument name: it names the tool argument that holds the VM (e.g. host)"
@@ -89,12 +94,21 @@ def _require_human(actor: Actor, what: str) -> None:
 
 
 def mutating_tool_add(
-    *, actor: Actor, pattern: str, vm_arg: str, platform: str = MutatingTool.Platform.ANY, description: str
+    *,
+    actor: Actor,
+    pattern: str,
+    vm_arg: str,
+    platform: str = MutatingTool.Platform.ANY,
+    description: str,
+    decision: str = Decision.CHECKPOINT,
 ) -> MutatingTool:
-    """Add an entry. Raises ApplicationError for bad input or an existing entry. Not repeatable."""
+    """Add an entry. Raises ApplicationError for bad input or an existing entry. Not repeatable.
+
+    Raises the policy's version: an agent may add an entry (any decision only asks more of a call),
+    never lower one."""
     value = normalize_pattern(pattern)
     vm_arg = (vm_arg or "").strip()
-    validate_entry_fields(vm_arg=vm_arg, platform=platform, description=description)
+    validate_entry_fields(vm_arg=vm_arg, platform=platform, description=description, decision=decision)
     try:
         with transaction.atomic():
             tool = MutatingTool.objects.create(
@@ -102,6 +116,7 @@ def mutating_tool_add(
                 vm_arg=vm_arg,
                 platform=platform,
                 description=description.strip()[:500],
+                decision=decision,
                 added_by=actor.name[:150],
                 added_by_kind=actor.type,
             )
@@ -111,6 +126,7 @@ def mutating_tool_add(
                 target=tool,
                 data={"before": None, "after": _snapshot(tool)},
             )
+            policy_version_raise(actor=actor, what=f"catalog entry {value} added ({decision})")
     except IntegrityError:
         raise ApplicationError(f"the catalog already has an entry {value!r}") from None
     return tool
@@ -118,7 +134,8 @@ def mutating_tool_add(
 
 @transaction.atomic
 def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> MutatingTool:
-    """Change vm_arg, platform, description or enabled (humans only). Audited with before/after."""
+    """Change vm_arg, platform, description, enabled or decision (humans only). Audited with before/after;
+    a change raises the policy's version."""
     _require_human(actor, "change a catalog entry")
     unknown = set(fields) - set(_EDITABLE)
     if unknown:
@@ -127,13 +144,16 @@ def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> 
     before = _snapshot(locked)
     for key, value in fields.items():
         setattr(locked, key, value.strip() if isinstance(value, str) else value)
-    validate_entry_fields(vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description)
+    validate_entry_fields(
+        vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description, decision=locked.decision
+    )
     locked.save()
     after = _snapshot(locked)
     if after != before:
         audit_record(
             actor=actor, action=CatalogAction.TOOL_CHANGED, target=locked, data={"before": before, "after": after}
         )
+        policy_version_raise(actor=actor, what=f"catalog entry {locked.pattern} changed")
     return locked
 
 
@@ -156,6 +176,7 @@ def mutating_tool_remove(*, actor: Actor, tool: MutatingTool) -> None:
         target=("catalog.mutatingtool", str(locked.pk)),
         data={"before": before, "after": None},
     )
+    policy_version_raise(actor=actor, what=f"catalog entry {locked.pattern} removed")
     locked.delete()
 
 

@@ -18,6 +18,8 @@ urlpatterns: list[URLPattern | URLResolver] = [
                     path("", include("rewind.agents.urls")),
                     path("", include("rewind.gateway.urls")),
                     path("", include("rewind.checkpoints.urls")),
+                    path("", include("rewind.approvals.urls")),
+                    path("", include("rewind.policy.urls")),
                 ],
                 "rewind-api",
             )

@@ -91,6 +91,12 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "rewind.gateway.refresh_tools",
             "schedule": float(settings.REWIND_GATEWAY_REFRESH_INTERVAL_S),
         },
+        # Calls held for a person: move on those whose guard ended unread, expire those nobody
+        # decided in time, queue the release of approvals nobody released. Safe to overlap (CAS).
+        "gateway-held-calls": {
+            "task": "rewind.gateway.held_calls_sweep",
+            "schedule": 30.0,
+        },
         # A failed check of the audit chain (audit_verify, or the anchor publisher finding a
         # break) is told to the channels once; nothing failed costs one indexed read.
         "notifications-audit-chain-broken": {

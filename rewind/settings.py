@@ -254,6 +254,8 @@ SPECTACULAR_SETTINGS = {
         "ActorTypeEnum": "rewind.audit.models.AuditEvent.ActorType",
         "GatewayPolicyEnum": "rewind.gateway.models.Policy",
         "UpstreamTransportEnum": "rewind.gateway.models.Upstream.Transport",
+        "PolicyDecisionEnum": "rewind.policy.models.Decision",
+        "StopScopeEnum": "rewind.policy.models.StopSwitch.Scope",
     },
 }
 
@@ -348,6 +350,12 @@ REWIND_RETENTION_WARN_H = env_float("REWIND_RETENTION_WARN_H", 24.0, minimum=0)
 # --- Recoveries --------------------------------------------------------------------------
 REWIND_RECOVERY_EXPIRY_S = env_int("REWIND_RECOVERY_EXPIRY_S", 3600, minimum=60)
 REWIND_RECOVERY_SECOND_APPROVER = env_bool("REWIND_RECOVERY_SECOND_APPROVER", False)
+# --- Calls held for a person (rewind.approvals) ----------------------------------------------
+# How long a held call waits for a person before it expires; how long the agent's call waits for the
+# decision before it answers with the held call's id and page; two distinct approvers (four eyes).
+REWIND_APPROVAL_EXPIRY_S = env_int("REWIND_APPROVAL_EXPIRY_S", 3600, minimum=60)
+REWIND_APPROVAL_WAIT_S = env_int("REWIND_APPROVAL_WAIT_S", 240, minimum=0)
+REWIND_APPROVAL_SECOND_APPROVER = env_bool("REWIND_APPROVAL_SECOND_APPROVER", REWIND_RECOVERY_SECOND_APPROVER)
 REWIND_FLR_TIME_LIMIT_S = env_int("REWIND_FLR_TIME_LIMIT_S", 1800, minimum=60)
 REWIND_REAPER_INTERVAL_S = env_int("REWIND_REAPER_INTERVAL_S", 300, minimum=5)
 REWIND_INLINE_MAX_BYTES = env_int("REWIND_INLINE_MAX_BYTES", 1024 * 1024, minimum=0)

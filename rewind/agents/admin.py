@@ -101,7 +101,7 @@ class AgentAdmin(admin.ModelAdmin):
     list_filter = ["is_active"]
     search_fields = ["name", "description", "owner__username"]
     fieldsets = [
-        (None, {"fields": ["name", "owner", "is_active", "description"]}),
+        (None, {"fields": ["name", "owner", "is_active", "description", "changes_need_approval"]}),
         (
             "VM limit",
             {
@@ -131,6 +131,7 @@ class AgentAdmin(admin.ModelAdmin):
                 owner=data["owner"],
                 is_active=data["is_active"],
                 description=data["description"],
+                changes_need_approval=data["changes_need_approval"],
                 **{f: data[f] for f in LIMIT_FIELDS},
             )
         else:
@@ -140,6 +141,8 @@ class AgentAdmin(admin.ModelAdmin):
             later = {f: data[f] for f in LIMIT_FIELDS if data[f]}
             if not data["is_active"]:
                 later["is_active"] = False
+            if data["changes_need_approval"]:
+                later["changes_need_approval"] = True
             if later:
                 agent = agent_update(actor=actor_for(request), agent=agent, **later)
         obj.pk = agent.pk

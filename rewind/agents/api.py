@@ -61,7 +61,17 @@ class AgentOutputSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Agent
-        fields = ["id", "name", "owner", "is_active", "description", *LIMIT_FIELDS, "created_at", "tokens"]
+        fields = [
+            "id",
+            "name",
+            "owner",
+            "is_active",
+            "description",
+            "changes_need_approval",
+            *LIMIT_FIELDS,
+            "created_at",
+            "tokens",
+        ]
 
 
 class AgentListApi(APIView):
@@ -119,6 +129,7 @@ class AgentDetailApi(APIView):
     class InputSerializer(serializers.Serializer):
         is_active = serializers.BooleanField(required=False)
         description = serializers.CharField(required=False, allow_blank=True, max_length=255)
+        changes_need_approval = serializers.BooleanField(required=False)
         limit_vm_names = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
         limit_vpgs = serializers.CharField(required=False, allow_blank=True, max_length=10_000)
         limit_sites = serializers.CharField(required=False, allow_blank=True, max_length=10_000)

@@ -34,6 +34,11 @@ class Agent(models.Model):
         blank=True,
         help_text="Site names as the ZVM shows them, one a line: the VM's protected site must be one of them.",
     )
+    changes_need_approval = models.BooleanField(
+        "every change needs a person",
+        default=False,
+        help_text="Every guarded change of this agent waits, after its checkpoint, for a person's approval.",
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

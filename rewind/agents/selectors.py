@@ -81,3 +81,10 @@ def agent_token_still_active(*, token_pk: int) -> bool:
         .filter(Q(expires_at__isnull=True) | Q(expires_at__gt=timezone.now()))
         .exists()
     )
+
+
+def agent_changes_need_approval(agent_id: int | None) -> bool:
+    """Whether every guarded change of this agent waits for a person (its setting, read afresh)."""
+    if agent_id is None:
+        return False
+    return bool(Agent.objects.filter(pk=agent_id).values_list("changes_need_approval", flat=True).first())

@@ -25,6 +25,7 @@ from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
 from rewind.errors import ApplicationError, NotFoundError
 from rewind.mcp import scopes
+from rewind.policy.services import policy_version_raise
 
 TOKEN_PREFIX = "rwd_"
 # Enough of the token to tell tokens apart in the admin, far too little to guess the rest.
@@ -73,7 +74,7 @@ def agent_create(
 
 
 _LIMIT_FIELDS = LIMIT_FIELDS
-_AGENT_FIELDS = ("owner", "is_active", "description", *_LIMIT_FIELDS)
+_AGENT_FIELDS = ("owner", "is_active", "description", "changes_need_approval", *_LIMIT_FIELDS)
 
 
 def _agent_snapshot(agent: Agent) -> dict[str, object]:
@@ -82,6 +83,7 @@ def _agent_snapshot(agent: Agent) -> dict[str, object]:
         "is_active": agent.is_active,
         "description": agent.description,
         "vm_limit": VmLimit.of(agent).as_claim(),
+        "changes_need_approval": agent.changes_need_approval,
     }
 
 
@@ -104,12 +106,20 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
     for field in _LIMIT_FIELDS:
         if field in fields:
             fields[field] = _clean_limit(field, fields[field])
+    if "changes_need_approval" in fields and not isinstance(fields["changes_need_approval"], bool):
+        raise ApplicationError("changes_need_approval must be true or false")
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
     before = _agent_snapshot(agent)
     for key, value in fields.items():
         setattr(agent, key, value)
     agent.save(update_fields=list(fields) or None)
     after = _agent_snapshot(agent)
+    if after["changes_need_approval"] != before["changes_need_approval"]:
+        policy_version_raise(
+            actor=actor,
+            what=f"agent {agent.name}: every change needs a person: {'yes' if agent.changes_need_approval else 'no'}",
+            request_id=request_id,
+        )
     if after != before:
         _credentials_changed()  # deactivated, or its VM limit changed: tokens verified before are stale
         audit_record(

@@ -104,6 +104,28 @@ class GatewayAction(StrEnum):
     UPSTREAM_ASKED = "gateway.upstream.asked"  # it sent a request toward the agent's side (sampling, ...)
 
 
+class PolicyAction(StrEnum):
+    VERSION_RAISED = "policy.version.raised"
+    RULE_ADDED = "policy.rule.added"
+    RULE_CHANGED = "policy.rule.changed"
+    RULE_REMOVED = "policy.rule.removed"
+    STOP_ENGAGED = "policy.stop.engaged"
+    STOP_LIFTED = "policy.stop.lifted"
+    STOP_REFUSED = "policy.stop.refused"  # a guard or a gateway call the stop refused
+
+
+class ApprovalAction(StrEnum):
+    """A call held for a person (``rewind.approvals``): held, decided, then released once or refused."""
+
+    HELD = "approval.call.held"
+    APPROVED = "approval.call.approved"  # one person's approval; ``complete`` says whether enough agreed
+    DENIED = "approval.call.denied"
+    EXPIRED = "approval.call.expired"
+    RELEASED = "approval.call.released"  # the approved arguments went to the upstream, once
+    REFUSED = "approval.call.refused"  # approved, but not released: the policy, a checkpoint, a stop, ...
+    FINISHED = "approval.call.finished"  # how the released call ended upstream
+
+
 class McpAction(StrEnum):
     TOOL_CALLED = "mcp.tool.called"
 

@@ -23,15 +23,27 @@ from mcp.server.mcpserver import Context
 from mcp_types import CallToolResult, TextContent, ToolAnnotations
 from pydantic import Field, StrictFloat, StrictStr
 
+from rewind.approvals.models import HeldCall
+from rewind.approvals.presenters import HeldCallOut, held_status_result
+from rewind.checkpoints.holds import held_call_advance, hold_after_guard
 from rewind.checkpoints.models import ChangeGuard
-from rewind.checkpoints.presenters import GuardOut, guard_out, guard_report
+from rewind.checkpoints.presenters import GuardOut, guard_held, guard_out, guard_report
 from rewind.checkpoints.selectors import GuardProgress, guard_progress, guard_tallies
 from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
 from rewind.checkpoints.tags import new_change_id
 from rewind.errors import NotFoundError
 from rewind.mcp import scopes
 from rewind.mcp.args import Flag, RecordId, Selector
-from rewind.mcp.context import SharedReads, call_refers_to, current_agent_id, current_agent_name, run_db_retried
+from rewind.mcp.context import (
+    SharedReads,
+    call_refers_to,
+    current_agent_id,
+    current_agent_name,
+    run_db,
+    run_db_retried,
+)
+from rewind.policy.models import Decision
+from rewind.requestid import current_request_id
 
 # First in the tool list: the server's instructions make the guard every agent's first call.
 TOOLS_POSITION = 10
@@ -109,6 +121,16 @@ def guard_result(out: GuardOut, *, pending_is_error: bool = True) -> CallToolRes
     or polling the status: the agent was told to come back, and the text says not to proceed yet).
     """
     structured = out.model_dump(mode="json")
+    if out.held is not None and not out.ok:
+        head = (
+            f"HELD FOR A PERSON: do not make the change yet. Held call #{out.held.id} ({out.held.state}): "
+            f"{out.held.next}"
+        )
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"{head}\n\n{out.model_dump_json(indent=2)}")],
+            structured_content=structured,
+            is_error=True,
+        )
     if out.ok:
         return CallToolResult(
             content=[TextContent(type="text", text=out.model_dump_json(indent=2))], structured_content=structured
@@ -146,7 +168,26 @@ def _own_guard(guard_id: int) -> ChangeGuard:
 
 
 def _status(guard_id: int) -> GuardOut:
-    return guard_report(_own_guard(guard_id))
+    guard = _own_guard(guard_id)
+    out = guard_report(guard)
+    held = HeldCall.objects.filter(guard=guard, mode=HeldCall.Mode.GUARD).order_by("-pk").first()
+    return guard_held(out, held_call_advance(held)) if held is not None else out
+
+
+def _hold(guard_id: int, tool: str, arguments: dict[str, Any]) -> GuardOut:
+    """Guard-only mode, decision ``approve``: the call held for a person once (or while) its guard is taken."""
+    guard = ChangeGuard.objects.get(pk=guard_id)
+    held = hold_after_guard(
+        guard=guard,
+        mode=HeldCall.Mode.GUARD,
+        tool=tool.strip().lower(),
+        arguments=arguments,
+        agent_id=current_agent_id(),
+        agent_name=current_agent_name(),
+        request_id=current_request_id() or "",
+    )
+    call_refers_to(held=held.pk)
+    return guard_held(guard_report(guard), held)
 
 
 async def guard_follow(out: GuardOut, ctx: ProgressReporter | None) -> GuardOut:
@@ -284,7 +325,13 @@ async def zerto_guard_before_mutate(
     """
     change = _change_for_this_call(change_id)
     out = await run_db_retried(_guard, tool, arguments, action, change, None)
-    return guard_result(await guard_follow(out, ctx) if wait else out, pending_is_error=wait)
+    followed = await guard_follow(out, ctx) if wait else out
+    if out.decision == Decision.APPROVE and out.id is not None and (followed.ok or not followed.finished):
+        held = await run_db(_hold, out.id, tool, arguments)
+        return guard_result(
+            held.model_copy(update={"catalog_entry": out.catalog_entry, "reused": out.reused}), pending_is_error=wait
+        )
+    return guard_result(followed, pending_is_error=wait)
 
 
 async def zerto_checkpoint_status(
@@ -298,6 +345,28 @@ async def zerto_checkpoint_status(
     `ok` true once every VPG lists the tagged checkpoint; `finished` with `ok` false means do not proceed.
     """
     return guard_result(await run_db_retried(_status, id), pending_is_error=False)
+
+
+def _held_status(held_id: int) -> CallToolResult:
+    held = HeldCall.objects.filter(pk=held_id, agent_name=current_agent_name()).first()
+    if held is None:
+        raise NotFoundError(f"you have no held call #{held_id}")
+    return held_status_result(held_call_advance(held))
+
+
+async def zerto_held_call_status(
+    id: Annotated[
+        RecordId, Field(description="The held call's id from the answer that held it: a JSON integer, e.g. 7")
+    ],
+) -> Annotated[CallToolResult, HeldCallOut]:
+    """Status of one of your calls held for a person (a gateway call, or zerto_guard_before_mutate's `held`).
+
+    `state`: pending (waiting for a person, at `page`), approved, denied, expired, forwarded (the gateway sent
+    exactly the approved arguments once; the upstream's answer is the content) or refused (`refusal` says why:
+    the policy now denies, a checkpoint is gone, a stop, ...). Only `approved` (guard-only) or `forwarded` mean
+    the change went or may go ahead. No tool can approve a call: only a person, on its page.
+    """
+    return await run_db_retried(_held_status, id)
 
 
 def register(server: MCPServer) -> None:
@@ -317,5 +386,6 @@ def register(server: MCPServer) -> None:
         (zerto_create_tagged_checkpoint, "Tagged checkpoint on every VPG of a VM", changes, scopes.GUARD),
         (zerto_guard_before_mutate, "Guard a VM before changing it", changes, scopes.GUARD),
         (zerto_checkpoint_status, "Status of a guard", reads, scopes.READ),
+        (zerto_held_call_status, "Status of a call held for a person", reads, scopes.READ),
     ):
         server.tool(name=fn.__name__, title=title, annotations=hints(title), meta=scopes.tool_meta(scope))(fn)

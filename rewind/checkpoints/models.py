@@ -32,6 +32,10 @@ class ChangeGuard(models.Model):
     error = models.TextField(blank=True)
     request_id = models.CharField(max_length=64, blank=True, db_index=True)
     timeout_s = models.PositiveIntegerField()
+    # The decision it was made under: checkpoint, or approve (a person approves the call after the checkpoint).
+    decision = models.CharField(max_length=10, default="checkpoint")
+    decision_reason = models.CharField(max_length=500, blank=True)
+    policy_version = models.BigIntegerField(null=True, blank=True)
     requested_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)

@@ -13,6 +13,8 @@ from typing import Any
 from pydantic import BaseModel, Field
 from rest_framework import serializers
 
+from rewind.approvals.models import HeldCall
+from rewind.approvals.presenters import HeldCallOut, held_call_out
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import GuardOutcome
@@ -76,6 +78,13 @@ class GuardOut(BaseModel):
     )
     vpgs: list[VpgCheckpointOut] = Field(default_factory=list)
     landed: list[VpgCheckpointOut] = Field(default_factory=list, description="The checkpoints that did land")
+    decision: str | None = Field(
+        default=None, description="checkpoint, or approve: once the checkpoints are listed, a person approves the call"
+    )
+    policy_version: int | None = Field(default=None, description="The policy version the decision was made under")
+    held: HeldCallOut | None = Field(
+        default=None, description="Decision approve: the call held for a person (ok is false until approved)"
+    )
     note: str | None = None
 
 
@@ -133,6 +142,8 @@ def guard_report(guard: ChangeGuard, *, catalog_entry: str | None = None, reused
         waiting_for=waiting_for,
         vpgs=vpgs,
         landed=landed,
+        decision=guard.decision,
+        policy_version=guard.policy_version,
     )
 
 
@@ -166,6 +177,23 @@ def guard_out(outcome: GuardOutcome, tool: str | None = None) -> GuardOut:
             total=len(refused),
         )
     return guard_report(outcome.guard, catalog_entry=outcome.entry, reused=not outcome.created)
+
+
+def guard_held(out: GuardOut, held: HeldCall) -> GuardOut:
+    """The guard's answer with the call it holds for a person: ``ok`` only once people approved it."""
+    view = held_call_out(held)
+    if held.state == HeldCall.State.APPROVED and out.ok:
+        return out.model_copy(update={"held": view})
+    status = "held" if held.state in HeldCall.OPEN else held.state
+    return out.model_copy(
+        update={
+            "held": view,
+            "ok": False,
+            "status": status,
+            "must_not_proceed": view.next,
+            "finished": status != "held",
+        }
+    )
 
 
 def guard_meta(out: GuardOut) -> dict[str, Any]:
@@ -224,6 +252,9 @@ _GUARD_FIELDS = [
     "error",
     "request_id",
     "timeout_s",
+    "decision",
+    "decision_reason",
+    "policy_version",
     "requested_at",
     "started_at",
     "finished_at",

@@ -30,7 +30,7 @@ from django.utils import timezone
 
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_match, normalize_tool_name, tool_sighting_record
-from rewind.agents.selectors import agent_vm_limit
+from rewind.agents.selectors import agent_changes_need_approval, agent_vm_limit
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record
 from rewind.audit.actions import GuardAction
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
@@ -39,7 +39,9 @@ from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.selectors import guard_of_change
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
 from rewind.errors import ApplicationError, NotFoundError
-from rewind.protection import find_protection
+from rewind.policy.models import Decision
+from rewind.policy.selectors import Decided, decision_for_vm, stop_refusal
+from rewind.protection import Protection, find_protection
 from rewind.protection.limits import check_within
 from rewind.requestid import current_request_id
 
@@ -73,6 +75,11 @@ class GuardOutcome:
     vm: str | None = None
     change_id: str | None = None
 
+    @property
+    def needs_person(self) -> bool:
+        """Its decision is ``approve``: once ok, the call waits for a person (``rewind.approvals``)."""
+        return self.guard is not None and self.guard.decision == Decision.APPROVE
+
 
 def clean_timeout(timeout_s: int | float | None) -> int:
     if timeout_s is None:
@@ -92,8 +99,15 @@ def guard_create(
     tool: str = "",
     timeout_s: int | float | None = None,
     request_id: str | None = None,
+    decision: str = Decision.CHECKPOINT,
+    decision_reason: str = "",
 ) -> GuardOutcome:
     """Record a guard: a tagged checkpoint requested on every VPG of ``vm`` and queue the wait.
+
+    ``decision`` (``checkpoint`` or ``approve``, the catalog entry's or the gateway policy's) is
+    raised to ``approve`` by a VM rule or the agent's setting, and recorded on the guard with the
+    policy version (``rewind.policy``). A stop in force for this agent or VM refuses the guard,
+    saying who stopped it and why, nothing inserted.
 
     Raises ApplicationError (bad input, unknown or ambiguous VM) with nothing changed.
     Repeatable: the same ``change_id`` for the same VM returns the existing record, also
@@ -107,6 +121,11 @@ def guard_create(
     protection = find_protection(vm)
     if agent_id is not None:
         check_within(agent_vm_limit(agent_id), protection, agent_name=agent_name)
+    stopped = stop_refusal(
+        agent_id=agent_id, agent_name=agent_name, vms=[vm, protection.vm_name or "", protection.vm_identifier]
+    )
+    if stopped is not None:
+        return _refuse_stopped(agent_name, protection, vm, change, action, tool, stopped, rid)
     existing = guard_of_change(protection.vm_identifier, change)
     if existing is not None:
         if existing.agent_name != agent_name:
@@ -122,6 +141,7 @@ def guard_create(
     )
     if not protection.vpgs or refused:
         return _refuse(agent_name, protection, vm, change, action, tool, refused, rid)
+    decided = _decided(decision, decision_reason, protection, agent_id, agent_name)
     now = timezone.now()
     vm_name = protection.vm_name or protection.vm_identifier
     tag = build_tag(agent=agent_name, action=action, vm=vm_name, change_id=change, now=now)
@@ -138,6 +158,9 @@ def guard_create(
                 tag=tag,
                 request_id=rid,
                 timeout_s=timeout,
+                decision=decided.decision,
+                decision_reason=decided.reason[:500],
+                policy_version=decided.version,
             )
             TaggedCheckpoint.objects.bulk_create([_tagged_checkpoint(guard, v) for v in protection.vpgs])
             # audit_append: every guard passes here, and nothing reads the event back.
@@ -154,6 +177,9 @@ def guard_create(
                     "tool": tool,
                     "timeout_s": timeout,
                     "vpgs": [v.name for v in protection.vpgs],
+                    "decision": decided.decision,
+                    "decision_reason": decided.reason[:500],
+                    "policy_version": decided.version,
                 },
             )
             audit_append([created])
@@ -167,6 +193,41 @@ def guard_create(
             ) from None
         return GuardOutcome(guarded=True, guard=winner, created=False, vm=vm, change_id=change)
     return GuardOutcome(guarded=True, guard=guard, created=True, vm=vm, change_id=change)
+
+
+def _decided(base: str, base_reason: str, protection: Protection, agent_id: int | None, agent_name: str) -> Decided:
+    """The guard's decision: ``base`` raised by the VM rules and the agent's setting, with the policy version."""
+    return decision_for_vm(
+        base,
+        base_reason=base_reason,
+        vm_name=protection.vm_name or protection.vm_identifier,
+        vpgs=[v.name or v.identifier for v in protection.vpgs],
+        sites=[v.protected_site.name or v.protected_site.identifier or "" for v in protection.vpgs],
+        agent_needs_person=agent_changes_need_approval(agent_id),
+        agent_name=agent_name,
+    )
+
+
+def _refuse_stopped(
+    agent_name: str, protection: Protection, vm: str, change: str, action: str, tool: str, refusal: str, rid: str
+) -> GuardOutcome:
+    """A stop in force covers this agent or VM: refused, audited, nothing inserted."""
+    with transaction.atomic():
+        audit_record(
+            actor=Actor.agent(agent_name),
+            action=GuardAction.REFUSED,
+            target=("vm", protection.vm_identifier),
+            request_id=rid,
+            data={
+                "vm": protection.vm_name,
+                "change_id": change,
+                "action": action,
+                "tool": tool,
+                "reason": refusal,
+                "stopped": True,
+            },
+        )
+    return GuardOutcome(guarded=True, refusal=refusal, vm=vm, change_id=change)
 
 
 def _queue_insert(site_ids: set[int]) -> None:
@@ -353,6 +414,8 @@ def guard_before_mutate(
     cleaned_action = clean_action(action)
     rid = request_id or current_request_id()
     entry = mutating_tool_match(name)
+    if entry is not None and entry.decision == Decision.DENY:
+        return _refuse_denied(agent_name, name, entry, cleaned_action, rid)
     if entry is None:
         with transaction.atomic():
             tool_sighting_record(tool=name, agent_name=agent_name, argument_names=[str(k) for k in arguments])
@@ -374,6 +437,8 @@ def guard_before_mutate(
         tool=name,
         timeout_s=timeout_s,
         request_id=rid,
+        decision=entry.decision,
+        decision_reason=f"the catalog entry {entry.pattern} says {entry.decision}",
     )
     return GuardOutcome(
         guarded=True,
@@ -385,3 +450,17 @@ def guard_before_mutate(
         vm=vm,
         change_id=outcome.change_id,
     )
+
+
+def _refuse_denied(agent_name: str, tool: str, entry: MutatingTool, action: str, rid: str) -> GuardOutcome:
+    """The catalog entry says deny: refused before any look-up, audited, nothing inserted."""
+    reason = f"the catalog entry {entry.pattern} says deny: no call of {tool} may go ahead"
+    with transaction.atomic():
+        audit_record(
+            actor=Actor.agent(agent_name),
+            action=GuardAction.REFUSED,
+            target=("tool", tool),
+            request_id=rid,
+            data={"tool": tool, "action": action, "reason": reason, "entry": entry.pattern, "decision": entry.decision},
+        )
+    return GuardOutcome(guarded=True, refusal=reason, entry=entry.pattern)

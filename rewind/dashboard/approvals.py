@@ -1,5 +1,6 @@
-"""What waits for a person: recovery requests to decide, other operators' FLR sessions that only a
-person may end, and upstream tools whose definitions wait for approval (database reads only)."""
+"""What waits for a person: calls held for their approval, recovery requests to decide, other operators'
+FLR sessions that only a person may end, and upstream tools whose definitions wait for approval
+(database reads only)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.urls import reverse
 from django.utils.dateparse import parse_datetime
 
 from recoveries.models import FlrSiteListing, ReaperSweep, RecoveryRequest
+from rewind.approvals.models import HeldCall
 from rewind.checkpoints.models import ChangeGuard
 from rewind.dashboard.links import Count, count
 from rewind.gateway.models import UpstreamTool
@@ -172,3 +174,26 @@ def held_tools_waiting(now: datetime) -> HeldTools:
         HeldTool(t, "changed" if t.approved_digest else "new", f"{approve}?ids={t.pk}") for t in held[:PENDING_SHOWN]
     ]
     return HeldTools(count(held.count(), UpstreamTool, tone="attention", held="yes"), rows)
+
+
+@dataclass(frozen=True)
+class HeldCallRow:
+    held: HeldCall
+    review_url: str
+    expired: bool  # past its expiry; the next sweep marks it expired
+
+
+@dataclass(frozen=True)
+class HeldCalls:
+    count: Count
+    rows: list[HeldCallRow]  # the oldest first: they expire first
+
+
+def held_calls_waiting(now: datetime) -> HeldCalls:
+    """Calls held for a person, after their checkpoints: who asks, what, how long they have waited."""
+    pending = HeldCall.objects.filter(state=HeldCall.State.PENDING)
+    rows = [
+        HeldCallRow(h, reverse("admin:rewind_heldcall_review", args=[h.pk]), h.expires_at <= now)
+        for h in pending.prefetch_related("approvals").order_by("created_at")[:PENDING_SHOWN]
+    ]
+    return HeldCalls(count(pending.count(), HeldCall, tone="attention", state__exact=HeldCall.State.PENDING), rows)

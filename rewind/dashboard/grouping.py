@@ -24,7 +24,18 @@ class Group:
 
 
 GROUPS: tuple[Group, ...] = (
-    Group("approvals", "Approvals", ("recoveries.recoveryrequest",), ("recoveries",)),
+    Group(
+        "approvals",
+        "Approvals",
+        (
+            "rewind.heldcall",
+            "recoveries.recoveryrequest",
+            "rewind.stopswitch",
+            "rewind.approvalrule",
+            "rewind.policyversion",
+        ),
+        ("recoveries", "rewind.approvals", "rewind.policy"),
+    ),
     Group(
         "guards",
         "Guards and checkpoints",
@@ -68,6 +79,10 @@ HIDDEN_APPS = frozenset({"django_celery_results", "django_celery_beat"})
 # Names in the product's words where the model's own plural reads otherwise.
 LABELS = {
     "recoveries.recoveryrequest": "Recovery requests",
+    "rewind.heldcall": "Calls held for a person",
+    "rewind.stopswitch": "Stop switches",
+    "rewind.approvalrule": "VM rules (a person approves)",
+    "rewind.policyversion": "Policy version",
     "recoveries.flrsession": "FLR sessions opened here",
     "recoveries.reapersweep": "Reaper sweeps",
     "catalog.mutatingtool": "Mutating tools",

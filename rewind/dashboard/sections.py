@@ -34,7 +34,10 @@ class Section:
 RECOVERIES = ("recoveries.view_recoveryrequest", "recoveries.approve_recovery")
 SESSIONS = ("recoveries.view_flrsession", "recoveries.end_flr_session")
 
+HELD_CALLS = ("rewind.view_heldcall", "rewind.approve_heldcall")
+
 SECTIONS: tuple[Section, ...] = (
+    Section("held_calls", "Calls waiting for a person", approvals.held_calls_waiting, HELD_CALLS, True),
     Section("pending", "Recoveries waiting for approval", approvals.pending_recoveries, RECOVERIES, True),
     Section("foreign", "Other operators' FLR sessions", approvals.foreign_sessions, SESSIONS, True),
     Section(

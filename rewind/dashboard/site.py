@@ -10,6 +10,7 @@ from django.template.response import TemplateResponse
 
 from rewind.dashboard.grouping import operator_groups, visible
 from rewind.dashboard.sections import dashboard_for
+from rewind.policy.selectors import stops_in_force
 
 
 class OperatorsAdminSite(admin.AdminSite):
@@ -18,7 +19,8 @@ class OperatorsAdminSite(admin.AdminSite):
     index_title = "Operations"
 
     def index(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> TemplateResponse:
-        return super().index(request, {"dashboard": dashboard_for(request), **(extra_context or {})})
+        context = {"dashboard": dashboard_for(request), "stops": stops_in_force(), **(extra_context or {})}
+        return super().index(request, context)
 
     def get_app_list(self, request: HttpRequest, app_label: str | None = None) -> list[dict[str, Any]]:
         app_list = super().get_app_list(request, app_label)

@@ -32,7 +32,6 @@ retried call with the same change id reuses the guard. Otherwise each call gets 
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import json
 import logging
@@ -40,84 +39,55 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from django.db import transaction
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp.server.mcpserver import Context
-from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult, TextContent
+from mcp_types import CallToolResult
 
 from rewind.agents.mcp_auth import agent_token_current
+from rewind.approvals.announce import review_url
+from rewind.approvals.models import HeldCall
+from rewind.approvals.services import HoldRequest, held_call_open
+from rewind.checkpoints.holds import hold_after_guard
 from rewind.checkpoints.mcp_tools import guard_follow, guard_result
+from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
 from rewind.errors import ApplicationError
-from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamSpec, UpstreamUnavailable
+from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
-from rewind.gateway.policy import GUARD, HOLD, Plan, plan_call
+from rewind.gateway.policy import ASK, DENY, GUARD, HOLD, Plan, plan_call
 from rewind.gateway.presenters import gateway_call_meta
+from rewind.gateway.release import await_person
+from rewind.gateway.sending import ProgressRelay, call_error, note_link, request_meta, send, with_meta
 from rewind.gateway.services import (
     exported_tool,
     gateway_call_decide,
     gateway_call_finish,
     gateway_call_open,
     gateway_call_record,
-    upstream_link_record,
 )
 from rewind.gateway.sessions import link_for
 from rewind.mcp import scopes
 from rewind.mcp.context import (
     call_refers_to,
-    commit_with_record,
     current_agent_id,
     current_agent_name,
     current_claims,
     current_scopes,
     run_db,
 )
+from rewind.policy.models import Decision
+from rewind.policy.selectors import stop_refusal
 from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 
 META_CHANGE_ID = "zerto-rewind/change_id"
-# The forwarded call's own bound, beyond the upstream's call timeout: the SDK's read timeout
-# covers each round, this covers the whole call (a stream that trickles forever).
-HARD_BOUND_GRACE_S = 5.0
-
-
-class ProgressRelay:
-    """Progress for one call: the guard's first, then the upstream's after it, always rising.
-
-    The spec wants each notification's progress above the last; the upstream counts from its
-    own zero, so its values are shifted past where the guard ended.
-    """
-
-    def __init__(self, ctx: Context | None) -> None:
-        self._ctx = ctx
-        self._last = 0.0
-        self._base = 0.0
-        # Without the agent's progress token nothing reaches it, so the upstream is not asked for
-        # progress either (its notifications would be parsed only to be dropped). The SDK gives
-        # ``_meta`` validated, the token under its Python name.
-        self.wanted = _request_meta(ctx).get("progress_token") is not None
-
-    async def report_progress(self, progress: float, total: float | None = None, message: str | None = None) -> None:
-        if self._ctx is None:
-            return
-        value = self._base + progress
-        if value <= self._last:
-            return
-        self._last = value
-        await self._ctx.report_progress(value, None if total is None else self._base + total, message)
-
-    def upstream_starts(self) -> None:
-        self._base = self._last
-
-    async def from_upstream(self, progress: float, total: float | None, message: str | None) -> None:
-        try:
-            await self.report_progress(progress, total, message)
-        except Exception:  # the agent went away: the call itself goes on
-            logger.debug("could not relay progress", exc_info=True)
+META_WAIT = "zerto-rewind/wait"
+META_HELD = "zerto-rewind/held"
 
 
 @functools.lru_cache(maxsize=512)
@@ -157,28 +127,9 @@ def held_refusal(tool: UpstreamTool) -> str:
     )
 
 
-def _request_meta(ctx: Context | None) -> Mapping[str, Any]:
-    """The ``_meta`` of the agent's request; empty without one."""
-    if ctx is None:
-        return {}
-    try:
-        meta = ctx.request_context.meta
-    except (AttributeError, ValueError):
-        return {}
-    return meta if isinstance(meta, Mapping) else {}
-
-
 def _meta_change_id(ctx: Context | None) -> str | None:
-    value = _request_meta(ctx).get(META_CHANGE_ID)
+    value = request_meta(ctx).get(META_CHANGE_ID)
     return str(value) if value is not None else None
-
-
-def _error(text: str, call: GatewayCall, guard: dict[str, Any] | None = None) -> CallToolResult:
-    return _with_meta(CallToolResult(content=[TextContent(type="text", text=text)], is_error=True), call, guard)
-
-
-def _with_meta(result: CallToolResult, call: GatewayCall, guard: dict[str, Any] | None) -> CallToolResult:
-    return result.model_copy(update={"meta": {**(result.meta or {}), **gateway_call_meta(call, guard)}})
 
 
 @dataclass
@@ -191,6 +142,7 @@ class Prepared:
     plan: Plan
     answer: str | None = None
     change_id: str | None = None  # the agent's, for a call to guard
+    arguments: dict[str, Any] | None = None  # for a call that may be held for a person
 
 
 def _refuse(call: GatewayCall, plan: Plan, decision: str, reason: str) -> None:
@@ -214,6 +166,8 @@ def guard_start(ready: Prepared) -> Prepared | GuardOut:
             change_id=change,
             tool=name,
             request_id=call.request_id or None,
+            decision=plan.decision,
+            decision_reason=_why_a_person(plan),
         )
     except ApplicationError as exc:
         _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
@@ -221,6 +175,14 @@ def guard_start(ready: Prepared) -> Prepared | GuardOut:
         return ready
     call_refers_to(guard=outcome.guard.pk if outcome.guard else None)
     return guard_out(outcome, tool=name)
+
+
+def _why_a_person(plan: Plan) -> str:
+    if plan.decision != Decision.APPROVE:
+        return plan.reason
+    if plan.catalog_entry:
+        return f"the catalog entry {plan.catalog_entry} says approve"
+    return f"its policy is approve ({plan.reason})"
 
 
 def upstream_down_refuse(ready: Prepared, why: str) -> str:
@@ -247,6 +209,7 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         "tool": tool,
         "arguments": arguments,
         "request_id": current_request_id() or "",
+        "policy_version": found.policy_version,
     }
     refused = Plan("refuse", "")
 
@@ -273,15 +236,21 @@ def prepare(name: str, arguments: dict[str, Any], change_id: str | None) -> Prep
         plan = plan_call(tool, arguments)
     except ApplicationError as exc:
         return decided(refused, GatewayCall.Decision.REFUSED, exc.message, f"not forwarded: {exc.message}")
+    if plan.action == DENY:
+        return decided(plan, GatewayCall.Decision.REFUSED, plan.reason, f"DO NOT PROCEED: not forwarded: {plan.reason}")
+    if found.stops_in_force and not plan.read_only:
+        stopped = stop_refusal(agent_id=who["agent_id"], agent_name=who["agent_name"], vms=[plan.vm] if plan.vm else [])
+        if stopped is not None:
+            return decided(plan, GatewayCall.Decision.REFUSED, stopped, stopped)
     if plan.action == HOLD:
         return decided(plan, GatewayCall.Decision.HELD, plan.reason, f"not forwarded: {plan.reason}")
-    if plan.action != GUARD:
+    if plan.action not in (GUARD, ASK):
         return decided(plan, GatewayCall.Decision.PASSED, plan.reason, None, sighted=not plan.catalog_entry)
     if scopes.GUARD not in current_scopes():
         why = str(scopes.InsufficientScopeError(scopes.GUARD, f"this call ({plan.reason}) is guarded, and a guard"))
         return decided(plan, GatewayCall.Decision.REFUSED, why, f"DO NOT PROCEED: not forwarded: {why}")
     call = gateway_call_open(**who, suggested_vm_arg="" if plan.catalog_entry else plan.vm_arg)
-    return Prepared(tool, spec, call, plan, change_id=change_id)
+    return Prepared(tool, spec, call, plan, change_id=change_id, arguments=arguments)
 
 
 def _guard_decided(ready: Prepared, out: GuardOut) -> None:
@@ -295,6 +264,7 @@ def _guard_decided(ready: Prepared, out: GuardOut) -> None:
         "change_id": out.change_id or "",
     }
     if out.ok:
+        fields["policy_version"] = out.policy_version or ready.call.policy_version
         gateway_call_decide(call=ready.call, decision=GatewayCall.Decision.GUARDED, reason=plan.reason, **fields)
         return
     reason = f"guard not ok: {out.must_not_proceed or 'the guard ended ' + out.status}"
@@ -310,7 +280,7 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
     if ready is None:
         return None
     if ready.answer is not None:
-        return _error(ready.answer, ready.call)
+        return call_error(ready.answer, ready.call)
     link = link_for(ready.spec)
     relay = ProgressRelay(ctx)
     guard: dict[str, Any] | None = None
@@ -318,58 +288,105 @@ async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None
         try:
             await link.ready()
         except UpstreamUnavailable as exc:
-            await _note_link(link)
-            return _error(await run_db(upstream_down_refuse, ready, exc.message), ready.call)
+            await note_link(link)
+            return call_error(await run_db(upstream_down_refuse, ready, exc.message), ready.call)
         started = await run_db(guard_start, ready)
         if isinstance(started, Prepared):
-            return _error(started.answer or "not forwarded", ready.call)
+            return call_error(started.answer or "not forwarded", ready.call)
         out = await guard_follow(started, relay)
         guard = guard_meta(out)
+        if out.ok and out.decision == Decision.APPROVE:
+            return await _held(ready, await run_db(hold_call, ready, out), relay, ctx, guard)
         await run_db(_guard_decided, ready, out)
         if not out.ok:
-            return _with_meta(guard_result(out), ready.call, guard)
+            return with_meta(guard_result(out), ready.call, guard)
+    elif ready.plan.action == ASK:
+        return await _held(ready, await run_db(hold_call, ready, None), relay, ctx, None)
     relay.upstream_starts()
-    result = await _send(link, ready.tool, ready.call, arguments, relay)
-    return _with_meta(result, ready.call, guard)
+    result = await send(link, ready.tool, ready.call, arguments, relay)
+    return with_meta(result, ready.call, guard)
 
 
-async def _send(
-    link: Link, tool: UpstreamTool, call: GatewayCall, arguments: dict[str, Any], relay: ProgressRelay
-) -> CallToolResult:
-    spec = link.spec
+def hold_call(ready: Prepared, out: GuardOut | None) -> HeldCall | str:
+    """Hold the call for a person (after its guard, when it has one); its row says ``awaiting``.
+
+    The agent's own change id and the same arguments find the call held already (a retry): this call's
+    row is then refused (it forwards nothing itself) and the retry follows that held call. Returns the
+    held call, or the refusal to answer with when the arguments cannot be bound."""
+    call, plan, tool = ready.call, ready.plan, ready.tool
+    name = catalog_name(tool.upstream.name, tool.name)
+    arguments = ready.arguments or {}
+    fields: dict[str, Any] = {
+        "catalog_entry": plan.catalog_entry,
+        "policy": plan.policy,
+        "vm": plan.vm,
+        "vm_arg": plan.vm_arg,
+    }
+    if out is not None:
+        fields.update(guard_id=out.id, change_id=out.change_id or "")
     try:
-        async with asyncio.timeout(spec.call_timeout_s + HARD_BOUND_GRACE_S):
-            result = await link.call_tool(tool.name, arguments, relay.from_upstream if relay.wanted else None)
-    except UpstreamUnavailable as exc:
-        return await _failed(link, call, f"not forwarded: {exc.message}; the call did not run")
-    except UpstreamCallBroke as exc:
-        return await _failed(link, call, f"{exc.message}; the call may or may not have run there")
-    except TimeoutError:
-        link.discard()
-        why = f"upstream {spec.name} did not finish {tool.name} within {spec.call_timeout_s:g} s"
-        return await _failed(link, call, f"{why}; the call may or may not have run there")
-    except MCPError as exc:
-        # The upstream answered with a JSON-RPC error: the session itself is fine.
-        text = f"upstream {spec.name} answered the call of {tool.name} with an error: {str(exc)[:300]}"
-        return await _failed(link, call, text, outcome=GatewayCall.Outcome.ERROR)
-    await _note_link(link)
-    outcome = GatewayCall.Outcome.ERROR if result.is_error else GatewayCall.Outcome.OK
-    # Committed with the call's mcp.tool.called row, which records the same outcome.
-    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome))
-    return result
+        with transaction.atomic():
+            if out is not None and out.id is not None:
+                held = hold_after_guard(
+                    guard=ChangeGuard.objects.get(pk=out.id),
+                    mode=HeldCall.Mode.GATEWAY,
+                    tool=name,
+                    arguments=arguments,
+                    agent_id=call.agent_id,
+                    agent_name=call.agent_name,
+                    request_id=call.request_id,
+                    upstream_id=tool.upstream_id,
+                    exposed_name=tool.exposed_name,
+                    tool_digest=tool.approved_digest,
+                    call_id=call.call_id,
+                )
+            else:
+                held = held_call_open(
+                    HoldRequest(
+                        mode=HeldCall.Mode.GATEWAY,
+                        agent_id=call.agent_id,
+                        agent_name=call.agent_name,
+                        tool=name,
+                        arguments=arguments,
+                        reason=plan.reason,
+                        policy_version=call.policy_version or 0,
+                        request_id=call.request_id,
+                        upstream_id=tool.upstream_id,
+                        exposed_name=tool.exposed_name,
+                        tool_digest=tool.approved_digest,
+                        call_id=call.call_id,
+                    )
+                )
+            if held.call_id == call.call_id:
+                why = f"held for a person: held call #{held.pk} ({held.reason})"
+                gateway_call_decide(call=call, decision=GatewayCall.Decision.AWAITING, reason=why, **fields)
+            else:
+                why = f"the same call is held already: held call #{held.pk} (call {held.call_id}); this one forwards nothing"
+                gateway_call_decide(call=call, decision=GatewayCall.Decision.REFUSED, reason=why, **fields)
+    except ApplicationError as exc:
+        _refuse(call, plan, GatewayCall.Decision.REFUSED, exc.message)
+        return f"DO NOT PROCEED: not forwarded: {exc.message}"
+    call_refers_to(held=held.pk)
+    return held
 
 
-async def _note_link(link: Link) -> None:
-    """Record a change of the link's health in this process (it went down, or answers again), once."""
-    if link.changes == link.recorded_changes:
-        return
-    link.recorded_changes = link.changes
-    await run_db(upstream_link_record, upstream_id=link.spec.pk, down_since=link.down_since, error=link.last_error)
+def _meta_wait(ctx: Context | None) -> bool:
+    """``zerto-rewind/wait: false`` in the request's ``_meta``: answer a held call at once."""
+    return request_meta(ctx).get(META_WAIT) is not False
 
 
-async def _failed(
-    link: Link, call: GatewayCall, text: str, *, outcome: str = GatewayCall.Outcome.UPSTREAM_FAILED
+async def _held(
+    ready: Prepared, held: HeldCall | str, relay: ProgressRelay, ctx: Context | None, guard: dict[str, Any] | None
 ) -> CallToolResult:
-    await _note_link(link)
-    await commit_with_record(functools.partial(gateway_call_finish, call=call, outcome=outcome, error=text))
-    return _error(text, call)
+    if isinstance(held, str):
+        return call_error(held, ready.call, guard)
+    if held.call_id != ready.call.call_id and held.state == HeldCall.State.FORWARDED:
+        why = (
+            f"DO NOT PROCEED: not forwarded again: held call #{held.pk} was approved once and forwarded at "
+            f"{held.finished_at:%Y-%m-%d %H:%M:%S} UTC; an approval covers one call. Its answer: "
+            f"zerto_held_call_status with id {held.pk}"
+        )
+        return call_error(why, ready.call, guard)
+    result = await await_person(held, relay, wait=_meta_wait(ctx))
+    meta = {**gateway_call_meta(ready.call, guard), META_HELD: {"id": held.pk, "page": review_url(held)}}
+    return result.model_copy(update={"meta": {**(result.meta or {}), **meta}})

@@ -11,6 +11,8 @@ class Policy(models.TextChoices):
     PASS = "pass", "pass: forward and record the sighting"
     GUARD_IF_PROTECTED = "guard-if-protected", "guard-if-protected: guard when an argument names a protected VM"
     HOLD = "hold", "hold: refuse until a person classifies the tool"
+    APPROVE = "approve", "approve: guard when an argument names a protected VM, then hold each call for a person"
+    DENY = "deny", "deny: refuse every call"
 
 
 class Upstream(models.Model):
@@ -65,7 +67,7 @@ class Upstream(models.Model):
                 condition=models.Q(transport__in=["http", "stdio"]), name="upstream_transport_valid"
             ),
             models.CheckConstraint(
-                condition=models.Q(default_policy__in=["pass", "guard-if-protected", "hold"]),
+                condition=models.Q(default_policy__in=["pass", "guard-if-protected", "hold", "approve", "deny"]),
                 name="upstream_policy_valid",
             ),
         ]
@@ -146,6 +148,8 @@ class GatewayCall(models.Model):
         PASSED = "passed"  # forwarded without a guard
         REFUSED = "refused"  # not forwarded: the guard said not to proceed, or the arguments were bad
         HELD = "held"  # not forwarded: the tool waits for a person to classify it
+        AWAITING = "awaiting"  # guarded (where a VM is protected); the call waits for a person's approval
+        RELEASED = "released"  # a person approved it: forwarded once, with exactly the approved arguments
 
     class Outcome(models.TextChoices):
         DECIDING = "deciding"
@@ -170,6 +174,7 @@ class GatewayCall(models.Model):
     vm = models.CharField(max_length=255, blank=True)
     vm_arg = models.CharField(max_length=100, blank=True)
     change_id = models.CharField(max_length=100, blank=True)
+    policy_version = models.BigIntegerField(null=True, blank=True, help_text="The policy version it was decided under.")
     guard = models.ForeignKey(
         "rewind.ChangeGuard", on_delete=models.SET_NULL, null=True, blank=True, related_name="gateway_calls"
     )

@@ -11,6 +11,12 @@ In order:
    guard on the first argument that names a VM some VPG protects, else pass; on a per-host
    upstream, guard its VM when a VPG protects it, else pass.
 
+Each plan carries a decision (``rewind.policy.models.Decision``): a catalog entry's own, or
+``approve`` for a tool whose policy is ``approve``. ``deny`` (the entry's or the tool's policy)
+refuses every call; ``approve`` guards like ``guard-if-protected`` (or the catalog's VM), then
+holds the call for a person (``ASK`` when no protected VM is named: held without a checkpoint).
+The guard then raises ``checkpoint`` to ``approve`` where a VM rule or the agent's setting says so.
+
 Fail-closed: when a look-up cannot tell (a site is unavailable, a name matches several VMs)
 the call is refused, never passed.
 """
@@ -19,7 +25,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from catalog.models import ToolSighting
@@ -29,9 +35,11 @@ from rewind.errors import ApplicationError
 from rewind.gateway.models import Policy, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.services import VM_ARG_NAMES
+from rewind.policy.models import Decision
 from rewind.protection import SitesUnavailableError, VmAmbiguousError, VmNotFoundError, find_protection
 
-GUARD, PASS, HOLD = "guard", "pass", "hold"
+# DENY: refused by the policy; ASK: held for a person with no checkpoint (no protected VM named).
+GUARD, PASS, HOLD, DENY, ASK = "guard", "pass", "hold", "deny", "ask"
 # A value worth asking the ZVMs about: a host name, FQDN, IP or vmIdentifier, maybe user@ or :port.
 _HOST_LIKE = re.compile(r"^(?:[^@\s]{1,64}@)?[A-Za-z0-9][A-Za-z0-9._:-]{0,252}$")
 # Look-ups per call at most: a tool with many string arguments must not cost a look-up each.
@@ -40,12 +48,17 @@ MAX_LOOKUPS = 6
 
 @dataclass(frozen=True)
 class Plan:
-    action: str  # guard, pass or hold
+    action: str  # guard, pass, hold, deny or ask
     reason: str
     catalog_entry: str = ""
     policy: str = ""
     vm: str = ""
     vm_arg: str = ""
+    decision: str = Decision.CHECKPOINT  # for a guard: checkpoint, or approve (held for a person after it)
+    read_only: bool = False  # passed as read-only (annotated, or classified by a person): no stop refuses it
+
+    def with_decision(self, decision: str) -> Plan:
+        return replace(self, decision=decision)
 
 
 def _single(value: Any) -> Any:
@@ -108,8 +121,14 @@ def _host_plan(tool: UpstreamTool, policy: str) -> Plan:
             f"could not tell whether {_acts_on(tool)} is protected, so the call is refused: {exc}"
         ) from None
     if not found.vpgs:
+        if policy == Policy.APPROVE:
+            return Plan(ASK, f"policy approve; {_acts_on(tool)}, which no VPG protects", policy=policy)
         return Plan(PASS, f"{_acts_on(tool)}, which no VPG protects", policy=policy)
-    return Plan(GUARD, f"{_acts_on(tool)}, which a VPG protects", "", policy, host)
+    return Plan(GUARD, f"{_acts_on(tool)}, which a VPG protects", "", policy, host, decision=_decision_of(policy))
+
+
+def _decision_of(policy: str) -> str:
+    return Decision.APPROVE if policy == Policy.APPROVE else Decision.CHECKPOINT
 
 
 def effective_policy(tool: UpstreamTool) -> str:
@@ -125,19 +144,24 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
     view = catalog_view(name) if listed else CatalogView(None, None, "")
     entry = view.entry
     host = tool.upstream.host_vm
+    if entry is not None and entry.decision == Decision.DENY:
+        return Plan(DENY, f"the catalog entry {entry.pattern} says deny: no call of it is forwarded", entry.pattern)
     if entry is not None and host:
-        return Plan(GUARD, f"the catalog lists it ({entry.pattern}); {_acts_on(tool)}", entry.pattern, "", host)
+        why = f"the catalog lists it ({entry.pattern}); {_acts_on(tool)}"
+        return Plan(GUARD, why, entry.pattern, "", host, decision=entry.decision)
     if entry is not None:
         vm = vm_from_arguments(entry, arguments)
-        return Plan(GUARD, f"the catalog lists it ({entry.pattern})", entry.pattern, "", vm, entry.vm_arg)
+        why = f"the catalog lists it ({entry.pattern})"
+        return Plan(GUARD, why, entry.pattern, "", vm, entry.vm_arg, decision=entry.decision)
     if view.sighting_status == ToolSighting.Status.IGNORED:
-        return Plan(PASS, "a person classified it read-only")
+        return Plan(PASS, "a person classified it read-only", read_only=True)
     policy = effective_policy(tool)
+    if policy == Policy.DENY:
+        return Plan(DENY, f"the policy of {name} is deny: no call of it is forwarded", policy=policy)
     if policy == Policy.PASS:
+        read_only = not tool.policy and tool.read_only
         return Plan(
-            PASS,
-            "policy pass" + (" (annotated read-only)" if not tool.policy and tool.read_only else ""),
-            policy=policy,
+            PASS, "policy pass" + (" (annotated read-only)" if read_only else ""), policy=policy, read_only=read_only
         )
     if policy == Policy.HOLD:
         return Plan(
@@ -150,6 +174,8 @@ def plan_call(tool: UpstreamTool, arguments: Mapping[str, Any]) -> Plan:
         return _host_plan(tool, policy)
     found = protected_vm_argument(arguments, suggested=view.suggested_vm_arg)
     if found is None:
+        if policy == Policy.APPROVE:
+            return Plan(ASK, "policy approve; no argument names a protected VM, so no checkpoint", policy=policy)
         return Plan(PASS, "no argument names a protected VM", policy=policy)
     key, vm = found
-    return Plan(GUARD, f"argument {key!r} names protected VM {vm}", "", policy, vm, key)
+    return Plan(GUARD, f"argument {key!r} names protected VM {vm}", "", policy, vm, key, decision=_decision_of(policy))

@@ -33,6 +33,8 @@ from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, U
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
 from rewind.gateway.secrets import command_credential_problem, url_credential_problem
 from rewind.mcp.endpoint import MCP_PATH
+from rewind.policy.selectors import policy_version_sql, stops_in_force_sql
+from rewind.policy.services import policy_version_raise
 
 CONNECT_TIMEOUT_RANGE = (1.0, 120.0)
 CALL_TIMEOUT_RANGE = (1.0, 3600.0)
@@ -185,6 +187,7 @@ def upstream_create(
     audit_record(
         actor=actor, action=GatewayAction.UPSTREAM_CREATED, target=upstream, data={"after": _snapshot(upstream)}
     )
+    policy_version_raise(actor=actor, what=f"upstream {upstream.name} added (default policy {upstream.default_policy})")
     return upstream
 
 
@@ -234,6 +237,8 @@ def upstream_update(
             "credentials_replaced": headers is not None or env is not None,
         },
     )
+    if before["default_policy"] != locked.default_policy or before["host_vm"] != locked.host_vm:
+        policy_version_raise(actor=actor, what=f"upstream {locked.name}: default policy or host VM changed")
     return locked
 
 
@@ -455,6 +460,10 @@ def upstream_tool_set_policy(*, actor: Actor, tool: UpstreamTool, policy: str) -
         target=("gateway.tool", f"{tool.upstream.name}/{tool.name}"),
         data={"before": before, "after": policy},
     )
+    if before != policy:
+        policy_version_raise(
+            actor=actor, what=f"gateway tool {tool.upstream.name}/{tool.name}: policy {policy or 'default'}"
+        )
     return locked
 
 
@@ -468,7 +477,8 @@ def new_call_id() -> str:
 @functools.cache
 def _exported_tool_sql() -> str:
     return (
-        f"SELECT {credentials_version_sql()}, {bulk.columns(UpstreamTool, 't')}, {bulk.columns(Upstream, 'u')}"
+        f"SELECT {credentials_version_sql()}, {policy_version_sql()}, {stops_in_force_sql()},"
+        f" {bulk.columns(UpstreamTool, 't')}, {bulk.columns(Upstream, 'u')}"
         f" FROM {bulk.table(UpstreamTool)} t INNER JOIN {bulk.table(Upstream)} u ON u.id = t.upstream_id"
         " WHERE t.exposed_name = %s AND t.state = %s AND u.enabled = %s"
     )
@@ -479,27 +489,36 @@ class Exported:
     tool: UpstreamTool  # with its upstream
     spec: UpstreamSpec
     credentials_version: int  # read in the same statement (``rewind.agents.models.CredentialsVersion``)
+    policy_version: int  # and the policy's (``rewind.policy``), with how many stops are in force
+    stops_in_force: int
 
 
 def exported_tool(exposed: str) -> Exported | None:
     """The tool agents call by ``exposed`` and how to reach its upstream, read afresh; None when not exported.
 
     One statement built once per process (the ORM's select_related cost more CPU than the read),
-    which also reads the credentials version: a revoked token is then refused without a query of its own.
+    which also reads the credentials version (a revoked token is then refused without a query of its
+    own), the policy's version and how many stops are in force (none: no query more for them).
     """
     with connection.cursor() as cursor:
         cursor.execute(_exported_tool_sql(), [exposed, UpstreamTool.State.EXPORTED, True])
         row = cursor.fetchone()
     if row is None:
         return None
-    split = 1 + bulk.column_count(UpstreamTool)
-    tool = bulk.model_from_row(UpstreamTool, row[1:split])
+    split = 3 + bulk.column_count(UpstreamTool)
+    tool = bulk.model_from_row(UpstreamTool, row[3:split])
     tool.upstream = bulk.model_from_row(Upstream, row[split:])
-    return Exported(tool, upstream_spec(tool.upstream), int(row[0]))
+    return Exported(tool, upstream_spec(tool.upstream), int(row[0]), int(row[1]), int(row[2]))
 
 
 def _new_call(
-    *, agent_name: str, agent_id: int | None, tool: UpstreamTool, arguments: Mapping[str, Any], request_id: str
+    *,
+    agent_name: str,
+    agent_id: int | None,
+    tool: UpstreamTool,
+    arguments: Mapping[str, Any],
+    request_id: str,
+    policy_version: int | None = None,
 ) -> GatewayCall:
     return GatewayCall(
         call_id=new_call_id(),
@@ -511,6 +530,7 @@ def _new_call(
         exposed_name=tool.exposed_name,
         arguments=mask_secrets(dict(arguments)),
         request_id=request_id,
+        policy_version=policy_version,
     )
 
 
@@ -523,13 +543,21 @@ def gateway_call_open(
     arguments: Mapping[str, Any],
     request_id: str,
     suggested_vm_arg: str = "",
+    policy_version: int | None = None,
 ) -> GatewayCall:
     """The row of a call whose decision takes a while (a guard): it exists even if deciding fails.
 
     ``suggested_vm_arg``: an unlisted tool guarded by its policy counts as a sighting, with the
     argument that named a protected VM as the one to classify it with.
     """
-    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
+    call = _new_call(
+        agent_name=agent_name,
+        agent_id=agent_id,
+        tool=tool,
+        arguments=arguments,
+        request_id=request_id,
+        policy_version=policy_version,
+    )
     bulk.insert_row(call)
     if suggested_vm_arg:
         _sighting(tool, agent_name, arguments, suggested_vm_arg)
@@ -566,10 +594,18 @@ def gateway_call_record(
     decision: str,
     reason: str,
     sighted: bool = False,
+    policy_version: int | None = None,
     **fields: Any,
 ) -> GatewayCall:
     """A call decided at once (passed, held or refused): its row, its sighting and its audit, in one transaction."""
-    call = _new_call(agent_name=agent_name, agent_id=agent_id, tool=tool, arguments=arguments, request_id=request_id)
+    call = _new_call(
+        agent_name=agent_name,
+        agent_id=agent_id,
+        tool=tool,
+        arguments=arguments,
+        request_id=request_id,
+        policy_version=policy_version,
+    )
     if sighted:
         _sighting(tool, agent_name, arguments)
     return gateway_call_decide(call=call, decision=decision, reason=reason, **fields)
@@ -585,9 +621,16 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
     call.decision, call.reason = decision, reason[:500]
     for key, value in fields.items():
         setattr(call, key, value)
-    forwarded = decision in (GatewayCall.Decision.GUARDED, GatewayCall.Decision.PASSED)
+    forwarded = decision in (
+        GatewayCall.Decision.GUARDED,
+        GatewayCall.Decision.PASSED,
+        GatewayCall.Decision.RELEASED,
+    )
+    awaiting = decision == GatewayCall.Decision.AWAITING
     if forwarded:
         call.outcome, call.forwarded_at = GatewayCall.Outcome.FORWARDED, timezone.now()
+    elif awaiting:
+        call.outcome = GatewayCall.Outcome.DECIDING
     else:
         call.outcome, call.ended_at = GatewayCall.Outcome.NOT_FORWARDED, timezone.now()
     if call.pk is None:
@@ -614,6 +657,7 @@ def gateway_call_decide(*, call: GatewayCall, decision: str, reason: str = "", *
             "vm_arg": call.vm_arg,
             "change_id": call.change_id,
             "guard": call.guard_id,
+            "policy_version": call.policy_version,
             "forwarded_at": call.forwarded_at.isoformat() if call.forwarded_at else None,
         },
     )

@@ -18,6 +18,9 @@ class NotificationKind(models.TextChoices):
     RECOVERY_RESTORED = "recovery.restored", "a file was written back into a guest and verified"
     RECOVERY_NOT_RESTORED = "recovery.not_restored", "a file was not (fully) written back into a guest"
     AUDIT_CHAIN_BROKEN = "audit.chain_broken", "the audit chain failed a verification"
+    CALL_AWAITS_APPROVAL = "call.awaits_approval", "a call waits for a person's approval"
+    STOP_ENGAGED = "stop.engaged", "a person stopped guarded changes"
+    STOP_LIFTED = "stop.lifted", "a person lifted a stop"
     TEST = "test", "a test notification"
 
 

@@ -61,6 +61,9 @@ _NOTIFY_TYPE: dict[str, str] = {
     NotificationKind.RECOVERY_RESTORED: "success",
     NotificationKind.RECOVERY_NOT_RESTORED: "failure",
     NotificationKind.AUDIT_CHAIN_BROKEN: "failure",
+    NotificationKind.CALL_AWAITS_APPROVAL: "info",
+    NotificationKind.STOP_ENGAGED: "warning",
+    NotificationKind.STOP_LIFTED: "info",
     NotificationKind.TEST: "info",
 }
 

@@ -179,7 +179,8 @@ def test_classifying_a_sighting_as_mutating_adds_it_to_the_catalog() -> None:
     assert s.classified_by == "alice"
     assert mutating_tool_match("docker/exec") == entry
     actions = set(AuditEvent.objects.values_list("action", flat=True))
-    assert actions == {"catalog.tool.added", "catalog.sighting.classified_mutating"}
+    # Adding an entry changes how calls are decided: the policy's version goes up with it.
+    assert actions == {"catalog.tool.added", "catalog.sighting.classified_mutating", "policy.version.raised"}
 
 
 def test_classifying_a_sighting_as_read_only_ignores_it() -> None:

@@ -173,3 +173,18 @@ def restore_until(tasks: Any, recovery: Any, *states: str, timeout: float = 120)
 
     tasks.wait_for(reached, timeout=timeout)
     return recovery
+
+
+def call_at_once(mcp_client: Any, token: str, args: dict[str, Any], change_id: str | None = None) -> Any:
+    """A gateway call that answers at once when held (``zerto-rewind/wait: false``)."""
+    meta: dict[str, Any] = {"zerto-rewind/wait": False}
+    if change_id is not None:
+        meta["zerto-rewind/change_id"] = change_id
+
+    async def go() -> Any:
+        async with mcp_client(token) as client:
+            return await client.call_tool("guestshell__exec", args, meta=meta)
+
+    from tests.helpers import run  # the gateway tests without it import no app
+
+    return run(go())

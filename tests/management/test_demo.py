@@ -190,3 +190,23 @@ def test_manage_demo_says_how_to_start_the_stack_when_nothing_answers() -> None:
 def test_manage_demo_refuses_a_database_that_is_not_the_stacks(live_server, sim) -> None:
     with pytest.raises(CommandError, match=r"no site on the simulator at .*same REWIND_VAR_DIR or DATABASE_URL"):
         call_command("demo", url=live_server.url, sim_url=sim.url, auto_approve=True)
+
+
+@pytest.mark.timeout(420)
+@pytest.mark.process
+def test_manage_demo_approval_holds_the_exact_call_for_a_person_and_a_stop_refuses_the_next(tmp_path: Path) -> None:
+    proc, env = _stack(tmp_path)
+    try:
+        done = _demo(env, "--approval", "--auto-approve")
+    finally:
+        proc.stop(sig=signal.SIGINT, timeout=60)
+    out = done.stdout
+    assert done.returncode == 0, out[-4000:] + done.stderr[-3000:] + proc.output()[-3000:]
+    assert "the catalog entry guestshell/exec says approve" in out
+    assert re.search(r"… waiting for a person: http://\S+/admin/rewind/heldcall/\d+/review/", out)
+    assert "approver approves it on its page (--auto-approve)" in out
+    assert re.search(r"Approved by approver, forwarded once: call gwc_\S+ released, ok", out)
+    assert "-    worker_connections 768;\n+    worker_connections 4096" in out
+    assert re.search(r"one argument changed is held call #\d+, a new request: denied", out)
+    assert "not the command that was approved; /etc/nginx/nginx.conf is still there: True" in out
+    assert "STOPPED: every guarded change everywhere is stopped by approver" in out

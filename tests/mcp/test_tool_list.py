@@ -14,6 +14,7 @@ def test_it_lists_the_guard_first_then_the_catalog_then_the_rest_in_app_order(db
         "zerto_create_tagged_checkpoint",
         "zerto_guard_before_mutate",
         "zerto_checkpoint_status",
+        "zerto_held_call_status",
         "zerto_add_mutating_tool",
         "zerto_list_mutating_tools",
         "zerto_find_protection",

@@ -39,6 +39,9 @@ POST_ONLY_API = {
     "rewind-api:upstream-check",
     "rewind-api:upstream-tool-policy",
     "rewind-api:upstream-tool-approve",
+    "rewind-api:held-call-approve",
+    "rewind-api:held-call-deny",
+    "rewind-api:stop-lift",
 }
 # The id filled in for a model with no record: its pages say it does not exist (a redirect).
 MISSING = "424242"
@@ -179,6 +182,7 @@ def _admin_signed_in(caller: str, name: str, path: str) -> int | None:
         "admin:rewind_notificationdelivery_test": 302,
         # The list opens on its pending queue (a redirect), whoever asks; that page checks the permission.
         "admin:recoveries_recoveryrequest_changelist": 302,
+        "admin:rewind_heldcall_changelist": 302,
     }
     if name in own:
         return own[name]

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx2
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, RequestParamsMeta
 
 
 class AgentCallError(Exception):
@@ -28,15 +28,27 @@ class ScriptedAgent:
         return self.call_result(tool, arguments, on_message).structured_content
 
     def call_result(
-        self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None = None
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        on_message: Callable[[str], None] | None = None,
+        *,
+        meta: RequestParamsMeta | None = None,
+        errors: bool = False,
     ) -> CallToolResult:
-        """The whole result (its ``_meta`` too); raises ``AgentCallError`` when it is an error."""
+        """The whole result (its ``_meta`` too); raises ``AgentCallError`` when it is an error, unless
+        ``errors`` (the caller reads the refusal itself). ``meta``: the request's ``_meta``."""
         # A thread of its own: a caller that already runs an event loop cannot nest asyncio.run.
         with ThreadPoolExecutor(1) as pool:
-            return pool.submit(asyncio.run, self._call(tool, arguments, on_message)).result()
+            return pool.submit(asyncio.run, self._call(tool, arguments, on_message, meta, errors)).result()
 
     async def _call(
-        self, tool: str, arguments: dict[str, Any], on_message: Callable[[str], None] | None
+        self,
+        tool: str,
+        arguments: dict[str, Any],
+        on_message: Callable[[str], None] | None,
+        meta: RequestParamsMeta | None = None,
+        errors: bool = False,
     ) -> CallToolResult:
         from mcp import Client
         from mcp.client.streamable_http import streamable_http_client
@@ -51,10 +63,10 @@ class ScriptedAgent:
             async with httpx2.AsyncClient(headers=headers, timeout=httpx2.Timeout(30.0, read=660.0)) as http:
                 transport = streamable_http_client(self.mcp_url, http_client=http)
                 async with Client(transport, mode="auto") as client:
-                    result = await client.call_tool(tool, arguments, progress_callback=on_progress)
+                    result = await client.call_tool(tool, arguments, progress_callback=on_progress, meta=meta)
         except Exception as exc:  # the SDK wraps transport failures in groups and its own errors
             raise AgentCallError(f"{tool}: the MCP call to {self.mcp_url} failed: {_plain(exc)}") from exc
-        if result.is_error:
+        if result.is_error and not errors:
             text = " ".join(getattr(part, "text", "") for part in result.content).strip()
             raise AgentCallError(f"{tool} refused: {text or 'no reason given'}")
         return result

@@ -23,10 +23,18 @@ from django.utils.text import Truncator
 
 from recoveries.services import recovery_request_approve
 from rewind.agents import agent_token_issue_by_name, agent_token_revoke
+from rewind.approvals.models import HeldCall
 from rewind.audit import Actor
 from rewind.audit.selectors import audit_event_trail
 from rewind.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
+from rewind.management.commands._demo_approval import (
+    approve_and_forward,
+    call_row,
+    changed_call_refused,
+    entry_approve,
+    stop_refuses_the_next_call,
+)
 from rewind.management.commands._demo_folder import fetch_checked, manifest_lines
 from rewind.management.commands._demo_gateway import (
     EXEC,
@@ -98,6 +106,12 @@ class Command(BaseCommand):
             "guards the VM on the way; the agent never calls a zerto tool before its change",
         )
         parser.add_argument(
+            "--approval",
+            action="store_true",
+            help="the gateway holds the guest shell's exec for a person after its checkpoint: approved, exactly "
+            "that call runs once; the same call with one argument changed is refused; a stop refuses the next call",
+        )
+        parser.add_argument(
             "--folder",
             nargs="?",
             const="/var/www/html",
@@ -121,6 +135,8 @@ class Command(BaseCommand):
         try:
             if options["folder"]:
                 self._run_folder(vm, options["folder"].rstrip("/") or "/", options, url)
+            elif options["approval"]:
+                self._run_approval(vm, path, options, sim_url, issued.agent.name)
             elif options["gateway"]:
                 self._run_gateway(vm, path, options, sim_url)
             else:
@@ -188,6 +204,42 @@ class Command(BaseCommand):
         self._report(done, bad, vm, path)
         self._trail(guard["id"], done["id"])
         self._restored(done, vm, path, good)
+
+    def _run_approval(self, vm: str, path: str, options: dict[str, Any], sim_url: str, agent_name: str) -> None:
+        _upstream, said = ensure_guest_shell(sim_url)
+        approver = self._approver()
+        said.append(entry_approve(approver))
+        self.stdout.write("Gateway: " + "; ".join(said))
+        good = self.sim.read(vm, path)
+        arguments = {"host": vm, "command": sed_command(path)}
+        self._step(1, f"The agent runs {EXEC} on {vm} through /mcp: guarded, then held for a person")
+        if not options["auto_approve"]:
+            self.stdout.write(f"   Approve it on its page (the agent's call prints it) as {DEMO_APPROVER}.")
+        held, result = approve_and_forward(
+            self.agent,
+            agent_name,
+            arguments,
+            approver,
+            options["auto_approve"],
+            self.stdout.write,
+            options["timeout_s"],
+        )
+        if result.is_error or held.state != HeldCall.State.FORWARDED:
+            raise CommandError(f"held call #{held.pk} ended {held.state}: {held.refusal or 'no answer'}")
+        row = call_row(held)
+        self._step(
+            2, f"Approved by {held.decided_by}, forwarded once: call {row.call_id} {row.decision}, {row.outcome}"
+        )
+        self._show_diff(good, self.sim.read(vm, path), f"{path} before the call", f"{path} after the call")
+        changed = changed_call_refused(self.agent, {**arguments, "command": f"rm {path}"}, approver)
+        self._step(
+            3, f"The same call with one argument changed is held call #{changed.pk}, a new request: {changed.state}"
+        )
+        self.stdout.write(f"   {changed.refusal}; {path} is still there: {bool(self.sim.read(vm, path))}")
+        refused = stop_refuses_the_next_call(self.agent, arguments, approver)
+        self._step(4, "A person stops every guarded change: the agent's next call is refused")
+        self.stdout.write(f"   {refused[:300]}")
+        self.stdout.write("   The stop is lifted again.")
 
     def _write_back(self, recovery_id: int, timeout_s: float) -> None:
         """--auto-approve of a restore in place: once the diff is there, print it and click Write back."""

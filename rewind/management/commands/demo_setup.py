@@ -8,6 +8,7 @@ from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.core.management.base import BaseCommand, CommandParser
+from django.db.models import Q
 
 from rewind.audit import Actor
 from rewind.sites import site_register
@@ -15,6 +16,11 @@ from rewind.sites import site_register
 DEMO_SITES = (("Site A", "site-a"), ("Site B", "site-b"))
 DEMO_ZVM_USER = "admin"
 DEMO_ZVM_PASSWORD = "zvmsim-Passw0rd-7c1e-4b9d"
+
+
+_APPROVER_PERMISSIONS = Q(
+    content_type__app_label="recoveries", codename__in=["approve_recovery", "view_recoveryrequest", "view_flrsession"]
+) | Q(content_type__app_label="rewind", codename__in=["approve_heldcall", "view_heldcall", "view_stopswitch"])
 
 
 class Command(BaseCommand):
@@ -66,13 +72,10 @@ class Command(BaseCommand):
                 user_model.objects.create_superuser(username, f"{username}@example.com", password)
             else:
                 user = user_model.objects.create_user(username, f"{username}@example.com", password, is_staff=True)
-                user.user_permissions.add(
-                    *Permission.objects.filter(
-                        content_type__app_label="recoveries",
-                        codename__in=["approve_recovery", "view_recoveryrequest", "view_flrsession"],
-                    )
-                )
         elif not user.check_password(password):
             # Someone changed it by hand; say so rather than resetting it behind their back.
             return username, "(changed since first run; not shown)"
+        if user is not None and not superuser:
+            # What the approver decides; added on every run, so an approver made before a permission existed gets it.
+            user.user_permissions.add(*Permission.objects.filter(_APPROVER_PERMISSIONS))
         return username, password
