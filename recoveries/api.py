@@ -16,7 +16,7 @@ from typing import Any
 from django.http import FileResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import authentication, exceptions, permissions, serializers, status
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -25,7 +25,14 @@ from rest_framework.views import APIView
 
 from recoveries.models import RecoveryRequest
 from recoveries.paths import MAX_PATH_LENGTH, GuestPathError
-from recoveries.presenters import RecoveryRecordOut, purged_message, recovery_dict, stored_file
+from recoveries.presenters import (
+    RecoveryListOut,
+    RecoveryRecordOut,
+    purged_message,
+    recovery_dict,
+    recovery_record_out,
+    stored_file,
+)
 from recoveries.selectors import recovery_get, recovery_list
 from recoveries.services import (
     APPROVE_PERMISSION,
@@ -40,7 +47,6 @@ from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
 from rewind.rest.fields import StrictBooleanField
-from rewind.rest.outputs import output_serializer
 from rewind.rest.permissions import request_id_of
 from rewind.rest.schema import ErrorSerializer
 
@@ -129,10 +135,6 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-# The schema's description of a recovery, derived from the one definition of its outside shape.
-RecoveryOutputSerializer = output_serializer(RecoveryRecordOut)
-
-
 class RecoveryListApi(APIView):
     """Recovery requests, newest first (at most 500); POST asks for one, as a person.
 
@@ -175,20 +177,17 @@ class RecoveryListApi(APIView):
             "confirmed; refused when no writer tool serves the VM.",
         )
 
-    @extend_schema(
-        operation_id="recoveries_list",
-        responses=inline_serializer("RecoveryList", {"results": RecoveryOutputSerializer(many=True)}),
-    )
+    @extend_schema(operation_id="recoveries_list", responses=RecoveryListOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         rows = recovery_list(status=filters.validated_data.get("status"))[:500]
-        return Response({"results": [recovery_dict(r) for r in rows]})
+        return Response(RecoveryListOut(results=[recovery_record_out(r) for r in rows]).model_dump(mode="json"))
 
     @extend_schema(
         operation_id="recoveries_create",
         responses={
-            201: RecoveryOutputSerializer,
+            201: RecoveryRecordOut,
             404: OpenApiResponse(
                 ErrorSerializer, description="No such VM, guarded change or gateway call; nothing was recorded."
             ),
@@ -209,7 +208,7 @@ class RecoveryListApi(APIView):
 class RecoveryDetailApi(APIView):
     permission_classes = [CanReview]
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def get(self, request: Request, pk: int) -> Response:
         return Response(recovery_dict(recovery_get(recovery_id=pk)))
 
@@ -220,7 +219,7 @@ class RecoveryApproveApi(APIView):
 
     permission_classes = [CanReview]
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
@@ -234,7 +233,7 @@ class RecoveryDenyApi(APIView):
     class InputSerializer(serializers.Serializer):
         note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

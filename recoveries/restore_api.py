@@ -15,9 +15,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recoveries.api import CanReview, RecoveryOutputSerializer
+from recoveries.api import CanReview
 from recoveries.models import RecoveryRequest
-from recoveries.presenters import recovery_dict
+from recoveries.presenters import RecoveryRecordOut, recovery_dict
 from recoveries.restore import (
     diff_token,
     recovery_restore_confirm,
@@ -131,7 +131,7 @@ class RecoveryWriteBackApi(APIView):
     class InputSerializer(serializers.Serializer):
         diff = serializers.CharField(max_length=64, help_text="The diff token of the diff endpoint.")
 
-    @extend_schema(request=InputSerializer, responses=RecoveryOutputSerializer)
+    @extend_schema(request=InputSerializer, responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -146,7 +146,7 @@ class RecoveryNoWriteBackApi(APIView):
 
     permission_classes = [CanReview]
 
-    @extend_schema(request=None, responses=RecoveryOutputSerializer)
+    @extend_schema(request=None, responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_restore_decline(recovery_id=pk, user=request.user, request_id=request_id_of(request))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))

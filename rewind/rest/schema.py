@@ -1,20 +1,28 @@
 """How the REST API describes itself in its OpenAPI schema (drf-spectacular).
 
 Every view is an ``APIView`` with nested ``InputSerializer`` and ``FilterSerializer`` classes
-and declares its responses with ``extend_schema``. This schema class reads those conventions
-and adds what every operation shares, so that no view has to repeat it and none can forget it:
+and declares its responses with ``extend_schema``, an output model (``rewind.rest.outputs``)
+each. This schema class reads those conventions and adds what every operation shares, so that
+no view has to repeat it and none can forget it:
 
 - the query parameters of ``FilterSerializer`` and the body of ``InputSerializer``;
+- a page of the response model for a ``GET`` of a view with a ``pagination_class``;
 - the errors the view can answer with, in the shape ``rewind.api.exception_handler`` renders;
 - who may call it, from the view's permission classes (``describe_permission``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, get_args
 
+from drf_spectacular.contrib.pydantic import PydanticExtension
 from drf_spectacular.openapi import AutoSchema
+from drf_spectacular.plumbing import ResolvedComponent
 from drf_spectacular.utils import OpenApiResponse
+from pydantic import BaseModel
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue, model_json_schema
+from pydantic_core import core_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.pagination import CursorPagination
@@ -69,6 +77,69 @@ def describe_permission(view: Any, method: str) -> str | None:
     return " ".join(p for p in parts if p) or None
 
 
+class RestJsonSchema(GenerateJsonSchema):
+    """An output model's JSON schema as OpenAPI 3.0 writes it (``nullable``: 3.0 has no null type),
+    without pydantic's titles and defaults."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        inner = self.generate_inner(schema["schema"])
+        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
+
+    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
+        json_schema = super().default_schema(schema)
+        json_schema.pop("default", None)  # every key of a body is there: no default to document
+        return json_schema
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        json_schema = super().model_schema(schema)
+        json_schema.pop("title", None)
+        return json_schema
+
+
+def component_name(model: type[BaseModel]) -> str:
+    return getattr(model, "rest_name", None) or model.__name__.removesuffix("Out")
+
+
+def _models(annotation: Any) -> Iterator[type[BaseModel]]:
+    """The models ``annotation`` names, and those of their fields (``list[X] | None`` names X)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        yield annotation
+        for field in annotation.model_fields.values():
+            yield from _models(field.annotation)
+    for arg in get_args(annotation):
+        yield from _models(arg)
+
+
+def _named(node: Any, names: dict[str, str]) -> Any:
+    if isinstance(node, dict):
+        return {k: (names[v] if k == "$ref" else _named(v, names)) for k, v in node.items()}
+    return [_named(v, names) for v in node] if isinstance(node, list) else node
+
+
+class OutputModelExtension(PydanticExtension):
+    """drf-spectacular's pydantic extension, with the components named as ``component_name`` says."""
+
+    priority = 1
+
+    def get_name(self, auto_schema: AutoSchema, direction: str) -> str:
+        return component_name(self.target)
+
+    def map_serializer(self, auto_schema: AutoSchema, direction: str) -> JsonSchemaValue:
+        schema = model_json_schema(
+            self.target, ref_template="{model}", schema_generator=RestJsonSchema, mode="serialization"
+        )
+        models = {m.__name__: m for m in _models(self.target)}
+        refs = {key: f"#/components/schemas/{component_name(m)}" for key, m in models.items()}
+        for key, definition in schema.pop("$defs", {}).items():
+            name = component_name(models[key])
+            component = ResolvedComponent(name, ResolvedComponent.SCHEMA, _named(definition, refs), models[key])
+            auto_schema.registry.register_on_missing(component)
+        return _named(schema, refs)
+
+
 class RewindAutoSchema(AutoSchema):
     def get_serializer_name(self, serializer: Any, direction: Any) -> str:
         # Nested serializers share names (every view has its InputSerializer): prefix the view's.
@@ -78,6 +149,11 @@ class RewindAutoSchema(AutoSchema):
         if outer and "<" not in outer:
             name = outer.rpartition(".")[2].removesuffix("Api") + name
         return name.removesuffix("Output") or super().get_serializer_name(serializer, direction)
+
+    def _is_list_view(self, serializer: Any = None) -> bool:
+        if self.method == "GET" and getattr(self.view, "pagination_class", None) is not None:
+            return True
+        return super()._is_list_view(serializer)
 
     def get_override_parameters(self) -> list[Any]:
         filters = getattr(self.view, "FilterSerializer", None)

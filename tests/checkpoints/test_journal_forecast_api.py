@@ -84,7 +84,8 @@ def test_a_recovery_shows_its_checkpoint_s_estimate_over_rest_and_mcp(
 ) -> None:
     ours = _recovery(agent, "vpg-web-dr", "cp-vpg-web-dr")
     foreign = _recovery(agent, "vpg-web", "166834")  # a bare journal checkpoint: no forecast here
-    expected = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at.isoformat()  # type: ignore[union-attr]
+    leaves = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at
+    expected = leaves.isoformat().replace("+00:00", "Z")  # type: ignore[union-attr]  # as a guard says it
     detail = api(superuser).get(f"/api/recoveries/{ours.pk}/").json()
     assert detail["checkpoint"]["leaves_journal_at"] == expected
     assert detail["checkpoint"]["left_journal_seen_at"] is None
@@ -92,8 +93,8 @@ def test_a_recovery_shows_its_checkpoint_s_estimate_over_rest_and_mcp(
     assert listed[ours.pk]["checkpoint"]["leaves_journal_at"] == expected
     assert listed[foreign.pk]["checkpoint"]["leaves_journal_at"] is None
     out = _out(recovery_get_for_agent(recovery_id=ours.pk, agent_id=agent.pk))
-    assert out.checkpoint.leaves_journal_at == expected
-    assert _out(ours).checkpoint.leaves_journal_at == expected  # a row without the annotation asks once
+    assert out.model_dump(mode="json")["checkpoint"]["leaves_journal_at"] == expected
+    assert _out(ours).checkpoint.leaves_journal_at == leaves  # a row without the annotation asks once
     assert (
         "no file can be recovered"
         in CheckpointOut.model_json_schema()["properties"]["leaves_journal_at"]["description"]
