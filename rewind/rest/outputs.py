@@ -1,9 +1,9 @@
 """What goes out: one pydantic model per entity, for the MCP tools, the REST bodies and the OpenAPI schema.
 
 A part's ``presenters`` module defines each entity as an ``OutputModel``; the MCP tools answer with
-it, the REST views with ``model_dump(mode="json")`` (timestamps in UTC as ``…Z``), and
-``rewind.rest.schema`` hands it to drf-spectacular's pydantic extension. A model that presents a
-Django row names it (``presents``): its fields' help texts and choices then document the schema.
+it, the REST views with ``rest_body`` (timestamps in UTC as ``…Z``), and ``rewind.rest.schema``
+hands it to drf-spectacular's pydantic extension. A model that presents a Django row is validated
+from it (``from_attributes``) and names it (``presents``): its help texts and choices document the schema.
 """
 
 from __future__ import annotations
@@ -12,16 +12,22 @@ from typing import Any, ClassVar
 
 from django.db import models
 from drf_spectacular.plumbing import build_choice_field
-from pydantic import BaseModel, ConfigDict, Field, GetJsonSchemaHandler, WithJsonSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler, WithJsonSchema
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import CoreSchema
 from rest_framework import serializers
 
 
 def optional(**kwargs: Any) -> Any:
-    """A key set only when it applies: the REST body (``exclude_unset``) leaves it out otherwise, and
-    the schema says so (not required, never null); an MCP answer has it as null."""
+    """A key set only when it applies: the REST body leaves it out otherwise, and the schema says so
+    (not required, never null); an MCP answer has it as null."""
     return Field(default=None, json_schema_extra={"x-optional": True}, **kwargs)
+
+
+def rest_body(out: BaseModel) -> Any:
+    """``out`` as a REST body: JSON, less the keys it did not set (only ``optional`` ones are ever unset:
+    a model is built from its row or with every key)."""
+    return out.model_dump(mode="json", exclude_unset=True)
 
 
 def choices(options: Any, *, blank: bool = False) -> WithJsonSchema:
@@ -33,6 +39,8 @@ def choices(options: Any, *, blank: bool = False) -> WithJsonSchema:
 
 
 URL = WithJsonSchema({"type": "string", "format": "uri"}, mode="serialization")
+# A related manager (``guard.vpgs``) read as the list of its rows.
+ROWS = BeforeValidator(lambda value: value.all() if isinstance(value, models.Manager) else value)
 
 
 class OutputModel(BaseModel):

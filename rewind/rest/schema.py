@@ -100,7 +100,7 @@ class RestJsonSchema(GenerateJsonSchema):
 
 
 def component_name(model: type[BaseModel]) -> str:
-    return getattr(model, "rest_name", None) or model.__name__.removesuffix("Out")
+    return vars(model).get("rest_name") or model.__name__.removesuffix("Out")
 
 
 def _models(annotation: Any) -> Iterator[type[BaseModel]]:

@@ -70,9 +70,10 @@ def test_the_guard_views_carry_the_estimate(api: Any, viewer: Any, guard: Change
 def test_zerto_checkpoint_status_carries_the_estimate_with_a_description(guard: ChangeGuard) -> None:
     out = guard_report(guard)
     dr = next(v for v in out.vpgs if v.name == "vpg-web-dr")
-    assert dr.leaves_journal_at == guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at.isoformat().replace(  # type: ignore[union-attr]
-        "+00:00", "Z"
-    )
+    leaves = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at
+    assert dr.leaves_journal_at == leaves
+    said = out.model_dump(mode="json")["vpgs"][out.vpgs.index(dr)]["leaves_journal_at"]
+    assert said == leaves.isoformat().replace("+00:00", "Z")  # type: ignore[union-attr]  # as over REST
     assert dr.left_journal_seen_at is None
     schema = VpgCheckpointOut.model_json_schema()["properties"]
     assert "leaves the VPG's journal" in schema["leaves_journal_at"]["description"]
