@@ -10,9 +10,9 @@ from typing import Annotated, Literal
 
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import Field, StrictStr
 
-from catalog.models import MutatingTool
+from catalog.presenters import MutatingToolListOut, MutatingToolOut
 from catalog.services import mutating_tool_add, mutating_tool_list
 from rewind.audit import Actor
 from rewind.mcp import scopes
@@ -22,41 +22,15 @@ from rewind.mcp.context import current_agent_name, run_db
 TOOLS_POSITION = 20
 
 
-class MutatingToolOut(BaseModel):
-    tool: str = Field(description="server/tool, or server/* for every tool of that server")
-    vm_arg: str
-    platform: str
-    description: str
-    enabled: bool
-    added_by: str
-    added_by_kind: str
-
-
-class MutatingToolListOut(BaseModel):
-    tools: list[MutatingToolOut]
-
-
-def _tool_out(t: MutatingTool) -> MutatingToolOut:
-    return MutatingToolOut(
-        tool=t.pattern,
-        vm_arg=t.vm_arg,
-        platform=t.platform,
-        description=t.description,
-        enabled=t.enabled,
-        added_by=t.added_by,
-        added_by_kind=t.added_by_kind,
-    )
-
-
 def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
     entry = mutating_tool_add(
         actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg, platform=platform, description=description
     )
-    return _tool_out(entry)
+    return MutatingToolOut.model_validate(entry)
 
 
 def _list() -> MutatingToolListOut:
-    return MutatingToolListOut(tools=[_tool_out(t) for t in mutating_tool_list(include_disabled=True)])
+    return MutatingToolListOut.model_validate({"tools": mutating_tool_list(include_disabled=True)})
 
 
 async def zerto_add_mutating_tool(
