@@ -8,7 +8,7 @@ from it (``from_attributes``) and names it (``presents``): its help texts and ch
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from django.db import models
 from drf_spectacular.plumbing import build_choice_field
@@ -51,6 +51,11 @@ class OutputModel(BaseModel):
     presents: ClassVar[type[models.Model] | None] = None
 
     @classmethod
+    def of(cls, row: object, **more: Any) -> Self:
+        """``row`` as this model, ``more`` giving the keys it has no attribute for (a name only a service reads)."""
+        return cls.model_validate(_RowWith(row, more))
+
+    @classmethod
     def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
         schema = handler(core_schema)
         target, rest = handler.resolve_ref_schema(schema), handler.mode == "serialization"
@@ -64,6 +69,14 @@ class OutputModel(BaseModel):
             if rest:
                 _document(prop, fields.get(name))
         return schema
+
+
+class _RowWith:
+    def __init__(self, row: object, more: dict[str, Any]) -> None:
+        self.row, self.more = row, more
+
+    def __getattr__(self, name: str) -> Any:
+        return self.more[name] if name in self.more else getattr(self.row, name)
 
 
 def _document(prop: JsonSchemaValue, field: Any) -> None:
