@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Annotated
 
 from mcp.server import MCPServer
@@ -84,7 +85,7 @@ class FlrSessionOut(BaseModel):
     vm_identifier: str | None
     vpg_identifier: str | None
     checkpoint_identifier: str | None
-    mount_time: str | None
+    mount_time: datetime | None
     ours: bool = Field(description="Opened by this service (only these can be ended with zerto_end_flr_session)")
     recovery_id: int | None = None
 

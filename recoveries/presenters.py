@@ -19,7 +19,7 @@ from pydantic import Field, WithJsonSchema
 from recoveries.models import RecoveryRequest, RestoreState
 from rewind.checkpoints.presenters import LEAVES_JOURNAL_AT_DOC, LEFT_JOURNAL_SEEN_AT_DOC
 from rewind.checkpoints.selectors import journal_state_of
-from rewind.rest.outputs import URL, OutputModel, choices, optional
+from rewind.rest.outputs import URL, OutputModel, choices, optional, rest_body
 
 # A recovery may name a checkpoint this service did not tag (a bare journal checkpoint): no forecast then.
 RECOVERY_LEAVES_JOURNAL_AT_DOC = f"{LEAVES_JOURNAL_AT_DOC}; always null for a checkpoint this service did not tag"
@@ -412,7 +412,7 @@ def folder_summary(r: RecoveryRequest) -> str:
 def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:
     """``result_out`` as JSON, its unset keys left out (the admin's review page reads it)."""
     out = result_out(r, inline=inline)
-    return out.model_dump(mode="json", exclude_unset=True) if out is not None else None
+    return rest_body(out) if out is not None else None
 
 
 def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
@@ -459,7 +459,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
 
 def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]:
     """The REST body of a recovery: ``recovery_record_out`` as JSON, unset keys left out."""
-    return recovery_record_out(r, inline=inline).model_dump(mode="json", exclude_unset=True)
+    return rest_body(recovery_record_out(r, inline=inline))
 
 
 def recovery_agent_out(r: RecoveryRequest) -> RecoveryOut:

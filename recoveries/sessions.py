@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -341,7 +341,7 @@ class LiveSession:
     vm_identifier: str | None
     vpg_identifier: str | None
     checkpoint_identifier: str | None
-    mount_time: str | None
+    mount_time: datetime | None
     ours: FlrSession | None
 
 
@@ -378,7 +378,7 @@ def flr_sessions_everywhere(*, live_only: bool = True, site_pk: int | None = Non
                     vm_identifier=s.vm_identifier,
                     vpg_identifier=s.vpg_identifier,
                     checkpoint_identifier=s.checkpoint_identifier,
-                    mount_time=s.mount_time.isoformat() if s.mount_time else None,
+                    mount_time=s.mount_time,
                     ours=recorded.get((s.identifier or "").lower()),
                 )
             )
