@@ -1,10 +1,7 @@
 """The mutating-tool catalog and its sightings over REST, for people (session login + CSRF).
 
-Every write goes through ``catalog.services`` with the signed-in person as the actor, so it
-is audited and the human-only rules (update, disable, classify) hold. Classifying a
-sighting needs ``catalog.add_mutatingtool``, as in the admin: either outcome decides whether
-the guard covers that tool.
-"""
+Every write goes through ``catalog.services`` with the person as actor (audited, the human-only
+rules hold); classifying a sighting needs ``catalog.add_mutatingtool``, as in the admin."""
 
 from __future__ import annotations
 

@@ -1,9 +1,5 @@
-"""What the mutating-tool catalog looks like to the outside.
-
-An agent reads an entry as the tool it guards (``MutatingToolOut``: ``tool``, its VM argument); an
-operator reads it over REST as its record (``MutatingToolRecordOut``). Both shapes are contracts of
-today, so each keeps its model.
-"""
+"""What the mutating-tool catalog looks like to the outside: an entry is to an agent the tool it guards
+(``MutatingToolOut``), over REST a record (``MutatingToolRecordOut``), two contracts with a model each."""
 
 from __future__ import annotations
 

@@ -1,12 +1,7 @@
-"""REST API for people (session auth): list, ask, detail, approve, deny; plus the file download.
+"""REST for people (session + CSRF): list, ask, detail, approve, deny, and the file download.
 
-Asking, approving and denying accept only a signed-in Django user (session + CSRF): an agent's
-bearer token is not an authentication method here, so it can never approve anything, and an
-agent asks over MCP. Whoever asks may not approve their own request.
-
-The download of a recovered file accepts either a staff session of someone allowed to
-review recoveries, or the bearer token of the agent that asked for the file (the URL
-``zerto_recovery_status`` hands out works for that agent and for no other).
+An agent's bearer token is taken only by the download of that agent's own file (the URL
+``zerto_recovery_status`` hands out): it never asks or approves here, and nobody approves their own request.
 """
 
 from __future__ import annotations

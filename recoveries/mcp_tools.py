@@ -13,7 +13,7 @@ from typing import Annotated
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import Field, StrictStr
 
 from recoveries.models import RecoveryRequest
 from recoveries.presenters import RecoveryOut, recovery_agent_out
@@ -24,6 +24,7 @@ from rewind.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
+from rewind.rest.outputs import OutputModel
 
 # How long ``wait=true`` keeps the call open before answering with the status so far.
 WAIT_MAX_S = 600.0
@@ -78,7 +79,7 @@ RecoveryId = Annotated[
 ]
 
 
-class FlrSessionOut(BaseModel):
+class FlrSessionOut(OutputModel):
     site: str
     session_id: str
     status: str | None
@@ -90,12 +91,12 @@ class FlrSessionOut(BaseModel):
     recovery_id: int | None = None
 
 
-class FlrSessionListOut(BaseModel):
+class FlrSessionListOut(OutputModel):
     sessions: list[FlrSessionOut]
     site_errors: dict[str, str] = Field(default_factory=dict, description="Sites whose ZVM could not be asked")
 
 
-class EndSessionOut(BaseModel):
+class EndSessionOut(OutputModel):
     ok: bool
     session_id: str
     site: str
@@ -233,23 +234,13 @@ async def zerto_recovery_status(id: RecoveryId) -> RecoveryOut:
 
 def _list_sessions(live_only: bool) -> FlrSessionListOut:
     listing = flr_sessions_everywhere(live_only=live_only)
-    return FlrSessionListOut(
-        sessions=[
-            FlrSessionOut(
-                site=s.site.name,
-                session_id=s.session_id,
-                status=s.status,
-                vm_identifier=s.vm_identifier,
-                vpg_identifier=s.vpg_identifier,
-                checkpoint_identifier=s.checkpoint_identifier,
-                mount_time=s.mount_time,
-                ours=s.ours is not None,
-                recovery_id=s.ours.recovery_id if s.ours is not None else None,
-            )
-            for s in listing.sessions
-        ],
-        site_errors=listing.errors,
-    )
+    sessions = [
+        FlrSessionOut.of(
+            s, site=s.site.name, ours=s.ours is not None, recovery_id=s.ours.recovery_id if s.ours else None
+        )
+        for s in listing.sessions
+    ]
+    return FlrSessionListOut(sessions=sessions, site_errors=listing.errors)
 
 
 async def zerto_list_flr_sessions(

@@ -325,14 +325,12 @@ class RecoveryListOut(OutputModel):
 
 def checkpoint_out(r: RecoveryRequest) -> CheckpointOut:
     journal = journal_state_of(r)
-    return CheckpointOut(
+    return CheckpointOut.of(
+        r,
         identifier=r.checkpoint_identifier,
         timestamp=r.checkpoint_timestamp,
         tag=r.checkpoint_tag,
-        change_id=r.change_id,
         source=r.checkpoint_source,
-        vpg_identifier=r.vpg_identifier,
-        vpg_name=r.vpg_name,
         recovery_site=r.recovery_site_name or r.recovery_site_identifier,
         listed_late_at=r.checkpoint_listed_late_at,
         # The retention forecast of our tagged checkpoint (none for a bare journal checkpoint id).
@@ -429,28 +427,14 @@ def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
 
 def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> RecoveryRecordOut:
     """Everything a recovery shows; ``inline``: a small recovered file comes in the answer."""
-    return RecoveryRecordOut(
-        id=r.pk,
-        status=r.status,
+    return RecoveryRecordOut.of(
+        r,
         agent=r.agent_name,
         requested_by=r.requested_by_name,
         vm=r.vm_name,
-        vm_identifier=r.vm_identifier,
-        path=r.path,
-        recursive=r.recursive,
-        normalized_path=r.normalized_path,
-        reason=r.reason,
         checkpoint=checkpoint_out(r),
         approvals=[ApprovalOut(approver=a.approver_name, at=a.created_at) for a in r.approvals.all()],
-        approvals_required=r.approvals_required,
-        expires_at=r.expires_at,
-        decided_by=r.decided_by,
-        created_at=r.created_at,
-        started_at=r.started_at,
-        finished_at=r.finished_at,
-        error=r.error,
         waiting_for_site=waiting_out(r),
-        request_id=r.request_id,
         approval_url=approval_url(r),
         result=result_out(r, inline=inline),
         restore=restore_out(r),

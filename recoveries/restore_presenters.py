@@ -60,18 +60,10 @@ def folder_diff_out(recovery: RecoveryRequest, files: list[FolderFileDiff]) -> R
 
 
 def _folder_file(file: FolderFileDiff) -> dict[str, Any]:
-    lines = file.diff.lines if file.diff is not None and file.diff.text else []
-    return {
-        "path": file.path,
-        "change": file.change,
-        "current_error": file.current_error,
-        "current_size": file.current_size,
-        "current_sha256": file.current_sha256,
-        "recovered_size": file.recovered_size,
-        "recovered_sha256": file.recovered_sha256,
-        "text": bool(file.diff is not None and file.diff.text),
-        "unified_diff": "\n".join(line.text for line in lines),
-    }
+    text = file.diff is not None and file.diff.text
+    lines = file.diff.lines if file.diff is not None and text else []
+    figures = {name: value for name, value in vars(file).items() if name != "diff"}
+    return {**figures, "text": text, "unified_diff": "\n".join(line.text for line in lines)}
 
 
 class GuestFileToolsOut(OutputModel):

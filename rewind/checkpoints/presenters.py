@@ -1,9 +1,5 @@
-"""What guards and their tagged checkpoints look like to the outside.
-
-An agent reads a guard as an answer (``GuardOut``: may it proceed, and why not); an operator reads
-it over REST as its record (``GuardRecordOut``). The two shapes are the tool contract and the REST
-API of today, so each keeps its own model; a recovery's checkpoint takes its forecast's text from here.
-"""
+"""What guards and their tagged checkpoints look like to the outside: to an agent an answer (``GuardOut``:
+may it proceed, and why not), over REST a record (``GuardRecordOut``), two contracts with a model each."""
 
 from __future__ import annotations
 

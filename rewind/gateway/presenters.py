@@ -1,11 +1,6 @@
-"""What the gateway looks like to the outside: its upstreams and their tools over REST, and its calls.
-
-Over REST (``/api/gateway/calls/``) a call is its record, less what is internal (the upstream's
-row, the agent's row id); to the agent that made it, the forwarded result's ``_meta`` names the
-call by the id an undo asks for (``zerto_recover_file(before_call=...)``), and the guard taken
-first, when there was one (``rewind.checkpoints.presenters.guard_meta``). An upstream's header and
-environment values never go out: their names do.
-"""
+"""What the gateway looks like to the outside: its upstreams and their tools over REST (the names of
+their headers and environment, never the values), and its calls: over REST their records, to the
+agent that made one the ``_meta`` of the forwarded result (the id an undo asks for, and the guard)."""
 
 from __future__ import annotations
 

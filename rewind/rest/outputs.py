@@ -1,10 +1,6 @@
-"""What goes out: one pydantic model per entity, for the MCP tools, the REST bodies and the OpenAPI schema.
-
-A part's ``presenters`` module defines each entity as an ``OutputModel``; the MCP tools answer with
-it, the REST views with ``rest_body`` (timestamps in UTC as ``…Z``), and ``rewind.rest.schema``
-hands it to drf-spectacular's pydantic extension. A model that presents a Django row is validated
-from it (``from_attributes``) and names it (``presents``): its help texts and choices document the schema.
-"""
+"""What goes out: one pydantic model per entity (its part's ``presenters``), which the MCP tools answer
+with, the REST views send as ``rest_body`` (times in UTC as ``…Z``) and ``rewind.rest.schema`` hands
+to drf-spectacular's pydantic extension for the OpenAPI schema."""
 
 from __future__ import annotations
 
@@ -12,63 +8,59 @@ from typing import Any, ClassVar, Self
 
 from django.db import models
 from drf_spectacular.plumbing import build_choice_field
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, GetJsonSchemaHandler, WithJsonSchema
-from pydantic.json_schema import JsonSchemaValue
-from pydantic_core import CoreSchema
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from rest_framework import serializers
 
-
-def optional(**kwargs: Any) -> Any:
-    """A key set only when it applies: the REST body leaves it out otherwise, and the schema says so
-    (not required, never null); an MCP answer has it as null."""
-    return Field(default=None, json_schema_extra={"x-optional": True}, **kwargs)
-
-
-def rest_body(out: BaseModel) -> Any:
-    """``out`` as a REST body: JSON, less the keys it did not set (only ``optional`` ones are ever unset:
-    a model is built from its row or with every key)."""
-    return out.model_dump(mode="json", exclude_unset=True)
-
-
-def choices(options: Any, *, blank: bool = False) -> WithJsonSchema:
-    """A string among ``options`` (``SomeChoices.choices``): in the REST schema an enum, named as
-    ``ENUM_NAME_OVERRIDES`` says, described as DRF's ``ChoiceField`` would describe it."""
-    schema = build_choice_field(serializers.ChoiceField(choices=options, allow_blank=blank))
-    schema["x-choices"] = schema.pop("description")  # after the field's own description (OutputModel)
-    return WithJsonSchema(schema, mode="serialization")
-
-
 URL = WithJsonSchema({"type": "string", "format": "uri"}, mode="serialization")
+MCP_ONLY = WithJsonSchema(None, mode="serialization")  # not in the REST schema: never in a REST body
 # A related manager (``guard.vpgs``) read as the list of its rows.
 ROWS = BeforeValidator(lambda value: value.all() if isinstance(value, models.Manager) else value)
 
 
+def set_when_it_applies(schema: dict[str, Any]) -> None:
+    """The mark of an ``optional`` key, which ``rewind.rest.schema`` reads; it changes no JSON schema."""
+
+
+def optional(**kwargs: Any) -> Any:
+    """A key set only when it applies: a REST body leaves it out otherwise (its schema: not required,
+    never null); an MCP answer has it as null."""
+    return Field(default=None, json_schema_extra=set_when_it_applies, **kwargs)
+
+
+def rest_body(out: BaseModel) -> Any:
+    """``out`` as JSON, less the ``optional`` keys it did not set (a model is built with every other key)."""
+    return out.model_dump(mode="json", exclude_unset=True)
+
+
+def choices(options: Any, *, blank: bool = False) -> WithJsonSchema:
+    """A string among ``options``: an enum in the REST schema, described and named (``ENUM_NAME_OVERRIDES``)
+    as DRF's ``ChoiceField`` would be; the choices' text follows the field's own description."""
+    schema = build_choice_field(serializers.ChoiceField(choices=options, allow_blank=blank))
+    schema["x-choices"] = schema.pop("description")
+    return WithJsonSchema(schema, mode="serialization")
+
+
+# Every output model by its class name, as pydantic names a nested model's definition.
+OUTPUT_MODELS: dict[str, type[BaseModel]] = {}
+
+
 class OutputModel(BaseModel):
-    # Over REST every key is there (unless ``optional``), default or not.
+    # Validated from rows by attribute; every key is in the REST schema's required list but ``optional`` ones.
     model_config = ConfigDict(from_attributes=True, json_schema_serialization_defaults_required=True)
 
-    rest_name: ClassVar[str | None] = None  # its component in the schema; else the class name less "Out"
-    presents: ClassVar[type[models.Model] | None] = None
+    rest_name: ClassVar[str | None] = None  # its component in the schema, else the class name less "Out"
+    presents: ClassVar[type[models.Model] | None] = None  # the row whose help texts and choices document it
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if OUTPUT_MODELS.setdefault(cls.__name__, cls) is not cls:
+            raise TypeError(f"two output models are named {cls.__name__}: the schema could not tell them apart")
 
     @classmethod
     def of(cls, row: object, **more: Any) -> Self:
-        """``row`` as this model, ``more`` giving the keys it has no attribute for (a name only a service reads)."""
+        """``row`` as this model, read by attribute but for the keys ``more`` gives."""
         return cls.model_validate(_RowWith(row, more))
-
-    @classmethod
-    def __get_pydantic_json_schema__(cls, core_schema: CoreSchema, handler: GetJsonSchemaHandler) -> JsonSchemaValue:
-        schema = handler(core_schema)
-        target, rest = handler.resolve_ref_schema(schema), handler.mode == "serialization"
-        fields = (
-            {f.name: f for f in cls.presents._meta.get_fields() if isinstance(f, models.Field)} if cls.presents else {}
-        )
-        for name, prop in target["properties"].items():
-            if prop.pop("x-optional", False) and rest:
-                prop.pop("nullable", None)
-                target["required"].remove(name)  # every key is required but these (the model's config)
-            if rest:
-                _document(prop, fields.get(name))
-        return schema
 
 
 class _RowWith:
@@ -77,13 +69,3 @@ class _RowWith:
 
     def __getattr__(self, name: str) -> Any:
         return self.more[name] if name in self.more else getattr(self.row, name)
-
-
-def _document(prop: JsonSchemaValue, field: Any) -> None:
-    """What the REST schema says of a field beyond its type: its row's help text and choices."""
-    if field is not None and field.help_text:
-        prop.setdefault("description", str(field.help_text))
-    if field is not None and field.choices and "enum" not in prop:
-        prop.update(choices(field.choices, blank=field.blank).json_schema or {})
-    if "x-choices" in prop:
-        prop["description"] = "\n\n".join(filter(None, [prop.get("description"), prop.pop("x-choices")]))

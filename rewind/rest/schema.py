@@ -1,21 +1,16 @@
 """How the REST API describes itself in its OpenAPI schema (drf-spectacular).
 
-Every view is an ``APIView`` with nested ``InputSerializer`` and ``FilterSerializer`` classes
-and declares its responses with ``extend_schema``, an output model (``rewind.rest.outputs``)
-each. This schema class reads those conventions and adds what every operation shares, so that
-no view has to repeat it and none can forget it:
-
-- the query parameters of ``FilterSerializer`` and the body of ``InputSerializer``;
-- a page of the response model for a ``GET`` of a view with a ``pagination_class``;
-- the errors the view can answer with, in the shape ``rewind.api.exception_handler`` renders;
-- who may call it, from the view's permission classes (``describe_permission``).
+Every view is an ``APIView`` with nested ``InputSerializer`` and ``FilterSerializer`` classes that
+names its output models (``rewind.rest.outputs``) in ``extend_schema``. The schema class reads those
+conventions and adds what every operation shares, so no view repeats it: its filters and body, a
+page of its model for a paginated ``GET``, its errors and who may call it (``describe_permission``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from typing import Any, get_args
+from typing import Any
 
+from django.db import models
 from drf_spectacular.contrib.pydantic import PydanticExtension
 from drf_spectacular.openapi import AutoSchema
 from drf_spectacular.plumbing import ResolvedComponent
@@ -26,6 +21,8 @@ from pydantic_core import core_schema
 from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.pagination import CursorPagination
+
+from rewind.rest.outputs import OUTPUT_MODELS, choices, set_when_it_applies
 
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 
@@ -77,50 +74,56 @@ def describe_permission(view: Any, method: str) -> str | None:
     return " ".join(p for p in parts if p) or None
 
 
-class RestJsonSchema(GenerateJsonSchema):
-    """An output model's JSON schema as OpenAPI 3.0 writes it (``nullable``: 3.0 has no null type),
-    without pydantic's titles and defaults."""
-
-    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
-        inner = self.generate_inner(schema["schema"])
-        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
-
-    def default_schema(self, schema: core_schema.WithDefaultSchema) -> JsonSchemaValue:
-        json_schema = super().default_schema(schema)
-        json_schema.pop("default", None)  # every key of a body is there: no default to document
-        return json_schema
-
-    def field_title_should_be_set(self, schema: Any) -> bool:
-        return False
-
-    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
-        json_schema = super().model_schema(schema)
-        json_schema.pop("title", None)
-        return json_schema
+REF = "#/components/schemas/{model}"
 
 
 def component_name(model: type[BaseModel]) -> str:
     return vars(model).get("rest_name") or model.__name__.removesuffix("Out")
 
 
-def _models(annotation: Any) -> Iterator[type[BaseModel]]:
-    """The models ``annotation`` names, and those of their fields (``list[X] | None`` names X)."""
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation
-        for field in annotation.model_fields.values():
-            yield from _models(field.annotation)
-    for arg in get_args(annotation):
-        yield from _models(arg)
+class RestJsonSchema(GenerateJsonSchema):
+    """An output model's schema as this API's OpenAPI 3.0 writes it: ``nullable`` (3.0 has no null
+    type), no pydantic titles, an ``optional`` key not required and never null, and what the row it
+    presents says of a field (help text, choices)."""
+
+    def nullable_schema(self, schema: core_schema.NullableSchema) -> JsonSchemaValue:
+        inner = self.generate_inner(schema["schema"])
+        return {"allOf": [inner], "nullable": True} if "$ref" in inner else {**inner, "nullable": True}
+
+    def normalize_name(self, name: str) -> str:
+        # pydantic names a nested model's definition after its class; the component is named as before.
+        model = OUTPUT_MODELS.get(name)
+        return component_name(model) if model else super().normalize_name(name)
+
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        json_schema, model = super().model_schema(schema), schema["cls"]
+        json_schema.pop("title", None)
+        rows = getattr(model, "presents", None)
+        fields = {f.name: f for f in rows._meta.get_fields() if isinstance(f, models.Field)} if rows else {}
+        for name, prop in json_schema.get("properties", {}).items():
+            prop.pop("default", None)  # every key of a body is there (optional ones when they apply)
+            info = model.model_fields.get(name)
+            if info is not None and info.json_schema_extra is set_when_it_applies:
+                prop.pop("nullable", None)
+                json_schema["required"].remove(name)
+            _document(prop, fields.get(name))
+        return json_schema
 
 
-def _named(node: Any, names: dict[str, str]) -> Any:
-    if isinstance(node, dict):
-        return {k: (names[v] if k == "$ref" else _named(v, names)) for k, v in node.items()}
-    return [_named(v, names) for v in node] if isinstance(node, list) else node
+def _document(prop: JsonSchemaValue, field: models.Field[Any, Any] | None) -> None:
+    if field is not None and field.help_text:
+        prop.setdefault("description", str(field.help_text))
+    if field is not None and field.choices and "enum" not in prop:
+        prop.update(choices(field.choices, blank=field.blank).json_schema or {})
+    if "x-choices" in prop:  # DRF's way: the field's text, then its choices'
+        prop["description"] = "\n\n".join(filter(None, [prop.get("description"), prop.pop("x-choices")]))
 
 
 class OutputModelExtension(PydanticExtension):
-    """drf-spectacular's pydantic extension, with the components named as ``component_name`` says."""
+    """drf-spectacular's pydantic extension, with the schema above and the components named as before."""
 
     priority = 1
 
@@ -128,16 +131,13 @@ class OutputModelExtension(PydanticExtension):
         return component_name(self.target)
 
     def map_serializer(self, auto_schema: AutoSchema, direction: str) -> JsonSchemaValue:
-        schema = model_json_schema(
-            self.target, ref_template="{model}", schema_generator=RestJsonSchema, mode="serialization"
-        )
-        models = {m.__name__: m for m in _models(self.target)}
-        refs = {key: f"#/components/schemas/{component_name(m)}" for key, m in models.items()}
-        for key, definition in schema.pop("$defs", {}).items():
-            name = component_name(models[key])
-            component = ResolvedComponent(name, ResolvedComponent.SCHEMA, _named(definition, refs), models[key])
-            auto_schema.registry.register_on_missing(component)
-        return _named(schema, refs)
+        schema = model_json_schema(self.target, ref_template=REF, schema_generator=RestJsonSchema, mode="serialization")
+        models = {component_name(m): m for m in OUTPUT_MODELS.values()}
+        for name, definition in schema.pop("$defs", {}).items():
+            auto_schema.registry.register_on_missing(
+                ResolvedComponent(name, ResolvedComponent.SCHEMA, definition, models[name])
+            )
+        return schema
 
 
 class RewindAutoSchema(AutoSchema):
