@@ -1,8 +1,5 @@
-"""The mutating-tool catalog's tools: an agent adds a tool that changes VMs, and reads the catalog.
-
-The guard (``rewind.checkpoints.mcp_tools``) consults this catalog; only a person can change,
-disable or remove an entry once it is there (in the admin).
-"""
+"""The mutating-tool catalog's tools: an agent adds a tool that changes VMs, and reads the catalog the
+guard consults; only a person changes, disables or removes an entry (in the admin)."""
 
 from __future__ import annotations
 

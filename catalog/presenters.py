@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from pydantic import AliasChoices, Field
 
@@ -31,7 +31,7 @@ class MutatingToolListOut(OutputModel):
 
 
 class MutatingToolRecordOut(OutputModel):
-    rest_name: ClassVar[str] = "MutatingTool"
+    rest_name = "MutatingTool"
     presents = MutatingTool
 
     id: int

@@ -52,14 +52,7 @@ class CanReview(permissions.BasePermission):
     message = "you lack the permission to review recoveries"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(
-            user
-            and user.is_authenticated
-            and not isinstance(user, AgentPrincipal)
-            and user.is_staff
-            and any(user.has_perm(p) for p in REVIEW_PERMISSIONS)
-        )
+        return _staff_person(request) and any(request.user.has_perm(p) for p in REVIEW_PERMISSIONS)
 
     def describe(self, view: Any, method: str) -> str:
         return f"a signed-in staff user holding `{REVIEW_PERMISSIONS[0]}` or `{REVIEW_PERMISSIONS[1]}`."

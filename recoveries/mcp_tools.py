@@ -1,7 +1,5 @@
 """File recovery tools: ask for a file back (a human approves), read the outcome, see and end FLR sessions.
-
-The agent is always the one of the verified token. Nothing here can approve a recovery.
-"""
+The agent is always the one of the verified token; nothing here can approve a recovery."""
 
 from __future__ import annotations
 
@@ -15,7 +13,6 @@ from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import Field, StrictStr
 
-from recoveries.models import RecoveryRequest
 from recoveries.presenters import RecoveryOut, recovery_agent_out
 from recoveries.selectors import calling_agent, recovery_get_for_agent
 from recoveries.services import recovery_request_create
@@ -103,10 +100,6 @@ class EndSessionOut(OutputModel):
     warning: str | None = None
 
 
-def _out(recovery: RecoveryRequest) -> RecoveryOut:
-    return recovery_agent_out(recovery)
-
-
 def _create(
     vm: str,
     path: str,
@@ -130,11 +123,11 @@ def _create(
         recursive=recursive,
         restore=restore,
     )
-    return _out(recovery)
+    return recovery_agent_out(recovery)
 
 
 def _status(recovery_id: int) -> RecoveryOut:
-    return _out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
+    return recovery_agent_out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
 
 
 # Waiting comes after a run found the site unavailable, so it ranks above running: it is

@@ -10,7 +10,7 @@ from __future__ import annotations
 import base64
 from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.urls import reverse
@@ -73,7 +73,7 @@ def waiting_message(r: RecoveryRequest) -> str:
 
 
 class CheckpointOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryCheckpoint"
+    rest_name = "RecoveryCheckpoint"
 
     identifier: str
     timestamp: datetime | None
@@ -105,7 +105,7 @@ class CheckpointOut(OutputModel):
 
 
 class UnmountOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryUnmount"
+    rest_name = "RecoveryUnmount"
 
     ok: bool
     session_id: str
@@ -113,7 +113,7 @@ class UnmountOut(OutputModel):
 
 
 class ManifestEntryOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryManifestEntry"
+    rest_name = "RecoveryManifestEntry"
 
     path: str = Field(description="Below the folder, '/'-separated; the archive's member of the same name")
     size: int
@@ -122,14 +122,14 @@ class ManifestEntryOut(OutputModel):
 
 
 class SkippedOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoverySkippedEntry"
+    rest_name = "RecoverySkippedEntry"
 
     path: str
     reason: str
 
 
 class FolderOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryFolder"
+    rest_name = "RecoveryFolder"
 
     files: int = Field(description="How many files came back")
     bytes: int = Field(description="Their bytes in all (the archive's size is result.size)")
@@ -138,7 +138,7 @@ class FolderOut(OutputModel):
 
 
 class ResultOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryResult"
+    rest_name = "RecoveryResult"
 
     ok: bool
     sha256: str | None = Field(default=None, description="Of the file; of the zip archive for a folder")
@@ -160,7 +160,7 @@ class ResultOut(OutputModel):
 
 
 class RestoreFileOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryRestoreFile"
+    rest_name = "RecoveryRestoreFile"
 
     path: str = Field(description="Below the folder, /-separated (as in the manifest)")
     change: str = Field(
@@ -178,14 +178,14 @@ class RestoreFileOut(OutputModel):
 
 
 class WriteBackConfirmationOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryWriteBackConfirmation"
+    rest_name = "RecoveryWriteBackConfirmation"
 
     person: str
     at: datetime
 
 
 class RestoreOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryRestore"
+    rest_name = "RecoveryRestore"
 
     state: Annotated[str, choices(RestoreState.choices)] = Field(
         description="requested (not pulled yet), comparing, awaiting (a person must confirm the write-back after "
@@ -260,7 +260,7 @@ def _restore_file_out(row: dict[str, Any]) -> RestoreFileOut:
 
 
 class WaitingOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryWaiting"
+    rest_name = "RecoveryWaiting"
 
     site: str = Field(description="The recovery site the run waits for")
     unavailable_since: datetime | None = Field(description="Since when that site's ZVM has not answered (UTC)")
@@ -296,7 +296,7 @@ class RecoveryOut(OutputModel):
 
 
 class ApprovalOut(OutputModel):
-    rest_name: ClassVar[str] = "RecoveryApprovalEntry"
+    rest_name = "RecoveryApprovalEntry"
 
     approver: str
     at: datetime
@@ -305,7 +305,7 @@ class ApprovalOut(OutputModel):
 class RecoveryRecordOut(RecoveryOut):
     """A recovery as an operator reads it (REST): its agent's view, and who asked, why, who decided, when."""
 
-    rest_name: ClassVar[str] = "Recovery"
+    rest_name = "Recovery"
 
     agent: str = Field(description="The agent that asked; empty when a person asked")
     requested_by: str = Field(description="The person who asked (REST or the admin); empty when an agent asked")
@@ -352,12 +352,8 @@ def unmount_out(r: RecoveryRequest) -> UnmountOut | None:
 
 
 def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
-    """``{ok, content|url, sha256, size, unmount}`` once the run ended; small files inline.
-
-    Inline content is text when it decodes as UTF-8, else base64 (``encoding`` says which).
-    Once the retention period deleted the bytes, ``purged_at`` is set and ``error`` says so.
-    Only the keys that apply are set (the REST body leaves the others out).
-    """
+    """``{ok, content|url, sha256, size, unmount}`` once the run ended, only the keys that apply set: a
+    small file inline (text if UTF-8, else base64), ``purged_at`` and ``error`` once the bytes are deleted."""
     if r.status not in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED):
         return None
     out = ResultOut(ok=bool(r.ok), sha256=r.sha256 or None, size=r.size, unmount=unmount_out(r))

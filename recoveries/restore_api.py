@@ -1,9 +1,6 @@
 """REST for restores in place: the diff a person must read, the write-back click, and which upstream
-tools write and read guest files (``GuestFileTools``).
-
-The write-back click takes the ``diff`` token the diff endpoint handed out: a click without it, or
-with the token of an older diff, is refused, so no bytes are written that nobody was shown.
-"""
+tools write and read guest files. The click takes the ``diff`` token of the diff shown: without it, or
+with an older diff's, it is refused, so no bytes are written that nobody was shown."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
-"""FLR sessions: recording the ones this service opened, finding them again, listing every
-site's, and ending them.
+"""FLR sessions: recording the ones this service opened, finding them again, listing every site's, ending them.
 
-Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after.
-Row status changes are compare-and-swap updates, so the runner, the reaper, an agent and
-a person can all try to end the same session and only one of them sends the DELETE.
+An unmount is audited before its DELETE is sent (fail-closed) and after; status changes are
+compare-and-swap, so of the runner, the reaper, an agent and a person ending one, one sends the DELETE.
 """
 
 from __future__ import annotations

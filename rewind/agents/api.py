@@ -1,7 +1,4 @@
-"""Agents over REST: list, detail, create; issue a bearer token (shown once) and revoke one.
-
-Token hashes are never returned; a token is identified by its id and display prefix.
-"""
+"""Agents over REST: list, detail, create; issue a bearer token (shown once, never its hash) and revoke one."""
 
 from __future__ import annotations
 

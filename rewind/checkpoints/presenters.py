@@ -4,7 +4,7 @@ may it proceed, and why not), over REST a record (``GuardRecordOut``), two contr
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from pydantic import AliasPath, Field
 
@@ -72,18 +72,13 @@ class GuardOut(OutputModel):
 
 def tagged_checkpoint_out(row: TaggedCheckpoint) -> VpgCheckpointOut:
     """One VPG's tagged checkpoint as an agent reads it."""
-    return VpgCheckpointOut(
+    return VpgCheckpointOut.of(
+        row,
         name=row.vpg_name,
         identifier=row.vpg_identifier,
-        status=row.status,
         checkpoint_identifier=row.checkpoint_identifier or None,
-        checkpoint_timestamp=row.checkpoint_timestamp,
         error=row.error or None,
-        waited_ms=row.waited_ms,
         recovery_site=row.recovery_site_name or None,
-        listed_late_at=row.listed_late_at,  # timed out, then listed: recoverable, yet the guard stays not ok
-        leaves_journal_at=row.leaves_journal_at,
-        left_journal_seen_at=row.left_journal_seen_at,
     )
 
 
@@ -105,17 +100,13 @@ def guard_report(guard: ChangeGuard, *, catalog_entry: str | None = None, reused
             + (f"; {waiting_for}" if waiting_for else "")
             + f"); do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
         )
-    return GuardOut(
+    return GuardOut.of(
+        guard,  # its id, status, change_id, tag and vm_identifier
         ok=ok,
         guarded=True,
         finished=finished,
-        status=guard.status,
         must_not_proceed=reason,
-        id=guard.pk,
-        change_id=guard.change_id,
-        tag=guard.tag,
         vm=guard.vm_name,
-        vm_identifier=guard.vm_identifier,
         tool=guard.tool or None,
         catalog_entry=catalog_entry,
         reused=reused,
@@ -174,7 +165,7 @@ def guard_meta(out: GuardOut) -> dict[str, Any]:
 
 
 class TaggedCheckpointRecordOut(OutputModel):
-    rest_name: ClassVar[str] = "TaggedCheckpoint"
+    rest_name = "TaggedCheckpoint"
     presents = TaggedCheckpoint
 
     vpg_name: str
@@ -200,7 +191,7 @@ class TaggedCheckpointRecordOut(OutputModel):
 
 # A guard as ``selectors.guard_list`` annotates it: VPG counts and the first checkpoint to leave its journal.
 class GuardRecordOut(OutputModel):
-    rest_name: ClassVar[str] = "Guard"
+    rest_name = "Guard"
     presents = ChangeGuard
 
     id: int

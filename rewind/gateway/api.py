@@ -1,9 +1,6 @@
-"""The gateway over REST: upstreams (list, create, update, test connection with its tool list),
-their tools (exposed names, policy) and the calls forwarded through the gateway.
-
-Header and environment values never leave the server: an upstream shows their names only.
-On update an omitted ``headers``/``env`` keeps the stored ones; ``{}`` removes them.
-"""
+"""The gateway over REST: upstreams (list, create, update, test connection), their tools (policy,
+approval) and the calls forwarded. On update an omitted ``headers``/``env`` keeps the stored ones;
+``{}`` removes them."""
 
 from __future__ import annotations
 

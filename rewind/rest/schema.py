@@ -74,9 +74,6 @@ def describe_permission(view: Any, method: str) -> str | None:
     return " ".join(p for p in parts if p) or None
 
 
-REF = "#/components/schemas/{model}"
-
-
 def component_name(model: type[BaseModel]) -> str:
     return vars(model).get("rest_name") or model.__name__.removesuffix("Out")
 
@@ -131,7 +128,8 @@ class OutputModelExtension(PydanticExtension):
         return component_name(self.target)
 
     def map_serializer(self, auto_schema: AutoSchema, direction: str) -> JsonSchemaValue:
-        schema = model_json_schema(self.target, ref_template=REF, schema_generator=RestJsonSchema, mode="serialization")
+        ref = "#/components/schemas/{model}"
+        schema = model_json_schema(self.target, ref_template=ref, schema_generator=RestJsonSchema, mode="serialization")
         models = {component_name(m): m for m in OUTPUT_MODELS.values()}
         for name, definition in schema.pop("$defs", {}).items():
             auto_schema.registry.register_on_missing(

@@ -12,9 +12,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
-from recoveries.presenters import CheckpointOut
+from recoveries.presenters import CheckpointOut, recovery_agent_out
 from recoveries.selectors import recovery_get_for_agent
 from rewind.checkpoints.presenters import VpgCheckpointOut, guard_report
 from rewind.models import Agent, ChangeGuard, TaggedCheckpoint
@@ -93,9 +92,9 @@ def test_a_recovery_shows_its_checkpoint_s_estimate_over_rest_and_mcp(
     listed = {r["id"]: r for r in api(superuser).get("/api/recoveries/").json()["results"]}
     assert listed[ours.pk]["checkpoint"]["leaves_journal_at"] == expected
     assert listed[foreign.pk]["checkpoint"]["leaves_journal_at"] is None
-    out = _out(recovery_get_for_agent(recovery_id=ours.pk, agent_id=agent.pk))
+    out = recovery_agent_out(recovery_get_for_agent(recovery_id=ours.pk, agent_id=agent.pk))
     assert out.model_dump(mode="json")["checkpoint"]["leaves_journal_at"] == expected
-    assert _out(ours).checkpoint.leaves_journal_at == leaves  # a row without the annotation asks once
+    assert recovery_agent_out(ours).checkpoint.leaves_journal_at == leaves  # a row without the annotation asks once
     assert (
         "no file can be recovered"
         in CheckpointOut.model_json_schema()["properties"]["leaves_journal_at"]["description"]
