@@ -130,10 +130,10 @@ class OutputModelExtension(PydanticExtension):
     def map_serializer(self, auto_schema: AutoSchema, direction: str) -> JsonSchemaValue:
         ref = "#/components/schemas/{model}"
         schema = model_json_schema(self.target, ref_template=ref, schema_generator=RestJsonSchema, mode="serialization")
-        models = {component_name(m): m for m in OUTPUT_MODELS.values()}
+        named = {component_name(m): m for m in OUTPUT_MODELS.values()}
         for name, definition in schema.pop("$defs", {}).items():
             auto_schema.registry.register_on_missing(
-                ResolvedComponent(name, ResolvedComponent.SCHEMA, definition, models[name])
+                ResolvedComponent(name, ResolvedComponent.SCHEMA, definition, named[name])
             )
         return schema
 
