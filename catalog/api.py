@@ -1,22 +1,20 @@
 """The mutating-tool catalog and its sightings over REST, for people (session login + CSRF).
 
-Every write goes through ``catalog.services`` with the signed-in person as the actor, so it
-is audited and the human-only rules (update, disable, classify) hold. Classifying a
-sighting needs ``catalog.add_mutatingtool``, as in the admin: either outcome decides whether
-the guard covers that tool.
-"""
+Every write goes through ``catalog.services`` with the person as actor (audited, the human-only
+rules hold); classifying a sighting needs ``catalog.add_mutatingtool``, as in the admin."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from catalog.models import MutatingTool, ToolSighting
+from catalog.presenters import MutatingToolRecordOut, SightingClassifiedOut, ToolSightingOut
 from catalog.selectors import (
     mutating_tool_get,
     mutating_tool_pattern_taken,
@@ -35,6 +33,7 @@ from catalog.services import (
 )
 from rewind.errors import ApplicationError
 from rewind.policy.models import Decision
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
 
@@ -46,42 +45,6 @@ def _vm_arg(value: str) -> str:
     if not VM_ARG_RE.match(value):
         raise serializers.ValidationError("name the tool argument that holds the VM (e.g. host)")
     return value
-
-
-class MutatingToolOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = MutatingTool
-        fields = [
-            "id",
-            "pattern",
-            "is_pattern",
-            "vm_arg",
-            "platform",
-            "description",
-            "decision",
-            "enabled",
-            "added_by",
-            "added_by_kind",
-            "created_at",
-            "updated_at",
-        ]
-
-
-class ToolSightingOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = ToolSighting
-        fields = [
-            "id",
-            "tool",
-            "status",
-            "count",
-            "first_seen_at",
-            "last_seen_at",
-            "agents",
-            "argument_names",
-            "classified_by",
-            "classified_at",
-        ]
 
 
 class MutatingToolListApi(APIView):
@@ -115,18 +78,18 @@ class MutatingToolListApi(APIView):
         def validate_vm_arg(self, value: str) -> str:
             return _vm_arg(value)
 
-    @extend_schema(responses=MutatingToolOutputSerializer(many=True))
+    @extend_schema(responses=MutatingToolRecordOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         return paginated_response(
             queryset=mutating_tool_queryset(**filters.validated_data),
-            serializer_class=MutatingToolOutputSerializer,
+            present=MutatingToolRecordOut.model_validate,
             request=request,
             view=self,
         )
 
-    @extend_schema(responses={201: MutatingToolOutputSerializer}, description="Add an entry (audited).")
+    @extend_schema(responses={201: MutatingToolRecordOut}, description="Add an entry (audited).")
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -135,7 +98,7 @@ class MutatingToolListApi(APIView):
         tool = mutating_tool_add(actor=actor_of(request), **fields)
         if not enabled:
             tool = mutating_tool_disable(actor=actor_of(request), tool=tool)
-        return Response(MutatingToolOutputSerializer(tool).data, status=status.HTTP_201_CREATED)
+        return Response(rest_body(MutatingToolRecordOut.model_validate(tool)), status=status.HTTP_201_CREATED)
 
 
 class MutatingToolDetailApi(APIView):
@@ -159,17 +122,17 @@ class MutatingToolDetailApi(APIView):
                 raise serializers.ValidationError({"pattern": "the pattern cannot change; add another entry"})
             return super().to_internal_value(data)
 
-    @extend_schema(responses=MutatingToolOutputSerializer)
+    @extend_schema(responses=MutatingToolRecordOut)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(MutatingToolOutputSerializer(mutating_tool_get(pk)).data)
+        return Response(rest_body(MutatingToolRecordOut.model_validate(mutating_tool_get(pk))))
 
-    @extend_schema(responses=MutatingToolOutputSerializer)
+    @extend_schema(responses=MutatingToolRecordOut)
     def patch(self, request: Request, pk: int) -> Response:
         tool = mutating_tool_get(pk)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         tool = mutating_tool_update(actor=actor_of(request), tool=tool, **data.validated_data)
-        return Response(MutatingToolOutputSerializer(tool).data)
+        return Response(rest_body(MutatingToolRecordOut.model_validate(tool)))
 
 
 class MutatingToolDisableApi(APIView):
@@ -178,10 +141,10 @@ class MutatingToolDisableApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "catalog.change_mutatingtool"}
 
-    @extend_schema(responses=MutatingToolOutputSerializer)
+    @extend_schema(responses=MutatingToolRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         tool = mutating_tool_disable(actor=actor_of(request), tool=mutating_tool_get(pk))
-        return Response(MutatingToolOutputSerializer(tool).data)
+        return Response(rest_body(MutatingToolRecordOut.model_validate(tool)))
 
 
 class ToolSightingListApi(APIView):
@@ -194,13 +157,13 @@ class ToolSightingListApi(APIView):
     class FilterSerializer(serializers.Serializer):
         status = serializers.ChoiceField(required=False, choices=ToolSighting.Status.choices)
 
-    @extend_schema(responses=ToolSightingOutputSerializer(many=True))
+    @extend_schema(responses=ToolSightingOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         return paginated_response(
             queryset=tool_sighting_queryset(**filters.validated_data),
-            serializer_class=ToolSightingOutputSerializer,
+            present=ToolSightingOut.model_validate,
             request=request,
             view=self,
         )
@@ -226,15 +189,7 @@ class ToolSightingClassifyApi(APIView):
                 raise serializers.ValidationError({"vm_arg": "name the argument that holds the VM"})
             return attrs
 
-    @extend_schema(
-        responses=inline_serializer(
-            "SightingClassified",
-            {
-                "sighting": ToolSightingOutputSerializer(),
-                "entry": MutatingToolOutputSerializer(allow_null=True, help_text="The new entry; null for readonly."),
-            },
-        )
-    )
+    @extend_schema(responses=SightingClassifiedOut)
     def post(self, request: Request, pk: int) -> Response:
         sighting = tool_sighting_get(pk)
         data = self.InputSerializer(data=request.data)
@@ -252,9 +207,4 @@ class ToolSightingClassifyApi(APIView):
         else:
             tool_sighting_classify_readonly(actor=actor_of(request), sighting=sighting)
         sighting = tool_sighting_get(pk)  # as classifying left it
-        return Response(
-            {
-                "sighting": ToolSightingOutputSerializer(sighting).data,
-                "entry": MutatingToolOutputSerializer(entry).data if entry is not None else None,
-            }
-        )
+        return Response(rest_body(SightingClassifiedOut.model_validate({"sighting": sighting, "entry": entry})))

@@ -1,8 +1,5 @@
-"""The mutating-tool catalog's tools: an agent adds a tool that changes VMs, and reads the catalog.
-
-The guard (``rewind.checkpoints.mcp_tools``) consults this catalog; only a person can change,
-disable or remove an entry once it is there (in the admin).
-"""
+"""The mutating-tool catalog's tools: an agent adds a tool that changes VMs, and reads the catalog the
+guard consults; only a person changes, disables or removes an entry (in the admin)."""
 
 from __future__ import annotations
 
@@ -10,9 +7,9 @@ from typing import Annotated, Literal
 
 from mcp.server import MCPServer
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import Field, StrictStr
 
-from catalog.models import MutatingTool
+from catalog.presenters import MutatingToolListOut, MutatingToolOut
 from catalog.services import mutating_tool_add, mutating_tool_list
 from rewind.audit import Actor
 from rewind.mcp import scopes
@@ -22,43 +19,15 @@ from rewind.mcp.context import current_agent_name, run_db
 TOOLS_POSITION = 20
 
 
-class MutatingToolOut(BaseModel):
-    tool: str = Field(description="server/tool, or server/* for every tool of that server")
-    vm_arg: str
-    platform: str
-    description: str
-    decision: str = Field(description="checkpoint, approve (checkpoint, then a person approves the call) or deny")
-    enabled: bool
-    added_by: str
-    added_by_kind: str
-
-
-class MutatingToolListOut(BaseModel):
-    tools: list[MutatingToolOut]
-
-
-def _tool_out(t: MutatingTool) -> MutatingToolOut:
-    return MutatingToolOut(
-        tool=t.pattern,
-        vm_arg=t.vm_arg,
-        platform=t.platform,
-        description=t.description,
-        decision=t.decision,
-        enabled=t.enabled,
-        added_by=t.added_by,
-        added_by_kind=t.added_by_kind,
-    )
-
-
 def _add(tool: str, vm_arg: str, platform: str, description: str) -> MutatingToolOut:
     entry = mutating_tool_add(
         actor=Actor.agent(current_agent_name()), pattern=tool, vm_arg=vm_arg, platform=platform, description=description
     )
-    return _tool_out(entry)
+    return MutatingToolOut.model_validate(entry)
 
 
 def _list() -> MutatingToolListOut:
-    return MutatingToolListOut(tools=[_tool_out(t) for t in mutating_tool_list(include_disabled=True)])
+    return MutatingToolListOut.model_validate({"tools": mutating_tool_list(include_disabled=True)})
 
 
 async def zerto_add_mutating_tool(

@@ -1,12 +1,7 @@
-"""REST API for people (session auth): list, ask, detail, approve, deny; plus the file download.
+"""REST for people (session + CSRF): list, ask, detail, approve, deny, and the file download.
 
-Asking, approving and denying accept only a signed-in Django user (session + CSRF): an agent's
-bearer token is not an authentication method here, so it can never approve anything, and an
-agent asks over MCP. Whoever asks may not approve their own request.
-
-The download of a recovered file accepts either a staff session of someone allowed to
-review recoveries, or the bearer token of the agent that asked for the file (the URL
-``zerto_recovery_status`` hands out works for that agent and for no other).
+An agent's bearer token is taken only by the download of that agent's own file (the URL
+``zerto_recovery_status`` hands out): it never asks or approves here, and nobody approves their own request.
 """
 
 from __future__ import annotations
@@ -16,7 +11,7 @@ from typing import Any
 from django.http import FileResponse
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiResponse, extend_schema, inline_serializer
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework import authentication, exceptions, permissions, serializers, status
 from rest_framework.parsers import JSONParser
 from rest_framework.request import Request
@@ -25,7 +20,14 @@ from rest_framework.views import APIView
 
 from recoveries.models import RecoveryRequest
 from recoveries.paths import MAX_PATH_LENGTH, GuestPathError
-from recoveries.presenters import RecoveryRecordOut, purged_message, recovery_dict, stored_file
+from recoveries.presenters import (
+    RecoveryListOut,
+    RecoveryRecordOut,
+    purged_message,
+    recovery_dict,
+    recovery_record_out,
+    stored_file,
+)
 from recoveries.selectors import recovery_get, recovery_list
 from recoveries.services import (
     APPROVE_PERMISSION,
@@ -40,7 +42,6 @@ from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
 from rewind.errors import NotFoundError
 from rewind.rest.fields import StrictBooleanField
-from rewind.rest.outputs import output_serializer
 from rewind.rest.permissions import request_id_of
 from rewind.rest.schema import ErrorSerializer
 
@@ -51,14 +52,7 @@ class CanReview(permissions.BasePermission):
     message = "you lack the permission to review recoveries"
 
     def has_permission(self, request: Request, view: Any) -> bool:
-        user = request.user
-        return bool(
-            user
-            and user.is_authenticated
-            and not isinstance(user, AgentPrincipal)
-            and user.is_staff
-            and any(user.has_perm(p) for p in REVIEW_PERMISSIONS)
-        )
+        return _staff_person(request) and any(request.user.has_perm(p) for p in REVIEW_PERMISSIONS)
 
     def describe(self, view: Any, method: str) -> str:
         return f"a signed-in staff user holding `{REVIEW_PERMISSIONS[0]}` or `{REVIEW_PERMISSIONS[1]}`."
@@ -129,10 +123,6 @@ class AgentTokenScheme(OpenApiAuthenticationExtension):
         }
 
 
-# The schema's description of a recovery, derived from the one definition of its outside shape.
-RecoveryOutputSerializer = output_serializer(RecoveryRecordOut)
-
-
 class RecoveryListApi(APIView):
     """Recovery requests, newest first (at most 500); POST asks for one, as a person.
 
@@ -175,20 +165,17 @@ class RecoveryListApi(APIView):
             "confirmed; refused when no writer tool serves the VM.",
         )
 
-    @extend_schema(
-        operation_id="recoveries_list",
-        responses=inline_serializer("RecoveryList", {"results": RecoveryOutputSerializer(many=True)}),
-    )
+    @extend_schema(operation_id="recoveries_list", responses=RecoveryListOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         rows = recovery_list(status=filters.validated_data.get("status"))[:500]
-        return Response({"results": [recovery_dict(r) for r in rows]})
+        return Response(RecoveryListOut(results=[recovery_record_out(r) for r in rows]).model_dump(mode="json"))
 
     @extend_schema(
         operation_id="recoveries_create",
         responses={
-            201: RecoveryOutputSerializer,
+            201: RecoveryRecordOut,
             404: OpenApiResponse(
                 ErrorSerializer, description="No such VM, guarded change or gateway call; nothing was recorded."
             ),
@@ -209,7 +196,7 @@ class RecoveryListApi(APIView):
 class RecoveryDetailApi(APIView):
     permission_classes = [CanReview]
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def get(self, request: Request, pk: int) -> Response:
         return Response(recovery_dict(recovery_get(recovery_id=pk)))
 
@@ -220,7 +207,7 @@ class RecoveryApproveApi(APIView):
 
     permission_classes = [CanReview]
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_request_approve(recovery_id=pk, user=request.user, request_id=getattr(request, "id", None))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
@@ -234,7 +221,7 @@ class RecoveryDenyApi(APIView):
     class InputSerializer(serializers.Serializer):
         note = serializers.CharField(required=False, allow_blank=True, max_length=500)
 
-    @extend_schema(responses=RecoveryOutputSerializer)
+    @extend_schema(responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)

@@ -1,20 +1,18 @@
 """File recovery tools: ask for a file back (a human approves), read the outcome, see and end FLR sessions.
-
-The agent is always the one of the verified token. Nothing here can approve a recovery.
-"""
+The agent is always the one of the verified token; nothing here can approve a recovery."""
 
 from __future__ import annotations
 
 import asyncio
 import time
+from datetime import datetime
 from typing import Annotated
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
-from pydantic import BaseModel, Field, StrictStr
+from pydantic import Field, StrictStr
 
-from recoveries.models import RecoveryRequest
 from recoveries.presenters import RecoveryOut, recovery_agent_out
 from recoveries.selectors import calling_agent, recovery_get_for_agent
 from recoveries.services import recovery_request_create
@@ -23,6 +21,7 @@ from rewind.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
+from rewind.rest.outputs import OutputModel
 
 # How long ``wait=true`` keeps the call open before answering with the status so far.
 WAIT_MAX_S = 600.0
@@ -77,32 +76,28 @@ RecoveryId = Annotated[
 ]
 
 
-class FlrSessionOut(BaseModel):
+class FlrSessionOut(OutputModel):
     site: str
     session_id: str
     status: str | None
     vm_identifier: str | None
     vpg_identifier: str | None
     checkpoint_identifier: str | None
-    mount_time: str | None
+    mount_time: datetime | None
     ours: bool = Field(description="Opened by this service (only these can be ended with zerto_end_flr_session)")
     recovery_id: int | None = None
 
 
-class FlrSessionListOut(BaseModel):
+class FlrSessionListOut(OutputModel):
     sessions: list[FlrSessionOut]
     site_errors: dict[str, str] = Field(default_factory=dict, description="Sites whose ZVM could not be asked")
 
 
-class EndSessionOut(BaseModel):
+class EndSessionOut(OutputModel):
     ok: bool
     session_id: str
     site: str
     warning: str | None = None
-
-
-def _out(recovery: RecoveryRequest) -> RecoveryOut:
-    return recovery_agent_out(recovery)
 
 
 def _create(
@@ -128,11 +123,11 @@ def _create(
         recursive=recursive,
         restore=restore,
     )
-    return _out(recovery)
+    return recovery_agent_out(recovery)
 
 
 def _status(recovery_id: int) -> RecoveryOut:
-    return _out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
+    return recovery_agent_out(recovery_get_for_agent(recovery_id=recovery_id, agent_id=current_agent_id()))
 
 
 # Waiting comes after a run found the site unavailable, so it ranks above running: it is
@@ -232,23 +227,13 @@ async def zerto_recovery_status(id: RecoveryId) -> RecoveryOut:
 
 def _list_sessions(live_only: bool) -> FlrSessionListOut:
     listing = flr_sessions_everywhere(live_only=live_only)
-    return FlrSessionListOut(
-        sessions=[
-            FlrSessionOut(
-                site=s.site.name,
-                session_id=s.session_id,
-                status=s.status,
-                vm_identifier=s.vm_identifier,
-                vpg_identifier=s.vpg_identifier,
-                checkpoint_identifier=s.checkpoint_identifier,
-                mount_time=s.mount_time,
-                ours=s.ours is not None,
-                recovery_id=s.ours.recovery_id if s.ours is not None else None,
-            )
-            for s in listing.sessions
-        ],
-        site_errors=listing.errors,
-    )
+    sessions = [
+        FlrSessionOut.of(
+            s, site=s.site.name, ours=s.ours is not None, recovery_id=s.ours.recovery_id if s.ours else None
+        )
+        for s in listing.sessions
+    ]
+    return FlrSessionListOut(sessions=sessions, site_errors=listing.errors)
 
 
 async def zerto_list_flr_sessions(

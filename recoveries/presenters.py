@@ -1,35 +1,30 @@
 """What a recovery looks like to the outside: one definition for the MCP tools, the REST API and its schema.
 
 ``RecoveryOut`` is what an agent reads (``zerto_recover_file``, ``zerto_recovery_status``);
-``RecoveryRecordOut`` adds what only an operator reads, and is the REST body
-(``recovery_dict``) and, through ``rewind.rest.outputs``, its OpenAPI schema. Everything a
-recovery shows is computed here, the links and the inline file included: selectors only query.
+``RecoveryRecordOut`` adds what only an operator reads, and is the REST body (``recovery_dict``).
+Everything a recovery shows is computed here, the links and the inline file included.
 """
 
 from __future__ import annotations
 
 import base64
+from datetime import datetime
 from pathlib import Path
-from typing import Annotated, Any, ClassVar
+from typing import Annotated, Any
 
 from django.conf import settings
 from django.urls import reverse
-from pydantic import BaseModel, Field
-from rest_framework import serializers
+from pydantic import Field, WithJsonSchema
 
 from recoveries.models import RecoveryRequest, RestoreState
 from rewind.checkpoints.presenters import LEAVES_JOURNAL_AT_DOC, LEFT_JOURNAL_SEEN_AT_DOC
 from rewind.checkpoints.selectors import journal_state_of
-from rewind.rest.outputs import Rest
+from rewind.rest.outputs import URL, OutputModel, choices, optional, rest_body
 
-Timestamp = Annotated[str, Rest(field=serializers.DateTimeField)]
-MaybeTimestamp = Annotated[str | None, Rest(field=serializers.DateTimeField)]
 # A recovery may name a checkpoint this service did not tag (a bare journal checkpoint): no forecast then.
 RECOVERY_LEAVES_JOURNAL_AT_DOC = f"{LEAVES_JOURNAL_AT_DOC}; always null for a checkpoint this service did not tag"
-
-
-def _iso(value: Any) -> str | None:
-    return value.isoformat() if value else None
+# The agent's answer only: the REST body always links the file.
+MCP_ONLY = WithJsonSchema(None, mode="serialization")
 
 
 def live_sessions_url() -> str:
@@ -77,34 +72,30 @@ def waiting_message(r: RecoveryRequest) -> str:
     )
 
 
-class CheckpointOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryCheckpoint"
+class CheckpointOut(OutputModel):
+    rest_name = "RecoveryCheckpoint"
 
     identifier: str
-    timestamp: MaybeTimestamp
+    timestamp: datetime | None
     tag: str
     change_id: str
-    source: Annotated[str, Rest(choices=RecoveryRequest.CheckpointSource.choices)] = Field(
+    source: Annotated[str, choices(RecoveryRequest.CheckpointSource.choices)] = Field(
         description="change_id | tag | checkpoint_id | latest_tagged (the default) | before_call | point_in_time"
     )
     vpg_identifier: str
     vpg_name: str
     recovery_site: str
-    listed_late_at: MaybeTimestamp = Field(
+    listed_late_at: datetime | None = Field(
         default=None,
         description="Set when Zerto listed this checkpoint only after its guard had timed out (the guard "
         "said not to proceed); the checkpoint is still a valid point to recover from",
     )
-    leaves_journal_at: Annotated[
-        str | None, Rest(field=serializers.DateTimeField, help_text=RECOVERY_LEAVES_JOURNAL_AT_DOC)
-    ] = Field(default=None, description=RECOVERY_LEAVES_JOURNAL_AT_DOC)
-    left_journal_seen_at: Annotated[
-        str | None, Rest(field=serializers.DateTimeField, help_text=LEFT_JOURNAL_SEEN_AT_DOC)
-    ] = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
+    leaves_journal_at: datetime | None = Field(default=None, description=RECOVERY_LEAVES_JOURNAL_AT_DOC)
+    left_journal_seen_at: datetime | None = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
     before_call: str | None = Field(
         default=None, description="An undo: the gateway call this checkpoint was chosen before"
     )
-    before: MaybeTimestamp = Field(
+    before: datetime | None = Field(
         default=None,
         description="An undo: the moment undone (the call's start, or point_in_time), UTC on this service's clock",
     )
@@ -113,32 +104,32 @@ class CheckpointOut(BaseModel):
     )
 
 
-class UnmountOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryUnmount"
+class UnmountOut(OutputModel):
+    rest_name = "RecoveryUnmount"
 
     ok: bool
     session_id: str
-    warning: Annotated[str | None, Rest(optional=True)] = None
+    warning: str | None = optional()
 
 
-class ManifestEntryOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryManifestEntry"
+class ManifestEntryOut(OutputModel):
+    rest_name = "RecoveryManifestEntry"
 
     path: str = Field(description="Below the folder, '/'-separated; the archive's member of the same name")
     size: int
     sha256: str
-    modified: MaybeTimestamp = Field(default=None, description="The ZVM's LastWriteTime, when it gives one")
+    modified: datetime | None = Field(default=None, description="The ZVM's LastWriteTime, when it gives one")
 
 
-class SkippedOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoverySkippedEntry"
+class SkippedOut(OutputModel):
+    rest_name = "RecoverySkippedEntry"
 
     path: str
     reason: str
 
 
-class FolderOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryFolder"
+class FolderOut(OutputModel):
+    rest_name = "RecoveryFolder"
 
     files: int = Field(description="How many files came back")
     bytes: int = Field(description="Their bytes in all (the archive's size is result.size)")
@@ -146,36 +137,30 @@ class FolderOut(BaseModel):
     skipped: list[SkippedOut] = Field(description="Entries listed that could not be brought back (e.g. links)")
 
 
-class ResultOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryResult"
+class ResultOut(OutputModel):
+    rest_name = "RecoveryResult"
 
     ok: bool
     sha256: str | None = Field(default=None, description="Of the file; of the zip archive for a folder")
     size: int | None = Field(default=None, description="Of the file; of the zip archive for a folder")
-    # Inline content is the agent's (MCP) answer only: the REST body always links the file.
-    content: Annotated[str | None, Rest(omit=True)] = Field(
-        default=None, description="The file, when small enough: text, or base64 (see encoding)"
+    content: Annotated[str | None, MCP_ONLY] = optional(
+        description="The file, when small enough: text, or base64 (see encoding)"
     )
-    encoding: Annotated[str | None, Rest(omit=True)] = Field(default=None, description="utf-8 or base64")
-    url: Annotated[
-        str | None, Rest(field=serializers.URLField, optional=True, help_text="Where to download the file.")
-    ] = Field(default=None, description="For larger files: GET it with your bearer token")
-    error: Annotated[str | None, Rest(optional=True)] = None
-    restored: Annotated[str | None, Rest(optional=True)] = Field(
-        default=None,
-        description='A restore in place: "verified", or what differs, or why it was not (fully) written',
+    encoding: Annotated[str | None, MCP_ONLY] = optional(description="utf-8 or base64")
+    url: Annotated[str | None, URL] = optional(description="For larger files: GET it with your bearer token")
+    error: str | None = optional()
+    restored: str | None = optional(
+        description='A restore in place: "verified", or what differs, or why it was not (fully) written'
     )
     unmount: UnmountOut | None = None
-    folder: Annotated[FolderOut | None, Rest(optional=True)] = Field(
-        default=None, description="A folder (recursive): what came back; url downloads the zip of it"
-    )
-    purged_at: Annotated[str | None, Rest(field=serializers.DateTimeField, optional=True)] = Field(
-        default=None, description="Set once the retention period deleted the recovered bytes (error says so)"
+    folder: FolderOut | None = optional(description="A folder (recursive): what came back; url downloads the zip of it")
+    purged_at: datetime | None = optional(
+        description="Set once the retention period deleted the recovered bytes (error says so)"
     )
 
 
-class RestoreFileOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryRestoreFile"
+class RestoreFileOut(OutputModel):
+    rest_name = "RecoveryRestoreFile"
 
     path: str = Field(description="Below the folder, /-separated (as in the manifest)")
     change: str = Field(
@@ -192,17 +177,17 @@ class RestoreFileOut(BaseModel):
     read_back_sha256: str | None = None
 
 
-class WriteBackConfirmationOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryWriteBackConfirmation"
+class WriteBackConfirmationOut(OutputModel):
+    rest_name = "RecoveryWriteBackConfirmation"
 
     person: str
-    at: Timestamp
+    at: datetime
 
 
-class RestoreOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryRestore"
+class RestoreOut(OutputModel):
+    rest_name = "RecoveryRestore"
 
-    state: Annotated[str, Rest(choices=RestoreState.choices)] = Field(
+    state: Annotated[str, choices(RestoreState.choices)] = Field(
         description="requested (not pulled yet), comparing, awaiting (a person must confirm the write-back after "
         "seeing the diff), guarding, writing, verified, differs, not_written or failed"
     )
@@ -226,8 +211,7 @@ class RestoreOut(BaseModel):
     change_id: str | None = Field(
         default=None, description="Its change id: zerto_recover_file with it undoes the write-back"
     )
-    files: Annotated[list[RestoreFileOut] | None, Rest(optional=True)] = Field(
-        default=None,
+    files: list[RestoreFileOut] | None = optional(
         description="A folder (recursive): each file's comparison and, once written, its own verification; "
         "restored is verified only when every file written is",
     )
@@ -242,7 +226,7 @@ def restore_out(r: RecoveryRequest) -> RestoreOut | None:
         RestoreState.NOT_WRITTEN,
         RestoreState.FAILED,
     )
-    return RestoreOut(
+    out = RestoreOut(
         state=r.restore_state or "requested",
         restored=r.restore_message or None if over else None,
         current_sha256=r.current_sha256 or None,
@@ -250,15 +234,16 @@ def restore_out(r: RecoveryRequest) -> RestoreOut | None:
         current_error=r.current_error or None,
         confirmed_by=r.confirmed_by or None,
         confirmations=[
-            WriteBackConfirmationOut(person=c.person_name, at=c.at.isoformat())
-            for c in r.write_back_confirmations.all()
+            WriteBackConfirmationOut(person=c.person_name, at=c.at) for c in r.write_back_confirmations.all()
         ],
         confirmations_required=r.approvals_required,
         read_back_sha256=r.written_sha256 or None,
         guard_id=r.restore_guard_id,
         change_id=f"restore-{r.pk}" if r.restore_guard_id else None,
-        files=[_restore_file_out(row) for row in r.restore_files] if r.recursive else None,
     )
+    if r.recursive:
+        out.files = [_restore_file_out(row) for row in r.restore_files]
+    return out
 
 
 def _restore_file_out(row: dict[str, Any]) -> RestoreFileOut:
@@ -274,85 +259,85 @@ def _restore_file_out(row: dict[str, Any]) -> RestoreFileOut:
     )
 
 
-class WaitingOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryWaiting"
+class WaitingOut(OutputModel):
+    rest_name = "RecoveryWaiting"
 
     site: str = Field(description="The recovery site the run waits for")
-    unavailable_since: MaybeTimestamp = Field(description="Since when that site's ZVM has not answered (UTC)")
+    unavailable_since: datetime | None = Field(description="Since when that site's ZVM has not answered (UTC)")
     reason: str = Field(description="Its last failure")
     message: str = Field(description="The same in one sentence")
 
 
 # A recovery as its agent reads it (no docstring: it would be the tool's output description).
-class RecoveryOut(BaseModel):
+class RecoveryOut(OutputModel):
     id: int
-    status: Annotated[str, Rest(choices=RecoveryRequest.Status.choices)] = Field(
+    status: Annotated[str, choices(RecoveryRequest.Status.choices)] = Field(
         description="pending, approved, waiting (approved, but its recovery site is unavailable: see "
         "waiting_for_site), denied, expired, running, succeeded or failed"
     )
     vm: str
     vm_identifier: str
-    path: Annotated[str, Rest(help_text="The guest path as it was asked for.")]
+    path: str = Field(description="The guest path as it was asked for")
     recursive: bool = Field(default=False, description="true: path is a folder, brought back with all it holds")
     checkpoint: CheckpointOut
-    approval_url: Annotated[
-        str, Rest(field=serializers.URLField, help_text="The admin page where a person approves or denies it.")
-    ] = Field(description="Where a human reviews and approves or denies this request")
+    approval_url: Annotated[str, URL] = Field(description="Where a human reviews and approves or denies this request")
     approvals_required: int
-    expires_at: Timestamp
+    expires_at: datetime
     error: str = ""
     waiting_for_site: WaitingOut | None = Field(
         default=None,
         description="Set while waiting: the run starts again by itself when the site answers, until the request "
         "expires; nothing to do but poll",
     )
-    result: Annotated[ResultOut | None, Rest(help_text="Set once the run ended (succeeded or failed).")] = None
+    result: ResultOut | None = Field(default=None, description="Set once the run ended (succeeded or failed)")
     restore: RestoreOut | None = Field(
         default=None, description="Set when the file was asked to be written back into the guest (restore: true)"
     )
 
 
-class ApprovalOut(BaseModel):
-    rest_name: ClassVar[str] = "RecoveryApprovalEntry"
+class ApprovalOut(OutputModel):
+    rest_name = "RecoveryApprovalEntry"
 
     approver: str
-    at: Timestamp
+    at: datetime
 
 
 class RecoveryRecordOut(RecoveryOut):
     """A recovery as an operator reads it (REST): its agent's view, and who asked, why, who decided, when."""
 
-    rest_name: ClassVar[str] = "Recovery"
+    rest_name = "Recovery"
 
-    agent: Annotated[str, Rest(help_text="The agent that asked; empty when a person asked.")]
-    requested_by: Annotated[str, Rest(help_text="The person who asked (REST or the admin); empty when an agent asked.")]
+    agent: str = Field(description="The agent that asked; empty when a person asked")
+    requested_by: str = Field(description="The person who asked (REST or the admin); empty when an agent asked")
     normalized_path: str
     reason: str
     approvals: list[ApprovalOut]
     decided_by: str
-    created_at: Timestamp
-    started_at: MaybeTimestamp
-    finished_at: MaybeTimestamp
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
     request_id: str
+
+
+class RecoveryListOut(OutputModel):
+    results: list[RecoveryRecordOut]
 
 
 def checkpoint_out(r: RecoveryRequest) -> CheckpointOut:
     journal = journal_state_of(r)
-    return CheckpointOut(
+    return CheckpointOut.of(
+        r,
         identifier=r.checkpoint_identifier,
-        timestamp=_iso(r.checkpoint_timestamp),
+        timestamp=r.checkpoint_timestamp,
         tag=r.checkpoint_tag,
-        change_id=r.change_id,
         source=r.checkpoint_source,
-        vpg_identifier=r.vpg_identifier,
-        vpg_name=r.vpg_name,
         recovery_site=r.recovery_site_name or r.recovery_site_identifier,
-        listed_late_at=_iso(r.checkpoint_listed_late_at),
+        listed_late_at=r.checkpoint_listed_late_at,
         # The retention forecast of our tagged checkpoint (none for a bare journal checkpoint id).
-        leaves_journal_at=_iso(journal.leaves_at),
-        left_journal_seen_at=_iso(journal.left_seen_at),
+        leaves_journal_at=journal.leaves_at,
+        left_journal_seen_at=journal.left_seen_at,
         before_call=r.undo_call_id or None,
-        before=_iso(r.undo_before),
+        before=r.undo_before,
         before_by_s=r.undo_before_by_s,
     )
 
@@ -367,12 +352,8 @@ def unmount_out(r: RecoveryRequest) -> UnmountOut | None:
 
 
 def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
-    """``{ok, content|url, sha256, size, unmount}`` once the run ended; small files inline.
-
-    Inline content is text when it decodes as UTF-8, else base64 (``encoding`` says which).
-    Once the retention period deleted the bytes, ``purged_at`` is set and ``error`` says so.
-    Only the keys that apply are set (the REST body leaves the others out).
-    """
+    """``{ok, content|url, sha256, size, unmount}`` once the run ended, only the keys that apply set: a
+    small file inline (text if UTF-8, else base64), ``purged_at`` and ``error`` once the bytes are deleted."""
     if r.status not in (RecoveryRequest.Status.SUCCEEDED, RecoveryRequest.Status.FAILED):
         return None
     out = ResultOut(ok=bool(r.ok), sha256=r.sha256 or None, size=r.size, unmount=unmount_out(r))
@@ -382,7 +363,7 @@ def result_out(r: RecoveryRequest, *, inline: bool = True) -> ResultOut | None:
         out.error = r.error
         return out
     if r.purged_at is not None:
-        out.purged_at, out.error = r.purged_at.isoformat(), purged_message(r)
+        out.purged_at, out.error = r.purged_at, purged_message(r)
         return out
     path = stored_file(r)
     if path is None:
@@ -425,7 +406,7 @@ def folder_summary(r: RecoveryRequest) -> str:
 def result_dict(r: RecoveryRequest, *, inline: bool = True) -> dict[str, Any] | None:
     """``result_out`` as JSON, its unset keys left out (the admin's review page reads it)."""
     out = result_out(r, inline=inline)
-    return out.model_dump(mode="json", exclude_unset=True) if out is not None else None
+    return rest_body(out) if out is not None else None
 
 
 def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
@@ -434,7 +415,7 @@ def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
         return None
     return WaitingOut(
         site=r.recovery_site_name or r.recovery_site_identifier,
-        unavailable_since=_iso(r.site_unavailable_since),
+        unavailable_since=r.site_unavailable_since,
         reason=r.site_unavailable_reason,
         message=waiting_message(r),
     )
@@ -442,28 +423,14 @@ def waiting_out(r: RecoveryRequest) -> WaitingOut | None:
 
 def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> RecoveryRecordOut:
     """Everything a recovery shows; ``inline``: a small recovered file comes in the answer."""
-    return RecoveryRecordOut(
-        id=r.pk,
-        status=r.status,
+    return RecoveryRecordOut.of(
+        r,
         agent=r.agent_name,
         requested_by=r.requested_by_name,
         vm=r.vm_name,
-        vm_identifier=r.vm_identifier,
-        path=r.path,
-        recursive=r.recursive,
-        normalized_path=r.normalized_path,
-        reason=r.reason,
         checkpoint=checkpoint_out(r),
-        approvals=[ApprovalOut(approver=a.approver_name, at=a.created_at.isoformat()) for a in r.approvals.all()],
-        approvals_required=r.approvals_required,
-        expires_at=r.expires_at.isoformat(),
-        decided_by=r.decided_by,
-        created_at=r.created_at.isoformat(),
-        started_at=_iso(r.started_at),
-        finished_at=_iso(r.finished_at),
-        error=r.error,
+        approvals=[ApprovalOut(approver=a.approver_name, at=a.created_at) for a in r.approvals.all()],
         waiting_for_site=waiting_out(r),
-        request_id=r.request_id,
         approval_url=approval_url(r),
         result=result_out(r, inline=inline),
         restore=restore_out(r),
@@ -472,7 +439,7 @@ def recovery_record_out(r: RecoveryRequest, *, inline: bool = False) -> Recovery
 
 def recovery_dict(r: RecoveryRequest, *, inline: bool = False) -> dict[str, Any]:
     """The REST body of a recovery: ``recovery_record_out`` as JSON, unset keys left out."""
-    return recovery_record_out(r, inline=inline).model_dump(mode="json", exclude_unset=True)
+    return rest_body(recovery_record_out(r, inline=inline))
 
 
 def recovery_agent_out(r: RecoveryRequest) -> RecoveryOut:

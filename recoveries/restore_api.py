@@ -1,59 +1,34 @@
 """REST for restores in place: the diff a person must read, the write-back click, and which upstream
-tools write and read guest files (``GuestFileTools``).
-
-The write-back click takes the ``diff`` token the diff endpoint handed out: a click without it, or
-with the token of an older diff, is refused, so no bytes are written that nobody was shown.
-"""
+tools write and read guest files. The click takes the ``diff`` token of the diff shown: without it, or
+with an older diff's, it is refused, so no bytes are written that nobody was shown."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from recoveries.api import CanReview, RecoveryOutputSerializer
-from recoveries.models import RecoveryRequest
-from recoveries.presenters import recovery_dict
-from recoveries.restore import (
-    diff_token,
-    recovery_restore_confirm,
-    recovery_restore_decline,
-    restore_diff,
-    restore_folder_diffs,
-)
-from recoveries.restore_files import UNCHANGED, FolderFileDiff
+from recoveries.api import CanReview
+from recoveries.presenters import RecoveryRecordOut, recovery_dict
+from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_diff, restore_folder_diffs
 from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import EDITABLE, guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore_presenters import (
+    GuestFileToolsListOut,
+    GuestFileToolsOut,
+    RecoveryDiffOut,
+    diff_out,
+    folder_diff_out,
+)
+from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
 from recoveries.selectors import recovery_get
 from rewind.errors import NotFoundError
 from rewind.gateway.selectors import upstream_get
+from rewind.rest.outputs import rest_body
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
-
-DiffSerializer = inline_serializer(
-    "RecoveryDiff",
-    {
-        "diff": serializers.CharField(help_text="Give it to write-back: it names the diff you were shown."),
-        "text": serializers.BooleanField(),
-        "identical": serializers.BooleanField(),
-        "current_size": serializers.IntegerField(allow_null=True),
-        "current_sha256": serializers.CharField(),
-        "current_error": serializers.CharField(),
-        "recovered_size": serializers.IntegerField(),
-        "recovered_sha256": serializers.CharField(),
-        "unified_diff": serializers.CharField(),
-        "hidden_lines": serializers.IntegerField(),
-        "files": serializers.ListField(
-            child=serializers.DictField(),
-            required=False,
-            help_text="A folder: per file its path, change (unchanged, changed or new), sizes, sha256 and "
-            "unified_diff (empty for unchanged or binary files, or once the page's line budget is spent).",
-        ),
-    },
-)
 
 
 class RecoveryDiffApi(APIView):
@@ -61,66 +36,19 @@ class RecoveryDiffApi(APIView):
 
     permission_classes = [CanReview]
 
-    @extend_schema(responses=DiffSerializer)
+    @extend_schema(responses=RecoveryDiffOut)
     def get(self, request: Request, pk: int) -> Response:
         recovery = recovery_get(recovery_id=pk)
         if recovery.recursive:
-            return self._folder(recovery)
-        diff = restore_diff(recovery)
-        if diff is None:
-            raise NotFoundError(f"recovery #{pk} has no diff yet (it is {recovery.status}; the file is pulled first)")
-        return Response(
-            {
-                "diff": diff_token(recovery),
-                "text": diff.text,
-                "identical": diff.identical,
-                "current_size": diff.current_size,
-                "current_sha256": diff.current_sha256,
-                "current_error": recovery.current_error,
-                "recovered_size": diff.recovered_size,
-                "recovered_sha256": diff.recovered_sha256,
-                "unified_diff": "\n".join(line.text for line in diff.lines),
-                "hidden_lines": diff.hidden_lines,
-            }
-        )
-
-    def _folder(self, recovery: RecoveryRequest) -> Response:
-        files = restore_folder_diffs(recovery)
-        if files is None:
-            raise NotFoundError(
-                f"recovery #{recovery.pk} has no diff yet (it is {recovery.status}; the folder is pulled first)"
-            )
-        shown = [_folder_file(file) for file in files]
-        return Response(
-            {
-                "diff": diff_token(recovery),
-                "text": False,
-                "identical": all(file.change == UNCHANGED for file in files),
-                "current_size": None,
-                "current_sha256": recovery.current_sha256,
-                "current_error": recovery.current_error,
-                "recovered_size": recovery.size,
-                "recovered_sha256": recovery.sha256,
-                "unified_diff": "\n".join(file["unified_diff"] for file in shown if file["unified_diff"]),
-                "hidden_lines": sum(file.diff.hidden_lines for file in files if file.diff is not None),
-                "files": shown,
-            }
-        )
-
-
-def _folder_file(file: FolderFileDiff) -> dict[str, Any]:
-    lines = file.diff.lines if file.diff is not None and file.diff.text else []
-    return {
-        "path": file.path,
-        "change": file.change,
-        "current_error": file.current_error,
-        "current_size": file.current_size,
-        "current_sha256": file.current_sha256,
-        "recovered_size": file.recovered_size,
-        "recovered_sha256": file.recovered_sha256,
-        "text": bool(file.diff is not None and file.diff.text),
-        "unified_diff": "\n".join(line.text for line in lines),
-    }
+            files = restore_folder_diffs(recovery)
+            out = folder_diff_out(recovery, files) if files is not None else None
+        else:
+            diff = restore_diff(recovery)
+            out = diff_out(recovery, diff) if diff is not None else None
+        if out is None:
+            what = "folder" if recovery.recursive else "file"
+            raise NotFoundError(f"recovery #{pk} has no diff yet (it is {recovery.status}; the {what} is pulled first)")
+        return Response(rest_body(out))
 
 
 class RecoveryWriteBackApi(APIView):
@@ -131,7 +59,7 @@ class RecoveryWriteBackApi(APIView):
     class InputSerializer(serializers.Serializer):
         diff = serializers.CharField(max_length=64, help_text="The diff token of the diff endpoint.")
 
-    @extend_schema(request=InputSerializer, responses=RecoveryOutputSerializer)
+    @extend_schema(request=InputSerializer, responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -146,18 +74,10 @@ class RecoveryNoWriteBackApi(APIView):
 
     permission_classes = [CanReview]
 
-    @extend_schema(request=None, responses=RecoveryOutputSerializer)
+    @extend_schema(request=None, responses=RecoveryRecordOut)
     def post(self, request: Request, pk: int) -> Response:
         recovery = recovery_restore_decline(recovery_id=pk, user=request.user, request_id=request_id_of(request))
         return Response(recovery_dict(recovery_get(recovery_id=recovery.pk)))
-
-
-class GuestFileToolsSerializer(serializers.ModelSerializer):
-    upstream = serializers.CharField(source="upstream.name", read_only=True)
-
-    class Meta:
-        model = GuestFileTools
-        fields = ["id", "upstream", "os", *EDITABLE, "updated_at"]
 
 
 class GuestFileToolsInputSerializer(serializers.Serializer):
@@ -184,12 +104,12 @@ class GuestFileToolsListApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "recoveries.view_guestfiletools", "POST": "recoveries.add_guestfiletools"}
 
-    @extend_schema(responses=GuestFileToolsSerializer(many=True))
+    @extend_schema(responses=GuestFileToolsListOut)
     def get(self, request: Request) -> Response:
         rows = GuestFileTools.objects.select_related("upstream")
-        return Response(GuestFileToolsSerializer(rows, many=True).data)
+        return Response(rest_body(GuestFileToolsListOut.model_validate(rows)))
 
-    @extend_schema(request=GuestFileToolsInputSerializer, responses={201: GuestFileToolsSerializer})
+    @extend_schema(request=GuestFileToolsInputSerializer, responses={201: GuestFileToolsOut})
     def post(self, request: Request) -> Response:
         data = GuestFileToolsInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -199,7 +119,7 @@ class GuestFileToolsListApi(APIView):
         except NotFoundError as exc:
             raise serializers.ValidationError({"upstream_id": [exc.message]}) from None
         row = guest_file_tools_set(actor=actor_of(request), upstream=upstream, **fields)
-        return Response(GuestFileToolsSerializer(row).data, status=status.HTTP_201_CREATED)
+        return Response(rest_body(GuestFileToolsOut.model_validate(row)), status=status.HTTP_201_CREATED)
 
 
 class GuestFileToolsDetailApi(APIView):

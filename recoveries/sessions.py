@@ -1,8 +1,7 @@
-"""FLR sessions: recording the ones this service opened, finding them again, listing every site's, and ending them.
+"""FLR sessions: recording the ones this service opened, finding them again, listing every site's, ending them.
 
-Every unmount is audited before the DELETE is sent (fail-closed), and its outcome after. Status changes are
-compare-and-swaps, so the runner, the reaper, an agent and a person may all try to end one session and only one
-of them sends the DELETE.
+An unmount is audited before its DELETE is sent (fail-closed) and after; status changes are
+compare-and-swap, so of the runner, the reaper, an agent and a person ending one, one sends the DELETE.
 """
 
 from __future__ import annotations
@@ -10,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.db import transaction
 from django.db.models import Q
@@ -321,7 +320,7 @@ class LiveSession:
     vm_identifier: str | None
     vpg_identifier: str | None
     checkpoint_identifier: str | None
-    mount_time: str | None
+    mount_time: datetime | None
     ours: FlrSession | None
 
 
@@ -358,7 +357,7 @@ def flr_sessions_everywhere(*, live_only: bool = True, site_pk: int | None = Non
                     vm_identifier=s.vm_identifier,
                     vpg_identifier=s.vpg_identifier,
                     checkpoint_identifier=s.checkpoint_identifier,
-                    mount_time=s.mount_time.isoformat() if s.mount_time else None,
+                    mount_time=s.mount_time,
                     ours=recorded.get((s.identifier or "").lower()),
                 )
             )

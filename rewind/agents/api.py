@@ -1,7 +1,4 @@
-"""Agents over REST: list, detail, create; issue a bearer token (shown once) and revoke one.
-
-Token hashes are never returned; a token is identified by its id and display prefix.
-"""
+"""Agents over REST: list, detail, create; issue a bearer token (shown once, never its hash) and revoke one."""
 
 from __future__ import annotations
 
@@ -9,69 +6,19 @@ from typing import Any, cast
 
 from django.contrib.auth.models import User
 from django.utils import timezone
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.agents.limits import FIELDS as LIMIT_FIELDS
-from rewind.agents.models import Agent, AgentToken
+from rewind.agents.presenters import AgentOut, AgentTokenIssuedOut, AgentTokenRevokedOut
 from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
 from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
 from rewind.mcp import scopes
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
-
-
-class AgentTokenOutputSerializer(serializers.ModelSerializer):
-    active = serializers.SerializerMethodField()
-
-    class Meta:
-        model = AgentToken
-        fields = [
-            "id",
-            "prefix",
-            "label",
-            "scope",
-            "created_at",
-            "created_by",
-            "expires_at",
-            "last_used_at",
-            "revoked_at",
-            "active",
-        ]
-
-    def get_active(self, token: AgentToken) -> bool:
-        return token.revoked_at is None and (token.expires_at is None or token.expires_at > timezone.now())
-
-
-class AgentTokenIssuedOutputSerializer(AgentTokenOutputSerializer):
-    """Only for the schema: the issue view adds ``token`` to the token's fields."""
-
-    token = serializers.CharField(read_only=True, help_text="The bearer token; shown here once and never again.")
-
-    class Meta(AgentTokenOutputSerializer.Meta):
-        fields = [*AgentTokenOutputSerializer.Meta.fields, "token"]
-
-
-class AgentOutputSerializer(serializers.ModelSerializer):
-    owner = serializers.CharField(source="owner.get_username")
-    tokens = AgentTokenOutputSerializer(many=True)
-
-    class Meta:
-        model = Agent
-        fields = [
-            "id",
-            "name",
-            "owner",
-            "is_active",
-            "description",
-            "changes_need_approval",
-            *LIMIT_FIELDS,
-            "created_at",
-            "tokens",
-        ]
 
 
 class AgentListApi(APIView):
@@ -97,13 +44,11 @@ class AgentListApi(APIView):
                 raise serializers.ValidationError(f"there is no active user {value!r}")
             return owner
 
-    @extend_schema(responses=AgentOutputSerializer(many=True))
+    @extend_schema(responses=AgentOut)
     def get(self, request: Request) -> Response:
-        return paginated_response(
-            queryset=agent_list(), serializer_class=AgentOutputSerializer, request=request, view=self
-        )
+        return paginated_response(queryset=agent_list(), present=AgentOut.model_validate, request=request, view=self)
 
-    @extend_schema(responses={201: AgentOutputSerializer}, description="Add an agent (audited); issue it a token next.")
+    @extend_schema(responses={201: AgentOut}, description="Add an agent (audited); issue it a token next.")
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -114,7 +59,7 @@ class AgentListApi(APIView):
             description=data.validated_data["description"],
             request_id=request_id_of(request),
         )
-        return Response(AgentOutputSerializer(agent_get(agent.pk)).data, status=status.HTTP_201_CREATED)
+        return Response(rest_body(AgentOut.model_validate(agent_get(agent.pk))), status=status.HTTP_201_CREATED)
 
 
 class AgentDetailApi(APIView):
@@ -139,17 +84,17 @@ class AgentDetailApi(APIView):
                 raise serializers.ValidationError({"name": "an agent's name cannot change: its tags carry it"})
             return super().to_internal_value(data)
 
-    @extend_schema(responses=AgentOutputSerializer)
+    @extend_schema(responses=AgentOut)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(AgentOutputSerializer(agent_get(pk)).data)
+        return Response(rest_body(AgentOut.model_validate(agent_get(pk))))
 
-    @extend_schema(responses=AgentOutputSerializer)
+    @extend_schema(responses=AgentOut)
     def patch(self, request: Request, pk: int) -> Response:
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         agent_update(actor=actor_of(request), agent=agent, request_id=request_id_of(request), **data.validated_data)
-        return Response(AgentOutputSerializer(agent_get(pk)).data)
+        return Response(rest_body(AgentOut.model_validate(agent_get(pk))))
 
 
 class AgentTokenIssueApi(APIView):
@@ -173,7 +118,7 @@ class AgentTokenIssueApi(APIView):
                 raise serializers.ValidationError("the expiry must be in the future")
             return value
 
-    @extend_schema(responses={201: AgentTokenIssuedOutputSerializer})
+    @extend_schema(responses={201: AgentTokenIssuedOut})
     def post(self, request: Request, pk: int) -> Response:
         agent = agent_get(pk)
         data = self.InputSerializer(data=request.data)
@@ -183,7 +128,7 @@ class AgentTokenIssueApi(APIView):
         issued = agent_token_issue(
             actor=actor_of(request), agent=agent, request_id=request_id_of(request), granted=granted, **fields
         )
-        body = {**AgentTokenOutputSerializer(issued.row).data, "token": issued.token}
+        body = rest_body(AgentTokenIssuedOut.of(issued.row, token=issued.token))
         response = Response(body, status=status.HTTP_201_CREATED)
         response["Cache-Control"] = "no-store"
         return response
@@ -195,18 +140,10 @@ class AgentTokenRevokeApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "rewind.change_agenttoken"}
 
-    @extend_schema(
-        responses=inline_serializer(
-            "AgentTokenRevoked",
-            {
-                "revoked": serializers.BooleanField(help_text="False when the token was revoked already."),
-                "token": AgentTokenOutputSerializer(),
-            },
-        )
-    )
+    @extend_schema(responses=AgentTokenRevokedOut)
     def post(self, request: Request, pk: int, token_id: int) -> Response:
         agent = agent_get(pk)
         token = agent_token_get(agent=agent, token_id=token_id)
         revoked = agent_token_revoke(actor=actor_of(request), token=token, request_id=request_id_of(request))
         token = agent_token_get(agent=agent, token_id=token_id)  # as revoking left it
-        return Response({"revoked": revoked, "token": AgentTokenOutputSerializer(token).data})
+        return Response(rest_body(AgentTokenRevokedOut.model_validate({"revoked": revoked, "token": token})))

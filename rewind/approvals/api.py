@@ -7,8 +7,6 @@ the person read (``arguments_digest``), so what is approved is what was shown.
 
 from __future__ import annotations
 
-from typing import Any
-
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -19,16 +17,9 @@ from rewind.approvals.models import HeldCall
 from rewind.approvals.presenters import HeldCallOut, held_call_out
 from rewind.approvals.services import APPROVE_PERMISSION, held_call_approve, held_call_deny
 from rewind.errors import NotFoundError
-from rewind.rest.outputs import output_serializer
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, request_id_of
-
-HeldCallSerializer = output_serializer(HeldCallOut)
-
-
-class _HeldCallRows(serializers.Serializer):
-    def to_representation(self, instance: HeldCall) -> dict[str, Any]:
-        return held_call_out(instance).model_dump(mode="json")
 
 
 def _get(pk: int) -> HeldCall:
@@ -45,23 +36,23 @@ class HeldCallListApi(APIView):
     required_permissions = {"GET": "rewind.view_heldcall"}
     pagination_class = BoundedLimitOffsetPagination
 
-    @extend_schema(responses=HeldCallSerializer(many=True))
+    @extend_schema(responses=HeldCallOut)
     def get(self, request: Request) -> Response:
         rows = HeldCall.objects.select_related("agent").order_by("-created_at", "-pk")
         if state := request.query_params.get("state"):
             rows = rows.filter(state=state)
         if agent := request.query_params.get("agent"):
             rows = rows.filter(agent_name=agent)
-        return paginated_response(queryset=rows, serializer_class=_HeldCallRows, request=request, view=self)
+        return paginated_response(queryset=rows, present=held_call_out, request=request, view=self)
 
 
 class HeldCallDetailApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_heldcall"}
 
-    @extend_schema(responses=HeldCallSerializer)
+    @extend_schema(responses=HeldCallOut)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(held_call_out(_get(pk)).model_dump(mode="json"))
+        return Response(rest_body(held_call_out(_get(pk))))
 
 
 class HeldCallApproveApi(APIView):
@@ -74,7 +65,7 @@ class HeldCallApproveApi(APIView):
     class InputSerializer(serializers.Serializer):
         arguments_digest = serializers.CharField(max_length=64)
 
-    @extend_schema(request=InputSerializer, responses=HeldCallSerializer)
+    @extend_schema(request=InputSerializer, responses=HeldCallOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -84,7 +75,7 @@ class HeldCallApproveApi(APIView):
             seen_digest=data.validated_data["arguments_digest"],
             request_id=request_id_of(request),
         )
-        return Response(held_call_out(done).model_dump(mode="json"))
+        return Response(rest_body(held_call_out(done)))
 
 
 class HeldCallDenyApi(APIView):
@@ -96,11 +87,11 @@ class HeldCallDenyApi(APIView):
     class InputSerializer(serializers.Serializer):
         note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
-    @extend_schema(request=InputSerializer, responses=HeldCallSerializer)
+    @extend_schema(request=InputSerializer, responses=HeldCallOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         done = held_call_deny(
             held_id=_get(pk).pk, user=request.user, note=data.validated_data["note"], request_id=request_id_of(request)
         )
-        return Response(held_call_out(done).model_dump(mode="json"))
+        return Response(rest_body(held_call_out(done)))

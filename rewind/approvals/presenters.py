@@ -6,60 +6,50 @@ from datetime import datetime
 from typing import Annotated, Any
 
 from mcp_types import CallToolResult, TextContent
-from pydantic import BaseModel, Field
-from rest_framework import serializers
+from pydantic import Field
 
 from rewind.approvals.announce import review_url
 from rewind.approvals.models import HeldCall
 from rewind.approvals.services import held_call_result
-from rewind.rest.outputs import Rest
+from rewind.rest.outputs import OutputModel, choices
 
 
-def _iso(value: datetime | None) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-Time = Annotated[str | None, Rest(field=serializers.DateTimeField)]
-
-
-class HeldCheckpointOut(BaseModel):
+class HeldCheckpointOut(OutputModel):
     vpg: str
     checkpoint_identifier: str | None = None
     checkpoint_time: str | None = None
     site: str | None = None
 
 
-class HeldCallOut(BaseModel):
+class HeldCallOut(OutputModel):
+    rest_name = "HeldCall"
+
     id: int = Field(description="The held call's id, for zerto_held_call_status")
     state: Annotated[
         str,
         Field(description="guarding, pending, approved, denied, expired, releasing, forwarded or refused"),
-        Rest(choices=HeldCall.State.choices),
+        choices(HeldCall.State.choices),
     ]
     mode: Annotated[str, Field(description="gateway: forwarded once approved; guard: you make the call once approved")]
     page: str = Field(description="The page where a person reads the call and approves or denies it")
     tool: str
     agent: str
     vm: str | None = None
-    arguments: Annotated[
-        dict[str, Any],
-        Field(description="As the person sees them: secret-looking values masked"),
-        Rest(field=serializers.JSONField),
-    ]
+    arguments: Any = Field(description="As the person sees them: secret-looking values masked")
     arguments_digest: str = Field(description="SHA-256 of the arguments' RFC 8785 form: what an approval binds")
     checkpoints: list[HeldCheckpointOut] = Field(default_factory=list)
     reason: str = Field(description="Why a person must approve it")
     policy_version: int
     approvals: int
     approvals_required: int
-    expires_at: Time = None
+    expires_at: datetime | None = None
     decided_by: str | None = None
-    decided_at: Time = None
+    decided_at: datetime | None = None
     refusal: str | None = Field(default=None, description="Why it was not forwarded, or the denial's note")
     outcome: str | None = Field(default=None, description="Forwarded: ok, error, upstream_failed or unknown")
     call_id: str | None = None
     guard_id: int | None = None
-    created_at: Time = None
+    created_at: datetime | None = None
     next: str = Field(description="What to do now")
 
 
@@ -108,14 +98,14 @@ def held_call_out(held: HeldCall) -> HeldCallOut:
         policy_version=held.policy_version,
         approvals=held.approvals.count(),
         approvals_required=held.approvals_required,
-        expires_at=_iso(held.expires_at),
+        expires_at=held.expires_at,
         decided_by=held.decided_by or None,
-        decided_at=_iso(held.decided_at),
+        decided_at=held.decided_at,
         refusal=held.refusal or None,
         outcome=held.outcome or None,
         call_id=held.call_id or None,
         guard_id=held.guard_id,
-        created_at=_iso(held.created_at),
+        created_at=held.created_at,
         next=_next(held),
     )
 

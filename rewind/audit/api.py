@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -10,30 +10,13 @@ from rest_framework.views import APIView
 
 from rewind.audit.anchors import chain_check
 from rewind.audit.models import AuditEvent
+from rewind.audit.presenters import AuditEventOut, AuditVerificationOut, audit_verification_out
 from rewind.audit.selectors import audit_event_get, audit_event_list
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import AuditCursorPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_auditevent"}
-
-
-class AuditEventOutputSerializer(serializers.ModelSerializer):
-    class Meta:
-        model = AuditEvent
-        fields = [
-            "seq",
-            "time",
-            "actor_type",
-            "actor",
-            "action",
-            "target_type",
-            "target_id",
-            "target_repr",
-            "data",
-            "request_id",
-            "prev_hash",
-            "hash",
-        ]
 
 
 class AuditEventListApi(APIView):
@@ -53,13 +36,13 @@ class AuditEventListApi(APIView):
         since = serializers.DateTimeField(required=False)
         until = serializers.DateTimeField(required=False)
 
-    @extend_schema(responses=AuditEventOutputSerializer(many=True))
+    @extend_schema(responses=AuditEventOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         return paginated_response(
             queryset=audit_event_list(**filters.validated_data),
-            serializer_class=AuditEventOutputSerializer,
+            present=AuditEventOut.model_validate,
             request=request,
             view=self,
         )
@@ -71,9 +54,9 @@ class AuditEventDetailApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
-    @extend_schema(responses=AuditEventOutputSerializer)
+    @extend_schema(responses=AuditEventOut)
     def get(self, request: Request, seq: int) -> Response:
-        return Response(AuditEventOutputSerializer(audit_event_get(seq)).data)
+        return Response(rest_body(AuditEventOut.model_validate(audit_event_get(seq))))
 
 
 class AuditVerifyApi(APIView):
@@ -82,27 +65,6 @@ class AuditVerifyApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
-    @extend_schema(
-        responses=inline_serializer(
-            "AuditVerification",
-            {
-                "ok": serializers.BooleanField(),
-                "events": serializers.IntegerField(help_text="How many events were checked."),
-                "anchors": serializers.IntegerField(
-                    help_text="How many anchors published outside the database the chain matches (the newest)."
-                ),
-                "broken_at": serializers.IntegerField(
-                    required=False, help_text="The first event that breaks the chain."
-                ),
-                "reason": serializers.CharField(required=False),
-            },
-        )
-    )
+    @extend_schema(responses=AuditVerificationOut)
     def get(self, request: Request) -> Response:
-        check = chain_check()
-        if check.ok:
-            return Response({"ok": True, "events": check.events, "anchors": check.anchors})
-        return Response(
-            {"ok": False, "events": check.events, "anchors": check.anchors, "broken_at": check.broken_at,
-             "reason": check.reason}
-        )  # fmt: skip
+        return Response(rest_body(audit_verification_out(chain_check())))

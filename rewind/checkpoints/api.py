@@ -9,8 +9,9 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from rewind.checkpoints.models import ChangeGuard
-from rewind.checkpoints.presenters import GuardDetailOutputSerializer, GuardOutputSerializer
+from rewind.checkpoints.presenters import GuardDetailOut, GuardRecordOut
 from rewind.checkpoints.selectors import guard_get, guard_list
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission
 
@@ -30,13 +31,13 @@ class GuardListApi(APIView):
         status = serializers.ChoiceField(required=False, choices=ChangeGuard.Status.choices)
         change_id = serializers.CharField(required=False, max_length=100)
 
-    @extend_schema(responses=GuardOutputSerializer(many=True))
+    @extend_schema(responses=GuardRecordOut)
     def get(self, request: Request) -> Response:
         filters = self.FilterSerializer(data=request.query_params)
         filters.is_valid(raise_exception=True)
         return paginated_response(
             queryset=guard_list(**filters.validated_data),
-            serializer_class=GuardOutputSerializer,
+            present=GuardRecordOut.model_validate,
             request=request,
             view=self,
         )
@@ -48,6 +49,6 @@ class GuardDetailApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = VIEW
 
-    @extend_schema(responses=GuardDetailOutputSerializer)
+    @extend_schema(responses=GuardDetailOut)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(GuardDetailOutputSerializer(guard_get(pk)).data)
+        return Response(rest_body(GuardDetailOut.model_validate(guard_get(pk))))

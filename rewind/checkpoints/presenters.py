@@ -1,23 +1,19 @@
-"""What guards and their tagged checkpoints look like to the outside: one definition each.
-
-The MCP tools answer with these models, the REST views and the OpenAPI schema read the same
-definitions, and every other part that shows a tagged checkpoint's journal forecast (a
-recovery's checkpoint) takes its fields from here. Selectors only query; the shaping is here.
-"""
+"""What guards and their tagged checkpoints look like to the outside: to an agent an answer (``GuardOut``:
+may it proceed, and why not), over REST a record (``GuardRecordOut``), two contracts with a model each."""
 
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, Field
-from rest_framework import serializers
+from pydantic import AliasPath, Field
 
 from rewind.approvals.models import HeldCall
 from rewind.approvals.presenters import HeldCallOut, held_call_out
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import GuardOutcome
+from rewind.rest.outputs import ROWS, OutputModel
 
 # A checkpoint's retention forecast, as every answer that carries one describes it.
 LEAVES_JOURNAL_AT_DOC = (
@@ -27,30 +23,25 @@ LEAVES_JOURNAL_AT_DOC = (
 LEFT_JOURNAL_SEEN_AT_DOC = "Set once Zerto showed the checkpoint gone from the journal: it can no longer be recovered"
 
 
-def iso_z(value: datetime | None) -> str | None:
-    """A time as the guard answers write it: ISO 8601, UTC as ``Z`` (DRF's form, so REST and MCP agree)."""
-    return value.isoformat().replace("+00:00", "Z") if value else None
-
-
-class VpgCheckpointOut(BaseModel):
+class VpgCheckpointOut(OutputModel):
     name: str
     identifier: str
     status: str = Field(description="pending, inserting, waiting, listed, failed, timed_out, or refused")
     checkpoint_identifier: str | None = None
-    checkpoint_timestamp: str | None = Field(default=None, description="UTC, ISO 8601")
+    checkpoint_timestamp: datetime | None = Field(default=None, description="UTC, ISO 8601")
     error: str | None = None
     waited_ms: int | None = None
     recovery_site: str | None = None
-    listed_late_at: str | None = Field(
+    listed_late_at: datetime | None = Field(
         default=None,
         description="Zerto listed the checkpoint after this VPG timed out: usable to recover a file "
         "from, but the guard stays not ok",
     )
-    leaves_journal_at: str | None = Field(default=None, description=LEAVES_JOURNAL_AT_DOC)
-    left_journal_seen_at: str | None = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
+    leaves_journal_at: datetime | None = Field(default=None, description=LEAVES_JOURNAL_AT_DOC)
+    left_journal_seen_at: datetime | None = Field(default=None, description=LEFT_JOURNAL_SEEN_AT_DOC)
 
 
-class GuardOut(BaseModel):
+class GuardOut(OutputModel):
     ok: bool = Field(
         description="True: you may make the change (every VPG lists the checkpoint, or the tool is not guarded)"
     )
@@ -90,18 +81,13 @@ class GuardOut(BaseModel):
 
 def tagged_checkpoint_out(row: TaggedCheckpoint) -> VpgCheckpointOut:
     """One VPG's tagged checkpoint as an agent reads it."""
-    return VpgCheckpointOut(
+    return VpgCheckpointOut.of(
+        row,
         name=row.vpg_name,
         identifier=row.vpg_identifier,
-        status=row.status,
         checkpoint_identifier=row.checkpoint_identifier or None,
-        checkpoint_timestamp=iso_z(row.checkpoint_timestamp),
         error=row.error or None,
-        waited_ms=row.waited_ms,
         recovery_site=row.recovery_site_name or None,
-        listed_late_at=iso_z(row.listed_late_at),  # timed out, then listed: recoverable, yet the guard stays not ok
-        leaves_journal_at=iso_z(row.leaves_journal_at),
-        left_journal_seen_at=iso_z(row.left_journal_seen_at),
     )
 
 
@@ -123,17 +109,13 @@ def guard_report(guard: ChangeGuard, *, catalog_entry: str | None = None, reused
             + (f"; {waiting_for}" if waiting_for else "")
             + f"); do not make the change until zerto_checkpoint_status({guard.pk}) says ok"
         )
-    return GuardOut(
+    return GuardOut.of(
+        guard,  # its id, status, change_id, tag and vm_identifier
         ok=ok,
         guarded=True,
         finished=finished,
-        status=guard.status,
         must_not_proceed=reason,
-        id=guard.pk,
-        change_id=guard.change_id,
-        tag=guard.tag,
         vm=guard.vm_name,
-        vm_identifier=guard.vm_identifier,
         tool=guard.tool or None,
         catalog_entry=catalog_entry,
         reused=reused,
@@ -144,6 +126,7 @@ def guard_report(guard: ChangeGuard, *, catalog_entry: str | None = None, reused
         landed=landed,
         decision=guard.decision,
         policy_version=guard.policy_version,
+        held=None,  # not the row's held calls: ``guard_held`` sets the one the agent waits on
     )
 
 
@@ -210,75 +193,58 @@ def guard_meta(out: GuardOut) -> dict[str, Any]:
     }
 
 
-# Over REST, a guard and its tagged checkpoints are their records: the models' fields say their types.
-class TaggedCheckpointOutputSerializer(serializers.ModelSerializer):
-    site = serializers.CharField(source="site.name", default=None)
+class TaggedCheckpointRecordOut(OutputModel):
+    rest_name = "TaggedCheckpoint"
+    presents = TaggedCheckpoint
 
-    class Meta:
-        model = TaggedCheckpoint
-        fields = [
-            "vpg_name",
-            "vpg_identifier",
-            "status",
-            "site",
-            "protected_site_identifier",
-            "recovery_site_identifier",
-            "recovery_site_name",
-            "task_id",
-            "checkpoint_identifier",
-            "checkpoint_timestamp",
-            "listed_late_at",
-            "error",
-            "insert_started_at",
-            "waited_ms",
-            "leaves_journal_at",
-            "journal_estimated_at",
-            "journal_history_minutes",
-            "left_journal_seen_at",
-            "retention_warned_at",
-        ]
-
-
-_GUARD_FIELDS = [
-    "id",
-    "status",
-    "agent_name",
-    "tool",
-    "action",
-    "vm_name",
-    "vm_identifier",
-    "change_id",
-    "tag",
-    "error",
-    "request_id",
-    "timeout_s",
-    "decision",
-    "decision_reason",
-    "policy_version",
-    "requested_at",
-    "started_at",
-    "finished_at",
-    "vpgs_total",
-    "vpgs_listed",
-    "leaves_journal_at",
-]
+    vpg_name: str
+    vpg_identifier: str
+    status: str
+    site: str | None = Field(default=None, validation_alias=AliasPath("site", "name"))
+    protected_site_identifier: str
+    recovery_site_identifier: str
+    recovery_site_name: str
+    task_id: str
+    checkpoint_identifier: str
+    checkpoint_timestamp: datetime | None
+    listed_late_at: datetime | None
+    error: str
+    insert_started_at: datetime | None
+    waited_ms: int | None
+    leaves_journal_at: datetime | None
+    journal_estimated_at: datetime | None
+    journal_history_minutes: int | None
+    left_journal_seen_at: datetime | None
+    retention_warned_at: datetime | None
 
 
 # A guard as ``selectors.guard_list`` annotates it: VPG counts and the first checkpoint to leave its journal.
-class GuardOutputSerializer(serializers.ModelSerializer):
-    vpgs_total = serializers.IntegerField(read_only=True)
-    vpgs_listed = serializers.IntegerField(read_only=True)
-    # The first of its checkpoints to leave its VPG's journal (estimated; null: not known).
-    leaves_journal_at = serializers.DateTimeField(read_only=True, allow_null=True)
+class GuardRecordOut(OutputModel):
+    rest_name = "Guard"
+    presents = ChangeGuard
 
-    class Meta:
-        model = ChangeGuard
-        fields = _GUARD_FIELDS
+    id: int
+    status: str
+    agent_name: str
+    tool: str
+    action: str
+    vm_name: str
+    vm_identifier: str
+    change_id: str
+    tag: str
+    error: str
+    request_id: str
+    timeout_s: int
+    decision: str
+    decision_reason: str
+    policy_version: int | None
+    requested_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    vpgs_total: int
+    vpgs_listed: int
+    leaves_journal_at: datetime | None = Field(description="The first of its checkpoints to leave its VPG's journal")
 
 
-class GuardDetailOutputSerializer(GuardOutputSerializer):
-    vpgs = TaggedCheckpointOutputSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = ChangeGuard
-        fields = [*_GUARD_FIELDS, "vpgs"]
+class GuardDetailOut(GuardRecordOut):
+    vpgs: Annotated[list[TaggedCheckpointRecordOut], ROWS]

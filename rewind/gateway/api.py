@@ -1,9 +1,6 @@
-"""The gateway over REST: upstreams (list, create, update, test connection with its tool list),
-their tools (exposed names, policy) and the calls forwarded through the gateway.
-
-Header and environment values never leave the server: an upstream shows their names only.
-On update an omitted ``headers``/``env`` keeps the stored ones; ``{}`` removes them.
-"""
+"""The gateway over REST: upstreams (list, create, update, test connection), their tools (policy,
+approval) and the calls forwarded. On update an omitted ``headers``/``env`` keeps the stored ones;
+``{}`` removes them."""
 
 from __future__ import annotations
 
@@ -18,8 +15,8 @@ from rest_framework.views import APIView
 from rewind.errors import field_checked
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
-from rewind.gateway.models import Policy, Upstream, UpstreamTool
-from rewind.gateway.presenters import GatewayCallSerializer
+from rewind.gateway.models import Policy, Upstream
+from rewind.gateway.presenters import GatewayCallOut, UpstreamCheckOut, UpstreamOut, UpstreamToolOut, upstream_out
 from rewind.gateway.selectors import (
     gateway_call_list,
     upstream_get,
@@ -31,75 +28,14 @@ from rewind.gateway.selectors import (
 from rewind.gateway.services import (
     upstream_command_clean,
     upstream_create,
-    upstream_env,
-    upstream_headers,
     upstream_tool_approve,
     upstream_tool_set_policy,
     upstream_update,
     upstream_url_clean,
 )
+from rewind.rest.outputs import rest_body
 from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
 from rewind.rest.permissions import HasModelPermission, actor_of
-
-
-class UpstreamToolSerializer(serializers.ModelSerializer):
-    catalog_name = serializers.CharField(read_only=True)
-    annotated_read_only = serializers.BooleanField(source="read_only", read_only=True)
-    held = serializers.BooleanField(read_only=True, help_text="new or changed: not listed to agents, refused if called")
-
-    class Meta:
-        model = UpstreamTool
-        fields = [
-            "id",
-            "name",
-            "exposed_name",
-            "catalog_name",
-            "state",
-            "problem",
-            "policy",
-            "annotated_read_only",
-            "annotations",
-            "held",
-            "digest",
-            "approved_digest",
-            "approved_by",
-            "approved_at",
-            "last_listed_at",
-        ]
-
-
-class UpstreamOutputSerializer(serializers.ModelSerializer):
-    header_names = serializers.SerializerMethodField()
-    env_names = serializers.SerializerMethodField()
-    tools = UpstreamToolSerializer(many=True, read_only=True)
-
-    class Meta:
-        model = Upstream
-        fields = [
-            "id",
-            "name",
-            "transport",
-            "url",
-            "command",
-            "header_names",
-            "env_names",
-            "enabled",
-            "connect_timeout_s",
-            "call_timeout_s",
-            "default_policy",
-            "host_vm",
-            "tools_listed_at",
-            "last_error",
-            "tools",
-            "created_at",
-            "updated_at",
-        ]
-
-    def get_header_names(self, upstream: Upstream) -> list[str]:
-        return sorted(upstream_headers(upstream))
-
-    def get_env_names(self, upstream: Upstream) -> list[str]:
-        return sorted(upstream_env(upstream))
 
 
 class UpstreamInputSerializer(serializers.Serializer):
@@ -133,25 +69,20 @@ class UpstreamListApi(APIView):
     required_permissions = {"GET": "rewind.view_upstream", "POST": "rewind.add_upstream"}
     pagination_class = BoundedLimitOffsetPagination
 
-    @extend_schema(responses=UpstreamOutputSerializer(many=True))
+    @extend_schema(responses=UpstreamOut)
     def get(self, request: Request) -> Response:
-        return paginated_response(
-            queryset=upstream_list(),
-            serializer_class=UpstreamOutputSerializer,
-            request=request,
-            view=self,
-        )
+        return paginated_response(queryset=upstream_list(), present=upstream_out, request=request, view=self)
 
     @extend_schema(
         request=UpstreamInputSerializer,
-        responses={201: UpstreamOutputSerializer},
+        responses={201: UpstreamOut},
         description="Add an upstream (audited).",
     )
     def post(self, request: Request) -> Response:
         data = UpstreamInputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
         upstream = upstream_create(actor=actor_of(request), **data.validated_data)
-        return Response(UpstreamOutputSerializer(upstream).data, status=status.HTTP_201_CREATED)
+        return Response(rest_body(upstream_out(upstream)), status=status.HTTP_201_CREATED)
 
 
 class UpstreamDetailApi(APIView):
@@ -160,11 +91,11 @@ class UpstreamDetailApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_upstream", "PATCH": "rewind.change_upstream"}
 
-    @extend_schema(responses=UpstreamOutputSerializer)
+    @extend_schema(responses=UpstreamOut)
     def get(self, request: Request, pk: int) -> Response:
-        return Response(UpstreamOutputSerializer(upstream_get(pk)).data)
+        return Response(rest_body(upstream_out(upstream_get(pk))))
 
-    @extend_schema(request=UpstreamInputSerializer, responses=UpstreamOutputSerializer)
+    @extend_schema(request=UpstreamInputSerializer, responses=UpstreamOut)
     def patch(self, request: Request, pk: int) -> Response:
         upstream = upstream_get(pk)
         data = UpstreamInputSerializer(data=request.data, partial=True)
@@ -173,7 +104,7 @@ class UpstreamDetailApi(APIView):
         if "name" in fields and fields.pop("name").strip().lower() != upstream.name:
             raise serializers.ValidationError({"name": "an upstream's name cannot change; add a new upstream instead"})
         upstream = upstream_update(actor=actor_of(request), upstream=upstream, **fields)
-        return Response(UpstreamOutputSerializer(upstream).data)
+        return Response(rest_body(upstream_out(upstream)))
 
 
 class UpstreamCheckApi(APIView):
@@ -182,7 +113,7 @@ class UpstreamCheckApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"POST": "rewind.change_upstream"}
 
-    @extend_schema(request=None, responses=UpstreamOutputSerializer)
+    @extend_schema(request=None, responses=UpstreamCheckOut)
     def post(self, request: Request, pk: int) -> Response:
         upstream = upstream_get(pk)
         links = {
@@ -192,10 +123,10 @@ class UpstreamCheckApi(APIView):
         try:
             report = upstream_tools_refresh(upstream)
         except UpstreamUnavailable as exc:
-            return Response({"ok": False, "error": exc.message, **links})
-        upstream = upstream_get(pk)  # as the listing left it
-        detail = UpstreamOutputSerializer(upstream).data
-        return Response({"ok": True, "error": None, **report.__dict__, **links, "upstream_detail": detail})
+            return Response(rest_body(UpstreamCheckOut.model_validate({"ok": False, "error": exc.message, **links})))
+        detail = upstream_out(upstream_get(pk))  # as the listing left it
+        body = {"ok": True, "error": None, **vars(report), **links, "upstream_detail": detail}
+        return Response(rest_body(UpstreamCheckOut.model_validate(body)))
 
 
 class UpstreamToolPolicyApi(APIView):
@@ -206,16 +137,15 @@ class UpstreamToolPolicyApi(APIView):
 
     @extend_schema(
         request={"application/json": {"type": "object", "properties": {"policy": {"type": "string"}}}},
-        responses=UpstreamToolSerializer,
+        responses=UpstreamToolOut,
     )
     def post(self, request: Request, pk: int) -> Response:
         tool = upstream_tool_get(pk)
         policy = request.data.get("policy", "") if isinstance(request.data, dict) else None
         if not isinstance(policy, str):
             raise serializers.ValidationError({"policy": "give a string: pass, guard-if-protected, hold or empty"})
-        return Response(
-            UpstreamToolSerializer(upstream_tool_set_policy(actor=actor_of(request), tool=tool, policy=policy)).data
-        )
+        changed = upstream_tool_set_policy(actor=actor_of(request), tool=tool, policy=policy)
+        return Response(rest_body(UpstreamToolOut.model_validate(changed)))
 
 
 class UpstreamToolApproveApi(APIView):
@@ -227,7 +157,7 @@ class UpstreamToolApproveApi(APIView):
 
     @extend_schema(
         request={"application/json": {"type": "object", "properties": {"digest": {"type": "string"}}}},
-        responses=UpstreamToolSerializer,
+        responses=UpstreamToolOut,
     )
     def post(self, request: Request, pk: int) -> Response:
         tool = upstream_tool_get(pk)
@@ -237,7 +167,7 @@ class UpstreamToolApproveApi(APIView):
                 {"digest": "give the digest of the definition you read (the tool's digest)"}
             )
         approved = upstream_tool_approve(actor=actor_of(request), tool=tool, seen_digest=seen)
-        return Response(UpstreamToolSerializer(approved).data)
+        return Response(rest_body(UpstreamToolOut.model_validate(approved)))
 
 
 class GatewayCallListApi(APIView):
@@ -247,9 +177,9 @@ class GatewayCallListApi(APIView):
     required_permissions = {"GET": "rewind.view_gatewaycall"}
     pagination_class = BoundedLimitOffsetPagination
 
-    @extend_schema(responses=GatewayCallSerializer(many=True))
+    @extend_schema(responses=GatewayCallOut)
     def get(self, request: Request) -> Response:
         calls = gateway_call_list(
             agent=request.query_params.get("agent"), decision=request.query_params.get("decision")
         )
-        return paginated_response(queryset=calls, serializer_class=GatewayCallSerializer, request=request, view=self)
+        return paginated_response(queryset=calls, present=GatewayCallOut.model_validate, request=request, view=self)

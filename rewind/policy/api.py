@@ -3,10 +3,11 @@ policy's version. Only signed-in staff people reach these; no agent token is a s
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Annotated
 
 from drf_spectacular.utils import extend_schema
-from pydantic import BaseModel
+from pydantic import RootModel
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -16,36 +17,38 @@ from rewind.errors import NotFoundError
 from rewind.policy.models import StopSwitch
 from rewind.policy.selectors import policy_version_row, stop_get, stop_list
 from rewind.policy.services import stop_engage, stop_lift
-from rewind.rest.outputs import Rest, output_serializer
+from rewind.rest.outputs import OutputModel, choices, rest_body
 from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
 
-Time = Annotated[str | None, Rest(field=serializers.DateTimeField)]
 
+class StopOut(OutputModel):
+    rest_name = "Stop"
 
-class StopOut(BaseModel):
     id: int
     in_force: bool
-    scope: Annotated[str, Rest(choices=StopSwitch.Scope.choices)]
+    scope: Annotated[str, choices(StopSwitch.Scope.choices)]
     agent: str | None
     vm: str | None
     reason: str
     stopped_by: str
-    stopped_at: Time
+    stopped_at: datetime
     lifted_by: str | None
-    lifted_at: Time
+    lifted_at: datetime | None
     lift_note: str | None
 
 
-class PolicyOut(BaseModel):
+class StopListOut(RootModel[list[StopOut]]):
+    pass
+
+
+class PolicyOut(OutputModel):
+    rest_name = "Policy"
+
     version: int
-    changed_at: Time
+    changed_at: datetime | None
     changed_by: str | None
     what: str | None
     stops_in_force: list[StopOut]
-
-
-def _iso(value: object) -> str | None:
-    return value.isoformat().replace("+00:00", "Z") if value is not None else None  # type: ignore[attr-defined]
 
 
 def stop_out(stop: StopSwitch) -> StopOut:
@@ -57,9 +60,9 @@ def stop_out(stop: StopSwitch) -> StopOut:
         vm=stop.vm or None,
         reason=stop.reason,
         stopped_by=stop.stopped_by,
-        stopped_at=_iso(stop.stopped_at),
+        stopped_at=stop.stopped_at,
         lifted_by=stop.lifted_by or None,
-        lifted_at=_iso(stop.lifted_at),
+        lifted_at=stop.lifted_at,
         lift_note=stop.lift_note or None,
     )
 
@@ -76,13 +79,13 @@ class StopListApi(APIView):
         vm = serializers.CharField(required=False, max_length=255, default="", help_text="the VM's name (scope vm)")
         reason = serializers.CharField(max_length=500)
 
-    @extend_schema(responses=output_serializer(StopOut)(many=True))
+    @extend_schema(responses=StopListOut)
     def get(self, request: Request) -> Response:
         raw = request.query_params.get("in_force")
         in_force = None if raw is None else raw.lower() in ("true", "1", "yes")
-        return Response([stop_out(s).model_dump(mode="json") for s in stop_list(in_force=in_force)])
+        return Response(rest_body(StopListOut([stop_out(s) for s in stop_list(in_force=in_force)])))
 
-    @extend_schema(request=InputSerializer, responses={201: output_serializer(StopOut)})
+    @extend_schema(request=InputSerializer, responses={201: StopOut})
     def post(self, request: Request) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -95,7 +98,7 @@ class StopListApi(APIView):
             reason=fields["reason"],
             request_id=request_id_of(request),
         )
-        return Response(stop_out(stop).model_dump(mode="json"), status=201)
+        return Response(rest_body(stop_out(stop)), status=201)
 
 
 class StopLiftApi(APIView):
@@ -107,7 +110,7 @@ class StopLiftApi(APIView):
     class InputSerializer(serializers.Serializer):
         note = serializers.CharField(max_length=500, required=False, allow_blank=True, default="")
 
-    @extend_schema(request=InputSerializer, responses=output_serializer(StopOut))
+    @extend_schema(request=InputSerializer, responses=StopOut)
     def post(self, request: Request, pk: int) -> Response:
         data = self.InputSerializer(data=request.data)
         data.is_valid(raise_exception=True)
@@ -117,7 +120,7 @@ class StopLiftApi(APIView):
         lifted = stop_lift(
             actor=actor_of(request), stop=stop, note=data.validated_data["note"], request_id=request_id_of(request)
         )
-        return Response(stop_out(lifted).model_dump(mode="json"))
+        return Response(rest_body(stop_out(lifted)))
 
 
 class PolicyApi(APIView):
@@ -126,14 +129,14 @@ class PolicyApi(APIView):
     permission_classes = [HasModelPermission]
     required_permissions = {"GET": "rewind.view_stopswitch"}
 
-    @extend_schema(responses=output_serializer(PolicyOut))
+    @extend_schema(responses=PolicyOut)
     def get(self, request: Request) -> Response:
         row = policy_version_row()
         out = PolicyOut(
             version=row.n,
-            changed_at=_iso(row.changed_at),
+            changed_at=row.changed_at,
             changed_by=row.changed_by or None,
             what=row.what or None,
             stops_in_force=[stop_out(s) for s in stop_list(in_force=True)],
         )
-        return Response(out.model_dump(mode="json"))
+        return Response(rest_body(out))

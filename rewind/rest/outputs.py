@@ -1,88 +1,71 @@
-"""Output models as the REST schema reads them: one pydantic model per outside shape, one serializer derived from it.
-
-A part defines what an entity looks like to the outside once, as a pydantic model (its
-``presenters`` module); the MCP tools answer with that model, the REST views with its
-``model_dump(mode="json")``, and ``output_serializer`` derives the DRF serializer that
-drf-spectacular writes into the OpenAPI schema. A field added to the model is in all three.
-
-What the Python type does not say (a string that is a timestamp or a URL, a string limited to
-a set of choices, the REST text of a field, a key the body may leave out) a field says with
-``Rest(...)`` in its ``Annotated`` metadata, which pydantic keeps and ignores.
-"""
+"""What goes out: one pydantic model per entity (its part's ``presenters``), which the MCP tools answer
+with, the REST views send as ``rest_body`` (times in UTC as ``…Z``) and ``rewind.rest.schema`` hands
+to drf-spectacular's pydantic extension for the OpenAPI schema."""
 
 from __future__ import annotations
 
-import types
-from dataclasses import dataclass
-from typing import Any, Union, get_args, get_origin
+from typing import Any, ClassVar, Self
 
-from drf_spectacular.utils import inline_serializer
-from pydantic import BaseModel
+from django.db import models
+from drf_spectacular.plumbing import build_choice_field
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, WithJsonSchema
 from rest_framework import serializers
 
-_PLAIN: dict[type, type[serializers.Field]] = {
-    str: serializers.CharField,
-    int: serializers.IntegerField,
-    float: serializers.FloatField,
-    bool: serializers.BooleanField,
-}
+URL = WithJsonSchema({"type": "string", "format": "uri"}, mode="serialization")
+MCP_ONLY = WithJsonSchema(None, mode="serialization")  # not in the REST schema: never in a REST body
+# A related manager (``guard.vpgs``) read as the list of its rows.
+ROWS = BeforeValidator(lambda value: value.all() if isinstance(value, models.Manager) else value)
 
 
-@dataclass(frozen=True)
-class Rest:
-    """How one field of an output model reads in the REST schema, beyond its Python type."""
-
-    field: type[serializers.Field] | None = None  # e.g. DateTimeField for an ISO 8601 string
-    choices: Any = None  # a ChoiceField's choices (a TextChoices' ``.choices``)
-    help_text: str | None = None
-    optional: bool = False  # the body may leave the key out (then it is never null); every other key is always there
-    omit: bool = False  # not in the REST body at all (an MCP-only key, e.g. a file inline)
+def set_when_it_applies(schema: dict[str, Any]) -> None:
+    """The mark of an ``optional`` key, which ``rewind.rest.schema`` reads; it changes no JSON schema."""
 
 
-def _rest_of(metadata: list[Any]) -> Rest:
-    return next((m for m in metadata if isinstance(m, Rest)), Rest())
+def optional(**kwargs: Any) -> Any:
+    """A key set only when it applies: a REST body leaves it out otherwise (its schema: not required,
+    never null); an MCP answer has it as null."""
+    return Field(default=None, json_schema_extra=set_when_it_applies, **kwargs)
 
 
-def _split_optional(annotation: Any) -> tuple[Any, bool]:
-    if get_origin(annotation) in (Union, types.UnionType):
-        args = [a for a in get_args(annotation) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], len(args) != len(get_args(annotation))
-    return annotation, False
+def rest_body(out: BaseModel) -> Any:
+    """``out`` as JSON, less the ``optional`` keys it did not set (a model is built with every other key)."""
+    return out.model_dump(mode="json", exclude_unset=True)
 
 
-def _field(annotation: Any, rest: Rest) -> serializers.Field:
-    inner, nullable = _split_optional(annotation)
-    kwargs: dict[str, Any] = {}
-    if nullable and not rest.optional:
-        kwargs["allow_null"] = True
-    if rest.optional:
-        kwargs["required"] = False
-    if rest.help_text:
-        kwargs["help_text"] = rest.help_text
-    many = get_origin(inner) is list
-    if many:
-        (inner,) = get_args(inner)
-    if isinstance(inner, type) and issubclass(inner, BaseModel):
-        return output_serializer(inner)(many=many, **kwargs)
-    if rest.choices is not None:
-        return serializers.ChoiceField(choices=rest.choices, **kwargs)
-    cls = rest.field or _PLAIN.get(inner)
-    if cls is None:
-        raise TypeError(f"no REST field for {annotation!r}: give one with Rest(field=...)")
-    field = cls(**kwargs)
-    return serializers.ListField(child=field) if many else field
+def choices(options: Any, *, blank: bool = False) -> WithJsonSchema:
+    """A string among ``options``: an enum in the REST schema, described and named (``ENUM_NAME_OVERRIDES``)
+    as DRF's ``ChoiceField`` would be; the choices' text follows the field's own description."""
+    schema = build_choice_field(serializers.ChoiceField(choices=options, allow_blank=blank))
+    schema["x-choices"] = schema.pop("description")
+    return WithJsonSchema(schema, mode="serialization")
 
 
-_SERIALIZERS: dict[type[BaseModel], type[serializers.Serializer]] = {}
+# Every output model by its class name, as pydantic names a nested model's definition.
+OUTPUT_MODELS: dict[str, type[BaseModel]] = {}
 
 
-def output_serializer(model: type[BaseModel]) -> type[serializers.Serializer]:
-    """The serializer the schema shows for ``model`` (one class per model), named by the model's
-    ``rest_name`` class variable when it has one: its component's name in the OpenAPI schema."""
-    if model not in _SERIALIZERS:
-        rests = {name: (info, _rest_of(info.metadata)) for name, info in model.model_fields.items()}
-        fields = {name: _field(info.annotation, rest) for name, (info, rest) in rests.items() if not rest.omit}
-        name = getattr(model, "rest_name", model.__name__)
-        _SERIALIZERS[model] = inline_serializer(name, fields).__class__
-    return _SERIALIZERS[model]
+class OutputModel(BaseModel):
+    # Validated from rows by attribute; every key is in the REST schema's required list but ``optional`` ones.
+    model_config = ConfigDict(from_attributes=True, json_schema_serialization_defaults_required=True)
+
+    rest_name: ClassVar[str | None] = None  # its component in the schema, else the class name less "Out"
+    presents: ClassVar[type[models.Model] | None] = None  # the row whose help texts and choices document it
+
+    @classmethod
+    def __pydantic_init_subclass__(cls, **kwargs: Any) -> None:
+        super().__pydantic_init_subclass__(**kwargs)
+        if OUTPUT_MODELS.setdefault(cls.__name__, cls) is not cls:
+            raise TypeError(f"two output models are named {cls.__name__}: the schema could not tell them apart")
+
+    @classmethod
+    def of(cls, row: object, **more: Any) -> Self:
+        """``row`` as this model, read by attribute but for the keys ``more`` gives."""
+        return cls.model_validate(_RowWith(row, more))
+
+
+class _RowWith:
+    def __init__(self, row: object, more: dict[str, Any]) -> None:
+        self.row, self.more = row, more
+
+    def __getattr__(self, name: str) -> Any:
+        return self.more[name] if name in self.more else getattr(self.row, name)

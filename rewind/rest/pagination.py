@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db.models import QuerySet
+from pydantic import BaseModel
 from rest_framework.pagination import BasePagination, CursorPagination, LimitOffsetPagination
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
+
+from rewind.rest.outputs import rest_body
 
 
 class AuditCursorPagination(CursorPagination):
@@ -29,14 +33,17 @@ class BoundedLimitOffsetPagination(LimitOffsetPagination):
 def paginated_response(
     *,
     queryset: QuerySet[Any],
-    serializer_class: type[Serializer],
+    present: Callable[[Any], BaseModel] | None = None,
+    serializer_class: type[Serializer] | None = None,  # the sites' API, until it has output models
     request: Request,
     view: Any,
 ) -> Response:
-    """One page of ``queryset``, paginated as the view's ``pagination_class`` says (the API's
-    schema reads the same attribute), else by limit and offset."""
+    """One page of ``queryset``, each row as ``present`` makes it its output model, paginated as the
+    view's ``pagination_class`` says (the API's schema reads the same attribute), else by limit and offset."""
     pagination_class: type[BasePagination] = getattr(view, "pagination_class", None) or BoundedLimitOffsetPagination
     paginator = pagination_class()
     page = paginator.paginate_queryset(queryset, request, view=view)
-    data = serializer_class(page, many=True).data
-    return paginator.get_paginated_response(data)
+    if present is None:
+        assert serializer_class is not None
+        return paginator.get_paginated_response(serializer_class(page, many=True).data)
+    return paginator.get_paginated_response([rest_body(present(row)) for row in page or ()])

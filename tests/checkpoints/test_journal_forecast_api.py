@@ -12,9 +12,8 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
-from recoveries.presenters import CheckpointOut
+from recoveries.presenters import CheckpointOut, recovery_agent_out
 from recoveries.selectors import recovery_get_for_agent
 from rewind.checkpoints.presenters import VpgCheckpointOut, guard_report
 from rewind.models import Agent, ChangeGuard, TaggedCheckpoint
@@ -70,9 +69,10 @@ def test_the_guard_views_carry_the_estimate(api: Any, viewer: Any, guard: Change
 def test_zerto_checkpoint_status_carries_the_estimate_with_a_description(guard: ChangeGuard) -> None:
     out = guard_report(guard)
     dr = next(v for v in out.vpgs if v.name == "vpg-web-dr")
-    assert dr.leaves_journal_at == guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at.isoformat().replace(  # type: ignore[union-attr]
-        "+00:00", "Z"
-    )
+    leaves = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at
+    assert dr.leaves_journal_at == leaves
+    said = out.model_dump(mode="json")["vpgs"][out.vpgs.index(dr)]["leaves_journal_at"]
+    assert said == leaves.isoformat().replace("+00:00", "Z")  # type: ignore[union-attr]  # as over REST
     assert dr.left_journal_seen_at is None
     schema = VpgCheckpointOut.model_json_schema()["properties"]
     assert "leaves the VPG's journal" in schema["leaves_journal_at"]["description"]
@@ -84,16 +84,17 @@ def test_a_recovery_shows_its_checkpoint_s_estimate_over_rest_and_mcp(
 ) -> None:
     ours = _recovery(agent, "vpg-web-dr", "cp-vpg-web-dr")
     foreign = _recovery(agent, "vpg-web", "166834")  # a bare journal checkpoint: no forecast here
-    expected = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at.isoformat()  # type: ignore[union-attr]
+    leaves = guard.vpgs.get(vpg_name="vpg-web-dr").leaves_journal_at
+    expected = leaves.isoformat().replace("+00:00", "Z")  # type: ignore[union-attr]  # as a guard says it
     detail = api(superuser).get(f"/api/recoveries/{ours.pk}/").json()
     assert detail["checkpoint"]["leaves_journal_at"] == expected
     assert detail["checkpoint"]["left_journal_seen_at"] is None
     listed = {r["id"]: r for r in api(superuser).get("/api/recoveries/").json()["results"]}
     assert listed[ours.pk]["checkpoint"]["leaves_journal_at"] == expected
     assert listed[foreign.pk]["checkpoint"]["leaves_journal_at"] is None
-    out = _out(recovery_get_for_agent(recovery_id=ours.pk, agent_id=agent.pk))
-    assert out.checkpoint.leaves_journal_at == expected
-    assert _out(ours).checkpoint.leaves_journal_at == expected  # a row without the annotation asks once
+    out = recovery_agent_out(recovery_get_for_agent(recovery_id=ours.pk, agent_id=agent.pk))
+    assert out.model_dump(mode="json")["checkpoint"]["leaves_journal_at"] == expected
+    assert recovery_agent_out(ours).checkpoint.leaves_journal_at == leaves  # a row without the annotation asks once
     assert (
         "no file can be recovered"
         in CheckpointOut.model_json_schema()["properties"]["leaves_journal_at"]["description"]

@@ -72,7 +72,7 @@ def test_the_reaper_purges_old_files_once_and_keeps_recent_ones(
     assert result["ok"] is True
     assert result["sha256"] == old.sha256
     assert result["size"] == 12
-    assert result["purged_at"] == old.purged_at.isoformat()
+    assert result["purged_at"] == old.purged_at.isoformat().replace("+00:00", "Z")
     assert "deleted" in result["error"]
     assert "content" not in result
     assert "url" not in result

@@ -17,9 +17,8 @@ from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
-from recoveries.mcp_tools import _out
 from recoveries.models import RecoveryRequest
-from recoveries.presenters import recovery_dict
+from recoveries.presenters import recovery_agent_out, recovery_dict
 from recoveries.runner import recovery_run
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.site_wait import recoveries_resume_waiting
@@ -99,7 +98,7 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     waiting = recovery_dict(recovery)["waiting_for_site"]
     assert waiting["site"] == "Site B"
     assert waiting["message"].startswith("waiting for site Site B, unavailable since ")
-    assert _out(recovery).waiting_for_site is not None  # zerto_recovery_status shows it too
+    assert recovery_agent_out(recovery).waiting_for_site is not None  # zerto_recovery_status shows it too
     [parked] = AuditEvent.objects.filter(action=RecoveryAction.WAITING_FOR_SITE, target_id=str(recovery.pk))
     assert parked.data["recovery_site"] == "Site B"
     assert recoveries_resume_waiting().still_waiting == 1  # still down: nothing is queued

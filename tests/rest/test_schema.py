@@ -81,6 +81,32 @@ def test_it_lists_the_filters_and_the_pagination_of_a_list(schema: dict[str, Any
     assert {"cursor", "limit", "since", "action"} <= audit
 
 
+def test_output_models_read_as_the_serializers_they_replaced(schema: dict[str, Any]) -> None:
+    components = schema["components"]["schemas"]
+    result = components["RecoveryResult"]
+    # A key set only when it applies: not required, never null; one always there may be null.
+    assert "url" not in result["required"]
+    assert "nullable" not in result["properties"]["url"]
+    assert result["properties"]["url"]["format"] == "uri"
+    assert "sha256" in result["required"]
+    assert result["properties"]["sha256"]["nullable"] is True
+    assert "content" not in result["properties"]  # the agent's answer only
+    # Nested models keep their component names, enums the names ENUM_NAME_OVERRIDES gives them.
+    assert components["Recovery"]["properties"]["result"]["allOf"] == [{"$ref": "#/components/schemas/RecoveryResult"}]
+    assert components["TaggedCheckpoint"]["properties"]["status"] == {
+        "$ref": "#/components/schemas/TaggedCheckpointStatusEnum"
+    }
+    assert components["GuardStatusEnum"]["description"].startswith("* `pending`")
+    # A row's help text documents its field; pydantic's titles and defaults stay out.
+    assert components["Guard"]["properties"]["tool"]["description"] == "server/tool the agent was about to call"
+    assert not any("title" in prop or "default" in prop for prop in components["Recovery"]["properties"].values())
+    assert components["GuardDetail"]["properties"]["started_at"] == {
+        "format": "date-time",
+        "nullable": True,
+        "type": "string",
+    }
+
+
 @pytest.mark.django_db
 def test_anonymous_callers_get_neither_schema_nor_docs(client: Any) -> None:
     assert client.get("/api/schema/").status_code == 403
