@@ -24,8 +24,11 @@ WHERE_TO = (
 @register(Tags.security, deploy=True)
 def audit_anchors_apart_from_the_database(app_configs: Any = None, **kwargs: Any) -> list[CheckMessage]:
     folder = _sqlite_folder()
-    if folder is None:
-        return []
+    return [] if folder is None else anchors_beside(folder)
+
+
+def anchors_beside(folder: Path) -> list[CheckMessage]:
+    """The warnings for an anchor key or file under ``folder``, the SQLite database's."""
     found: list[CheckMessage] = []
     key = settings.REWIND_AUDIT_ANCHOR_KEY_PATH
     if key is not None and _under(Path(key), folder):

@@ -67,12 +67,18 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
     if connection.vendor == "postgresql":
         # Threads of this process that ran ORM code (anyio workers behind in-process MCP
         # calls, a task's VPG threads) keep idle connections Django never closes; end them
-        # so the drop cannot fail with "database is being accessed by other users".
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute(
-                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                " WHERE datname = current_database() AND pid <> pg_backend_pid()"
-            )
+        # so the drop cannot fail with "database is being accessed by other users". A thread
+        # still polling would connect again before the drop: the database takes no new ones first
+        # (said from another database: none may refuse connections to the one it is on).
+        import psycopg
+
+        name = connection.settings_dict["NAME"]
+        params = {**connection.get_connection_params(), "dbname": "postgres"}
+        params.pop("cursor_factory", None)
+        with psycopg.connect(**params, autocommit=True) as admin:
+            admin.execute(f"ALTER DATABASE {connection.ops.quote_name(name)} WITH ALLOW_CONNECTIONS false")
+            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
+        connection.close()
 
 
 def _purge_broker() -> None:

@@ -21,6 +21,7 @@ from rewind.audit import Actor, audit_record, verify_chain
 from rewind.audit.actions import AuditLogAction
 from rewind.audit.anchors import audit_anchor_publish, latest_anchor
 from rewind.audit.verification import audit_anchor_publish_reported
+from rewind.checks import anchors_beside
 from rewind.models import AuditChainHead, AuditEvent
 from tests.audit.support import raw_delete, raw_forge, raw_rewrite_from, raw_set_head
 
@@ -190,22 +191,32 @@ def test_a_web_process_that_stops_anchors_what_was_recorded(anchor_file: Path, t
     assert "audit chain OK: 3 events, every hash verified; matches 1 anchor(s)" in _verify()  # its anchor
 
 
-def _deploy_warnings() -> dict[str, str]:
-    return {m.id or "": m.msg for m in run_checks(include_deployment_checks=True) if (m.id or "").startswith("rewind.")}
+def _deploy_warnings(folder: Path) -> dict[str, str]:
+    return {m.id or "": m.msg for m in anchors_beside(folder)}
 
 
 def test_check_deploy_warns_of_a_key_or_an_anchor_file_beside_the_database(settings: Any, tmp_path: Path) -> None:
-    from django.db import connection
-
-    if connection.vendor != "sqlite":
-        pytest.skip("a PostgreSQL server's files are not this process's to find; the docs say where to put them")
-    beside = Path(connection.settings_dict["NAME"]).resolve().parent
+    beside = tmp_path / "db"  # where a SQLite database file sits
     settings.REWIND_AUDIT_ANCHOR_KEY_PATH = beside / "audit-anchor.key"
     settings.REWIND_AUDIT_ANCHOR_FILE = beside / "audit-anchors.jsonl"
-    warnings = _deploy_warnings()
+    warnings = _deploy_warnings(beside)
     assert "the key that signs the audit anchors" in warnings["rewind.W001"]
     assert str(beside) in warnings["rewind.W001"]
     assert "the audit anchors are written" in warnings["rewind.W002"]
     settings.REWIND_AUDIT_ANCHOR_KEY_PATH = None  # given in the environment itself
     settings.REWIND_AUDIT_ANCHOR_FILE = tmp_path / "elsewhere" / "audit-anchors.jsonl"
-    assert not {"rewind.W001", "rewind.W002"} & set(_deploy_warnings())
+    assert not _deploy_warnings(beside)
+
+
+def test_check_deploy_runs_the_anchor_check_on_the_database_in_use(settings: Any, tmp_path: Path) -> None:
+    from django.db import connection
+
+    def anchor_warnings() -> set[str]:
+        return {m.id or "" for m in run_checks(include_deployment_checks=True)} & {"rewind.W001", "rewind.W002"}
+
+    settings.REWIND_AUDIT_ANCHOR_KEY_PATH = None
+    settings.REWIND_AUDIT_ANCHOR_FILE = tmp_path / "elsewhere" / "audit-anchors.jsonl"
+    assert not anchor_warnings()
+    settings.REWIND_AUDIT_ANCHOR_FILE = Path(connection.settings_dict["NAME"]).resolve().parent / "anchors.jsonl"
+    # A SQLite file's folder holds the anchors now; a PostgreSQL database has no folder here to compare.
+    assert anchor_warnings() == ({"rewind.W002"} if connection.vendor == "sqlite" else set())

@@ -44,11 +44,6 @@ def test_the_database_refuses_a_chained_row_that_does_not_extend_the_chain_by_on
     with pytest.raises(DatabaseError):
         _insert(seq=4, prev=None, chain_hash=None)  # half chained
     assert AuditEvent.objects.count() == 3
-    if connection.vendor == "postgresql":
-        # Its writers insert unchained and a chainer links them: a chained INSERT is never theirs.
-        with pytest.raises(DatabaseError, match="goes in unchained"):
-            _insert(seq=4, prev=last, chain_hash=FORGED)
-        assert AuditEvent.objects.count() == 3
     _insert(seq=None, prev=None, chain_hash=None)  # unchained: how every writer starts
     assert AuditEvent.objects.filter(seq__isnull=True).count() == 1
 
@@ -77,12 +72,16 @@ def test_the_database_keeps_one_head_row() -> None:
     assert AuditChainHead.objects.count() == 1
 
 
-def test_on_sqlite_the_next_link_with_a_wrong_hash_gets_in_and_is_named() -> None:
-    """SQLite's writer inserts its events chained, so the database takes the next link by its
-    seq and prev_hash; the hash is the application's to judge."""
-    if connection.vendor != "sqlite":
-        pytest.skip("PostgreSQL takes no chained INSERT at all (the test above)")
+def test_the_next_link_with_a_wrong_hash_is_refused_or_named_by_the_backend() -> None:
+    """PostgreSQL's writers insert unchained and a chainer links them, so it takes no chained INSERT;
+    SQLite's writer inserts its events chained, so the database takes the next link by its seq and
+    prev_hash, and the hash is the application's to judge."""
     events = _record(3)
+    if connection.vendor == "postgresql":
+        with pytest.raises(DatabaseError, match="goes in unchained"):
+            _insert(seq=4, prev=events[-1].hash, chain_hash=FORGED)
+        assert verify_chain() == (3, None)
+        return
     _insert(seq=4, prev=events[-1].hash, chain_hash=FORGED)
     _record(2)  # chained after it: the head moved past it
     assert AuditChainHead.objects.get().last_seq == 6

@@ -19,6 +19,7 @@ READ_TOOLS = {
     "zerto_recovery_status",
     "zerto_list_flr_sessions",
     "zerto_list_mutating_tools",
+    "zerto_held_call_status",
 }
 
 

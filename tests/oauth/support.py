@@ -135,6 +135,7 @@ def consent(
     *,
     agent: str | None = None,
     new_agent: str | None = None,
+    tick: tuple[str, ...] = (),
     untick: tuple[str, ...] = (),
     credentials: tuple[str, str] | None = None,
     allow: bool = True,
@@ -166,6 +167,8 @@ def consent(
         page.fill("#id_new_agent", new_agent)
     elif agent is not None:
         page.get_by_label(agent, exact=True).check()
+    for scope in tick:
+        page.locator(f"input[name=granted][value='{scope}']").check()
     for scope in untick:
         page.locator(f"input[name=granted][value='{scope}']").uncheck()
     page.click("#consent-allow" if allow else "#consent-cancel")

@@ -135,7 +135,8 @@ def test_the_typescript_sdk_signs_in_by_dynamic_registration_and_finds_a_vm(
     alice = _person()
     agent_create(actor=Actor.system("tests"), name="ts-bot", owner=alice)
     host = NodeOAuthHost(node_mcp_client, mcp_server.mcp_url, "web01")
-    shown = consent(page, host, agent="ts-bot", credentials=("alice", PASSWORD))
+    # The page ticks only the narrowest scope asked for; the person ticks the guard too.
+    shown = consent(page, host, agent="ts-bot", tick=("rewind:guard",), credentials=("alice", PASSWORD))
     out = host.result()
     assert shown["client"] == "TypeScript host"
     assert out["structuredContent"]["vm_name"] == "web01"

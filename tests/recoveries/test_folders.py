@@ -114,9 +114,11 @@ def test_a_windows_folder_comes_back_with_its_subfolders(inline_tasks, sim, site
 
 
 def test_a_folder_of_100_files_with_one_over_the_byte_limit_is_refused_saying_so(
-    inline_tasks, sim, sites, people, agent, tagged, settings
+    inline_tasks, sim, sites, people, agent, tagged, settings, tmp_path
 ) -> None:
     settings.REWIND_FOLDER_MAX_BYTES = 50_000
+    # A folder of its own: a recovery of another test may have had the same id (ids come back after a rollback).
+    settings.REWIND_STORAGE_DIR = tmp_path / "recovered"
     for n in range(99):
         sim.set_file("db01", f"/srv/data/f{n:03}.txt", text=f"file {n}\n")
     sim.set_file("db01", "/srv/data/huge.bin", size=80_000, seed=7)

