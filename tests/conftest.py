@@ -73,12 +73,16 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         import psycopg
 
         name = connection.settings_dict["NAME"]
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_backend_pid()")
+            (own,) = cursor.fetchone()
         params = {**connection.get_connection_params(), "dbname": "postgres"}
         params.pop("cursor_factory", None)
         with psycopg.connect(**params, autocommit=True) as admin:
             admin.execute(f"ALTER DATABASE {connection.ops.quote_name(name)} WITH ALLOW_CONNECTIONS false")
-            admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", [name])
-        connection.close()
+            admin.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s AND pid <> %s", [name, own]
+            )
 
 
 def _purge_broker() -> None:
