@@ -158,7 +158,8 @@ NODE_CLIENT_INSTALL = "npm ci --prefix tests/mcp/node"
 
 @pytest.fixture(scope="session")
 def node_mcp_client() -> Path:
-    """The folder holding client_v2.mjs and its installed, lockfile-pinned packages.
+    """The folder holding the TypeScript client scripts (client_v2.mjs, client_elicit.mjs) and their installed,
+    lockfile-pinned packages.
 
     Never installs anything itself: a test run must not depend on the registry, nor take
     whatever version it serves that day.

@@ -28,6 +28,12 @@ row); its outcome goes in with its ``mcp.tool.called`` row (``commit_with_record
 
 An agent may pass its own change id in the request's ``_meta`` (``zerto-rewind/change_id``); a
 retried call with the same change id reuses the guard. Otherwise each call gets ``gw-<call id>``.
+
+A held call, in the 2026-07-28 era, to a client that declares URL elicitation (and waits): the call
+answers ``input_required`` with one URL elicitation of the held call's review page and a request state
+naming the held call and its arguments' digest (the SDK seals it, bound to the tool, the arguments and
+the agent). The client's retry continues that held call, and no other: accepted, it waits for the
+person as a waiting call does; declined or cancelled, it answers at once with the held call's id and page.
 """
 
 from __future__ import annotations
@@ -35,6 +41,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -43,10 +50,19 @@ from django.db import transaction
 from jsonschema import SchemaError
 from jsonschema.validators import validator_for
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult
+from mcp_types import (
+    CallToolResult,
+    ElicitRequest,
+    ElicitRequestURLParams,
+    ElicitResult,
+    InputRequiredResult,
+    TextContent,
+)
+from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind.agents.mcp_auth import agent_token_current
 from rewind.approvals.announce import review_url
+from rewind.approvals.jcs import digest
 from rewind.approvals.models import HeldCall
 from rewind.approvals.services import HoldRequest, held_call_open
 from rewind.checkpoints.holds import hold_after_guard
@@ -88,6 +104,8 @@ logger = logging.getLogger(__name__)
 META_CHANGE_ID = "zerto-rewind/change_id"
 META_WAIT = "zerto-rewind/wait"
 META_HELD = "zerto-rewind/held"
+# The request state of a held call answered by URL elicitation: the held call and its arguments' digest.
+HELD_STATE = re.compile(r"zerto-rewind/held-call:(?P<id>[0-9]{1,18}):(?P<digest>[0-9a-f]{64})")
 
 
 @functools.lru_cache(maxsize=512)
@@ -271,11 +289,17 @@ def _guard_decided(ready: Prepared, out: GuardOut) -> None:
     gateway_call_decide(call=ready.call, decision=GatewayCall.Decision.REFUSED, reason=reason, **fields)
 
 
-async def forward_call(name: str, arguments: dict[str, Any], ctx: Context | None) -> CallToolResult | None:
+async def forward_call(
+    name: str, arguments: dict[str, Any], ctx: Context | None
+) -> CallToolResult | InputRequiredResult | None:
     """The whole gateway path for one call; None when ``name`` is not an exported tool (any more).
 
-    Always answers with a result otherwise (errors as ``isError``).
+    Always answers with a result otherwise (errors as ``isError``); ``input_required`` when a held call
+    asks the client to open its review page (URL elicitation), whose retry continues that held call.
     """
+    state = ctx.request_state if ctx is not None else None
+    if state is not None:
+        return await continue_held(name, arguments, state, ctx)
     ready = await run_db(prepare, name, arguments, _meta_change_id(ctx))
     if ready is None:
         return None
@@ -377,7 +401,7 @@ def _meta_wait(ctx: Context | None) -> bool:
 
 async def _held(
     ready: Prepared, held: HeldCall | str, relay: ProgressRelay, ctx: Context | None, guard: dict[str, Any] | None
-) -> CallToolResult:
+) -> CallToolResult | InputRequiredResult:
     if isinstance(held, str):
         return call_error(held, ready.call, guard)
     if held.call_id != ready.call.call_id and held.state == HeldCall.State.FORWARDED:
@@ -387,6 +411,87 @@ async def _held(
             f"zerto_held_call_status with id {held.pk}"
         )
         return call_error(why, ready.call, guard)
-    result = await await_person(held, relay, wait=_meta_wait(ctx))
     meta = {**gateway_call_meta(ready.call, guard), META_HELD: {"id": held.pk, "page": review_url(held)}}
+    wait = _meta_wait(ctx)
+    if wait and held.state in HeldCall.OPEN and url_elicitation_available(ctx):
+        return approval_elicitation(held, meta)
+    result = await await_person(held, relay, wait=wait)
+    return result.model_copy(update={"meta": {**(result.meta or {}), **meta}})
+
+
+def url_elicitation_available(ctx: Context | None) -> bool:
+    """A 2026-07-28 request from a client that declares URL-mode elicitation (``elicitation: {url: {}}``)."""
+    if ctx is None:
+        return False
+    try:
+        version, capabilities = ctx.protocol_version, ctx.client_capabilities
+    except ValueError:  # outside a request (a server used in-process)
+        return False
+    if version not in MODERN_PROTOCOL_VERSIONS or capabilities is None or capabilities.elicitation is None:
+        return False
+    return capabilities.elicitation.url is not None
+
+
+def _elicitation_key(held: HeldCall) -> str:
+    return f"held-call-{held.pk}"
+
+
+def approval_elicitation(held: HeldCall, meta: dict[str, Any]) -> InputRequiredResult:
+    """The ``input_required`` answer: open the held call's review page; the retry continues this held call."""
+    where = f" on VM {held.vm}" if held.vm else ""
+    message = (
+        f"A person must approve this exact call of {held.tool}{where} before it runs (held call #{held.pk}: "
+        f"{held.reason}). Open the page to read the call as it will be sent, then approve or deny it."
+    )
+    params = ElicitRequestURLParams(message=message, url=review_url(held), elicitation_id=_elicitation_key(held))
+    return InputRequiredResult(
+        input_requests={_elicitation_key(held): ElicitRequest(params=params)},
+        request_state=f"zerto-rewind/held-call:{held.pk}:{held.arguments_digest}",
+        _meta=meta,
+    )
+
+
+@dataclass(frozen=True)
+class Continued:
+    held: HeldCall
+    call: GatewayCall
+
+
+def held_to_continue(name: str, arguments: dict[str, Any], state: str) -> Continued | str:
+    """The held call a retry's request state names, checked against this agent and these arguments;
+    else why it is refused (the SDK checked the seal and the binding already: this is the second lock)."""
+    match = HELD_STATE.fullmatch(state)
+    if match is None:
+        return "this requestState was not issued by this gateway for a held call"
+    held = HeldCall.objects.filter(pk=int(match["id"]), mode=HeldCall.Mode.GATEWAY).first()
+    if held is None or held.agent_id != current_agent_id() or held.exposed_name != name:
+        return f"held call #{match['id']} is not a call of {name} by this agent"
+    found = exported_tool(held.exposed_name)
+    if found is not None and not agent_token_current(current_claims(), found.credentials_version):
+        return "this agent token was revoked or its agent deactivated since it was verified"
+    if not digest(arguments) == match["digest"] == held.arguments_digest:
+        return f"these arguments are not the ones held call #{held.pk} holds for a person"
+    call = GatewayCall.objects.filter(call_id=held.call_id).first()
+    if call is None:
+        return f"held call #{held.pk} has no gateway call"
+    call_refers_to(held=held.pk)
+    return Continued(held, call)
+
+
+async def continue_held(
+    name: str, arguments: dict[str, Any], state: str, ctx: Context | None
+) -> CallToolResult | InputRequiredResult:
+    """The retry after a URL elicitation: the same held call, never a new one. Accepted: wait for the person
+    (then forwarded once, if approved); declined or cancelled: its id and page at once. Nothing else runs."""
+    found = await run_db(held_to_continue, name, arguments, state)
+    if isinstance(found, str):
+        return CallToolResult(
+            content=[TextContent(type="text", text=f"DO NOT PROCEED: not forwarded: {found}")], is_error=True
+        )
+    held, call = found.held, found.call
+    answer = (ctx.input_responses if ctx is not None else None) or {}
+    response = answer.get(_elicitation_key(held))
+    accepted = isinstance(response, ElicitResult) and response.action == "accept"
+    result = await await_person(held, ProgressRelay(ctx), wait=accepted)
+    meta = {**gateway_call_meta(call), META_HELD: {"id": held.pk, "page": review_url(held)}}
     return result.model_copy(update={"meta": {**(result.meta or {}), **meta}})

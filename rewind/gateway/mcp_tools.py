@@ -15,7 +15,7 @@ from typing import Any
 
 from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult, ToolAnnotations
+from mcp_types import CallToolResult, InputRequiredResult, ToolAnnotations
 from mcp_types import Tool as MCPTool
 
 from rewind.gateway.forward import forward_call
@@ -88,7 +88,9 @@ class GatewayTools:
             self._names_at = float("-inf")
         return found
 
-    async def call(self, name: str, arguments: dict[str, Any], context: Context | None) -> CallToolResult:
+    async def call(
+        self, name: str, arguments: dict[str, Any], context: Context | None
+    ) -> CallToolResult | InputRequiredResult:
         result = await forward_call(name, arguments, context)
         if result is None:  # removed, switched off or refused since this process last looked
             self._names_at = float("-inf")

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Protocol
 
 from mcp.server.mcpserver import Context
-from mcp_types import CallToolResult
+from mcp_types import CallToolResult, InputRequiredResult
 from mcp_types import Tool as MCPTool
 
 
@@ -23,4 +23,6 @@ class ToolProvider(Protocol):
 
     async def has(self, name: str) -> bool: ...
 
-    async def call(self, name: str, arguments: dict[str, Any], context: Context | None) -> CallToolResult: ...
+    async def call(
+        self, name: str, arguments: dict[str, Any], context: Context | None
+    ) -> CallToolResult | InputRequiredResult: ...
