@@ -51,8 +51,8 @@ from bench._worker_watch import (
     read_worker_log,
 )
 from bench.figures import Report, parse_args
+from rewind.lib.processes import ProcessError
 from rewind.mcp.context import POOL_SIZE
-from rewind.processes import ProcessError
 
 STATE = REPO / "var" / "bench-guard-concurrency"
 SLUGS = ("site-a", "site-b", "site-c")

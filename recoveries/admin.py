@@ -47,11 +47,11 @@ from recoveries.services import (
 )
 from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
-from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.audit import Actor
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, status_badge, status_column
+from rewind.lib.errors import ApplicationError
 from rewind.zvm import ZvmError
 
 END_PERMISSION = "recoveries.end_flr_session"

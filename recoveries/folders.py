@@ -39,7 +39,7 @@ from recoveries.models import RecoveryRequest
 from recoveries.sessions import session_lookup
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.zvm import BrowseItem, DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError
 
 logger = logging.getLogger(__name__)

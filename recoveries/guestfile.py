@@ -18,11 +18,11 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
 from recoveries.restore_models import GuestFileTools
-from rewind.errors import ApplicationError
 from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamUnavailable
 from rewind.gateway.listing import run_async
 from rewind.gateway.services import upstream_spec
 from rewind.gateway.sessions import link_for
+from rewind.lib.errors import ApplicationError
 
 # Beyond the upstream's call timeout: the bound of one whole call (as forward.py has).
 CALL_GRACE_S = 5.0

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from recoveries.paths import GuestPath
 from recoveries.sessions import session_lookup
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
 from rewind.zvm import BrowseItem, ZvmClient, ZvmError, ZvmNotFoundError
 
 # File systems whose names compare without regard to case.

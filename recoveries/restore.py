@@ -36,8 +36,8 @@ from recoveries.restore_tools import guest_file_tools_for
 from recoveries.services import _check_approver, _get, asked_by_them
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, PermissionDeniedError
-from rewind.requestid import current_request_id
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.requestid import current_request_id
 from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)

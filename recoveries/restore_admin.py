@@ -12,8 +12,8 @@ from django.http import HttpRequest
 
 from recoveries.restore_models import GuestFileTools
 from recoveries.restore_tools import EDITABLE, guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
-from rewind.admin_base import actor_for
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import actor_for
+from rewind.lib.errors import ApplicationError
 
 _FIELDS = ["upstream", "os", *EDITABLE]
 

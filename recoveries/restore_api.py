@@ -25,10 +25,10 @@ from recoveries.restore_presenters import (
 )
 from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
 from recoveries.selectors import recovery_get
-from rewind.errors import NotFoundError
 from rewind.gateway.selectors import upstream_get
-from rewind.rest.outputs import rest_body
-from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
+from rewind.lib.errors import NotFoundError
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.permissions import HasModelPermission, actor_of, request_id_of
 
 
 class RecoveryDiffApi(APIView):

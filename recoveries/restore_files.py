@@ -19,7 +19,7 @@ from recoveries.diff import MAX_LINES, FileDiff, file_diff
 from recoveries.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore_models import GuestFileTools
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 State = RestoreState
 CURRENT_FOLDER = ".guest-current.d"

@@ -13,7 +13,7 @@ from recoveries.models import RecoveryRequest
 from recoveries.restore import diff_token
 from recoveries.restore_files import UNCHANGED, FolderFileDiff
 from recoveries.restore_models import GuestFileTools
-from rewind.rest.outputs import OutputModel, optional
+from rewind.lib.rest.outputs import OutputModel, optional
 
 
 class RecoveryDiffOut(OutputModel):

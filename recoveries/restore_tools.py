@@ -14,8 +14,8 @@ from django.db import transaction
 from recoveries.restore_models import GuestFileTools
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, NotFoundError
 from rewind.gateway.models import Upstream, UpstreamTool
+from rewind.lib.errors import ApplicationError, NotFoundError
 
 # What an operator sets on a row (besides the upstream and platform that name it): the admin
 # form and the REST serializer show exactly these.

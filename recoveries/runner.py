@@ -41,7 +41,7 @@ from recoveries.sessions import (
 from recoveries.site_wait import recovery_run_claim, recovery_should_wait, recovery_wait_for_site
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.sites import site_client
 from rewind.sites.models import Site
 from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError

@@ -26,8 +26,8 @@ from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
-from rewind.requestid import current_request_id
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.lib.requestid import current_request_id
 from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)

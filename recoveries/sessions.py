@@ -22,7 +22,7 @@ from recoveries.presenters import live_sessions_url
 from recoveries.selectors import calling_agent
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.sites import site_client
 from rewind.sites.models import Site
 from rewind.zvm import FlrSession as ZvmFlrSession

@@ -13,7 +13,7 @@ from recoveries.restore_sweep import restores_resume_stalled
 from recoveries.runner import recovery_run
 from recoveries.site_wait import recoveries_resume_waiting
 from recoveries.write_back import restore_write_back_step
-from rewind.requestid import bound_request_id
+from rewind.lib.requestid import bound_request_id
 
 
 @shared_task(name="recoveries.run", acks_late=True)

@@ -31,7 +31,7 @@ from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.services import guard_create, guard_read_and_resume
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 Status = RecoveryRequest.Status

@@ -23,13 +23,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import audit_append
-from rewind.bulk import column_of, marks
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
 from rewind.checkpoints.selectors import rows_with_guards, rows_with_guards_sql, site_listing_times_s, site_waiting_vpgs
-from rewind.concurrency import run_each
-from rewind.dbclock import database_now
+from rewind.lib.bulk import column_of, marks
+from rewind.lib.concurrency import run_each
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note

@@ -19,12 +19,12 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from rewind.bulk import column, marks, table
 from rewind.checkpoints import pacing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import RowEnd, row_since, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s
-from rewind.dbclock import database_now
+from rewind.lib.bulk import column, marks, table
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note
@@ -341,7 +341,7 @@ class SiteRound:
         rows_save(waiting, ("next_poll_at", "error", *_TASK_STATE_FIELDS))
 
     def _shared_now(self) -> datetime:
-        """The database's clock (``rewind.dbclock``), read once per round."""
+        """The database's clock (``rewind.lib.dbclock``), read once per round."""
         if self._database_now is None:
             self._database_now = database_now()
         return self._database_now

@@ -5,7 +5,7 @@ look-up's answer, before anything is asked to change.
 from __future__ import annotations
 
 from rewind.agents.limits import VmLimit
-from rewind.errors import PermissionDeniedError
+from rewind.lib.errors import PermissionDeniedError
 from rewind.protection.results import Protection
 
 

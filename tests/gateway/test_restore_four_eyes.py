@@ -13,7 +13,7 @@ from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.restore import diff_token, recovery_restore_confirm
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit.models import AuditEvent
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent
 from tests.fixtures import APPROVE, make_user
 from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until

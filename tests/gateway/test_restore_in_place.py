@@ -18,7 +18,7 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from tests.fixtures import wait_until
 from tests.gateway.support import add_http_upstream, guest_shell_file_tools, restore_until

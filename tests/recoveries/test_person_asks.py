@@ -17,8 +17,8 @@ from recoveries.services import recovery_request_approve, recovery_request_creat
 from recoveries.undo import moment_of_call
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.gateway.models import GatewayCall
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.models import AuditEvent
 from tests.fixtures import APPROVE, make_user
 

@@ -12,7 +12,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.serializers import Serializer
 
-from rewind.rest.outputs import rest_body
+from rewind.lib.rest.outputs import rest_body
 
 
 class AuditCursorPagination(CursorPagination):

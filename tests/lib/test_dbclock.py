@@ -1,4 +1,4 @@
-"""One process's clock five minutes ahead (rewind/dbclock.py), mid-guard and mid-recovery, on the production shape.
+"""One process's clock five minutes ahead (rewind/lib/dbclock.py), mid-guard and mid-recovery, on the production shape.
 
 The stack's two workers are paused (SIGSTOP) and a third, whose clock runs 300 s ahead of every
 other process's and of the database's (time-machine, started by a ``sitecustomize`` of the
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from rewind.processes import Proc
+from rewind.lib.processes import Proc
 from tests.fixtures import wait_until
 from tests.helpers import READY
 from tests.simfixtures import PYTHON, REPO

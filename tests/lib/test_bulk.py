@@ -1,4 +1,4 @@
-"""rewind.bulk: update_rows writes what each row holds in memory, as save() would, in one statement;
+"""rewind.lib.bulk: update_rows writes what each row holds in memory, as save() would, in one statement;
 insert_row and model_from_row write and read one row as the ORM does."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from catalog.models import MutatingTool
-from rewind.bulk import column_count, columns, insert_row, model_from_row, table, update_rows
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
+from rewind.lib.bulk import column_count, columns, insert_row, model_from_row, table, update_rows
 from rewind.models import ChangeGuard, TaggedCheckpoint
 
 pytestmark = pytest.mark.django_db
@@ -124,7 +124,7 @@ def test_every_field_kind_of_the_tool_and_catalog_rows_reads_back_as_the_orm_rea
 def test_an_aggregate_read_in_plain_sql_converts_as_the_orm_converts_its_column() -> None:
     from django.db.models import Min
 
-    from rewind.bulk import column, value_from_db
+    from rewind.lib.bulk import column, value_from_db
 
     guard = _guard(7)
     earliest = timezone.now() + timedelta(minutes=3)

@@ -10,7 +10,7 @@ from django.http import HttpRequest
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from rewind.actors import Actor
+from rewind.lib.actors import Actor
 
 # How each status word looks, wherever it is shown (lists, pages, the dashboard): one CSS class
 # per tone, styled in rewind/static/rewind/admin.css. A word not listed is shown plain ("muted").

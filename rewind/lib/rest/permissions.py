@@ -13,7 +13,7 @@ from django.conf import settings
 from rest_framework import permissions
 from rest_framework.request import Request
 
-from rewind.actors import Actor
+from rewind.lib.actors import Actor
 
 
 class HasModelPermission(permissions.BasePermission):
@@ -40,7 +40,7 @@ class HasModelPermission(permissions.BasePermission):
 
 
 class ApiDocsPermission(permissions.BasePermission):
-    """The schema and docs pages (``rewind.rest.docs``): signed in, unless REWIND_API_DOCS_PUBLIC.
+    """The schema and docs pages (``rewind.lib.rest.docs``): signed in, unless REWIND_API_DOCS_PUBLIC.
 
     Read at request time: drf-spectacular reads its SERVE_PERMISSIONS once, at import."""
 

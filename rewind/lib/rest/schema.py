@@ -1,7 +1,7 @@
 """How the REST API describes itself in its OpenAPI schema (drf-spectacular).
 
 Every view is an ``APIView`` with nested ``InputSerializer`` and ``FilterSerializer`` classes that
-names its output models (``rewind.rest.outputs``) in ``extend_schema``. The schema class reads those
+names its output models (``rewind.lib.rest.outputs``) in ``extend_schema``. The schema class reads those
 conventions and adds what every operation shares, so no view repeats it: its filters and body, a
 page of its model for a paginated ``GET``, its errors and who may call it (``describe_permission``).
 """
@@ -22,7 +22,7 @@ from rest_framework import serializers
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.pagination import CursorPagination
 
-from rewind.rest.outputs import OUTPUT_MODELS, choices, set_when_it_applies
+from rewind.lib.rest.outputs import OUTPUT_MODELS, choices, set_when_it_applies
 
 UNSAFE = ("POST", "PUT", "PATCH", "DELETE")
 

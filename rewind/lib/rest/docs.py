@@ -3,7 +3,7 @@
 Both need a signed-in user unless ``REWIND_API_DOCS_PUBLIC`` is set: the schema names every
 route and field, which is no secret but no business of an anonymous caller either. The
 docs page sends an anonymous browser to the admin's login and back; the schema answers 403
-(``rewind.rest.permissions.ApiDocsPermission``). The page's Swagger UI files come from
+(``rewind.lib.rest.permissions.ApiDocsPermission``). The page's Swagger UI files come from
 drf-spectacular-sidecar, so it works without internet, and nothing of it is inline (the content
 security policy, ``SECURE_CSP``, allows no inline script or style).
 """

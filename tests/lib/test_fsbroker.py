@@ -14,7 +14,7 @@ import pytest
 from django.conf import settings
 from kombu import Connection
 
-from rewind.fsbroker import Transport
+from rewind.lib.fsbroker import Transport
 
 
 class _Probe:

@@ -1,5 +1,5 @@
 """What goes out: one pydantic model per entity (its part's ``presenters``), which the MCP tools answer
-with, the REST views send as ``rest_body`` (times in UTC as ``…Z``) and ``rewind.rest.schema`` hands
+with, the REST views send as ``rest_body`` (times in UTC as ``…Z``) and ``rewind.lib.rest.schema`` hands
 to drf-spectacular's pydantic extension for the OpenAPI schema."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ ROWS = BeforeValidator(lambda value: value.all() if isinstance(value, models.Man
 
 
 def set_when_it_applies(schema: dict[str, Any]) -> None:
-    """The mark of an ``optional`` key, which ``rewind.rest.schema`` reads; it changes no JSON schema."""
+    """The mark of an ``optional`` key, which ``rewind.lib.rest.schema`` reads; it changes no JSON schema."""
 
 
 def optional(**kwargs: Any) -> Any:

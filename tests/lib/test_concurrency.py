@@ -1,4 +1,4 @@
-"""``rewind.concurrency.run_each`` on real threads: order, failures, time limits, context, connections."""
+"""``rewind.lib.concurrency.run_each`` on real threads: order, failures, time limits, context, connections."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from django.db import connections
 
-from rewind.concurrency import Outcome, run_each
-from rewind.requestid import bound_request_id, current_request_id
+from rewind.lib.concurrency import Outcome, run_each
+from rewind.lib.requestid import bound_request_id, current_request_id
 
 GENEROUS_S = 30.0  # only ever a bound on a wait that should end at once
 _flavour: ContextVar[str] = ContextVar("test_flavour", default="none")

@@ -56,7 +56,7 @@ def signing_key(value: str) -> Ed25519PrivateKey:
     except (ValueError, binascii.Error):
         raise ImproperlyConfigured(
             "REWIND_AUDIT_ANCHOR_KEY must be the base64 of a 32-byte Ed25519 private key "
-            "(python -c 'from rewind.crypto import new_signing_key; print(new_signing_key())')"
+            "(python -c 'from rewind.lib.crypto import new_signing_key; print(new_signing_key())')"
         ) from None
 
 

@@ -1,4 +1,4 @@
-"""Celery workers survive their broker (rewind/redisbroker.py): Redis restarted with a guard waiting.
+"""Celery workers survive their broker (rewind/lib/redisbroker.py): Redis restarted with a guard waiting.
 
 On the production shape (tests.stackfixtures): with kombu's own transport every worker holding a
 poll round's message died at such a restart ("Unrecoverable error: AttributeError("'NoneType'
