@@ -18,7 +18,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
 from recoveries.ask_admin import AskPage
 from recoveries.models import (
     FlrSession,
@@ -29,7 +28,8 @@ from recoveries.models import (
     RestoreState,
 )
 from recoveries.presenters import folder_summary, result_dict, waiting_message
-from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
+from recoveries.restore import admin as restore_admin  # noqa: F401  (registers the guest file tools)
+from recoveries.restore.services import recovery_restore_confirm, recovery_restore_decline, restore_context
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,

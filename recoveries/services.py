@@ -20,7 +20,7 @@ from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
-from recoveries.restore_tools import restore_refusal
+from recoveries.restore.guest_tools import restore_refusal
 from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent

@@ -150,7 +150,7 @@ def listed_and_approved(upstream: Upstream) -> Upstream:
 def guest_shell_file_tools(shell: GuestShellHttp, os: str = "linux", **fields: Any) -> Upstream:
     """The guest shell as an upstream whose write_file and read_file write and read ``os`` guests' files
     (base64); ``fields`` override the guest file tools' settings (another writer, a VM pattern)."""
-    from recoveries.restore_tools import guest_file_tools_set  # the gateway tests without it import no app
+    from recoveries.restore.guest_tools import guest_file_tools_set  # the gateway tests without it import no app
 
     upstream = add_http_upstream(shell, default_policy="pass")
     settings = {

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from catalog.services import mutating_tool_add
-from recoveries.guestfile import GuestFiles
-from recoveries.restore_tools import guest_file_tools_set
+from recoveries.restore.guest_tools import guest_file_tools_set
+from recoveries.restore.guestfile import GuestFiles
 from rewind.audit import Actor
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.policy import GUARD, PASS, plan_call

@@ -8,7 +8,7 @@ from django.test import Client
 from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm
+from recoveries.restore.services import diff_token, recovery_restore_confirm
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
 from rewind.lib.errors import PermissionDeniedError

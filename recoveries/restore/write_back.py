@@ -14,10 +14,8 @@ from datetime import datetime
 from django.db import transaction
 from django.utils import timezone
 
-from recoveries.guestfile import GuestFileError, guest_files_use
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import restore_change_id, restore_finish, restore_recovered, write_back_queue
-from recoveries.restore_files import (
+from recoveries.restore.files import (
     SKIPPED,
     UNCHANGED,
     folder_entries,
@@ -25,8 +23,10 @@ from recoveries.restore_files import (
     folder_summary,
     write_one,
 )
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_for
+from recoveries.restore.guest_tools import guest_file_tools_for
+from recoveries.restore.guestfile import GuestFileError, guest_files_use
+from recoveries.restore.models import GuestFileTools
+from recoveries.restore.services import restore_change_id, restore_finish, restore_recovered, write_back_queue
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.checkpoints.models import ChangeGuard

@@ -11,7 +11,7 @@ from typing import Any
 
 from django.db import transaction
 
-from recoveries.restore_models import GuestFileTools
+from recoveries.restore.models import GuestFileTools
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.gateway.models import Upstream, UpstreamTool

@@ -13,10 +13,8 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.utils import timezone
 
-from recoveries.guestfile import CALL_GRACE_S
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import restore_change_id, restore_compare, restore_finish, write_back_queue
-from recoveries.restore_files import (
+from recoveries.restore.files import (
     SKIPPED,
     UNCHANGED,
     WriteOutcome,
@@ -24,8 +22,10 @@ from recoveries.restore_files import (
     folder_summary,
     read_current,
 )
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_for
+from recoveries.restore.guest_tools import guest_file_tools_for
+from recoveries.restore.guestfile import CALL_GRACE_S
+from recoveries.restore.models import GuestFileTools
+from recoveries.restore.services import restore_change_id, restore_compare, restore_finish, write_back_queue
 from rewind.gateway.services import CALL_TIMEOUT_RANGE, CONNECT_TIMEOUT_RANGE
 
 logger = logging.getLogger(__name__)

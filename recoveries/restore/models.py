@@ -4,7 +4,7 @@ file tools").
 Per upstream and platform an operator names the writer and the reader tool and which arguments take the VM, the
 path and the content, each tool its own (an upstream serving one machine takes no VM argument).
 ``content_encoding`` says how the bytes travel: ``utf-8`` text (no binary file through such a writer) or
-``base64``. Changed only through ``recoveries.restore_tools``.
+``base64``. Changed only through ``recoveries.restore.guest_tools``.
 """
 
 from __future__ import annotations

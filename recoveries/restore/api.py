@@ -14,16 +14,21 @@ from rest_framework.views import APIView
 
 from recoveries.api import CanReview
 from recoveries.presenters import RecoveryRecordOut, recovery_dict
-from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_diff, restore_folder_diffs
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_presenters import (
+from recoveries.restore.guest_tools import guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore.models import GuestFileTools
+from recoveries.restore.presenters import (
     GuestFileToolsListOut,
     GuestFileToolsOut,
     RecoveryDiffOut,
     diff_out,
     folder_diff_out,
 )
-from recoveries.restore_tools import guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore.services import (
+    recovery_restore_confirm,
+    recovery_restore_decline,
+    restore_diff,
+    restore_folder_diffs,
+)
 from recoveries.selectors import recovery_get
 from rewind.gateway.selectors import upstream_get
 from rewind.lib.errors import NotFoundError

@@ -1,5 +1,5 @@
 """Guest file tools in the admin, shown with the gateway's upstreams: saved and deleted through
-``recoveries.restore_tools``, so every change is checked and audited with the person's name.
+``recoveries.restore.guest_tools``, so every change is checked and audited with the person's name.
 """
 
 from __future__ import annotations
@@ -10,8 +10,13 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import EDITABLE, guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore.guest_tools import (
+    EDITABLE,
+    guest_file_tools_check,
+    guest_file_tools_remove,
+    guest_file_tools_set,
+)
+from recoveries.restore.models import GuestFileTools
 from rewind.lib.admin_base import actor_for
 from rewind.lib.errors import ApplicationError
 

@@ -3,7 +3,7 @@ into the guest, read it back and compare sha256 (docs/restore.md).
 
 Each step is a compare-and-swap on ``restore_state``, so a redelivered task acts once: ``restore_compare`` reads
 the file as the guest holds it now; ``recovery_restore_confirm`` takes the click on exactly the diff shown
-(``diff_token``); ``recoveries.write_back`` guards, writes, reads back and lets sha256 decide. Nothing is
+(``diff_token``); ``recoveries.restore.write_back`` guards, writes, reads back and lets sha256 decide. Nothing is
 written into a guest before its guard is ok. A folder takes the same steps file by file under one guard.
 """
 
@@ -19,11 +19,10 @@ from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from recoveries.diff import FileDiff, file_diff
-from recoveries.guestfile import encode_content
 from recoveries.models import RecoveryRequest, RecoveryWriteBackConfirmation, RestoreState
-from recoveries.restore_announce import restore_announce_awaiting, restore_announce_finished
-from recoveries.restore_files import (
+from recoveries.restore.announce import restore_announce_awaiting, restore_announce_finished
+from recoveries.restore.diff import FileDiff, file_diff
+from recoveries.restore.files import (
     FolderFileDiff,
     folder_compare,
     folder_compared_digest,
@@ -31,8 +30,9 @@ from recoveries.restore_files import (
     folder_refusal,
     read_current,
 )
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_for
+from recoveries.restore.guest_tools import guest_file_tools_for
+from recoveries.restore.guestfile import encode_content
+from recoveries.restore.models import GuestFileTools
 from recoveries.services import _check_approver, _get, asked_by_them
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction

@@ -8,11 +8,11 @@ from typing import Any
 
 from pydantic import AliasPath, Field, RootModel
 
-from recoveries.diff import FileDiff
 from recoveries.models import RecoveryRequest
-from recoveries.restore import diff_token
-from recoveries.restore_files import UNCHANGED, FolderFileDiff
-from recoveries.restore_models import GuestFileTools
+from recoveries.restore.diff import FileDiff
+from recoveries.restore.files import UNCHANGED, FolderFileDiff
+from recoveries.restore.models import GuestFileTools
+from recoveries.restore.services import diff_token
 from rewind.lib.rest.outputs import OutputModel, optional
 
 

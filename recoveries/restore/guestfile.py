@@ -17,7 +17,7 @@ from typing import Any
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult, TextContent
 
-from recoveries.restore_models import GuestFileTools
+from recoveries.restore.models import GuestFileTools
 from rewind.gateway.links import Link, UpstreamCallBroke, UpstreamUnavailable
 from rewind.gateway.listing import run_async
 from rewind.gateway.services import upstream_spec

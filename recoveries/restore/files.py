@@ -15,10 +15,10 @@ from typing import Any
 from django.conf import settings
 
 from recoveries.archive import ManifestEntry, archive_member_open
-from recoveries.diff import MAX_LINES, FileDiff, file_diff
-from recoveries.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore_models import GuestFileTools
+from recoveries.restore.diff import MAX_LINES, FileDiff, file_diff
+from recoveries.restore.guestfile import GuestFileError, GuestFiles, encode_content, guest_files_use
+from recoveries.restore.models import GuestFileTools
 from rewind.lib.errors import ApplicationError
 
 State = RestoreState
