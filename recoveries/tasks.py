@@ -5,8 +5,8 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from recoveries.announce import recovery_requests_warn_expiring
+from recoveries.approver_email import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.models import RecoveryRequest
-from recoveries.notify import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.reaper import recoveries_reap
 from recoveries.restore.services import WRITE_BACK_TASK, restore_compare
 from recoveries.restore.sweep import restores_resume_stalled

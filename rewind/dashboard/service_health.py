@@ -16,7 +16,7 @@ from recoveries.models import ReaperSweep
 from rewind.audit.actions import AuditLogAction, RecoveryAction
 from rewind.audit.models import AuditEvent
 from rewind.audit.selectors import VERIFICATION_ACTIONS, audit_chain_position, audit_last_verification
-from rewind.dashboard.links import Count, at, change_url, changelist_url, count
+from rewind.dashboard.counts import Count, at, change_url, changelist_url, count
 from rewind.gateway.models import Upstream
 from rewind.gateway.selectors import upstream_links_said
 from rewind.sites.health import SiteHealth, sites_health

@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from rewind.checkpoints.pacing import (
+from rewind.checkpoints.poll_timing import (
     LONG_SLEEP_S,
     MAX_GAP_S,
     MIN_GAP_S,
@@ -101,7 +101,7 @@ def test_calls_bound_counts_a_whole_timeout() -> None:
 
 
 def test_a_wide_window_is_asked_a_bounded_number_of_times() -> None:
-    from rewind.checkpoints.pacing import WINDOW_ASKS, Forecast, next_gap
+    from rewind.checkpoints.poll_timing import WINDOW_ASKS, Forecast, next_gap
 
     fc = Forecast(expected_s=5.0, early_s=2.5)  # a ZVM whose times scatter over 5 s
     elapsed, asks = fc.window_start_s, 0
@@ -112,7 +112,7 @@ def test_a_wide_window_is_asked_a_bounded_number_of_times() -> None:
 
 
 def test_a_site_is_crowded_when_one_look_at_each_vpg_outlasts_the_window() -> None:
-    from rewind.checkpoints.pacing import crowded
+    from rewind.checkpoints.poll_timing import crowded
 
     fc = Forecast(expected_s=5.2, early_s=0.26)  # a window of 0.52 s
     assert not crowded(3, 10.0, fc)  # 0.3 s for one look at each of 3 VPGs at 10/s

@@ -15,8 +15,8 @@ from django.conf import settings as django_settings
 from django.contrib.auth.models import Group, Permission, User
 from django_celery_results.models import TaskResult
 
+from recoveries.approver_email import approver_addresses
 from recoveries.models import RecoveryRequest
-from recoveries.notify import approver_addresses
 from recoveries.services import recovery_request_approve, recovery_request_create
 from recoveries.tasks import NOTIFY_MAX_RETRIES, recoveries_notify_approvers
 from rewind.agents import agent_token_issue

@@ -15,8 +15,8 @@ import requests
 from django.test import Client
 from django.urls import reverse
 
+from recoveries.approver_email import approval_summary
 from recoveries.models import RecoveryRequest
-from recoveries.notify import approval_summary
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor

@@ -1,4 +1,4 @@
-"""``/health/`` and ``/ready/`` (rewind/health.py), as a load balancer probes them: no login, no secrets.
+"""``/health/`` and ``/ready/`` (rewind/probes.py), as a load balancer probes them: no login, no secrets.
 
 A database that stops answering is probed on the production shape (tests/checkpoints/test_db_blip.py).
 """
