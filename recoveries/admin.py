@@ -19,6 +19,7 @@ from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
 from recoveries.ask_admin import AskPage
+from recoveries.flr_sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.models import (
     FlrSession,
     ReaperSweep,
@@ -45,7 +46,6 @@ from recoveries.services import (
     recovery_request_approve,
     recovery_request_deny,
 )
-from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
 from rewind.audit import Actor
 from rewind.checkpoints.badges import retention_badge

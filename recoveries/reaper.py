@@ -19,10 +19,10 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
+from recoveries.flr_sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from recoveries.models import FlrSession, ReaperSweep, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
-from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.lib.concurrency import run_each

@@ -43,7 +43,7 @@ from rewind.lib.requestid import current_request_id
 from rewind.policy.models import Decision
 from rewind.policy.selectors import Decided, decision_for_vm, stop_refusal
 from rewind.protection import Protection, find_protection
-from rewind.protection.limits import check_within
+from rewind.protection.within_limit import check_within
 
 logger = logging.getLogger(__name__)
 

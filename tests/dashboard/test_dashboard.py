@@ -12,7 +12,7 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
 from recoveries.models import FlrSession, FlrSiteListing, ReaperSweep, RecoveryRequest
 from recoveries.reaper import ReapReport, reaper_sweep_record, recoveries_reap
 from rewind.audit import Actor, audit_record

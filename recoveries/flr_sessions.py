@@ -16,7 +16,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from recoveries.announce import flr_session_announce_unmount_failed
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.presenters import live_sessions_url
 from recoveries.selectors import calling_agent
