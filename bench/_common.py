@@ -2,7 +2,7 @@
 
 Every benchmark works on its own state folder under ``var/``, whatever DATABASE_URL or REDIS_URL say, so a run
 never touches a configured database or a running service's broker; every process it starts is a
-``rewind.processes.Proc``, stopped at the end.
+``rewind.lib.processes.Proc``, stopped at the end.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rewind.processes import Proc, ProcessError, free_port
+from rewind.lib.processes import Proc, ProcessError, free_port
 from zvmsim.auth import PASSWORD
 
 if TYPE_CHECKING:

@@ -164,7 +164,7 @@ def main() -> None:
         args.rounds, args.held = 5, 20
     work = fresh_dir(WORK)
     django_setup(work, REWIND_LOOKUP_CACHE_S="10", REWIND_APPROVAL_WAIT_S="600")
-    from rewind.processes import Proc, free_port
+    from rewind.lib.processes import Proc, free_port
     from tests.gateway.support import start_guestshell
     from tests.simfixtures import start_sim
 

@@ -42,7 +42,7 @@ from bench._common import (
 )
 from bench.figures import Report, parse_args, spread_of
 from bench.mcp_find import PROTOCOL, Result, call_body, call_ok, load, make_agent, start_uvicorn
-from rewind.processes import free_port, port_free
+from rewind.lib.processes import free_port, port_free
 
 GUEST_READY = "guestshell ready on "
 HANDSHAKE_SHAPE = " (handshake-era upstream)"  # after each figure's name with --handshake

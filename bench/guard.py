@@ -195,7 +195,7 @@ def main() -> None:
 def report(bench: Bench, args: argparse.Namespace, figures: Report) -> None:
     from django.conf import settings
 
-    from rewind.checkpoints import pacing
+    from rewind.checkpoints import poll_timing
     from rewind.checkpoints.selectors import site_listing_times_s
     from rewind.models import Site
 
@@ -203,13 +203,13 @@ def report(bench: Bench, args: argparse.Namespace, figures: Report) -> None:
     bench.set_delay(args.delay)
     warm = [bench.guard("db01") for _ in range(args.warmup)]
     site_a = Site.objects.get(name="Site A")
-    fc = pacing.forecast(site_listing_times_s(site_a.pk))
+    fc = poll_timing.forecast(site_listing_times_s(site_a.pk))
     learned = f"expected {fc.expected_s:.3f} s, window ±{fc.early_s:.3f} s" if fc else "nothing (too few guards)"
     print(
-        f"warm-up: {args.warmup} guards of db01 (the first {pacing.MIN_SAMPLES} without history); "
+        f"warm-up: {args.warmup} guards of db01 (the first {poll_timing.MIN_SAMPLES} without history); "
         f"site A's time to list learned: {learned}"
     )
-    for i, w in enumerate(warm[: pacing.MIN_SAMPLES + 1]):
+    for i, w in enumerate(warm[: poll_timing.MIN_SAMPLES + 1]):
         print(
             f"  warm-up guard {i + 1}: wait {w.wait_s:.3f} s = {w.wait_s / floor:.3f} x floor, "
             f"{w.calls_protected} requests at the protected site, {w.calls} in all"

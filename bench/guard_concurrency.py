@@ -51,8 +51,8 @@ from bench._worker_watch import (
     read_worker_log,
 )
 from bench.figures import Report, parse_args
+from rewind.lib.processes import ProcessError
 from rewind.mcp.context import POOL_SIZE
-from rewind.processes import ProcessError
 
 STATE = REPO / "var" / "bench-guard-concurrency"
 SLUGS = ("site-a", "site-b", "site-c")
@@ -256,14 +256,14 @@ def _vpgs_by_site(pks: list[int]) -> dict[str, int]:
 
 def learned() -> str:
     """Each site's time to list as its pacing has learned it (median ± the window it asks often in)."""
-    from rewind.checkpoints import pacing
+    from rewind.checkpoints import poll_timing
     from rewind.checkpoints.selectors import site_listing_times_s
     from rewind.models import Site
 
     out = []
     for slug in SLUGS:
         site = Site.objects.get(name=SITE_NAMES[slug])
-        fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+        fc = poll_timing.forecast(site_listing_times_s(site.pk, limit=poll_timing.HISTORY))
         out.append(f"{SITE_NAMES[slug]} {fc.expected_s:.2f} s ±{fc.early_s:.2f}" if fc else f"{SITE_NAMES[slug]} -")
     return ", ".join(out)
 

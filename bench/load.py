@@ -36,7 +36,7 @@ if __package__ in (None, ""):  # run as a script: the repository must be importa
 from bench._common import PYTHON, REPO, fresh_dir, private_postgres, private_redis, sim_control
 from bench.figures import Report, parse_args
 from bench.mcp_find import PROTOCOL, call_body, call_ok
-from rewind.processes import Proc, free_port, free_ports
+from rewind.lib.processes import Proc, free_port, free_ports
 
 WORK = REPO / "var" / "bench-load"
 FILE = "/etc/app/release.conf"

@@ -23,7 +23,7 @@ if __package__ in (None, ""):  # run as a script: the repository must be importa
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench._common import PYTHON, REPO
 from bench.figures import Figure, figures_from_json
-from rewind.processes import Proc
+from rewind.lib.processes import Proc
 
 RUNS = REPO / "var" / "bench"
 NOT_BENCHMARKS = {"run", "compare", "figures"}

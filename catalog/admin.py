@@ -22,9 +22,9 @@ from catalog.services import (
     tool_sighting_classify_readonly,
     validate_entry_fields,
 )
-from rewind.admin_base import ReadOnlyAdmin, show_saved
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, show_saved
+from rewind.lib.errors import ApplicationError
 from rewind.policy.models import Decision
 
 

@@ -31,11 +31,11 @@ from catalog.services import (
     tool_sighting_classify_mutating,
     tool_sighting_classify_readonly,
 )
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission, actor_of
 from rewind.policy.models import Decision
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission, actor_of
 
 CLASSIFY = "catalog.add_mutatingtool"
 

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import AliasChoices, Field
 
 from catalog.models import MutatingTool, ToolSighting
-from rewind.rest.outputs import OutputModel
+from rewind.lib.rest.outputs import OutputModel
 
 
 class MutatingToolOut(OutputModel):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.db.models import QuerySet
 
 from catalog.models import MutatingTool, ToolSighting
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
 
 
 def mutating_tool_queryset(*, enabled: bool | None = None, platform: str | None = None) -> QuerySet[MutatingTool]:

@@ -22,11 +22,11 @@ from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 
 from catalog.models import MutatingTool, ToolSighting
-from rewind import bulk
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import CatalogAction
 from rewind.audit.models import AuditEvent
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib import bulk
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.policy.models import Decision
 from rewind.policy.services import policy_version_raise
 

@@ -18,8 +18,8 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from recoveries import restore_admin  # noqa: F401  (registers the guest file tools)
 from recoveries.ask_admin import AskPage
+from recoveries.flr_sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.models import (
     FlrSession,
     ReaperSweep,
@@ -29,7 +29,8 @@ from recoveries.models import (
     RestoreState,
 )
 from recoveries.presenters import folder_summary, result_dict, waiting_message
-from recoveries.restore import recovery_restore_confirm, recovery_restore_decline, restore_context
+from recoveries.restore import admin as restore_admin  # noqa: F401  (registers the guest file tools)
+from recoveries.restore.services import recovery_restore_confirm, recovery_restore_decline, restore_context
 from recoveries.selectors import (
     flr_session_recorded,
     recovery_approved_by,
@@ -45,13 +46,12 @@ from recoveries.services import (
     recovery_request_approve,
     recovery_request_deny,
 )
-from recoveries.sessions import flr_sessions_everywhere, session_end_by_hand
 from recoveries.site_wait import recovery_site_unavailable
-from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.audit import Actor
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.selectors import journal_state_annotations, journal_state_of
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, status_badge, status_column
+from rewind.lib.errors import ApplicationError
 from rewind.zvm import ZvmError
 
 END_PERMISSION = "recoveries.end_flr_session"

@@ -12,8 +12,8 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.utils import timezone
 
+from recoveries.approver_email import approval_summary, awaits_approval_key, when
 from recoveries.models import FlrSession, RecoveryRequest
-from recoveries.notify import approval_summary, awaits_approval_key, when
 from recoveries.presenters import approval_url, live_sessions_url
 from recoveries.selectors import recovery_site
 from rewind.notifications.models import NotificationDelivery, NotificationKind

@@ -40,10 +40,10 @@ from recoveries.services import (
 from rewind.agents import hash_token
 from rewind.agents.models import Agent
 from rewind.agents.selectors import agent_token_active
-from rewind.errors import NotFoundError
-from rewind.rest.fields import StrictBooleanField
-from rewind.rest.permissions import request_id_of
-from rewind.rest.schema import ErrorSerializer
+from rewind.lib.errors import NotFoundError
+from rewind.lib.rest.fields import StrictBooleanField
+from rewind.lib.rest.permissions import request_id_of
+from rewind.lib.rest.schema import ErrorSerializer
 
 REVIEW_PERMISSIONS = (APPROVE_PERMISSION, "recoveries.view_recoveryrequest")
 

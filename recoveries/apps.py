@@ -9,7 +9,7 @@ class RecoveriesConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from recoveries.notify import APPROVER_EMAIL
+        from recoveries.approver_email import APPROVER_EMAIL
         from rewind.notifications.channels import builtin_channel_register
 
         # The approver e-mail is one notification channel among the configured ones: its

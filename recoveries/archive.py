@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 CHUNK = 1 << 20
 # Control, format and separator characters: never part of a name this service keeps.

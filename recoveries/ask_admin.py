@@ -15,7 +15,7 @@ from django.urls import URLPattern, path, reverse
 
 from recoveries.paths import MAX_PATH_LENGTH
 from recoveries.services import ASK_PERMISSION, MAX_REASON_LENGTH, recovery_request_create
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 TEMPLATE = "admin/recoveries/recoveryrequest/ask.html"
 

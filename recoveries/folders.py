@@ -34,12 +34,12 @@ from recoveries.archive import (
     replace_into_place,
     safe_relative,
 )
+from recoveries.flr_sessions import session_lookup
 from recoveries.mapping import Match, SessionVanished, is_file, is_folder, list_folder
 from recoveries.models import RecoveryRequest
-from recoveries.sessions import session_lookup
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.zvm import BrowseItem, DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError
 
 logger = logging.getLogger(__name__)

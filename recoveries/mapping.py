@@ -15,9 +15,9 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from recoveries.flr_sessions import session_lookup
 from recoveries.paths import GuestPath
-from recoveries.sessions import session_lookup
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
 from rewind.zvm import BrowseItem, ZvmClient, ZvmError, ZvmNotFoundError
 
 # File systems whose names compare without regard to case.

@@ -13,15 +13,15 @@ from mcp.server.mcpserver import Context
 from mcp_types import ToolAnnotations
 from pydantic import Field, StrictStr
 
+from recoveries.flr_sessions import flr_session_end_for_agent, flr_sessions_everywhere
 from recoveries.presenters import RecoveryOut, recovery_agent_out
 from recoveries.selectors import calling_agent, recovery_get_for_agent
 from recoveries.services import recovery_request_create
-from recoveries.sessions import flr_session_end_for_agent, flr_sessions_everywhere
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
+from rewind.lib.rest.outputs import OutputModel
 from rewind.mcp import scopes
 from rewind.mcp.args import Confirmed, Flag, RecordId, Selector
 from rewind.mcp.context import current_agent_id, run_db
-from rewind.rest.outputs import OutputModel
 
 # How long ``wait=true`` keeps the call open before answering with the status so far.
 WAIT_MAX_S = 600.0

@@ -139,7 +139,7 @@ class RecoveryRequest(models.Model):
         "rewind.ChangeGuard", null=True, blank=True, on_delete=models.SET_NULL, related_name="restores"
     )
     written_sha256 = models.CharField(max_length=64, blank=True, help_text="What the reader gave back after the write.")
-    # A folder restored in place: one entry per manifest file, in manifest order (recoveries.restore_files):
+    # A folder restored in place: one entry per manifest file, in manifest order (recoveries.restore.files):
     # {path, guest_path, change (unchanged/changed/new), current_sha256, current_size, current_error,
     #  result ("" until decided, then verified/differs/not_written/failed/skipped), message, read_back_sha256}.
     restore_files = models.JSONField(default=list, blank=True, help_text="A folder: each file's comparison and result.")
@@ -312,4 +312,4 @@ class ReaperSweep(models.Model):
 
 
 # A restore in place's tools per upstream and platform; defined beside the rows that use it.
-from recoveries.restore_models import GuestFileTools  # noqa: E402, F401
+from recoveries.restore.models import GuestFileTools  # noqa: E402, F401

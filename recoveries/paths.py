@@ -11,7 +11,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 MAX_PATH_LENGTH = 1024
 _DRIVE = re.compile(r"^([A-Za-z]):([\\/]|$)")

@@ -19,7 +19,7 @@ from pydantic import Field, WithJsonSchema
 from recoveries.models import RecoveryRequest, RestoreState
 from rewind.checkpoints.presenters import LEAVES_JOURNAL_AT_DOC, LEFT_JOURNAL_SEEN_AT_DOC
 from rewind.checkpoints.selectors import journal_state_of
-from rewind.rest.outputs import URL, OutputModel, choices, optional, rest_body
+from rewind.lib.rest.outputs import URL, OutputModel, choices, optional, rest_body
 
 # A recovery may name a checkpoint this service did not tag (a bare journal checkpoint): no forecast then.
 RECOVERY_LEAVES_JOURNAL_AT_DOC = f"{LEAVES_JOURNAL_AT_DOC}; always null for a checkpoint this service did not tag"

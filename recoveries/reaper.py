@@ -19,14 +19,14 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
+from recoveries.flr_sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from recoveries.models import FlrSession, ReaperSweep, RecoveryRequest
 from recoveries.services import recovery_requests_expire_stale, recovery_results_purge_expired
-from recoveries.sessions import fitting_sessions, session_end_unseen, session_mark_vanished, session_unmount
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.concurrency import run_each
-from rewind.dbclock import database_now
+from rewind.lib.concurrency import run_each
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_client
 from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
@@ -72,7 +72,7 @@ def recoveries_reap(*, now: datetime | None = None) -> ReapReport:
     treat runs as overdue."""
     started_at = timezone.now()
     # What it decides (a run overdue, a lost mount given up, a request expired) cannot be undone:
-    # on the shared clock, not this process's alone (rewind.dbclock).
+    # on the shared clock, not this process's alone (rewind.lib.dbclock).
     report = _sweep(now or database_now())
     reaper_sweep_record(started_at=started_at, report=report)
     return report

@@ -23,9 +23,9 @@ from rewind.agents.limits import VmLimit
 from rewind.checkpoints.late import late_candidates, late_listings_check
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.retention import left_journal_text, retention_recheck_due
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
 from rewind.protection import Protection, VpgProtection, find_protection
-from rewind.protection.limits import check_within
+from rewind.protection.within_limit import check_within
 from rewind.sites import site_circuit, site_client, site_clock_offset_s
 from rewind.sites.models import Site
 from rewind.zvm import ZvmClient, ZvmError

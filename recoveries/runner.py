@@ -24,13 +24,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoveries.archive import StorageFailed
-from recoveries.folders import Fetched, Session, folder_recover
-from recoveries.journal import journal_gone_reason
-from recoveries.mapping import Match, SessionVanished, map_guest_path
-from recoveries.models import FlrSession, RecoveryRequest, RestoreState
-from recoveries.paths import parse_guest_path
-from recoveries.resolve import checkpoint_window
-from recoveries.sessions import (
+from recoveries.flr_sessions import (
     UnmountReport,
     find_unknown_session,
     session_lookup,
@@ -38,10 +32,16 @@ from recoveries.sessions import (
     session_transition,
     session_unmount,
 )
+from recoveries.folders import Fetched, Session, folder_recover
+from recoveries.journal import journal_gone_reason
+from recoveries.mapping import Match, SessionVanished, map_guest_path
+from recoveries.models import FlrSession, RecoveryRequest, RestoreState
+from recoveries.paths import parse_guest_path
+from recoveries.resolve import checkpoint_window
 from recoveries.site_wait import recovery_run_claim, recovery_should_wait, recovery_wait_for_site
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.sites import site_client
 from rewind.sites.models import Site
 from rewind.zvm import DownloadResult, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError

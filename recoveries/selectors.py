@@ -9,8 +9,8 @@ from django.db.models import Count, QuerySet
 from recoveries.models import FlrSession, FlrSiteListing, RecoveryRequest
 from rewind.agents.models import Agent
 from rewind.checkpoints.selectors import journal_state_annotations
-from rewind.errors import NotFoundError, PermissionDeniedError
 from rewind.gateway.models import GatewayCall
+from rewind.lib.errors import NotFoundError, PermissionDeniedError
 from rewind.sites.models import Site
 
 

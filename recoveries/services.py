@@ -20,14 +20,14 @@ from recoveries.announce import recovery_announce
 from recoveries.models import RecoveryApproval, RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
-from recoveries.restore_tools import restore_refusal
+from recoveries.restore.guest_tools import restore_refusal
 from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
-from rewind.requestid import current_request_id
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.lib.requestid import current_request_id
 from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)

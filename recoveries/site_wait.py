@@ -21,7 +21,7 @@ from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.selectors import recovery_site
 from rewind.audit import SYSTEM, audit_record
 from rewind.audit.actions import RecoveryAction
-from rewind.dbclock import database_now
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_circuit
 from rewind.sites.models import Site
 from rewind.workers.broker import queue_task
@@ -148,7 +148,7 @@ class WaitReport:
 def recoveries_resume_waiting(*, now: datetime | None = None) -> WaitReport:
     """The beat's sweep over waiting requests: fail the expired, queue the run of those whose site answers; a
     queued run that never started is queued again after ``REQUEUE_AFTER``. Safe to overlap and to repeat."""
-    now = now or database_now()  # expiring a request cannot be undone: the shared clock (rewind.dbclock)
+    now = now or database_now()  # expiring a request cannot be undone: the shared clock (rewind.lib.dbclock)
     report = WaitReport()
     for recovery in RecoveryRequest.objects.filter(status=Status.WAITING).order_by("pk")[:SWEEP_MAX_ROWS]:
         if recovery.expires_at <= now:

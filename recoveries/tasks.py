@@ -5,15 +5,15 @@ from __future__ import annotations
 from celery import Task, shared_task
 
 from recoveries.announce import recovery_requests_warn_expiring
+from recoveries.approver_email import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.models import RecoveryRequest
-from recoveries.notify import NOTIFY_TASK, recovery_notify_approvers
 from recoveries.reaper import recoveries_reap
-from recoveries.restore import WRITE_BACK_TASK, restore_compare
-from recoveries.restore_sweep import restores_resume_stalled
+from recoveries.restore.services import WRITE_BACK_TASK, restore_compare
+from recoveries.restore.sweep import restores_resume_stalled
+from recoveries.restore.write_back import restore_write_back_step
 from recoveries.runner import recovery_run
 from recoveries.site_wait import recoveries_resume_waiting
-from recoveries.write_back import restore_write_back_step
-from rewind.requestid import bound_request_id
+from rewind.lib.requestid import bound_request_id
 
 
 @shared_task(name="recoveries.run", acks_late=True)

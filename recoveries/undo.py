@@ -13,8 +13,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.utils import timezone
 
-from rewind.errors import ApplicationError, NotFoundError
 from rewind.gateway.models import GatewayCall
+from rewind.lib.errors import ApplicationError, NotFoundError
 
 # The Date header that measures a ZVM's clock has whole seconds: never trust less than this.
 MIN_MARGIN_S = 1.0

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from django.urls import path
 
-from recoveries import api, restore_api
+from recoveries import api
+from recoveries.restore import api as restore_api
 
 app_name = "recoveries-api"
 

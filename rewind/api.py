@@ -10,7 +10,7 @@ from rest_framework import status
 from rest_framework.response import Response
 from rest_framework.views import exception_handler as drf_exception_handler
 
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.zvm import ZvmError
 
 

@@ -43,8 +43,9 @@ def _install_beat_schedule(sender: Celery, **kwargs: object) -> None:
             "task": "recoveries.restores_resume",
             "schedule": 60.0,
         },
-        # Restart each site poller whose chain died (worker killed, message lost: the lease its rounds renew
-        # ran out), and end the guards whose site was removed while they waited. Safe to overlap: compare-and-swap.
+        # Restart each site poller whose chain died (its worker killed: the lease its rounds renew ran out; or
+        # its round queued before the broker's last outage, so perhaps lost), and end the guards whose site was
+        # removed while they waited. Safe to overlap: compare-and-swap.
         "checkpoints-resume-stale": {
             "task": "rewind.checkpoints.resume_stale",
             "schedule": 30.0,

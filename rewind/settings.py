@@ -15,8 +15,8 @@ from pathlib import Path
 from django.core.exceptions import ImproperlyConfigured
 from django.utils.csp import CSP
 
-from rewind.crypto import new_signing_key, signing_key
-from rewind.env import (
+from rewind.lib.crypto import new_signing_key, signing_key
+from rewind.lib.env import (
     check_redis_url,
     database_from_url,
     env_bool,
@@ -99,7 +99,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    "rewind.requestid.RequestIdMiddleware",
+    "rewind.lib.requestid.RequestIdMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -218,11 +218,11 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "rewind.api.exception_handler",
     "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
     "PAGE_SIZE": 100,
-    "DEFAULT_SCHEMA_CLASS": "rewind.rest.schema.RewindAutoSchema",
+    "DEFAULT_SCHEMA_CLASS": "rewind.lib.rest.schema.RewindAutoSchema",
 }
 
 # --- OpenAPI schema (/api/schema/) and its docs page (/api/docs/) ---------------------------
-# They describe every route, so by default only a signed-in person may read them (rewind.rest.docs).
+# They describe every route, so by default only a signed-in person may read them (rewind.lib.rest.docs).
 REWIND_API_DOCS_PUBLIC = env_bool("REWIND_API_DOCS_PUBLIC", False)
 SPECTACULAR_SETTINGS = {
     "TITLE": "zerto-rewind REST API",
@@ -238,7 +238,7 @@ SPECTACULAR_SETTINGS = {
     "VERSION": "1",
     "SCHEMA_PATH_PREFIX": "/api/",
     "SERVE_INCLUDE_SCHEMA": False,
-    "SERVE_PERMISSIONS": ["rewind.rest.permissions.ApiDocsPermission"],
+    "SERVE_PERMISSIONS": ["rewind.lib.rest.permissions.ApiDocsPermission"],
     # Requests and responses of the same serializer differ (read-only fields): two components.
     "COMPONENT_SPLIT_REQUEST": True,
     # Django's <int:...> matches digits only: -1 is no route at all (an HTML 404), so say so.
@@ -263,8 +263,8 @@ SPECTACULAR_SETTINGS = {
 _redis_url = env_str("REDIS_URL")
 if _redis_url:
     CELERY_BROKER_URL = check_redis_url("REDIS_URL", _redis_url)
-    # kombu's own dies on a Redis restart while it holds unacknowledged messages (rewind/redisbroker.py).
-    CELERY_BROKER_TRANSPORT = "rewind.redisbroker:Transport"
+    # kombu's own dies on a Redis restart while it holds unacknowledged messages (rewind/lib/redisbroker.py).
+    CELERY_BROKER_TRANSPORT = "rewind.lib.redisbroker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {
         # Above the longest task: an unacknowledged message is redelivered after this.
         "visibility_timeout": env_int("CELERY_VISIBILITY_TIMEOUT_S", 3600, minimum=5),
@@ -277,8 +277,8 @@ else:
         # kombu does not create these, and its default control folder is relative to the cwd.
         (_broker_dir / _sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_URL = "filesystem://"
-    # kombu's own can hand a worker a half-written message, lost with the worker (rewind/fsbroker.py).
-    CELERY_BROKER_TRANSPORT = "rewind.fsbroker:Transport"
+    # kombu's own can hand a worker a half-written message, lost with the worker (rewind/lib/fsbroker.py).
+    CELERY_BROKER_TRANSPORT = "rewind.lib.fsbroker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_broker_dir / "queue"),
         "data_folder_out": str(_broker_dir / "queue"),

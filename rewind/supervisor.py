@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from rewind.processes import Proc, stop_all
+from rewind.lib.processes import Proc, stop_all
 
 FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
@@ -94,7 +94,7 @@ class Supervisor:
             self._say(f"{service.name} started again (pid {service.proc.pid}, restart {service.restarts})")
 
     def stop(self, timeout: float) -> None:
-        """Stop every service, last started first (``rewind.processes.stop_all``); none is started again."""
+        """Stop every service, last started first (``rewind.lib.processes.stop_all``); none is started again."""
         self._stopping = True
         for service in self.services:
             service.restart_at = None

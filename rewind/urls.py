@@ -4,9 +4,9 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
-from rewind.health import health, ready
+from rewind.lib.rest.docs import docs_view, schema_view
 from rewind.metrics.views import metrics_view
-from rewind.rest.docs import docs_view, schema_view
+from rewind.probes import health, ready
 
 handler404 = "rewind.api.page_not_found"
 

@@ -30,7 +30,7 @@ Tasks:
   Tests of the queue itself (a killed worker, redelivery, the beat's sweeps restarting a dead
   chain, servers in other processes queueing work) use the real ``worker`` of tests.conftest.
 
-Processes the tests start (the simulator, uvicorn, a Celery worker) are ``rewind.processes.Proc``
+Processes the tests start (the simulator, uvicorn, a Celery worker) are ``rewind.lib.processes.Proc``
 (see tests.simfixtures, tests.mcpfixtures and tests.conftest).
 """
 

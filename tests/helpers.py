@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from rewind.processes import Proc
+from rewind.lib.processes import Proc
 from tests.fixtures import InlineTasks, wait_until
 
 if TYPE_CHECKING:
@@ -68,7 +68,7 @@ READY = "ready."  # what a Celery worker logs once it takes tasks
 
 
 class WorkerProcess:
-    """A real ``celery worker`` on the test database and the configured broker (``rewind.processes.Proc``)."""
+    """A real ``celery worker`` on the test database and the configured broker (``rewind.lib.processes.Proc``)."""
 
     def __init__(self, log_path: Path, concurrency: int = 3, name: str = "tests") -> None:
         self.log_path = log_path

@@ -29,7 +29,7 @@ from typing import Any
 import httpx2
 import pytest
 
-from rewind.processes import Proc, ProcessError, free_port
+from rewind.lib.processes import Proc, ProcessError, free_port
 from tests.fixtures import register_sites
 from tests.simfixtures import PYTHON, REPO, SimHandle
 

@@ -2,7 +2,7 @@
 
 The secrets: the simulated ZVMs' password (``zvmsim.auth.PASSWORD``) and every token they issue
 (each carries ``zvmsim.auth.TOKEN_MARK``, so one is found without knowing it), every agent token
-issued (``agent_token_issue``), everything stored encrypted (``rewind.crypto.encrypt``: ZVM
+issued (``agent_token_issue``), everything stored encrypted (``rewind.lib.crypto.encrypt``: ZVM
 passwords and client secrets, upstream MCP servers' headers and environment values, the shared ZVM
 tokens) and every Apprise URL and its secret parts (``configured_secrets``).
 
@@ -134,8 +134,8 @@ def _wrap(owner: Any, name: str, make: Callable[[Callable[..., Any]], Callable[.
 def _sources() -> list[Callable[[], None]]:
     """Record each secret where the suite makes or configures it."""
     import rewind.urls  # noqa: F401  (every module that names the services below is loaded: all are wrapped)
-    from rewind import crypto
     from rewind.agents import services as agents
+    from rewind.lib import crypto
     from rewind.notifications import channels
 
     def issue(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,7 +7,7 @@ Fixtures:
 
 ``run_sim(tmp_dir, *args)`` starts an extra simulator with other options (e.g. ``--vms 10000``
 or ``--token-ttl 2``) for the tests that need one. Like every process the tests start, it is a
-``rewind.processes.Proc``: a session of its own, its output in a log, stopped with its group.
+``rewind.lib.processes.Proc``: a session of its own, its output in a log, stopped with its group.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from rewind.processes import Proc, ProcessError
+from rewind.lib.processes import Proc, ProcessError
 from tests.markers import processes_allowed
 from zvmsim.auth import PASSWORD, PASSWORD_CLIENT_ID, USERNAME
 from zvmsim.control_client import control_session

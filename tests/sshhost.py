@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rewind.processes import Proc, ProcessError, free_port
+from rewind.lib.processes import Proc, ProcessError, free_port
 
 SSHD = Path("/usr/sbin/sshd")
 SSHD_INSTALL = "apt-get install openssh-server (.ci/run does)"

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 import requests
 
-from rewind.processes import Proc, ProcessError, free_port, free_ports
+from rewind.lib.processes import Proc, ProcessError, free_port, free_ports
 from tests.fixtures import wait_until
 from tests.helpers import run
 from tests.mcpfixtures import open_mcp_client

@@ -192,9 +192,9 @@ def test_the_reader_analysis_follows_helpers_f_strings_and_keywords() -> None:
 
 
 def test_the_settings_helpers_are_followed_into_their_modules() -> None:
-    # Through rewind/notifications/config.py and rewind.env.env_secret: the _FILE form of a secret.
+    # Through rewind/notifications/config.py and rewind.lib.env.env_secret: the _FILE form of a secret.
     paths = {p.relative_to(REPO).as_posix() for p in _settings_and_its_helpers()}
-    assert {"rewind/env.py", "rewind/notifications/config.py", "rewind/oauth/config.py"} <= paths
+    assert {"rewind/lib/env.py", "rewind/notifications/config.py", "rewind/oauth/config.py"} <= paths
     assert {"REWIND_NOTIFY_URLS_FILE", "DJANGO_SECRET_KEY_FILE", "REWIND_OAUTH_CIMD_TIMEOUT_S"} <= _names_read()
 
 

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from rewind.processes import Proc, ProcessError, free_port
+from rewind.lib.processes import Proc, ProcessError, free_port
 from tests.conformance import ALPHA, NODE, STABLE, UPSTREAMS
 from tests.simfixtures import REPO
 from tests.sshhost import SSHD, SSHD_INSTALL, SshHost, run_ssh_host, ssh_mcp_config

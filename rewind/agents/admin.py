@@ -17,7 +17,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.cache import add_never_cache_headers
 
-from rewind.admin_base import actor_for
 from rewind.agents.limits import FIELDS as LIMIT_FIELDS
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent, AgentToken
@@ -29,7 +28,8 @@ from rewind.agents.services import (
     agent_update,
     expiry_in_days,
 )
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.admin_base import actor_for
+from rewind.lib.errors import ApplicationError, NotFoundError
 from rewind.mcp import scopes
 from rewind.mcp.clientconfig import CLIENT_TITLES, OAUTH_ONLY, client_config
 from rewind.mcp.endpoint import mcp_public_url

@@ -15,10 +15,10 @@ from rest_framework.views import APIView
 from rewind.agents.presenters import AgentOut, AgentTokenIssuedOut, AgentTokenRevokedOut
 from rewind.agents.selectors import agent_get, agent_list, agent_name_taken, agent_owner_candidate, agent_token_get
 from rewind.agents.services import agent_create, agent_token_issue, agent_token_revoke, agent_update
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission, actor_of, request_id_of
 from rewind.mcp import scopes
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
 
 
 class AgentListApi(APIView):

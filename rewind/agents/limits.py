@@ -1,7 +1,7 @@
 """An agent's VM limit: the VMs it may act on, by name pattern, VPG or site (docs/oauth.md, "VM limits").
 
 Each kind that is set narrows the limit; an empty kind does not limit. It is judged on what a look-up found
-(``rewind.protection.limits``), before anything is asked to change.
+(``rewind.protection.within_limit``), before anything is asked to change.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from django.utils import timezone
 from pydantic import AliasPath, Field, computed_field
 
 from rewind.agents.models import Agent, AgentToken
-from rewind.rest.outputs import ROWS, OutputModel
+from rewind.lib.rest.outputs import ROWS, OutputModel
 
 
 class AgentTokenOut(OutputModel):

@@ -10,7 +10,7 @@ from django.utils import timezone
 from rewind.agents.limits import FIELDS as VM_LIMIT_FIELDS
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent, AgentToken, CredentialsVersion
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
 
 
 def agent_list() -> QuerySet[Agent]:

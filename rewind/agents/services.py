@@ -23,7 +23,7 @@ from rewind.agents.limits import VmLimit, lines
 from rewind.agents.models import Agent, AgentToken, CredentialsVersion
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
 from rewind.mcp import scopes
 from rewind.policy.services import policy_version_raise
 

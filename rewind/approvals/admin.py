@@ -16,10 +16,10 @@ from django.urls import URLPattern, path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 
-from rewind.admin_base import ReadOnlyAdmin, status_badge
 from rewind.approvals.models import HeldCall, HeldCallApproval
 from rewind.approvals.services import APPROVE_PERMISSION, held_call_approve, held_call_deny, owner_refusal
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, status_badge
+from rewind.lib.errors import ApplicationError
 
 VIEW_PERMISSION = "rewind.view_heldcall"
 

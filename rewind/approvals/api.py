@@ -1,6 +1,6 @@
 """Calls held for a person over REST: list them with their state, read one, approve or deny it.
 
-Only signed-in staff people reach these (``rewind.rest.permissions``): an agent's token is no session,
+Only signed-in staff people reach these (``rewind.lib.rest.permissions``): an agent's token is no session,
 and approving takes ``rewind.approve_heldcall`` besides. Approving names the digest of the arguments
 the person read (``arguments_digest``), so what is approved is what was shown.
 """
@@ -16,10 +16,10 @@ from rest_framework.views import APIView
 from rewind.approvals.models import HeldCall
 from rewind.approvals.presenters import HeldCallOut, held_call_out
 from rewind.approvals.services import APPROVE_PERMISSION, held_call_approve, held_call_deny
-from rewind.errors import NotFoundError
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission, request_id_of
+from rewind.lib.errors import NotFoundError
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission, request_id_of
 
 
 def _get(pk: int) -> HeldCall:

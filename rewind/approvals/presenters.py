@@ -11,7 +11,7 @@ from pydantic import Field
 from rewind.approvals.announce import review_url
 from rewind.approvals.models import HeldCall
 from rewind.approvals.services import held_call_result
-from rewind.rest.outputs import OutputModel, choices
+from rewind.lib.rest.outputs import OutputModel, choices
 
 
 class HeldCheckpointOut(OutputModel):

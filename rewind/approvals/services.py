@@ -27,9 +27,9 @@ from rewind.approvals.jcs import CanonicalizationError, digest
 from rewind.approvals.models import HeldCall, HeldCallApproval
 from rewind.audit import SYSTEM, Actor, audit_record, mask_secrets
 from rewind.audit.actions import ApprovalAction
-from rewind.crypto import decrypt, encrypt
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
-from rewind.requestid import current_request_id
+from rewind.lib.crypto import decrypt, encrypt
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
+from rewind.lib.requestid import current_request_id
 from rewind.workers.broker import broker_refused
 
 logger = logging.getLogger(__name__)

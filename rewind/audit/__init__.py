@@ -16,11 +16,11 @@ from django.conf import settings
 from django.db import connection, models, transaction
 from django.utils import timezone
 
-from rewind.actors import SYSTEM, Actor  # re-exported: callers name actors with the log
 from rewind.audit.canonical import GENESIS_HASH, MASK, compute_hash, event_hash, mask_secrets, storable
 from rewind.audit.chaining import AuditChainError, chain_locked, chain_pending, insert_chained, insert_unchained
 from rewind.audit.models import AuditChainHead, AuditEvent
-from rewind.requestid import current_request_id
+from rewind.lib.actors import SYSTEM, Actor  # re-exported: callers name actors with the log
+from rewind.lib.requestid import current_request_id
 
 __all__ = [
     "GENESIS_HASH",

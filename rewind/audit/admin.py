@@ -11,8 +11,8 @@ from django.utils.html import escape, format_html
 from django.utils.safestring import SafeString, mark_safe
 from django.utils.text import Truncator
 
-from rewind.admin_base import ReadOnlyAdmin
 from rewind.audit.models import AuditEvent
+from rewind.lib.admin_base import ReadOnlyAdmin
 
 REQUEST_ID_SHOWN = 8  # enough to tell calls apart on one screen; the link filters by the whole id
 TARGET_SHOWN = 90  # a guard's tag runs long; the whole text is in the link's title

@@ -36,7 +36,7 @@ from django.utils import timezone
 from rewind.audit import GENESIS_HASH, ChainProblem, verify_chain, verify_links
 from rewind.audit.models import AuditChainHead, AuditEvent
 from rewind.audit.selectors import audit_anchored_seq, audit_chain_position
-from rewind.crypto import key_id, signing_key
+from rewind.lib.crypto import key_id, signing_key
 
 logger = logging.getLogger(__name__)
 

@@ -12,9 +12,9 @@ from rewind.audit.anchors import chain_check
 from rewind.audit.models import AuditEvent
 from rewind.audit.presenters import AuditEventOut, AuditVerificationOut, audit_verification_out
 from rewind.audit.selectors import audit_event_get, audit_event_list
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import AuditCursorPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import AuditCursorPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_auditevent"}
 

@@ -26,7 +26,7 @@ class AuditEvent(models.Model):
     refuse every DELETE and every UPDATE but the chaining. ``id`` is the order of recording.
     """
 
-    class ActorType(models.TextChoices):  # the types of rewind.actors.Actor
+    class ActorType(models.TextChoices):  # the types of rewind.lib.actors.Actor
         AGENT = "agent"
         USER = "user"
         SYSTEM = "system"

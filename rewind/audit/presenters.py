@@ -9,7 +9,7 @@ from pydantic import Field
 
 from rewind.audit.anchors import ChainCheck
 from rewind.audit.models import AuditEvent
-from rewind.rest.outputs import OutputModel, optional
+from rewind.lib.rest.outputs import OutputModel, optional
 
 
 class AuditEventOut(OutputModel):

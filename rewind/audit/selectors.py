@@ -11,7 +11,7 @@ from django.db.models.fields.json import KT
 
 from rewind.audit.actions import AuditLogAction
 from rewind.audit.models import AuditChainHead, AuditEvent
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
 
 
 def audit_event_list(

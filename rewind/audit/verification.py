@@ -16,12 +16,12 @@ from typing import Any
 
 from django.db import transaction
 
-from rewind.actors import Actor
 from rewind.audit import audit_record
 from rewind.audit.actions import AuditLogAction
 from rewind.audit.anchors import ChainCheck, Publication, audit_anchor_publish, chain_check
 from rewind.audit.models import AuditEvent
 from rewind.audit.selectors import audit_last_verification
+from rewind.lib.actors import Actor
 
 logger = logging.getLogger(__name__)
 ANCHOR_PUBLISHER = Actor.system("audit anchor publisher")

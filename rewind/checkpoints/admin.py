@@ -10,7 +10,6 @@ from django.http import HttpRequest, HttpResponse
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from rewind.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.checkpoints.badges import retention_badge
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.selectors import (
@@ -19,6 +18,7 @@ from rewind.checkpoints.selectors import (
     guards_timed_out,
     guards_waiting_for_worker,
 )
+from rewind.lib.admin_base import ReadOnlyAdmin, status_badge, status_column
 from rewind.workers.selectors import workers_seen
 
 

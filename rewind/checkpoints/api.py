@@ -11,9 +11,9 @@ from rest_framework.views import APIView
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.presenters import GuardDetailOut, GuardRecordOut
 from rewind.checkpoints.selectors import guard_get, guard_list
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission
 
 VIEW = {"GET": "rewind.view_changeguard"}
 

@@ -23,13 +23,13 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from rewind.audit import audit_append
-from rewind.bulk import column_of, marks
-from rewind.checkpoints import pacing
+from rewind.checkpoints import poll_timing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import InsertAnswer, RowEnd, attempt_entry, insert_call, rows_finish, rows_save
 from rewind.checkpoints.selectors import rows_with_guards, rows_with_guards_sql, site_listing_times_s, site_waiting_vpgs
-from rewind.concurrency import run_each
-from rewind.dbclock import database_now
+from rewind.lib.bulk import column_of, marks
+from rewind.lib.concurrency import run_each
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_client, site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note
@@ -190,9 +190,9 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
     site's pacing says (at the window's end when the site is crowded); a lost answer leaves it "inserting" with
     the outcome unknown since now, for the poller to resolve by tag and task list."""
     now = timezone.now()
-    fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
-    crowded = pacing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)
-    probers = pacing.probers(r.vpg_identifier for r in rows)  # the batch's oldest guards
+    fc = poll_timing.forecast(site_listing_times_s(site.pk, limit=poll_timing.HISTORY))
+    crowded = poll_timing.crowded(site_waiting_vpgs(site.pk), site_request_cap(site), fc)
+    probers = poll_timing.probers(r.vpg_identifier for r in rows)  # the batch's oldest guards
     failed: list[RowEnd] = []
     kept: list[TaggedCheckpoint] = []
     for row in rows:
@@ -219,7 +219,9 @@ def _record(site: Site, rows: list[TaggedCheckpoint], answers: dict[int, _Answer
             row.error, row.outcome_unknown_since = answer.unknown[:2000], now
             report.unknown += 1
         elapsed = (now - (row.insert_started_at or now)).total_seconds()
-        gap = pacing.next_gap(elapsed, remaining, pacing.probing(fc, row.vpg_identifier, probers), crowded=crowded)
+        gap = poll_timing.next_gap(
+            elapsed, remaining, poll_timing.probing(fc, row.vpg_identifier, probers), crowded=crowded
+        )
         row.next_poll_at = now + timedelta(seconds=gap)
         kept.append(row)
     with transaction.atomic():

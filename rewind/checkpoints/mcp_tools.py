@@ -31,7 +31,8 @@ from rewind.checkpoints.presenters import GuardOut, guard_held, guard_out, guard
 from rewind.checkpoints.selectors import GuardProgress, guard_progress, guard_tallies
 from rewind.checkpoints.services import TIMEOUT_MAX_S, guard_before_mutate, guard_create, guard_read_and_resume
 from rewind.checkpoints.tags import new_change_id
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
+from rewind.lib.requestid import current_request_id
 from rewind.mcp import scopes
 from rewind.mcp.args import Flag, RecordId, Selector
 from rewind.mcp.context import (
@@ -43,7 +44,6 @@ from rewind.mcp.context import (
     run_db_retried,
 )
 from rewind.policy.models import Decision
-from rewind.requestid import current_request_id
 
 # First in the tool list: the server's instructions make the guard every agent's first call.
 TOOLS_POSITION = 10

@@ -4,7 +4,7 @@ For the rows that are due, oldest guard first: one ``GET /v1/tasks`` filtered by
 task still running (not by type, whose value ``InsertTaggedCP`` is only inferred and would hide every task if
 wrong); one checkpoint listing per VPG whose insert completed, shared by every guard of that VPG; and a task no
 row claims adopted for an insert whose answer was lost. So ZVM requests grow with the VPGs, not with guards
-times polls, and the site's cap bounds them all. A row not done gets its next time from ``pacing``.
+times polls, and the site's cap bounds them all. A row not done gets its next time from ``poll_timing``.
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from rewind.bulk import column, marks, table
-from rewind.checkpoints import pacing
+from rewind.checkpoints import poll_timing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.rows import RowEnd, row_since, rows_finish, rows_save
 from rewind.checkpoints.selectors import site_listing_times_s
-from rewind.dbclock import database_now
+from rewind.lib.bulk import column, marks, table
+from rewind.lib.dbclock import database_now
 from rewind.sites import site_request_cap
 from rewind.sites.models import Site
 from rewind.workers.selectors import broker_outages_note
@@ -97,7 +97,7 @@ class SiteRound:
         self.renew = renew
         self.now = timezone.now()
         self.report = RoundReport()
-        self.fc = pacing.forecast(site_listing_times_s(site.pk, limit=pacing.HISTORY))
+        self.fc = poll_timing.forecast(site_listing_times_s(site.pk, limit=poll_timing.HISTORY))
         self.crowded = False
         self.probers: set[str] = set()
         self.ends: list[RowEnd] = []  # rows this round ended, written together at its end
@@ -113,8 +113,8 @@ class SiteRound:
         due = [r for r in rows if r.next_poll_at is None or r.next_poll_at <= self.now + DUE_SLACK]
         self.report.guards = {r.guard_id for r in rows}
         waiting = [r.vpg_identifier for r in rows if r.status not in TaggedCheckpoint.FINAL]
-        self.crowded = pacing.crowded(len(set(waiting)), site_request_cap(self.site), self.fc)
-        self.probers = pacing.probers(waiting)
+        self.crowded = poll_timing.crowded(len(set(waiting)), site_request_cap(self.site), self.fc)
+        self.probers = poll_timing.probers(waiting)
         later = self._first_look_moved(due)
         if later:
             moved = {r.pk for r in later}
@@ -155,11 +155,11 @@ class SiteRound:
             start = row.insert_started_at
             if row.status != TaggedCheckpoint.Status.WAITING or row.last_miss_at is not None or start is None:
                 continue
-            fc = pacing.probing(self.fc, row.vpg_identifier, self.probers)
+            fc = poll_timing.probing(self.fc, row.vpg_identifier, self.probers)
             at = min(
-                start + timedelta(seconds=pacing.first_look_s(fc, crowded=self.crowded)),
+                start + timedelta(seconds=poll_timing.first_look_s(fc, crowded=self.crowded)),
                 row.guard.deadline,
-                self.now + timedelta(seconds=pacing.LONG_SLEEP_S),
+                self.now + timedelta(seconds=poll_timing.LONG_SLEEP_S),
             )
             if at > self.now + DUE_SLACK:
                 row.next_poll_at = at
@@ -333,15 +333,15 @@ class SiteRound:
             else:
                 start = row.insert_started_at or row.guard.requested_at
                 elapsed = (looked_at - start).total_seconds()
-                fc = pacing.probing(self.fc, row.vpg_identifier, self.probers)
-                gap = pacing.next_gap(elapsed, remaining, fc, crowded=self.crowded)
+                fc = poll_timing.probing(self.fc, row.vpg_identifier, self.probers)
+                gap = poll_timing.next_gap(elapsed, remaining, fc, crowded=self.crowded)
             row.next_poll_at = looked_at + timedelta(seconds=gap)
             row.error = row.error[:2000]
             waiting.append(row)
         rows_save(waiting, ("next_poll_at", "error", *_TASK_STATE_FIELDS))
 
     def _shared_now(self) -> datetime:
-        """The database's clock (``rewind.dbclock``), read once per round."""
+        """The database's clock (``rewind.lib.dbclock``), read once per round."""
         if self._database_now is None:
             self._database_now = database_now()
         return self._database_now
@@ -371,7 +371,7 @@ UNSEEN_SHARE = 0.8
 
 
 def listing_time_ms(
-    row: TaggedCheckpoint, seen_at: datetime, *, fc: pacing.Forecast | None = None, crowded: bool = False
+    row: TaggedCheckpoint, seen_at: datetime, *, fc: poll_timing.Forecast | None = None, crowded: bool = False
 ) -> int | None:
     """How long the ZVM took to list the row's checkpoint, for the site's pacing to learn from.
 

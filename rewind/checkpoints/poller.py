@@ -19,13 +19,13 @@ from django.db import connection
 from django.db.models import F, Q
 from django.utils import timezone
 
-from rewind import bulk
 from rewind.checkpoints.insert_batch import BatchReport, batch_size, site_insert_batch
 from rewind.checkpoints.lease import ROUND_LEASE_S, Lease
 from rewind.checkpoints.models import ChangeGuard, SitePoller, TaggedCheckpoint
 from rewind.checkpoints.poll_round import RoundReport, SiteRound, guards_of, site_has_due_rows
 from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.selectors import site_inserted_rows
+from rewind.lib import bulk
 from rewind.sites import site_client, site_clock_offset_s, site_record_clock
 from rewind.sites.models import Site
 from rewind.workers.broker import queue_task

@@ -13,7 +13,7 @@ from rewind.approvals.presenters import HeldCallOut, held_call_out
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.checkpoints.selectors import guard_progress
 from rewind.checkpoints.services import GuardOutcome
-from rewind.rest.outputs import ROWS, OutputModel
+from rewind.lib.rest.outputs import ROWS, OutputModel
 
 # A checkpoint's retention forecast, as every answer that carries one describes it.
 LEAVES_JOURNAL_AT_DOC = (

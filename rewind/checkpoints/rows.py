@@ -16,9 +16,9 @@ from django.utils import timezone
 
 from rewind.audit import Actor, AuditEntry, audit_append
 from rewind.audit.actions import GuardAction
-from rewind.bulk import update_rows
 from rewind.checkpoints.announce import guard_announce_failed
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
+from rewind.lib.bulk import update_rows
 from rewind.zvm import Checkpoint, ZvmAuthError, ZvmClient, ZvmError, ZvmNotFoundError, ZvmRejectedError
 from rewind.zvm.clock import from_zvm, to_zvm
 

@@ -27,9 +27,9 @@ from django.db.models import (
 )
 from django.utils import timezone
 
-from rewind import bulk
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint, deadline_of
-from rewind.errors import NotFoundError
+from rewind.lib import bulk
+from rewind.lib.errors import NotFoundError
 from rewind.workers.selectors import broker_outage_describe, broker_outage_open, workers_seen
 
 # After this long without a worker picking a guard up, its waiting caller is told so, with the workers' state.

@@ -38,12 +38,12 @@ from rewind.checkpoints.poller import poller_kick, pollers_restart_dead
 from rewind.checkpoints.rows import RowEnd, guards_finish, rows_finish
 from rewind.checkpoints.selectors import guard_of_change
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
+from rewind.lib.requestid import current_request_id
 from rewind.policy.models import Decision
 from rewind.policy.selectors import Decided, decision_for_vm, stop_refusal
 from rewind.protection import Protection, find_protection
-from rewind.protection.limits import check_within
-from rewind.requestid import current_request_id
+from rewind.protection.within_limit import check_within
 
 logger = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from django.conf import settings
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 ELLIPSIS = "..."
 ACTION_MAX = 200  # the record's column

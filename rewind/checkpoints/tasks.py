@@ -12,7 +12,7 @@ from rewind.checkpoints.late import checkpoints_listed_late_sweep
 from rewind.checkpoints.poller import POLL_TASK, poller_round, pollers_restart_stale
 from rewind.checkpoints.retention import retention_refresh_sweep, retention_warnings_sweep
 from rewind.checkpoints.services import guard_insert_requeue, guards_orphaned_finish
-from rewind.requestid import bound_request_id
+from rewind.lib.requestid import bound_request_id
 
 # Queued by versions that inserted a guard's checkpoints in a task of its own; nothing queues it now.
 LEGACY_WAIT_TASK = "rewind.checkpoints.wait"

@@ -14,7 +14,7 @@ from django.urls import reverse
 from recoveries.models import FlrSession, FlrSiteListing
 from rewind.checkpoints.models import ChangeGuard, TaggedCheckpoint
 from rewind.dashboard.approvals import listing_errors, listing_stale
-from rewind.dashboard.links import Count, at, count
+from rewind.dashboard.counts import Count, at, count
 from rewind.sites.models import Site
 
 GUARD_WINDOW = timedelta(hours=24)

@@ -15,7 +15,7 @@ from django.utils.dateparse import parse_datetime
 from recoveries.models import FlrSiteListing, ReaperSweep, RecoveryRequest
 from rewind.approvals.models import HeldCall
 from rewind.checkpoints.models import ChangeGuard
-from rewind.dashboard.links import Count, count
+from rewind.dashboard.counts import Count, count
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.selectors import held_tools
 from rewind.sites.models import Site

@@ -15,7 +15,7 @@ from typing import Any
 from django.http import HttpRequest
 from django.utils import timezone
 
-from rewind.dashboard import activity, approvals, health
+from rewind.dashboard import activity, approvals, service_health
 
 
 @dataclass(frozen=True)
@@ -50,11 +50,11 @@ SECTIONS: tuple[Section, ...] = (
     Section("sessions", "Live FLR sessions per site", activity.live_sessions_per_site, SESSIONS),
     Section("guards", "Guards in the last 24 hours", activity.guard_activity, ("rewind.view_changeguard",)),
     Section("failed", "Failed and timed-out guards", activity.failed_guards, ("rewind.view_changeguard",)),
-    Section("sites", "Sites", health.site_health_list, ("rewind.view_site",)),
-    Section("workers", "Workers", health.workers_status, ("rewind.view_workerheartbeat",)),
-    Section("reaper", "The reaper", health.reaper_status, ("recoveries.view_reapersweep",)),
-    Section("audit", "The audit chain", health.audit_status, ("rewind.view_auditevent",)),
-    Section("upstreams", "The gateway's upstreams", health.upstreams_status, ("rewind.view_upstream",)),
+    Section("sites", "Sites", service_health.site_health_list, ("rewind.view_site",)),
+    Section("workers", "Workers", service_health.workers_status, ("rewind.view_workerheartbeat",)),
+    Section("reaper", "The reaper", service_health.reaper_status, ("recoveries.view_reapersweep",)),
+    Section("audit", "The audit chain", service_health.audit_status, ("rewind.view_auditevent",)),
+    Section("upstreams", "The gateway's upstreams", service_health.upstreams_status, ("rewind.view_upstream",)),
 )
 
 

@@ -17,8 +17,6 @@ from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
 from django.utils.html import format_html
 
-from rewind.admin_base import ReadOnlyAdmin, actor_for, status_badge
-from rewind.errors import ApplicationError, field_checked
 from rewind.gateway.definitions import definition, definition_diff
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
@@ -39,6 +37,8 @@ from rewind.gateway.services import (
     upstream_update,
     upstream_url_clean,
 )
+from rewind.lib.admin_base import ReadOnlyAdmin, actor_for, status_badge
+from rewind.lib.errors import ApplicationError, field_checked
 
 
 def _json_object(text: str, what: str) -> dict[str, Any] | None:

@@ -12,7 +12,6 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import field_checked
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Policy, Upstream
@@ -33,9 +32,10 @@ from rewind.gateway.services import (
     upstream_update,
     upstream_url_clean,
 )
-from rewind.rest.outputs import rest_body
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission, actor_of
+from rewind.lib.errors import field_checked
+from rewind.lib.rest.outputs import rest_body
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission, actor_of
 
 
 class UpstreamInputSerializer(serializers.Serializer):

@@ -70,7 +70,6 @@ from rewind.checkpoints.mcp_tools import guard_follow, guard_result
 from rewind.checkpoints.models import ChangeGuard
 from rewind.checkpoints.presenters import GuardOut, guard_meta, guard_out
 from rewind.checkpoints.services import guard_create
-from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.naming import catalog_name
@@ -86,6 +85,8 @@ from rewind.gateway.services import (
     gateway_call_record,
 )
 from rewind.gateway.sessions import link_for
+from rewind.lib.errors import ApplicationError
+from rewind.lib.requestid import current_request_id
 from rewind.mcp import scopes
 from rewind.mcp.context import (
     call_refers_to,
@@ -97,7 +98,6 @@ from rewind.mcp.context import (
 )
 from rewind.policy.models import Decision
 from rewind.policy.selectors import stop_refusal
-from rewind.requestid import current_request_id
 
 logger = logging.getLogger(__name__)
 

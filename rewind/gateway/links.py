@@ -56,7 +56,7 @@ from mcp_types.jsonrpc import CONNECTION_CLOSED, REQUEST_TIMEOUT
 from mcp_types.version import MODERN_PROTOCOL_VERSIONS
 
 from rewind import __version__
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 from django.db import connections
 
-from rewind.concurrency import run_each
 from rewind.gateway.links import UpstreamSpec, UpstreamUnavailable, unavailable
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import (
@@ -20,6 +19,7 @@ from rewind.gateway.services import (
     upstream_tools_record,
 )
 from rewind.gateway.sessions import one_off
+from rewind.lib.concurrency import run_each
 
 T = TypeVar("T")
 # A listing is one request: it gets the connect timeout plus at most this, whatever calls may take.

@@ -31,10 +31,10 @@ from typing import Any
 from catalog.models import ToolSighting
 from catalog.services import TOOL_RE, CatalogView, catalog_view
 from rewind.checkpoints.services import host_only, vm_from_arguments
-from rewind.errors import ApplicationError
 from rewind.gateway.models import Policy, UpstreamTool
 from rewind.gateway.naming import catalog_name
 from rewind.gateway.services import VM_ARG_NAMES
+from rewind.lib.errors import ApplicationError
 from rewind.policy.models import Decision
 from rewind.protection import SitesUnavailableError, VmAmbiguousError, VmNotFoundError, find_protection
 

@@ -11,7 +11,7 @@ from pydantic import Field, WithJsonSchema
 
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.gateway.services import upstream_env, upstream_headers
-from rewind.rest.outputs import ROWS, OutputModel, optional
+from rewind.lib.rest.outputs import ROWS, OutputModel, optional
 
 META_CALL_ID = "zerto-rewind/call_id"
 META_GUARD = "zerto-rewind/guard"

@@ -47,12 +47,12 @@ from rewind.approvals.services import (
     held_call_result,
 )
 from rewind.checkpoints.holds import checkpoints_gone
-from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.policy import DENY, HOLD, plan_call
 from rewind.gateway.sending import ProgressRelay, send_held
 from rewind.gateway.services import exported_tool, gateway_call_decide
+from rewind.lib.errors import ApplicationError
 from rewind.mcp.context import SharedReads, run_db, run_db_retried
 from rewind.policy.selectors import stop_refusal
 

@@ -7,8 +7,8 @@ import socket
 
 from django.db.models import Count, F, QuerySet
 
-from rewind.errors import NotFoundError
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamLink, UpstreamTool
+from rewind.lib.errors import NotFoundError
 
 
 def upstream_list() -> QuerySet[Upstream]:

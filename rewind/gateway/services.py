@@ -21,17 +21,17 @@ from django.db.models import F
 from django.utils import timezone
 
 from catalog.services import TOOL_RE, tool_sighting_count, tool_sighting_listed, tool_sighting_record
-from rewind import bulk
 from rewind.agents.selectors import credentials_version_sql
 from rewind.audit import Actor, AuditEntry, audit_append, audit_record, mask_secrets
 from rewind.audit.actions import GatewayAction
-from rewind.crypto import decrypt, encrypt
-from rewind.errors import ApplicationError
 from rewind.gateway.definitions import definition, digest
 from rewind.gateway.links import UpstreamSpec
 from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, UpstreamTool
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
 from rewind.gateway.secrets import command_credential_problem, url_credential_problem
+from rewind.lib import bulk
+from rewind.lib.crypto import decrypt, encrypt
+from rewind.lib.errors import ApplicationError
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.policy.selectors import policy_version_sql, stops_in_force_sql
 from rewind.policy.services import policy_version_raise

@@ -26,7 +26,7 @@ from django.conf import settings
 from django.db import DatabaseError, InterfaceError, OperationalError, connections
 from mcp.server.auth.middleware.auth_context import get_access_token
 
-from rewind.errors import PermissionDeniedError
+from rewind.lib.errors import PermissionDeniedError
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 
-from rewind.processes import running_stack_url
+from rewind.lib.processes import running_stack_url
 
 MCP_PATH = "/mcp"
 

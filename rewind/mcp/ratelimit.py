@@ -24,9 +24,9 @@ from typing import Protocol
 from django.db import DatabaseError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 
+from rewind.lib.sharedstore import DbStore, Fallback, RedisStore
 from rewind.mcp.context import recycle_connections
 from rewind.mcp.models import McpRateCall, McpRateCount
-from rewind.sharedstore import DbStore, Fallback, RedisStore
 
 logger = logging.getLogger(__name__)
 

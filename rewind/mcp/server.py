@@ -62,7 +62,8 @@ from pydantic import AnyHttpUrl, ValidationError
 from rewind import __version__
 from rewind.audit import Actor, mask_secrets
 from rewind.audit.actions import McpAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
+from rewind.lib.requestid import bound_request_id
 from rewind.mcp import scopes
 from rewind.mcp.auditlog import audit_writer
 from rewind.mcp.auth import CachedTokenVerifier, TokenStore
@@ -78,7 +79,6 @@ from rewind.mcp.errors import (
 from rewind.mcp.http import McpHttpGuard
 from rewind.mcp.providers import ToolProvider
 from rewind.mcp.ratelimit import RateLimit, rate_limiter
-from rewind.requestid import bound_request_id
 from rewind.zvm import ZvmError
 
 logger = logging.getLogger(__name__)

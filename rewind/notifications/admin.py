@@ -9,8 +9,8 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.urls import URLPattern, path, reverse
 
-from rewind.admin_base import ReadOnlyAdmin, actor_for
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, actor_for
+from rewind.lib.errors import ApplicationError
 from rewind.notifications.models import NotificationDelivery
 from rewind.notifications.selectors import channel_views
 from rewind.notifications.services import notification_test_send

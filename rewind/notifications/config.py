@@ -17,7 +17,7 @@ import json
 
 from django.core.exceptions import ImproperlyConfigured
 
-from rewind.env import env_secret
+from rewind.lib.env import env_secret
 from rewind.notifications.apprise_urls import describe, scheme_of
 
 

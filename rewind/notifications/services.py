@@ -25,7 +25,8 @@ from django.utils import timezone
 
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import NotificationAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
+from rewind.lib.requestid import current_request_id
 from rewind.notifications.apprise_urls import redact
 from rewind.notifications.channels import (
     Channel,
@@ -37,7 +38,6 @@ from rewind.notifications.channels import (
 )
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from rewind.notifications.transport import apprise_send
-from rewind.requestid import current_request_id
 from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from celery import Task, shared_task
 
+from rewind.lib.requestid import bound_request_id
 from rewind.notifications.audit_chain import audit_chain_announce_broken
 from rewind.notifications.services import DELIVER_TASK, DeliveryRetry, notification_deliver, notifications_settle
-from rewind.requestid import bound_request_id
 
 # Webhooks and chat services are down for seconds to minutes: try again after 15 s, 30 s,
 # 1 min and 2 min, then record the failure (five tries in about four minutes).

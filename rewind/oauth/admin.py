@@ -6,7 +6,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from rewind.admin_base import actor_for
+from rewind.lib.admin_base import actor_for
 from rewind.oauth.models import AgentGrant
 from rewind.oauth.services import agent_grant_revoke
 

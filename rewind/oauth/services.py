@@ -13,7 +13,7 @@ from oauth2_provider.models import AccessToken, Application, Grant, RefreshToken
 from rewind.agents.models import Agent
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import OAuthAction
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.oauth.models import AgentGrant
 

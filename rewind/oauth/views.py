@@ -27,10 +27,10 @@ from oauth2_provider.settings import oauth2_settings
 from oauth2_provider.views import AuthorizationView, OAuthProtectedResourceMetadataView
 from oauthlib.oauth2.rfc6749.errors import CustomOAuth2Error, InvalidRequestError
 
-from rewind.admin_base import actor_for
 from rewind.agents.models import Agent
 from rewind.agents.services import agent_create
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import actor_for
+from rewind.lib.errors import ApplicationError
 from rewind.mcp import scopes
 from rewind.mcp.endpoint import mcp_resource, same_resource
 from rewind.oauth.selectors import agents_for_consent

@@ -13,9 +13,9 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from rewind.admin_base import ReadOnlyAdmin, show_saved, status_badge
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.admin_base import ReadOnlyAdmin, show_saved, status_badge
+from rewind.lib.errors import ApplicationError
 from rewind.policy.models import ApprovalRule, PolicyVersion, StopSwitch
 from rewind.policy.services import (
     approval_rule_add,

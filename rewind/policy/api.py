@@ -13,12 +13,12 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
+from rewind.lib.rest.outputs import OutputModel, choices, rest_body
+from rewind.lib.rest.permissions import HasModelPermission, actor_of, request_id_of
 from rewind.policy.models import StopSwitch
 from rewind.policy.selectors import policy_version_row, stop_get, stop_list
 from rewind.policy.services import stop_engage, stop_lift
-from rewind.rest.outputs import OutputModel, choices, rest_body
-from rewind.rest.permissions import HasModelPermission, actor_of, request_id_of
 
 
 class StopOut(OutputModel):

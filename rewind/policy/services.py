@@ -10,10 +10,10 @@ from django.core.exceptions import ObjectDoesNotExist
 from django.db import connection, transaction
 from django.utils import timezone
 
-from rewind.actors import USER
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import PolicyAction
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.actors import USER
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.services import notification_send, notifying
 from rewind.policy.models import ApprovalRule, PolicyVersion, StopSwitch

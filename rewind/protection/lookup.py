@@ -23,8 +23,8 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import TypeVar
 
-from rewind.concurrency import run_each
-from rewind.errors import ApplicationError
+from rewind.lib.concurrency import run_each
+from rewind.lib.errors import ApplicationError
 from rewind.protection import state
 from rewind.protection.cache import Miss, cache_only
 from rewind.protection.eligibility import insert_refusal

@@ -22,7 +22,7 @@ from rewind.protection import (
     find_protection_cached,
     sites_fingerprint,
 )
-from rewind.protection.limits import check_within
+from rewind.protection.within_limit import check_within
 
 
 class SiteOut(BaseModel):

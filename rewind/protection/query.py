@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import unicodedata
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 MAX_QUERY_LENGTH = 255
 _NEVER_IN_A_NAME = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})

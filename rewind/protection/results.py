@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rewind.errors import ApplicationError, NotFoundError
+from rewind.lib.errors import ApplicationError, NotFoundError
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from typing import Any
 from django.conf import settings
 from django.db import connections
 
+from rewind.lib.requestid import current_request_id
 from rewind.protection.cache import MAX_ENTRIES, Miss, TtlCache, cache_only
 from rewind.protection.fingerprint import SitesFingerprint, sites_fingerprint
 from rewind.protection.results import Protection
-from rewind.requestid import current_request_id
 from rewind.sites import site_client
 from rewind.sites.models import Site
 from rewind.zvm import ZvmClient

@@ -10,8 +10,8 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.utils.html import format_html
 
-from rewind.admin_base import actor_for, status_badge
-from rewind.errors import field_checked
+from rewind.lib.admin_base import actor_for, status_badge
+from rewind.lib.errors import field_checked
 from rewind.sites.models import Site
 from rewind.sites.selectors import site_get
 from rewind.sites.services import (

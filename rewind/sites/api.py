@@ -16,9 +16,9 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from rewind.errors import ApplicationError, field_checked
-from rewind.rest.pagination import BoundedLimitOffsetPagination, paginated_response
-from rewind.rest.permissions import HasModelPermission, actor_of
+from rewind.lib.errors import ApplicationError, field_checked
+from rewind.lib.rest.pagination import BoundedLimitOffsetPagination, paginated_response
+from rewind.lib.rest.permissions import HasModelPermission, actor_of
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site
 from rewind.sites.selectors import site_get, site_list, site_name_taken
 from rewind.sites.services import (

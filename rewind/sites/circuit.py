@@ -17,7 +17,7 @@ from django.db import DatabaseError, connection
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import SiteAction
-from rewind.sharedstore import Fallback, NotShared, Record, Records, SharedStore, column
+from rewind.lib.sharedstore import Fallback, NotShared, Record, Records, SharedStore, column
 from rewind.sites.models import Site, SiteCircuit
 from rewind.zvm import CircuitPolicy, CircuitState, MemoryBreaker
 from rewind.zvm.breaker import OPEN, Transition, answered_state, failed_state

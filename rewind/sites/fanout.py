@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.db import connection
 
-from rewind.concurrency import Outcome, run_each
+from rewind.lib.concurrency import Outcome, run_each
 from rewind.sites.models import Site
 from rewind.zvm import ZvmError
 

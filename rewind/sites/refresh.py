@@ -13,7 +13,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.sites.fanout import for_each_site
 from rewind.sites.models import Site
 from rewind.sites.selectors import site_enabled_list

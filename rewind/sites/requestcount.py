@@ -14,7 +14,7 @@ from collections import Counter
 
 from django.db import connections
 
-from rewind.sharedstore import Counters, Fallback, SharedStore
+from rewind.lib.sharedstore import Counters, Fallback, SharedStore
 from rewind.sites.models import ZvmRequestCount
 
 logger = logging.getLogger(__name__)

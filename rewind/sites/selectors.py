@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
 from rewind.sites.models import Site
 
 

@@ -18,9 +18,9 @@ from django.utils import timezone
 
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import SiteAction
-from rewind.crypto import decrypt, encrypt
-from rewind.errors import ApplicationError
-from rewind.requestid import current_request_id
+from rewind.lib.crypto import decrypt, encrypt
+from rewind.lib.errors import ApplicationError
+from rewind.lib.requestid import current_request_id
 from rewind.sites.circuit import circuit_audit_catch_up, clear_local_circuit
 from rewind.sites.fanout import SiteOutcome, for_each_site
 from rewind.sites.models import MAX_REQUESTS_PER_S, Site

@@ -15,8 +15,8 @@ from functools import lru_cache
 
 from django.conf import settings
 
-from rewind.crypto import DecryptionError, decrypt, encrypt
-from rewind.sharedstore import DbStore, Fallback, Record, Records, RedisStore, SharedStore
+from rewind.lib.crypto import DecryptionError, decrypt, encrypt
+from rewind.lib.sharedstore import DbStore, Fallback, Record, Records, RedisStore, SharedStore
 from rewind.sites.circuit import SharedBreaker
 from rewind.sites.models import ZvmRateWindow, ZvmToken
 from rewind.sites.requestcount import BatchedRequestCounter

@@ -8,14 +8,14 @@ from django import template
 from django.utils.html import format_html
 from django.utils.safestring import SafeString
 
-from rewind.admin_base import status_badge
+from rewind.lib.admin_base import status_badge
 
 register = template.Library()
 
 
 @register.simple_tag
 def badge(status: str, label: str | None = None) -> SafeString:
-    """``{% badge guard.status %}``: the same badge the admin's lists show (``rewind.admin_base``)."""
+    """``{% badge guard.status %}``: the same badge the admin's lists show (``rewind.lib.admin_base``)."""
     return status_badge(str(status), label)
 
 

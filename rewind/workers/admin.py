@@ -5,7 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.utils import timezone
 
-from rewind.admin_base import ReadOnlyAdmin
+from rewind.lib.admin_base import ReadOnlyAdmin
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 from rewind.workers.selectors import STALE_AFTER_S
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, IntegrityError, connection, transaction
 from django.utils import timezone
 
-from rewind.dbclock import database_now
+from rewind.lib.dbclock import database_now
 from rewind.workers.models import BrokerOutage, WorkerHeartbeat
 
 logger = logging.getLogger(__name__)

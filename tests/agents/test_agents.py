@@ -14,7 +14,7 @@ from django.test import Client
 
 from rewind.agents import agent_create, agent_token_issue, agent_token_revoke
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import Agent, AgentToken, AuditEvent
 
 ACTOR = Actor.user("alice")

@@ -9,7 +9,7 @@ import pytest
 
 from rewind.approvals.models import HeldCall
 from rewind.approvals.services import HoldRequest, held_call_approve, held_call_open
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent, AuditEvent
 from tests.fixtures import make_user
 from tests.mcpfixtures import make_agent_token

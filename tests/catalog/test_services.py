@@ -19,7 +19,7 @@ from catalog.services import (
     tool_sighting_record,
 )
 from rewind.audit import Actor, verify_chain
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.models import AuditEvent
 
 pytestmark = pytest.mark.django_db

@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from rewind.checkpoints.services import guard_create, guard_read_and_resume
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
 from tests.fixtures import InlineTasks, wait_until
 from tests.helpers import tagged_rows, wait_guard_finished

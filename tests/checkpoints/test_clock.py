@@ -10,7 +10,7 @@ import time_machine
 from django.core.management import call_command
 from django.utils import timezone
 
-from rewind.checkpoints import pacing
+from rewind.checkpoints import poll_timing
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
 from tests.fixtures import InlineTasks
@@ -67,7 +67,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT
     assert "within 4 s" in row.error
     # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
-    budget = 10 + 2 * pacing.calls_bound(4.0, None)
+    budget = 10 + 2 * poll_timing.calls_bound(4.0, None)
     assert _calls(sim, "site-a") - before <= budget
 
 

@@ -12,7 +12,7 @@ from catalog.services import mutating_tool_add, mutating_tool_disable
 from rewind.audit import Actor
 from rewind.checkpoints.services import guard_before_mutate, vm_from_arguments
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard
 
 NOW = datetime(2026, 11, 29, 10, 15, 42, 123456, tzinfo=UTC)

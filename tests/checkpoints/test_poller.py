@@ -20,7 +20,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from rewind.checkpoints import pacing
+from rewind.checkpoints import poll_timing
 from rewind.checkpoints.selectors import guard_progress, site_listing_times_s
 from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint, WorkerHeartbeat
@@ -84,7 +84,7 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     assert inserts == 12
     # One listing per VPG per round serves all six guards: the listings are those of one guard's
     # two VPGs on the cold schedule (no history yet), not six guards' worth.
-    one_guard = 2 * (pacing.calls_bound(10.0, None) + 1)
+    one_guard = 2 * (poll_timing.calls_bound(10.0, None) + 1)
     assert listings <= one_guard, spent
     assert task_reads == 0, f"the task states come from one task list per round: {spent}"
     # The round that ended the last guard schedules the chain's next step after that guard's
@@ -292,7 +292,7 @@ def test_a_crowded_sites_first_look_at_the_windows_end_keeps_the_forecast() -> N
     from rewind.checkpoints.poll_round import UNSEEN_SHARE, listing_time_ms
 
     start = timezone.now()
-    held = pacing.forecast([5.3, 5.2, 5.4, 5.3])
+    held = poll_timing.forecast([5.3, 5.2, 5.4, 5.3])
     assert held is not None
     row = TaggedCheckpoint(insert_started_at=start)
     # Found at the first look, which a crowded round placed at the window's end (5.55 s): the
@@ -309,7 +309,7 @@ def test_a_crowded_sites_first_look_at_the_windows_end_keeps_the_forecast() -> N
         TaggedCheckpoint(insert_started_at=start), start + timedelta(seconds=5.8), fc=held, crowded=True
     )
     assert hit is not None
-    again = pacing.forecast([hit / 1000] * 10 + [5.3] * 10)
+    again = poll_timing.forecast([hit / 1000] * 10 + [5.3] * 10)
     assert again is not None
     assert again.expected_s == pytest.approx(5.3)
 
@@ -320,14 +320,14 @@ def test_a_first_look_no_sooner_than_the_forecast_keeps_it_once_the_site_is_no_l
     from rewind.checkpoints.poll_round import UNSEEN_SHARE, listing_time_ms
 
     start = timezone.now()
-    fc = pacing.forecast([5.3, 5.2, 5.4, 5.3])
+    fc = poll_timing.forecast([5.3, 5.2, 5.4, 5.3])
     assert fc is not None
     row = TaggedCheckpoint(insert_started_at=start)
     late = [listing_time_ms(row, start + timedelta(seconds=s), fc=fc) for s in (5.3, 5.5, 5.9, 8.0)]
     assert late == [5300, 5300, 5300, 5300]
     # Two such samples in a row used to shift the forecast below the window (to 0.8 x 5.5 s).
     newest = [(ms or 0) / 1000 for ms in late[:2]]
-    kept = pacing.forecast([*newest, 5.3, 5.2, 5.4, 5.3])
+    kept = poll_timing.forecast([*newest, 5.3, 5.2, 5.4, 5.3])
     assert kept is not None
     assert kept.expected_s == pytest.approx(5.3)
     assert kept.probe_s is None
@@ -335,7 +335,7 @@ def test_a_first_look_no_sooner_than_the_forecast_keeps_it_once_the_site_is_no_l
     # may be faster, so a share of it, and the next guard probes.
     early = listing_time_ms(row, start + timedelta(seconds=5.1), fc=fc)
     assert early == int(5100 * UNSEEN_SHARE)
-    probed = pacing.forecast([(early or 0) / 1000, 5.3, 5.2, 5.4, 5.3])
+    probed = poll_timing.forecast([(early or 0) / 1000, 5.3, 5.2, 5.4, 5.3])
     assert probed is not None
     assert probed.probe_s is not None
 
@@ -476,7 +476,7 @@ def test_a_burst_of_guards_probes_a_faster_zvm_with_its_oldest_vpgs_only(
     # probe that a slow machine's first round already reached is a miss on record, not a listing.
     site = sites["site-a"]
     _listed_history(site, agent, [1000] + [5300] * 19)
-    fc = pacing.forecast(site_listing_times_s(site.pk))
+    fc = poll_timing.forecast(site_listing_times_s(site.pk))
     assert fc is not None
     assert fc.probe_s is not None
     sim.add_fault("checkpoint_listing_delay", seconds=60)
@@ -543,7 +543,7 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     assert row.next_poll_at is not None
     assert (row.next_poll_at - row.insert_started_at).total_seconds() < 5.3, "by the old forecast"
     _listed_history(site, agent, [9000, 9100])
-    moved = pacing.forecast(site_listing_times_s(site.pk))
+    moved = poll_timing.forecast(site_listing_times_s(site.pk))
     assert moved is not None
     assert moved.expected_s > 8.5
     time.sleep(0.5)  # the insert task completes (0.3 s)

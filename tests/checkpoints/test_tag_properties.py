@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rewind.checkpoints.tags import build_tag, clean_action, clean_change_id, tag_time
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 agents = st.from_regex(r"\A[-a-zA-Z0-9_]{1,64}\Z")  # an agent's name is a slug
 anything = st.text(max_size=400)

@@ -12,13 +12,13 @@ from django.contrib.auth.models import Permission, User
 from django.test import Client
 from django.utils import timezone
 
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
 from recoveries.models import FlrSession, FlrSiteListing, ReaperSweep, RecoveryRequest
 from recoveries.reaper import ReapReport, reaper_sweep_record, recoveries_reap
 from rewind.audit import Actor, audit_record
 from rewind.audit.verification import audit_chain_verify
-from rewind.dashboard import activity, approvals, health
-from rewind.dashboard.links import Count
+from rewind.dashboard import activity, approvals, service_health
+from rewind.dashboard.counts import Count
 from rewind.models import ChangeGuard, Site, TaggedCheckpoint
 from rewind.zvm import FlrSession as ZvmFlrSession
 
@@ -221,13 +221,13 @@ def test_other_operators_sessions_name_the_recoveries_they_stand_in_the_way_of()
 
 
 def test_the_reaper_section_says_when_it_last_ran_and_what_it_last_did(admin_client: Client, settings: Any) -> None:
-    assert health.reaper_status(NOW).overdue  # never ran
+    assert service_health.reaper_status(NOW).overdue  # never ran
     acted = reaper_sweep_record(
         started_at=timezone.now(), report=ReapReport(unmounted=2, expired_requests=1, site_errors={"Site C": "down"})
     )
     recoveries_reap()  # no site: nothing to do, recorded all the same
 
-    status = health.reaper_status(timezone.now())
+    status = service_health.reaper_status(timezone.now())
 
     assert status.last is not None
     assert status.last.pk != acted.pk
@@ -241,7 +241,7 @@ def test_the_reaper_section_says_when_it_last_ran_and_what_it_last_did(admin_cli
     assert "action__exact=recoveries.session.reaped" in unmounted.count.url
     assert admin_client.get(unmounted.count.url).status_code == 200
     later = timezone.now() + timedelta(seconds=2 * settings.REWIND_REAPER_INTERVAL_S + 1)
-    assert health.reaper_status(later).overdue
+    assert service_health.reaper_status(later).overdue
 
 
 def test_old_sweeps_are_forgotten() -> None:
@@ -252,7 +252,7 @@ def test_old_sweeps_are_forgotten() -> None:
 
 def test_the_audit_section_shows_the_last_verification_and_what_came_after(admin_client: Client) -> None:
     audit_record(actor=Actor.system("tests"), action="agent.created", target=("agent", "1"))
-    before = health.audit_status(NOW)
+    before = service_health.audit_status(NOW)
     assert before.last is None
     assert before.stale
     assert before.since_verified.value == 1
@@ -261,7 +261,7 @@ def test_the_audit_section_shows_the_last_verification_and_what_came_after(admin
     assert result.ok
     assert result.event is not None
     audit_record(actor=Actor.system("tests"), action="agent.changed", target=("agent", "1"))
-    after = health.audit_status(timezone.now())
+    after = service_health.audit_status(timezone.now())
 
     assert after.last == result.event
     assert after.ok is True
@@ -270,15 +270,15 @@ def test_the_audit_section_shows_the_last_verification_and_what_came_after(admin
     assert (after.events.value, after.since_verified.value, after.verifications.value) == (3, 1, 1)
     assert listed_rows(admin_client, after.since_verified) == 1
     assert listed_rows(admin_client, after.verifications) == 1
-    assert health.audit_status(timezone.now() + timedelta(days=2)).stale
+    assert service_health.audit_status(timezone.now() + timedelta(days=2)).stale
 
 
 def test_the_workers_section_counts_fresh_heartbeats() -> None:
     from rewind.workers.services import worker_heartbeat_record
 
-    assert health.workers_status(NOW).alive.tone == "bad"
+    assert service_health.workers_status(NOW).alive.tone == "bad"
     worker_heartbeat_record(hostname="celery@a", concurrency=4, started_at=NOW)
-    seen = health.workers_status(timezone.now())
+    seen = service_health.workers_status(timezone.now())
     assert seen.alive.value == 1
     assert "4 slot(s)" in seen.text
     assert seen.queue == "the task queue answers"
@@ -289,12 +289,12 @@ def test_the_workers_section_says_when_the_beats_sweep_last_ran() -> None:
     from django_celery_results.models import TaskResult
 
     done = timezone.now() - timedelta(seconds=12)
-    TaskResult.objects.create(task_id="t1", task_name=health.BEAT_PULSE_TASK, status="SUCCESS")
+    TaskResult.objects.create(task_id="t1", task_name=service_health.BEAT_PULSE_TASK, status="SUCCESS")
     TaskResult.objects.filter(task_id="t1").update(date_done=done)  # date_done is set on save
-    fresh = health.workers_status(timezone.now())
+    fresh = service_health.workers_status(timezone.now())
     assert not fresh.beat_late
     assert fresh.beat.startswith("the beat's 30 s sweep ran 1")
-    stopped = health.workers_status(timezone.now() + timedelta(minutes=10))
+    stopped = service_health.workers_status(timezone.now() + timedelta(minutes=10))
     assert stopped.beat_late
     assert "last ran 61" in stopped.beat
     assert "is celery beat running?" in stopped.beat
@@ -304,12 +304,12 @@ def test_the_workers_section_shows_a_task_queue_outage_and_then_the_last_one(adm
     from rewind.workers.services import broker_outage_ended, broker_outage_noticed
 
     broker_outage_noticed(broker="Redis at 127.0.0.1:6399/0", error="refused", noticed_by="w1")
-    down = health.workers_status(timezone.now())
+    down = service_health.workers_status(timezone.now())
     assert down.queue.startswith("the task queue (Redis at 127.0.0.1:6399/0) has not answered since ")
     assert down.outages.tone == "bad"
     assert listed_rows(admin_client, down.outages) == 1
     broker_outage_ended()
-    back = health.workers_status(timezone.now())
+    back = service_health.workers_status(timezone.now())
     assert back.queue.startswith("the task queue answers; last outage: the task queue (Redis at ")
     assert back.outages.tone == ""
 
@@ -456,7 +456,7 @@ def test_the_upstreams_section_names_one_whose_listing_failed_or_that_a_process_
     upstream_create(actor=Actor.user("admin"), name="fine", url="http://127.0.0.1:3/mcp")
     upstream_listing_failed(upstream=failing, error="upstream failing is unavailable (connecting): ConnectError")
     upstream_link_record(upstream_id=unreachable.pk, down_since=NOW, error="upstream cut did not answer within 10 s")
-    status = health.upstreams_status(NOW)
+    status = service_health.upstreams_status(NOW)
     assert (status.enabled, status.down.value, status.down.tone) == (3, 2, "bad")
     shown = {r.upstream.name: r for r in status.rows}
     assert set(shown) == {"failing", "cut"}

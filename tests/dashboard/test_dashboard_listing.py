@@ -9,7 +9,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
-from recoveries.listing import flr_listing_record
+from recoveries.flr_listing import flr_listing_record
 from recoveries.reaper import ReapReport, reaper_sweep_record
 from rewind.dashboard import activity, approvals
 from rewind.models import Site

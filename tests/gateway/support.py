@@ -11,7 +11,7 @@
   ``.params()`` (``mcp.client.stdio.StdioServerParameters``) and ``.calls()`` from its own record.
 
 ``run_guestshell(work_dir, sim_server, *args)`` starts another HTTP guest shell with other
-options (say, no ``--token``). Each is a ``rewind.processes.Proc``, like the simulator."""
+options (say, no ``--token``). Each is a ``rewind.lib.processes.Proc``, like the simulator."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from rewind.audit import Actor
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import upstream_create, upstream_tools_approve_listed
-from rewind.processes import Proc
+from rewind.lib.processes import Proc
 from tests.gateway.guestshell import READY
 from tests.simfixtures import PYTHON, REPO, SimAddress, SimServer
 
@@ -150,7 +150,7 @@ def listed_and_approved(upstream: Upstream) -> Upstream:
 def guest_shell_file_tools(shell: GuestShellHttp, os: str = "linux", **fields: Any) -> Upstream:
     """The guest shell as an upstream whose write_file and read_file write and read ``os`` guests' files
     (base64); ``fields`` override the guest file tools' settings (another writer, a VM pattern)."""
-    from recoveries.restore_tools import guest_file_tools_set  # the gateway tests without it import no app
+    from recoveries.restore.guest_tools import guest_file_tools_set  # the gateway tests without it import no app
 
     upstream = add_http_upstream(shell, default_policy="pass")
     settings = {

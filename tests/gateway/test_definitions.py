@@ -9,7 +9,6 @@ import pytest
 from django.contrib.auth.models import User
 
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
 from rewind.gateway.definitions import definition_diff
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.selectors import exported_names, exported_tools, held_tools
@@ -20,6 +19,7 @@ from rewind.gateway.services import (
     upstream_tools_approve_listed,
     upstream_tools_record,
 )
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent
 from tests.gateway.support import GuestShellHttp
 from tests.helpers import Api, call_tool, tool_text

@@ -16,9 +16,9 @@ from rewind.approvals.jcs import digest
 from rewind.approvals.models import HeldCall
 from rewind.approvals.services import held_call_approve, held_call_deny, held_calls_sweep
 from rewind.audit import Actor
-from rewind.errors import ApplicationError, PermissionDeniedError
 from rewind.gateway.models import GatewayCall
 from rewind.gateway.release import held_call_release_now
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from tests.fixtures import make_user, wait_until
 from tests.gateway.support import GuestShellHttp, add_http_upstream, call_at_once
 from tests.helpers import call_tool, run, tool_text

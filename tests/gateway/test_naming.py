@@ -11,7 +11,6 @@ import pytest
 
 from catalog.models import ToolSighting
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
 from rewind.gateway.models import Upstream, UpstreamTool
 from rewind.gateway.naming import MAX_LEN, exposed_name
 from rewind.gateway.services import (
@@ -22,6 +21,7 @@ from rewind.gateway.services import (
     upstream_tools_record,
     upstream_update,
 )
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent
 
 ADMIN = Actor.user("admin")

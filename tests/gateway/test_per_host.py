@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 
 from catalog.services import mutating_tool_add
-from recoveries.guestfile import GuestFiles
-from recoveries.restore_tools import guest_file_tools_set
+from recoveries.restore.guest_tools import guest_file_tools_set
+from recoveries.restore.guestfile import GuestFiles
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
 from rewind.gateway.models import UpstreamTool
 from rewind.gateway.policy import GUARD, PASS, plan_call
 from rewind.gateway.services import ListedTool, upstream_create, upstream_tools_record, upstream_update
+from rewind.lib.errors import ApplicationError
 
 ADMIN = Actor.user("admin")
 

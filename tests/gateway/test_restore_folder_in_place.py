@@ -13,7 +13,12 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
 from recoveries.presenters import recovery_dict
-from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_folder_diffs
+from recoveries.restore.services import (
+    diff_token,
+    recovery_restore_confirm,
+    recovery_restore_decline,
+    restore_folder_diffs,
+)
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard

@@ -10,10 +10,10 @@ from django.test import Client
 from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm
+from recoveries.restore.services import diff_token, recovery_restore_confirm
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit.models import AuditEvent
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent
 from tests.fixtures import APPROVE, make_user
 from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until

@@ -11,14 +11,14 @@ import pytest
 from django.utils import timezone
 
 from recoveries.models import GuestFileTools, RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
-from recoveries.restore_sweep import restores_resume_stalled
-from recoveries.restore_tools import guest_file_tools_set
+from recoveries.restore.guest_tools import guest_file_tools_set
+from recoveries.restore.services import diff_token, recovery_restore_confirm, recovery_restore_decline, restore_diff
+from recoveries.restore.sweep import restores_resume_stalled
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit import Actor
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.notifications.models import NotificationDelivery, NotificationKind
 from tests.fixtures import wait_until
 from tests.gateway.support import add_http_upstream, guest_shell_file_tools, restore_until

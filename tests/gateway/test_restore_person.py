@@ -8,10 +8,10 @@ from django.test import Client
 from django.urls import reverse
 
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm
+from recoveries.restore.services import diff_token, recovery_restore_confirm
 from rewind.audit.models import AuditEvent
 from rewind.checkpoints.models import ChangeGuard
-from rewind.errors import PermissionDeniedError
+from rewind.lib.errors import PermissionDeniedError
 from tests.fixtures import APPROVE, make_user
 from tests.gateway.support import GuestShellHttp, guest_shell_file_tools, restore_until
 from tests.helpers import insert_tagged_checkpoint

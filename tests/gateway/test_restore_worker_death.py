@@ -15,8 +15,8 @@ import pytest
 from django.utils import timezone
 
 from recoveries.models import RecoveryRequest, RestoreState
-from recoveries.restore import diff_token, recovery_restore_confirm
-from recoveries.restore_sweep import WRITE_STALLED_AFTER, restores_end_dead_writes, restores_resume_stalled
+from recoveries.restore.services import diff_token, recovery_restore_confirm
+from recoveries.restore.sweep import WRITE_STALLED_AFTER, restores_end_dead_writes, restores_resume_stalled
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.audit.models import AuditEvent
 from rewind.models import Agent

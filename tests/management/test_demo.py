@@ -15,8 +15,8 @@ from django.conf import settings
 from django.contrib.auth.models import User
 from django.core.management import CommandError, call_command
 
+from rewind.lib.processes import Proc, free_port, free_ports
 from rewind.models import Site
-from rewind.processes import Proc, free_port, free_ports
 from tests.fixtures import wait_until
 
 pytestmark = pytest.mark.django_db

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from rewind.processes import Proc, free_port, free_ports
+from rewind.lib.processes import Proc, free_port, free_ports
 
 pytestmark = pytest.mark.process
 

@@ -14,9 +14,9 @@ import pytest
 from django.core.management import CommandError, call_command
 
 from rewind.agents.models import AgentToken
+from rewind.lib.processes import stack_forget, stack_record
 from rewind.mcp.clientconfig import CLIENTS, OAUTH_ONLY, client_config
 from rewind.mcp.endpoint import mcp_public_url
-from rewind.processes import stack_forget, stack_record
 from tests.helpers import run
 from tests.mcp.support import connection_of, token_in
 from tests.mcpfixtures import open_mcp_client

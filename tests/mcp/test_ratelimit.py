@@ -15,6 +15,8 @@ import redis
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rewind.lib.processes import free_port
+from rewind.lib.sharedstore import DbStore, RedisStore
 from rewind.mcp.models import McpRateCall, McpRateCount
 from rewind.mcp.ratelimit import (
     KEY_PREFIX,
@@ -25,8 +27,6 @@ from rewind.mcp.ratelimit import (
     decide_in_db,
     rate_limiter,
 )
-from rewind.processes import free_port
-from rewind.sharedstore import DbStore, RedisStore
 from tests.helpers import call_body, post, run
 from tests.mcpfixtures import make_agent_token, run_uvicorn
 
@@ -212,7 +212,7 @@ def test_a_real_redis_restart_is_counted_per_process_meanwhile_then_in_redis_aga
     same loop's calls are counted in Redis again, on connections opened anew."""
     import asyncio
 
-    from rewind import sharedstore
+    from rewind.lib import sharedstore
     from tests.stackfixtures import RedisServer
 
     monkeypatch.setattr(sharedstore, "RETRY_AFTER_FAILURE_S", 1.0)  # the outage's retry, shortened
@@ -389,7 +389,7 @@ def test_a_burst_of_calls_on_one_loop_is_counted_in_redis_not_per_process(
     Redis not answering and switched every limit to per-process counting for 10 s."""
     import asyncio
 
-    from rewind.sharedstore import LOOP_CONNECTIONS
+    from rewind.lib.sharedstore import LOOP_CONNECTIONS
 
     store = RedisStore(redis_url)
     limiter = SharedRateLimiter(RateLimit(1000), store)

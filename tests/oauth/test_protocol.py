@@ -245,7 +245,7 @@ def test_an_agent_made_at_consent_is_the_persons_who_still_may_not_approve_its_r
 
     from recoveries.models import RecoveryRequest
     from recoveries.services import recovery_request_approve
-    from rewind.errors import PermissionDeniedError
+    from rewind.lib.errors import PermissionDeniedError
 
     client_id = register(signed_in)
     _verifier, challenge = pkce()

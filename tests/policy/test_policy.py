@@ -11,7 +11,7 @@ from catalog.services import mutating_tool_add
 from rewind.agents.services import agent_update
 from rewind.audit import Actor
 from rewind.checkpoints.services import guard_before_mutate, guard_create
-from rewind.errors import PermissionDeniedError
+from rewind.lib.errors import PermissionDeniedError
 from rewind.models import Agent, AuditEvent, ChangeGuard
 from rewind.policy.selectors import policy_version
 from rewind.policy.services import approval_rule_add, stop_engage, stop_lift

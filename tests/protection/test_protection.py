@@ -8,7 +8,8 @@ from typing import Any
 
 import pytest
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
+from rewind.lib.requestid import bound_request_id
 from rewind.protection import (
     SitesUnavailableError,
     VmAmbiguousError,
@@ -16,7 +17,6 @@ from rewind.protection import (
     find_protection,
     protection_cache_clear,
 )
-from rewind.requestid import bound_request_id
 from rewind.zvm import VmList
 from tests.fixtures import register_sites, wait_until
 from tests.localzvm import serve

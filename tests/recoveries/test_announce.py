@@ -11,10 +11,10 @@ from django.conf import settings as django_settings
 from django.utils import timezone
 
 from recoveries.announce import recovery_requests_warn_expiring
+from recoveries.flr_sessions import session_unmount
 from recoveries.models import FlrSession, RecoveryRequest
 from recoveries.presenters import approval_url
 from recoveries.services import recovery_request_approve, recovery_request_create
-from recoveries.sessions import session_unmount
 from rewind.audit import SYSTEM
 from rewind.models import AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind

@@ -6,7 +6,7 @@ import pytest
 
 from recoveries.archive import safe_relative
 from recoveries.folders import _child_name
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.zvm import BrowseItem
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 
-from recoveries.diff import MAX_DIFF_BYTES, file_diff
+from recoveries.restore.diff import MAX_DIFF_BYTES, file_diff
 
 
 def test_text_gets_a_unified_diff_whose_changing_lines_are_marked() -> None:

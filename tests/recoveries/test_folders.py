@@ -15,12 +15,12 @@ import requests
 from django.test import Client
 from django.urls import reverse
 
+from recoveries.approver_email import approval_summary
 from recoveries.models import RecoveryRequest
-from recoveries.notify import approval_summary
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import Agent, AuditEvent
 from tests.helpers import call_tool_async, poll_recovery_status, run, tool_ok, wait_recovery_finished
 from tests.mcpfixtures import make_agent_token

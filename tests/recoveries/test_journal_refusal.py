@@ -20,7 +20,7 @@ from recoveries.models import RecoveryRequest
 from recoveries.runner import recovery_run
 from recoveries.services import recovery_request_approve, recovery_request_create
 from rewind.checkpoints.retention import retention_refresh_sweep
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent, TaggedCheckpoint
 
 pytestmark = [pytest.mark.django_db, pytest.mark.timeout(300)]

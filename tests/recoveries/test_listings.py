@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
+from recoveries.flr_sessions import flr_sessions_everywhere
 from recoveries.models import FlrSession, FlrSiteListing, ReaperSweep
 from recoveries.reaper import recoveries_reap
-from recoveries.sessions import flr_sessions_everywhere
 
 pytestmark = [pytest.mark.timeout(300)]
 

@@ -11,14 +11,14 @@ from django.contrib.auth.models import User
 from django.test import Client
 from django.urls import reverse
 
+from recoveries.approver_email import approver_addresses
 from recoveries.models import RecoveryApproval, RecoveryRequest
-from recoveries.notify import approver_addresses
 from recoveries.services import recovery_request_approve, recovery_request_create, recovery_request_deny
 from recoveries.undo import moment_of_call
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
-from rewind.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.gateway.models import GatewayCall
+from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.models import AuditEvent
 from tests.fixtures import APPROVE, make_user
 

@@ -17,7 +17,7 @@ from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_approve, recovery_request_create, recovery_request_deny
 from rewind.agents import agent_token_issue
 from rewind.audit import Actor
-from rewind.errors import ApplicationError, PermissionDeniedError
+from rewind.lib.errors import ApplicationError, PermissionDeniedError
 from rewind.models import Agent, AuditEvent
 from tests.helpers import work_queued
 

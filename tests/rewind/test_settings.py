@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from django.conf import settings
 
-from rewind.env import database_from_url
+from rewind.lib.env import database_from_url
 
 
 def _start(tmp_path: Path, *check: str, **env: str) -> subprocess.CompletedProcess[str]:
@@ -77,7 +77,7 @@ def test_it_reads_secrets_from_files(tmp_path: Path) -> None:
     key_file.write_text("not-a-fernet-key")
     # A readable file with a bad key is reported when the key is first used, naming it.
     result = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup(); from rewind.crypto import encrypt; encrypt('x')"],
+        [sys.executable, "-c", "import django; django.setup(); from rewind.lib.crypto import encrypt; encrypt('x')"],
         cwd=settings.BASE_DIR,
         env={
             **os.environ,
@@ -115,7 +115,7 @@ PRODUCTION = {"DJANGO_ALLOWED_HOSTS": "rewind.example.com", "REWIND_PUBLIC_URL":
 
 
 def _production(tmp_path: Path) -> dict[str, str]:
-    from rewind.crypto import new_signing_key
+    from rewind.lib.crypto import new_signing_key
 
     key = tmp_path / "elsewhere" / "audit-anchor.key"
     key.parent.mkdir()

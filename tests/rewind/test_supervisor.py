@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from rewind.processes import Proc
+from rewind.lib.processes import Proc
 from rewind.supervisor import FIRST_BACKOFF_S, MAX_BACKOFF_S, STABLE_AFTER_S, Service, Supervisor
 
 

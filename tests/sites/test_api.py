@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from rewind.audit import Actor
-from rewind.crypto import decrypt
+from rewind.lib.crypto import decrypt
 from rewind.models import AuditEvent, Site
 from rewind.sites import site_create
 from tests.simfixtures import PASSWORD as SIM_PASSWORD

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import redis
 
-from rewind.sharedstore import DbStore, RedisStore
+from rewind.lib.sharedstore import DbStore, RedisStore
 from rewind.sites.models import ZvmRequestCount
 from rewind.sites.requestcount import FLUSH_AFTER_S, REDIS_KEY, REQUESTS, BatchedRequestCounter
 from tests.fixtures import wait_until

@@ -6,7 +6,7 @@ from django.core.management import CommandError, call_command
 from django.test import Client
 
 from rewind.audit import Actor, verify_chain
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent, Site
 from rewind.sites import site_check, site_client, site_create, site_update
 from tests.simfixtures import PASSWORD

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import redis
 
-from rewind.processes import free_port
-from rewind.sharedstore import DbStore, RedisStore
+from rewind.lib.processes import free_port
+from rewind.lib.sharedstore import DbStore, RedisStore
 from rewind.sites.zvm_shared import (
     CLAIM_PREFIX,
     RATE_PREFIX,

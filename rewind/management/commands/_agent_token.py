@@ -10,7 +10,7 @@ from rewind.agents import agent_token_issue_by_name, expiry_in_days
 from rewind.agents.selectors import agent_owner_candidate
 from rewind.agents.services import AgentWithToken
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.mcp import scopes
 
 

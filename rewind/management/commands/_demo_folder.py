@@ -12,7 +12,7 @@ from urllib.parse import urlsplit
 
 import requests
 
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 
 
 def manifest_lines(folder: dict[str, Any]) -> list[str]:

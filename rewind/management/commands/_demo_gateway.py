@@ -18,15 +18,15 @@ from django.core.management.base import CommandError
 from catalog.models import MutatingTool
 from catalog.services import mutating_tool_add
 from recoveries.models import RecoveryRequest
-from recoveries.restore import diff_token, recovery_restore_confirm, restore_diff
-from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import guest_file_tools_set
+from recoveries.restore.guest_tools import guest_file_tools_set
+from recoveries.restore.models import GuestFileTools
+from recoveries.restore.services import diff_token, recovery_restore_confirm, restore_diff
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
 from rewind.gateway.links import UpstreamUnavailable
 from rewind.gateway.listing import upstream_tools_refresh
 from rewind.gateway.models import Upstream
 from rewind.gateway.services import upstream_create, upstream_tools_approve_listed, upstream_update
+from rewind.lib.errors import ApplicationError
 
 UPSTREAM = "guestshell"
 EXEC = f"{UPSTREAM}__exec"

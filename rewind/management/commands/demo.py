@@ -26,7 +26,7 @@ from rewind.agents import agent_token_issue_by_name, agent_token_revoke
 from rewind.approvals.models import HeldCall
 from rewind.audit import Actor
 from rewind.audit.selectors import audit_event_trail
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.management.commands._demo_agent import AgentCallError, ScriptedAgent
 from rewind.management.commands._demo_approval import (
     approve_and_forward,

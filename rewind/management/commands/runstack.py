@@ -20,7 +20,7 @@ from django.conf import settings
 from django.core.management import call_command
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.processes import START_TIMEOUT_S, Proc, ProcessError, port_free, stack_forget, stack_record
+from rewind.lib.processes import START_TIMEOUT_S, Proc, ProcessError, port_free, stack_forget, stack_record
 from rewind.supervisor import Service, Supervisor
 
 # A clean stop takes a few seconds (Celery's warm shutdown, uvicorn's workers): past this, a

@@ -16,7 +16,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from rewind.agents.models import Agent
 from rewind.audit import Actor
-from rewind.errors import ApplicationError
+from rewind.lib.errors import ApplicationError
 from rewind.policy.models import StopSwitch
 from rewind.policy.selectors import stop_get, stop_list
 from rewind.policy.services import stop_engage, stop_lift

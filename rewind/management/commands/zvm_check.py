@@ -4,7 +4,7 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from rewind.errors import NotFoundError
+from rewind.lib.errors import NotFoundError
 from rewind.sites import SiteCheck, clock_skew_warning, site_availability_text, site_check_limit_s, sites_check
 from rewind.sites.fanout import SiteOutcome
 from rewind.sites.selectors import site_enabled_list, site_get_by_name

@@ -1,0 +1,1 @@
+"""Infrastructure every part uses and that names no part."""
