@@ -11,11 +11,11 @@ from django.contrib import admin, messages
 from django.http import HttpRequest
 
 from recoveries.restore_models import GuestFileTools
-from recoveries.restore_tools import EDITABLE, guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
+from recoveries.restore_tools import guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
 from rewind.admin_base import actor_for
 from rewind.errors import ApplicationError
 
-_FIELDS = ["upstream", "os", *EDITABLE]
+_FIELDS = ["upstream", "os", *GuestFileTools.EDITABLE]
 
 
 class GuestFileToolsForm(forms.ModelForm):
@@ -51,7 +51,7 @@ class GuestFileToolsAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: GuestFileTools, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in EDITABLE if k in data}
+        fields = {k: data[k] for k in GuestFileTools.EDITABLE if k in data}
         if change:
             fields["vm_pattern"] = obj.vm_pattern
         try:
