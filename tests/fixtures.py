@@ -163,6 +163,12 @@ def fixer(people: People) -> Agent:
 
 
 @pytest.fixture
+def agent(fixer: Agent) -> Agent:
+    """The agent a test acts as when any agent will do: the shared ``fixer``."""
+    return fixer
+
+
+@pytest.fixture
 def tagged(sim: SimHandle, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
     from tests.helpers import insert_tagged_checkpoint
 

@@ -67,7 +67,7 @@ def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, inline
     guard = wait_guard_finished(_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
-    assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=")
+    assert guard.tag.startswith("ai:fixer | edit config | vm=db01 | change=")
     assert guard.tag.endswith("Z")
 
 
@@ -168,7 +168,7 @@ def test_it_refuses_vms_that_cannot_take_a_checkpoint(
     assert reason in outcome.refused[0].reason
     assert not ChangeGuard.objects.exists()
     event = AuditEvent.objects.get(action="guard.refused")
-    assert event.actor == "ops-bot"
+    assert event.actor == "fixer"
     assert reason in event.data["reason"]
 
 

@@ -47,11 +47,6 @@ def _recovery(agent: Agent, vpg: str, checkpoint: str) -> RecoveryRequest:
     )  # fmt: skip
 
 
-@pytest.fixture
-def agent(db: None) -> Agent:
-    return Agent.objects.create(name="fixer", owner=User.objects.create_user("owner", password="pw-owner-123"))
-
-
 def test_the_guard_views_carry_the_estimate(api: Any, viewer: Any, guard: ChangeGuard) -> None:
     rows = {r.vpg_name: r for r in guard.vpgs.all()}
     detail = api(viewer).get(f"/api/guards/{guard.pk}/").json()
