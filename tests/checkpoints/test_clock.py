@@ -29,10 +29,6 @@ def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
     return outcome.guard
 
 
-def _calls(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
-
-
 @pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
 def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, offset_s: float
@@ -60,7 +56,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
 ) -> None:
     _clock(sim, "site-a", offset_s)
     sim.add_fault("checkpoint_never_listed", site="site-a")
-    before = _calls(sim, "site-a")
+    before = sim.requests_seen("site-a")
     guard = wait_guard_finished(_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
@@ -68,7 +64,7 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
     assert "within 4 s" in row.error
     # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
     budget = 10 + 2 * pacing.calls_bound(4.0, None)
-    assert _calls(sim, "site-a") - before <= budget
+    assert sim.requests_seen("site-a") - before <= budget
 
 
 def test_the_offset_is_measured_and_shown_by_zvm_check_and_the_admin(
