@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from rewind.processes import Proc
+from rewind.processes import Proc, free_port
 from tests.fixtures import InlineTasks, wait_until
 
 if TYPE_CHECKING:
@@ -234,6 +234,11 @@ def connection(sim: Any, slug: str = "site-a", **kw: Any) -> ZvmConnection:
     )
     settings.update(kw)
     return ZvmConnection(**settings)
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nobody listens on: a connection to it is refused."""
+    return free_port()
 
 
 def calls(sim: Any, slug: str, key: str) -> int:
