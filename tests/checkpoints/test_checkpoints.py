@@ -7,7 +7,6 @@ killed mid-wait or mid-call needs the real Celery worker.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -230,18 +229,18 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
 
 def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
     """Poll like an agent does: a status read restarts a dead poller of the guard's sites."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def finished() -> ChangeGuard | None:
         guard = guard_read_and_resume(guard_id)
-        if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
-            return guard
-        time.sleep(0.5)
-    guard = ChangeGuard.objects.get(pk=guard_id)
-    rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
-    raise AssertionError(
-        f"guard {guard_id} not finished after {timeout} s: {guard.status}, rows {rows}, "
-        f"pollers {list(SitePoller.objects.values_list('site_id', 'lease_owner', 'lease_expires_at'))}"
-    )
+        return guard if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) else None
+
+    def state() -> str:
+        guard = ChangeGuard.objects.get(pk=guard_id)
+        rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
+        pollers = list(SitePoller.objects.values_list("site_id", "lease_owner", "lease_expires_at"))
+        return f"guard {guard_id} finished (now {guard.status}, rows {rows}, pollers {pollers})"
+
+    return wait_until(finished, timeout, what=state, every=0.5)
 
 
 def test_an_insert_that_never_reached_the_zvm_is_made_once_more(

@@ -8,7 +8,6 @@ unless forced. zvm_check asks every site at once and prints each as it answers. 
 from __future__ import annotations
 
 import io
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +20,7 @@ from rewind.audit import Actor
 from rewind.sites import site_check, site_circuit, site_client, site_create
 from rewind.sites.models import Site
 from rewind.zvm import ZvmTransientError
+from tests.fixtures import wait_until
 from tests.simfixtures import PASSWORD
 
 pytestmark = pytest.mark.timeout(300)
@@ -138,10 +138,11 @@ def test_zvm_check_prints_each_site_as_it_answers_while_another_hangs(
     out = io.StringIO()
     with ThreadPoolExecutor(max_workers=1) as pool:
         check = pool.submit(call_command, "zvm_check", stdout=out)
-        deadline = time.monotonic() + 60
-        while not ("Site B: OK" in out.getvalue() and "Site C: OK" in out.getvalue()):
-            assert time.monotonic() < deadline, f"the healthy sites were not reported: {out.getvalue()!r}"
-            time.sleep(0.05)
+        wait_until(
+            lambda: "Site B: OK" in out.getvalue() and "Site C: OK" in out.getvalue(),
+            60,
+            what=lambda: f"the healthy sites reported: {out.getvalue()!r}",
+        )
         assert "Site A" not in out.getvalue()  # still asking it: the others did not wait
         assert not check.done()
         sim.clear_faults()
