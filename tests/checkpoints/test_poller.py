@@ -402,11 +402,11 @@ def test_a_listing_asked_for_one_guard_answers_every_guard_waiting_on_that_vpg(
     from rewind.checkpoints import poller
 
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert tasks complete at once: the VPGs can be listed
     first, second = (_request(agent, "web01") for _ in range(2))
     inline_tasks.run_due()  # the first round: its batch inserts the four checkpoints
     rows = TaggedCheckpoint.objects.filter(guard__in=[first, second])
     assert list(rows.values_list("status", flat=True)) == [TaggedCheckpoint.Status.WAITING] * 4
-    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
     now = timezone.now()
     rows.filter(guard=first).update(next_poll_at=now - timedelta(seconds=1))
     not_due = now + timedelta(seconds=3)
@@ -440,11 +440,11 @@ def test_a_look_is_timed_when_its_listing_was_asked_not_when_its_round_began(
     from rewind.checkpoints import poller
 
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert tasks complete at once: the VPGs can be listed
     guard = _request(agent, "web01")
     inline_tasks.run_due()
     rows = TaggedCheckpoint.objects.filter(guard=guard).order_by("pk")
     assert rows.count() == 2
-    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
     rows.update(next_poll_at=timezone.now() - timedelta(seconds=1))
     first, second = rows
     sim.add_fault("hang", "site-a", seconds=1.5, path_regex=f"/v1/vpgs/{first.vpg_identifier}/checkpoints", count=1)
@@ -530,6 +530,7 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     site = sites["site-a"]
     _listed_history(site, agent, [5300] * 20, newest_at=timezone.now() - timedelta(minutes=20))
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert task completes at once
     guard = _request(agent, "db01")
     inline_tasks.run_due()
     row = TaggedCheckpoint.objects.get(guard=guard)
@@ -541,7 +542,6 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     moved = pacing.forecast(site_listing_times_s(site.pk))
     assert moved is not None
     assert moved.expected_s > 8.5
-    time.sleep(0.5)  # the insert task completes (0.3 s)
     TaggedCheckpoint.objects.filter(pk=row.pk).update(next_poll_at=timezone.now() - timedelta(seconds=0.1))
     SitePoller.objects.update(lease_owner="", lease_expires_at=None)
     calls_before = sim.calls("site-a")
