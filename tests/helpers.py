@@ -4,7 +4,7 @@ tests.fixtures, tests.simfixtures and tests.mcpfixtures).
 - MCP from the test's side: ``run`` a coroutine, ``call_tool`` over the SDK client, and the raw
   JSON-RPC ``post`` with ``call_body`` / ``rpc_result``;
 - guards and recoveries: ``install_starter_catalog``, ``tagged_rows`` (what the ZVM lists),
-  ``wait_guard_finished``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
+  ``wait_guard_finished``, ``guard_row``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
 - the REST API as a browser sends it (``Api``), ``/metrics`` as Prometheus reads it (``scrape``),
   and ``test_database_url`` for the processes the tests start.
 
@@ -21,7 +21,7 @@ import os
 import secrets
 import string
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -300,6 +300,38 @@ def wait_recovery_finished(
 
     wait_for_tasks(done, timeout, tasks, what=f"the end of recovery {recovery.pk}")
     return recovery
+
+
+def guard_row(
+    *,
+    agent: str = "fixer",
+    vm: str = "web01",
+    change_id: str = "chg-1",
+    action: str = "edit",
+    status: str = "running",
+    vpgs: Mapping[str, Mapping[str, Any]] | None = None,
+    **fields: Any,
+) -> ChangeGuard:
+    """A guard and its tagged checkpoints as the database holds them, no ZVM asked: for what reads
+    them. ``vpgs`` maps each VPG's name to its row's fields; ``fields`` set the guard's others."""
+    from rewind.models import ChangeGuard, TaggedCheckpoint
+
+    guard = ChangeGuard.objects.create(
+        agent_name=agent,
+        action=action,
+        vm_name=vm,
+        change_id=change_id,
+        status=status,
+        **{
+            "vm_identifier": f"srv.{vm}-id",
+            "tag": f"ai:{agent} | {action} | vm={vm} | change={change_id}",
+            "timeout_s": 60,
+            **fields,
+        },
+    )
+    for name, row in (vpgs or {}).items():
+        TaggedCheckpoint.objects.create(guard=guard, **{"vpg_name": name, "vpg_identifier": f"{name}-guid", **row})
+    return guard
 
 
 def insert_tagged_checkpoint(
