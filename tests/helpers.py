@@ -4,7 +4,7 @@ tests.fixtures, tests.simfixtures and tests.mcpfixtures).
 - MCP from the test's side: ``run`` a coroutine, ``call_tool`` over the SDK client, and the raw
   JSON-RPC ``post`` with ``call_body`` / ``rpc_result``;
 - guards and recoveries: ``install_starter_catalog``, ``tagged_rows`` (what the ZVM lists),
-  ``wait_guard_finished``, ``guard_row``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
+  ``wait_guard_finished``, ``guard_request``, ``guard_exec``, ``guard_row``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
 - the REST API as a browser sends it (``Api``), ``/metrics`` as Prometheus reads it (``scrape``),
   and ``test_database_url`` for the processes the tests start.
 
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from django.test import Client
 
     from recoveries.models import RecoveryRequest
-    from rewind.models import ChangeGuard, Site
+    from rewind.checkpoints.services import GuardOutcome
+    from rewind.models import Agent, ChangeGuard, Site
     from rewind.zvm import ZvmConnection
 
 # The MCP protocol version of the handshake era: stateless POSTs need no initialize.
@@ -300,6 +301,25 @@ def wait_recovery_finished(
 
     wait_for_tasks(done, timeout, tasks, what=f"the end of recovery {recovery.pk}")
     return recovery
+
+
+def guard_request(agent: Agent, vm: str, *, action: str = "edit", **kw: Any) -> ChangeGuard:
+    """A guard asked for as an agent asks for one (``guard_create``); the poller does the rest."""
+    from rewind.checkpoints.services import guard_create
+
+    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=action, **kw)
+    assert outcome.guard is not None, outcome.refusal
+    return outcome.guard
+
+
+def guard_exec(agent: Agent, vm: str, *, command: str, action: str, **kw: Any) -> GuardOutcome:
+    """What an agent asks before it runs ``command`` on ``vm`` over ssh/exec (``guard_before_mutate``)."""
+    from rewind.checkpoints.services import guard_before_mutate
+
+    arguments = {"host": vm, "command": command}
+    return guard_before_mutate(
+        agent_name=agent.name, agent_id=agent.pk, tool="ssh/exec", arguments=arguments, action=action, **kw
+    )
 
 
 def guard_row(

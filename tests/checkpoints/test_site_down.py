@@ -12,24 +12,12 @@ from typing import Any
 
 import pytest
 
-from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import ChangeGuard, Site
 from rewind.protection import SitesUnavailableError
 from rewind.sites import site_circuit
-from tests.helpers import wait_guard_finished
+from tests.helpers import guard_exec, wait_guard_finished
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _guard(agent: Any, vm: str, change_id: str) -> Any:
-    return guard_before_mutate(
-        agent_name=agent.name,
-        agent_id=agent.pk,
-        tool="ssh/exec",
-        arguments={"host": vm, "command": "vi /etc/hosts"},
-        action="edit hosts",
-        change_id=change_id,
-    )
 
 
 def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_the_hung_site_is_refused(
@@ -42,7 +30,7 @@ def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_
     sim.add_fault("hang", site="site-c", seconds=3600, path_regex=".*")
 
     for vm, change in (("web01", "CHG-1"), ("app01", "CHG-2")):  # both protected at Site A
-        outcome = _guard(agent, vm, change)
+        outcome = guard_exec(agent, vm, command="vi /etc/hosts", action="edit hosts", change_id=change)
         assert outcome.refusal is None
         assert outcome.guard is not None
         guard = wait_guard_finished(outcome.guard)
@@ -52,7 +40,9 @@ def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_
     assert sim.requests_seen("site-c") - before <= 1  # reached once at most: its circuit refused the rest
 
     with pytest.raises(SitesUnavailableError, match=r"protected at a site whose ZVM could not be asked") as refused:
-        _guard(agent, "edge01", "CHG-3")  # protected at Site C
+        guard_exec(
+            agent, "edge01", command="vi /etc/hosts", action="edit hosts", change_id="CHG-3"
+        )  # protected at Site C
     assert refused.value.sites == ("Site C",)
     assert "Site C" in refused.value.message
     assert "unavailable since" in refused.value.message
