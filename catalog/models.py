@@ -8,6 +8,8 @@ server names, and ``SSH/exec`` changing a guest is no less a change than ``ssh/e
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 from rewind.policy.models import Decision
@@ -67,6 +69,18 @@ class MutatingTool(models.Model):
     def is_pattern(self) -> bool:
         return self.pattern.endswith("/*")
 
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "pattern": self.pattern,
+            "vm_arg": self.vm_arg,
+            "platform": self.platform,
+            "description": self.description,
+            "enabled": self.enabled,
+            "decision": self.decision,
+            "added_by": self.added_by,
+            "added_by_kind": self.added_by_kind,
+        }
+
 
 class ToolSighting(models.Model):
     """A tool the guard was asked about, or the gateway saw listed, that no enabled catalog entry covers."""
@@ -101,3 +115,6 @@ class ToolSighting(models.Model):
 
     def __str__(self) -> str:
         return self.tool
+
+    def audit_data(self) -> dict[str, Any]:
+        return {"tool": self.tool, "status": self.status, "count": self.count}

@@ -40,19 +40,6 @@ _EDITABLE = ("vm_arg", "platform", "description", "enabled", "decision")
 _SIGHTING_LIST_MAX = 50
 
 
-def _snapshot(tool: MutatingTool) -> dict[str, Any]:
-    return {
-        "pattern": tool.pattern,
-        "vm_arg": tool.vm_arg,
-        "platform": tool.platform,
-        "description": tool.description,
-        "enabled": tool.enabled,
-        "decision": tool.decision,
-        "added_by": tool.added_by,
-        "added_by_kind": tool.added_by_kind,
-    }
-
-
 def normalize_pattern(pattern: str) -> str:
     """The stored form of an entry: stripped, lower case; raises ApplicationError when malformed."""
     value = (pattern or "").strip().lower()
@@ -124,7 +111,7 @@ def mutating_tool_add(
                 actor=actor,
                 action=CatalogAction.TOOL_ADDED,
                 target=tool,
-                data={"before": None, "after": _snapshot(tool)},
+                data={"before": None, "after": tool.audit_data()},
             )
             policy_version_raise(actor=actor, what=f"catalog entry {value} added ({decision})")
     except IntegrityError:
@@ -141,14 +128,14 @@ def mutating_tool_update(*, actor: Actor, tool: MutatingTool, **fields: Any) -> 
     if unknown:
         raise ApplicationError(f"these catalog fields cannot be changed: {', '.join(sorted(unknown))}")
     locked = MutatingTool.objects.select_for_update().get(pk=tool.pk)
-    before = _snapshot(locked)
+    before = locked.audit_data()
     for key, value in fields.items():
         setattr(locked, key, value.strip() if isinstance(value, str) else value)
     validate_entry_fields(
         vm_arg=locked.vm_arg, platform=locked.platform, description=locked.description, decision=locked.decision
     )
     locked.save()
-    after = _snapshot(locked)
+    after = locked.audit_data()
     if after != before:
         audit_record(
             actor=actor, action=CatalogAction.TOOL_CHANGED, target=locked, data={"before": before, "after": after}
@@ -169,7 +156,7 @@ def mutating_tool_remove(*, actor: Actor, tool: MutatingTool) -> None:
     locked = MutatingTool.objects.select_for_update().filter(pk=tool.pk).first()
     if locked is None:
         return
-    before = _snapshot(locked)
+    before = locked.audit_data()
     audit_record(
         actor=actor,
         action=CatalogAction.TOOL_REMOVED,
@@ -323,10 +310,6 @@ def tool_sighting_listed(
     return sighting, new
 
 
-def _sighting_snapshot(s: ToolSighting) -> dict[str, Any]:
-    return {"tool": s.tool, "status": s.status, "count": s.count}
-
-
 @transaction.atomic
 def tool_sighting_classify_mutating(
     *,
@@ -339,7 +322,7 @@ def tool_sighting_classify_mutating(
     """A human judged the tool mutating: add it to the catalog and mark the sighting added."""
     _require_human(actor, "classify a tool sighting")
     locked = ToolSighting.objects.select_for_update().get(pk=sighting.pk)
-    before = _sighting_snapshot(locked)
+    before = locked.audit_data()
     entry = mutating_tool_add(
         actor=actor,
         pattern=locked.tool,
@@ -352,7 +335,7 @@ def tool_sighting_classify_mutating(
         actor=actor,
         action=CatalogAction.SIGHTING_CLASSIFIED_MUTATING,
         target=locked,
-        data={"before": before, "after": _sighting_snapshot(locked), "entry": entry.pattern, "vm_arg": entry.vm_arg},
+        data={"before": before, "after": locked.audit_data(), "entry": entry.pattern, "vm_arg": entry.vm_arg},
     )
     return entry
 
@@ -362,13 +345,13 @@ def tool_sighting_classify_readonly(*, actor: Actor, sighting: ToolSighting) -> 
     """A human judged the tool read-only: the sighting is ignored from now on (still counted)."""
     _require_human(actor, "classify a tool sighting")
     locked = ToolSighting.objects.select_for_update().get(pk=sighting.pk)
-    before = _sighting_snapshot(locked)
+    before = locked.audit_data()
     _sighting_classified(locked, ToolSighting.Status.IGNORED, actor)
     audit_record(
         actor=actor,
         action=CatalogAction.SIGHTING_CLASSIFIED_READONLY,
         target=locked,
-        data={"before": before, "after": _sighting_snapshot(locked)},
+        data={"before": before, "after": locked.audit_data()},
     )
     return locked
 

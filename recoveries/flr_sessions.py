@@ -49,17 +49,6 @@ class UnmountReport:
         return out
 
 
-def _describe(row: FlrSession) -> dict[str, object]:
-    return {
-        "site": row.site.name if row.site_id else "",
-        "session_id": row.session_id or "unknown",
-        "vm_identifier": row.vm_identifier,
-        "vpg_identifier": row.vpg_identifier,
-        "checkpoint": row.checkpoint_identifier,
-        "recovery": row.recovery_id,
-    }
-
-
 def session_transition(
     *,
     row: FlrSession,
@@ -88,7 +77,7 @@ def session_transition(
             setattr(row, name, value)
         if action:
             audit_record(
-                actor=actor, action=action, target=row, data={**_describe(row), **(data or {})}, request_id=request_id
+                actor=actor, action=action, target=row, data={**row.audit_data(), **(data or {})}, request_id=request_id
             )
     return True
 
@@ -103,7 +92,7 @@ def _claim_unmount(row: FlrSession, actor: Actor, action: str, reason: str, requ
             return False
         row.status, row.unmount_requested_at = S.UNMOUNTING, now
         audit_record(
-            actor=actor, action=action, target=row, data={**_describe(row), "reason": reason}, request_id=request_id
+            actor=actor, action=action, target=row, data={**row.audit_data(), "reason": reason}, request_id=request_id
         )
     return True
 
@@ -216,7 +205,7 @@ def session_end_unseen(*, row: FlrSession, actor: Actor, settled_s: float) -> bo
             actor=actor,
             action=RecoveryAction.SESSION_VANISHED,
             target=row,
-            data={**_describe(row), "reason": reason, "settled_s": settled_s, "last_error": row.last_error},
+            data={**row.audit_data(), "reason": reason, "settled_s": settled_s, "last_error": row.last_error},
         )
     return True
 

@@ -4,6 +4,8 @@ services (compare-and-swaps); the admin shows these rows read-only.
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -181,6 +183,32 @@ class RecoveryRequest(models.Model):
     def file_name(self) -> str:
         return self.normalized_path.rstrip("/").rsplit("/", 1)[-1]
 
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "vm": self.vm_name,
+            "vm_identifier": self.vm_identifier,
+            "path": self.normalized_path,
+            "vpg": self.vpg_name,
+            "vpg_identifier": self.vpg_identifier,
+            "recovery_site": self.recovery_site_name or self.recovery_site_identifier,
+            "checkpoint": self.checkpoint_identifier,
+            "checkpoint_time": self.checkpoint_timestamp.isoformat() if self.checkpoint_timestamp else None,
+            "tag": self.checkpoint_tag,
+            "change_id": self.change_id,
+            "source": self.checkpoint_source,
+            "checkpoint_listed_late": self.checkpoint_listed_late_at is not None,
+            "undo_call_id": self.undo_call_id,
+            "undo_before": self.undo_before.isoformat() if self.undo_before else None,
+            "undo_before_by_s": self.undo_before_by_s,
+            "reason": self.reason,
+            # Only a person's request says so: an agent's is named by the audit row's actor as it always was.
+            **({"requested_by": self.requested_by_name} if self.requested_by_name else {}),
+            "expires_at": self.expires_at.isoformat(),
+            # Only a folder says so: a file's request reads as it always did.
+            **({"recursive": True} if self.recursive else {}),
+            "restore_in_place": self.restore,
+        }
+
 
 class RecoveryApproval(models.Model):
     """One human's approval of a request; two distinct ones when a second approver is required."""
@@ -270,6 +298,16 @@ class FlrSession(models.Model):
 
     def __str__(self) -> str:
         return self.session_id or f"unknown session #{self.pk}"
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "site": self.site.name if self.site_id else "",
+            "session_id": self.session_id or "unknown",
+            "vm_identifier": self.vm_identifier,
+            "vpg_identifier": self.vpg_identifier,
+            "checkpoint": self.checkpoint_identifier,
+            "recovery": self.recovery_id,
+        }
 
 
 class FlrSiteListing(models.Model):

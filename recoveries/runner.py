@@ -202,7 +202,7 @@ def _fetch(run: Run, row: FlrSession, match: Match) -> tuple[Path, DownloadResul
     return fetched.archive, DownloadResult(fetched.size, fetched.sha256, zipped=True), fetched
 
 
-def _snapshot(run: Run) -> list[str]:
+def _live_session_ids(run: Run) -> list[str]:
     try:
         return [s.identifier for s in run.client.list_flr_sessions(vm_id=run.recovery.vm_identifier) if s.identifier]
     except ZvmError as exc:
@@ -211,7 +211,7 @@ def _snapshot(run: Run) -> list[str]:
 
 def _mount(run: Run, attempt: int) -> FlrSession:
     r = run.recovery
-    snapshot = _snapshot(run)
+    snapshot = _live_session_ids(run)
     with transaction.atomic():
         row = FlrSession.objects.create(
             site=run.site,

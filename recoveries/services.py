@@ -150,7 +150,7 @@ def recovery_request_create(
             actor=actor,
             action=RecoveryAction.REQUESTED,
             target=recovery,
-            data=_describe(recovery),
+            data=recovery.audit_data(),
             request_id=rid,
         )
         # Every channel (the approver e-mail among them) is told once this commits; a channel
@@ -164,33 +164,6 @@ def recovery_request_create(
         recovery.requester,
     )
     return recovery
-
-
-def _describe(recovery: RecoveryRequest) -> dict[str, object]:
-    return {
-        "vm": recovery.vm_name,
-        "vm_identifier": recovery.vm_identifier,
-        "path": recovery.normalized_path,
-        "vpg": recovery.vpg_name,
-        "vpg_identifier": recovery.vpg_identifier,
-        "recovery_site": recovery.recovery_site_name or recovery.recovery_site_identifier,
-        "checkpoint": recovery.checkpoint_identifier,
-        "checkpoint_time": recovery.checkpoint_timestamp.isoformat() if recovery.checkpoint_timestamp else None,
-        "tag": recovery.checkpoint_tag,
-        "change_id": recovery.change_id,
-        "source": recovery.checkpoint_source,
-        "checkpoint_listed_late": recovery.checkpoint_listed_late_at is not None,
-        "undo_call_id": recovery.undo_call_id,
-        "undo_before": recovery.undo_before.isoformat() if recovery.undo_before else None,
-        "undo_before_by_s": recovery.undo_before_by_s,
-        "reason": recovery.reason,
-        # Only a person's request says so: an agent's is named by the audit row's actor as it always was.
-        **({"requested_by": recovery.requested_by_name} if recovery.requested_by_name else {}),
-        "expires_at": recovery.expires_at.isoformat(),
-        # Only a folder says so: a file's request reads as it always did.
-        **({"recursive": True} if recovery.recursive else {}),
-        "restore_in_place": recovery.restore,
-    }
 
 
 def _check_approver(user: User | AnonymousUser, recovery: RecoveryRequest) -> User:
@@ -263,7 +236,12 @@ def recovery_request_approve(
             actor=Actor.user(approver.get_username()),
             action=RecoveryAction.APPROVED,
             target=locked,
-            data={"approvals": count, "required": locked.approvals_required, "complete": complete, **_describe(locked)},
+            data={
+                "approvals": count,
+                "required": locked.approvals_required,
+                "complete": complete,
+                **locked.audit_data(),
+            },
             request_id=rid,
         )
     locked.refresh_from_db()
@@ -301,7 +279,7 @@ def recovery_request_deny(
             actor=Actor.user(approver.get_username()),
             action=RecoveryAction.DENIED,
             target=recovery,
-            data={"note": note.strip()[:500], **_describe(recovery)},
+            data={"note": note.strip()[:500], **recovery.audit_data()},
             request_id=request_id,
         )
     recovery.refresh_from_db()

@@ -163,6 +163,12 @@ def fixer(people: People) -> Agent:
 
 
 @pytest.fixture
+def agent(fixer: Agent) -> Agent:
+    """The agent a test acts as when any agent will do: the shared ``fixer``."""
+    return fixer
+
+
+@pytest.fixture
 def tagged(sim: SimHandle, sites: dict[str, Site]) -> Callable[..., ChangeGuard]:
     from tests.helpers import insert_tagged_checkpoint
 
@@ -229,17 +235,25 @@ def eager() -> Iterator[None]:
 T = TypeVar("T")
 
 
-def wait_until(probe: Callable[[], T | None], timeout: float = 30.0, *, what: str = "", every: float = 0.05) -> T:
+def wait_until(
+    probe: Callable[[], T | None],
+    timeout: float = 30.0,
+    *,
+    what: str | Callable[[], str] = "",
+    every: float = 0.05,
+) -> T:
     """``probe()`` once it is truthy: for what another process does (a worker, a server, the
-    simulator). ``timeout`` bounds a hang; it is not a speed check. Tasks of the test's own
-    process run through ``InlineTasks.wait_for`` instead."""
+    simulator). ``timeout`` bounds a hang; it is not a speed check. ``what`` may be a function,
+    to say what was seen when the wait ran out. Tasks of the test's own process run through
+    ``InlineTasks.wait_for`` instead."""
     deadline = time.monotonic() + timeout
     while True:
         value = probe()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"{what or 'the condition'} not met in {timeout} s")
+            said = what() if callable(what) else what
+            raise AssertionError(f"{said or 'the condition'} not met in {timeout} s")
         time.sleep(every)
 
 

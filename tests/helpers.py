@@ -4,7 +4,7 @@ tests.fixtures, tests.simfixtures and tests.mcpfixtures).
 - MCP from the test's side: ``run`` a coroutine, ``call_tool`` over the SDK client, and the raw
   JSON-RPC ``post`` with ``call_body`` / ``rpc_result``;
 - guards and recoveries: ``install_starter_catalog``, ``tagged_rows`` (what the ZVM lists),
-  ``wait_guard_finished``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
+  ``wait_guard_finished``, ``guard_request``, ``guard_exec``, ``guard_row``, ``insert_tagged_checkpoint``, ``wait_recovery_finished``;
 - the REST API as a browser sends it (``Api``), ``/metrics`` as Prometheus reads it (``scrape``),
   and ``test_database_url`` for the processes the tests start.
 
@@ -21,7 +21,7 @@ import os
 import secrets
 import string
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -29,7 +29,7 @@ from urllib.parse import quote
 
 import httpx2
 
-from rewind.lib.processes import Proc
+from rewind.lib.processes import Proc, free_port
 from tests.fixtures import InlineTasks, wait_until
 
 if TYPE_CHECKING:
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
     from django.test import Client
 
     from recoveries.models import RecoveryRequest
-    from rewind.models import ChangeGuard, Site
+    from rewind.checkpoints.services import GuardOutcome
+    from rewind.models import Agent, ChangeGuard, Site
     from rewind.zvm import ZvmConnection
 
 # The MCP protocol version of the handshake era: stateless POSTs need no initialize.
@@ -236,6 +237,11 @@ def connection(sim: Any, slug: str = "site-a", **kw: Any) -> ZvmConnection:
     return ZvmConnection(**settings)
 
 
+def closed_port() -> int:
+    """A port of 127.0.0.1 nobody listens on: a connection to it is refused."""
+    return free_port()
+
+
 def calls(sim: Any, slug: str, key: str) -> int:
     """How often the simulated site saw ``METHOD /template`` (e.g. ``GET /v1/vpgs``)."""
     return int(sim.calls(slug).get(key, 0))
@@ -295,6 +301,57 @@ def wait_recovery_finished(
 
     wait_for_tasks(done, timeout, tasks, what=f"the end of recovery {recovery.pk}")
     return recovery
+
+
+def guard_request(agent: Agent, vm: str, *, action: str = "edit", **kw: Any) -> ChangeGuard:
+    """A guard asked for as an agent asks for one (``guard_create``); the poller does the rest."""
+    from rewind.checkpoints.services import guard_create
+
+    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=action, **kw)
+    assert outcome.guard is not None, outcome.refusal
+    return outcome.guard
+
+
+def guard_exec(agent: Agent, vm: str, *, command: str, action: str, **kw: Any) -> GuardOutcome:
+    """What an agent asks before it runs ``command`` on ``vm`` over ssh/exec (``guard_before_mutate``)."""
+    from rewind.checkpoints.services import guard_before_mutate
+
+    arguments = {"host": vm, "command": command}
+    return guard_before_mutate(
+        agent_name=agent.name, agent_id=agent.pk, tool="ssh/exec", arguments=arguments, action=action, **kw
+    )
+
+
+def guard_row(
+    *,
+    agent: str = "fixer",
+    vm: str = "web01",
+    change_id: str = "chg-1",
+    action: str = "edit",
+    status: str = "running",
+    vpgs: Mapping[str, Mapping[str, Any]] | None = None,
+    **fields: Any,
+) -> ChangeGuard:
+    """A guard and its tagged checkpoints as the database holds them, no ZVM asked: for what reads
+    them. ``vpgs`` maps each VPG's name to its row's fields; ``fields`` set the guard's others."""
+    from rewind.models import ChangeGuard, TaggedCheckpoint
+
+    guard = ChangeGuard.objects.create(
+        agent_name=agent,
+        action=action,
+        vm_name=vm,
+        change_id=change_id,
+        status=status,
+        **{
+            "vm_identifier": f"srv.{vm}-id",
+            "tag": f"ai:{agent} | {action} | vm={vm} | change={change_id}",
+            "timeout_s": 60,
+            **fields,
+        },
+    )
+    for name, row in (vpgs or {}).items():
+        TaggedCheckpoint.objects.create(guard=guard, **{"vpg_name": name, "vpg_identifier": f"{name}-guid", **row})
+    return guard
 
 
 def insert_tagged_checkpoint(

@@ -192,6 +192,10 @@ class SimHandle:
     def calls(self, slug: str) -> dict[str, int]:
         return self.control("GET", f"sites/{slug}/calls")
 
+    def requests_seen(self, slug: str) -> int:
+        """The requests the site received, every path together."""
+        return sum(self.calls(slug).values())
+
     def resync(self, vpg: str) -> None:
         self.control("POST", f"vpgs/{vpg}/resync")
 

@@ -10,17 +10,12 @@ from django import forms
 from django.contrib import admin, messages
 from django.http import HttpRequest
 
-from recoveries.restore.guest_tools import (
-    EDITABLE,
-    guest_file_tools_check,
-    guest_file_tools_remove,
-    guest_file_tools_set,
-)
+from recoveries.restore.guest_tools import guest_file_tools_check, guest_file_tools_remove, guest_file_tools_set
 from recoveries.restore.models import GuestFileTools
 from rewind.lib.admin_base import actor_for
 from rewind.lib.errors import ApplicationError
 
-_FIELDS = ["upstream", "os", *EDITABLE]
+_FIELDS = ["upstream", "os", *GuestFileTools.EDITABLE]
 
 
 class GuestFileToolsForm(forms.ModelForm):
@@ -56,7 +51,7 @@ class GuestFileToolsAdmin(admin.ModelAdmin):
 
     def save_model(self, request: HttpRequest, obj: GuestFileTools, form: Any, change: bool) -> None:
         data = form.cleaned_data
-        fields = {k: data[k] for k in EDITABLE if k in data}
+        fields = {k: data[k] for k in GuestFileTools.EDITABLE if k in data}
         if change:
             fields["vm_pattern"] = obj.vm_pattern
         try:

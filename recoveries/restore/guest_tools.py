@@ -17,26 +17,6 @@ from rewind.audit.actions import RecoveryAction
 from rewind.gateway.models import Upstream, UpstreamTool
 from rewind.lib.errors import ApplicationError, NotFoundError
 
-# What an operator sets on a row (besides the upstream and platform that name it): the admin
-# form and the REST serializer show exactly these.
-EDITABLE = (
-    "vm_pattern",
-    "writer_tool",
-    "reader_tool",
-    "vm_arg",
-    "path_arg",
-    "content_arg",
-    "reader_vm_arg",
-    "reader_path_arg",
-    "content_encoding",
-    "encoding_arg",
-    "enabled",
-)
-
-
-def _snapshot(row: GuestFileTools) -> dict[str, Any]:
-    return {"upstream": row.upstream.name, "os": row.os, **{name: getattr(row, name) for name in EDITABLE}}
-
 
 def _tool_arguments(upstream: Upstream, tool: str) -> list[str] | None:
     """The argument names of a listed tool; None when the upstream has not listed it (or anything) yet."""
@@ -110,7 +90,7 @@ def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> Non
     """What ``guest_file_tools_set`` would refuse, checked without saving (a form's validation)."""
     row = GuestFileTools(upstream=upstream, os=os)
     for key, value in fields.items():
-        if key in EDITABLE:
+        if key in GuestFileTools.EDITABLE:
             setattr(row, key, value)
     _validate(row)
 
@@ -119,7 +99,7 @@ def guest_file_tools_check(*, upstream: Upstream, os: str, **fields: Any) -> Non
 def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields: Any) -> GuestFileTools:
     """Create or change the tools of ``upstream`` for ``os`` and ``vm_pattern`` (default ``*``);
     ``ApplicationError``, nothing changed, when a field is unknown or does not fit the upstream's listed tools."""
-    unknown = set(fields) - set(EDITABLE)
+    unknown = set(fields) - set(GuestFileTools.EDITABLE)
     if unknown:
         raise ApplicationError(f"unknown fields: {', '.join(sorted(unknown))}")
     pattern = str(fields.get("vm_pattern") or "*").strip() or "*"
@@ -129,7 +109,7 @@ def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields:
         .select_related("upstream")
         .first()
     )
-    before = _snapshot(row) if row is not None else None
+    before = row.audit_data() if row is not None else None
     if row is None:
         row = GuestFileTools(upstream=upstream, os=os)
     for key, value in fields.items():
@@ -140,7 +120,7 @@ def guest_file_tools_set(*, actor: Actor, upstream: Upstream, os: str, **fields:
         actor=actor,
         action=RecoveryAction.RESTORE_TOOLS_SET,
         target=row,
-        data={"before": before, "after": _snapshot(row)},
+        data={"before": before, "after": row.audit_data()},
     )
     return row
 
@@ -150,7 +130,7 @@ def guest_file_tools_remove(*, actor: Actor, tools_id: int) -> None:
     row = GuestFileTools.objects.select_related("upstream").filter(pk=tools_id).first()
     if row is None:
         raise NotFoundError(f"there are no guest file tools #{tools_id}")
-    audit_record(actor=actor, action=RecoveryAction.RESTORE_TOOLS_REMOVED, target=row, data=_snapshot(row))
+    audit_record(actor=actor, action=RecoveryAction.RESTORE_TOOLS_REMOVED, target=row, data=row.audit_data())
     row.delete()
 
 

@@ -9,6 +9,8 @@ path and the content, each tool its own (an upstream serving one machine takes n
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
@@ -20,6 +22,22 @@ class GuestFileTools(models.Model):
     class Encoding(models.TextChoices):
         UTF8 = "utf-8", "utf-8 text"
         BASE64 = "base64"
+
+    # What an operator sets on a row (besides the upstream and platform that name it): the admin
+    # form and the REST serializer show exactly these.
+    EDITABLE = (
+        "vm_pattern",
+        "writer_tool",
+        "reader_tool",
+        "vm_arg",
+        "path_arg",
+        "content_arg",
+        "reader_vm_arg",
+        "reader_path_arg",
+        "content_encoding",
+        "encoding_arg",
+        "enabled",
+    )
 
     upstream = models.ForeignKey("rewind.Upstream", on_delete=models.CASCADE, related_name="guest_file_tools")
     os = models.CharField(max_length=10, choices=Os.choices)
@@ -75,3 +93,6 @@ class GuestFileTools(models.Model):
     @property
     def reader_path(self) -> str:
         return self.reader_path_arg or self.path_arg
+
+    def audit_data(self) -> dict[str, Any]:
+        return {"upstream": self.upstream.name, "os": self.os, **{name: getattr(self, name) for name in self.EDITABLE}}

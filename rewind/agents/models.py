@@ -1,8 +1,11 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
+from rewind.agents.limits import VmLimit
 from rewind.mcp import scopes
 
 ALL_SCOPES = " ".join(scopes.ALL)
@@ -47,6 +50,15 @@ class Agent(models.Model):
     def __str__(self) -> str:
         return self.name
 
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "owner": self.owner.get_username(),
+            "is_active": self.is_active,
+            "description": self.description,
+            "vm_limit": VmLimit.of(self).as_claim(),
+            "changes_need_approval": self.changes_need_approval,
+        }
+
 
 class AgentToken(models.Model):
     """A bearer token of an agent. Only its SHA-256 is stored; the token is shown once."""
@@ -72,6 +84,15 @@ class AgentToken(models.Model):
 
     def __str__(self) -> str:
         return f"{self.agent.name} {self.prefix}…"
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent.name,
+            "prefix": self.prefix,
+            "label": self.label,
+            "scope": self.scope,
+            "expires_at": self.expires_at.isoformat() if self.expires_at else None,
+        }
 
 
 class CredentialsVersion(models.Model):

@@ -19,7 +19,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from rewind.agents.limits import FIELDS as LIMIT_FIELDS
-from rewind.agents.limits import VmLimit, lines
+from rewind.agents.limits import lines
 from rewind.agents.models import Agent, AgentToken, CredentialsVersion
 from rewind.audit import Actor, audit_record
 from rewind.audit.actions import AgentAction
@@ -36,16 +36,6 @@ LAST_USED_PRECISION = timedelta(minutes=1)
 
 def hash_token(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
-
-
-def _token_snapshot(token: AgentToken) -> dict[str, object]:
-    return {
-        "agent": token.agent.name,
-        "prefix": token.prefix,
-        "label": token.label,
-        "scope": token.scope,
-        "expires_at": token.expires_at.isoformat() if token.expires_at else None,
-    }
 
 
 @transaction.atomic
@@ -77,16 +67,6 @@ _LIMIT_FIELDS = LIMIT_FIELDS
 _AGENT_FIELDS = ("owner", "is_active", "description", "changes_need_approval", *_LIMIT_FIELDS)
 
 
-def _agent_snapshot(agent: Agent) -> dict[str, object]:
-    return {
-        "owner": agent.owner.get_username(),
-        "is_active": agent.is_active,
-        "description": agent.description,
-        "vm_limit": VmLimit.of(agent).as_claim(),
-        "changes_need_approval": agent.changes_need_approval,
-    }
-
-
 def _clean_limit(field: str, value: object) -> str:
     entries = lines(str(value or ""))
     for entry in entries:
@@ -109,11 +89,11 @@ def agent_update(*, actor: Actor, agent: Agent, request_id: str | None = None, *
     if "changes_need_approval" in fields and not isinstance(fields["changes_need_approval"], bool):
         raise ApplicationError("changes_need_approval must be true or false")
     agent = Agent.objects.select_for_update().get(pk=agent.pk)
-    before = _agent_snapshot(agent)
+    before = agent.audit_data()
     for key, value in fields.items():
         setattr(agent, key, value)
     agent.save(update_fields=list(fields) or None)
-    after = _agent_snapshot(agent)
+    after = agent.audit_data()
     if after["changes_need_approval"] != before["changes_need_approval"]:
         policy_version_raise(
             actor=actor,
@@ -181,9 +161,7 @@ def agent_token_issue(
         created_by=actor.name[:150],
         expires_at=expires_at,
     )
-    audit_record(
-        actor=actor, action=AgentAction.TOKEN_ISSUED, target=row, data=_token_snapshot(row), request_id=request_id
-    )
+    audit_record(actor=actor, action=AgentAction.TOKEN_ISSUED, target=row, data=row.audit_data(), request_id=request_id)
     return IssuedToken(row=row, token=token)
 
 
@@ -240,7 +218,7 @@ def agent_token_revoke(*, actor: Actor, token: AgentToken, request_id: str | Non
     _credentials_changed()
     token.revoked_at = now
     audit_record(
-        actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=_token_snapshot(token), request_id=request_id
+        actor=actor, action=AgentAction.TOKEN_REVOKED, target=token, data=token.audit_data(), request_id=request_id
     )
     return True
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -105,6 +107,21 @@ class HeldCall(models.Model):
     def decided(self) -> bool:
         """A person decided it (approved or denied), whatever came of it after."""
         return self.decided_at is not None
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "mode": self.mode,
+            "tool": self.tool,
+            "agent": self.agent_name,
+            "arguments": self.arguments_shown,
+            "arguments_digest": self.arguments_digest,
+            "vm": self.vm,
+            "checkpoints": [c.get("checkpoint_identifier") for c in self.checkpoints],
+            "policy_version": self.policy_version,
+            "expires_at": self.expires_at.isoformat(),
+            "call_id": self.call_id or None,
+            "guard": self.guard_id,
+        }
 
 
 class HeldCallApproval(models.Model):

@@ -73,22 +73,6 @@ class HoldRequest:
     request_id: str = ""
 
 
-def _describe(held: HeldCall) -> dict[str, Any]:
-    return {
-        "mode": held.mode,
-        "tool": held.tool,
-        "agent": held.agent_name,
-        "arguments": held.arguments_shown,
-        "arguments_digest": held.arguments_digest,
-        "vm": held.vm,
-        "checkpoints": [c.get("checkpoint_identifier") for c in held.checkpoints],
-        "policy_version": held.policy_version,
-        "expires_at": held.expires_at.isoformat(),
-        "call_id": held.call_id or None,
-        "guard": held.guard_id,
-    }
-
-
 def held_call_open(hold: HoldRequest) -> HeldCall:
     """Hold a call for a person; the same guard, tool and arguments give back the held call there is.
 
@@ -132,7 +116,7 @@ def held_call_open(hold: HoldRequest) -> HeldCall:
                 actor=Actor.agent(hold.agent_name),
                 action=ApprovalAction.HELD,
                 target=held,
-                data={**_describe(held), "reason": held.reason, "state": held.state},
+                data={**held.audit_data(), "reason": held.reason, "state": held.state},
                 request_id=held.request_id,
             )
             if state == State.PENDING:
@@ -168,7 +152,7 @@ def held_call_guard_ended(*, held_id: int, ok: bool, checkpoints: Sequence[Mappi
                 actor=SYSTEM,
                 action=ApprovalAction.REFUSED,
                 target=held,
-                data={"refusal": held.refusal, **_describe(held)},
+                data={"refusal": held.refusal, **held.audit_data()},
                 request_id=held.request_id,
             )
     return True
@@ -250,7 +234,12 @@ def held_call_approve(
             actor=Actor.user(approver.get_username()),
             action=ApprovalAction.APPROVED,
             target=locked,
-            data={"approvals": count, "required": locked.approvals_required, "complete": complete, **_describe(locked)},
+            data={
+                "approvals": count,
+                "required": locked.approvals_required,
+                "complete": complete,
+                **locked.audit_data(),
+            },
             request_id=rid,
         )
     locked.refresh_from_db()
@@ -291,7 +280,7 @@ def held_call_deny(
             actor=Actor.user(person.get_username()),
             action=ApprovalAction.DENIED,
             target=held,
-            data={"note": note, **_describe(held)},
+            data={"note": note, **held.audit_data()},
             request_id=request_id,
         )
     return held
@@ -310,7 +299,7 @@ def held_call_expire(*, held_id: int, now: datetime | None = None) -> bool:
                 actor=SYSTEM,
                 action=ApprovalAction.EXPIRED,
                 target=held,
-                data=_describe(held),
+                data=held.audit_data(),
                 request_id=held.request_id,
             )
     return bool(won)
@@ -351,7 +340,7 @@ def held_call_release_refuse(*, held: HeldCall, refusal: str, policy_version: in
             actor=SYSTEM,
             action=ApprovalAction.REFUSED,
             target=held,
-            data={"refusal": held.refusal, "policy_version_now": policy_version, **_describe(held)},
+            data={"refusal": held.refusal, "policy_version_now": policy_version, **held.audit_data()},
             request_id=held.request_id,
         )
     return held
@@ -365,7 +354,7 @@ def held_call_released(*, held: HeldCall, policy_version: int) -> None:
         actor=SYSTEM,
         action=ApprovalAction.RELEASED,
         target=held,
-        data={"policy_version_now": policy_version, "approved_by": held.decided_by, **_describe(held)},
+        data={"policy_version_now": policy_version, "approved_by": held.decided_by, **held.audit_data()},
         request_id=held.request_id,
     )
 

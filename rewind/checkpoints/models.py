@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import models
 
@@ -166,6 +167,15 @@ class ChangeGuardVpg(models.Model):
 
     def __str__(self) -> str:
         return f"{self.vpg_name}: {self.status}"
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "vpg": self.vpg_name,
+            "vpg_identifier": self.vpg_identifier,
+            "tag": self.guard.tag,
+            "checkpoint_identifier": self.checkpoint_identifier,
+            "checkpoint_timestamp": self.checkpoint_timestamp.isoformat() if self.checkpoint_timestamp else None,
+        }
 
 
 # The name code uses for a guard's per-VPG row (see the class's docstring).

@@ -156,7 +156,7 @@ def _record(
                 target=row.guard,
                 request_id=row.guard.request_id,
                 data={
-                    **_row_data(row),
+                    **row.audit_data(),
                     "site": site.name,
                     "left_at_about": _iso(forecast.leaves_at),
                     "seen_at": now.isoformat(),
@@ -168,16 +168,6 @@ def _record(
 
 def _iso(value: datetime | None) -> str | None:
     return value.isoformat() if value else None
-
-
-def _row_data(row: TaggedCheckpoint) -> dict[str, object]:
-    return {
-        "vpg": row.vpg_name,
-        "vpg_identifier": row.vpg_identifier,
-        "tag": row.guard.tag,
-        "checkpoint_identifier": row.checkpoint_identifier,
-        "checkpoint_timestamp": _iso(row.checkpoint_timestamp),
-    }
 
 
 def retention_recheck_due(rows: Iterable[TaggedCheckpoint], *, now: datetime | None = None) -> None:
@@ -227,7 +217,7 @@ def retention_warning_record(*, row: TaggedCheckpoint, now: datetime | None = No
             target=row.guard,
             request_id=row.guard.request_id,
             data={
-                **_row_data(row),
+                **row.audit_data(),
                 "vm": row.guard.vm_name,
                 "change_id": row.guard.change_id,
                 "leaves_journal_at": _iso(row.leaves_journal_at),

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from django.db import models
+
+from rewind.lib.crypto import decrypt
 
 
 class Policy(models.TextChoices):
@@ -74,6 +79,28 @@ class Upstream(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def headers(self) -> dict[str, str]:
+        return json.loads(decrypt(self.headers_encrypted)) if self.headers_encrypted else {}
+
+    def env(self) -> dict[str, str]:
+        return json.loads(decrypt(self.env_encrypted)) if self.env_encrypted else {}
+
+    def audit_data(self) -> dict[str, Any]:
+        # Header and variable names only: their values may be credentials.
+        return {
+            "name": self.name,
+            "transport": self.transport,
+            "url": self.url,
+            "command": self.command,
+            "header_names": sorted(self.headers()),
+            "env_names": sorted(self.env()),
+            "enabled": self.enabled,
+            "connect_timeout_s": self.connect_timeout_s,
+            "call_timeout_s": self.call_timeout_s,
+            "default_policy": self.default_policy,
+            "host_vm": self.host_vm,
+        }
 
 
 class UpstreamTool(models.Model):

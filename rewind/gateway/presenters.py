@@ -10,7 +10,6 @@ from typing import Annotated, Any
 from pydantic import Field, WithJsonSchema
 
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
-from rewind.gateway.services import upstream_env, upstream_headers
 from rewind.lib.rest.outputs import ROWS, OutputModel, optional
 
 META_CALL_ID = "zerto-rewind/call_id"
@@ -100,9 +99,7 @@ class UpstreamOut(OutputModel):
 
 def upstream_out(upstream: Upstream) -> UpstreamOut:
     """The upstream and the names, never the values, of its headers and environment."""
-    return UpstreamOut.of(
-        upstream, header_names=sorted(upstream_headers(upstream)), env_names=sorted(upstream_env(upstream))
-    )
+    return UpstreamOut.of(upstream, header_names=sorted(upstream.headers()), env_names=sorted(upstream.env()))
 
 
 class UpstreamCheckOut(OutputModel):

@@ -30,7 +30,7 @@ from rewind.gateway.models import GatewayCall, Policy, Upstream, UpstreamLink, U
 from rewind.gateway.naming import UPSTREAM_NAME, UPSTREAM_NAME_RULE, catalog_name, exposed_name
 from rewind.gateway.secrets import command_credential_problem, url_credential_problem
 from rewind.lib import bulk
-from rewind.lib.crypto import decrypt, encrypt
+from rewind.lib.crypto import encrypt
 from rewind.lib.errors import ApplicationError
 from rewind.mcp.endpoint import MCP_PATH
 from rewind.policy.selectors import policy_version_sql, stops_in_force_sql
@@ -43,35 +43,6 @@ _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,100}$")
 # Arguments that usually name the machine a tool acts on, most telling first: the suggestion
 # a person starts from when classifying a sighting, and where guard-if-protected looks first.
 VM_ARG_NAMES = ("host", "hosts", "hostname", "computer_name", "computername", "vm", "vm_name", "target", "server")
-
-
-def _snapshot(upstream: Upstream) -> dict[str, Any]:
-    # Header and variable names only: their values may be credentials.
-    return {
-        "name": upstream.name,
-        "transport": upstream.transport,
-        "url": upstream.url,
-        "command": upstream.command,
-        "header_names": sorted(upstream_headers(upstream)),
-        "env_names": sorted(upstream_env(upstream)),
-        "enabled": upstream.enabled,
-        "connect_timeout_s": upstream.connect_timeout_s,
-        "call_timeout_s": upstream.call_timeout_s,
-        "default_policy": upstream.default_policy,
-        "host_vm": upstream.host_vm,
-    }
-
-
-def _decrypted_map(ciphertext: str) -> dict[str, str]:
-    return json.loads(decrypt(ciphertext)) if ciphertext else {}
-
-
-def upstream_headers(upstream: Upstream) -> dict[str, str]:
-    return _decrypted_map(upstream.headers_encrypted)
-
-
-def upstream_env(upstream: Upstream) -> dict[str, str]:
-    return _decrypted_map(upstream.env_encrypted)
 
 
 def _clean_map(value: Mapping[str, Any] | None, *, what: str, key_rule: re.Pattern[str]) -> dict[str, str]:
@@ -185,7 +156,7 @@ def upstream_create(
         raise ApplicationError(f"an upstream named {upstream.name!r} already exists")
     upstream.save()
     audit_record(
-        actor=actor, action=GatewayAction.UPSTREAM_CREATED, target=upstream, data={"after": _snapshot(upstream)}
+        actor=actor, action=GatewayAction.UPSTREAM_CREATED, target=upstream, data={"after": upstream.audit_data()}
     )
     policy_version_raise(actor=actor, what=f"upstream {upstream.name} added (default policy {upstream.default_policy})")
     return upstream
@@ -218,7 +189,7 @@ def upstream_update(
     if unknown:
         raise ApplicationError(f"these cannot be changed: {', '.join(sorted(unknown))}")
     locked = Upstream.objects.select_for_update(no_key=True).get(pk=upstream.pk)  # calls need not wait (see below)
-    before = _snapshot(locked)
+    before = locked.audit_data()
     for key, value in fields.items():
         setattr(locked, key, value)
     if headers is not None:
@@ -233,7 +204,7 @@ def upstream_update(
         target=locked,
         data={
             "before": before,
-            "after": _snapshot(locked),
+            "after": locked.audit_data(),
             "credentials_replaced": headers is not None or env is not None,
         },
     )
@@ -265,9 +236,9 @@ def _build_spec(upstream: Upstream) -> UpstreamSpec:
         name=upstream.name,
         transport=upstream.transport,
         url=upstream.url,
-        headers=tuple(sorted(upstream_headers(upstream).items())),
+        headers=tuple(sorted(upstream.headers().items())),
         command=tuple(upstream.command),
-        env=tuple(sorted(upstream_env(upstream).items())),
+        env=tuple(sorted(upstream.env().items())),
         connect_timeout_s=upstream.connect_timeout_s,
         call_timeout_s=upstream.call_timeout_s,
         version=upstream.updated_at.isoformat() if upstream.updated_at else "",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
@@ -71,3 +73,13 @@ class NotificationDelivery(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} → {self.channel_label}"
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "kind": self.kind,
+            "event": self.dedupe_key,
+            "channel": self.channel_label,
+            "attempts": self.attempts,
+            "about": f"{self.target_type}:{self.target_id}" if self.target_type else "",
+            "error": self.last_error,
+        }

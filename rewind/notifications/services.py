@@ -310,17 +310,6 @@ def notification_delivery_close(
     return bool(won)
 
 
-def _describe(delivery: NotificationDelivery) -> dict[str, object]:
-    return {
-        "kind": delivery.kind,
-        "event": delivery.dedupe_key,
-        "channel": delivery.channel_label,
-        "attempts": delivery.attempts,
-        "about": f"{delivery.target_type}:{delivery.target_id}" if delivery.target_type else "",
-        "error": delivery.last_error,
-    }
-
-
 def _close_audited(
     delivery: NotificationDelivery,
     status: str,
@@ -335,7 +324,7 @@ def _close_audited(
                 actor=SYSTEM,
                 action=NotificationAction.SENT if status == Status.SENT else NotificationAction.FAILED,
                 target=delivery,
-                data=_describe(delivery),
+                data=delivery.audit_data(),
                 request_id=delivery.request_id or None,
             )
     return True

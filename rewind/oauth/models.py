@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 
@@ -44,3 +46,13 @@ class AgentGrant(models.Model):
 
     def __str__(self) -> str:
         return f"{self.client_name or self.application.client_id} as {self.agent.name}"
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "agent": self.agent.name,
+            "person": self.user.get_username(),
+            "client_id": self.application.client_id,
+            "client_name": self.client_name,
+            "redirect_uri": self.redirect_uri,
+            "scope": self.scope,
+        }

@@ -18,17 +18,6 @@ from rewind.mcp import scopes
 from rewind.oauth.models import AgentGrant
 
 
-def _snapshot(grant: AgentGrant) -> dict[str, object]:
-    return {
-        "agent": grant.agent.name,
-        "person": grant.user.get_username(),
-        "client_id": grant.application.client_id,
-        "client_name": grant.client_name,
-        "redirect_uri": grant.redirect_uri,
-        "scope": grant.scope,
-    }
-
-
 def _end_tokens(*, user_id: int, application_id: int) -> None:
     """End every code and token of this (person, client): the next request with one is refused."""
     Grant.objects.filter(user_id=user_id, application_id=application_id).delete()
@@ -72,7 +61,7 @@ def agent_grant_create(
         scope=" ".join(s for s in scopes.ALL if s in granted),
     )
     audit_record(
-        actor=actor, action=OAuthAction.GRANT_CREATED, target=grant, data=_snapshot(grant), request_id=request_id
+        actor=actor, action=OAuthAction.GRANT_CREATED, target=grant, data=grant.audit_data(), request_id=request_id
     )
     return grant
 
@@ -89,7 +78,7 @@ def _revoke(*, actor: Actor, grant: AgentGrant, reason: str, request_id: str | N
         actor=actor,
         action=OAuthAction.GRANT_REVOKED,
         target=grant,
-        data={**_snapshot(grant), "reason": reason},
+        data={**grant.audit_data(), "reason": reason},
         request_id=request_id,
     )
     return True

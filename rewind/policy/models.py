@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.db import models
 
 
@@ -60,6 +62,9 @@ class ApprovalRule(models.Model):
     def __str__(self) -> str:
         return f"{self.get_kind_display().split(' (')[0]} {self.value}"
 
+    def audit_data(self) -> dict[str, Any]:
+        return {"kind": self.kind, "value": self.value, "note": self.note, "enabled": self.enabled}
+
 
 class StopSwitch(models.Model):
     """A stop a person engaged: every guarded change in its scope is refused until a person lifts it.
@@ -107,3 +112,16 @@ class StopSwitch(models.Model):
     @property
     def active(self) -> bool:
         return self.lifted_at is None
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "scope": self.scope,
+            "agent": self.agent_name or None,
+            "vm": self.vm or None,
+            "reason": self.reason,
+            "stopped_by": self.stopped_by,
+            "stopped_at": self.stopped_at.isoformat(),
+            "lifted_by": self.lifted_by or None,
+            "lifted_at": self.lifted_at.isoformat() if self.lifted_at else None,
+            "lift_note": self.lift_note or None,
+        }

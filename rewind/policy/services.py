@@ -52,10 +52,6 @@ def policy_version_raise(*, actor: Actor, what: str, request_id: str | None = No
     return int(version)
 
 
-def _rule_snapshot(rule: ApprovalRule) -> dict[str, Any]:
-    return {"kind": rule.kind, "value": rule.value, "note": rule.note, "enabled": rule.enabled}
-
-
 def _clean_rule(kind: str, value: str, note: str) -> tuple[str, str, str]:
     if kind not in ApprovalRule.Kind.values:
         raise ApplicationError(f"kind must be one of {', '.join(ApprovalRule.Kind.values)}")
@@ -75,7 +71,7 @@ def approval_rule_add(*, actor: Actor, kind: str, value: str, note: str = "") ->
     if ApprovalRule.objects.filter(kind=kind, value__iexact=value).exists():
         raise ApplicationError(f"a rule for {kind} {value!r} exists already")
     rule = ApprovalRule.objects.create(kind=kind, value=value, note=note, created_by=actor.name[:150])
-    audit_record(actor=actor, action=PolicyAction.RULE_ADDED, target=rule, data={"after": _rule_snapshot(rule)})
+    audit_record(actor=actor, action=PolicyAction.RULE_ADDED, target=rule, data={"after": rule.audit_data()})
     policy_version_raise(actor=actor, what=f"VM rule added: {rule}")
     return rule
 
@@ -88,7 +84,7 @@ def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **fields: Any) -> 
     if unknown:
         raise ApplicationError(f"cannot change {', '.join(sorted(unknown))} of a VM rule")
     locked = ApprovalRule.objects.select_for_update().get(pk=rule.pk)
-    before = _rule_snapshot(locked)
+    before = locked.audit_data()
     _kind, locked.value, locked.note = _clean_rule(
         locked.kind, str(fields.get("value", locked.value)), str(fields.get("note", locked.note))
     )
@@ -96,7 +92,7 @@ def approval_rule_update(*, actor: Actor, rule: ApprovalRule, **fields: Any) -> 
         if not isinstance(fields["enabled"], bool):
             raise ApplicationError("enabled must be true or false")
         locked.enabled = fields["enabled"]
-    after = _rule_snapshot(locked)
+    after = locked.audit_data()
     if after == before:
         return locked
     locked.save()
@@ -115,27 +111,13 @@ def approval_rule_remove(*, actor: Actor, rule: ApprovalRule) -> None:
         actor=actor,
         action=PolicyAction.RULE_REMOVED,
         target=("rewind.approvalrule", str(locked.pk)),
-        data={"before": _rule_snapshot(locked)},
+        data={"before": locked.audit_data()},
     )
     policy_version_raise(actor=actor, what=f"VM rule removed: {locked}")
     locked.delete()
 
 
 # -- stop switches -----------------------------------------------------------------------------
-
-
-def _stop_snapshot(stop: StopSwitch) -> dict[str, Any]:
-    return {
-        "scope": stop.scope,
-        "agent": stop.agent_name or None,
-        "vm": stop.vm or None,
-        "reason": stop.reason,
-        "stopped_by": stop.stopped_by,
-        "stopped_at": stop.stopped_at.isoformat(),
-        "lifted_by": stop.lifted_by or None,
-        "lifted_at": stop.lifted_at.isoformat() if stop.lifted_at else None,
-        "lift_note": stop.lift_note or None,
-    }
 
 
 def _clean_stop(scope: str, agent: int | None, vm: str, reason: str) -> tuple[str, str]:
@@ -213,7 +195,7 @@ def stop_engage(
         )
     stop.save()
     audit_record(
-        actor=actor, action=PolicyAction.STOP_ENGAGED, target=stop, data=_stop_snapshot(stop), request_id=request_id
+        actor=actor, action=PolicyAction.STOP_ENGAGED, target=stop, data=stop.audit_data(), request_id=request_id
     )
     _notify_stop(stop, lifted=False)
     return stop
@@ -232,7 +214,7 @@ def stop_lift(*, actor: Actor, stop: StopSwitch, note: str = "", request_id: str
         raise ApplicationError(f"stop #{stop.pk} was lifted already")
     lifted = StopSwitch.objects.get(pk=stop.pk)
     audit_record(
-        actor=actor, action=PolicyAction.STOP_LIFTED, target=lifted, data=_stop_snapshot(lifted), request_id=request_id
+        actor=actor, action=PolicyAction.STOP_LIFTED, target=lifted, data=lifted.audit_data(), request_id=request_id
     )
     _notify_stop(lifted, lifted=True)
     return lifted

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.db import models
 
@@ -56,6 +58,18 @@ class Site(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def audit_data(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "base_url": self.base_url,
+            "username": self.username,
+            "client_id": self.client_id,
+            "verify_tls": self.verify_tls,
+            "enabled": self.enabled,
+            "max_requests_per_s": self.max_requests_per_s,
+            "ca_bundle_pinned": bool(self.ca_bundle),
+        }
 
 
 class ZvmRateWindow(models.Model):

@@ -35,13 +35,7 @@ logger = logging.getLogger(__name__)
 _CLOCK_MOVED_S = 0.5
 _CLOCK_REFRESH = timedelta(minutes=5)
 
-_AUDITED_FIELDS = ("name", "base_url", "username", "client_id", "verify_tls", "enabled", "max_requests_per_s")
-
-
-def _site_snapshot(site: Site) -> dict[str, object]:
-    snap: dict[str, object] = {f: getattr(site, f) for f in _AUDITED_FIELDS}
-    snap["ca_bundle_pinned"] = bool(site.ca_bundle)
-    return snap
+_EDITABLE = ("name", "base_url", "username", "client_id", "verify_tls", "ca_bundle", "enabled", "max_requests_per_s")
 
 
 def site_base_url_clean(base_url: str) -> str:
@@ -104,7 +98,7 @@ def site_create(
     )
     site.save()
     _circuit_fresh(site)
-    audit_record(actor=actor, action=SiteAction.CREATED, target=site, data={"after": _site_snapshot(site)})
+    audit_record(actor=actor, action=SiteAction.CREATED, target=site, data={"after": site.audit_data()})
     return site
 
 
@@ -124,10 +118,10 @@ def site_update(
     *, actor: Actor, site: Site, password: str | None = None, client_secret: str | None = None, **fields: object
 ) -> Site:
     """Change a site. ``password``/``client_secret`` of None keep the stored value."""
-    before = _site_snapshot(site)
+    before = site.audit_data()
     was_enabled = site.enabled
     for key, value in fields.items():
-        if key not in (*_AUDITED_FIELDS, "ca_bundle"):
+        if key not in _EDITABLE:
             raise ApplicationError(f"unknown site field {key!r}")
         setattr(site, key, value)
     _validate(site.name, site.base_url, site.max_requests_per_s)
@@ -148,7 +142,7 @@ def site_update(
         action=SiteAction.CHANGED,
         target=site,
         # Not "secrets_changed": the masker would hide a key that says "secret".
-        data={"before": before, "after": _site_snapshot(site), "rotated": changed_secrets},
+        data={"before": before, "after": site.audit_data(), "rotated": changed_secrets},
     )
     return site
 

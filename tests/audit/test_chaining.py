@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import multiprocessing
 import threading
-import time
 from datetime import timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from rewind.audit.tasks import audit_chain_pending
 from rewind.celery import app as celery_app
 from rewind.models import AuditChainHead, AuditEvent
 from tests.audit.support import raw_update
+from tests.fixtures import wait_until
 
 WRITERS, PER_WRITER = 4, 40
 
@@ -166,10 +166,8 @@ def test_an_event_committed_while_another_chains_is_chained_by_that_chainer() ->
     assert head_held.wait(60)
     chainer = threading.Thread(target=chain)
     chainer.start()
-    deadline = time.monotonic() + 60
-    while not _chainer_waits_for_the_head():  # the chainer holds the chain lock and waits for the head row
-        assert time.monotonic() < deadline, "the chainer never reached the head row"
-        time.sleep(0.01)
+    # The chainer holds the chain lock and waits for the head row.
+    wait_until(_chainer_waits_for_the_head, 60, what="the chainer waiting for the head row", every=0.01)
     (mine,) = _record(1, "test.mine")  # its inline try and its pass both find the chain lock taken
     assert mine.seq is None
     release_head.set()

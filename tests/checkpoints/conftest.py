@@ -1,13 +1,11 @@
-"""Guard fixtures: the starter catalog and an agent (sites come from tests.fixtures)."""
+"""Guard fixtures: the starter catalog (sites and the agent come from tests.fixtures)."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
-from django.contrib.auth.models import User
 
-from rewind.models import Agent
 from tests.helpers import install_starter_catalog
 
 
@@ -20,9 +18,3 @@ def _no_lookup_cache(settings: Any) -> None:
 @pytest.fixture(autouse=True)
 def _starter_catalog(db: None) -> None:
     install_starter_catalog()
-
-
-@pytest.fixture
-def agent(db: None) -> Agent:
-    owner = User.objects.create_user("owner", password="x-owner-pw-123")
-    return Agent.objects.create(name="ops-bot", owner=owner)

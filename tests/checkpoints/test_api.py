@@ -8,41 +8,52 @@ import pytest
 from django.utils import timezone
 
 from rewind.models import ChangeGuard, TaggedCheckpoint
+from tests.helpers import guard_row
 
 
-def _guard(agent: str, vm: str, change_id: str, status: str, vpgs: dict[str, str]) -> ChangeGuard:
-    guard = ChangeGuard.objects.create(
-        agent_name=agent,
-        tool="ssh/exec",
-        action="edit",
-        vm_identifier=f"srv.{vm}-id",
-        vm_name=vm,
-        change_id=change_id,
-        tag=f"ai:{agent} | edit | vm={vm} | change={change_id}",
-        status=status,
-        timeout_s=60,
-    )
-    for name, row_status in vpgs.items():
-        listed = row_status == TaggedCheckpoint.Status.LISTED
-        TaggedCheckpoint.objects.create(
-            guard=guard,
-            vpg_name=name,
-            vpg_identifier=f"{name}-guid",
-            status=row_status,
-            recovery_site_name="Site B",
-            checkpoint_identifier=f"cp-{name}" if listed else "",
-            checkpoint_timestamp=timezone.now() if listed else None,
-            error="" if listed else "timed out",
-        )
-    return guard
+def _vpgs(statuses: dict[str, str]) -> dict[str, dict[str, Any]]:
+    """Each VPG's row in ``status``: a listed one with its checkpoint, any other timed out."""
+
+    def row(name: str, status: str) -> dict[str, Any]:
+        listed = status == TaggedCheckpoint.Status.LISTED
+        return {
+            "status": status,
+            "recovery_site_name": "Site B",
+            "checkpoint_identifier": f"cp-{name}" if listed else "",
+            "checkpoint_timestamp": timezone.now() if listed else None,
+            "error": "" if listed else "timed out",
+        }
+
+    return {name: row(name, status) for name, status in statuses.items()}
 
 
 @pytest.fixture
 def guards(db: None) -> list[ChangeGuard]:
     return [
-        _guard("fixer", "web01", "c-1", "ok", {"vpg-web": "listed", "vpg-web-dr": "listed"}),
-        _guard("fixer", "app01", "c-2", "failed", {"vpg-app-1": "listed", "vpg-app-2": "timed_out"}),
-        _guard("other", "web01", "c-3", "running", {"vpg-web": "waiting"}),
+        guard_row(
+            agent="fixer",
+            vm="web01",
+            change_id="c-1",
+            status="ok",
+            tool="ssh/exec",
+            vpgs=_vpgs({"vpg-web": "listed", "vpg-web-dr": "listed"}),
+        ),
+        guard_row(
+            agent="fixer",
+            vm="app01",
+            change_id="c-2",
+            status="failed",
+            tool="ssh/exec",
+            vpgs=_vpgs({"vpg-app-1": "listed", "vpg-app-2": "timed_out"}),
+        ),
+        guard_row(
+            agent="other",
+            vm="web01",
+            change_id="c-3",
+            status="running",
+            tool="ssh/exec",
+            vpgs=_vpgs({"vpg-web": "waiting"}),
+        ),
     ]
 
 
@@ -116,6 +127,13 @@ def test_the_list_takes_a_fixed_number_of_queries(
 ) -> None:
     client = api(viewer)
     for i in range(10):
-        _guard("fixer", f"vm{i}", f"more-{i}", "ok", {"vpg-a": "listed", "vpg-b": "listed"})
+        guard_row(
+            agent="fixer",
+            vm=f"vm{i}",
+            change_id=f"more-{i}",
+            status="ok",
+            tool="ssh/exec",
+            vpgs=_vpgs({"vpg-a": "listed", "vpg-b": "listed"}),
+        )
     with django_assert_max_num_queries(6):
         assert len(client.get("/api/guards/").json()["results"]) == 13

@@ -7,7 +7,6 @@ killed mid-wait or mid-call needs the real Celery worker.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -17,14 +16,7 @@ from rewind.checkpoints.services import guard_create, guard_read_and_resume
 from rewind.lib.errors import ApplicationError
 from rewind.models import AuditEvent, ChangeGuard, SitePoller, TaggedCheckpoint
 from tests.fixtures import InlineTasks, wait_until
-from tests.helpers import tagged_rows, wait_guard_finished
-
-
-def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
-    action = kw.pop("action", "edit config")
-    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action=action, **kw)
-    assert outcome.guard is not None, outcome.refusal
-    return outcome.guard
+from tests.helpers import guard_request, tagged_rows, wait_guard_finished
 
 
 def _wait_rows(guard: ChangeGuard, status: str, timeout: float = 30.0, tasks: InlineTasks | None = None) -> None:
@@ -45,7 +37,7 @@ def _wait_calls(sim: Any, slug: str, key: str, count: int, timeout: float = 30.0
 def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
-    guard = wait_guard_finished(_request(agent, "app01", action="edit app.conf"), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "app01", action="edit app.conf"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     rows = list(guard.vpgs.all())
     assert sorted(r.vpg_name for r in rows) == ["vpg-app-1", "vpg-app-2", "vpg-app-3"]
@@ -64,16 +56,16 @@ def test_it_checkpoints_every_vpg_of_a_vm_and_waits_until_listed(
 
 
 def test_it_checkpoints_a_vm_in_one_vpg(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
-    guard = wait_guard_finished(_request(agent, "db01"), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "db01", action="edit config"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK
     assert [r.vpg_name for r in guard.vpgs.all()] == ["vpg-db"]
-    assert guard.tag.startswith("ai:ops-bot | edit config | vm=db01 | change=")
+    assert guard.tag.startswith("ai:fixer | edit config | vm=db01 | change=")
     assert guard.tag.endswith("Z")
 
 
 def test_it_waits_for_a_slow_listing(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=1.5)
-    guard = wait_guard_finished(_request(agent, "web01"), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "web01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     assert all(r.waited_ms is not None and r.waited_ms >= 1500 for r in guard.vpgs.all())
 
@@ -82,7 +74,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks
 ) -> None:
     sim.add_fault("checkpoint_never_listed", count=1)
-    guard = wait_guard_finished(_request(agent, "web01", timeout_s=3), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "web01", timeout_s=3), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     statuses = sorted(r.status for r in guard.vpgs.all())
     assert statuses == [TaggedCheckpoint.Status.LISTED, TaggedCheckpoint.Status.TIMED_OUT]
@@ -93,7 +85,7 @@ def test_it_fails_when_the_checkpoint_is_never_listed(
 
 def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("task_fail", message="Journal is full", count=1)
-    guard = wait_guard_finished(_request(agent, "db01"), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "db01"), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.FAILED
@@ -102,7 +94,7 @@ def test_it_reports_a_failed_insert_task(sim: Any, sites: Any, agent: Any, inlin
 
 def test_it_survives_token_expiry_during_the_wait(sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=2)
-    guard = _request(agent, "app01")
+    guard = guard_request(agent, "app01")
     _wait_rows(guard, TaggedCheckpoint.Status.WAITING, tasks=inline_tasks)
     sim.add_fault("expire_tokens")
     guard = wait_guard_finished(guard, tasks=inline_tasks)
@@ -168,7 +160,7 @@ def test_it_refuses_vms_that_cannot_take_a_checkpoint(
     assert reason in outcome.refused[0].reason
     assert not ChangeGuard.objects.exists()
     event = AuditEvent.objects.get(action="guard.refused")
-    assert event.actor == "ops-bot"
+    assert event.actor == "fixer"
     assert reason in event.data["reason"]
 
 
@@ -195,7 +187,7 @@ def test_a_guard_whose_worker_was_killed_finishes_without_inserting_twice(
     sim: Any, sites: Any, agent: Any, worker: Any
 ) -> None:
     sim.add_fault("checkpoint_listing_delay", seconds=3)
-    guard = _request(agent, "web01", timeout_s=120)
+    guard = guard_request(agent, "web01", timeout_s=120)
     _wait_rows(guard, TaggedCheckpoint.Status.WAITING)
     worker.kill()
     worker.start()
@@ -216,7 +208,7 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
     # on the cut-off call depends on the web server: either way the next run must end with
     # exactly one checkpoint (found by its tag, its task adopted, or inserted once more).
     sim.add_fault("hang", seconds=2, path_regex="/checkpoints$", method="POST", count=1)
-    guard = _request(agent, "db01", timeout_s=120)
+    guard = guard_request(agent, "db01", timeout_s=120)
     _wait_rows(guard, TaggedCheckpoint.Status.INSERTING)
     # In flight: the simulator counted the insert call, whose answer the hang holds for 2 s.
     _wait_calls(sim, "site-a", "POST /v1/vpgs/{vpg_id}/checkpoints", 1)
@@ -230,18 +222,18 @@ def test_an_insert_cut_off_mid_call_is_found_by_its_tag_not_repeated(
 
 def _wait_via_status(guard_id: int, timeout: float) -> ChangeGuard:
     """Poll like an agent does: a status read restarts a dead poller of the guard's sites."""
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+
+    def finished() -> ChangeGuard | None:
         guard = guard_read_and_resume(guard_id)
-        if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED):
-            return guard
-        time.sleep(0.5)
-    guard = ChangeGuard.objects.get(pk=guard_id)
-    rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
-    raise AssertionError(
-        f"guard {guard_id} not finished after {timeout} s: {guard.status}, rows {rows}, "
-        f"pollers {list(SitePoller.objects.values_list('site_id', 'lease_owner', 'lease_expires_at'))}"
-    )
+        return guard if guard.status in (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED) else None
+
+    def state() -> str:
+        guard = ChangeGuard.objects.get(pk=guard_id)
+        rows = [(r.vpg_name, r.status, r.task_id, r.error) for r in guard.vpgs.all()]
+        pollers = list(SitePoller.objects.values_list("site_id", "lease_owner", "lease_expires_at"))
+        return f"guard {guard_id} finished (now {guard.status}, rows {rows}, pollers {pollers})"
+
+    return wait_until(finished, timeout, what=state, every=0.5)
 
 
 def test_an_insert_that_never_reached_the_zvm_is_made_once_more(
@@ -249,7 +241,7 @@ def test_an_insert_that_never_reached_the_zvm_is_made_once_more(
 ) -> None:
     # A 502 from a proxy: the ZVM never saw the call. No tag, no insert task → insert again, once.
     sim.add_fault("http_error", site="site-a", status=502, path_regex="/checkpoints$", method="POST", count=1)
-    guard = wait_guard_finished(_request(agent, "db01", timeout_s=60), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "db01", timeout_s=60), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     requested = AuditEvent.objects.filter(action="guard.checkpoint.requested", target_id=str(guard.pk))
     assert [e.data["retry"] for e in requested.order_by("seq")] == [False, True]

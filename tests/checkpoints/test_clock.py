@@ -11,10 +11,9 @@ from django.core.management import call_command
 from django.utils import timezone
 
 from rewind.checkpoints import poll_timing
-from rewind.checkpoints.services import guard_create
 from rewind.models import AuditEvent, ChangeGuard, Site, TaggedCheckpoint
 from tests.fixtures import InlineTasks
-from tests.helpers import tagged_rows, wait_guard_finished
+from tests.helpers import guard_request, tagged_rows, wait_guard_finished
 
 FIVE_MINUTES = 300.0
 
@@ -23,22 +22,12 @@ def _clock(sim: Any, slug: str | None, offset_s: float) -> None:
     sim.control("POST", "variants", {"site": slug, "clock_offset_s": offset_s})
 
 
-def _request(agent: Any, vm: str, **kw: Any) -> ChangeGuard:
-    outcome = guard_create(agent_name=agent.name, agent_id=agent.pk, vm=vm, action="edit", **kw)
-    assert outcome.guard is not None, outcome.refusal
-    return outcome.guard
-
-
-def _calls(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
-
-
 @pytest.mark.parametrize("offset_s", [-FIVE_MINUTES, FIVE_MINUTES], ids=["behind", "ahead"])
 def test_a_guard_on_a_zvm_whose_clock_is_off_finds_its_checkpoints(
     sim: Any, sites: Any, agent: Any, inline_tasks: InlineTasks, offset_s: float
 ) -> None:
     _clock(sim, "site-a", offset_s)
-    guard = wait_guard_finished(_request(agent, "app01", timeout_s=40), tasks=inline_tasks)
+    guard = wait_guard_finished(guard_request(agent, "app01", timeout_s=40), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.OK, guard.error
     for vpg in ("vpg-app-1", "vpg-app-2", "vpg-app-3"):
         assert len(tagged_rows(sim, "site-a", vpg, guard.tag)) == 1  # inserted once each
@@ -60,15 +49,15 @@ def test_a_guard_on_a_zvm_whose_clock_is_off_honours_timeout_s(
 ) -> None:
     _clock(sim, "site-a", offset_s)
     sim.add_fault("checkpoint_never_listed", site="site-a")
-    before = _calls(sim, "site-a")
-    guard = wait_guard_finished(_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
+    before = sim.requests_seen("site-a")
+    guard = wait_guard_finished(guard_request(agent, "db01", timeout_s=4), tasks=inline_tasks)
     assert guard.status == ChangeGuard.Status.FAILED
     row = guard.vpgs.get()
     assert row.status == TaggedCheckpoint.Status.TIMED_OUT
     assert "within 4 s" in row.error
     # Insert, lookups and logins, plus at most a task read and a list per look the pacing allows.
     budget = 10 + 2 * poll_timing.calls_bound(4.0, None)
-    assert _calls(sim, "site-a") - before <= budget
+    assert sim.requests_seen("site-a") - before <= budget
 
 
 def test_the_offset_is_measured_and_shown_by_zvm_check_and_the_admin(
@@ -94,7 +83,7 @@ def test_a_process_whose_own_clock_runs_ahead_does_not_end_a_waiting_guard(
     # The ZVM is right and so is the database; only this process's clock is five minutes ahead
     # (the guard's timeout is 300 s): its rounds must not take the guard for timed out.
     sim.add_fault("checkpoint_listing_delay", seconds=4, site="site-a")
-    guard = _request(agent, "app01", timeout_s=300)
+    guard = guard_request(agent, "app01", timeout_s=300)
     waiting = TaggedCheckpoint.Status.WAITING
     inline_tasks.wait_for(lambda: guard.vpgs.filter(status=waiting).count() == guard.vpgs.count())
     with time_machine.travel(timezone.now() + timedelta(seconds=FIVE_MINUTES + 1), tick=True):

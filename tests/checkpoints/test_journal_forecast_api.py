@@ -16,7 +16,8 @@ from recoveries.models import RecoveryRequest
 from recoveries.presenters import CheckpointOut, recovery_agent_out
 from recoveries.selectors import recovery_get_for_agent
 from rewind.checkpoints.presenters import VpgCheckpointOut, guard_report
-from rewind.models import Agent, ChangeGuard, TaggedCheckpoint
+from rewind.models import Agent, ChangeGuard
+from tests.helpers import guard_row
 
 pytestmark = pytest.mark.django_db
 
@@ -24,18 +25,23 @@ pytestmark = pytest.mark.django_db
 @pytest.fixture
 def guard(db: None) -> ChangeGuard:
     """A guard on two VPGs: one checkpoint leaves in 30 hours, the other in 3."""
-    guard = ChangeGuard.objects.create(
-        agent_name="fixer", action="edit", vm_identifier="srv.vm-1", vm_name="web01", change_id="c-1",
-        tag="ai:fixer | edit | vm=web01 | change=c-1", status="ok", timeout_s=60,
-    )  # fmt: skip
     now = timezone.now()
-    for name, hours in (("vpg-web", 30), ("vpg-web-dr", 3)):
-        TaggedCheckpoint.objects.create(
-            guard=guard, vpg_name=name, vpg_identifier=f"{name}-guid", status="listed",
-            checkpoint_identifier=f"cp-{name}", checkpoint_timestamp=now - timedelta(hours=1),
-            leaves_journal_at=now + timedelta(hours=hours), journal_estimated_at=now, journal_history_minutes=hours * 60,
-        )  # fmt: skip
-    return guard
+    return guard_row(
+        change_id="c-1",
+        status="ok",
+        vm_identifier="srv.vm-1",
+        vpgs={
+            name: {
+                "status": "listed",
+                "checkpoint_identifier": f"cp-{name}",
+                "checkpoint_timestamp": now - timedelta(hours=1),
+                "leaves_journal_at": now + timedelta(hours=hours),
+                "journal_estimated_at": now,
+                "journal_history_minutes": hours * 60,
+            }
+            for name, hours in (("vpg-web", 30), ("vpg-web-dr", 3))
+        },
+    )
 
 
 def _recovery(agent: Agent, vpg: str, checkpoint: str) -> RecoveryRequest:
@@ -45,11 +51,6 @@ def _recovery(agent: Agent, vpg: str, checkpoint: str) -> RecoveryRequest:
         checkpoint_source="change_id", vpg_identifier=f"{vpg}-guid", vpg_name=vpg, recovery_site_identifier="s",
         expires_at=timezone.now() + timedelta(hours=1),
     )  # fmt: skip
-
-
-@pytest.fixture
-def agent(db: None) -> Agent:
-    return Agent.objects.create(name="fixer", owner=User.objects.create_user("owner", password="pw-owner-123"))
 
 
 def test_the_guard_views_carry_the_estimate(api: Any, viewer: Any, guard: ChangeGuard) -> None:

@@ -138,7 +138,7 @@ def test_a_crowded_site_looks_first_at_the_windows_end_and_finds_it_in_one_look(
     assert len(looks) == 1
 
 
-def _guard(listed_at: float, samples: list[float]) -> float:
+def _one_wait(listed_at: float, samples: list[float]) -> float:
     """One guard's wait against a ZVM listing at ``listed_at``; its sample goes to the front of ``samples``.
 
     The sample is what the poll round records (poll_round.listing_time_ms): between the last
@@ -165,8 +165,8 @@ def _guard(listed_at: float, samples: list[float]) -> float:
 def test_a_zvm_that_became_faster_is_learned_within_three_guards() -> None:
     samples: list[float] = []
     for _ in range(20):
-        _guard(5.3, samples)
-    waits = [_guard(1.3, samples) for _ in range(5)]
+        _one_wait(5.3, samples)
+    waits = [_one_wait(1.3, samples) for _ in range(5)]
     # The first guard cannot know: it sleeps until the old moment. The second probes early and
     # times the new listing between a miss and a hit; the third waits as little as a steady one.
     assert waits[0] > 4.0
@@ -180,8 +180,8 @@ def test_a_zvm_that_became_faster_is_learned_within_three_guards() -> None:
 def test_a_zvm_that_became_slower_is_learned_within_five_guards() -> None:
     samples: list[float] = []
     for _ in range(20):
-        _guard(1.3, samples)
-    waits = [_guard(5.3, samples) for _ in range(5)]
+        _one_wait(1.3, samples)
+    waits = [_one_wait(5.3, samples) for _ in range(5)]
     # Past the window the gaps grow with the time overdue, so the first slow guards are timed
     # loosely; two of them shift the forecast, and a probe then times it between a miss and a hit.
     assert all(w <= 5.3 * 1.15 for w in waits[2:]), waits

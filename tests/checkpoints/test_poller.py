@@ -57,14 +57,13 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     calls_before = sim.calls("site-a")
     guards = [_request(agent, "web01") for _ in range(6)]
     rows = TaggedCheckpoint.objects.filter(guard__in=guards)
-    deadline = time.monotonic() + 60
-    while True:
+
+    def all_waiting() -> bool:
         statuses = list(rows.values_list("status", flat=True))  # one query: one moment of all twelve
         assert TaggedCheckpoint.Status.LISTED not in statuses, f"listed before all were inserted: {statuses}"
-        if statuses.count(TaggedCheckpoint.Status.WAITING) == 12:
-            break
-        assert time.monotonic() < deadline, statuses
-        time.sleep(0.05)
+        return statuses.count(TaggedCheckpoint.Status.WAITING) == 12
+
+    wait_until(all_waiting, 60, what=lambda: f"all twelve rows waiting: {list(rows.values_list('status', flat=True))}")
     requested = AuditEvent.objects.filter(
         action="guard.checkpoint.requested", target_id__in=[str(g.pk) for g in guards]
     )
@@ -89,10 +88,9 @@ def test_waiting_guards_hold_no_worker_slot_and_share_the_site_poller(
     assert task_reads == 0, f"the task states come from one task list per round: {spent}"
     # The round that ended the last guard schedules the chain's next step after that guard's
     # commit: the chain ends then, a moment after the guard is seen finished.
-    deadline = time.monotonic() + 30
-    while SitePoller.objects.get(pk=poller.pk).lease_owner != "":
-        assert time.monotonic() < deadline, "the chain ends when nothing waits"
-        time.sleep(0.05)
+    wait_until(
+        lambda: SitePoller.objects.get(pk=poller.pk).lease_owner == "", 30, what="the chain ended (nothing waits)"
+    )
     assert _succeeded_waits(worker) == before, "no guard needed a task of its own"
 
 
@@ -102,10 +100,7 @@ def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, age
     # Listed long after the sweep below: a guard already ended leaves no chain to restart.
     sim.add_fault("checkpoint_listing_delay", seconds=10)
     guard = _request(agent, "db01")
-    deadline = time.monotonic() + 60
-    while not SitePoller.objects.filter(lease_owner__startswith="queued:").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_until(SitePoller.objects.filter(lease_owner__startswith="queued:").exists, 60, what="a round queued")
     # The queued round's message is lost: its token no longer matches, and its lease runs out.
     # The worker's main process (which holds the message until its countdown ends) is stopped
     # meanwhile: sent on time, the message would claim the expired lease itself, and the chain
@@ -115,12 +110,12 @@ def test_a_dead_poller_chain_is_restarted_by_the_sweep(sim: Any, sites: Any, age
     assert worker.proc is not None
     worker.proc.send(signal.SIGSTOP, group=False)
     try:
-        restarted, deadline = 0, time.monotonic() + 30
-        while not restarted:
-            assert time.monotonic() < deadline, "the sweep never found the dead chain"
+
+        def restarted() -> int:
             SitePoller.objects.update(lease_owner="queued:lost", lease_expires_at=timezone.now() - timedelta(seconds=1))
-            restarted = pollers_restart_stale()
-            time.sleep(0 if restarted else 0.2)
+            return pollers_restart_stale()
+
+        wait_until(restarted, 30, what="the sweep finding the dead chain", every=0.2)
     finally:
         worker.proc.send(signal.SIGCONT, group=False)
     assert wait_guard_finished(guard, timeout=60).status == ChangeGuard.Status.OK
@@ -407,11 +402,11 @@ def test_a_listing_asked_for_one_guard_answers_every_guard_waiting_on_that_vpg(
     from rewind.checkpoints import poller
 
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert tasks complete at once: the VPGs can be listed
     first, second = (_request(agent, "web01") for _ in range(2))
     inline_tasks.run_due()  # the first round: its batch inserts the four checkpoints
     rows = TaggedCheckpoint.objects.filter(guard__in=[first, second])
     assert list(rows.values_list("status", flat=True)) == [TaggedCheckpoint.Status.WAITING] * 4
-    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
     now = timezone.now()
     rows.filter(guard=first).update(next_poll_at=now - timedelta(seconds=1))
     not_due = now + timedelta(seconds=3)
@@ -445,11 +440,11 @@ def test_a_look_is_timed_when_its_listing_was_asked_not_when_its_round_began(
     from rewind.checkpoints import poller
 
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert tasks complete at once: the VPGs can be listed
     guard = _request(agent, "web01")
     inline_tasks.run_due()
     rows = TaggedCheckpoint.objects.filter(guard=guard).order_by("pk")
     assert rows.count() == 2
-    time.sleep(0.5)  # the insert tasks complete (0.3 s): the VPGs can be listed
     rows.update(next_poll_at=timezone.now() - timedelta(seconds=1))
     first, second = rows
     sim.add_fault("hang", "site-a", seconds=1.5, path_regex=f"/v1/vpgs/{first.vpg_identifier}/checkpoints", count=1)
@@ -535,6 +530,7 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     site = sites["site-a"]
     _listed_history(site, agent, [5300] * 20, newest_at=timezone.now() - timedelta(minutes=20))
     sim.add_fault("checkpoint_listing_delay", seconds=60)
+    sim.add_fault("task_delay", seconds=0)  # the insert task completes at once
     guard = _request(agent, "db01")
     inline_tasks.run_due()
     row = TaggedCheckpoint.objects.get(guard=guard)
@@ -546,7 +542,6 @@ def test_a_first_look_the_newest_forecast_puts_later_waits_for_it_and_asks_nothi
     moved = poll_timing.forecast(site_listing_times_s(site.pk))
     assert moved is not None
     assert moved.expected_s > 8.5
-    time.sleep(0.5)  # the insert task completes (0.3 s)
     TaggedCheckpoint.objects.filter(pk=row.pk).update(next_poll_at=timezone.now() - timedelta(seconds=0.1))
     SitePoller.objects.update(lease_owner="", lease_expires_at=None)
     calls_before = sim.calls("site-a")

@@ -97,9 +97,9 @@ def test_a_wait_message_queued_by_an_earlier_version_hands_the_guard_to_the_poll
 
 
 def test_the_guard_admin_shows_each_vpg_read_only(guard: ChangeGuard) -> None:
-    User.objects.create_superuser("alice", password="alice-pw-123")
+    User.objects.create_superuser("ada", password="ada-pw-123")
     client = Client()
-    client.login(username="alice", password="alice-pw-123")
+    client.login(username="ada", password="ada-pw-123")
     page = client.get(f"/admin/rewind/changeguard/{guard.pk}/change/")
     assert page.status_code == 200
     assert b"vpg-web-dr" in page.content

@@ -12,28 +12,12 @@ from typing import Any
 
 import pytest
 
-from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import ChangeGuard, Site
 from rewind.protection import SitesUnavailableError
 from rewind.sites import site_circuit
-from tests.helpers import wait_guard_finished
+from tests.helpers import guard_exec, wait_guard_finished
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _seen(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
-
-
-def _guard(agent: Any, vm: str, change_id: str) -> Any:
-    return guard_before_mutate(
-        agent_name=agent.name,
-        agent_id=agent.pk,
-        tool="ssh/exec",
-        arguments={"host": vm, "command": "vi /etc/hosts"},
-        action="edit hosts",
-        change_id=change_id,
-    )
 
 
 def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_the_hung_site_is_refused(
@@ -42,24 +26,26 @@ def test_a_guard_at_a_healthy_site_succeeds_while_another_site_hangs_and_one_at_
     settings.ZVM_CONNECT_TIMEOUT_S = settings.ZVM_READ_TIMEOUT_S = 0.5  # the look-ups in this process
     settings.ZVM_CIRCUIT_PROBE_S = 600  # no trial falls due during the test
     settings.ZVM_CIRCUIT_PROBE_MAX_S = 1200
-    before = _seen(sim, "site-c")
+    before = sim.requests_seen("site-c")
     sim.add_fault("hang", site="site-c", seconds=3600, path_regex=".*")
 
     for vm, change in (("web01", "CHG-1"), ("app01", "CHG-2")):  # both protected at Site A
-        outcome = _guard(agent, vm, change)
+        outcome = guard_exec(agent, vm, command="vi /etc/hosts", action="edit hosts", change_id=change)
         assert outcome.refusal is None
         assert outcome.guard is not None
         guard = wait_guard_finished(outcome.guard)
         assert guard.status == ChangeGuard.Status.OK, guard.error
         assert all(row.checkpoint_identifier for row in guard.vpgs.all())
     assert site_circuit(sites["site-c"]).is_open
-    assert _seen(sim, "site-c") - before <= 1  # reached once at most: its circuit refused the rest
+    assert sim.requests_seen("site-c") - before <= 1  # reached once at most: its circuit refused the rest
 
     with pytest.raises(SitesUnavailableError, match=r"protected at a site whose ZVM could not be asked") as refused:
-        _guard(agent, "edge01", "CHG-3")  # protected at Site C
+        guard_exec(
+            agent, "edge01", command="vi /etc/hosts", action="edit hosts", change_id="CHG-3"
+        )  # protected at Site C
     assert refused.value.sites == ("Site C",)
     assert "Site C" in refused.value.message
     assert "unavailable since" in refused.value.message
-    assert _seen(sim, "site-c") - before <= 1
+    assert sim.requests_seen("site-c") - before <= 1
     assert not ChangeGuard.objects.filter(vm_name="edge01").exists()
     sim.clear_faults()

@@ -13,11 +13,10 @@ from django_celery_results.models import TaskResult
 
 from recoveries.reaper import recoveries_reap
 from recoveries.services import recovery_request_create
-from rewind.checkpoints.services import guard_before_mutate
 from rewind.models import Agent, ChangeGuard, Site
 from rewind.protection import protection_cache_clear
 from tests.fixtures import wait_until
-from tests.helpers import install_starter_catalog, wait_guard_finished
+from tests.helpers import guard_exec, install_starter_catalog, wait_guard_finished
 from tests.markers import NEEDS_CHROMIUM
 from tests.mcpfixtures import register_sites
 
@@ -25,20 +24,6 @@ pytestmark = [
     pytest.mark.timeout(300),
     NEEDS_CHROMIUM,
 ]
-
-
-def _guard(agent: Agent, vm: str, change_id: str, **kwargs: Any) -> ChangeGuard:
-    outcome = guard_before_mutate(
-        agent_name=agent.name,
-        agent_id=agent.pk,
-        tool="ssh/exec",
-        arguments={"host": vm, "command": "vi /etc/nginx/nginx.conf"},
-        action="edit nginx.conf",
-        change_id=change_id,
-        **kwargs,
-    )
-    assert outcome.guard is not None
-    return wait_guard_finished(outcome.guard)
 
 
 @pytest.fixture
@@ -52,9 +37,14 @@ def scene(sim: Any, worker: Any, settings: Any) -> dict[str, Any]:
     User.objects.create_superuser("root", "root@example.com", "pw-root-123")
     owner = User.objects.create_user("olivia", "olivia@example.com", "pw-olivia-123")
     agent = Agent.objects.create(name="fixer", owner=owner)
-    landed = _guard(agent, "web01", "chg-ok")
+    nginx = {"command": "vi /etc/nginx/nginx.conf", "action": "edit nginx.conf"}
+    asked = guard_exec(agent, "web01", change_id="chg-ok", **nginx)
+    assert asked.guard is not None
+    landed = wait_guard_finished(asked.guard)
     sim.add_fault("checkpoint_never_listed", site="site-a")
-    late = _guard(agent, "db01", "chg-late", timeout_s=3)
+    asked = guard_exec(agent, "db01", change_id="chg-late", timeout_s=3, **nginx)
+    assert asked.guard is not None
+    late = wait_guard_finished(asked.guard)
     sim.clear_faults()
     assert (landed.status, late.status) == (ChangeGuard.Status.OK, ChangeGuard.Status.FAILED)
     pending = recovery_request_create(

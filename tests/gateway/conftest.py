@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from rewind.models import Agent
 from tests.gateway.support import (
     MODULE,
     GuestShellHttp,
@@ -55,9 +54,3 @@ def faulty(faulty_server: GuestShellHttp, sim: SimHandle) -> GuestShellHttp:
     """The faulty guest shell against a freshly reset simulator, its record emptied."""
     faulty_server.clear()
     return faulty_server
-
-
-@pytest.fixture
-def agent(fixer: Agent) -> Agent:
-    """The restore tests' agent: the shared ``fixer`` (tests.fixtures)."""
-    return fixer

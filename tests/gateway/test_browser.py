@@ -12,7 +12,6 @@ from django.db.models import F
 
 from catalog.models import ToolSighting
 from rewind.gateway.models import Upstream, UpstreamTool
-from rewind.gateway.services import upstream_headers
 from rewind.models import AuditEvent
 from tests.gateway.support import GuestShellHttp
 from tests.helpers import post
@@ -47,7 +46,7 @@ def test_a_person_adds_an_upstream_tests_it_and_agents_see_its_tools(
     page.click("input[name=_save]")
     page.wait_for_url("**/admin/rewind/upstream/")
     upstream = Upstream.objects.get(name="guestshell")
-    assert upstream_headers(upstream) == guestshell_http.headers
+    assert upstream.headers() == guestshell_http.headers
     assert guestshell_http.token
     assert guestshell_http.token not in str(list(AuditEvent.objects.values_list("data", flat=True)))
 

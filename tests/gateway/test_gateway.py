@@ -25,6 +25,7 @@ from rewind.gateway.services import (
     upstream_update,
 )
 from rewind.models import AuditEvent, ChangeGuard
+from tests.fixtures import wait_until
 from tests.gateway.support import GuestShellHttp, GuestShellStdio, add_http_upstream
 from tests.helpers import call_tool, run, tool_text
 
@@ -173,9 +174,7 @@ def test_an_unlisted_tool_follows_its_upstreams_policy(
 def assert_decision_chained(call_id: str) -> None:
     """A decision goes in waiting to be chained (``audit_append(chain=False)``): the call's own
     ``mcp.tool.called`` row, from the MCP audit writer, chains it just after; the chain is intact."""
-    deadline = time.monotonic() + 10
-    while AuditEvent.objects.filter(seq__isnull=True).exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: not AuditEvent.objects.filter(seq__isnull=True).exists(), 10, what="every audit row chained")
     assert AuditEvent.objects.get(action="gateway.call.decided", target_id=call_id).seq is not None
     assert verify_chain()[1] is None
 

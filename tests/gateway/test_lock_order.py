@@ -12,7 +12,6 @@ lock per transaction, so two transactions cannot deadlock there.
 from __future__ import annotations
 
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -23,6 +22,7 @@ from catalog.services import tool_sighting_record
 from rewind.audit import Actor
 from rewind.gateway.models import GatewayCall, UpstreamTool
 from rewind.gateway.services import ListedTool, gateway_call_record, upstream_create, upstream_tools_record
+from tests.fixtures import wait_until
 
 ADMIN = Actor.system("test")
 WAIT_S = 20.0
@@ -61,10 +61,9 @@ def test_a_call_committing_while_its_upstream_is_listed_is_not_a_deadlock() -> N
         # The call's first steps, as gateway_call_record takes them: the sighting, then its row.
         tool_sighting_record(tool="shell/read", agent_name="agent", argument_names=["host"])
         lister.start()
-        deadline = time.monotonic() + WAIT_S
-        while _lock_waits() == 0:  # the listing holds the upstream and waits for the sighting
-            assert time.monotonic() < deadline, f"the listing never waited for the call's sighting: {listing}"
-            time.sleep(0.02)
+        # The listing holds the upstream and waits for the sighting; a listing that ended did not wait.
+        wait_until(lambda: _lock_waits() or listing, WAIT_S, what="the listing waiting for the call's sighting")
+        assert not listing, f"the listing never waited for the call's sighting: {listing}"
         call = gateway_call_record(
             agent_name="agent",
             agent_id=None,

@@ -16,7 +16,6 @@ from rewind.gateway.naming import MAX_LEN, exposed_name
 from rewind.gateway.services import (
     ListedTool,
     upstream_create,
-    upstream_headers,
     upstream_tools_approve_listed,
     upstream_tools_record,
     upstream_update,
@@ -128,7 +127,7 @@ def test_credentials_are_stored_encrypted_and_never_audited(db: None) -> None:
     up = upstream_create(actor=ADMIN, name="ssh", url="https://h/mcp", headers={"Authorization": "Bearer s3cret-value"})
     up.refresh_from_db()
     assert "s3cret-value" not in up.headers_encrypted
-    assert upstream_headers(up) == {"Authorization": "Bearer s3cret-value"}
+    assert up.headers() == {"Authorization": "Bearer s3cret-value"}
     upstream_update(actor=ADMIN, upstream=up, headers={"Authorization": "Bearer other-s3cret"})
     audited = str(list(AuditEvent.objects.values_list("data", flat=True)))
     assert "s3cret" not in audited

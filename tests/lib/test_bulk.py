@@ -14,25 +14,14 @@ from django.utils import timezone
 from catalog.models import MutatingTool
 from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
 from rewind.lib.bulk import column_count, columns, insert_row, model_from_row, table, update_rows
-from rewind.models import ChangeGuard, TaggedCheckpoint
+from rewind.models import TaggedCheckpoint
+from tests.helpers import guard_row
 
 pytestmark = pytest.mark.django_db
 
 
-def _guard(n: int) -> ChangeGuard:
-    return ChangeGuard.objects.create(
-        agent_name="fixer",
-        action="edit",
-        vm_identifier=f"vm-{n}",
-        vm_name=f"vm{n}",
-        change_id=f"c{n}",
-        tag=f"t{n}",
-        timeout_s=60,
-    )
-
-
 def test_each_row_gets_its_own_values_of_every_kind_and_other_rows_and_columns_keep_theirs() -> None:
-    guards = [_guard(n) for n in range(3)]
+    guards = [guard_row(vm=f"vm{n}", change_id=f"c{n}") for n in range(3)]
     rows = [TaggedCheckpoint.objects.create(guard=g, vpg_identifier=f"vpg-{g.pk}", vpg_name="v") for g in guards]
     when = timezone.now() + timedelta(hours=1)
     rows[0].status, rows[0].next_poll_at, rows[0].waited_ms, rows[0].error = "listed", when, 1234, "é ✓"
@@ -49,7 +38,7 @@ def test_each_row_gets_its_own_values_of_every_kind_and_other_rows_and_columns_k
 
 
 def test_a_field_that_is_no_column_is_refused() -> None:
-    guard = _guard(9)
+    guard = guard_row(vm="vm9", change_id="c9")
     with pytest.raises(ValueError, match="is not a column"):
         update_rows([guard], ["vpgs"])
     update_rows([], ["status"])  # nothing to write: nothing asked of the database
@@ -71,7 +60,7 @@ def _read_back(model: type[models.Model], pk: Any) -> models.Model:
 
 
 def test_a_row_inserted_in_plain_sql_reads_back_as_the_orm_reads_it() -> None:
-    guard = _guard(1)
+    guard = guard_row(vm="vm1", change_id="c1")
     upstream = Upstream.objects.create(name="up", url="http://u/mcp", command=["x", "é"], call_timeout_s=2.5)
     call = GatewayCall(
         call_id="gwc_1",
@@ -126,7 +115,7 @@ def test_an_aggregate_read_in_plain_sql_converts_as_the_orm_converts_its_column(
 
     from rewind.lib.bulk import column, value_from_db
 
-    guard = _guard(7)
+    guard = guard_row(vm="vm7", change_id="c7")
     earliest = timezone.now() + timedelta(minutes=3)
     for n, at in enumerate((earliest + timedelta(seconds=1), earliest, None)):
         TaggedCheckpoint.objects.create(guard=guard, vpg_identifier=f"vpg-{n}", vpg_name="v", next_poll_at=at)

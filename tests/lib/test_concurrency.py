@@ -92,7 +92,7 @@ def test_it_runs_at_most_max_threads_at_once_and_an_overrun_call_holds_no_slot()
             if i == 0:
                 release.wait(GENEROUS_S)  # stuck past its limit: the others must still run
             else:
-                time.sleep(0.01)
+                time.sleep(0.01)  # a call that takes a moment, so that calls overlap: the peak is measured
             return i
         finally:
             with lock:

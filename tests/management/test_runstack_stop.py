@@ -11,13 +11,13 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from django.conf import settings
 
 from rewind.lib.processes import Proc, free_port, free_ports
+from tests.fixtures import wait_until
 
 pytestmark = pytest.mark.process
 
@@ -78,22 +78,29 @@ def _start(tmp_path: Path) -> Proc:
 
 def _watch_until(proc: Proc, text: str, seen: set[int]) -> None:
     """Collect the stack's descendants until ``text`` stands in its output (they come and go)."""
-    deadline = time.monotonic() + 120
-    while text not in proc.output():
-        assert proc.running(), proc.output()[-3000:]
-        assert time.monotonic() < deadline, proc.output()[-3000:]
+
+    def said() -> bool:
         seen.update(_descendants(proc.pid))
-        time.sleep(0.05)
-    seen.update(_descendants(proc.pid))
+        if text in proc.output():
+            return True
+        assert proc.running(), proc.output()[-3000:]
+        return False
+
+    wait_until(said, 120, what=lambda: f"{text!r} in the output: {proc.output()[-3000:]}")
+
+
+def _left(proc: Proc, seen: set[int]) -> dict[int, str]:
+    left = {pid: _cmdline(pid) for pid in seen if _alive(pid)}
+    return {proc.pid: "runstack", **left} if proc.running() else left
 
 
 def _assert_all_gone(proc: Proc, seen: set[int]) -> None:
-    deadline = time.monotonic() + GONE_WITHIN_S
-    while (proc.running() or any(_alive(pid) for pid in seen)) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    left = {pid: _cmdline(pid) for pid in seen if _alive(pid)}
-    assert not proc.running(), proc.output()[-3000:]
-    assert left == {}, proc.output()[-3000:]
+    wait_until(
+        lambda: not proc.running() and not any(_alive(pid) for pid in seen),
+        GONE_WITHIN_S,
+        what=lambda: f"runstack and every descendant gone (left: {_left(proc, seen)}): {proc.output()[-3000:]}",
+        every=0.1,
+    )
     assert proc.returncode == 0, proc.output()[-3000:]
     assert "Traceback" not in proc.output()
 
@@ -114,7 +121,10 @@ def test_it_leaves_no_descendant_running_after_ctrl_c(tmp_path: Path, when: str,
         assert seen, "runstack started no child"
         proc.send(signal.SIGINT, group=False)  # what the terminal sends on Ctrl-C
         for _ in range(signals - 1):
-            time.sleep(0.5)
+            # Again once it says it stops the children: the impatient second Ctrl-C.
+            wait_until(
+                lambda: "Ctrl-C again kills them now" in proc.output(), 60, what="runstack stopping its children"
+            )
             proc.send(signal.SIGINT, group=False)
         _assert_all_gone(proc, seen)
     finally:

@@ -54,6 +54,7 @@ def viewer(db: None) -> User:
 
 @pytest.fixture
 def agent(root: User) -> Agent:
+    """Not the shared fixer: root's deploy-bot, made through the service as an operator makes one."""
     return agent_create(actor=SETUP, name="deploy-bot", owner=root)
 
 

@@ -10,6 +10,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 
 from rewind.mcp.context import call_refers_to, call_refs, database_retried, refs_sentence
 from rewind.mcp.server import _naming_refs
+from tests.fixtures import wait_until
 
 
 def _flaky(failures: int) -> tuple[list[int], Any]:
@@ -60,8 +61,6 @@ def test_an_error_names_the_guard_and_change_id_the_call_referred_to() -> None:
 @pytest.mark.django_db(transaction=True)
 def test_a_kept_connection_is_checked_by_its_socket_and_one_the_server_ended_is_replaced() -> None:
     """No SELECT 1 before a call's first query: a connection the server ended has said so on its socket."""
-    import time
-
     import psycopg
     from django.db import connection as default_connection
 
@@ -84,13 +83,14 @@ def test_a_kept_connection_is_checked_by_its_socket_and_one_the_server_ended_is_
     params = connection.get_connection_params()
     with psycopg.connect(**{k: v for k, v in params.items() if k != "cursor_factory"}, autocommit=True) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
-    deadline = time.monotonic() + 10
     connection.health_check_done = False
-    while connection.connection is not None and time.monotonic() < deadline:
+
+    def closed() -> bool:
         _health_checked_by_its_socket(connection)
         connection.health_check_done = False
-        time.sleep(0.05)
-    assert connection.connection is None, "the ended connection was closed before any query used it"
+        return connection.connection is None
+
+    wait_until(closed, 10, what="the ended connection closed before any query used it")
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_backend_pid()")
         assert cursor.fetchone()[0] != pid, "the next query opened a new one"

@@ -227,7 +227,7 @@ def test_a_real_redis_restart_is_counted_per_process_meanwhile_then_in_redis_aga
         server.stop()
         during = await burst()
         server.start()
-        await asyncio.sleep(1.2)
+        await asyncio.sleep(1.2)  # the retry time (1 s, above) must pass: what the test is about
         return [before, during, await burst()]
 
     try:

@@ -3,7 +3,6 @@ audited, listed in the admin, and never showing a channel's credentials."""
 
 from __future__ import annotations
 
-import socket
 import threading
 from datetime import timedelta
 from typing import Any
@@ -20,7 +19,7 @@ from rewind.notifications.channels import channels_configured
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.services import notification_send, notifications_settle
 from rewind.notifications.tasks import DELIVER_MAX_RETRIES, notifications_deliver
-from tests.helpers import work_queued
+from tests.helpers import closed_port, work_queued
 from tests.receiver import PASSWORD, Receiver
 
 Status = NotificationDelivery.Status
@@ -28,12 +27,6 @@ Status = NotificationDelivery.Status
 
 def _send(key: str = "guard:1:failed", kind: str = NotificationKind.GUARD_FAILED, **kw: Any) -> list[Any]:
     return notification_send(kind=kind, dedupe_key=key, title="Something happened", body="Details\nhere", **kw)
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:  # bound, then closed: nobody listens there
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.django_db
@@ -112,7 +105,7 @@ def test_a_failing_channel_is_retried_a_bounded_number_of_times_then_recorded_fa
         receiver.status = 500
         url = receiver.url()
     else:
-        url = f"json://rewind:{PASSWORD}@127.0.0.1:{_closed_port()}/hook"
+        url = f"json://rewind:{PASSWORD}@127.0.0.1:{closed_port()}/hook"
     settings.REWIND_NOTIFY_URLS = [url]
     with django_capture_on_commit_callbacks(execute=True):
         (delivery,) = _send()  # the failure is not the caller's: nothing raises here

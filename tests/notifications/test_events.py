@@ -14,39 +14,39 @@ from rewind.notifications.models import NotificationKind
 from rewind.sites import site_create
 from rewind.sites.announce import sites_announce_down
 from rewind.sites.zvm_shared import shared_breaker
+from tests.helpers import guard_row
 from tests.receiver import Receiver
 
 SETUP = Actor.system("tests")
 pytestmark = pytest.mark.django_db
 
 
-def _guard(site: Any) -> ChangeGuard:
-    guard = ChangeGuard.objects.create(
-        agent_name="fixer",
-        tool="ssh/exec",
-        action="edit nginx.conf",
-        vm_identifier="vm-1",
-        vm_name="web01",
-        change_id="chg-1",
-        tag="ai:fixer | edit nginx.conf | vm=web01 | change=chg-1 | 2026-01-01T00:00:00Z",
-        status=ChangeGuard.Status.RUNNING,
-        timeout_s=60,
-    )
-    for name, status, error in (
-        ("vpg-web", TaggedCheckpoint.Status.LISTED, ""),
-        ("vpg-web-dr", TaggedCheckpoint.Status.TIMED_OUT, "not listed within 60 s"),
-    ):
-        TaggedCheckpoint.objects.create(
-            guard=guard, vpg_identifier=name, vpg_name=name, site=site, status=status, error=error
-        )
-    return guard
-
-
-def test_a_failed_guard_is_announced_once_to_every_channel_and_its_sites(receiver: Receiver, settings: Any) -> None:
+@pytest.fixture
+def guard() -> ChangeGuard:
+    """A running guard on web01 of Site A: one VPG's checkpoint listed, the other's timed out."""
     site = site_create(actor=SETUP, name="Site A", base_url="https://zvm-a.example.com")
+    return guard_row(
+        action="edit nginx.conf",
+        tool="ssh/exec",
+        vm_identifier="vm-1",
+        tag="ai:fixer | edit nginx.conf | vm=web01 | change=chg-1 | 2026-01-01T00:00:00Z",
+        vpgs={
+            "vpg-web": {"vpg_identifier": "vpg-web", "site": site, "status": TaggedCheckpoint.Status.LISTED},
+            "vpg-web-dr": {
+                "vpg_identifier": "vpg-web-dr",
+                "site": site,
+                "status": TaggedCheckpoint.Status.TIMED_OUT,
+                "error": "not listed within 60 s",
+            },
+        },
+    )
+
+
+def test_a_failed_guard_is_announced_once_to_every_channel_and_its_sites(
+    receiver: Receiver, settings: Any, guard: ChangeGuard
+) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
     settings.REWIND_NOTIFY_SITE_URLS = {"Site A": [receiver.url("/a")], "Site B": [receiver.url("/b")]}
-    guard = _guard(site)
 
     guards_finish([guard])
     guards_finish([ChangeGuard.objects.get(pk=guard.pk)])  # a second finisher changes nothing
@@ -63,10 +63,8 @@ def test_a_failed_guard_is_announced_once_to_every_channel_and_its_sites(receive
     assert f"/admin/rewind/changeguard/{guard.pk}/change/" in delivery.body
 
 
-def test_an_ok_guard_tells_nobody(receiver: Receiver, settings: Any) -> None:
-    site = site_create(actor=SETUP, name="Site A", base_url="https://zvm-a.example.com")
+def test_an_ok_guard_tells_nobody(receiver: Receiver, settings: Any, guard: ChangeGuard) -> None:
     settings.REWIND_NOTIFY_URLS = [receiver.url()]
-    guard = _guard(site)
     TaggedCheckpoint.objects.filter(guard=guard).update(status=TaggedCheckpoint.Status.LISTED, error="")
     guards_finish([guard])
     guard.refresh_from_db()
@@ -96,11 +94,13 @@ def test_a_site_unreachable_past_the_threshold_is_announced_once_per_outage(rece
 
 
 def test_a_notification_that_cannot_be_recorded_never_fails_the_guard(
-    receiver: Receiver, settings: Any, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    receiver: Receiver,
+    settings: Any,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+    guard: ChangeGuard,
 ) -> None:
-    site = site_create(actor=SETUP, name="Site A", base_url="https://zvm-a.example.com")
     settings.REWIND_NOTIFY_URLS = [receiver.url()]
-    guard = _guard(site)
 
     def broken(**kwargs: Any) -> None:
         raise RuntimeError("the notifications part is broken")
@@ -112,16 +112,17 @@ def test_a_notification_that_cannot_be_recorded_never_fails_the_guard(
     assert "could not record the notification that guard" in caplog.text
 
 
-def test_a_checkpoint_about_to_leave_the_journal_is_announced_once(receiver: Receiver, settings: Any) -> None:
+def test_a_checkpoint_about_to_leave_the_journal_is_announced_once(
+    receiver: Receiver, settings: Any, guard: ChangeGuard
+) -> None:
     from datetime import timedelta
 
     from django.utils import timezone
 
     from rewind.checkpoints.retention import retention_warning_record
 
-    site = site_create(actor=SETUP, name="Site A", base_url="https://zvm-a.example.com")
     settings.REWIND_NOTIFY_URLS = [receiver.url("/all")]
-    row = _guard(site).vpgs.get(vpg_name="vpg-web")
+    row = guard.vpgs.get(vpg_name="vpg-web")
     row.leaves_journal_at = timezone.now() + timedelta(hours=3)
     row.save(update_fields=["leaves_journal_at"])
 

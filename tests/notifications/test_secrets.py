@@ -4,7 +4,6 @@ level, Apprise's trace included), not the audit log, not a delivery row, not the
 from __future__ import annotations
 
 import logging
-import socket
 from typing import Any
 
 import pytest
@@ -14,13 +13,8 @@ from django.urls import reverse
 from rewind.models import AuditEvent, NotificationDelivery
 from rewind.notifications.models import NotificationKind
 from rewind.notifications.services import notification_send
+from tests.helpers import closed_port
 from tests.receiver import PASSWORD, Receiver
-
-
-def _closed_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.mark.django_db
@@ -35,7 +29,7 @@ def test_no_channel_credential_appears_in_logs_audit_rows_deliveries_or_the_admi
     slack_token = "Zq8VwXy2Ab3Cd4Ef5Gh6Ij7K"
     settings.REWIND_NOTIFY_URLS = [
         receiver.url(),  # works
-        f"json://rewind:{PASSWORD}@127.0.0.1:{_closed_port()}/down",  # fails, retried, recorded failed
+        f"json://rewind:{PASSWORD}@127.0.0.1:{closed_port()}/down",  # fails, retried, recorded failed
     ]
     settings.REWIND_NOTIFY_SITE_URLS = {"Site A": [f"slack://T1234ABCD/B5678EFGH/{slack_token}"]}
     caplog.set_level(1)  # everything, Apprise's trace level (below DEBUG) included

@@ -29,6 +29,7 @@ def person(db: None) -> User:
 
 @pytest.fixture
 def agent(person: User) -> Agent:
+    """Not the shared fixer: an agent of the person who signs in, for consent offers only one's own."""
     return agent_create(actor=Actor.system("tests"), name="alice-bot", owner=person)
 
 

@@ -19,6 +19,7 @@ from rewind.protection import (
 )
 from rewind.zvm import VmList
 from tests.fixtures import register_sites, wait_until
+from tests.helpers import calls
 from tests.localzvm import serve
 
 
@@ -274,11 +275,9 @@ def test_it_asks_every_time_with_the_cache_off(sim: Any, two_sites: Any, setting
 
 
 def _calls_reach(sim: Any, count: int) -> int:
-    """GET /v1/vms as site-a counted it, once it reached ``count`` (a background refresh ran) or after 10 s."""
-    deadline = time.monotonic() + 10
-    while (seen := sim.calls("site-a").get("GET /v1/vms", 0)) < count and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return seen
+    """GET /v1/vms as site-a counted it, once it reached ``count`` (a background refresh ran)."""
+    wait_until(lambda: calls(sim, "site-a", "GET /v1/vms") >= count, 10, what=f"{count} x GET /v1/vms on site-a")
+    return calls(sim, "site-a", "GET /v1/vms")
 
 
 def test_a_list_read_in_the_second_half_of_its_time_is_fetched_again_before_it_expires(

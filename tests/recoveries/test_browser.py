@@ -10,6 +10,7 @@ from django.urls import reverse
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_create
+from tests.fixtures import wait_until
 from tests.markers import NEEDS_CHROMIUM
 
 pytestmark = [
@@ -51,11 +52,11 @@ def test_a_person_approves_in_the_browser_and_the_recovery_succeeds(
     page.wait_for_url(f"**{review}")
     assert "Approved" in page.inner_text("ul.messagelist")
 
-    for _ in range(600):
+    def ended() -> bool:
         page.reload()
-        if page.inner_text("#recovery-status") in ("succeeded", "failed"):
-            break
-        page.wait_for_timeout(300)
+        return page.inner_text("#recovery-status") in ("succeeded", "failed")
+
+    wait_until(ended, 180, what="the recovery ended, as its page says", every=0.3)
     assert page.inner_text("#recovery-status") == "succeeded"
     assert "unmount: done" in page.inner_text("#recovery-result")
     recovery.refresh_from_db()

@@ -12,6 +12,7 @@ import requests
 
 from recoveries.models import RecoveryRequest
 from recoveries.services import recovery_request_approve
+from tests.fixtures import wait_until
 from tests.helpers import call_tool_async, poll_recovery_status, run, tool_ok
 from tests.mcpfixtures import make_agent_token
 
@@ -100,8 +101,7 @@ def test_wait_streams_progress_until_a_large_file_is_ready_by_url(
                 progress,
             )
         )
-        while not RecoveryRequest.objects.exists():
-            await asyncio.sleep(0.2)
+        await asyncio.to_thread(wait_until, RecoveryRequest.objects.exists, 60, what="the request recorded")
         recovery = await asyncio.to_thread(RecoveryRequest.objects.get)
         await asyncio.to_thread(recovery_request_approve, recovery_id=recovery.pk, user=people.approver)
         return await call

@@ -44,7 +44,7 @@ def site_b_down(sim: Any, sites: dict[str, Site], settings: Any) -> int:
     with pytest.raises(ZvmTransientError, match="did not answer"):
         site_client(sites["site-b"]).local_site()
     assert site_circuit(sites["site-b"]).is_open
-    return _seen(sim, "site-b")
+    return sim.requests_seen("site-b")
 
 
 def _trial_due_now(site: Site) -> None:
@@ -54,10 +54,6 @@ def _trial_due_now(site: Site) -> None:
             client.hset(CIRCUIT_PREFIX + str(site.pk), "next_trial_at", 0)
     else:
         SiteCircuit.objects.filter(site=site).update(next_trial_at=0.0)
-
-
-def _seen(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
 
 
 def _approved_request(agent: Any, people: Any, tagged: Any) -> RecoveryRequest:
@@ -86,13 +82,13 @@ def test_a_run_whose_site_is_down_waits_naming_it_and_recovers_the_file_when_it_
     old = sim.read_file("db01", PATH)
     recovery = _approved_request(agent, people, tagged)
     sim.set_file("db01", PATH, text="broken by the agent\n")
-    seen = _seen(sim, "site-b")
+    seen = sim.requests_seen("site-b")
 
     recovery_request_approve(recovery_id=recovery.pk, user=people.approver)  # approving is still allowed
     recovery = _wait_waiting(inline_tasks, recovery)
 
     assert recovery.status == RecoveryRequest.Status.WAITING
-    assert _seen(sim, "site-b") == seen  # the run never waited for the hung ZVM
+    assert sim.requests_seen("site-b") == seen  # the run never waited for the hung ZVM
     assert recovery.site_unavailable_since is not None
     assert "did not answer" in recovery.site_unavailable_reason
     waiting = recovery_dict(recovery)["waiting_for_site"]

@@ -8,7 +8,6 @@ unless forced. zvm_check asks every site at once and prints each as it answers. 
 from __future__ import annotations
 
 import io
-import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
@@ -21,6 +20,7 @@ from rewind.audit import Actor
 from rewind.sites import site_check, site_circuit, site_client, site_create
 from rewind.sites.models import Site
 from rewind.zvm import ZvmTransientError
+from tests.fixtures import wait_until
 from tests.simfixtures import PASSWORD
 
 pytestmark = pytest.mark.timeout(300)
@@ -45,10 +45,6 @@ def sites(sim: Any, transactional_db: None, settings: Any) -> dict[str, Site]:
     return out
 
 
-def _seen(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
-
-
 @pytest.fixture
 def hung_c(sim: Any, sites: dict[str, Site], settings: Any) -> int:
     """Site C hangs and has been marked unavailable by one timed-out call; the requests it saw."""
@@ -57,7 +53,7 @@ def hung_c(sim: Any, sites: dict[str, Site], settings: Any) -> int:
     with pytest.raises(ZvmTransientError, match="did not answer"):
         site_client(sites["site-c"]).local_site()
     assert site_circuit(sites["site-c"]).is_open
-    return _seen(sim, "site-c")
+    return sim.requests_seen("site-c")
 
 
 def test_a_check_of_a_site_marked_unavailable_says_since_when_without_asking_it(
@@ -70,7 +66,7 @@ def test_a_check_of_a_site_marked_unavailable_says_since_when_without_asking_it(
     assert result.error.startswith("unavailable since ")
     assert "did not answer" in result.error
     assert Site.objects.get(pk=c.pk).last_error == ""  # nothing was asked, so nothing is recorded
-    assert _seen(sim, "site-c") == hung_c
+    assert sim.requests_seen("site-c") == hung_c
 
 
 def test_the_admin_test_connection_reports_every_site_without_waiting_for_the_unavailable_one(
@@ -88,7 +84,7 @@ def test_the_admin_test_connection_reports_every_site_without_waiting_for_the_un
     assert "Site A: OK" in page
     assert "Site B: OK" in page
     assert "Site C: unavailable since" in page
-    assert _seen(sim, "site-c") == hung_c
+    assert sim.requests_seen("site-c") == hung_c
 
 
 def test_the_api_check_says_it_did_not_ask_unless_forced(sim: Any, sites: dict[str, Site], hung_c: int) -> None:
@@ -100,11 +96,11 @@ def test_the_api_check_says_it_did_not_ask_unless_forced(sim: Any, sites: dict[s
     assert body["ok"] is False
     assert body["asked"] is False
     assert "unavailable since" in body["error"]
-    assert _seen(sim, "site-c") == hung_c
+    assert sim.requests_seen("site-c") == hung_c
     forced = client.post(url, {"force": True}, content_type="application/json").json()
     assert forced["asked"] is True
     assert "did not answer" in forced["error"]
-    assert _seen(sim, "site-c") == hung_c + 1
+    assert sim.requests_seen("site-c") == hung_c + 1
 
 
 def test_zvm_check_says_at_once_which_site_is_unavailable_and_asks_it_only_when_forced(
@@ -117,14 +113,14 @@ def test_zvm_check_says_at_once_which_site_is_unavailable_and_asks_it_only_when_
     assert "Site A: OK" in text
     assert "Site B: OK" in text
     assert "Site C: UNAVAILABLE  unavailable since " in text
-    assert _seen(sim, "site-c") == hung_c
+    assert sim.requests_seen("site-c") == hung_c
 
     forced = io.StringIO()
     with pytest.raises(CommandError, match="1 of 1 sites failed"):
         call_command("zvm_check", "--site", "Site C", "--force", stdout=forced)
     assert "Site C: FAILED" in forced.getvalue()
     assert "did not answer" in forced.getvalue()
-    assert _seen(sim, "site-c") == hung_c + 1  # one request, bounded by the client's timeout
+    assert sim.requests_seen("site-c") == hung_c + 1  # one request, bounded by the client's timeout
 
     sim.clear_faults()
     healed = io.StringIO()
@@ -142,10 +138,11 @@ def test_zvm_check_prints_each_site_as_it_answers_while_another_hangs(
     out = io.StringIO()
     with ThreadPoolExecutor(max_workers=1) as pool:
         check = pool.submit(call_command, "zvm_check", stdout=out)
-        deadline = time.monotonic() + 60
-        while not ("Site B: OK" in out.getvalue() and "Site C: OK" in out.getvalue()):
-            assert time.monotonic() < deadline, f"the healthy sites were not reported: {out.getvalue()!r}"
-            time.sleep(0.05)
+        wait_until(
+            lambda: "Site B: OK" in out.getvalue() and "Site C: OK" in out.getvalue(),
+            60,
+            what=lambda: f"the healthy sites reported: {out.getvalue()!r}",
+        )
         assert "Site A" not in out.getvalue()  # still asking it: the others did not wait
         assert not check.done()
         sim.clear_faults()

@@ -66,10 +66,6 @@ def sites(sim: Any, store: str) -> dict[str, Site]:
     return make_sites(sim)  # once the store is chosen: the checks' circuits live there
 
 
-def _seen(sim: Any, slug: str) -> int:
-    return sum(sim.calls(slug).values())
-
-
 def _audits(site: Site, action: str) -> list[AuditEvent]:
     return list(AuditEvent.objects.filter(action=action, target_id=str(site.pk)).order_by("seq"))
 
@@ -101,7 +97,7 @@ def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_prob
     [opened] = _audits(c, SiteAction.UNAVAILABLE)
     assert "did not answer" in opened.data["reason"]
 
-    seen = _seen(sim, "site-c")
+    seen = sim.requests_seen("site-c")
     again = find_protection("app01")
     assert again.unavailable_sites == ("Site C",)
     assert len(again.vpgs) == 3
@@ -110,7 +106,7 @@ def test_a_hung_site_opens_after_one_timeout_and_is_not_asked_again_until_a_prob
     assert refused.value.sites == ("Site C",)
     with pytest.raises(ZvmSiteUnavailable, match=r"unavailable since .* did not answer"):
         site_client(c).list_vpgs()
-    assert _seen(sim, "site-c") == seen  # none of these reached the hung site
+    assert sim.requests_seen("site-c") == seen  # none of these reached the hung site
 
     availability = site_availability(c)
     assert availability["available"] is False
@@ -141,10 +137,10 @@ def test_a_probe_that_fails_keeps_it_open_and_one_trial_per_period_is_let_throug
     with pytest.raises(ZvmTransientError) as caught:
         trial.list_vpgs()  # this caller is the trial: it waits for the stuck ZVM once
     assert not isinstance(caught.value, ZvmSiteUnavailable)
-    seen = _seen(sim, "site-c")
+    seen = sim.requests_seen("site-c")
     with pytest.raises(ZvmSiteUnavailable):
         trial.list_vpgs()  # the next period is longer: refused at once
-    assert _seen(sim, "site-c") == seen
+    assert sim.requests_seen("site-c") == seen
     assert site_circuit(c).is_open
 
 
@@ -156,10 +152,10 @@ def test_rejected_stored_credentials_open_the_circuit_and_say_so(sim: Any, store
     for _ in range(3):  # ZVM_CIRCUIT_FAILURES
         with pytest.raises(ZvmAuthError, match="rejected the credentials"):
             client.list_vpgs()
-    seen = _seen(sim, "site-a")
+    seen = sim.requests_seen("site-a")
     with pytest.raises(ZvmSiteUnavailable, match="rejected the credentials"):
         client.list_vpgs()
-    assert _seen(sim, "site-a") == seen
+    assert sim.requests_seen("site-a") == seen
 
 
 @pytest.mark.parametrize("status", [500, 502])
@@ -202,10 +198,10 @@ def test_disabling_a_site_refuses_every_client_of_it_at_once(sim: Any, sites: di
     client = site_client(a)  # made before the change, as another process's would be
     client.list_vpgs()
     site_update(actor=ADMIN, site=Site.objects.get(pk=a.pk), enabled=False)
-    seen = _seen(sim, "site-a")
+    seen = sim.requests_seen("site-a")
     with pytest.raises(ZvmSiteUnavailable, match="disabled"):
         client.list_vpgs()
-    assert _seen(sim, "site-a") == seen
+    assert sim.requests_seen("site-a") == seen
     site_update(actor=ADMIN, site=Site.objects.get(pk=a.pk), enabled=True)
     assert client.list_vpgs()
 

@@ -35,7 +35,7 @@ def main(argv: list[str]) -> None:
         max_requests_per_s=float(per_s) or None,
     )
     client = ZvmClient(conn, stores=stores)
-    time.sleep(max(0.0, float(go_at) - time.time()))
+    time.sleep(max(0.0, float(go_at) - time.time()))  # every process starts at one moment: the cap is on them together
     started, ok, errors = time.time(), 0, []
     for _ in range(int(calls)):
         try:

@@ -164,6 +164,8 @@ def test_a_client_gone_halfway_through_its_login_is_no_error_of_the_simulators(t
                 "grant_type=password&client_id=zerto-client&user".encode()
             )
             time.sleep(0.3)  # the simulator is reading the body when the client goes
+        # Time for the simulator to see the client gone: the test is that it prints nothing then,
+        # and nothing can be waited for.
         time.sleep(0.5)
         resp = _token(
             sim, "site-a", grant_type="password", client_id="zerto-client", username="admin", password=PASSWORD
