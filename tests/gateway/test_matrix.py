@@ -20,17 +20,21 @@ import os
 import shutil
 import signal
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from rewind.approvals.jcs import digest
+from rewind.approvals.models import HeldCall
+from rewind.approvals.services import held_call_approve
 from rewind.audit import Actor
-from rewind.gateway.models import GatewayCall, Upstream
-from rewind.gateway.services import upstream_create
+from rewind.gateway.models import GatewayCall, Upstream, UpstreamTool
+from rewind.gateway.services import upstream_create, upstream_tool_set_policy
 from rewind.models import AuditEvent, ChangeGuard
-from tests.fixtures import wait_until
+from tests.fixtures import make_user, wait_until
 from tests.gateway.support import listed_and_approved
 from tests.helpers import run, tool_text
 from tests.upstreamfixtures import HttpUpstream, StdioUpstream
@@ -239,6 +243,32 @@ def test_the_gateway_lists_passes_guards_heals_and_refuses_while_down(
     assert "no checkpoint taken" in tool_text(down), tool_text(down)
     assert _row(down).outcome == "upstream_failed"
     assert ChangeGuard.objects.count() == guards
+
+
+def test_a_write_to_a_real_server_held_for_a_person_runs_once_exactly_as_approved(
+    filesystem_stdio: StdioUpstream, mcp_sites: Any, agent_token: Any, mcp_client: Any, mcp_server: Any, worker: Any
+) -> None:
+    """The hold in front of a server none of us wrote: guarded, held, approved, then forwarded once."""
+    upstream = _add(next(c for c in CASES if c.fixture == "filesystem_stdio"), filesystem_stdio)
+    tool = UpstreamTool.objects.get(upstream=upstream, name="write_file")
+    upstream_tool_set_policy(actor=ADMIN, tool=tool, policy="approve")
+    hana = make_user("hana", password="pw-hana", perms=(("rewind", "approve_heldcall"), ("rewind", "view_heldcall")))
+    _agent, token = agent_token
+    target = filesystem_stdio.workdir / "held.conf"
+    args = {"path": str(target), "content": "approved=1\n"}
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(_calls, mcp_client, token, [("fs__write_file", args)])
+        held = wait_until(lambda: HeldCall.objects.filter(state="pending").first(), 120, what="the held call")
+        assert not target.exists()  # held after its checkpoints: the server has seen nothing
+        assert (held.tool, held.vm, held.arguments_digest) == ("fs/write_file", VM, digest(args))
+        assert held.checkpoints
+        held_call_approve(held_id=held.pk, user=hana, seen_digest=held.arguments_digest)
+        _, (result,) = waiting.result(timeout=180)
+    assert not result.is_error, tool_text(result)
+    assert target.read_text(encoding="utf-8") == "approved=1\n"
+    held.refresh_from_db()
+    assert (held.state, held.outcome, held.decided_by) == ("forwarded", "ok", "hana")
+    assert GatewayCall.objects.filter(forwarded_at__isnull=False).count() == 1
 
 
 def test_what_server_everything_asks_of_the_agent_is_refused_and_recorded(
