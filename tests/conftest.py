@@ -73,9 +73,11 @@ def django_db_setup(django_db_setup: None, django_db_blocker: Any) -> Iterator[N
         import psycopg
 
         name = connection.settings_dict["NAME"]
-        with django_db_blocker.unblock(), connection.cursor() as cursor:
-            cursor.execute("SELECT pg_backend_pid()")
-            (own,) = cursor.fetchone()
+        with django_db_blocker.unblock():
+            connection.close_if_unusable_or_obsolete()  # a test may have ended this one too
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_backend_pid()")
+                (own,) = cursor.fetchone()
         params = {**connection.get_connection_params(), "dbname": "postgres"}
         params.pop("cursor_factory", None)
         with psycopg.connect(**params, autocommit=True) as admin:
