@@ -17,13 +17,14 @@ from django.db import transaction
 from django.utils import timezone
 
 from recoveries.announce import recovery_announce
-from recoveries.models import RecoveryApproval, RecoveryRequest
+from recoveries.models import RecoveryRequest
 from recoveries.paths import parse_guest_path
 from recoveries.resolve import bind_checkpoint
 from recoveries.restore.guest_tools import restore_refusal
 from recoveries.undo import Moment, moment_of_call, moment_of_time
 from rewind.agents.limits import VmLimit
 from rewind.agents.models import Agent
+from rewind.approvals.services import approval_add
 from rewind.audit import SYSTEM, Actor, audit_record
 from rewind.audit.actions import RecoveryAction
 from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
@@ -218,13 +219,9 @@ def recovery_request_approve(
         locked = RecoveryRequest.objects.select_for_update().get(pk=recovery.pk)
         if locked.status != Status.PENDING:
             raise ApplicationError(f"recovery #{locked.pk} is {locked.status}; only a pending request can be approved")
-        if locked.approvals.filter(approver_id=approver.pk).exists():
-            raise ApplicationError(
-                f"you already approved recovery #{locked.pk}; a second approver must be someone else"
-            )
-        RecoveryApproval.objects.create(recovery=locked, approver=approver, approver_name=approver.get_username())
-        count = locked.approvals.count()
-        complete = count >= locked.approvals_required
+        count, complete = approval_add(
+            locked.approvals, approver, required=locked.approvals_required, what=f"recovery #{locked.pk}"
+        )
         if complete:
             won = RecoveryRequest.objects.filter(pk=locked.pk, status=Status.PENDING).update(
                 status=Status.APPROVED, decided_at=now, decided_by=approver.get_username()

@@ -15,22 +15,21 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AnonymousUser, User
 from django.db import IntegrityError, transaction
+from django.db.models import Manager
 from django.utils import timezone
-from kombu.exceptions import OperationalError
 
 from rewind.approvals.announce import held_call_announce
 from rewind.approvals.jcs import CanonicalizationError, digest
-from rewind.approvals.models import HeldCall, HeldCallApproval
+from rewind.approvals.models import HeldCall
 from rewind.audit import SYSTEM, Actor, audit_record, mask_secrets
 from rewind.audit.actions import ApprovalAction
 from rewind.lib.crypto import decrypt, encrypt
 from rewind.lib.errors import ApplicationError, NotFoundError, PermissionDeniedError
 from rewind.lib.requestid import current_request_id
-from rewind.workers.broker import broker_refused
+from rewind.workers.broker import queue_task
 
 logger = logging.getLogger(__name__)
 State = HeldCall.State
@@ -215,13 +214,9 @@ def held_call_approve(
         locked = HeldCall.objects.select_for_update().get(pk=held.pk)
         if locked.state != State.PENDING:
             raise ApplicationError(f"held call #{locked.pk} is {locked.state}; only a pending call can be approved")
-        if locked.approvals.filter(approver_id=approver.pk).exists():
-            raise ApplicationError(
-                f"you already approved held call #{locked.pk}; a second approver must be someone else"
-            )
-        HeldCallApproval.objects.create(held=locked, approver=approver, approver_name=approver.get_username())
-        count = locked.approvals.count()
-        complete = count >= locked.approvals_required
+        count, complete = approval_add(
+            locked.approvals, approver, required=locked.approvals_required, what=f"held call #{locked.pk}"
+        )
         if complete:
             won = HeldCall.objects.filter(pk=locked.pk, state=State.PENDING).update(
                 state=State.APPROVED, decided_at=now, decided_by=approver.get_username()
@@ -229,7 +224,7 @@ def held_call_approve(
             if not won:
                 raise ApplicationError(f"held call #{locked.pk} was decided meanwhile")
             if locked.mode == HeldCall.Mode.GATEWAY:
-                transaction.on_commit(lambda: _queue_release(locked.pk))
+                _queue_release(locked.pk)
         audit_record(
             actor=Actor.user(approver.get_username()),
             action=ApprovalAction.APPROVED,
@@ -246,13 +241,20 @@ def held_call_approve(
     return locked
 
 
+def approval_add(approvals: Manager[Any], approver: User, *, required: int, what: str) -> tuple[int, bool]:
+    """One more person's approval of a row locked for update, through its ``approvals``; returns how many
+    approved and whether that is enough. Refused (``ApplicationError``) when this person approved already."""
+    if approvals.filter(approver_id=approver.pk).exists():
+        raise ApplicationError(f"you already approved {what}; a second approver must be someone else")
+    approvals.create(approver=approver, approver_name=approver.get_username())
+    count = approvals.count()
+    return count, count >= required
+
+
 def _queue_release(held_id: int) -> None:
     """The approval stands whatever the queue does: the waiting call releases it itself, and the beat's
     sweep queues what no one released (``held_calls_sweep``)."""
-    try:
-        current_app.signature(RELEASE_TASK, args=(held_id,)).delay()
-    except OperationalError as exc:
-        broker_refused(exc, f"the release of held call #{held_id}")
+    queue_task(RELEASE_TASK, held_id, what=f"the release of held call #{held_id}")
 
 
 def held_call_deny(
