@@ -411,12 +411,16 @@ async def _held(
             f"zerto_held_call_status with id {held.pk}"
         )
         return call_error(why, ready.call, guard)
-    meta = {**gateway_call_meta(ready.call, guard), META_HELD: {"id": held.pk, "page": review_url(held)}}
+    meta = _held_meta(held, ready.call, guard)
     wait = _meta_wait(ctx)
     if wait and held.state in HeldCall.OPEN and url_elicitation_available(ctx):
         return approval_elicitation(held, meta)
     result = await await_person(held, relay, wait=wait)
     return result.model_copy(update={"meta": {**(result.meta or {}), **meta}})
+
+
+def _held_meta(held: HeldCall, call: GatewayCall, guard: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {**gateway_call_meta(call, guard), META_HELD: {"id": held.pk, "page": review_url(held)}}
 
 
 def url_elicitation_available(ctx: Context | None) -> bool:
@@ -493,5 +497,4 @@ async def continue_held(
     response = answer.get(_elicitation_key(held))
     accepted = isinstance(response, ElicitResult) and response.action == "accept"
     result = await await_person(held, ProgressRelay(ctx), wait=accepted)
-    meta = {**gateway_call_meta(call), META_HELD: {"id": held.pk, "page": review_url(held)}}
-    return result.model_copy(update={"meta": {**(result.meta or {}), **meta}})
+    return result.model_copy(update={"meta": {**(result.meta or {}), **_held_meta(held, call)}})
